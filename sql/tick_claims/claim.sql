@@ -1,0 +1,35 @@
+-- Takes the job's row only when its stored tick is older than $2 and the job is not busy by the
+-- database clock; creates it when absent. A refused claim matches nothing and skips the insert, so it
+-- writes nothing (no xid, no WAL flush). Concurrent claimers of one tick: the UPDATE's re-check of
+-- the newest row version (tick < $2) lets exactly one through; ON CONFLICT DO NOTHING does the same
+-- for the first tick. A tick more than a minute ahead of now() is reported and stored nowhere.
+-- $1 job_id, $2 tick, $3 busy period in microseconds, $4 owner.
+WITH input AS (
+    SELECT $2::timestamptz > now() + interval '1 minute' AS too_far
+),
+taken AS (
+    UPDATE {table} AS c
+       SET tick = $2,
+           busy_until = now() + $3::bigint * interval '1 microsecond',
+           owner = $4,
+           token = c.token + 1
+      FROM input
+     WHERE c.job_id = $1
+       AND NOT input.too_far
+       AND c.tick < $2
+       AND (c.busy_until IS NULL OR c.busy_until <= now())
+    RETURNING c.token
+),
+created AS (
+    INSERT INTO {table} AS c (job_id, tick, busy_until, owner, token)
+    SELECT $1, $2, now() + $3::bigint * interval '1 microsecond', $4, 1
+      FROM input
+     WHERE NOT input.too_far
+       AND NOT EXISTS (SELECT 1 FROM {table} WHERE job_id = $1)
+    ON CONFLICT (job_id) DO NOTHING
+    RETURNING c.token
+)
+SELECT input.too_far,
+       now() AS db_now,
+       (SELECT token FROM taken UNION ALL SELECT token FROM created LIMIT 1) AS token
+  FROM input

@@ -1,0 +1,250 @@
+//! The crate's one error type.
+//!
+//! [`Error`] is opaque: branch on [`Error::kind`] (or the predicates such as
+//! [`Error::is_invalid_input`]), read the SQLSTATE with [`Error::code`], and follow the cause through
+//! [`std::error::Error::source`]. Database errors are classified by SQLSTATE, never by message text.
+
+use std::error::Error as StdError;
+use std::fmt;
+
+use postgres::error::{DbError, SqlState};
+
+/// What went wrong, broadly enough to decide what to do about it.
+///
+/// New kinds may be added in minor releases, so a `match` needs a wildcard arm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// The caller passed a value the library refuses (a blank or over-long key, a NUL byte, a
+    /// duration out of range, a table name that is not a plain identifier, a tick too far ahead of
+    /// the database clock). Nothing was stored. Retrying the same call fails the same way.
+    InvalidInput,
+    /// The database could not be reached or the connection broke: the pool timed out, a connection
+    /// was refused or reset, the server is shutting down or restarting, or the statement was
+    /// cancelled. The operation may or may not have taken effect; retrying later is reasonable.
+    Connection,
+    /// The statement failed because of a serialization failure or a deadlock, which happens when the
+    /// database's or role's default isolation is `REPEATABLE READ` or `SERIALIZABLE` and callers race.
+    /// Nothing was changed; retrying is safe.
+    Serialization,
+    /// The database refused the statement for another reason (a missing table, missing privileges,
+    /// a constraint violation, an unexpected result). Usually needs an operator or a code change.
+    Database,
+    /// The environment could not be prepared: the PostgreSQL server binaries are missing, a
+    /// temporary directory could not be made, a throwaway server did not start.
+    Setup,
+}
+
+impl fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ErrorKind::InvalidInput => "invalid input",
+            ErrorKind::Connection => "connection error",
+            ErrorKind::Serialization => "serialization failure",
+            ErrorKind::Database => "database error",
+            ErrorKind::Setup => "setup error",
+        })
+    }
+}
+
+type Source = Box<dyn StdError + Send + Sync + 'static>;
+
+struct Inner {
+    kind: ErrorKind,
+    message: String,
+    source: Option<Source>,
+}
+
+/// The error of every fallible pgtenure call.
+///
+/// `Display` says what happened and what to do, in lowercase with no trailing period; the
+/// underlying cause (a [`postgres::Error`], an [`r2d2::Error`], an I/O error) is in `source()`.
+pub struct Error {
+    inner: Box<Inner>,
+}
+
+/// `Result` with pgtenure's [`Error`] as the default error type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    pub(crate) fn new(kind: ErrorKind, message: impl Into<String>) -> Error {
+        Error {
+            inner: Box::new(Inner {
+                kind,
+                message: message.into(),
+                source: None,
+            }),
+        }
+    }
+
+    pub(crate) fn with_source(mut self, source: impl Into<Source>) -> Error {
+        self.inner.source = Some(source.into());
+        self
+    }
+
+    pub(crate) fn invalid_input(message: impl Into<String>) -> Error {
+        Error::new(ErrorKind::InvalidInput, message)
+    }
+
+    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
+    pub(crate) fn setup(message: impl Into<String>) -> Error {
+        Error::new(ErrorKind::Setup, message)
+    }
+
+    /// Classifies a driver error, `context` saying what the library was doing ("claim tick").
+    pub(crate) fn from_postgres(context: &str, err: postgres::Error) -> Error {
+        let (kind, advice) = match err.as_db_error() {
+            Some(db) => classify_db_error(db),
+            // No server error: the connection broke, timed out, or a value did not convert.
+            None if err.is_closed()
+                || StdError::source(&err).is_some_and(|s| s.is::<std::io::Error>()) =>
+            {
+                (
+                    ErrorKind::Connection,
+                    "the connection failed; retry once the database is reachable",
+                )
+            }
+            None => (
+                ErrorKind::Database,
+                "the driver refused the statement or its result",
+            ),
+        };
+        Error::new(kind, format!("{context} failed: {advice}")).with_source(err)
+    }
+
+    /// A pool checkout that timed out or could not open a connection.
+    pub(crate) fn from_pool(context: &str, err: r2d2::Error) -> Error {
+        Error::new(
+            ErrorKind::Connection,
+            format!("{context} failed: no database connection could be had from the pool in time"),
+        )
+        .with_source(err)
+    }
+
+    /// The kind of error, to decide what to do.
+    pub fn kind(&self) -> ErrorKind {
+        self.inner.kind
+    }
+
+    /// True when the caller's input was refused before anything was stored.
+    pub fn is_invalid_input(&self) -> bool {
+        self.kind() == ErrorKind::InvalidInput
+    }
+
+    /// True when the database could not be reached or the connection broke.
+    pub fn is_connection(&self) -> bool {
+        self.kind() == ErrorKind::Connection
+    }
+
+    /// True for a serialization failure or deadlock (non-default isolation under contention).
+    pub fn is_serialization(&self) -> bool {
+        self.kind() == ErrorKind::Serialization
+    }
+
+    /// The server's error report, when the database itself refused the statement.
+    pub fn as_db_error(&self) -> Option<&DbError> {
+        self.inner
+            .source
+            .as_ref()
+            .and_then(|s| s.downcast_ref::<postgres::Error>())
+            .and_then(postgres::Error::as_db_error)
+    }
+
+    /// The SQLSTATE of the server's error report, if there is one.
+    pub fn code(&self) -> Option<&SqlState> {
+        self.as_db_error().map(DbError::code)
+    }
+}
+
+/// Chooses the kind and the advice for a server-side error from its SQLSTATE.
+fn classify_db_error(db: &DbError) -> (ErrorKind, &'static str) {
+    let code = db.code();
+    if *code == SqlState::T_R_SERIALIZATION_FAILURE || *code == SqlState::T_R_DEADLOCK_DETECTED {
+        return (
+            ErrorKind::Serialization,
+            "the database refused it under a non-default isolation level; pgtenure's statements are \
+             written for READ COMMITTED (see Db::connect), retrying is safe",
+        );
+    }
+    if *code == SqlState::CHARACTER_NOT_IN_REPERTOIRE
+        || *code == SqlState::UNTRANSLATABLE_CHARACTER
+        || *code == SqlState::PROGRAM_LIMIT_EXCEEDED
+    {
+        return (
+            ErrorKind::InvalidInput,
+            "the database refused a value as too long or not storable",
+        );
+    }
+    let class = &code.code()[..2];
+    // 08: connection exception; 57: operator intervention (shutdown, cancel, restart);
+    // 53: insufficient resources (too many connections).
+    if class == "08" || class == "57" || class == "53" {
+        return (
+            ErrorKind::Connection,
+            "the database is unavailable, restarting or cancelled the statement; retry later",
+        );
+    }
+    if *code == SqlState::UNDEFINED_TABLE {
+        return (
+            ErrorKind::Database,
+            "the table does not exist; call create_table() or pgtenure::migrate() at startup",
+        );
+    }
+    (ErrorKind::Database, "the database refused the statement")
+}
+
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut d = f.debug_struct("Error");
+        d.field("kind", &self.inner.kind)
+            .field("message", &self.inner.message);
+        if let Some(source) = &self.inner.source {
+            d.field("source", source);
+        }
+        d.finish()
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.inner.message)
+    }
+}
+
+impl StdError for Error {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        self.inner
+            .source
+            .as_ref()
+            .map(|s| &**s as &(dyn StdError + 'static))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_is_send_sync_static() {
+        fn check<T: Send + Sync + 'static>() {}
+        check::<Error>();
+    }
+
+    #[test]
+    fn display_is_the_message_and_source_is_kept() {
+        let io = std::io::Error::other("boom");
+        let err = Error::setup("could not start the server").with_source(io);
+        assert_eq!(err.to_string(), "could not start the server");
+        assert_eq!(err.kind(), ErrorKind::Setup);
+        assert_eq!(StdError::source(&err).unwrap().to_string(), "boom");
+        assert!(err.code().is_none());
+    }
+
+    #[test]
+    fn predicates_follow_kind() {
+        let err = Error::invalid_input("key is blank");
+        assert!(err.is_invalid_input());
+        assert!(!err.is_connection());
+        assert!(!err.is_serialization());
+    }
+}

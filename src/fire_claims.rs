@@ -1,0 +1,239 @@
+//! Fire claims: one claim per fire key, held for a TTL.
+//!
+//! Where [`TickClaims`](crate::TickClaims) keep one row per job, fire claims keep one row per *fire*:
+//! a scheduler that computes a fire key for each occurrence of a job (the convention is
+//! `"<job>@<unix-nanos>"`, the job's name and the scheduled instant) calls [`FireClaims::claim`] on
+//! every instance; exactly one gets `true` and runs that fire. The claim is reserved for the TTL
+//! (10 minutes by default), which must cover the largest expected jitter, clock skew and catch-up
+//! window; once it expires, the same key can be claimed again (the expired claim is replaced in one
+//! statement). Expiry is decided by PostgreSQL's `now()`.
+//!
+//! Fire keys are new for every fire, so the table grows: call [`FireClaims::purge`] now and then
+//! (for example once an hour with `older_than` of one minute) to delete long-expired claims.
+//!
+//! ```no_run
+//! # fn main() -> Result<(), pgtenure::Error> {
+//! use std::time::{Duration, UNIX_EPOCH};
+//! use pgtenure::{Db, FireClaims};
+//!
+//! let db = Db::connect("postgres://postgres@localhost/app")?;
+//! let fires = FireClaims::new(&db).with_ttl(Duration::from_secs(120))?;
+//! fires.create_table()?;
+//!
+//! let scheduled = UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+//! let nanos = scheduled.duration_since(UNIX_EPOCH).unwrap().as_nanos();
+//! if fires.claim(&format!("send-digest@{nanos}"))? {
+//!     // run this fire
+//! }
+//! fires.purge(Duration::from_secs(60))?;
+//! # Ok(())
+//! # }
+//! ```
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use postgres::types::Type;
+
+use crate::db::Db;
+use crate::error::Result;
+use crate::ident::{render, TableName};
+use crate::identity::default_owner;
+use crate::input::{check_key, micros, MIN_DURATION};
+
+/// The table [`FireClaims::new`] uses unless [`FireClaims::with_table`] names another.
+pub const DEFAULT_TABLE: &str = "pgtenure_fire_claims";
+
+/// How long a fire claim stays reserved unless [`FireClaims::with_ttl`] says otherwise.
+pub const DEFAULT_TTL: Duration = Duration::from_secs(10 * 60);
+
+const CREATE_TABLE: &str = include_str!("../sql/fire_claims/create_table.sql");
+const CREATE_INDEX: &str = include_str!("../sql/fire_claims/create_index.sql");
+const CLAIM: &str = include_str!("../sql/fire_claims/claim.sql");
+const PURGE: &str = include_str!("../sql/fire_claims/purge.sql");
+
+struct Statements {
+    table: TableName,
+    create: [String; 2],
+    claim: String,
+    purge: String,
+}
+
+impl Statements {
+    fn new(table: TableName) -> Arc<Statements> {
+        Arc::new(Statements {
+            create: [render(CREATE_TABLE, &table), render(CREATE_INDEX, &table)],
+            claim: render(CLAIM, &table),
+            purge: render(PURGE, &table),
+            table,
+        })
+    }
+}
+
+/// Claims fire keys for a TTL; see the [module docs](self).
+///
+/// Cheap to clone, `Send` and `Sync`.
+#[derive(Clone)]
+pub struct FireClaims {
+    db: Db,
+    holder: Arc<str>,
+    ttl_us: i64,
+    ttl: Duration,
+    sql: Arc<Statements>,
+}
+
+impl FireClaims {
+    /// Fire claims in the table `pgtenure_fire_claims` with a 10 minute TTL, held under a fresh
+    /// holder name (`"{hostname}-{pid}-{random hex}"`).
+    pub fn new(db: &Db) -> FireClaims {
+        let table = TableName::parse(DEFAULT_TABLE).expect("the default table name is valid");
+        FireClaims {
+            db: db.clone(),
+            holder: default_owner().into(),
+            ttl_us: micros("ttl", DEFAULT_TTL, MIN_DURATION).expect("the default TTL is valid"),
+            ttl: DEFAULT_TTL,
+            sql: Statements::new(table),
+        }
+    }
+
+    /// Uses another table: `table` or `schema.table`, each part a plain identifier of at most 63
+    /// bytes. Defaults to `pgtenure_fire_claims`.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when the name is not a plain
+    /// identifier.
+    pub fn with_table(mut self, table: &str) -> Result<FireClaims> {
+        self.sql = Statements::new(TableName::parse(table)?);
+        Ok(self)
+    }
+
+    /// How long a won claim stays reserved. It must cover the largest expected jitter, clock skew
+    /// and delayed catch-up between instances. Defaults to 10 minutes.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when `ttl` is under 1 ms or over
+    /// 100 years.
+    pub fn with_ttl(mut self, ttl: Duration) -> Result<FireClaims> {
+        self.ttl_us = micros("fire claim ttl", ttl, MIN_DURATION)?;
+        self.ttl = ttl;
+        Ok(self)
+    }
+
+    /// Names the holder written into won claims (for operators reading the table). Defaults to
+    /// `"{hostname}-{pid}-{random hex}"`, distinct for every `FireClaims`.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when `holder` is blank, contains
+    /// a NUL byte or is longer than 1,024 bytes.
+    pub fn with_holder(mut self, holder: &str) -> Result<FireClaims> {
+        check_key("holder", holder)?;
+        self.holder = holder.into();
+        Ok(self)
+    }
+
+    /// The holder written into won claims.
+    pub fn holder(&self) -> &str {
+        &self.holder
+    }
+
+    /// The TTL of a won claim.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// Creates the table and its `expires_at` index unless the table exists. Every instance may call
+    /// it at startup, all at once.
+    ///
+    /// # Errors
+    ///
+    /// A database or connection error; creating needs `CREATE` on the schema, which must exist.
+    pub fn create_table(&self) -> Result<()> {
+        self.db.create_table(
+            "create fire claims table",
+            &self.sql.table,
+            &self.sql.create,
+        )
+    }
+
+    /// Claims `fire_key`: `true` when no live claim existed and this caller now holds it for the
+    /// TTL, `false` when a live claim exists (this holder's own included). An expired claim for the
+    /// key is replaced atomically. One statement, one round trip; a refused claim writes nothing.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput), with nothing stored, when
+    /// `fire_key` is blank, contains a NUL byte or is longer than 1,024 bytes. Otherwise a database
+    /// or connection error.
+    pub fn claim(&self, fire_key: &str) -> Result<bool> {
+        check_key("fire key", fire_key)?;
+        let row = self.db.query_one(
+            "claim fire",
+            &self.sql.claim,
+            &[
+                (&fire_key, Type::TEXT),
+                (&&*self.holder, Type::TEXT),
+                (&self.ttl_us, Type::INT8),
+            ],
+        )?;
+        let won: bool = row.get("won");
+        log::debug!(
+            target: "pgtenure::fire_claims",
+            "claim of fire {fire_key:?}: {}",
+            if won { "won" } else { "refused" }
+        );
+        Ok(won)
+    }
+
+    /// Deletes the claims that expired more than `older_than` ago by the database clock and returns
+    /// how many. `Duration::ZERO` deletes every expired claim; a buffer (a minute, say) keeps claims
+    /// that instances with a late schedule may still be asking for.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when `older_than` is over 100
+    /// years. Otherwise a database or connection error.
+    pub fn purge(&self, older_than: Duration) -> Result<u64> {
+        let older_us = micros("purge older_than", older_than, Duration::ZERO)?;
+        let row = self.db.query_one(
+            "purge fire claims",
+            &self.sql.purge,
+            &[(&older_us, Type::INT8)],
+        )?;
+        let purged: i64 = row.get(0);
+        log::debug!(target: "pgtenure::fire_claims", "purged {purged} expired fire claims");
+        Ok(u64::try_from(purged).unwrap_or_default())
+    }
+}
+
+impl fmt::Debug for FireClaims {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FireClaims")
+            .field("table", &self.sql.table)
+            .field("holder", &self.holder)
+            .field("ttl", &self.ttl)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn handles_are_send_and_sync() {
+        fn check<T: Send + Sync>() {}
+        check::<FireClaims>();
+    }
+
+    #[test]
+    fn index_name_is_unqualified_and_table_is_qualified() {
+        let sql = Statements::new(TableName::parse("ops.fires").unwrap());
+        assert!(
+            sql.create[1].contains("INDEX IF NOT EXISTS \"fires_expires_at\" ON \"ops\".\"fires\"")
+        );
+    }
+}

@@ -1,0 +1,86 @@
+//! pgtenure: coordinate many instances of an application through one PostgreSQL database, without
+//! an async runtime.
+//!
+//! - [`TickClaims`]: each tick of a recurring job runs on exactly one instance.
+//! - [`FireClaims`]: one claim per fire key, held for a TTL.
+//!
+//! Every operation is one SQL statement in its own implicit transaction, sent as an unnamed statement
+//! with explicit parameter types: one round trip, no session state, so it works through PgBouncer in
+//! transaction mode. Every expiry and busy deadline is computed by PostgreSQL's `now()`, so instances
+//! whose clocks disagree still agree. Bad input is refused with
+//! [`ErrorKind::InvalidInput`] before anything is sent.
+//!
+//! ```no_run
+//! # fn main() -> Result<(), pgtenure::Error> {
+//! use std::time::{Duration, SystemTime};
+//! use pgtenure::{Db, TickClaims};
+//!
+//! let db = Db::connect("postgres://postgres@localhost/app")?;
+//! pgtenure::migrate(&db)?; // creates every default table; safe on every instance at once
+//!
+//! let ticks = TickClaims::new(&db);
+//! if let Some(claim) = ticks.claim("rollup", SystemTime::now(), Duration::from_secs(60))? {
+//!     println!("this instance runs tick {:?} (token {})", claim.tick(), claim.token());
+//!     claim.release()?;
+//! }
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Blocking
+//!
+//! Every call that touches the database blocks the calling thread (see [`Db`] for the bounds). Do not
+//! call pgtenure from inside an async runtime's worker thread.
+//!
+//! # Layout
+//!
+//! - `db`: [`Db`], the shared r2d2 pool, and [`DbBuilder`].
+//! - `error`: [`Error`] and [`ErrorKind`], classified by SQLSTATE.
+//! - [`tick_claims`]: [`TickClaims`] and [`TickClaim`], one row per job.
+//! - [`fire_claims`]: [`FireClaims`], one row per fire key.
+//! - `ident`: table-name validation and quoting, the only text substituted into SQL.
+//! - `input`: checks on keys, durations and ticks, run before any statement.
+//! - [`testing`] (feature `testing`): [`testing::TempPostgres`], a throwaway server for tests.
+//!
+//! The SQL lives in `sql/<module>/<operation>.sql`, one statement per file.
+
+#![warn(missing_docs, rust_2018_idioms)]
+
+mod db;
+mod error;
+pub mod fire_claims;
+mod ident;
+mod identity;
+mod input;
+#[cfg(feature = "testing")]
+pub mod testing;
+pub mod tick_claims;
+
+pub use crate::db::{Db, DbBuilder};
+pub use crate::error::{Error, ErrorKind, Result};
+pub use crate::fire_claims::FireClaims;
+pub use crate::input::{MAX_DURATION, MAX_KEY_BYTES, MIN_DURATION};
+pub use crate::tick_claims::{TickClaim, TickClaims};
+
+/// The driver, re-exported so that users can name its types (`postgres::Transaction`,
+/// `postgres::Config`) at the version pgtenure uses.
+pub use postgres;
+/// The pool, re-exported for [`Db::from_pool`].
+pub use r2d2;
+/// The pool's connection manager, re-exported for [`Db::from_pool`].
+pub use r2d2_postgres;
+
+/// Creates every default table (tick claims, fire claims) unless it exists.
+///
+/// Idempotent, and safe when every instance calls it at the same moment: each table is created under
+/// a transaction-level advisory lock. Tables with other names are created by each primitive's
+/// `create_table`.
+///
+/// # Errors
+///
+/// A database or connection error; creating needs `CREATE` on the schema.
+pub fn migrate(db: &Db) -> Result<()> {
+    TickClaims::new(db).create_table()?;
+    FireClaims::new(db).create_table()?;
+    Ok(())
+}

@@ -1,0 +1,517 @@
+//! Throwaway PostgreSQL servers for tests (feature `testing`).
+//!
+//! [`TempPostgres::start`] runs `initdb` and `postgres` from the installed server binaries in a new
+//! temporary directory, on a free port of 127.0.0.1, and returns once the server accepts
+//! connections. Dropping it stops the server and deletes the directory.
+//!
+//! The server runs under a small supervising shell process that reads commands from a pipe held by
+//! this process. When the pipe closes, because the `TempPostgres` was dropped or because this process
+//! exited in any way (a panic, `std::process::exit`, even `SIGKILL`), the supervisor stops the server
+//! and deletes the directory. So a `TempPostgres` kept in a `static`, which Rust never drops, leaves
+//! nothing behind either; [`database_url`] relies on that.
+//!
+//! PostgreSQL refuses to run as root: when this process runs as root, the directory is given to, and
+//! the server run as, the `postgres` user if there is one, else `nobody`.
+//!
+//! The server is tuned for tests: `fsync`, `synchronous_commit` and `full_page_writes` are off (a
+//! crash loses nothing a test needs), `max_connections` is 300.
+//!
+//! ```no_run
+//! # fn main() -> Result<(), pgtenure::Error> {
+//! let pg = pgtenure::testing::TempPostgres::start()?;
+//! let db = pgtenure::Db::connect(pg.url())?;
+//! pgtenure::migrate(&db)?;
+//! # Ok(())
+//! # }
+//! ```
+
+use std::fmt;
+use std::fs;
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpListener;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+use crate::error::{Error, Result};
+use crate::identity::random_u64;
+
+/// How long a new server may take to accept connections.
+const READY_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long dropping waits for the supervisor to stop the server and delete its files.
+const STOP_TIMEOUT: Duration = Duration::from_secs(30);
+/// How many times a start is tried (another process may take the chosen port first).
+const START_ATTEMPTS: u32 = 3;
+
+/// The supervisor: starts the server, obeys `stop` and `start` lines, and on end of input (the owning
+/// process is gone or dropped its handle) stops the server and deletes the directory.
+const SUPERVISOR: &str = r#"
+set -u
+bin=$1; dir=$2; port=$3
+pid=
+start() {
+    "$bin/postgres" -D "$dir/data" -p "$port" -k "$dir" -c listen_addresses=127.0.0.1 \
+        -c fsync=off -c synchronous_commit=off -c full_page_writes=off \
+        -c max_connections=300 -c log_min_messages=warning >>"$dir/server.log" 2>&1 &
+    pid=$!
+    echo "started $pid"
+}
+stop() {
+    if [ -n "$pid" ]; then
+        kill "-$1" "$pid" 2>/dev/null
+        wait "$pid" 2>/dev/null
+        pid=
+    fi
+    echo stopped
+}
+start
+while read -r cmd; do
+    case "$cmd" in
+        start) [ -n "$pid" ] || start ;;
+        stop) stop INT ;;
+    esac
+done
+stop QUIT >/dev/null
+rm -rf "$dir"
+"#;
+
+/// A throwaway PostgreSQL server; see the [module docs](self).
+pub struct TempPostgres {
+    url: String,
+    port: u16,
+    dir: PathBuf,
+    control: Mutex<Control>,
+}
+
+struct Control {
+    supervisor: Child,
+    commands: Option<ChildStdin>,
+    replies: BufReader<ChildStdout>,
+}
+
+/// The user the server runs as.
+#[derive(Debug, Clone, Copy)]
+struct RunAs {
+    uid: u32,
+    gid: u32,
+}
+
+impl TempPostgres {
+    /// Starts a new server and waits (up to a minute) until it accepts connections.
+    ///
+    /// The server binaries are found through `$PGTENURE_PG_BINDIR`, then `pg_config --bindir`, then
+    /// the newest `/usr/lib/postgresql/*/bin`, then `initdb` on `PATH`.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::Setup`](crate::ErrorKind::Setup) when the binaries are missing (the message names
+    /// the package to install), the directory cannot be made, `initdb` fails, or the server does not
+    /// start; the server's log is quoted.
+    pub fn start() -> Result<TempPostgres> {
+        let bindir = find_bindir()?;
+        let run_as = run_as()?;
+        let mut last_error = None;
+        for _ in 0..START_ATTEMPTS {
+            match TempPostgres::start_once(&bindir, run_as) {
+                Ok(pg) => return Ok(pg),
+                Err(e) => {
+                    log::warn!(target: "pgtenure::testing", "temporary server did not start: {e}");
+                    last_error = Some(e);
+                }
+            }
+        }
+        Err(last_error.expect("at least one attempt"))
+    }
+
+    fn start_once(bindir: &Path, run_as: Option<RunAs>) -> Result<TempPostgres> {
+        let dir = make_dir(run_as)?;
+        let cleanup = |e: Error| {
+            let _ = fs::remove_dir_all(&dir);
+            e
+        };
+        initdb(bindir, &dir, run_as).map_err(cleanup)?;
+        let port = free_port().map_err(cleanup)?;
+        let mut command = Command::new("/bin/sh");
+        command
+            .arg("-c")
+            .arg(SUPERVISOR)
+            .arg("pgtenure-supervisor")
+            .arg(bindir)
+            .arg(&dir)
+            .arg(port.to_string())
+            .current_dir(&dir)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            // Its own process group: a terminal's Ctrl-C must not kill it before it cleans up.
+            .process_group(0);
+        if let Some(user) = run_as {
+            command.uid(user.uid).gid(user.gid);
+        }
+        let mut supervisor = command.spawn().map_err(|e| {
+            cleanup(Error::setup("could not start the supervising shell /bin/sh").with_source(e))
+        })?;
+        let commands = supervisor.stdin.take();
+        let replies = BufReader::new(supervisor.stdout.take().expect("stdout is piped"));
+        let pg = TempPostgres {
+            url: format!("postgres://postgres@127.0.0.1:{port}/postgres"),
+            port,
+            dir,
+            control: Mutex::new(Control {
+                supervisor,
+                commands,
+                replies,
+            }),
+        };
+        // From here on, dropping `pg` stops the server and deletes the directory.
+        pg.expect_reply("started")?;
+        pg.wait_ready()?;
+        log::info!(target: "pgtenure::testing", "temporary server on port {port} in {}", pg.dir.display());
+        Ok(pg)
+    }
+
+    /// A connection URL for the `postgres` database as the `postgres` superuser (trust auth).
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The TCP port on 127.0.0.1.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The server's directory (data, socket and `server.log`), deleted when stopped.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Stops the server (fast shutdown: sessions are disconnected) and starts it again on the same
+    /// data and port, waiting until it accepts connections. For fault tests.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::Setup`](crate::ErrorKind::Setup) when the server does not come back.
+    pub fn restart(&self) -> Result<()> {
+        self.send("stop")?;
+        self.expect_reply("stopped")?;
+        self.send("start")?;
+        self.expect_reply("started")?;
+        self.wait_ready()
+    }
+
+    /// Stops the server and deletes its directory, waiting up to 30 s. Dropping does the same and
+    /// logs what fails.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::Setup`](crate::ErrorKind::Setup) when the supervisor did not finish in time (it
+    /// and the server are then killed) or the directory is still there.
+    pub fn stop(self) -> Result<()> {
+        self.shutdown()
+    }
+
+    fn shutdown(&self) -> Result<()> {
+        let mut control = self.control.lock();
+        // Closing the pipe is the stop signal; the supervisor stops the server and deletes the dir.
+        drop(control.commands.take());
+        let deadline = Instant::now() + STOP_TIMEOUT;
+        loop {
+            match control.supervisor.try_wait() {
+                Ok(Some(_)) => break,
+                Ok(None) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(20))
+                }
+                _ => {
+                    let _ = control.supervisor.kill();
+                    let _ = control.supervisor.wait();
+                    kill_postmaster(&self.dir);
+                    let _ = fs::remove_dir_all(&self.dir);
+                    return Err(Error::setup(format!(
+                        "the temporary server in {} did not stop within {STOP_TIMEOUT:?} and was killed",
+                        self.dir.display()
+                    )));
+                }
+            }
+        }
+        if self.dir.exists() {
+            return Err(Error::setup(format!(
+                "the temporary server's directory {} was not deleted",
+                self.dir.display()
+            )));
+        }
+        Ok(())
+    }
+
+    fn send(&self, command: &str) -> Result<()> {
+        let mut control = self.control.lock();
+        let pipe = control
+            .commands
+            .as_mut()
+            .ok_or_else(|| Error::setup("the temporary server was stopped"))?;
+        writeln!(pipe, "{command}")
+            .and_then(|()| pipe.flush())
+            .map_err(|e| Error::setup("the temporary server's supervisor is gone").with_source(e))
+    }
+
+    fn expect_reply(&self, word: &str) -> Result<()> {
+        let mut control = self.control.lock();
+        let mut line = String::new();
+        match control.replies.read_line(&mut line) {
+            Ok(n) if n > 0 && line.starts_with(word) => Ok(()),
+            Ok(_) => Err(self.failure(&format!(
+                "the supervisor did not answer {word:?} (said {line:?})"
+            ))),
+            Err(e) => Err(self
+                .failure("the supervisor could not be read")
+                .with_source(e)),
+        }
+    }
+
+    fn wait_ready(&self) -> Result<()> {
+        let deadline = Instant::now() + READY_TIMEOUT;
+        let mut config = self
+            .url
+            .parse::<postgres::Config>()
+            .expect("the URL is well formed");
+        config.connect_timeout(Duration::from_secs(2));
+        loop {
+            match config.connect(postgres::NoTls) {
+                Ok(client) => {
+                    drop(client);
+                    return Ok(());
+                }
+                Err(e) if Instant::now() >= deadline => {
+                    return Err(self
+                        .failure("the server did not accept connections in time")
+                        .with_source(e));
+                }
+                Err(_) => {
+                    if let Ok(Some(status)) = self.control.lock().supervisor.try_wait() {
+                        return Err(self.failure(&format!("the supervisor exited ({status})")));
+                    }
+                    std::thread::sleep(Duration::from_millis(25));
+                }
+            }
+        }
+    }
+
+    /// A setup error that quotes the end of the server's log.
+    fn failure(&self, what: &str) -> Error {
+        let log = fs::read_to_string(self.dir.join("server.log")).unwrap_or_default();
+        let tail: Vec<&str> = log.lines().rev().take(10).collect();
+        let tail: Vec<&str> = tail.into_iter().rev().collect();
+        Error::setup(format!(
+            "temporary PostgreSQL server on port {}: {what}; server log: {}",
+            self.port,
+            if tail.is_empty() {
+                "(empty)".to_owned()
+            } else {
+                tail.join(" | ")
+            }
+        ))
+    }
+}
+
+impl Drop for TempPostgres {
+    fn drop(&mut self) {
+        if let Err(e) = self.shutdown() {
+            log::error!(target: "pgtenure::testing", "{e}");
+        }
+    }
+}
+
+impl fmt::Debug for TempPostgres {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TempPostgres")
+            .field("url", &self.url)
+            .field("dir", &self.dir)
+            .finish()
+    }
+}
+
+/// The database URL tests should use: `$DATABASE_URL` when set, else the URL of one `TempPostgres`
+/// started on first use and shared by the whole process (it stops when the process exits).
+///
+/// # Errors
+///
+/// The error of [`TempPostgres::start`], every time it is called, when the server could not start.
+pub fn database_url() -> Result<String> {
+    static SHARED: OnceLock<std::result::Result<TempPostgres, String>> = OnceLock::new();
+    if let Ok(url) = std::env::var("DATABASE_URL") {
+        if !url.trim().is_empty() {
+            return Ok(url);
+        }
+    }
+    match SHARED.get_or_init(|| TempPostgres::start().map_err(|e| e.to_string())) {
+        Ok(pg) => Ok(pg.url().to_owned()),
+        Err(message) => Err(Error::setup(message.clone())),
+    }
+}
+
+/// Finds the directory holding `initdb` and `postgres`.
+fn find_bindir() -> Result<PathBuf> {
+    let has_server = |dir: &Path| dir.join("initdb").is_file() && dir.join("postgres").is_file();
+    let mut candidates: Vec<PathBuf> = Vec::new();
+    if let Some(dir) = std::env::var_os("PGTENURE_PG_BINDIR") {
+        candidates.push(dir.into());
+    }
+    if let Ok(out) = Command::new("pg_config")
+        .arg("--bindir")
+        .stderr(Stdio::null())
+        .output()
+    {
+        if out.status.success() {
+            candidates.push(String::from_utf8_lossy(&out.stdout).trim().into());
+        }
+    }
+    let mut versioned: Vec<(u32, PathBuf)> = fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| {
+            let version = entry.file_name().to_str()?.parse::<u32>().ok()?;
+            Some((version, entry.path().join("bin")))
+        })
+        .collect();
+    versioned.sort();
+    candidates.extend(versioned.into_iter().rev().map(|(_, dir)| dir));
+    if let Some(path) = std::env::var_os("PATH") {
+        candidates.extend(std::env::split_paths(&path));
+    }
+    candidates
+        .into_iter()
+        .find(|dir| has_server(dir))
+        .ok_or_else(|| {
+            Error::setup(
+                "the PostgreSQL server binaries (initdb, postgres) were not found: install them \
+             (Debian/Ubuntu: `apt-get install -y postgresql`) or set PGTENURE_PG_BINDIR, or set \
+             DATABASE_URL to a running server",
+            )
+        })
+}
+
+/// The user to run the server as: `None` for this process's own user, unless that is root.
+fn run_as() -> Result<Option<RunAs>> {
+    // /proc/self belongs to the process's effective user.
+    let euid = fs::metadata("/proc/self")
+        .map(|m| m.uid())
+        .unwrap_or(u32::MAX);
+    if euid != 0 {
+        return Ok(None);
+    }
+    let passwd = fs::read_to_string("/etc/passwd").unwrap_or_default();
+    let lookup = |name: &str| {
+        passwd.lines().find_map(|line| {
+            let fields: Vec<&str> = line.split(':').collect();
+            (fields.len() > 3 && fields[0] == name).then(|| {
+                Some(RunAs {
+                    uid: fields[2].parse().ok()?,
+                    gid: fields[3].parse().ok()?,
+                })
+            })?
+        })
+    };
+    lookup("postgres")
+        .or_else(|| lookup("nobody"))
+        .map(Some)
+        .ok_or_else(|| {
+            Error::setup(
+                "running as root, and neither a `postgres` nor a `nobody` user exists to run the \
+             temporary server as (PostgreSQL refuses to run as root)",
+            )
+        })
+}
+
+/// Makes the server's directory, private to the user it runs as.
+fn make_dir(run_as: Option<RunAs>) -> Result<PathBuf> {
+    let dir = std::env::temp_dir().join(format!(
+        "pgtenure-{}-{:012x}",
+        std::process::id(),
+        random_u64() >> 16
+    ));
+    fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&dir)
+        .map_err(|e| Error::setup(format!("could not create {}", dir.display())).with_source(e))?;
+    if let Some(user) = run_as {
+        std::os::unix::fs::chown(&dir, Some(user.uid), Some(user.gid)).map_err(|e| {
+            let _ = fs::remove_dir(&dir);
+            Error::setup(format!(
+                "could not give {} to uid {}",
+                dir.display(),
+                user.uid
+            ))
+            .with_source(e)
+        })?;
+    }
+    Ok(dir)
+}
+
+fn initdb(bindir: &Path, dir: &Path, run_as: Option<RunAs>) -> Result<()> {
+    let mut command = Command::new(bindir.join("initdb"));
+    command
+        .arg("-D")
+        .arg(dir.join("data"))
+        .args([
+            "-U",
+            "postgres",
+            "-A",
+            "trust",
+            "-E",
+            "UTF8",
+            "--locale=C",
+            "-N",
+        ])
+        .current_dir(dir)
+        .stdin(Stdio::null());
+    if let Some(user) = run_as {
+        command.uid(user.uid).gid(user.gid);
+    }
+    let out = command.output().map_err(|e| {
+        Error::setup(format!("could not run {}/initdb", bindir.display())).with_source(e)
+    })?;
+    if !out.status.success() {
+        return Err(Error::setup(format!(
+            "initdb failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    Ok(())
+}
+
+/// A port that was free a moment ago (the kernel's choice for port 0).
+fn free_port() -> Result<u16> {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .map_err(|e| Error::setup("could not find a free port on 127.0.0.1").with_source(e))
+}
+
+/// Last resort when the supervisor hung: kill the postmaster named in its pid file.
+fn kill_postmaster(dir: &Path) {
+    let pid = fs::read_to_string(dir.join("data").join("postmaster.pid"))
+        .ok()
+        .and_then(|s| s.lines().next().and_then(|l| l.trim().parse::<u32>().ok()));
+    if let Some(pid) = pid {
+        let _ = Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn handle_is_send_and_sync() {
+        fn check<T: Send + Sync>() {}
+        check::<TempPostgres>();
+    }
+}

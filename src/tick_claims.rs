@@ -1,0 +1,300 @@
+//! Tick claims: each tick of a recurring job runs on exactly one instance.
+//!
+//! Every instance of an application computes the same schedule ("every minute, on the minute") and,
+//! at each tick, calls [`TickClaims::claim`] with the job's id and the tick's time. One row per job
+//! keeps the last tick claimed and a busy deadline, so the table never grows with time:
+//!
+//! - a tick is granted to exactly one caller;
+//! - a tick older than or equal to the last one claimed is refused, so an instance that asks late
+//!   (paused, clock behind) cannot run a tick again;
+//! - while a claim is busy (from the claim until [`TickClaim::release`] or until `busy_for` has
+//!   lapsed by the database clock) later ticks are refused too, so runs never overlap;
+//! - a tick more than a minute ahead of the database clock is refused with
+//!   [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) and stored nowhere, so one instance
+//!   with a clock far ahead cannot lock the job out for the others.
+//!
+//! Ticks are data the caller supplies; whether a claim is busy is decided by PostgreSQL's `now()`, so
+//! instances whose clocks disagree still agree. Ticks are compared at microsecond precision.
+//!
+//! ```no_run
+//! # fn main() -> Result<(), pgtenure::Error> {
+//! use std::time::{Duration, SystemTime, UNIX_EPOCH};
+//! use pgtenure::{Db, TickClaims};
+//!
+//! let db = Db::connect("postgres://postgres@localhost/app")?;
+//! let claims = TickClaims::new(&db);
+//! claims.create_table()?;
+//!
+//! // The start of the current minute, the same on every instance.
+//! let secs = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs();
+//! let tick = UNIX_EPOCH + Duration::from_secs(secs - secs % 60);
+//! if let Some(claim) = claims.claim("nightly-report", tick, Duration::from_secs(300))? {
+//!     // This instance, and no other, runs this tick.
+//!     claim.release()?; // done early: the next tick may be claimed at once
+//! }
+//! # Ok(())
+//! # }
+//! ```
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use postgres::types::Type;
+
+use crate::db::Db;
+use crate::error::{Error, Result};
+use crate::ident::{render, TableName};
+use crate::identity::default_owner;
+use crate::input::{check_key, check_tick, micros, MIN_DURATION};
+
+/// The table [`TickClaims::new`] uses unless [`TickClaims::with_table`] names another.
+pub const DEFAULT_TABLE: &str = "pgtenure_tick_claims";
+
+const CREATE_TABLE: &str = include_str!("../sql/tick_claims/create_table.sql");
+const CLAIM: &str = include_str!("../sql/tick_claims/claim.sql");
+const RELEASE: &str = include_str!("../sql/tick_claims/release.sql");
+
+/// The statements, rendered once for a table.
+struct Statements {
+    table: TableName,
+    create_table: String,
+    claim: String,
+    release: String,
+}
+
+impl Statements {
+    fn new(table: TableName) -> Arc<Statements> {
+        Arc::new(Statements {
+            create_table: render(CREATE_TABLE, &table),
+            claim: render(CLAIM, &table),
+            release: render(RELEASE, &table),
+            table,
+        })
+    }
+}
+
+/// Claims ticks of recurring jobs; see the [module docs](self).
+///
+/// Cheap to clone, `Send` and `Sync`.
+#[derive(Clone)]
+pub struct TickClaims {
+    db: Db,
+    owner: Arc<str>,
+    sql: Arc<Statements>,
+}
+
+impl TickClaims {
+    /// Tick claims in the table `pgtenure_tick_claims`, owned by a fresh owner name
+    /// (`"{hostname}-{pid}-{random hex}"`).
+    pub fn new(db: &Db) -> TickClaims {
+        let table = TableName::parse(DEFAULT_TABLE).expect("the default table name is valid");
+        TickClaims {
+            db: db.clone(),
+            owner: default_owner().into(),
+            sql: Statements::new(table),
+        }
+    }
+
+    /// Uses another table: `table` or `schema.table`, each part a plain identifier of at most 63
+    /// bytes. Defaults to `pgtenure_tick_claims`.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when the name is not a plain
+    /// identifier.
+    pub fn with_table(mut self, table: &str) -> Result<TickClaims> {
+        self.sql = Statements::new(TableName::parse(table)?);
+        Ok(self)
+    }
+
+    /// Names the owner written into claimed rows (for operators reading the table). Defaults to
+    /// `"{hostname}-{pid}-{random hex}"`, distinct for every `TickClaims`.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when `owner` is blank, contains a
+    /// NUL byte or is longer than 1,024 bytes.
+    pub fn with_owner(mut self, owner: &str) -> Result<TickClaims> {
+        check_key("owner", owner)?;
+        self.owner = owner.into();
+        Ok(self)
+    }
+
+    /// The owner written into claimed rows.
+    pub fn owner(&self) -> &str {
+        &self.owner
+    }
+
+    /// Creates the table unless it exists. Every instance may call it at startup, all at once.
+    ///
+    /// # Errors
+    ///
+    /// A database or connection error; creating needs `CREATE` on the schema, which must exist.
+    pub fn create_table(&self) -> Result<()> {
+        let ddl = [self.sql.create_table.clone()];
+        self.db
+            .create_table("create tick claims table", &self.sql.table, &ddl)
+    }
+
+    /// Claims `tick` of `job_id`, keeping the job busy for `busy_for` unless released earlier.
+    ///
+    /// Returns `Some` when this caller won the tick and must run it, `None` when the tick was already
+    /// claimed, is not newer than the last claimed tick, or the job is busy. One statement, one round
+    /// trip; a refused claim writes nothing.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput), with nothing stored, when
+    /// `job_id` is blank, contains a NUL byte or is over 1,024 bytes, when `busy_for` is under 1 ms
+    /// or over 100 years, when `tick` is before 1970 or after 9999, or when `tick` is more than one
+    /// minute ahead of the database clock. Otherwise a database or connection error.
+    pub fn claim(
+        &self,
+        job_id: &str,
+        tick: SystemTime,
+        busy_for: Duration,
+    ) -> Result<Option<TickClaim>> {
+        check_key("job id", job_id)?;
+        check_tick(tick)?;
+        let busy_us = micros("busy_for", busy_for, MIN_DURATION)?;
+        let started = Instant::now();
+        let row = self.db.query_one(
+            "claim tick",
+            &self.sql.claim,
+            &[
+                (&job_id, Type::TEXT),
+                (&tick, Type::TIMESTAMPTZ),
+                (&busy_us, Type::INT8),
+                (&&*self.owner, Type::TEXT),
+            ],
+        )?;
+        let too_far: bool = row.get("too_far");
+        if too_far {
+            let db_now: SystemTime = row.get("db_now");
+            let ahead = tick.duration_since(db_now).unwrap_or_default();
+            return Err(Error::invalid_input(format!(
+                "tick of job {job_id:?} is {ahead:?} ahead of the database clock; ticks more than one \
+                 minute ahead are refused (check this host's clock)"
+            )));
+        }
+        let token: Option<i64> = row.get("token");
+        log::debug!(
+            target: "pgtenure::tick_claims",
+            "claim of job {job_id:?} at {tick:?}: {}",
+            if token.is_some() { "won" } else { "refused" }
+        );
+        Ok(token.map(|token| TickClaim {
+            claims: self.clone(),
+            job_id: job_id.to_owned(),
+            tick,
+            token,
+            deadline: started + busy_for,
+        }))
+    }
+}
+
+impl fmt::Debug for TickClaims {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TickClaims")
+            .field("table", &self.sql.table)
+            .field("owner", &self.owner)
+            .finish()
+    }
+}
+
+/// A won tick: this instance runs it.
+///
+/// Dropping it does nothing: the job stays busy until `busy_for` lapses, so a claim dropped by
+/// mistake cannot let a second run start early. Call [`TickClaim::release`] when the run is done.
+#[must_use = "a won tick should be run, then released"]
+pub struct TickClaim {
+    claims: TickClaims,
+    job_id: String,
+    tick: SystemTime,
+    token: i64,
+    deadline: Instant,
+}
+
+impl TickClaim {
+    /// The job's id.
+    pub fn job_id(&self) -> &str {
+        &self.job_id
+    }
+
+    /// The tick that was won.
+    pub fn tick(&self) -> SystemTime {
+        self.tick
+    }
+
+    /// The job's claim counter, one higher for every tick won: a fencing token for the run's writes.
+    pub fn token(&self) -> i64 {
+        self.token
+    }
+
+    /// When the busy period ends at the latest, by this process's clock. It was taken before the
+    /// claim was sent, so it never falls after the database's own deadline: a run that stops by then
+    /// never overlaps the next tick's run.
+    pub fn deadline(&self) -> Instant {
+        self.deadline
+    }
+
+    /// Ends the busy period now, so that the next tick can be claimed without waiting for `busy_for`
+    /// to lapse. Guarded by owner and token: it never frees a later claim. Releasing a claim whose
+    /// busy period has already lapsed does nothing.
+    ///
+    /// # Errors
+    ///
+    /// A database or connection error; the busy period then lapses on its own.
+    pub fn release(self) -> Result<()> {
+        let rows = self.claims.db.query(
+            "release tick claim",
+            &self.claims.sql.release,
+            &[
+                (&self.job_id.as_str(), Type::TEXT),
+                (&&*self.claims.owner, Type::TEXT),
+                (&self.token, Type::INT8),
+            ],
+        )?;
+        if rows.is_empty() {
+            log::debug!(
+                target: "pgtenure::tick_claims",
+                "release of job {:?} token {}: busy period had already ended",
+                self.job_id,
+                self.token
+            );
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for TickClaim {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TickClaim")
+            .field("job_id", &self.job_id)
+            .field("tick", &self.tick)
+            .field("token", &self.token)
+            .field("deadline", &self.deadline)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn handles_are_send_and_sync() {
+        fn check<T: Send + Sync>() {}
+        check::<TickClaims>();
+        check::<TickClaim>();
+    }
+
+    #[test]
+    fn statements_are_rendered_for_the_table() {
+        let sql = Statements::new(TableName::parse("ops.ticks").unwrap());
+        assert!(sql.claim.contains("UPDATE \"ops\".\"ticks\" AS c"));
+        assert!(!sql.claim.contains("{table"));
+        assert!(sql.create_table.contains("\"ops\".\"ticks\""));
+    }
+}

@@ -1,0 +1,98 @@
+//! Shared test harness: one database per test binary (`DATABASE_URL`, or a `TempPostgres` started on
+//! first use), one pool, and unique table names per test so tests run in parallel.
+#![allow(dead_code)]
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant, SystemTime};
+
+use pgtenure::postgres::{self, NoTls};
+use pgtenure::Db;
+
+/// The database URL for this test binary.
+pub fn url() -> String {
+    pgtenure::testing::database_url().unwrap_or_else(|e| panic!("no test database: {e}"))
+}
+
+/// The pool shared by the tests of this binary.
+pub fn db() -> Db {
+    static DB: OnceLock<Db> = OnceLock::new();
+    DB.get_or_init(|| {
+        let _ = env_logger::builder().is_test(true).try_init();
+        Db::builder(&url())
+            .and_then(|b| b.max_size(24))
+            .and_then(|b| b.build())
+            .unwrap_or_else(|e| panic!("cannot connect to the test database: {e}"))
+    })
+    .clone()
+}
+
+/// A plain client for checks the library does not offer (reading rows, DDL, clocks).
+pub fn client() -> postgres::Client {
+    postgres::Client::connect(&url(), NoTls).expect("test client connects")
+}
+
+/// Unique table names for one test, dropped (best effort) when the guard is dropped.
+pub struct Tables {
+    names: Vec<String>,
+}
+
+impl Tables {
+    pub fn new() -> Tables {
+        Tables { names: Vec::new() }
+    }
+
+    /// A fresh table name `t_<what>_<pid>_<n>`; schema-qualified names are passed through `qualified`.
+    pub fn name(&mut self, what: &str) -> String {
+        static N: AtomicU32 = AtomicU32::new(0);
+        let name = format!(
+            "t_{what}_{}_{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        );
+        self.names.push(name.clone());
+        name
+    }
+
+    /// Registers another object (a schema-qualified table) to drop.
+    pub fn track(&mut self, qualified: &str) {
+        self.names.push(qualified.to_owned());
+    }
+}
+
+impl Drop for Tables {
+    fn drop(&mut self) {
+        if let Ok(mut c) = postgres::Client::connect(&url(), NoTls) {
+            for name in &self.names {
+                let _ = c.batch_execute(&format!("DROP TABLE IF EXISTS {name} CASCADE"));
+            }
+        }
+    }
+}
+
+/// The database clock.
+pub fn db_now(c: &mut postgres::Client) -> SystemTime {
+    c.query_one("SELECT now()", &[]).unwrap().get(0)
+}
+
+/// Waits until `f` returns `Some`, polling every 10 ms, panicking after `timeout`.
+pub fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Number of rows in `table`.
+pub fn count(c: &mut postgres::Client, table: &str) -> i64 {
+    c.query_one(&format!("SELECT count(*) FROM {table}"), &[]).unwrap().get(0)
+}
+
+/// Whether `table` exists.
+pub fn table_exists(c: &mut postgres::Client, table: &str) -> bool {
+    c.query_one("SELECT to_regclass($1) IS NOT NULL", &[&table]).unwrap().get(0)
+}
