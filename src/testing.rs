@@ -355,7 +355,6 @@ pub fn database_url() -> Result<String> {
 
 /// Finds the directory holding `initdb` and `postgres`.
 fn find_bindir() -> Result<PathBuf> {
-    let has_server = |dir: &Path| dir.join("initdb").is_file() && dir.join("postgres").is_file();
     let mut candidates: Vec<PathBuf> = Vec::new();
     if let Some(dir) = std::env::var_os("PGTENURE_PG_BINDIR") {
         candidates.push(dir.into());
@@ -383,6 +382,12 @@ fn find_bindir() -> Result<PathBuf> {
     if let Some(path) = std::env::var_os("PATH") {
         candidates.extend(std::env::split_paths(&path));
     }
+    first_with_server(candidates)
+}
+
+/// The first directory holding both `initdb` and `postgres`.
+fn first_with_server(candidates: Vec<PathBuf>) -> Result<PathBuf> {
+    let has_server = |dir: &Path| dir.join("initdb").is_file() && dir.join("postgres").is_file();
     candidates
         .into_iter()
         .find(|dir| has_server(dir))
@@ -508,6 +513,16 @@ fn kill_postmaster(dir: &Path) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn missing_binaries_name_the_package_to_install() {
+        let err = first_with_server(vec![PathBuf::from("/nonexistent/bin")]).unwrap_err();
+        assert_eq!(err.kind(), crate::ErrorKind::Setup);
+        assert!(
+            err.to_string().contains("apt-get install -y postgresql"),
+            "{err}"
+        );
+    }
 
     #[test]
     fn handle_is_send_and_sync() {

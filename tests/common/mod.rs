@@ -82,17 +82,24 @@ pub fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<
         if let Some(v) = f() {
             return v;
         }
-        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
         std::thread::sleep(Duration::from_millis(10));
     }
 }
 
 /// Number of rows in `table`.
 pub fn count(c: &mut postgres::Client, table: &str) -> i64 {
-    c.query_one(&format!("SELECT count(*) FROM {table}"), &[]).unwrap().get(0)
+    c.query_one(&format!("SELECT count(*) FROM {table}"), &[])
+        .unwrap()
+        .get(0)
 }
 
 /// Whether `table` exists.
 pub fn table_exists(c: &mut postgres::Client, table: &str) -> bool {
-    c.query_one("SELECT to_regclass($1) IS NOT NULL", &[&table]).unwrap().get(0)
+    c.query_one("SELECT to_regclass($1) IS NOT NULL", &[&table])
+        .unwrap()
+        .get(0)
 }

@@ -1,0 +1,282 @@
+//! The pool, migrations and error classification against a real PostgreSQL.
+
+mod common;
+
+use std::sync::{Arc, Barrier};
+use std::thread;
+use std::time::{Duration, SystemTime};
+
+use common::{client, db, wait_for, Tables};
+use pgtenure::postgres::{self, NoTls};
+use pgtenure::{Db, ErrorKind, FireClaims, TickClaims};
+
+/// A role (and its cleanup) whose default isolation is `isolation`.
+struct Role {
+    name: String,
+}
+
+impl Role {
+    fn new(tables: &mut Tables, isolation: &str) -> Role {
+        let name = tables.name("role");
+        client()
+            .batch_execute(&format!(
+                "CREATE ROLE {name} LOGIN;
+                 ALTER ROLE {name} SET default_transaction_isolation = '{isolation}';
+                 GRANT ALL ON SCHEMA public TO {name};"
+            ))
+            .unwrap();
+        Role { name }
+    }
+
+    fn config(&self, application_name: &str) -> postgres::Config {
+        let mut config: postgres::Config = common::url().parse().unwrap();
+        config.user(&self.name);
+        config.application_name(application_name);
+        config
+    }
+}
+
+impl Drop for Role {
+    fn drop(&mut self) {
+        if let Ok(mut c) = postgres::Client::connect(&common::url(), NoTls) {
+            let _ = c.batch_execute(&format!("DROP OWNED BY {0}; DROP ROLE {0}", self.name));
+        }
+    }
+}
+
+fn setting(db: &Db, name: &str) -> String {
+    let mut conn = db.pool().get().unwrap();
+    conn.query_one("SELECT current_setting($1)", &[&name])
+        .unwrap()
+        .get(0)
+}
+
+#[test]
+fn connect_sets_application_name_and_pins_read_committed() {
+    let mut tables = Tables::new();
+    let role = Role::new(&mut tables, "serializable");
+    let mut config = role.config("pgtenure");
+    let pinned = pgtenure::DbBuilder::from_config(config.clone())
+        .build()
+        .unwrap();
+    assert_eq!(setting(&pinned, "transaction_isolation"), "read committed");
+    assert_eq!(setting(&db(), "application_name"), "pgtenure");
+    assert!(
+        !pinned.pool().test_on_check_out(),
+        "no health-check round trip per checkout"
+    );
+
+    config.application_name("unpinned");
+    let unpinned = pgtenure::DbBuilder::from_config(config)
+        .read_committed(false)
+        .build()
+        .unwrap();
+    assert_eq!(setting(&unpinned, "transaction_isolation"), "serializable");
+    assert_eq!(setting(&unpinned, "application_name"), "unpinned");
+}
+
+#[test]
+fn a_serialization_failure_is_classified_and_nothing_is_granted() {
+    let mut tables = Tables::new();
+    let role = Role::new(&mut tables, "repeatable read");
+    let table = tables.name("tick");
+    let owner_claims = TickClaims::new(&db()).with_table(&table).unwrap();
+    owner_claims.create_table().unwrap();
+    client()
+        .batch_execute(&format!("GRANT ALL ON {table} TO {}", role.name))
+        .unwrap();
+    let app = format!("{}_app", role.name);
+    let raw = pgtenure::DbBuilder::from_config(role.config(&app))
+        .read_committed(false)
+        .build()
+        .unwrap();
+    let racer = TickClaims::new(&raw).with_table(&table).unwrap();
+    let tick = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+    owner_claims
+        .claim("job", tick, Duration::from_millis(1))
+        .unwrap()
+        .unwrap();
+
+    // Hold the row so the racer's statement takes its snapshot, then waits on the lock.
+    let mut blocker = client();
+    let mut tx = blocker.transaction().unwrap();
+    tx.execute(
+        &format!("SELECT 1 FROM {table} WHERE job_id = 'job' FOR UPDATE"),
+        &[],
+    )
+    .unwrap();
+    let handle = thread::spawn(move || {
+        racer.claim(
+            "job",
+            tick + Duration::from_secs(60),
+            Duration::from_secs(60),
+        )
+    });
+    wait_for(
+        "the racer to wait on the row lock",
+        Duration::from_secs(10),
+        || {
+            let waiting: bool = client()
+                .query_one(
+                    "SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+                                 WHERE application_name = $1 AND wait_event_type = 'Lock')",
+                    &[&app],
+                )
+                .unwrap()
+                .get(0);
+            waiting.then_some(())
+        },
+    );
+    tx.execute(
+        &format!("UPDATE {table} SET token = token + 100 WHERE job_id = 'job'"),
+        &[],
+    )
+    .unwrap();
+    tx.commit().unwrap();
+    let err = handle.join().unwrap().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Serialization, "{err}");
+    assert!(err.is_serialization());
+    assert_eq!(
+        err.code(),
+        Some(&postgres::error::SqlState::T_R_SERIALIZATION_FAILURE)
+    );
+    let token: i64 = client()
+        .query_one(&format!("SELECT token FROM {table}"), &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(token, 101, "the racer changed nothing");
+}
+
+#[test]
+fn bad_urls_and_unreachable_servers_are_told_apart() {
+    assert_eq!(
+        Db::connect("postgres://[::1").unwrap_err().kind(),
+        ErrorKind::InvalidInput
+    );
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("postgres://postgres@127.0.0.1:{port}/postgres");
+    let err = Db::builder(&url)
+        .unwrap()
+        .connection_timeout(Duration::from_millis(500))
+        .unwrap()
+        .build()
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Connection, "{err}");
+
+    // A lazy pool builds without a server; its first operation fails as a connection error.
+    let lazy = Db::builder(&url)
+        .unwrap()
+        .connection_timeout(Duration::from_millis(500))
+        .unwrap()
+        .build_lazy();
+    let err = FireClaims::new(&lazy).claim("k@1").unwrap_err();
+    assert!(err.is_connection(), "{err}");
+}
+
+#[test]
+fn migrate_is_idempotent_and_safe_from_eight_threads_on_an_empty_database() {
+    let mut tables = Tables::new();
+    let name = tables.name("db");
+    client()
+        .batch_execute(&format!("CREATE DATABASE {name}"))
+        .unwrap();
+    let mut config: postgres::Config = common::url().parse().unwrap();
+    config.dbname(&name);
+    let fresh = pgtenure::DbBuilder::from_config(config.clone())
+        .max_size(8)
+        .unwrap()
+        .build()
+        .unwrap();
+    let barrier = Arc::new(Barrier::new(8));
+    let handles: Vec<_> = (0..8)
+        .map(|_| {
+            let (db, barrier) = (fresh.clone(), barrier.clone());
+            thread::spawn(move || {
+                barrier.wait();
+                pgtenure::migrate(&db)
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap().unwrap();
+    }
+    pgtenure::migrate(&fresh).unwrap();
+    let mut c = config.connect(NoTls).unwrap();
+    let tables_made: Vec<String> = c
+        .query(
+            "SELECT relname::text FROM pg_class WHERE relname LIKE 'pgtenure%' ORDER BY 1",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(
+        tables_made,
+        vec![
+            "pgtenure_fire_claims",
+            "pgtenure_fire_claims_expires_at",
+            "pgtenure_fire_claims_pkey",
+            "pgtenure_tick_claims",
+            "pgtenure_tick_claims_pkey"
+        ]
+    );
+    assert!(TickClaims::new(&fresh)
+        .claim("job", SystemTime::now(), Duration::from_secs(1))
+        .unwrap()
+        .is_some());
+    drop((c, fresh));
+    client()
+        .batch_execute(&format!("DROP DATABASE {name} WITH (FORCE)"))
+        .unwrap();
+}
+
+#[test]
+fn create_table_needs_no_create_privilege_once_the_table_exists() {
+    let mut tables = Tables::new();
+    let role = Role::new(&mut tables, "read committed");
+    let schema = tables.name("schema");
+    let table = format!("{schema}.ticks");
+    client()
+        .batch_execute(&format!("CREATE SCHEMA {schema}"))
+        .unwrap();
+    TickClaims::new(&db())
+        .with_table(&table)
+        .unwrap()
+        .create_table()
+        .unwrap();
+    client()
+        .batch_execute(&format!(
+            "GRANT USAGE ON SCHEMA {schema} TO {0}; GRANT ALL ON {table} TO {0}",
+            role.name
+        ))
+        .unwrap();
+    let limited = pgtenure::DbBuilder::from_config(role.config("limited"))
+        .build()
+        .unwrap();
+    let claims = TickClaims::new(&limited).with_table(&table).unwrap();
+    claims.create_table().unwrap();
+    assert!(claims
+        .claim("job", SystemTime::now(), Duration::from_secs(1))
+        .unwrap()
+        .is_some());
+    let other = format!("{schema}.other");
+    let err = TickClaims::new(&limited)
+        .with_table(&other)
+        .unwrap()
+        .create_table()
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Database, "{err}");
+    assert_eq!(
+        err.code(),
+        Some(&postgres::error::SqlState::INSUFFICIENT_PRIVILEGE)
+    );
+    drop(limited);
+    client()
+        .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
+        .unwrap();
+}

@@ -1,0 +1,152 @@
+//! The throwaway-server harness itself: it starts, restarts, stops, and leaves nothing behind.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, SystemTime};
+
+use common::wait_for;
+use pgtenure::testing::TempPostgres;
+use pgtenure::{Db, TickClaims};
+
+const CHILD_ENV: &str = "PGTENURE_TEST_CHILD";
+
+fn accepts(port: u16) -> bool {
+    std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+}
+
+fn leftovers(pid: u32) -> Vec<PathBuf> {
+    std::fs::read_dir(std::env::temp_dir())
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with(&format!("pgtenure-{pid}-")))
+        })
+        .collect()
+}
+
+#[test]
+fn a_server_survives_a_restart_and_the_pool_recovers() {
+    let pg = TempPostgres::start().unwrap();
+    assert!(pg.dir().join("data").is_dir());
+    let db = Db::connect(pg.url()).unwrap();
+    pgtenure::migrate(&db).unwrap();
+    let claims = TickClaims::new(&db);
+    let tick = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+    claims
+        .claim("job", tick, Duration::from_millis(1))
+        .unwrap()
+        .unwrap();
+
+    pg.restart().unwrap();
+    let mut errors = Vec::new();
+    let won = wait_for(
+        "a claim after the restart",
+        Duration::from_secs(20),
+        || match claims.claim(
+            "job",
+            tick + Duration::from_secs(60),
+            Duration::from_secs(1),
+        ) {
+            Ok(won) => Some(won),
+            Err(e) => {
+                errors.push(e);
+                None
+            }
+        },
+    );
+    assert_eq!(won.unwrap().token(), 2, "the row survived the restart");
+    assert!(errors.iter().all(|e| e.is_connection()), "{errors:?}");
+}
+
+#[test]
+fn stop_removes_the_server_and_its_directory() {
+    let pg = TempPostgres::start().unwrap();
+    let (dir, port) = (pg.dir().to_owned(), pg.port());
+    assert!(accepts(port));
+    pg.stop().unwrap();
+    assert!(!dir.exists());
+    assert!(!accepts(port));
+}
+
+/// In the child, start a server and report it, then `mode` decides how the process ends.
+fn child(mode: &str) {
+    let pg = TempPostgres::start().unwrap();
+    println!("PORT={}", pg.port());
+    if mode == "static" {
+        // A shared server in a static is never dropped: the process just exits.
+        let url = pgtenure::testing::database_url().unwrap();
+        println!(
+            "SHARED={}",
+            url.rsplit(':').next().unwrap().split('/').next().unwrap()
+        );
+        std::mem::forget(pg);
+        std::process::exit(0);
+    }
+    println!("READY");
+    std::thread::sleep(Duration::from_secs(60));
+}
+
+fn run_child(test: &str, mode: &str) -> (u32, Vec<u16>) {
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", test, "--nocapture", "--test-threads=1"])
+        .env(CHILD_ENV, mode)
+        .env_remove("DATABASE_URL")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let mut ports = Vec::new();
+    for line in BufReader::new(child.stdout.take().unwrap()).lines() {
+        let line = line.unwrap();
+        // libtest prints "test name ... " before the child's first line, without a newline.
+        for marker in ["PORT=", "SHARED="] {
+            if let Some((_, port)) = line.split_once(marker) {
+                ports.push(port.trim().parse().unwrap());
+            }
+        }
+        if line.ends_with("READY") {
+            child.kill().unwrap();
+            break;
+        }
+    }
+    child.wait().unwrap();
+    (pid, ports)
+}
+
+#[test]
+fn a_killed_process_leaves_no_server_or_directory_behind() {
+    if let Ok(mode) = std::env::var(CHILD_ENV) {
+        return child(&mode);
+    }
+    let (pid, ports) = run_child(
+        "a_killed_process_leaves_no_server_or_directory_behind",
+        "kill",
+    );
+    assert_eq!(ports.len(), 1);
+    wait_for(
+        "the orphaned server to stop",
+        Duration::from_secs(30),
+        || (!accepts(ports[0]) && leftovers(pid).is_empty()).then_some(()),
+    );
+}
+
+#[test]
+fn a_server_in_a_static_stops_when_the_process_exits() {
+    if let Ok(mode) = std::env::var(CHILD_ENV) {
+        return child(&mode);
+    }
+    let (pid, ports) = run_child(
+        "a_server_in_a_static_stops_when_the_process_exits",
+        "static",
+    );
+    assert_eq!(ports.len(), 2, "{ports:?}");
+    wait_for("both servers to stop", Duration::from_secs(30), || {
+        (ports.iter().all(|p| !accepts(*p)) && leftovers(pid).is_empty()).then_some(())
+    });
+}
