@@ -174,7 +174,7 @@ impl TickClaims {
             let db_now: SystemTime = row.get("db_now");
             let ahead = tick.duration_since(db_now).unwrap_or_default();
             return Err(Error::invalid_input(format!(
-                "tick of job {job_id:?} is {ahead:?} ahead of the database clock; ticks more than one \
+                "tick of job {job_id:?} is {ahead:.1?} ahead of the database clock; ticks more than one \
                  minute ahead are refused (check this host's clock)"
             )));
         }
