@@ -84,3 +84,8 @@ pub fn migrate(db: &Db) -> Result<()> {
     FireClaims::new(db).create_table()?;
     Ok(())
 }
+
+/// The README's examples, compiled as doctests so that they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
