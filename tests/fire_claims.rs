@@ -2,8 +2,6 @@
 
 mod common;
 
-use std::sync::{Arc, Barrier};
-use std::thread;
 use std::time::{Duration, SystemTime};
 
 use common::{client, count, db, wait_for, Tables};
@@ -34,28 +32,19 @@ fn row(table: &str, key: &str) -> Option<(String, SystemTime, SystemTime)> {
 fn eight_threads_claim_one_key_and_exactly_one_wins() {
     let mut tables = Tables::new();
     let (_, table) = fires(&mut tables, Duration::from_secs(600));
-    let barrier = Arc::new(Barrier::new(8));
-    let handles: Vec<_> = (0..8)
-        .map(|i| {
-            let fires = FireClaims::new(&db())
-                .with_table(&table)
-                .unwrap()
-                .with_holder(&format!("instance-{i}"))
-                .unwrap();
-            let barrier = barrier.clone();
-            thread::spawn(move || {
-                barrier.wait();
-                fires
-                    .claim("digest@1800000000000000000")
-                    .unwrap()
-                    .then(|| fires.holder().to_owned())
-            })
-        })
-        .collect();
-    let winners: Vec<String> = handles
-        .into_iter()
-        .filter_map(|h| h.join().unwrap())
-        .collect();
+    let shared = table.clone();
+    let winners: Vec<String> = common::race(8, move |i| {
+        let fires = FireClaims::new(&db())
+            .with_table(&shared)
+            .unwrap()
+            .with_holder(&format!("instance-{i}"))
+            .unwrap();
+        let won = fires.claim("digest@1800000000000000000").unwrap();
+        won.then(|| fires.holder().to_owned())
+    })
+    .into_iter()
+    .flatten()
+    .collect();
     assert_eq!(winners.len(), 1, "{winners:?}");
     let (holder, claimed_at, expires_at) = row(&table, "digest@1800000000000000000").unwrap();
     assert_eq!(holder, winners[0]);
@@ -79,22 +68,12 @@ fn eight_threads_race_for_an_expired_claim_and_exactly_one_replaces_it() {
         expired.then_some(())
     };
     wait_for("the claim to expire", Duration::from_secs(5), lapsed);
-    let barrier = Arc::new(Barrier::new(8));
-    let handles: Vec<_> = (0..8)
-        .map(|_| {
-            let fires = FireClaims::new(&db()).with_table(&table).unwrap();
-            let barrier = barrier.clone();
-            thread::spawn(move || {
-                barrier.wait();
-                fires.claim("k@1").unwrap()
-            })
-        })
-        .collect();
-    let won = handles
-        .into_iter()
-        .map(|h| h.join().unwrap())
-        .filter(|w| *w)
-        .count();
+    let shared = table.clone();
+    let won = common::race(8, move |_| {
+        let fires = FireClaims::new(&db()).with_table(&shared).unwrap();
+        fires.claim("k@1").unwrap()
+    });
+    let won = won.into_iter().filter(|w| *w).count();
     assert_eq!(won, 1);
     assert_eq!(count(&mut client(), &table), 1);
 }

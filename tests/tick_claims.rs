@@ -2,8 +2,6 @@
 
 mod common;
 
-use std::sync::{Arc, Barrier};
-use std::thread;
 use std::time::{Duration, SystemTime};
 
 use common::{client, count, db, db_now, wait_for, Tables};
@@ -43,28 +41,19 @@ fn eight_threads_claim_one_tick_and_exactly_one_wins() {
     let mut tables = Tables::new();
     let (_, table) = claims(&mut tables);
     let tick = base_tick();
-    let barrier = Arc::new(Barrier::new(8));
-    let handles: Vec<_> = (0..8)
-        .map(|i| {
-            let claims = TickClaims::new(&db())
-                .with_table(&table)
-                .unwrap()
-                .with_owner(&format!("instance-{i}"))
-                .unwrap();
-            let barrier = barrier.clone();
-            thread::spawn(move || {
-                barrier.wait();
-                claims
-                    .claim("report", tick, MINUTE)
-                    .unwrap()
-                    .map(|c| (claims.owner().to_owned(), c.token()))
-            })
-        })
-        .collect();
-    let winners: Vec<(String, i64)> = handles
-        .into_iter()
-        .filter_map(|h| h.join().unwrap())
-        .collect();
+    let shared = table.clone();
+    let winners: Vec<(String, i64)> = common::race(8, move |i| {
+        let claims = TickClaims::new(&db())
+            .with_table(&shared)
+            .unwrap()
+            .with_owner(&format!("instance-{i}"))
+            .unwrap();
+        let won = claims.claim("report", tick, MINUTE).unwrap();
+        won.map(|c| (claims.owner().to_owned(), c.token()))
+    })
+    .into_iter()
+    .flatten()
+    .collect();
     assert_eq!(winners.len(), 1, "winners: {winners:?}");
     let (owner, token) = &winners[0];
     let (stored_tick, busy, stored_owner, stored_token) = row(&table, "report").unwrap();
@@ -78,24 +67,17 @@ fn eight_threads_claim_one_tick_and_exactly_one_wins() {
         .execute(&format!("UPDATE {table} SET busy_until = NULL"), &[])
         .unwrap();
     let next = tick + MINUTE;
-    let barrier = Arc::new(Barrier::new(8));
-    let handles: Vec<_> = (0..8)
-        .map(|_| {
-            let claims = TickClaims::new(&db()).with_table(&table).unwrap();
-            let barrier = barrier.clone();
-            thread::spawn(move || {
-                barrier.wait();
-                claims
-                    .claim("report", next, MINUTE)
-                    .unwrap()
-                    .map(|c| c.token())
-            })
-        })
-        .collect();
-    let tokens: Vec<i64> = handles
-        .into_iter()
-        .filter_map(|h| h.join().unwrap())
-        .collect();
+    let shared = table.clone();
+    let tokens: Vec<i64> = common::race(8, move |_| {
+        let claims = TickClaims::new(&db()).with_table(&shared).unwrap();
+        claims
+            .claim("report", next, MINUTE)
+            .unwrap()
+            .map(|c| c.token())
+    })
+    .into_iter()
+    .flatten()
+    .collect();
     assert_eq!(tokens, vec![2]);
 }
 

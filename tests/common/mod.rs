@@ -103,3 +103,22 @@ pub fn table_exists(c: &mut postgres::Client, table: &str) -> bool {
         .unwrap()
         .get(0)
 }
+
+/// Runs `f(i)` on `n` threads released together by a barrier and returns their results in order.
+pub fn race<T: Send + 'static>(n: usize, f: impl Fn(usize) -> T + Send + Sync + 'static) -> Vec<T> {
+    let barrier = std::sync::Arc::new(std::sync::Barrier::new(n));
+    let f = std::sync::Arc::new(f);
+    let handles: Vec<_> = (0..n)
+        .map(|i| {
+            let (barrier, f) = (barrier.clone(), f.clone());
+            std::thread::spawn(move || {
+                barrier.wait();
+                f(i)
+            })
+        })
+        .collect();
+    handles
+        .into_iter()
+        .map(|h| h.join().expect("racer thread"))
+        .collect()
+}
