@@ -3,6 +3,9 @@
 //!
 //! - [`TickClaims`]: each tick of a recurring job runs on exactly one instance.
 //! - [`FireClaims`]: one claim per fire key, held for a TTL.
+//! - [`Leases`]: one holder per key, with fencing tokens; a managed [`Lease`] renews on a thread of
+//!   its own and signals loss on a channel; [`Leases::with_lease`] runs a closure under a lease.
+//! - [`Elector`]: one leader per fleet, with terms, resignation and who-leads.
 //!
 //! Every operation is one SQL statement in its own implicit transaction, sent as an unnamed statement
 //! with explicit parameter types: one round trip, no session state, so it works through PgBouncer in
@@ -38,6 +41,9 @@
 //! - `error`: [`Error`] and [`ErrorKind`], classified by SQLSTATE.
 //! - [`tick_claims`]: [`TickClaims`] and [`TickClaim`], one row per job.
 //! - [`fire_claims`]: [`FireClaims`], one row per fire key.
+//! - [`leases`]: [`Leases`], [`Lease`] and its renewal thread, the deadline watcher that signals loss
+//!   at the local deadline, [`Leases::fence`].
+//! - [`elector`]: [`Elector`], one row per fleet.
 //! - `ident`: table-name validation and quoting, the only text substituted into SQL.
 //! - `input`: checks on keys, durations and ticks, run before any statement.
 //! - [`testing`] (feature `testing`): [`testing::TempPostgres`], a throwaway server for tests.
@@ -47,19 +53,23 @@
 #![warn(missing_docs, rust_2018_idioms)]
 
 mod db;
+pub mod elector;
 mod error;
 pub mod fire_claims;
 mod ident;
 mod identity;
 mod input;
+pub mod leases;
 #[cfg(feature = "testing")]
 pub mod testing;
 pub mod tick_claims;
 
 pub use crate::db::{Db, DbBuilder};
+pub use crate::elector::{Elector, LeaderInfo};
 pub use crate::error::{Error, ErrorKind, Result};
 pub use crate::fire_claims::FireClaims;
 pub use crate::input::{MAX_DURATION, MAX_KEY_BYTES, MIN_DURATION};
+pub use crate::leases::{Grant, KeyRenewal, Lease, Leases, LossReason, Renewal};
 pub use crate::tick_claims::{TickClaim, TickClaims};
 
 /// The driver, re-exported so that users can name its types (`postgres::Transaction`,
@@ -70,7 +80,7 @@ pub use r2d2;
 /// The pool's connection manager, re-exported for [`Db::from_pool`].
 pub use r2d2_postgres;
 
-/// Creates every default table (tick claims, fire claims) unless it exists.
+/// Creates every default table (tick claims, fire claims, leases, leader) unless it exists.
 ///
 /// Idempotent, and safe when every instance calls it at the same moment: each table is created under
 /// a transaction-level advisory lock. Tables with other names are created by each primitive's
@@ -82,6 +92,8 @@ pub use r2d2_postgres;
 pub fn migrate(db: &Db) -> Result<()> {
     TickClaims::new(db).create_table()?;
     FireClaims::new(db).create_table()?;
+    Leases::new(db).create_table()?;
+    Elector::new(db).create_table()?;
     Ok(())
 }
 

@@ -221,6 +221,12 @@ fn migrate_is_idempotent_and_safe_from_eight_threads_on_an_empty_database() {
             "pgtenure_fire_claims",
             "pgtenure_fire_claims_expires_at",
             "pgtenure_fire_claims_pkey",
+            "pgtenure_leader",
+            "pgtenure_leader_pkey",
+            "pgtenure_leader_term_seq",
+            "pgtenure_leases",
+            "pgtenure_leases_pkey",
+            "pgtenure_leases_token_seq",
             "pgtenure_tick_claims",
             "pgtenure_tick_claims_pkey"
         ]

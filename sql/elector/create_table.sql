@@ -1,0 +1,9 @@
+-- One row per fleet (name). Renewals update only expires_at (no indexed column), so with the low
+-- fillfactor they stay HOT updates.
+CREATE TABLE IF NOT EXISTS {table} (
+    name       text        PRIMARY KEY,
+    holder     text        NOT NULL,
+    expires_at timestamptz NOT NULL,
+    term       bigint      NOT NULL,
+    elected_at timestamptz NOT NULL
+) WITH (fillfactor = 50)

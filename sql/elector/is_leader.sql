@@ -1,0 +1,26 @@
+-- Renews the fleet's leadership when this holder has it, takes it when free or expired by the
+-- database clock; a new tenure draws a new term. Anyone else's poll while a leader is live matches
+-- nothing and skips the insert: no write. No row back: not the leader.
+-- $1 name, $2 holder, $3 TTL in microseconds.
+WITH taken AS (
+    UPDATE {table} AS e
+       SET term = CASE WHEN e.holder = $2 AND e.expires_at > now() THEN e.term
+                       ELSE nextval('{table:term_seq}') END,
+           elected_at = CASE WHEN e.holder = $2 AND e.expires_at > now() THEN e.elected_at
+                             ELSE now() END,
+           holder = $2,
+           expires_at = now() + $3::bigint * interval '1 microsecond'
+     WHERE e.name = $1
+       AND (e.expires_at <= now() OR e.holder = $2)
+    RETURNING e.term
+),
+created AS (
+    INSERT INTO {table} AS e (name, holder, expires_at, term, elected_at)
+    SELECT $1, $2, now() + $3::bigint * interval '1 microsecond', nextval('{table:term_seq}'), now()
+     WHERE NOT EXISTS (SELECT 1 FROM {table} WHERE name = $1)
+    ON CONFLICT (name) DO NOTHING
+    RETURNING e.term
+)
+SELECT term FROM taken
+UNION ALL
+SELECT term FROM created

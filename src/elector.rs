@@ -1,0 +1,341 @@
+//! Leader election: a blocking `is_leader` that renews.
+//!
+//! Every instance of a fleet polls [`Elector::is_leader`] (say every few seconds, well inside the TTL).
+//! Each poll is one statement that renews the leadership when this instance holds it, or takes it
+//! when it is free or expired by the database clock. No background thread, nothing to close.
+//!
+//! Beyond the reference package:
+//!
+//! - [`Elector::term`]: the current tenure's term, a fencing token that strictly increases across
+//!   tenures (drawn from a sequence);
+//! - a local deadline: `is_leader` never answers `true` past the tenure's local deadline, taken
+//!   before the renewal was sent, so it never falls after the database's expiry;
+//! - [`Elector::resign`]: give up at once, so that the next poll elsewhere wins without waiting for
+//!   the TTL;
+//! - [`Elector::leader`]: who leads, since when and until when, for operators.
+//!
+//! Several fleets share one table: each is a row, named with [`Elector::with_name`].
+//!
+//! ```no_run
+//! # fn main() -> Result<(), pgtenure::Error> {
+//! use pgtenure::{Db, Elector};
+//!
+//! let db = Db::connect("postgres://postgres@localhost/app")?;
+//! let elector = Elector::new(&db).with_name("billing")?;
+//! elector.create_table()?;
+//! if elector.is_leader()? {
+//!     // lead, until the next poll (at the latest until the tenure's local deadline)
+//! }
+//! elector.resign()?; // at shutdown: hand over without waiting for the TTL
+//! # Ok(())
+//! # }
+//! ```
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use parking_lot::Mutex;
+use postgres::types::Type;
+
+use crate::db::Db;
+use crate::error::Result;
+use crate::ident::{render, TableName};
+use crate::identity::default_owner;
+use crate::input::{check_key, micros, MIN_DURATION};
+
+/// The table [`Elector::new`] uses unless [`Elector::with_table`] names another.
+pub const DEFAULT_TABLE: &str = "pgtenure_leader";
+
+/// The fleet name [`Elector::new`] uses unless [`Elector::with_name`] names another.
+pub const DEFAULT_NAME: &str = "default";
+
+/// The leadership TTL unless [`Elector::with_ttl`] says otherwise. Failover can take one TTL.
+pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
+
+const CREATE_SEQUENCE: &str = include_str!("../sql/elector/create_sequence.sql");
+const CREATE_TABLE: &str = include_str!("../sql/elector/create_table.sql");
+const IS_LEADER: &str = include_str!("../sql/elector/is_leader.sql");
+const RESIGN: &str = include_str!("../sql/elector/resign.sql");
+const LEADER: &str = include_str!("../sql/elector/leader.sql");
+
+struct Statements {
+    table: TableName,
+    create: [String; 2],
+    is_leader: String,
+    resign: String,
+    leader: String,
+}
+
+impl Statements {
+    fn new(table: TableName) -> Arc<Statements> {
+        Arc::new(Statements {
+            create: [
+                render(CREATE_SEQUENCE, &table),
+                render(CREATE_TABLE, &table),
+            ],
+            is_leader: render(IS_LEADER, &table),
+            resign: render(RESIGN, &table),
+            leader: render(LEADER, &table),
+            table,
+        })
+    }
+}
+
+/// Who leads a fleet, by the database clock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LeaderInfo {
+    /// The leader's holder name.
+    pub holder: String,
+    /// The tenure's term.
+    pub term: i64,
+    /// When this tenure began.
+    pub elected_at: SystemTime,
+    /// When it expires unless renewed.
+    pub expires_at: SystemTime,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Tenure {
+    term: i64,
+    deadline: Instant,
+}
+
+/// Elects one leader per fleet; see the [module docs](self).
+///
+/// Cheap to clone (clones share the cached tenure), `Send` and `Sync`.
+#[derive(Clone)]
+pub struct Elector {
+    db: Db,
+    name: Arc<str>,
+    holder: Arc<str>,
+    ttl: Duration,
+    ttl_us: i64,
+    sql: Arc<Statements>,
+    tenure: Arc<Mutex<Option<Tenure>>>,
+}
+
+impl Elector {
+    /// An elector for the fleet `"default"` in the table `pgtenure_leader`, with a 30 s TTL and a
+    /// fresh holder name (`"{hostname}-{pid}-{random hex}"`).
+    pub fn new(db: &Db) -> Elector {
+        let table = TableName::parse(DEFAULT_TABLE).expect("the default table name is valid");
+        Elector {
+            db: db.clone(),
+            name: DEFAULT_NAME.into(),
+            holder: default_owner().into(),
+            ttl: DEFAULT_TTL,
+            ttl_us: micros("leader ttl", DEFAULT_TTL, MIN_DURATION)
+                .expect("the default TTL is valid"),
+            sql: Statements::new(table),
+            tenure: Arc::default(),
+        }
+    }
+
+    /// Uses another table: `table` or `schema.table`, each part a plain identifier of at most 63
+    /// bytes. Defaults to `pgtenure_leader`.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when the name is not a plain
+    /// identifier.
+    pub fn with_table(mut self, table: &str) -> Result<Elector> {
+        self.sql = Statements::new(TableName::parse(table)?);
+        self.tenure = Arc::default();
+        Ok(self)
+    }
+
+    /// Names the fleet; several fleets share one table. Defaults to `"default"`.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when `name` is blank, contains a
+    /// NUL byte or is longer than 1,024 bytes.
+    pub fn with_name(mut self, name: &str) -> Result<Elector> {
+        check_key("fleet name", name)?;
+        self.name = name.into();
+        self.tenure = Arc::default();
+        Ok(self)
+    }
+
+    /// How long a tenure lasts without a poll; poll well inside it (a third, say). Failover after a
+    /// crash takes up to one TTL. Defaults to 30 s.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when `ttl` is under 1 ms or over
+    /// 100 years.
+    pub fn with_ttl(mut self, ttl: Duration) -> Result<Elector> {
+        self.ttl_us = micros("leader ttl", ttl, MIN_DURATION)?;
+        self.ttl = ttl;
+        Ok(self)
+    }
+
+    /// Names this instance. Defaults to `"{hostname}-{pid}-{random hex}"`, distinct for every
+    /// `Elector::new`.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when `holder` is blank, contains a
+    /// NUL byte or is longer than 1,024 bytes.
+    pub fn with_holder(mut self, holder: &str) -> Result<Elector> {
+        check_key("holder", holder)?;
+        self.holder = holder.into();
+        self.tenure = Arc::default();
+        Ok(self)
+    }
+
+    /// This instance's holder name.
+    pub fn holder(&self) -> &str {
+        &self.holder
+    }
+
+    /// The fleet's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The leadership TTL.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// Creates the table and its term sequence unless the table exists. Every instance may call it
+    /// at startup, all at once.
+    ///
+    /// # Errors
+    ///
+    /// A database or connection error; creating needs `CREATE` on the schema, which must exist.
+    pub fn create_table(&self) -> Result<()> {
+        self.db
+            .create_table("create leader table", &self.sql.table, &self.sql.create)
+    }
+
+    /// Whether this instance leads the fleet now: renews the tenure if it holds it, takes it if it is
+    /// free or expired. One statement, one round trip; a follower's poll writes nothing.
+    ///
+    /// Answers `false` when the answer arrives after the tenure's local deadline (the instant before
+    /// the poll was sent, plus the TTL).
+    ///
+    /// # Errors
+    ///
+    /// A database or connection error; any cached leadership is dropped first, so [`Elector::term`]
+    /// is `None` until a poll succeeds again. Treat an error as "not the leader".
+    pub fn is_leader(&self) -> Result<bool> {
+        let sent = Instant::now();
+        let result = self.db.query(
+            "elect leader",
+            &self.sql.is_leader,
+            &[
+                (&&*self.name, Type::TEXT),
+                (&&*self.holder, Type::TEXT),
+                (&self.ttl_us, Type::INT8),
+            ],
+        );
+        let mut tenure = self.tenure.lock();
+        let rows = match result {
+            Ok(rows) => rows,
+            Err(e) => {
+                *tenure = None;
+                return Err(e);
+            }
+        };
+        let Some(term) = rows.first().map(|row| row.get::<_, i64>("term")) else {
+            *tenure = None;
+            return Ok(false);
+        };
+        let deadline = sent + self.ttl;
+        if tenure.is_none_or(|t| t.term != term) {
+            log::info!(
+                target: "pgtenure::elector",
+                "{} leads fleet {:?} with term {term}",
+                self.holder,
+                self.name
+            );
+        }
+        // Keep the term even if the answer came too late: resign() then still targets this tenure.
+        *tenure = Some(Tenure { term, deadline });
+        Ok(Instant::now() < deadline)
+    }
+
+    /// The current tenure's term while this instance leads (by its last successful poll and the local
+    /// deadline), else `None`.
+    pub fn term(&self) -> Option<i64> {
+        self.tenure
+            .lock()
+            .filter(|t| Instant::now() < t.deadline)
+            .map(|t| t.term)
+    }
+
+    /// Gives up the leadership at once (guarded by holder and, when known, term), so the next
+    /// `is_leader` elsewhere wins without waiting for the TTL. Does nothing when not the leader.
+    ///
+    /// # Errors
+    ///
+    /// A database or connection error; the tenure then expires at its TTL.
+    pub fn resign(&self) -> Result<()> {
+        let term = self.tenure.lock().take().map(|t| t.term);
+        let rows = self.db.query(
+            "resign leadership",
+            &self.sql.resign,
+            &[
+                (&&*self.name, Type::TEXT),
+                (&&*self.holder, Type::TEXT),
+                (&term, Type::INT8),
+            ],
+        )?;
+        if !rows.is_empty() {
+            log::info!(
+                target: "pgtenure::elector",
+                "{} resigned the leadership of fleet {:?}",
+                self.holder,
+                self.name
+            );
+        }
+        Ok(())
+    }
+
+    /// Who leads the fleet now by the database clock, or `None`.
+    ///
+    /// # Errors
+    ///
+    /// A database or connection error.
+    pub fn leader(&self) -> Result<Option<LeaderInfo>> {
+        let rows = self.db.query(
+            "read leader",
+            &self.sql.leader,
+            &[(&&*self.name, Type::TEXT)],
+        )?;
+        Ok(rows.first().map(|row| LeaderInfo {
+            holder: row.get("holder"),
+            term: row.get("term"),
+            elected_at: row.get("elected_at"),
+            expires_at: row.get("expires_at"),
+        }))
+    }
+}
+
+impl fmt::Debug for Elector {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Elector")
+            .field("table", &self.sql.table)
+            .field("name", &self.name)
+            .field("holder", &self.holder)
+            .field("ttl", &self.ttl)
+            .field("term", &self.term())
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn handles_are_send_and_sync() {
+        fn check<T: Send + Sync>() {}
+        check::<Elector>();
+        check::<LeaderInfo>();
+    }
+}
