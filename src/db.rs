@@ -3,6 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
+use postgres::error::SqlState;
 use postgres::types::{ToSql, Type};
 use postgres::{NoTls, Row};
 use r2d2::{Pool, PooledConnection};
@@ -110,18 +111,46 @@ impl Db {
         self.pool.get().map_err(|e| Error::from_pool(context, e))
     }
 
+    /// Runs `statement` on a pooled connection, skipping connections that were already dead.
+    ///
+    /// A pooled connection whose server session ended while it sat idle (a terminated backend, a
+    /// restarted server) fails its next statement before running it. The driver may not have seen the
+    /// socket close yet, so r2d2 would keep the connection; [`discard_if_dead`] makes the driver
+    /// notice, so r2d2 drops it, and the statement is sent again at once on another connection.
+    /// After a restart every idle connection is dead: this costs a failed write each, instead of a
+    /// retry interval each. Failures that may have run the statement are returned, never retried.
+    pub(crate) fn with_conn<T>(
+        &self,
+        context: &str,
+        mut statement: impl FnMut(&mut postgres::Client) -> std::result::Result<T, postgres::Error>,
+    ) -> Result<T> {
+        let attempts = self.pool.max_size().clamp(1, MAX_STALE_SKIPS) + 1;
+        let mut attempt = 1;
+        loop {
+            let mut conn = self.conn(context)?;
+            match statement(&mut conn) {
+                Ok(value) => return Ok(value),
+                Err(e) if never_ran(&e) => {
+                    discard_if_dead(&mut conn);
+                    if attempt == attempts {
+                        return Err(Error::from_postgres(context, e));
+                    }
+                    log::debug!(target: "pgtenure::db", "{context}: pooled connection was dead ({e}); using another");
+                    attempt += 1;
+                }
+                Err(e) => return Err(Error::from_postgres(context, e)),
+            }
+        }
+    }
+
     /// Runs one statement in its own implicit transaction, in one round trip, returning its rows.
     pub(crate) fn query(&self, context: &str, sql: &str, params: &[Param<'_>]) -> Result<Vec<Row>> {
-        let mut conn = self.conn(context)?;
-        conn.query_typed(sql, params)
-            .map_err(|e| Error::from_postgres(context, e))
+        self.with_conn(context, |conn| conn.query_typed(sql, params))
     }
 
     /// Like [`Db::query`] for a statement that returns exactly one row.
     pub(crate) fn query_one(&self, context: &str, sql: &str, params: &[Param<'_>]) -> Result<Row> {
-        let mut conn = self.conn(context)?;
-        conn.query_typed_one(sql, params)
-            .map_err(|e| Error::from_postgres(context, e))
+        self.with_conn(context, |conn| conn.query_typed_one(sql, params))
     }
 
     /// Creates a table and its companions (`ddl`, one statement each) unless `table` exists, under a
@@ -154,6 +183,37 @@ impl Db {
         tx.commit().map_err(fail)?;
         log::info!(target: "pgtenure::db", "{context}: created table {table}");
         Ok(())
+    }
+}
+
+/// The most dead pooled connections one operation skips before it reports the failure.
+const MAX_STALE_SKIPS: u32 = 16;
+
+/// How long poking a dead connection may take (the server has closed it: it fails at once).
+const POKE_TIMEOUT: Duration = Duration::from_millis(250);
+
+/// Whether a failure proves the statement never ran: the connection was closed before it was sent,
+/// or the server's only answer was that the session had been ended (terminated by an administrator,
+/// a crash or shutdown of the server, a server not accepting connections yet). A session ended while
+/// the statement ran rolls it back, so it did not take effect either.
+fn never_ran(e: &postgres::Error) -> bool {
+    if e.is_closed() {
+        return true;
+    }
+    e.as_db_error().is_some_and(|db| {
+        let code = db.code();
+        *code == SqlState::ADMIN_SHUTDOWN
+            || *code == SqlState::CRASH_SHUTDOWN
+            || *code == SqlState::CANNOT_CONNECT_NOW
+    })
+}
+
+/// Makes the driver notice a connection whose session the server ended, so that r2d2, which asks the
+/// driver whether the connection is closed when it is returned, drops it instead of reusing it.
+fn discard_if_dead(conn: &mut postgres::Client) {
+    if !conn.is_closed() {
+        // The server closed the socket after its last message, so the poke fails at once.
+        let _ = conn.is_valid(POKE_TIMEOUT);
     }
 }
 

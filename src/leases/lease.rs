@@ -209,20 +209,20 @@ struct Renewer {
 impl Renewer {
     /// One renewal: `Some(superseded)` when still ours, `None` when refused.
     fn renew(&self, state: &LeaseState) -> Result<Option<bool>> {
-        let context = "renew lease";
-        let mut conn = self.db.conn(context)?;
-        state.set_in_flight(Purpose::Renew, conn.cancel_token());
-        let rows = conn.query_typed(
-            &self.sql.renew_tenure,
-            &[
-                (&state.key.as_str(), Type::TEXT),
-                (&&*self.owner, Type::TEXT),
-                (&state.token, Type::INT8),
-                (&state.ttl_us, Type::INT8),
-            ],
-        );
-        state.clear_in_flight(Purpose::Renew);
-        let rows = rows.map_err(|e| Error::from_postgres(context, e))?;
+        let rows = self.db.with_conn("renew lease", |conn| {
+            state.set_in_flight(Purpose::Renew, conn.cancel_token());
+            let rows = conn.query_typed(
+                &self.sql.renew_tenure,
+                &[
+                    (&state.key.as_str(), Type::TEXT),
+                    (&&*self.owner, Type::TEXT),
+                    (&state.token, Type::INT8),
+                    (&state.ttl_us, Type::INT8),
+                ],
+            );
+            state.clear_in_flight(Purpose::Renew);
+            rows
+        })?;
         Ok(rows.first().map(|row| row.get::<_, bool>(0)))
     }
 
@@ -432,17 +432,17 @@ impl Lease {
     }
 
     fn release_row(&self) -> Result<()> {
-        let context = "release lease";
         // The watcher cancels the statement if it overruns RELEASE_WAIT (a row lock held elsewhere).
         self.shared.watch(Watch::Lease(self.state.clone()))?;
-        let mut conn = self.shared.db.conn(context)?;
-        self.state
-            .set_in_flight(Purpose::Release, conn.cancel_token());
-        let released =
-            self.shared
-                .release_statement(&mut conn, &self.state.key, Some(self.state.token));
-        self.state.clear_in_flight(Purpose::Release);
-        let released = released.map_err(|e| Error::from_postgres(context, e))?;
+        let released = self.shared.db.with_conn("release lease", |conn| {
+            self.state
+                .set_in_flight(Purpose::Release, conn.cancel_token());
+            let released =
+                self.shared
+                    .release_statement(conn, &self.state.key, Some(self.state.token));
+            self.state.clear_in_flight(Purpose::Release);
+            released
+        })?;
         if !released {
             log::debug!(
                 target: "pgtenure::leases",

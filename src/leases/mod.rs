@@ -564,11 +564,9 @@ impl Leases {
 
     fn release_guarded(&self, key: &str, token: Option<i64>) -> Result<bool> {
         check_key("lease key", key)?;
-        let context = "release lease";
-        let mut conn = self.shared.db.conn(context)?;
-        self.shared
-            .release_statement(&mut conn, key, token)
-            .map_err(|e| Error::from_postgres(context, e))
+        self.shared.db.with_conn("release lease", |conn| {
+            self.shared.release_statement(conn, key, token)
+        })
     }
 
     /// Asks the holder of a live lease on `key` to give it up: `true` when a live lease is now
