@@ -1,0 +1,301 @@
+//! Leader election against a real PostgreSQL.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::{client, db, wait_for, Tables};
+use pgtenure::{Elector, ErrorKind};
+
+fn elector(table: &str, holder: &str, ttl: Duration) -> Elector {
+    Elector::new(&db())
+        .with_table(table)
+        .unwrap()
+        .with_name("fleet")
+        .unwrap()
+        .with_holder(holder)
+        .unwrap()
+        .with_ttl(ttl)
+        .unwrap()
+}
+
+fn table(tables: &mut Tables) -> String {
+    let table = tables.name("leader");
+    Elector::new(&db())
+        .with_table(&table)
+        .unwrap()
+        .create_table()
+        .unwrap();
+    table
+}
+
+/// A span during which one elector believed it led: from the answer to the end of its belief.
+#[derive(Debug, Clone)]
+struct Belief {
+    holder: String,
+    term: i64,
+    from: Instant,
+    until: Instant,
+}
+
+#[test]
+fn five_polling_electors_never_have_two_leaders_and_terms_increase() {
+    let mut tables = Tables::new();
+    let table = table(&mut tables);
+    let ttl = Duration::from_millis(300);
+    let run_for = Duration::from_secs(4);
+    let t = table.clone();
+    let beliefs: Vec<Vec<Belief>> = common::race(5, move |i| {
+        let e = elector(&t, &format!("node-{i}"), ttl);
+        let start = Instant::now();
+        let mut beliefs: Vec<Belief> = Vec::new();
+        let mut led_polls = 0;
+        while start.elapsed() < run_for {
+            let sent = Instant::now();
+            let leader = e.is_leader().unwrap();
+            let answered = Instant::now();
+            // A belief ends at the next answer, and never after the local deadline.
+            if let Some(last) = beliefs.last_mut() {
+                last.until = last.until.min(answered);
+            }
+            if leader {
+                led_polls += 1;
+                beliefs.push(Belief {
+                    holder: e.holder().to_owned(),
+                    term: e.term().expect("a leader has a term"),
+                    from: answered,
+                    until: sent + ttl,
+                });
+                if led_polls % 15 == 0 {
+                    // Resign now and then: the hand-over must not wait for the TTL.
+                    e.resign().unwrap();
+                    beliefs.last_mut().unwrap().until = Instant::now();
+                } else if led_polls % 15 == 7 {
+                    // Or stop polling, as a crashed leader would.
+                    thread::sleep(ttl * 2);
+                }
+            } else {
+                assert_eq!(e.term(), None);
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+        beliefs
+    });
+    let mut all: Vec<Belief> = beliefs.into_iter().flatten().collect();
+    all.sort_by_key(|b| b.from);
+    assert!(!all.is_empty());
+    // No two holders ever believed they led at the same moment.
+    for (i, a) in all.iter().enumerate() {
+        for b in &all[i + 1..] {
+            if a.holder != b.holder {
+                assert!(
+                    a.until <= b.from || b.until <= a.from,
+                    "overlap: {a:?} and {b:?}"
+                );
+            }
+        }
+    }
+    // Each term has one holder, and terms strictly increase in the order leadership began.
+    let mut terms: BTreeMap<i64, (String, Instant)> = BTreeMap::new();
+    for b in &all {
+        let entry = terms.entry(b.term).or_insert((b.holder.clone(), b.from));
+        assert_eq!(entry.0, b.holder, "term {} has two holders", b.term);
+    }
+    let mut by_start: Vec<(Instant, i64)> = terms
+        .iter()
+        .map(|(term, (_, from))| (*from, *term))
+        .collect();
+    by_start.sort();
+    assert!(
+        by_start.windows(2).all(|w| w[0].1 < w[1].1),
+        "terms do not increase: {by_start:?}"
+    );
+    println!("{} tenures, {} leader answers", terms.len(), all.len());
+    assert!(
+        terms.len() >= 3,
+        "leadership changed hands only {} times",
+        terms.len()
+    );
+}
+
+#[test]
+fn resign_hands_over_on_the_next_poll_and_leader_reports_who_leads() {
+    let mut tables = Tables::new();
+    let table = table(&mut tables);
+    let ttl = Duration::from_secs(60);
+    let a = elector(&table, "a", ttl);
+    let b = elector(&table, "b", ttl);
+    assert_eq!(a.leader().unwrap(), None);
+    assert!(a.is_leader().unwrap());
+    assert!(!b.is_leader().unwrap());
+    let info = b.leader().unwrap().expect("a leads");
+    assert_eq!(info.holder, "a");
+    assert_eq!(Some(info.term), a.term());
+    assert_eq!(
+        info.expires_at.duration_since(info.elected_at).unwrap(),
+        ttl
+    );
+    assert!(a.is_leader().unwrap(), "renewal");
+    let renewed = a.leader().unwrap().unwrap();
+    assert_eq!(renewed.term, info.term, "a renewal keeps the term");
+    assert_eq!(renewed.elected_at, info.elected_at);
+    assert!(renewed.expires_at > info.expires_at);
+
+    a.resign().unwrap();
+    assert_eq!(a.term(), None);
+    assert_eq!(
+        a.leader().unwrap(),
+        None,
+        "nobody leads after a resignation"
+    );
+    assert!(
+        b.is_leader().unwrap(),
+        "b wins at once, without waiting 60 s"
+    );
+    let next = a.leader().unwrap().unwrap();
+    assert_eq!(next.holder, "b");
+    assert!(next.term > info.term);
+    assert_eq!(b.term(), Some(next.term));
+    a.resign().unwrap();
+    assert_eq!(
+        a.leader().unwrap().unwrap().holder,
+        "b",
+        "a stale resign changes nothing"
+    );
+}
+
+#[test]
+fn a_leader_that_stops_polling_is_replaced_after_its_ttl() {
+    let mut tables = Tables::new();
+    let table = table(&mut tables);
+    let ttl = Duration::from_millis(300);
+    let a = elector(&table, "a", ttl);
+    let b = elector(&table, "b", ttl);
+    assert!(a.is_leader().unwrap());
+    let first = a.leader().unwrap().unwrap();
+    assert!(!b.is_leader().unwrap());
+    wait_for("b to take over", Duration::from_secs(5), || {
+        b.is_leader().unwrap().then_some(())
+    });
+    let second = b.leader().unwrap().unwrap();
+    assert!(second.term > first.term);
+    assert!(
+        second.elected_at >= first.expires_at,
+        "b elected before a's tenure expired"
+    );
+    assert!(!a.is_leader().unwrap(), "a comes back as a follower");
+    assert_eq!(a.term(), None);
+}
+
+#[test]
+fn is_leader_never_answers_true_past_the_local_deadline() {
+    let mut tables = Tables::new();
+    let table = table(&mut tables);
+    let ttl = Duration::from_millis(200);
+    let a = elector(&table, "a", ttl);
+    assert!(a.is_leader().unwrap());
+    let first_term = a.term().unwrap();
+    // Hold the row so the next poll waits longer than the TTL before the database answers.
+    let mut blocker = client();
+    let mut tx = blocker.transaction().unwrap();
+    tx.execute(
+        &format!("SELECT 1 FROM {table} WHERE name = 'fleet' FOR UPDATE"),
+        &[],
+    )
+    .unwrap();
+    let poll = thread::spawn(move || {
+        let answer = a.is_leader();
+        (a, answer)
+    });
+    thread::sleep(ttl + ttl / 2);
+    tx.rollback().unwrap();
+    let (a, answer) = poll.join().unwrap();
+    assert!(!answer.unwrap(), "the answer came after the local deadline");
+    assert_eq!(a.term(), None);
+    // The database agrees: the renewal's now() was taken before the wait, so that tenure has expired
+    // too. The next prompt poll starts a new tenure with a larger term.
+    assert_eq!(a.leader().unwrap(), None);
+    assert!(a.is_leader().unwrap());
+    assert!(a.term().unwrap() > first_term);
+}
+
+#[test]
+fn a_database_error_drops_the_cached_leadership() {
+    let mut tables = Tables::new();
+    let table = table(&mut tables);
+    let a = elector(&table, "a", Duration::from_secs(60));
+    assert!(a.is_leader().unwrap());
+    assert!(a.term().is_some());
+    client()
+        .batch_execute(&format!("DROP TABLE {table}"))
+        .unwrap();
+    let err = a.is_leader().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Database);
+    assert_eq!(a.term(), None);
+}
+
+#[test]
+fn fleets_share_a_table_and_elect_independently() {
+    let mut tables = Tables::new();
+    let table = table(&mut tables);
+    let ttl = Duration::from_secs(60);
+    let billing = elector(&table, "a", ttl).with_name("billing").unwrap();
+    let search = elector(&table, "b", ttl).with_name("search").unwrap();
+    assert_eq!(billing.name(), "billing");
+    assert!(billing.is_leader().unwrap());
+    assert!(search.is_leader().unwrap());
+    let other = elector(&table, "c", ttl).with_name("billing").unwrap();
+    assert!(!other.is_leader().unwrap());
+    assert_eq!(other.leader().unwrap().unwrap().holder, "a");
+    assert_eq!(search.leader().unwrap().unwrap().holder, "b");
+    assert_eq!(Elector::new(&db()).ttl(), pgtenure::elector::DEFAULT_TTL);
+    assert_eq!(Elector::new(&db()).name(), "default");
+}
+
+#[test]
+fn bad_input_is_refused_before_any_statement() {
+    let mut tables = Tables::new();
+    let table = table(&mut tables);
+    let long = "n".repeat(1025);
+    for bad in ["", " ", "a\0b", long.as_str()] {
+        assert!(
+            Elector::new(&db())
+                .with_name(bad)
+                .unwrap_err()
+                .is_invalid_input(),
+            "{bad:?}"
+        );
+        assert!(
+            Elector::new(&db())
+                .with_holder(bad)
+                .unwrap_err()
+                .is_invalid_input(),
+            "{bad:?}"
+        );
+    }
+    for ttl in [
+        Duration::ZERO,
+        Duration::from_micros(1),
+        Duration::from_secs(101 * 366 * 86_400),
+    ] {
+        assert!(
+            Elector::new(&db())
+                .with_ttl(ttl)
+                .unwrap_err()
+                .is_invalid_input(),
+            "{ttl:?}"
+        );
+    }
+    for bad in ["x; drop table y", "\"a\"", "a.b.c", &"e".repeat(64)] {
+        assert!(
+            Elector::new(&db())
+                .with_table(bad)
+                .unwrap_err()
+                .is_invalid_input(),
+            "{bad:?}"
+        );
+    }
+    assert_eq!(common::count(&mut client(), &table), 0);
+}

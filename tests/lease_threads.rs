@@ -1,0 +1,83 @@
+//! Thread ownership of managed leases, in a binary of its own: it counts this process's threads by
+//! name, so no other test may run beside it.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{client, db, Tables};
+use pgtenure::Leases;
+
+/// How many threads of this process carry `name` (Linux: /proc/self/task/*/comm).
+fn threads_named(name: &str) -> usize {
+    std::fs::read_dir("/proc/self/task")
+        .expect("Linux /proc")
+        .flatten()
+        .filter(|task| {
+            std::fs::read_to_string(task.path().join("comm")).is_ok_and(|comm| comm.trim() == name)
+        })
+        .count()
+}
+
+fn live(table: &str, key: &str) -> bool {
+    client()
+        .query_one(
+            &format!("SELECT held_until > now() FROM {table} WHERE key = $1"),
+            &[&key],
+        )
+        .unwrap()
+        .get(0)
+}
+
+#[test]
+fn dropping_leases_joins_their_threads_and_releases_their_rows() {
+    let mut tables = Tables::new();
+    let table = tables.name("lease");
+    let leases = Leases::new(&db()).with_table(&table).unwrap();
+    leases.create_table().unwrap();
+    assert_eq!(threads_named("pgtenure-renew"), 0);
+    assert_eq!(threads_named("pgtenure-watch"), 0);
+
+    let ttl = Duration::from_millis(300);
+    let held: Vec<_> = ["a", "b", "c"]
+        .iter()
+        .map(|k| leases.acquire(k, ttl).unwrap().unwrap())
+        .collect();
+    assert_eq!(
+        threads_named("pgtenure-renew"),
+        3,
+        "one renewal thread per lease"
+    );
+    assert_eq!(threads_named("pgtenure-watch"), 1, "one watcher per family");
+    assert!(["a", "b", "c"].iter().all(|k| live(&table, k)));
+
+    let mut held = held.into_iter();
+    held.next().unwrap().release().unwrap();
+    assert_eq!(
+        threads_named("pgtenure-renew"),
+        2,
+        "release joined its thread"
+    );
+    drop(held);
+    assert_eq!(
+        threads_named("pgtenure-renew"),
+        0,
+        "drop joined the threads"
+    );
+    assert!(
+        ["a", "b", "c"].iter().all(|k| !live(&table, k)),
+        "drop released the rows"
+    );
+
+    assert_eq!(
+        threads_named("pgtenure-watch"),
+        1,
+        "the family is still alive"
+    );
+    drop(leases);
+    assert_eq!(
+        threads_named("pgtenure-watch"),
+        0,
+        "the last handle joined the watcher"
+    );
+}
