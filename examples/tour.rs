@@ -8,10 +8,17 @@ use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
 use parking_lot::Mutex;
-use pgtenure::{Db, FireClaims, TickClaims};
+use pgtenure::{Db, Elector, FireClaims, Leases, TickClaims};
 
 const INSTANCES: [&str; 3] = ["instance-a", "instance-b", "instance-c"];
+/// Set in the child process that holds a lease until it is killed.
+const CHILD_ENV: &str = "PGTENURE_TOUR_HOLD";
+const LEASE_TTL: Duration = Duration::from_millis(900);
 const TICKS: u32 = 6;
 const PERIOD: Duration = Duration::from_millis(250);
 
@@ -19,6 +26,9 @@ const PERIOD: Duration = Duration::from_millis(250);
 type Outcomes = BTreeMap<u32, Vec<(String, Option<i64>)>>;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
+    if let Some(key) = std::env::var_os(CHILD_ENV) {
+        return hold_until_killed(&key.to_string_lossy());
+    }
     let from_env = std::env::var("DATABASE_URL").is_ok_and(|u| !u.trim().is_empty());
     let url = pgtenure::testing::database_url()?;
     let db = Db::connect(&url)?;
@@ -35,6 +45,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     tick_claims(&db)?;
     fire_claims(&db)?;
+    leases(&db, &url)?;
+    election(&db)?;
     Ok(())
 }
 
@@ -188,6 +200,234 @@ fn fire_claims(db: &Db) -> Result<(), Box<dyn std::error::Error>> {
     let purged = fires.purge(Duration::from_secs(60))?;
     println!("   purge of claims expired over a minute ago: {purged} deleted");
     Ok(())
+}
+
+/// Three instances take turns on a keyed lease; its holder process is killed; a fencing token keeps
+/// the dead holder's writes out.
+fn leases(db: &Db, url: &str) -> Result<(), Box<dyn std::error::Error>> {
+    println!("\n3. Keyed leases: \"export\", TTL {LEASE_TTL:?}, writes fenced by token");
+    let key = format!("export-{}", std::process::id());
+    let ledger = Ledger::create(db)?;
+    let ran: Arc<Mutex<Vec<String>>> = Arc::default();
+    let barrier = Arc::new(Barrier::new(INSTANCES.len()));
+    let handles: Vec<_> = INSTANCES
+        .iter()
+        .map(|name| {
+            let leases = Leases::new(db).with_owner(name)?;
+            let (key, ledger, ran, barrier) =
+                (key.clone(), ledger.clone(), ran.clone(), barrier.clone());
+            Ok(thread::spawn(move || -> Result<(), pgtenure::Error> {
+                barrier.wait();
+                let outcome = leases.with_lease(&key, LEASE_TTL, |lease| {
+                    let written = (0..3).filter(|_| {
+                        thread::sleep(Duration::from_millis(100));
+                        ledger
+                            .write(&leases, lease.key(), lease.token())
+                            .unwrap_or(false)
+                    });
+                    format!(
+                        "ran with token {}, {} fenced writes",
+                        lease.token(),
+                        written.count()
+                    )
+                })?;
+                let line =
+                    outcome.unwrap_or_else(|| "skipped: the lease is held elsewhere".to_owned());
+                ran.lock()
+                    .push(format!("   {:<10}  {line}", leases.owner()));
+                Ok(())
+            }))
+        })
+        .collect::<Result<_, pgtenure::Error>>()?;
+    for handle in handles {
+        handle.join().expect("instance thread")?;
+    }
+    for line in ran.lock().iter() {
+        println!("{line}");
+    }
+
+    // A holder in another process, killed while it holds the lease.
+    let mut child = Command::new(std::env::current_exe()?)
+        .env(CHILD_ENV, &key)
+        .env("DATABASE_URL", url)
+        .stdout(Stdio::piped())
+        .spawn()?;
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("piped")).read_line(&mut line)?;
+    let (owner, token) = line
+        .trim()
+        .split_once(' ')
+        .ok_or("the child did not report its lease")?;
+    let token: i64 = token.parse()?;
+    println!(
+        "   process {} ({owner}) holds the lease with token {token}, renewing it",
+        child.id()
+    );
+    child.kill()?;
+    child.wait()?;
+    let killed = Instant::now();
+    println!("   process {} killed with SIGKILL mid-lease", child.id());
+
+    let survivor = Leases::new(db).with_owner("instance-c")?;
+    let lease = loop {
+        if let Some(lease) = survivor.acquire(&key, LEASE_TTL)? {
+            break lease;
+        }
+        thread::sleep(Duration::from_millis(50));
+    };
+    println!(
+        "   instance-c took over {:?} after the kill, with token {} (> {token})",
+        round_ms(killed.elapsed()),
+        lease.token()
+    );
+    let wrote = ledger.write(&survivor, lease.key(), lease.token())?;
+    println!(
+        "   instance-c's fenced write: {}",
+        if wrote { "accepted" } else { "REFUSED (bug)" }
+    );
+    // Had the killed process only been paused, its late write would carry its old token.
+    let zombie = Leases::new(db).with_owner(owner)?;
+    let stale = ledger.write(&zombie, &key, token)?;
+    println!(
+        "   a late write with the dead holder's token {token}: {}",
+        if stale {
+            "ACCEPTED (bug)"
+        } else {
+            "refused by the fence"
+        }
+    );
+    lease.release()?;
+    ledger.drop_table(db)?;
+    Ok(())
+}
+
+/// The child process: hold the lease and renew it until killed.
+fn hold_until_killed(key: &str) -> Result<(), Box<dyn std::error::Error>> {
+    let db = Db::connect(&std::env::var("DATABASE_URL")?)?;
+    let leases = Leases::new(&db).with_owner(&format!("pid-{}", std::process::id()))?;
+    let lease = leases
+        .acquire(key, LEASE_TTL)?
+        .ok_or("the lease was not free")?;
+    println!("{} {}", leases.owner(), lease.token());
+    // Renewing until SIGKILL; never reached otherwise.
+    let _ = lease.lost().recv_timeout(Duration::from_secs(60));
+    Ok(())
+}
+
+/// A table of fenced writes, for the tour only (dropped at its end).
+#[derive(Clone)]
+struct Ledger {
+    db: Db,
+}
+
+impl Ledger {
+    const CREATE: &'static str =
+        "CREATE TABLE IF NOT EXISTS pgtenure_tour_ledger (token bigint, at timestamptz)";
+    const WRITE: &'static str = "INSERT INTO pgtenure_tour_ledger VALUES ($1, clock_timestamp())";
+    const DROP: &'static str = "DROP TABLE IF EXISTS pgtenure_tour_ledger";
+
+    fn create(db: &Db) -> Result<Ledger, Box<dyn std::error::Error>> {
+        db.pool().get()?.batch_execute(Self::CREATE)?;
+        Ok(Ledger { db: db.clone() })
+    }
+
+    /// One protected write: fence, then write, in one transaction.
+    fn write(&self, leases: &Leases, key: &str, token: i64) -> Result<bool, pgtenure::Error> {
+        let mut conn = self.db.pool().get().expect("a pooled connection");
+        let mut tx = conn.transaction().expect("a transaction");
+        if !leases.fence(&mut tx, key, token)? {
+            return Ok(false);
+        }
+        tx.execute(Self::WRITE, &[&token])
+            .expect("the ledger write");
+        tx.commit().expect("the commit");
+        Ok(true)
+    }
+
+    fn drop_table(&self, db: &Db) -> Result<(), Box<dyn std::error::Error>> {
+        db.pool().get()?.batch_execute(Self::DROP)?;
+        Ok(())
+    }
+}
+
+/// Three electors poll; the leader resigns and the hand-over is immediate; then it crashes.
+fn election(db: &Db) -> Result<(), Box<dyn std::error::Error>> {
+    let ttl = Duration::from_secs(1);
+    println!("\n4. Leader election: three electors poll every 100 ms, TTL {ttl:?}");
+    let fleet = format!("tour-{}", std::process::id());
+    let electors: Vec<Elector> = INSTANCES
+        .iter()
+        .map(|name| {
+            Elector::new(db)
+                .with_name(&fleet)?
+                .with_holder(name)?
+                .with_ttl(ttl)
+        })
+        .collect::<Result<_, _>>()?;
+    let poll = |skip: Option<usize>| -> Result<Option<usize>, pgtenure::Error> {
+        let mut leader = None;
+        for (i, e) in electors.iter().enumerate() {
+            if Some(i) != skip && e.is_leader()? {
+                leader = Some(i);
+            }
+        }
+        Ok(leader)
+    };
+    let first = poll(None)?.ok_or("nobody leads")?;
+    let info = electors[0].leader()?.ok_or("nobody leads")?;
+    println!("   {} leads with term {}", info.holder, info.term);
+    for _ in 0..3 {
+        thread::sleep(Duration::from_millis(100));
+        assert_eq!(
+            poll(None)?,
+            Some(first),
+            "leadership is stable while polled"
+        );
+    }
+    println!(
+        "   three more polls: still {} (term {})",
+        INSTANCES[first],
+        term(&electors[first])
+    );
+
+    electors[first].resign()?;
+    let resigned = Instant::now();
+    let next = poll(Some(first))?.ok_or("nobody took over")?;
+    println!(
+        "   {} resigns; on the next poll {} leads with term {}, {:.1?} later",
+        INSTANCES[first],
+        INSTANCES[next],
+        term(&electors[next]),
+        resigned.elapsed()
+    );
+
+    // The new leader stops polling, as a crashed process would: the others wait out its TTL.
+    let crashed = Instant::now();
+    let third = loop {
+        thread::sleep(Duration::from_millis(100));
+        if let Some(i) = poll(Some(next))? {
+            break i;
+        }
+    };
+    println!(
+        "   {} stops polling (crash); {} leads with term {} after {:?} (TTL {ttl:?})",
+        INSTANCES[next],
+        INSTANCES[third],
+        term(&electors[third]),
+        round_ms(crashed.elapsed())
+    );
+    electors[third].resign()?;
+    Ok(())
+}
+
+fn term(elector: &Elector) -> String {
+    elector
+        .term()
+        .map_or_else(|| "none".to_owned(), |t| t.to_string())
+}
+
+fn round_ms(d: Duration) -> Duration {
+    Duration::from_millis(d.as_millis() as u64)
 }
 
 /// The next multiple of `period` since the Unix epoch, by this machine's clock (the schedule).
