@@ -122,7 +122,14 @@ fn check_part(raw: &str, part: &str) -> Result<()> {
 /// object derived from it and `{index:SUFFIX}` the same without the schema (see
 /// [`TableName::derived`]). Nothing else is ever substituted; other braces are left as they are.
 pub(crate) fn render(sql: &str, table: &TableName) -> String {
-    let mut out = String::with_capacity(sql.len() + 32);
+    render_tables(sql, &[("table", table)])
+}
+
+/// Like [`render`] for a statement over several tables, each named by its placeholder (`{units}`,
+/// `{processes:SUFFIX}`); `{index:SUFFIX}` derives from the first.
+pub(crate) fn render_tables(sql: &str, tables: &[(&str, &TableName)]) -> String {
+    let lookup = |name: &str| tables.iter().find(|(n, _)| *n == name).map(|(_, t)| *t);
+    let mut out = String::with_capacity(sql.len() + 64);
     let mut rest = sql;
     while let Some(start) = rest.find('{') {
         out.push_str(&rest[..start]);
@@ -133,11 +140,21 @@ pub(crate) fn render(sql: &str, table: &TableName) -> String {
         };
         let placeholder = &after[..=end];
         let inner = &placeholder[1..end];
-        match inner.split_once(':') {
-            None if inner == "table" => out.push_str(&table.quoted()),
-            Some(("table", suffix)) => out.push_str(&table.derived(suffix)),
-            Some(("index", suffix)) => out.push_str(&table.derived_unqualified(suffix)),
-            _ => out.push_str(placeholder),
+        let (name, suffix) = match inner.split_once(':') {
+            Some((name, suffix)) => (name, Some(suffix)),
+            None => (inner, None),
+        };
+        let first = tables.first().map(|(_, t)| *t);
+        match (name, suffix) {
+            ("index", Some(suffix)) => match first {
+                Some(t) => out.push_str(&t.derived_unqualified(suffix)),
+                None => out.push_str(placeholder),
+            },
+            (name, suffix) => match (lookup(name), suffix) {
+                (Some(t), None) => out.push_str(&t.quoted()),
+                (Some(t), Some(suffix)) => out.push_str(&t.derived(suffix)),
+                (None, _) => out.push_str(placeholder),
+            },
         }
         rest = &after[end + 1..];
     }
@@ -202,6 +219,18 @@ mod tests {
         let (da, db) = (a.derived("token_seq"), b.derived("token_seq"));
         assert_ne!(da, db);
         assert!(da.trim_matches('"').len() <= 63, "{da}");
+    }
+
+    #[test]
+    fn render_tables_substitutes_each_named_table() {
+        let units = TableName::parse("ops.units").unwrap();
+        let processes = TableName::parse("procs").unwrap();
+        let sql =
+            "UPDATE {units} u FROM {processes} p; {index:owner} {units:seq} {other} {processes";
+        assert_eq!(
+            render_tables(sql, &[("units", &units), ("processes", &processes)]),
+            "UPDATE \"ops\".\"units\" u FROM \"procs\" p; \"units_owner\" \"ops\".\"units_seq\" {other} {processes"
+        );
     }
 
     #[test]

@@ -6,6 +6,8 @@
 //! - [`Leases`]: one holder per key, with fencing tokens; a managed [`Lease`] renews on a thread of
 //!   its own and signals loss on a channel; [`Leases::with_lease`] runs a closure under a lease.
 //! - [`Elector`]: one leader per fleet, with terms, resignation and who-leads.
+//! - [`membership`]: process heartbeats and fair-share ownership of (tenant, shard) units, a
+//!   [`membership::Leaser`] per process driven tick by tick or by its `run` loop.
 //!
 //! Every operation is one SQL statement in its own implicit transaction, sent as an unnamed statement
 //! with explicit parameter types: one round trip, no session state, so it works through PgBouncer in
@@ -44,6 +46,7 @@
 //! - [`leases`]: [`Leases`], [`Lease`] and its renewal thread, the deadline watcher that signals loss
 //!   at the local deadline, [`Leases::fence`].
 //! - [`elector`]: [`Elector`], one row per fleet.
+//! - [`membership`]: [`membership::Leaser`], [`membership::Units`], the fair-share arithmetic.
 //! - `ident`: table-name validation and quoting, the only text substituted into SQL.
 //! - `input`: checks on keys, durations and ticks, run before any statement.
 //! - [`testing`] (feature `testing`): [`testing::TempPostgres`], a throwaway server for tests.
@@ -60,6 +63,7 @@ mod ident;
 mod identity;
 mod input;
 pub mod leases;
+pub mod membership;
 #[cfg(feature = "testing")]
 pub mod testing;
 pub mod tick_claims;
@@ -72,6 +76,8 @@ pub use crate::input::{MAX_DURATION, MAX_KEY_BYTES, MIN_DURATION};
 pub use crate::leases::{Grant, KeyRenewal, Lease, Leases, LossReason, Renewal};
 pub use crate::tick_claims::{TickClaim, TickClaims};
 
+/// The channel crate of [`Lease::lost`] and [`membership::Leaser::run`], re-exported.
+pub use crossbeam_channel;
 /// The driver, re-exported so that users can name its types (`postgres::Transaction`,
 /// `postgres::Config`) at the version pgtenure uses.
 pub use postgres;
@@ -80,7 +86,8 @@ pub use r2d2;
 /// The pool's connection manager, re-exported for [`Db::from_pool`].
 pub use r2d2_postgres;
 
-/// Creates every default table (tick claims, fire claims, leases, leader) unless it exists.
+/// Creates every default table (tick claims, fire claims, leases, leader, processes and units) unless
+/// it exists.
 ///
 /// Idempotent, and safe when every instance calls it at the same moment: each table is created under
 /// a transaction-level advisory lock. Tables with other names are created by each primitive's
@@ -94,6 +101,7 @@ pub fn migrate(db: &Db) -> Result<()> {
     FireClaims::new(db).create_table()?;
     Leases::new(db).create_table()?;
     Elector::new(db).create_table()?;
+    membership::Units::new(db).create_tables()?;
     Ok(())
 }
 

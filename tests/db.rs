@@ -227,8 +227,14 @@ fn migrate_is_idempotent_and_safe_from_eight_threads_on_an_empty_database() {
             "pgtenure_leases",
             "pgtenure_leases_pkey",
             "pgtenure_leases_token_seq",
+            "pgtenure_processes",
+            "pgtenure_processes_pkey",
             "pgtenure_tick_claims",
-            "pgtenure_tick_claims_pkey"
+            "pgtenure_tick_claims_pkey",
+            "pgtenure_units",
+            "pgtenure_units_claimable",
+            "pgtenure_units_owner",
+            "pgtenure_units_pkey"
         ]
     );
     assert!(TickClaims::new(&fresh)

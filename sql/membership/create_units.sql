@@ -1,0 +1,11 @@
+-- One row per (tenant, shard). A unit is owned while process_id names a live process: holding units
+-- costs no writes. slot is a random position that spreads concurrent claimers over the claimable set.
+CREATE TABLE IF NOT EXISTS {table} (
+    tenant     text        NOT NULL,
+    shard      integer     NOT NULL,
+    process_id uuid,
+    claimed_at timestamptz,
+    weight     integer     NOT NULL DEFAULT 1 CHECK (weight >= 0),
+    slot       integer     NOT NULL DEFAULT (random() * 2147483647)::integer,
+    PRIMARY KEY (tenant, shard)
+)

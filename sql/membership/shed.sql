@@ -1,0 +1,23 @@
+-- Gives back the listed units, guarded by owner and by the process's own liveness (a stale tick
+-- sheds nothing), and updates its reported count and weight in the same statement.
+-- $1 process id, $2 tenants, $3 shards, $4 units owned, $5 weight owned.
+WITH me AS (
+    SELECT 1 FROM {processes} WHERE process_id = $1::uuid AND expires_at > now()
+),
+shed AS (
+    UPDATE {units} u
+       SET process_id = NULL, claimed_at = NULL
+      FROM unnest($2::text[], $3::integer[]) AS s (tenant, shard)
+     WHERE u.tenant = s.tenant AND u.shard = s.shard
+       AND u.process_id = $1::uuid
+       AND EXISTS (SELECT 1 FROM me)
+    RETURNING u.tenant, u.shard, u.weight
+),
+counted AS (
+    UPDATE {processes}
+       SET unit_count = $4 - (SELECT count(*) FROM shed),
+           weight = $5 - (SELECT coalesce(sum(weight), 0) FROM shed)
+     WHERE process_id = $1::uuid
+       AND EXISTS (SELECT 1 FROM shed)
+)
+SELECT tenant, shard FROM shed
