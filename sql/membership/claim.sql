@@ -1,23 +1,30 @@
 -- Claims up to $2 units and about $3 weight for this process, only while its own row is live (checked
--- inside the statement, so a stale tick claims nothing). Candidates: units of expired processes
--- (owner index), then unowned units from a random slot onwards, wrapping around (claimable index);
--- FOR UPDATE SKIP LOCKED lets concurrent claimers take disjoint units without waiting. The claimer's
--- reported count and weight are updated in the same statement.
+-- inside the statement, so a stale tick claims nothing). Candidates: units of expired processes (per
+-- expired process, through the owner index in slot order), then unowned units from a random slot
+-- onwards, wrapping around (claimable index); FOR UPDATE SKIP LOCKED lets concurrent claimers take
+-- disjoint units without waiting. The claimer's reported count and weight, and those of the expired
+-- processes it took units from, are updated in the same statement.
 -- $1 process id, $2 most units, $3 weight budget, $4 random slot, $5 units owned, $6 weight owned.
 WITH me AS (
     SELECT 1 FROM {processes} WHERE process_id = $1::uuid AND expires_at > now()
 ),
 orphaned AS (
-    SELECT u.tenant, u.shard, u.weight
-      FROM {units} u
-     WHERE u.process_id IN (SELECT process_id FROM {processes} WHERE expires_at <= now())
-       AND u.weight > 0
+    SELECT o.tenant, o.shard, o.weight, o.process_id
+      FROM {processes} p
+     CROSS JOIN LATERAL (
+           SELECT u.tenant, u.shard, u.weight, u.process_id
+             FROM {units} u
+            WHERE u.process_id = p.process_id AND u.weight > 0
+            ORDER BY u.slot
+            LIMIT $2
+              FOR UPDATE SKIP LOCKED
+           ) o
+     WHERE p.expires_at <= now()
        AND EXISTS (SELECT 1 FROM me)
      LIMIT $2
-       FOR UPDATE OF u SKIP LOCKED
 ),
 from_slot AS (
-    SELECT tenant, shard, weight
+    SELECT tenant, shard, weight, process_id
       FROM {units}
      WHERE process_id IS NULL AND weight > 0 AND slot >= $4
        AND EXISTS (SELECT 1 FROM me)
@@ -26,7 +33,7 @@ from_slot AS (
        FOR UPDATE SKIP LOCKED
 ),
 before_slot AS (
-    SELECT tenant, shard, weight
+    SELECT tenant, shard, weight, process_id
       FROM {units}
      WHERE process_id IS NULL AND weight > 0 AND slot < $4
        AND EXISTS (SELECT 1 FROM me)
@@ -41,8 +48,8 @@ candidates AS (
     LIMIT $2
 ),
 picked AS (
-    SELECT tenant, shard
-      FROM (SELECT tenant, shard, weight,
+    SELECT tenant, shard, process_id AS previous
+      FROM (SELECT tenant, shard, weight, process_id,
                    sum(weight) OVER (ROWS UNBOUNDED PRECEDING) AS running
               FROM candidates) c
      WHERE running - weight < $3
@@ -52,7 +59,15 @@ claimed AS (
        SET process_id = $1::uuid, claimed_at = now()
       FROM picked
      WHERE u.tenant = picked.tenant AND u.shard = picked.shard
-    RETURNING u.tenant, u.shard, u.weight
+    RETURNING u.tenant, u.shard, u.weight, picked.previous
+),
+drained AS (
+    UPDATE {processes} p
+       SET unit_count = p.unit_count - d.units,
+           weight = p.weight - d.weight
+      FROM (SELECT previous, count(*) AS units, sum(weight) AS weight
+              FROM claimed WHERE previous IS NOT NULL GROUP BY previous) d
+     WHERE p.process_id = d.previous
 ),
 counted AS (
     UPDATE {processes}

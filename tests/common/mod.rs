@@ -2,6 +2,8 @@
 //! first use), one pool, and unique table names per test so tests run in parallel.
 #![allow(dead_code)]
 
+pub mod proxy;
+
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant, SystemTime};

@@ -1,0 +1,601 @@
+//! Membership against a real PostgreSQL: processes are `Leaser`s driven by hand (or by `run`).
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::proxy::{database_addr, Proxy};
+use common::{client, db, wait_for, Tables};
+use parking_lot::Mutex;
+use pgtenure::membership::{Config, Hooks, Leaser, Reconciler, Unit, Units};
+use pgtenure::Db;
+
+/// Records what the leaser reports, and says which units have work in flight.
+#[derive(Default)]
+struct Recorder {
+    events: Mutex<Vec<(&'static str, Vec<Unit>)>>,
+    busy: Mutex<BTreeSet<Unit>>,
+}
+
+impl Reconciler for Recorder {
+    fn units_gained(&self, units: &[Unit]) {
+        self.events.lock().push(("gained", units.to_vec()));
+    }
+    fn units_lost(&self, units: &[Unit]) {
+        self.events.lock().push(("lost", units.to_vec()));
+    }
+    fn in_flight(&self, unit: &Unit) -> usize {
+        usize::from(self.busy.lock().contains(unit))
+    }
+}
+
+struct Fleet {
+    db: Db,
+    processes: String,
+    units_table: String,
+    units: Units,
+    _tables: Tables,
+}
+
+impl Fleet {
+    fn new(units: usize) -> Fleet {
+        Fleet::on(db(), units)
+    }
+
+    fn on(db: Db, count: usize) -> Fleet {
+        let mut tables = Tables::new();
+        let processes = tables.name("procs");
+        let units_table = tables.name("units");
+        let units = Units::new(&db)
+            .with_tables(&processes, &units_table)
+            .unwrap();
+        units.create_tables().unwrap();
+        let all: Vec<Unit> = (0..count)
+            .map(|i| Unit::new(&format!("tenant-{}", i % 10), i as i32).unwrap())
+            .collect();
+        for chunk in all.chunks(50_000) {
+            assert_eq!(units.add(chunk).unwrap(), chunk.len() as u64);
+        }
+        Fleet {
+            db,
+            processes,
+            units_table,
+            units,
+            _tables: tables,
+        }
+    }
+
+    fn leaser(&self, config: Config) -> (Leaser, Arc<Recorder>) {
+        let recorder = Arc::new(Recorder::default());
+        let leaser = Leaser::new(&self.db, recorder.clone(), config, Hooks::default())
+            .unwrap()
+            .with_tables(&self.processes, &self.units_table)
+            .unwrap();
+        (leaser, recorder)
+    }
+
+    /// Who owns what, by the database: process id -> units.
+    fn ownership(&self) -> BTreeMap<Option<String>, BTreeSet<Unit>> {
+        let mut map: BTreeMap<Option<String>, BTreeSet<Unit>> = BTreeMap::new();
+        let rows = client()
+            .query(
+                &format!(
+                    "SELECT process_id::text, tenant, shard FROM {}",
+                    self.units_table
+                ),
+                &[],
+            )
+            .unwrap();
+        for row in rows {
+            map.entry(row.get(0)).or_default().insert(Unit {
+                tenant: row.get(1),
+                shard: row.get(2),
+            });
+        }
+        map
+    }
+}
+
+fn config(ttl: Duration) -> Config {
+    let mut config = Config::default();
+    config.ttl = ttl;
+    config.heartbeat_interval = ttl / 3;
+    config.sweep_cutoff = ttl * 2;
+    config
+}
+
+/// One round: each leaser heartbeats and ticks, in order; returns each one's owned count.
+fn round(leasers: &[&Leaser]) -> Vec<usize> {
+    for leaser in leasers {
+        leaser.heartbeat().unwrap();
+        leaser.tick().unwrap();
+    }
+    leasers.iter().map(|l| l.owned().len()).collect()
+}
+
+/// The leasers' local views are disjoint and each matches the database.
+fn assert_disjoint(fleet: &Fleet, leasers: &[&Leaser]) {
+    let truth = fleet.ownership();
+    let mut seen = BTreeSet::new();
+    for leaser in leasers {
+        let owned: BTreeSet<Unit> = leaser.owned().into_iter().collect();
+        for unit in &owned {
+            assert!(
+                seen.insert(unit.clone()),
+                "{unit} is owned by two processes"
+            );
+        }
+        let db_view = truth
+            .get(&Some(leaser.process_id().to_owned()))
+            .cloned()
+            .unwrap_or_default();
+        assert_eq!(
+            owned,
+            db_view,
+            "local view of {} differs from the database",
+            leaser.process_id()
+        );
+    }
+}
+
+#[test]
+fn four_leasers_share_100_units_fairly_within_three_rounds() {
+    let fleet = Fleet::new(100);
+    let made: Vec<(Leaser, Arc<Recorder>)> = (0..4)
+        .map(|_| fleet.leaser(config(Duration::from_secs(30))))
+        .collect();
+    let leasers: Vec<&Leaser> = made.iter().map(|(l, _)| l).collect();
+    for leaser in &leasers {
+        leaser.heartbeat().unwrap();
+        assert!(!leaser.ready());
+    }
+    let mut rounds = Vec::new();
+    for _ in 0..3 {
+        rounds.push(round(&leasers));
+        assert_disjoint(&fleet, &leasers);
+    }
+    println!("owned per round: {rounds:?}");
+    assert_eq!(
+        rounds[0],
+        vec![25, 25, 25, 25],
+        "fair after the first round"
+    );
+    assert_eq!(rounds[2], vec![25, 25, 25, 25]);
+    assert!(leasers.iter().all(|l| l.ready()));
+    // Gains were reported once, and nothing was lost.
+    for (leaser, recorder) in &made {
+        let events = recorder.events.lock();
+        let gained: usize = events
+            .iter()
+            .filter(|(k, _)| *k == "gained")
+            .map(|(_, u)| u.len())
+            .sum();
+        assert_eq!(gained, 25);
+        assert!(
+            events.iter().all(|(k, _)| *k == "gained"),
+            "{}: {events:?}",
+            leaser.process_id()
+        );
+    }
+    // A steady fleet writes nothing to the units table: holding units costs no writes. Every row
+    // version's xmin names the transaction that wrote it, so an unchanged set proves no write.
+    let versions = || -> Vec<(String, i32, String)> {
+        client()
+            .query(
+                &format!(
+                    "SELECT tenant, shard, xmin::text FROM {} ORDER BY 1, 2",
+                    fleet.units_table
+                ),
+                &[],
+            )
+            .unwrap()
+            .iter()
+            .map(|r| (r.get(0), r.get(1), r.get(2)))
+            .collect()
+    };
+    let before = versions();
+    for _ in 0..2 {
+        for leaser in &leasers {
+            leaser.heartbeat().unwrap();
+            let report = leaser.tick().unwrap();
+            assert_eq!((report.claimed, report.shed), (0, 0));
+        }
+    }
+    assert_eq!(versions(), before, "steady rounds wrote to the units table");
+}
+
+#[test]
+fn a_joining_leaser_gets_its_share_and_busy_units_are_never_shed() {
+    let fleet = Fleet::new(100);
+    let made: Vec<(Leaser, Arc<Recorder>)> = (0..5)
+        .map(|_| fleet.leaser(config(Duration::from_secs(30))))
+        .collect();
+    let first: Vec<&Leaser> = made[..4].iter().map(|(l, _)| l).collect();
+    for leaser in &first {
+        leaser.heartbeat().unwrap();
+    }
+    round(&first);
+    // Ten units of each of the first four have work in flight.
+    let mut busy: BTreeMap<String, BTreeSet<Unit>> = BTreeMap::new();
+    for (leaser, recorder) in &made[..4] {
+        let units: BTreeSet<Unit> = leaser.owned().into_iter().take(10).collect();
+        recorder.busy.lock().extend(units.iter().cloned());
+        busy.insert(leaser.process_id().to_owned(), units);
+    }
+    let all: Vec<&Leaser> = made.iter().map(|(l, _)| l).collect();
+    made[4].0.heartbeat().unwrap();
+    let mut rounds = Vec::new();
+    for _ in 0..3 {
+        rounds.push(round(&all));
+        assert_disjoint(&fleet, &all);
+    }
+    println!("owned per round after the join: {rounds:?}");
+    let last = rounds.last().unwrap();
+    assert!(
+        last.iter().all(|n| *n <= 24),
+        "fair share 20, at most 20 x 1.2: {last:?}"
+    );
+    assert!(last[4] >= 16, "the newcomer got its share: {last:?}");
+    assert_eq!(last.iter().sum::<usize>(), 100);
+    let truth = fleet.ownership();
+    for (process, units) in busy {
+        let owned = &truth[&Some(process)];
+        assert!(
+            units.is_subset(owned),
+            "a unit with work in flight was shed"
+        );
+    }
+    // The sheds were reported as losses, before any gain in the same tick.
+    for (_, recorder) in &made[..4] {
+        let events = recorder.events.lock();
+        assert!(events.iter().any(|(k, _)| *k == "lost"));
+    }
+}
+
+#[test]
+fn a_crashed_leasers_units_are_claimed_after_its_ttl_and_its_stale_tick_does_nothing() {
+    let fleet = Fleet::new(100);
+    let ttl = Duration::from_millis(600);
+    let made: Vec<(Leaser, Arc<Recorder>)> = (0..4).map(|_| fleet.leaser(config(ttl))).collect();
+    let all: Vec<&Leaser> = made.iter().map(|(l, _)| l).collect();
+    for leaser in &all {
+        leaser.heartbeat().unwrap();
+    }
+    round(&all);
+    let crashed = all[3];
+    let crashed_units: BTreeSet<Unit> = crashed.owned().into_iter().collect();
+    let expires_at: std::time::SystemTime = client()
+        .query_one(
+            &format!(
+                "SELECT expires_at FROM {} WHERE process_id = $1::text::uuid",
+                fleet.processes
+            ),
+            &[&crashed.process_id()],
+        )
+        .unwrap()
+        .get(0);
+    let survivors = &all[..3];
+    let counts = wait_for(
+        "the survivors to take the crashed units",
+        Duration::from_secs(10),
+        || {
+            let counts = round(survivors);
+            (counts.iter().sum::<usize>() == 100).then_some(counts)
+        },
+    );
+    println!("survivors own {counts:?}");
+    assert!(
+        counts.iter().all(|n| (32..=34).contains(n)),
+        "fair share 34: {counts:?}"
+    );
+    let taken_at: std::time::SystemTime = client()
+        .query_one(
+            &format!(
+                "SELECT min(claimed_at) FROM {} WHERE (tenant, shard) IN (SELECT * FROM unnest($1::text[], $2::int[]))",
+                fleet.units_table
+            ),
+            &[
+                &crashed_units.iter().map(|u| u.tenant.clone()).collect::<Vec<_>>(),
+                &crashed_units.iter().map(|u| u.shard).collect::<Vec<_>>(),
+            ],
+        )
+        .unwrap()
+        .get(0);
+    assert!(
+        taken_at >= expires_at,
+        "claimed at {taken_at:?} before the TTL ended at {expires_at:?}"
+    );
+    assert_disjoint(&fleet, survivors);
+
+    // The crashed process wakes up and ticks without a heartbeat: it learns its losses, and claims
+    // and sheds nothing, even with unowned units about.
+    fleet
+        .units
+        .add(&[Unit::new("late", 1).unwrap(), Unit::new("late", 2).unwrap()])
+        .unwrap();
+    let stale = crashed.tick().unwrap();
+    assert!(!stale.live);
+    assert_eq!((stale.claimed, stale.shed, stale.owned), (0, 0, 0));
+    assert_eq!(
+        stale.lost.into_iter().collect::<BTreeSet<_>>(),
+        crashed_units
+    );
+    assert!(fleet.ownership()[&None].contains(&Unit::new("late", 1).unwrap()));
+}
+
+#[test]
+fn a_graceful_leave_hands_units_over_at_the_next_round_without_waiting_for_a_ttl() {
+    let fleet = Fleet::new(100);
+    let made: Vec<(Leaser, Arc<Recorder>)> = (0..4)
+        .map(|_| fleet.leaser(config(Duration::from_secs(60))))
+        .collect();
+    let all: Vec<&Leaser> = made.iter().map(|(l, _)| l).collect();
+    for leaser in &all {
+        leaser.heartbeat().unwrap();
+    }
+    round(&all);
+    let leaving = all[3];
+    let released = leaving.release().unwrap();
+    assert_eq!(released.len(), 25);
+    assert!(leaving.owned().is_empty());
+    leaving.delete_process().unwrap();
+    let started = Instant::now();
+    let counts = round(&all[..3]);
+    assert_eq!(counts.iter().sum::<usize>(), 100, "{counts:?}");
+    assert!(started.elapsed() < Duration::from_secs(60));
+    assert!(
+        counts.iter().all(|n| (32..=34).contains(n)),
+        "fair share 34: {counts:?}"
+    );
+    let rows: i64 = common::count(&mut client(), &fleet.processes);
+    assert_eq!(rows, 3, "the process row is gone");
+}
+
+#[test]
+fn sweep_deletes_long_dead_processes_and_frees_their_units() {
+    let fleet = Fleet::new(40);
+    let ttl = Duration::from_millis(300);
+    let (dead, _) = fleet.leaser(config(ttl));
+    let (alive, _) = fleet.leaser(config(ttl));
+    dead.heartbeat().unwrap();
+    dead.tick().unwrap();
+    assert_eq!(dead.owned().len(), 40, "alone, it owns everything");
+    let swept = wait_for(
+        "the dead row to pass the sweep cutoff",
+        Duration::from_secs(10),
+        || {
+            alive.heartbeat().unwrap();
+            let sweep = alive.sweep().unwrap();
+            (sweep.processes > 0).then_some(sweep)
+        },
+    );
+    assert_eq!((swept.processes, swept.units), (1, 40));
+    let truth = fleet.ownership();
+    assert_eq!(truth[&None].len(), 40, "freed");
+    assert!(!truth.contains_key(&Some(dead.process_id().to_owned())));
+    assert_eq!(
+        alive.sweep().unwrap().processes,
+        0,
+        "the live process is never swept"
+    );
+}
+
+#[test]
+fn weighted_units_are_shared_by_weight_and_weight_zero_units_stay_unowned() {
+    let fleet = Fleet::new(0);
+    let heavy: Vec<Unit> = (0..10).map(|i| Unit::new("heavy", i).unwrap()).collect();
+    let light: Vec<Unit> = (0..50).map(|i| Unit::new("light", i).unwrap()).collect();
+    let off: Vec<Unit> = (0..5).map(|i| Unit::new("off", i).unwrap()).collect();
+    fleet.units.add(&heavy).unwrap();
+    fleet.units.add(&light).unwrap();
+    fleet.units.add(&off).unwrap();
+    for unit in &heavy {
+        assert!(fleet.units.set_weight(unit, 5).unwrap());
+    }
+    for unit in &off {
+        assert!(fleet.units.set_weight(unit, 0).unwrap());
+    }
+    assert!(!fleet
+        .units
+        .set_weight(&Unit::new("nobody", 0).unwrap(), 3)
+        .unwrap());
+    let (a, _) = fleet.leaser(config(Duration::from_secs(30)));
+    let (b, _) = fleet.leaser(config(Duration::from_secs(30)));
+    a.heartbeat().unwrap();
+    b.heartbeat().unwrap();
+    let mut weights = Vec::new();
+    for _ in 0..3 {
+        let ra = a.tick().unwrap();
+        let rb = b.tick().unwrap();
+        weights.push((ra.owned_weight, rb.owned_weight));
+    }
+    println!("owned weight per round: {weights:?}");
+    let (wa, wb) = *weights.last().unwrap();
+    assert_eq!(wa + wb, 100);
+    assert!(
+        (40..=60).contains(&wa) && (40..=60).contains(&wb),
+        "{weights:?}"
+    );
+    let truth = fleet.ownership();
+    assert!(
+        off.iter().all(|u| truth[&None].contains(u)),
+        "weight-0 units are never claimed"
+    );
+
+    // A unit disabled while owned is given back at its owner's next tick.
+    let owned_light = a.owned().into_iter().find(|u| u.tenant == "light").unwrap();
+    fleet.units.set_weight(&owned_light, 0).unwrap();
+    let report = a.tick().unwrap();
+    assert!(report.lost.contains(&owned_light));
+    assert!(fleet.ownership()[&None].contains(&owned_light));
+}
+
+#[test]
+fn hooks_see_claims_sheds_ticks_and_ownership() {
+    let fleet = Fleet::new(30);
+    let claimed = Arc::new(AtomicUsize::new(0));
+    let ticks = Arc::new(AtomicUsize::new(0));
+    let owned = Arc::new(AtomicUsize::new(0));
+    let (c, t, o) = (claimed.clone(), ticks.clone(), owned.clone());
+    let hooks = Hooks {
+        claimed: Some(Box::new(move |n| {
+            c.fetch_add(n, Ordering::SeqCst);
+        })),
+        rebalanced: Some(Box::new(move |_| {
+            t.fetch_add(1, Ordering::SeqCst);
+        })),
+        owned: Some(Box::new(move |n, _| o.store(n, Ordering::SeqCst))),
+        ..Hooks::default()
+    };
+    let leaser = Leaser::new(
+        &fleet.db,
+        Arc::new(Recorder::default()),
+        config(Duration::from_secs(30)),
+        hooks,
+    )
+    .unwrap()
+    .with_tables(&fleet.processes, &fleet.units_table)
+    .unwrap();
+    leaser.heartbeat().unwrap();
+    leaser.tick().unwrap();
+    leaser.tick().unwrap();
+    assert_eq!(claimed.load(Ordering::SeqCst), 30);
+    assert_eq!(ticks.load(Ordering::SeqCst), 2);
+    assert_eq!(owned.load(Ordering::SeqCst), 30);
+}
+
+#[test]
+fn run_starts_while_the_database_is_unreachable_and_stops_promptly() {
+    let fleet = Fleet::new(10);
+    let port = Proxy::free_port();
+    // A fresh config: Config::host() adds a host rather than replacing it.
+    let real: pgtenure::postgres::Config = common::url().parse().unwrap();
+    let mut via = pgtenure::postgres::Config::new();
+    via.host("127.0.0.1")
+        .port(port)
+        .user(real.get_user().unwrap_or("postgres"));
+    if let Some(dbname) = real.get_dbname() {
+        via.dbname(dbname);
+    }
+    if let Some(password) = real.get_password() {
+        via.password(password);
+    }
+    let lazy = pgtenure::DbBuilder::from_config(via)
+        .connection_timeout(Duration::from_millis(300))
+        .unwrap()
+        .build_lazy();
+    let mut cfg = config(Duration::from_secs(3));
+    cfg.rebalance_interval = Duration::from_millis(100);
+    let leaser = Arc::new(
+        Leaser::new(&lazy, Arc::new(Recorder::default()), cfg, Hooks::default())
+            .unwrap()
+            .with_tables(&fleet.processes, &fleet.units_table)
+            .unwrap(),
+    );
+    let (stop, shutdown) = pgtenure::crossbeam_channel::bounded::<()>(0);
+    let runner = {
+        let leaser = leaser.clone();
+        thread::spawn(move || leaser.run(&shutdown))
+    };
+    thread::sleep(Duration::from_millis(1500));
+    assert!(!leaser.ready(), "no database yet");
+    assert!(
+        !runner.is_finished(),
+        "an unreachable database delays run, it does not stop it"
+    );
+    let proxy = Proxy::start(port, database_addr()).unwrap();
+    wait_for("run to become ready", Duration::from_secs(15), || {
+        leaser.ready().then_some(())
+    });
+    wait_for("run to claim the units", Duration::from_secs(5), || {
+        (leaser.owned().len() == 10).then_some(())
+    });
+    let signalled = Instant::now();
+    drop(stop);
+    runner.join().unwrap().unwrap();
+    let took = signalled.elapsed();
+    assert!(took < Duration::from_secs(1), "run took {took:?} to stop");
+    drop(proxy);
+}
+
+#[test]
+fn one_hundred_thousand_units_and_eight_leasers_converge_and_claims_use_the_indexes() {
+    let fleet = Fleet::new(100_000);
+    client()
+        .batch_execute(&format!(
+            "ANALYZE {}; ANALYZE {}",
+            fleet.units_table, fleet.processes
+        ))
+        .unwrap();
+    let made: Vec<(Leaser, Arc<Recorder>)> = (0..8)
+        .map(|_| fleet.leaser(config(Duration::from_secs(120))))
+        .collect();
+    let all: Vec<&Leaser> = made.iter().map(|(l, _)| l).collect();
+    for leaser in &all {
+        leaser.heartbeat().unwrap();
+    }
+    let started = Instant::now();
+    let mut rounds = 0;
+    let counts = loop {
+        rounds += 1;
+        let counts = round(&all);
+        if counts.iter().all(|n| *n == 12_500) || rounds == 40 {
+            break counts;
+        }
+    };
+    println!(
+        "100,000 units, 8 leasers: {counts:?} after {rounds} rounds in {:?}",
+        started.elapsed()
+    );
+    assert!(
+        counts.iter().all(|n| *n == 12_500),
+        "not converged after {rounds} rounds: {counts:?}"
+    );
+    assert_disjoint(&fleet, &all);
+
+    client()
+        .batch_execute(&format!("ANALYZE {}", fleet.units_table))
+        .unwrap();
+    // The claim statement's plan, as the library sends it, with real parameter values.
+    let claim = std::fs::read_to_string("sql/membership/claim.sql")
+        .unwrap()
+        .replace("{units}", &format!("\"{}\"", fleet.units_table))
+        .replace("{processes}", &format!("\"{}\"", fleet.processes));
+    use pgtenure::postgres::types::Type;
+    let plan: Vec<String> = client()
+        .query_typed(
+            &format!("EXPLAIN {claim}"),
+            &[
+                (&all[0].process_id(), Type::TEXT),
+                (&64_i32, Type::INT4),
+                (&64_i64, Type::INT8),
+                (&12345_i32, Type::INT4),
+                (&12_500_i32, Type::INT4),
+                (&12_500_i64, Type::INT8),
+            ],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let plan = plan.join("\n");
+    println!("{plan}");
+    let claimable = format!("{}_claimable", fleet.units_table);
+    let owner = format!("{}_owner", fleet.units_table);
+    assert!(
+        plan.contains(&claimable),
+        "the claim does not use the claimable index:\n{plan}"
+    );
+    assert!(
+        plan.contains(&owner),
+        "the orphan lookup does not use the owner index:\n{plan}"
+    );
+    assert!(
+        !plan.contains(&format!("Seq Scan on {}", fleet.units_table)),
+        "the claim scans the units table:\n{plan}"
+    );
+}
