@@ -21,8 +21,7 @@ impl Role {
         client()
             .batch_execute(&format!(
                 "CREATE ROLE {name} LOGIN;
-                 ALTER ROLE {name} SET default_transaction_isolation = '{isolation}';
-                 GRANT ALL ON SCHEMA public TO {name};"
+                 ALTER ROLE {name} SET default_transaction_isolation = '{isolation}';"
             ))
             .unwrap();
         Role { name }
