@@ -5,7 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{client, db, Tables};
+use common::{client, db, wait_for, Tables};
 use pgtenure::Leases;
 
 /// How many threads of this process carry `name` (Linux: /proc/self/task/*/comm).
@@ -43,12 +43,20 @@ fn dropping_leases_joins_their_threads_and_releases_their_rows() {
         .iter()
         .map(|k| leases.acquire(k, ttl).unwrap().unwrap())
         .collect();
+    // A thread names itself once it runs, so wait for the names to appear.
+    wait_for(
+        "three named renewal threads",
+        Duration::from_secs(5),
+        || (threads_named("pgtenure-renew") == 3).then_some(()),
+    );
     assert_eq!(
         threads_named("pgtenure-renew"),
         3,
         "one renewal thread per lease"
     );
-    assert_eq!(threads_named("pgtenure-watch"), 1, "one watcher per family");
+    wait_for("the named watcher", Duration::from_secs(5), || {
+        (threads_named("pgtenure-watch") == 1).then_some(())
+    });
     assert!(["a", "b", "c"].iter().all(|k| live(&table, k)));
 
     let mut held = held.into_iter();

@@ -66,7 +66,11 @@ impl Drop for Tables {
     fn drop(&mut self) {
         if let Ok(mut c) = postgres::Client::connect(&url(), NoTls) {
             for name in &self.names {
-                let _ = c.batch_execute(&format!("DROP TABLE IF EXISTS {name} CASCADE"));
+                // The table, and the sequences leases and electors create beside it.
+                let _ = c.batch_execute(&format!(
+                    "DROP TABLE IF EXISTS {name} CASCADE;
+                     DROP SEQUENCE IF EXISTS {name}_token_seq, {name}_term_seq"
+                ));
             }
         }
     }
