@@ -58,6 +58,7 @@ const CREATE_TABLE: &str = include_str!("../sql/elector/create_table.sql");
 const IS_LEADER: &str = include_str!("../sql/elector/is_leader.sql");
 const RESIGN: &str = include_str!("../sql/elector/resign.sql");
 const LEADER: &str = include_str!("../sql/elector/leader.sql");
+const FENCE: &str = include_str!("../sql/elector/fence.sql");
 
 struct Statements {
     table: TableName,
@@ -65,6 +66,7 @@ struct Statements {
     is_leader: String,
     resign: String,
     leader: String,
+    fence: String,
 }
 
 impl Statements {
@@ -77,6 +79,7 @@ impl Statements {
             is_leader: render(IS_LEADER, &table),
             resign: render(RESIGN, &table),
             leader: render(LEADER, &table),
+            fence: render(FENCE, &table),
             table,
         })
     }
@@ -313,6 +316,32 @@ impl Elector {
             elected_at: row.get("elected_at"),
             expires_at: row.get("expires_at"),
         }))
+    }
+}
+
+impl Elector {
+    /// Checks, inside the caller's transaction, that this instance's tenure `term` is live by
+    /// `clock_timestamp()`, and locks the row `FOR SHARE` until the transaction ends, so no new
+    /// election can commit before it. Make a leader-only write only when it returns `true`.
+    ///
+    /// The lock also makes this elector's renewal (its next `is_leader`) wait until the transaction
+    /// ends: keep such transactions well inside the TTL.
+    ///
+    /// # Errors
+    ///
+    /// A database or connection error (the transaction is then aborted).
+    pub fn fence(&self, tx: &mut postgres::Transaction<'_>, term: i64) -> Result<bool> {
+        let rows = tx
+            .query_typed(
+                &self.sql.fence,
+                &[
+                    (&&*self.name, Type::TEXT),
+                    (&&*self.holder, Type::TEXT),
+                    (&term, Type::INT8),
+                ],
+            )
+            .map_err(|e| crate::Error::from_postgres("fence leadership", e))?;
+        Ok(!rows.is_empty())
     }
 }
 

@@ -222,6 +222,34 @@ fn is_leader_never_answers_true_past_the_local_deadline() {
 }
 
 #[test]
+fn term_fenced_writes_are_refused_for_a_stale_leader() {
+    let mut tables = Tables::new();
+    let table = table(&mut tables);
+    let ttl = Duration::from_millis(200);
+    let a = elector(&table, "a", ttl);
+    let b = elector(&table, "b", ttl);
+    assert!(a.is_leader().unwrap());
+    let term_a = a.term().unwrap();
+    let fenced = |e: &Elector, term: i64| {
+        let mut conn = db().pool().get().unwrap();
+        let mut tx = conn.transaction().unwrap();
+        let ok = e.fence(&mut tx, term).unwrap();
+        tx.commit().unwrap();
+        ok
+    };
+    assert!(fenced(&a, term_a));
+    assert!(!fenced(&b, term_a), "not b's term");
+    assert!(!fenced(&a, term_a + 1), "not a's term");
+    wait_for("b to take over", Duration::from_secs(5), || {
+        b.is_leader().unwrap().then_some(())
+    });
+    let term_b = b.term().unwrap();
+    assert!(term_b > term_a);
+    assert!(!fenced(&a, term_a), "a stale leader's write is refused");
+    assert!(fenced(&b, term_b));
+}
+
+#[test]
 fn a_database_error_drops_the_cached_leadership() {
     let mut tables = Tables::new();
     let table = table(&mut tables);
