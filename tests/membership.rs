@@ -472,18 +472,7 @@ fn hooks_see_claims_sheds_ticks_and_ownership() {
 fn run_starts_while_the_database_is_unreachable_and_stops_promptly() {
     let fleet = Fleet::new(10);
     let port = Proxy::free_port();
-    // A fresh config: Config::host() adds a host rather than replacing it.
-    let real: pgtenure::postgres::Config = common::url().parse().unwrap();
-    let mut via = pgtenure::postgres::Config::new();
-    via.host("127.0.0.1")
-        .port(port)
-        .user(real.get_user().unwrap_or("postgres"));
-    if let Some(dbname) = real.get_dbname() {
-        via.dbname(dbname);
-    }
-    if let Some(password) = real.get_password() {
-        via.password(password);
-    }
+    let via = common::config_at("127.0.0.1", port);
     let lazy = pgtenure::DbBuilder::from_config(via)
         .connection_timeout(Duration::from_millis(300))
         .unwrap()
@@ -598,4 +587,51 @@ fn one_hundred_thousand_units_and_eight_leasers_converge_and_claims_use_the_inde
         !plan.contains(&format!("Seq Scan on {}", fleet.units_table)),
         "the claim scans the units table:\n{plan}"
     );
+}
+
+#[test]
+fn past_its_local_deadline_a_leaser_owns_nothing_and_a_late_heartbeat_reports_the_loss() {
+    let fleet = Fleet::new(10);
+    let ttl = Duration::from_millis(400);
+    let (leaser, recorder) = fleet.leaser(config(ttl));
+    assert_eq!(leaser.live_until(), None);
+    leaser.heartbeat().unwrap();
+    let until = leaser.live_until().expect("live after a heartbeat");
+    assert_eq!(leaser.tick().unwrap().owned, 10);
+    assert_eq!(leaser.owned().len(), 10);
+    wait_for("the local deadline to pass", Duration::from_secs(5), || {
+        (Instant::now() >= until).then_some(())
+    });
+    assert!(
+        leaser.owned().is_empty(),
+        "past its deadline another process may own them"
+    );
+    // The database also let the row expire: the late heartbeat says so, and the units are lost.
+    wait_for("the row to expire", Duration::from_secs(5), || {
+        let expired: bool = client()
+            .query_one(
+                &format!(
+                    "SELECT bool_and(expires_at <= now()) FROM {}",
+                    fleet.processes
+                ),
+                &[],
+            )
+            .unwrap()
+            .get(0);
+        expired.then_some(())
+    });
+    leaser.heartbeat().unwrap();
+    let lost: usize = recorder
+        .events
+        .lock()
+        .iter()
+        .filter(|(kind, _)| *kind == "lost")
+        .map(|(_, units)| units.len())
+        .sum();
+    assert_eq!(lost, 10, "the late heartbeat reported every unit lost");
+    assert!(leaser.owned().is_empty());
+    // Nobody took them meanwhile, so the next tick finds them still this process's.
+    let report = leaser.tick().unwrap();
+    assert_eq!((report.gained.len(), report.claimed), (10, 0));
+    assert_eq!(leaser.owned().len(), 10);
 }

@@ -50,7 +50,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{after, at, select, Receiver};
+use crossbeam_channel::{after, at, bounded, never, select, Receiver, Sender};
 use parking_lot::Mutex;
 use postgres::types::Type;
 use postgres::Row;
@@ -479,6 +479,21 @@ struct Local {
     ready: bool,
     reread: bool,
     last_beat: Option<Instant>,
+    /// The local liveness deadline: the instant before the last successful heartbeat was sent, plus
+    /// the TTL. It never falls after the database's expiry of the row, so past it this process must
+    /// not act on its units: another may claim them once the row expires.
+    live_until: Option<Instant>,
+}
+
+impl Local {
+    fn live_at(&self, now: Instant) -> bool {
+        self.live_until.is_some_and(|until| now < until)
+    }
+
+    /// Forgets every owned unit, returning them (to report as lost).
+    fn forget_all(&mut self) -> Vec<Unit> {
+        std::mem::take(&mut self.owned).into_keys().collect()
+    }
 }
 
 /// A process's membership: its heartbeat row and the units it owns; see the [module docs](self).
@@ -496,6 +511,8 @@ pub struct Leaser {
     sql: Arc<Statements>,
     local: Mutex<Local>,
     ticking: Mutex<()>,
+    /// While `run` runs: wakes its liveness watcher when the local deadline moves.
+    watch: Mutex<Option<Sender<()>>>,
 }
 
 impl Leaser {
@@ -525,6 +542,7 @@ impl Leaser {
             sql: Statements::default_tables(),
             local: Mutex::new(Local::default()),
             ticking: Mutex::new(()),
+            watch: Mutex::new(None),
         })
     }
 
@@ -549,9 +567,21 @@ impl Leaser {
         &self.config
     }
 
-    /// The units this process owns, as of its last tick.
+    /// The units this process owns, as of its last tick; empty once its local liveness deadline (the
+    /// instant before the last successful heartbeat, plus the TTL) has passed, since from then on
+    /// another process may own them.
     pub fn owned(&self) -> Vec<Unit> {
-        self.local.lock().owned.keys().cloned().collect()
+        let local = self.local.lock();
+        if !local.live_at(Instant::now()) {
+            return Vec::new();
+        }
+        local.owned.keys().cloned().collect()
+    }
+
+    /// The local liveness deadline, if a heartbeat has succeeded: the instant before it was sent,
+    /// plus the TTL. Never later than the database's expiry of the process row.
+    pub fn live_until(&self) -> Option<Instant> {
+        self.local.lock().live_until
     }
 
     /// True once a tick has succeeded.
@@ -560,8 +590,10 @@ impl Leaser {
     }
 
     /// Upserts the process row with `now() + ttl` and the owned count and weight: the only
-    /// steady-state write of a process. If the row had expired since the previous heartbeat (by the
-    /// database clock, or more than a TTL passed locally), the next `run` loop ticks at once.
+    /// steady-state write of a process, and moves the local liveness deadline. If the row had expired
+    /// since the previous heartbeat (by the database clock, or more than a TTL passed locally), other
+    /// processes may have claimed its units: every owned unit is reported lost and forgotten, and the
+    /// next tick (at once, in `run`) re-reads what the database says it still owns.
     ///
     /// # Errors
     ///
@@ -587,24 +619,61 @@ impl Leaser {
         )?;
         let lapsed: bool = row.get("lapsed");
         let late = previous.is_some_and(|p| sent.duration_since(p) > self.config.ttl);
-        let mut local = self.local.lock();
-        local.last_beat = Some(sent);
+        let lost = {
+            let mut local = self.local.lock();
+            local.last_beat = Some(sent);
+            local.live_until = Some(sent + self.config.ttl);
+            if lapsed || late {
+                local.reread = true;
+                local.forget_all()
+            } else {
+                Vec::new()
+            }
+        };
         if lapsed || late {
             log::warn!(
                 target: "pgtenure::membership",
-                "process {} heartbeat came after its row expired; re-reading ownership",
+                "process {} heartbeat came after its row expired; its units may be elsewhere now",
                 self.process_id
             );
-            local.reread = true;
+        }
+        if !lost.is_empty() {
+            self.reconciler.units_lost(&lost);
+        }
+        if let Some(watch) = self.watch.lock().as_ref() {
+            // A full channel already holds a wake-up; the watcher re-reads the deadline anyway.
+            let _ = watch.try_send(());
         }
         Ok(())
+    }
+
+    /// Past the local liveness deadline without a new heartbeat: report every owned unit lost.
+    fn expire_if_due(&self) {
+        let lost = {
+            let mut local = self.local.lock();
+            if local.live_at(Instant::now()) {
+                return;
+            }
+            local.forget_all()
+        };
+        if !lost.is_empty() {
+            log::warn!(
+                target: "pgtenure::membership",
+                "process {} missed its heartbeats past its TTL: stopping work on {} units",
+                self.process_id,
+                lost.len()
+            );
+            self.reconciler.units_lost(&lost);
+        }
     }
 
     /// One rebalance step: reads the units the database says this process owns (replacing the local
     /// view), computes the fair share from live processes and claimable weight, claims up to its
     /// deficit in batches, or (only when it claimed nothing and owns more than fair share × (1 +
     /// hysteresis)) sheds its lightest idle units. Then reports lost units before gained ones to the
-    /// [`Reconciler`], and calls the hooks. A process whose row is not live claims and sheds nothing.
+    /// [`Reconciler`], and calls the hooks. A process that is not live (its row expired by the
+    /// database clock, or its local liveness deadline passed) claims and sheds nothing and owns
+    /// nothing until a heartbeat makes it live again.
     ///
     /// # Errors
     ///
@@ -622,7 +691,7 @@ impl Leaser {
             .iter()
             .map(unit_row)
             .collect();
-        let before = self.local.lock().owned.clone();
+        let live_locally = self.local.lock().live_at(Instant::now());
         let stats = self.db.query_one(
             "read membership stats",
             &self.sql.stats,
@@ -638,7 +707,7 @@ impl Leaser {
 
         let mut claimed = Vec::new();
         let mut shed = Vec::new();
-        if live_self {
+        if live_self && live_locally {
             claimed = self.claim(&mut truth, fair, unowned + orphaned)?;
             owned_weight = weight_of(&truth);
             if claimed.is_empty() {
@@ -647,23 +716,33 @@ impl Leaser {
             }
         }
 
-        let lost: Vec<Unit> = before
-            .keys()
-            .filter(|u| !truth.contains_key(*u))
-            .cloned()
-            .collect();
-        let gained: Vec<Unit> = truth
-            .keys()
-            .filter(|u| !before.contains_key(*u))
-            .cloned()
-            .collect();
-        let owned = truth.len();
-        {
+        // Adopt the database's truth only while live, judged now (the tick may have waited on the
+        // database), and compare with the local view as it is now (the liveness watcher may have
+        // reported losses meanwhile).
+        let (lost, gained, live_now) = {
             let mut local = self.local.lock();
-            local.owned = truth;
+            let live_now = live_self && local.live_at(Instant::now());
+            if !live_now {
+                truth.clear();
+                owned_weight = 0;
+            }
+            let lost: Vec<Unit> = local
+                .owned
+                .keys()
+                .filter(|u| !truth.contains_key(*u))
+                .cloned()
+                .collect();
+            let gained: Vec<Unit> = truth
+                .keys()
+                .filter(|u| !local.owned.contains_key(*u))
+                .cloned()
+                .collect();
+            local.owned = std::mem::take(&mut truth);
             local.ready = true;
             local.reread = false;
-        }
+            (lost, gained, live_now)
+        };
+        let owned = self.local.lock().owned.len();
         if !lost.is_empty() {
             self.reconciler.units_lost(&lost);
         }
@@ -699,7 +778,7 @@ impl Leaser {
             owned_weight,
             fair_share: fair,
             live_processes: live,
-            live: live_self,
+            live: live_now,
         })
     }
 
@@ -857,6 +936,7 @@ impl Leaser {
         let mut local = self.local.lock();
         local.owned.clear();
         local.last_beat = None;
+        local.live_until = None;
         Ok(())
     }
 
@@ -869,13 +949,49 @@ impl Leaser {
     /// returned. Returns after the database call in progress when the signal comes; each call is
     /// bounded by the pool's connection timeout and the TCP timeouts (see [`Db`]).
     ///
+    /// While it runs, a watcher thread of its own (`pgtenure-member`, joined before `run` returns)
+    /// reports every owned unit lost at the local liveness deadline if no heartbeat succeeded by then,
+    /// even while the loop is stuck in a database call: the process stops its work no later than the
+    /// database lets another process claim the units.
+    ///
     /// Graceful shutdown: signal, join the thread, then [`Leaser::release`] and
     /// [`Leaser::delete_process`].
     ///
     /// # Errors
     ///
-    /// None at present; the `Result` leaves room for fatal errors.
+    /// [`ErrorKind::Setup`](crate::ErrorKind::Setup) when the watcher thread cannot be started; loop
+    /// errors are logged, not returned.
     pub fn run(&self, shutdown: &Receiver<()>) -> Result<()> {
+        let (wake, woken) = bounded::<()>(1);
+        *self.watch.lock() = Some(wake);
+        let result = std::thread::scope(|scope| {
+            let watcher = std::thread::Builder::new()
+                .name("pgtenure-member".into())
+                .spawn_scoped(scope, || self.watch_liveness(&woken))
+                .map_err(|e| {
+                    Error::setup("could not start the membership liveness watcher").with_source(e)
+                });
+            let result = watcher.and_then(|_| self.run_loop(shutdown));
+            // Disconnecting the wake channel stops the watcher; the scope joins it.
+            self.watch.lock().take();
+            result
+        });
+        result
+    }
+
+    /// Reports every owned unit lost at the local liveness deadline, even while the run loop is stuck
+    /// in a database call (the deadline is re-read after every wake-up, so none is missed).
+    fn watch_liveness(&self, woken: &Receiver<()>) {
+        loop {
+            let deadline = self.live_until().filter(|d| *d > Instant::now());
+            select! {
+                recv(woken) -> msg => if msg.is_err() { return },
+                recv(deadline.map_or_else(never, at)) -> _ => self.expire_if_due(),
+            }
+        }
+    }
+
+    fn run_loop(&self, shutdown: &Receiver<()>) -> Result<()> {
         let (mut backoff, max_backoff) = STARTUP_BACKOFF;
         loop {
             match self.heartbeat() {

@@ -29,6 +29,24 @@ pub fn db() -> Db {
     .clone()
 }
 
+/// A fresh connection config for the test database at another address (a proxy): the user,
+/// password and database of the harness URL. (`Config::host` adds a host rather than replacing one.)
+pub fn config_at(host: &str, port: u16) -> postgres::Config {
+    let real: postgres::Config = url().parse().unwrap();
+    let mut config = postgres::Config::new();
+    config
+        .host(host)
+        .port(port)
+        .user(real.get_user().unwrap_or("postgres"));
+    if let Some(dbname) = real.get_dbname() {
+        config.dbname(dbname);
+    }
+    if let Some(password) = real.get_password() {
+        config.password(password);
+    }
+    config
+}
+
 /// A plain client for checks the library does not offer (reading rows, DDL, clocks).
 pub fn client() -> postgres::Client {
     postgres::Client::connect(&url(), NoTls).expect("test client connects")

@@ -1,56 +1,77 @@
-//! A small TCP proxy between the library and PostgreSQL, for fault tests: it can refuse connections
-//! (not listening yet), and forward them once started on a chosen port.
+//! A small TCP proxy between the library and PostgreSQL, for fault tests. On command it cuts every
+//! connection, blackholes traffic (sockets stay open, nothing is forwarded) and heals, or adds
+//! latency. It also counts protocol round trips: the client's `Sync` and simple `Query` messages.
 
-use std::io;
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
 use parking_lot::Mutex;
 
-/// Forwards every connection made to `port` on 127.0.0.1 to `target`. Dropping it stops accepting,
+#[derive(Default)]
+struct Shared {
+    stop: AtomicBool,
+    blackhole: AtomicBool,
+    latency_us: AtomicU64,
+    /// Bumped by `cut`: pipes of an older epoch stop.
+    epoch: AtomicU64,
+    round_trips: AtomicU64,
+    accepted: AtomicU64,
+    streams: Mutex<Vec<TcpStream>>,
+}
+
+/// Forwards every connection made to its port on 127.0.0.1 to a target. Dropping it stops accepting,
 /// closes every forwarded connection and joins its threads.
 pub struct Proxy {
     port: u16,
-    stop: Arc<AtomicBool>,
-    streams: Arc<Mutex<Vec<TcpStream>>>,
+    shared: Arc<Shared>,
     acceptor: Option<JoinHandle<()>>,
     pipes: Arc<Mutex<Vec<JoinHandle<()>>>>,
 }
 
 impl Proxy {
-    /// Starts forwarding `127.0.0.1:port` to `target`.
+    /// Starts forwarding `127.0.0.1:port` (0: any free port) to `target`.
     pub fn start(port: u16, target: SocketAddr) -> io::Result<Proxy> {
         let listener = TcpListener::bind(("127.0.0.1", port))?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let streams: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
+        let port = listener.local_addr()?.port();
+        let shared = Arc::new(Shared::default());
         let pipes: Arc<Mutex<Vec<JoinHandle<()>>>> = Arc::default();
-        let (s, st, p) = (stop.clone(), streams.clone(), pipes.clone());
+        let (s, p) = (shared.clone(), pipes.clone());
         let acceptor = thread::spawn(move || {
             for client in listener.incoming() {
-                if s.load(Ordering::SeqCst) {
+                if s.stop.load(Ordering::SeqCst) {
                     break;
                 }
                 let Ok(client) = client else { continue };
                 let Ok(server) = TcpStream::connect_timeout(&target, Duration::from_secs(5)) else {
                     continue;
                 };
-                let (Ok(c2), Ok(s2)) = (client.try_clone(), server.try_clone()) else {
+                let _ = (client.set_nodelay(true), server.set_nodelay(true));
+                s.accepted.fetch_add(1, Ordering::SeqCst);
+                let clones = (
+                    client.try_clone(),
+                    server.try_clone(),
+                    client.try_clone(),
+                    server.try_clone(),
+                );
+                let (Ok(c2), Ok(s2), Ok(c3), Ok(s3)) = clones else {
                     continue;
                 };
-                st.lock()
-                    .extend([client.try_clone().unwrap(), server.try_clone().unwrap()]);
+                s.streams.lock().extend([c3, s3]);
+                let epoch = s.epoch.load(Ordering::SeqCst);
+                let (up, down) = (s.clone(), s.clone());
                 let mut pipes = p.lock();
-                pipes.push(thread::spawn(move || pipe(client, server)));
-                pipes.push(thread::spawn(move || pipe(s2, c2)));
+                pipes.retain(|h| !h.is_finished());
+                pipes.push(thread::spawn(move || pipe(client, server, up, epoch, true)));
+                pipes.push(thread::spawn(move || pipe(s2, c2, down, epoch, false)));
             }
         });
         Ok(Proxy {
             port,
-            stop,
-            streams,
+            shared,
             acceptor: Some(acceptor),
             pipes,
         })
@@ -69,24 +90,157 @@ impl Proxy {
     pub fn port(&self) -> u16 {
         self.port
     }
+
+    /// A connection config for the test database through this proxy.
+    pub fn config(&self) -> pgtenure::postgres::Config {
+        super::config_at("127.0.0.1", self.port)
+    }
+
+    /// Closes every connection forwarded so far (both sides), as a network cut would.
+    pub fn cut(&self) {
+        self.shared.epoch.fetch_add(1, Ordering::SeqCst);
+        for stream in self.shared.streams.lock().drain(..) {
+            let _ = stream.shutdown(Shutdown::Both);
+        }
+    }
+
+    /// Stops forwarding in both directions; sockets stay open, data waits.
+    pub fn blackhole(&self) {
+        self.shared.blackhole.store(true, Ordering::SeqCst);
+    }
+
+    /// Forwards again, including what waited.
+    pub fn heal(&self) {
+        self.shared.blackhole.store(false, Ordering::SeqCst);
+    }
+
+    /// Delays every forwarded chunk by `latency` (zero: none).
+    pub fn set_latency(&self, latency: Duration) {
+        self.shared
+            .latency_us
+            .store(latency.as_micros() as u64, Ordering::SeqCst);
+    }
+
+    /// Client `Sync` and simple `Query` messages seen so far: one per round trip of the extended or
+    /// simple query protocol.
+    pub fn round_trips(&self) -> u64 {
+        self.shared.round_trips.load(Ordering::SeqCst)
+    }
+
+    /// Connections accepted so far.
+    pub fn accepted(&self) -> u64 {
+        self.shared.accepted.load(Ordering::SeqCst)
+    }
 }
 
-/// Copies one direction until either side closes, then closes both.
-fn pipe(mut from: TcpStream, mut to: TcpStream) {
-    let _ = io::copy(&mut from, &mut to);
+/// Copies one direction until either side closes or the proxy cuts or stops, then closes both.
+fn pipe(
+    mut from: TcpStream,
+    mut to: TcpStream,
+    shared: Arc<Shared>,
+    epoch: u64,
+    client_side: bool,
+) {
+    let mut counter = Counter::default();
+    let mut buf = [0_u8; 16 * 1024];
+    let _ = from.set_read_timeout(Some(Duration::from_millis(50)));
+    let alive = |shared: &Shared| {
+        !shared.stop.load(Ordering::SeqCst) && shared.epoch.load(Ordering::SeqCst) == epoch
+    };
+    'copy: while alive(&shared) {
+        let n = match from.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                continue
+            }
+            Err(_) => break,
+        };
+        while shared.blackhole.load(Ordering::SeqCst) {
+            if !alive(&shared) {
+                break 'copy;
+            }
+            thread::sleep(Duration::from_millis(5));
+        }
+        let latency = shared.latency_us.load(Ordering::SeqCst);
+        if latency > 0 {
+            thread::sleep(Duration::from_micros(latency));
+        }
+        if client_side {
+            shared
+                .round_trips
+                .fetch_add(counter.feed(&buf[..n]), Ordering::SeqCst);
+        }
+        if to.write_all(&buf[..n]).is_err() {
+            break;
+        }
+    }
     let _ = from.shutdown(Shutdown::Both);
     let _ = to.shutdown(Shutdown::Both);
 }
 
+/// Frames the client's side of the PostgreSQL protocol and counts `Sync` ('S') and `Query` ('Q').
+#[derive(Default)]
+struct Counter {
+    buf: Vec<u8>,
+    typed: bool,
+}
+
+impl Counter {
+    fn feed(&mut self, data: &[u8]) -> u64 {
+        const SSL_REQUEST: u32 = 80_877_103;
+        const GSSENC_REQUEST: u32 = 80_877_104;
+        self.buf.extend_from_slice(data);
+        let (mut pos, mut count) = (0, 0);
+        loop {
+            let rest = &self.buf[pos..];
+            if !self.typed {
+                // Startup-phase messages have no type byte: length, then a code.
+                if rest.len() < 8 {
+                    break;
+                }
+                let len = u32::from_be_bytes(rest[..4].try_into().unwrap()) as usize;
+                let code = u32::from_be_bytes(rest[4..8].try_into().unwrap());
+                if rest.len() < len {
+                    break;
+                }
+                pos += len;
+                if code != SSL_REQUEST && code != GSSENC_REQUEST {
+                    self.typed = true;
+                }
+            } else {
+                if rest.len() < 5 {
+                    break;
+                }
+                let len = u32::from_be_bytes(rest[1..5].try_into().unwrap()) as usize;
+                if rest.len() < 1 + len {
+                    break;
+                }
+                if rest[0] == b'S' || rest[0] == b'Q' {
+                    count += 1;
+                }
+                pos += 1 + len;
+            }
+        }
+        self.buf.drain(..pos);
+        count
+    }
+}
+
 impl Drop for Proxy {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
+        self.shared.stop.store(true, Ordering::SeqCst);
         // Wake the acceptor with a connection of our own.
         let _ = TcpStream::connect(("127.0.0.1", self.port));
         if let Some(acceptor) = self.acceptor.take() {
             let _ = acceptor.join();
         }
-        for stream in self.streams.lock().drain(..) {
+        for stream in self.shared.streams.lock().drain(..) {
             let _ = stream.shutdown(Shutdown::Both);
         }
         for pipe in self.pipes.lock().drain(..) {
@@ -104,7 +258,6 @@ pub fn database_addr() -> SocketAddr {
         other => panic!("the fault tests need a TCP database URL, not {other:?}"),
     };
     let port = config.get_ports().first().copied().unwrap_or(5432);
-    use std::net::ToSocketAddrs;
     (host.as_str(), port)
         .to_socket_addrs()
         .unwrap()
