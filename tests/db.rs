@@ -6,42 +6,9 @@ use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, SystemTime};
 
-use common::{client, db, wait_for, Tables};
+use common::{client, db, wait_for, Role, Tables};
 use pgtenure::postgres::{self, NoTls};
 use pgtenure::{Db, ErrorKind, FireClaims, TickClaims};
-
-/// A role (and its cleanup) whose default isolation is `isolation`.
-struct Role {
-    name: String,
-}
-
-impl Role {
-    fn new(tables: &mut Tables, isolation: &str) -> Role {
-        let name = tables.name("role");
-        client()
-            .batch_execute(&format!(
-                "CREATE ROLE {name} LOGIN;
-                 ALTER ROLE {name} SET default_transaction_isolation = '{isolation}';"
-            ))
-            .unwrap();
-        Role { name }
-    }
-
-    fn config(&self, application_name: &str) -> postgres::Config {
-        let mut config: postgres::Config = common::url().parse().unwrap();
-        config.user(&self.name);
-        config.application_name(application_name);
-        config
-    }
-}
-
-impl Drop for Role {
-    fn drop(&mut self) {
-        if let Ok(mut c) = postgres::Client::connect(&common::url(), NoTls) {
-            let _ = c.batch_execute(&format!("DROP OWNED BY {0}; DROP ROLE {0}", self.name));
-        }
-    }
-}
 
 fn setting(db: &Db, name: &str) -> String {
     let mut conn = db.pool().get().unwrap();

@@ -146,3 +146,36 @@ pub fn race<T: Send + 'static>(n: usize, f: impl Fn(usize) -> T + Send + Sync + 
         .map(|h| h.join().expect("racer thread"))
         .collect()
 }
+
+/// A role (and its cleanup) whose default isolation is `isolation`.
+pub struct Role {
+    pub name: String,
+}
+
+impl Role {
+    pub fn new(tables: &mut Tables, isolation: &str) -> Role {
+        let name = tables.name("role");
+        client()
+            .batch_execute(&format!(
+                "CREATE ROLE {name} LOGIN;
+                 ALTER ROLE {name} SET default_transaction_isolation = '{isolation}';"
+            ))
+            .unwrap();
+        Role { name }
+    }
+
+    pub fn config(&self, application_name: &str) -> postgres::Config {
+        let mut config: postgres::Config = url().parse().unwrap();
+        config.user(&self.name);
+        config.application_name(application_name);
+        config
+    }
+}
+
+impl Drop for Role {
+    fn drop(&mut self) {
+        if let Ok(mut c) = postgres::Client::connect(&url(), NoTls) {
+            let _ = c.batch_execute(&format!("DROP OWNED BY {0}; DROP ROLE {0}", self.name));
+        }
+    }
+}

@@ -1,0 +1,500 @@
+//! Fault injection: a blackholed network, a paused holder process, a restarted database, a
+//! SERIALIZABLE default, partitions and crashes during rebalancing, every bad input, and the round
+//! trips of every operation. Each asserts that nothing was held twice and no stale holder wrote.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant, SystemTime};
+
+use common::proxy::{database_addr, Proxy};
+use common::{client, count, db, wait_for, Role, Tables};
+use parking_lot::Mutex;
+use pgtenure::membership::{Config, Hooks, Leaser, Reconciler, Unit, Units};
+use pgtenure::testing::TempPostgres;
+use pgtenure::{
+    Db, DbBuilder, Elector, ErrorKind, FireClaims, KeyRenewal, Leases, LossReason, TickClaims,
+};
+
+const CHILD_ENV: &str = "PGTENURE_FAULT_CHILD";
+
+fn leases_table(tables: &mut Tables) -> String {
+    let table = tables.name("lease");
+    Leases::new(&db())
+        .with_table(&table)
+        .unwrap()
+        .create_table()
+        .unwrap();
+    table
+}
+
+fn ledger(tables: &mut Tables) -> String {
+    let ledger = tables.name("ledger");
+    client()
+        .batch_execute(&format!(
+            "CREATE TABLE {ledger} (id bigserial PRIMARY KEY, token bigint NOT NULL, owner text NOT NULL)"
+        ))
+        .unwrap();
+    ledger
+}
+
+/// What a fenced write came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Write {
+    Done,
+    /// The fence refused: a newer tenure exists, or this one lapsed.
+    Refused,
+    /// The database could not be reached (a fault): nothing known written.
+    Failed,
+}
+
+/// One protected write: fence, then insert into the ledger, in one transaction of `db`'s.
+fn fenced_write(db: &Db, leases: &Leases, ledger: &str, key: &str, token: i64) -> Write {
+    let Ok(mut conn) = db.pool().get() else {
+        return Write::Failed;
+    };
+    let Ok(mut tx) = conn.transaction() else {
+        return Write::Failed;
+    };
+    match leases.fence(&mut tx, key, token) {
+        Ok(true) => {}
+        Ok(false) => return Write::Refused,
+        Err(_) => return Write::Failed,
+    }
+    let insert = format!("INSERT INTO {ledger} (token, owner) VALUES ($1, $2)");
+    if tx.execute(&insert, &[&token, &leases.owner()]).is_err() || tx.commit().is_err() {
+        return Write::Failed;
+    }
+    Write::Done
+}
+
+/// Tokens in ledger order, per key: must never go down.
+fn ledger_tokens(ledger: &str) -> Vec<(i64, String)> {
+    client()
+        .query(
+            &format!("SELECT token, owner FROM {ledger} ORDER BY id"),
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect()
+}
+
+fn assert_ledger_ordered(ledger: &str) -> usize {
+    let rows = ledger_tokens(ledger);
+    for pair in rows.windows(2) {
+        assert!(
+            pair[0].0 <= pair[1].0,
+            "token {} wrote after token {}",
+            pair[1].0,
+            pair[0].0
+        );
+        if pair[0].0 == pair[1].0 {
+            assert_eq!(pair[0].1, pair[1].1, "one token, two owners");
+        }
+    }
+    rows.len()
+}
+
+#[test]
+fn every_operation_is_one_round_trip() {
+    let mut tables = Tables::new();
+    let (tick_t, fire_t, lease_t, leader_t) = (
+        tables.name("tick"),
+        tables.name("fire"),
+        tables.name("lease"),
+        tables.name("leader"),
+    );
+    let (procs_t, units_t) = (tables.name("procs"), tables.name("units"));
+    TickClaims::new(&db())
+        .with_table(&tick_t)
+        .unwrap()
+        .create_table()
+        .unwrap();
+    FireClaims::new(&db())
+        .with_table(&fire_t)
+        .unwrap()
+        .create_table()
+        .unwrap();
+    Leases::new(&db())
+        .with_table(&lease_t)
+        .unwrap()
+        .create_table()
+        .unwrap();
+    Elector::new(&db())
+        .with_table(&leader_t)
+        .unwrap()
+        .create_table()
+        .unwrap();
+    Units::new(&db())
+        .with_tables(&procs_t, &units_t)
+        .unwrap()
+        .create_tables()
+        .unwrap();
+
+    let proxy = Proxy::start(0, database_addr()).unwrap();
+    let via = DbBuilder::from_config(proxy.config())
+        .max_size(1)
+        .unwrap()
+        .build()
+        .unwrap();
+    let ticks = TickClaims::new(&via).with_table(&tick_t).unwrap();
+    let fires = FireClaims::new(&via).with_table(&fire_t).unwrap();
+    let leases = Leases::new(&via).with_table(&lease_t).unwrap();
+    let elector = Elector::new(&via).with_table(&leader_t).unwrap();
+    let units = Units::new(&via).with_tables(&procs_t, &units_t).unwrap();
+    let leaser = Leaser::new(&via, Arc::new(Quiet), Config::default(), Hooks::default())
+        .unwrap()
+        .with_tables(&procs_t, &units_t)
+        .unwrap();
+
+    let mut measured: Vec<(&str, u64)> = Vec::new();
+    let mut measure = |name: &'static str, f: &mut dyn FnMut()| {
+        let before = proxy.round_trips();
+        f();
+        measured.push((name, proxy.round_trips() - before));
+    };
+    let tick = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+    let mut won = None;
+    measure("tick claim (won)", &mut || {
+        won = ticks.claim("job", tick, Duration::from_secs(60)).unwrap()
+    });
+    measure("tick claim (refused)", &mut || {
+        assert!(ticks
+            .claim("job", tick, Duration::from_secs(60))
+            .unwrap()
+            .is_none())
+    });
+    let mut claim = won.take();
+    measure("tick release", &mut || {
+        claim.take().unwrap().release().unwrap()
+    });
+    measure("fire claim (won)", &mut || {
+        assert!(fires.claim("f@1").unwrap())
+    });
+    measure("fire claim (refused)", &mut || {
+        assert!(!fires.claim("f@1").unwrap())
+    });
+    measure("fire purge", &mut || {
+        fires.purge(Duration::ZERO).unwrap();
+    });
+    measure("lease try_acquire", &mut || {
+        assert!(leases
+            .try_acquire("a", Duration::from_secs(60))
+            .unwrap()
+            .is_some())
+    });
+    measure("lease try_acquire (refused)", &mut || {
+        let other = Leases::new(&via).with_table(&lease_t).unwrap();
+        assert!(other
+            .try_acquire("a", Duration::from_secs(60))
+            .unwrap()
+            .is_none());
+    });
+    measure("lease renew (batch of 3)", &mut || {
+        leases
+            .renew(&["a", "b", "c"], Duration::from_secs(60))
+            .unwrap();
+    });
+    measure("lease supersede", &mut || {
+        assert!(leases.supersede("a").unwrap())
+    });
+    measure("lease release", &mut || {
+        assert!(leases.release("a").unwrap())
+    });
+    let mut lease = None;
+    measure("managed lease acquire", &mut || {
+        lease = leases.acquire("m", Duration::from_secs(60)).unwrap()
+    });
+    let token = lease.as_ref().unwrap().token();
+    let mut conn = via.pool().get().unwrap();
+    let mut tx = conn.transaction().unwrap();
+    measure("lease fence (in a transaction)", &mut || {
+        assert!(leases.fence(&mut tx, "m", token).unwrap())
+    });
+    tx.commit().unwrap();
+    drop(conn);
+    measure("managed lease release", &mut || {
+        lease.take().unwrap().release().unwrap()
+    });
+    measure("elector is_leader", &mut || {
+        assert!(elector.is_leader().unwrap())
+    });
+    measure("elector leader", &mut || {
+        assert!(elector.leader().unwrap().is_some())
+    });
+    measure("elector resign", &mut || elector.resign().unwrap());
+    measure("units add (batch of 3)", &mut || {
+        units
+            .add(&[
+                Unit::new("t", 1).unwrap(),
+                Unit::new("t", 2).unwrap(),
+                Unit::new("t", 3).unwrap(),
+            ])
+            .unwrap();
+    });
+    measure("units set_weight", &mut || {
+        assert!(units.set_weight(&Unit::new("t", 3).unwrap(), 2).unwrap())
+    });
+    measure("membership heartbeat", &mut || leaser.heartbeat().unwrap());
+    measure("membership sweep", &mut || {
+        leaser.sweep().unwrap();
+    });
+    measure("membership release", &mut || {
+        leaser.release().unwrap();
+    });
+    measure("membership delete_process", &mut || {
+        leaser.delete_process().unwrap()
+    });
+    drop(measure);
+    for (name, trips) in &measured {
+        println!("{trips} round trip(s): {name}");
+    }
+    for (name, trips) in &measured {
+        assert_eq!(*trips, 1, "{name} took {trips} round trips");
+    }
+    // A tick is several statements: owned, stats, and one per claim batch.
+    leaser.heartbeat().unwrap();
+    let before = proxy.round_trips();
+    let report = leaser.tick().unwrap();
+    assert_eq!(report.claimed, 3);
+    assert_eq!(
+        proxy.round_trips() - before,
+        3,
+        "owned + stats + one claim batch"
+    );
+}
+
+struct Quiet;
+
+impl Reconciler for Quiet {
+    fn units_gained(&self, _: &[Unit]) {}
+    fn units_lost(&self, _: &[Unit]) {}
+}
+
+#[test]
+fn a_blackholed_holder_loses_at_its_local_deadline_and_is_refused_after_healing() {
+    let mut tables = Tables::new();
+    let table = leases_table(&mut tables);
+    let ledger = ledger(&mut tables);
+    let proxy = Proxy::start(0, database_addr()).unwrap();
+    let holder_db = DbBuilder::from_config(proxy.config())
+        .connection_timeout(Duration::from_secs(1))
+        .unwrap()
+        .build()
+        .unwrap();
+    let holder = Leases::new(&holder_db).with_table(&table).unwrap();
+    let ttl = Duration::from_millis(600);
+    let lease = holder.acquire("k", ttl).unwrap().unwrap();
+    assert_eq!(
+        fenced_write(&holder_db, &holder, &ledger, "k", lease.token()),
+        Write::Done
+    );
+
+    proxy.blackhole();
+    let held_until: SystemTime = client()
+        .query_one(
+            &format!("SELECT held_until FROM {table} WHERE key = 'k'"),
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    let deadline = lease.deadline();
+    let reason = lease
+        .lost()
+        .recv_timeout(ttl * 3)
+        .expect("loss while blackholed");
+    let late = Instant::now().saturating_duration_since(deadline);
+    assert_eq!(reason, LossReason::Expired);
+    assert!(!lease.is_held());
+    println!("blackholed holder: loss signalled {late:?} after its local deadline");
+    assert!(late < Duration::from_millis(250), "{late:?}");
+
+    // Another worker acquires once the database's expiry has passed, and writes.
+    let other = Leases::new(&db()).with_table(&table).unwrap();
+    let taken = wait_for("the takeover", Duration::from_secs(5), || {
+        other.try_acquire("k", Duration::from_secs(30)).unwrap()
+    });
+    assert!(taken.token() > lease.token());
+    let acquired_at: SystemTime = client()
+        .query_one(
+            &format!("SELECT acquired_at FROM {table} WHERE key = 'k'"),
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert!(
+        acquired_at >= held_until,
+        "taken over before the database's expiry"
+    );
+    assert_eq!(
+        fenced_write(&db(), &other, &ledger, "k", taken.token()),
+        Write::Done
+    );
+
+    // Heal: the old holder's renew, fence and release are all refused; the new tenure is intact.
+    proxy.heal();
+    assert_eq!(
+        holder.renew(&["k"], ttl).unwrap().get("k"),
+        Some(KeyRenewal::Lost)
+    );
+    assert_eq!(
+        fenced_write(&holder_db, &holder, &ledger, "k", lease.token()),
+        Write::Refused
+    );
+    assert!(!holder.release("k").unwrap());
+    assert!(!holder.release_tenure("k", lease.token()).unwrap());
+    lease.release().unwrap();
+    let (owner, token): (String, i64) = client()
+        .query_one(
+            &format!("SELECT owner, token FROM {table} WHERE key = 'k'"),
+            &[],
+        )
+        .map(|r| (r.get(0), r.get(1)))
+        .unwrap();
+    assert_eq!((owner.as_str(), token), (other.owner(), taken.token()));
+    assert_eq!(assert_ledger_ordered(&ledger), 2);
+}
+
+/// The child side of the pause test: hold a lease and write through the fence until it is lost.
+fn paused_holder_child(table: &str, ledger: &str) {
+    let db = db();
+    let leases = Leases::new(&db)
+        .with_table(table)
+        .unwrap()
+        .with_owner(&format!("child-{}", std::process::id()))
+        .unwrap();
+    let lease = leases
+        .acquire("k", Duration::from_millis(600))
+        .unwrap()
+        .expect("free");
+    println!("TOKEN {}", lease.token());
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(30) {
+        let write = fenced_write(&db, &leases, ledger, "k", lease.token());
+        println!("WRITE {write:?}");
+        if let Ok(reason) = lease.lost().try_recv() {
+            println!("LOST {reason:?}");
+            println!(
+                "WRITE {:?}",
+                fenced_write(&db, &leases, ledger, "k", lease.token())
+            );
+            break;
+        }
+        thread::sleep(Duration::from_millis(40));
+    }
+    println!("DONE");
+}
+
+#[test]
+fn a_paused_holder_process_is_refused_on_resume_and_learns_its_loss() {
+    if std::env::var(CHILD_ENV).is_ok_and(|m| m == "paused-holder") {
+        let table = std::env::var("PGTENURE_CHILD_TABLE").unwrap();
+        let ledger = std::env::var("PGTENURE_CHILD_LEDGER").unwrap();
+        return paused_holder_child(&table, &ledger);
+    }
+    let mut tables = Tables::new();
+    let table = leases_table(&mut tables);
+    let ledger = ledger(&mut tables);
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "a_paused_holder_process_is_refused_on_resume_and_learns_its_loss",
+            "--nocapture",
+        ])
+        .env(CHILD_ENV, "paused-holder")
+        .env("PGTENURE_CHILD_TABLE", &table)
+        .env("PGTENURE_CHILD_LEDGER", &ledger)
+        .env("DATABASE_URL", common::url())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id().to_string();
+    let (lines_tx, lines) = pgtenure::crossbeam_channel::unbounded::<String>();
+    let out = child.stdout.take().unwrap();
+    let reader = thread::spawn(move || {
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            let _ = lines_tx.send(line);
+        }
+    });
+    let token: i64 = loop {
+        let line = lines
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the child reports its token");
+        if let Some((_, t)) = line.split_once("TOKEN ") {
+            break t.trim().parse().unwrap();
+        }
+    };
+    // Let it write a few times, then pause it past its TTL.
+    wait_for("the child's first writes", Duration::from_secs(5), || {
+        (count(&mut client(), &ledger) >= 2).then_some(())
+    });
+    assert!(Command::new("kill")
+        .args(["-STOP", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let paused_writes = count(&mut client(), &ledger);
+    // If the pause caught the child inside a fenced transaction, its row lock makes every takeover
+    // wait until it resumes and commits: the write was fenced before the pause, so that is safe.
+    let (t, l) = (table.clone(), ledger.clone());
+    let takeover = thread::spawn(move || {
+        let other = Leases::new(&db()).with_table(&t).unwrap();
+        let taken = wait_for("a takeover", Duration::from_secs(20), || {
+            other.try_acquire("k", Duration::from_secs(30)).unwrap()
+        });
+        let write = fenced_write(&db(), &other, &l, "k", taken.token());
+        (taken.token(), write)
+    });
+    let waited = Instant::now();
+    while !takeover.is_finished() && waited.elapsed() < Duration::from_secs(3) {
+        thread::sleep(Duration::from_millis(10));
+    }
+    let mid_transaction = !takeover.is_finished();
+    assert!(Command::new("kill")
+        .args(["-CONT", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let (taken, write) = takeover.join().unwrap();
+    assert!(taken > token);
+    assert_eq!(write, Write::Done);
+
+    let mut after: Vec<String> = Vec::new();
+    loop {
+        let line = lines
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the child finishes");
+        if line.ends_with("DONE") {
+            break;
+        }
+        after.push(line);
+    }
+    child.wait().unwrap();
+    reader.join().unwrap();
+    println!("child after resume (paused mid-transaction: {mid_transaction}): {after:?}");
+    assert!(
+        after.iter().any(|l| l.ends_with("LOST Expired")),
+        "{after:?}"
+    );
+    // Every write the child attempted after its tenure ended was refused: the ledger proves it. Only
+    // a write already fenced when the pause came may commit after the resume.
+    let rows = ledger_tokens(&ledger);
+    let child_rows = rows.iter().filter(|(t, _)| *t == token).count() as i64;
+    let allowed = paused_writes + i64::from(mid_transaction);
+    assert!(
+        child_rows <= allowed,
+        "the child wrote {child_rows} rows, {allowed} allowed"
+    );
+    assert!(
+        after.iter().any(|l| l.ends_with("WRITE Refused")),
+        "{after:?}"
+    );
+    assert_ledger_ordered(&ledger);
+}
