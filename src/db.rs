@@ -51,6 +51,7 @@ const READ_COMMITTED_OPTION: &str = "-c default_transaction_isolation=read\\ com
 #[derive(Clone)]
 pub struct Db {
     pool: Pool<Manager>,
+    cancel_on_deadline: bool,
 }
 
 impl Db {
@@ -98,7 +99,28 @@ impl Db {
     /// (never granting two holders); pass `options=-c default_transaction_isolation=read\ committed`
     /// in the connection string to avoid that.
     pub fn from_pool(pool: Pool<Manager>) -> Db {
-        Db { pool }
+        Db {
+            pool,
+            cancel_on_deadline: true,
+        }
+    }
+
+    /// Whether a lease's statement that is still blocked at its local deadline is cancelled with the
+    /// connection's cancel key (so its thread returns at once). Defaults to `true`.
+    ///
+    /// Turn it off behind PgBouncer or another transaction pooler: there a cancel request can be
+    /// delayed and then hit another client's statement on the same server connection (PgBouncer
+    /// issues #245 and #684; PgBouncer 1.18 here ignored the cancel outright). Loss is still signalled
+    /// at the deadline either way; only the stuck thread then waits for its statement or the TCP
+    /// timeout, and `Lease::release`/`Drop` still return within their bounds.
+    pub fn with_cancel_on_deadline(mut self, on: bool) -> Db {
+        self.cancel_on_deadline = on;
+        self
+    }
+
+    /// See [`Db::with_cancel_on_deadline`].
+    pub fn cancels_on_deadline(&self) -> bool {
+        self.cancel_on_deadline
     }
 
     /// The underlying r2d2 pool.
@@ -221,6 +243,7 @@ impl fmt::Debug for Db {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let state = self.pool.state();
         f.debug_struct("Db")
+            .field("cancel_on_deadline", &self.cancel_on_deadline)
             .field("max_size", &self.pool.max_size())
             .field("connections", &state.connections)
             .field("idle_connections", &state.idle_connections)
@@ -234,6 +257,7 @@ pub struct DbBuilder {
     max_size: u32,
     connection_timeout: Duration,
     read_committed: bool,
+    cancel_on_deadline: bool,
 }
 
 impl DbBuilder {
@@ -245,6 +269,7 @@ impl DbBuilder {
             max_size: DEFAULT_MAX_SIZE,
             connection_timeout: DEFAULT_POOL_TIMEOUT,
             read_committed: true,
+            cancel_on_deadline: true,
         }
     }
 
@@ -285,6 +310,13 @@ impl DbBuilder {
         self
     }
 
+    /// Whether stuck lease statements are cancelled at their deadline; see
+    /// [`Db::with_cancel_on_deadline`]. Defaults to `true`; turn it off behind PgBouncer.
+    pub fn cancel_on_deadline(mut self, on: bool) -> DbBuilder {
+        self.cancel_on_deadline = on;
+        self
+    }
+
     /// Builds the pool and waits until one connection is open.
     ///
     /// # Errors
@@ -299,7 +331,7 @@ impl DbBuilder {
                 NoTls,
             ))
             .map_err(|e| Error::from_pool("connect", e))?;
-        Ok(Db { pool })
+        Ok(Db::from_pool(pool).with_cancel_on_deadline(self.cancel_on_deadline))
     }
 
     /// Builds the pool without connecting: the first operation opens the first connection. Use it
@@ -310,7 +342,7 @@ impl DbBuilder {
             self.effective_config(),
             NoTls,
         ));
-        Db { pool }
+        Db::from_pool(pool).with_cancel_on_deadline(self.cancel_on_deadline)
     }
 
     fn pool_builder(&self) -> r2d2::Builder<Manager> {
@@ -363,6 +395,7 @@ impl fmt::Debug for DbBuilder {
             .field("max_size", &self.max_size)
             .field("connection_timeout", &self.connection_timeout)
             .field("read_committed", &self.read_committed)
+            .field("cancel_on_deadline", &self.cancel_on_deadline)
             .finish()
     }
 }

@@ -487,12 +487,20 @@ fn loss_fires_at_the_local_deadline_while_the_renewal_is_stuck_on_a_row_lock() {
         "signalled {late:?} after the deadline"
     );
     assert!(!lease.is_held());
-    // The stuck renewal was cancelled, so releasing does not wait for the lock.
+    // The stuck renewal was cancelled, so releasing does not wait for the lock. Without cancels
+    // (behind PgBouncer) release returns at its documented 1 s bound and the watcher joins the
+    // thread later.
     let released_at = Instant::now();
     lease.release().unwrap();
+    let bound = if db().cancels_on_deadline() {
+        Duration::from_millis(900)
+    } else {
+        Duration::from_millis(1500)
+    };
     assert!(
-        released_at.elapsed() < Duration::from_millis(900),
-        "release waited on the stuck thread"
+        released_at.elapsed() < bound,
+        "release took {:?}",
+        released_at.elapsed()
     );
     tx.rollback().unwrap();
     println!("loss signalled {late:?} after the local deadline");

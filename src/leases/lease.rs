@@ -209,8 +209,11 @@ struct Renewer {
 impl Renewer {
     /// One renewal: `Some(superseded)` when still ours, `None` when refused.
     fn renew(&self, state: &LeaseState) -> Result<Option<bool>> {
+        let cancel = self.db.cancels_on_deadline();
         let rows = self.db.with_conn("renew lease", |conn| {
-            state.set_in_flight(Purpose::Renew, conn.cancel_token());
+            if cancel {
+                state.set_in_flight(Purpose::Renew, conn.cancel_token());
+            }
             let rows = conn.query_typed(
                 &self.sql.renew_tenure,
                 &[
@@ -434,9 +437,12 @@ impl Lease {
     fn release_row(&self) -> Result<()> {
         // The watcher cancels the statement if it overruns RELEASE_WAIT (a row lock held elsewhere).
         self.shared.watch(Watch::Lease(self.state.clone()))?;
+        let cancel = self.shared.db.cancels_on_deadline();
         let released = self.shared.db.with_conn("release lease", |conn| {
-            self.state
-                .set_in_flight(Purpose::Release, conn.cancel_token());
+            if cancel {
+                self.state
+                    .set_in_flight(Purpose::Release, conn.cancel_token());
+            }
             let released =
                 self.shared
                     .release_statement(conn, &self.state.key, Some(self.state.token));

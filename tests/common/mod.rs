@@ -11,8 +11,27 @@ use std::time::{Duration, Instant, SystemTime};
 use pgtenure::postgres::{self, NoTls};
 use pgtenure::Db;
 
-/// The database URL for this test binary.
+/// The database URL the library under test uses: the test database, or with
+/// `PGTENURE_TEST_PGBOUNCER=1` a PgBouncer in transaction mode in front of it.
 pub fn url() -> String {
+    if through_pgbouncer() {
+        static BOUNCER: OnceLock<pgtenure::testing::PgBouncer> = OnceLock::new();
+        let bouncer = BOUNCER.get_or_init(|| {
+            pgtenure::testing::PgBouncer::start(&direct_url())
+                .unwrap_or_else(|e| panic!("no PgBouncer: {e}"))
+        });
+        return bouncer.url().to_owned();
+    }
+    direct_url()
+}
+
+/// Whether this run goes through PgBouncer (`PGTENURE_TEST_PGBOUNCER=1`).
+pub fn through_pgbouncer() -> bool {
+    std::env::var("PGTENURE_TEST_PGBOUNCER").is_ok_and(|v| v == "1")
+}
+
+/// The test database itself (`DATABASE_URL`, or a `TempPostgres`), for the tests' own checks.
+pub fn direct_url() -> String {
     pgtenure::testing::database_url().unwrap_or_else(|e| panic!("no test database: {e}"))
 }
 
@@ -23,6 +42,8 @@ pub fn db() -> Db {
         let _ = env_logger::builder().is_test(true).try_init();
         Db::builder(&url())
             .and_then(|b| b.max_size(24))
+            // Behind PgBouncer a cancel can hit another client's statement: the docs say turn it off.
+            .map(|b| b.cancel_on_deadline(!through_pgbouncer()))
             .and_then(|b| b.build())
             .unwrap_or_else(|e| panic!("cannot connect to the test database: {e}"))
     })
@@ -49,7 +70,7 @@ pub fn config_at(host: &str, port: u16) -> postgres::Config {
 
 /// A plain client for checks the library does not offer (reading rows, DDL, clocks).
 pub fn client() -> postgres::Client {
-    postgres::Client::connect(&url(), NoTls).expect("test client connects")
+    postgres::Client::connect(&direct_url(), NoTls).expect("test client connects")
 }
 
 /// Unique table names for one test, dropped (best effort) when the guard is dropped.
@@ -82,7 +103,7 @@ impl Tables {
 
 impl Drop for Tables {
     fn drop(&mut self) {
-        if let Ok(mut c) = postgres::Client::connect(&url(), NoTls) {
+        if let Ok(mut c) = postgres::Client::connect(&direct_url(), NoTls) {
             for name in &self.names {
                 // The table, and the sequences leases and electors create beside it.
                 let _ = c.batch_execute(&format!(
@@ -165,7 +186,7 @@ impl Role {
     }
 
     pub fn config(&self, application_name: &str) -> postgres::Config {
-        let mut config: postgres::Config = url().parse().unwrap();
+        let mut config: postgres::Config = direct_url().parse().unwrap();
         config.user(&self.name);
         config.application_name(application_name);
         config
@@ -174,7 +195,7 @@ impl Role {
 
 impl Drop for Role {
     fn drop(&mut self) {
-        if let Ok(mut c) = postgres::Client::connect(&url(), NoTls) {
+        if let Ok(mut c) = postgres::Client::connect(&direct_url(), NoTls) {
             let _ = c.batch_execute(&format!("DROP OWNED BY {0}; DROP ROLE {0}", self.name));
         }
     }

@@ -25,26 +25,24 @@
 //! # }
 //! ```
 
+mod pgbouncer;
+mod supervised;
+
+use std::ffi::OsStr;
 use std::fmt;
 use std::fs;
-use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
-
+pub use self::pgbouncer::PgBouncer;
+use self::supervised::Supervised;
 use crate::error::{Error, Result};
 use crate::identity::random_u64;
 
-/// How long a new server may take to accept connections.
-const READY_TIMEOUT: Duration = Duration::from_secs(60);
-/// How long dropping waits for the supervisor to stop the server and delete its files.
-const STOP_TIMEOUT: Duration = Duration::from_secs(30);
 /// How many times a start is tried (another process may take the chosen port first).
 const START_ATTEMPTS: u32 = 3;
 
@@ -83,18 +81,10 @@ rm -rf "$dir"
 /// A throwaway PostgreSQL server; see the [module docs](self).
 pub struct TempPostgres {
     url: String,
-    port: u16,
-    dir: PathBuf,
-    control: Mutex<Control>,
+    server: Supervised,
 }
 
-struct Control {
-    supervisor: Child,
-    commands: Option<ChildStdin>,
-    replies: BufReader<ChildStdout>,
-}
-
-/// The user the server runs as.
+/// The user a server runs as.
 #[derive(Debug, Clone, Copy)]
 struct RunAs {
     uid: u32,
@@ -115,63 +105,32 @@ impl TempPostgres {
     pub fn start() -> Result<TempPostgres> {
         let bindir = find_bindir()?;
         let run_as = run_as()?;
-        let mut last_error = None;
-        for _ in 0..START_ATTEMPTS {
-            match TempPostgres::start_once(&bindir, run_as) {
-                Ok(pg) => return Ok(pg),
-                Err(e) => {
-                    log::warn!(target: "pgtenure::testing", "temporary server did not start: {e}");
-                    last_error = Some(e);
-                }
-            }
-        }
-        Err(last_error.expect("at least one attempt"))
+        retry_start(|| TempPostgres::start_once(&bindir, run_as))
     }
 
     fn start_once(bindir: &Path, run_as: Option<RunAs>) -> Result<TempPostgres> {
         let dir = make_dir(run_as)?;
-        let cleanup = |e: Error| {
+        if let Err(e) = initdb(bindir, &dir, run_as) {
             let _ = fs::remove_dir_all(&dir);
-            e
-        };
-        initdb(bindir, &dir, run_as).map_err(cleanup)?;
-        let port = free_port().map_err(cleanup)?;
-        let mut command = Command::new("/bin/sh");
-        command
-            .arg("-c")
-            .arg(SUPERVISOR)
-            .arg("pgtenure-supervisor")
-            .arg(bindir)
-            .arg(&dir)
-            .arg(port.to_string())
-            .current_dir(&dir)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            // Its own process group: a terminal's Ctrl-C must not kill it before it cleans up.
-            .process_group(0);
-        if let Some(user) = run_as {
-            command.uid(user.uid).gid(user.gid);
+            return Err(e);
         }
-        let mut supervisor = command.spawn().map_err(|e| {
-            cleanup(Error::setup("could not start the supervising shell /bin/sh").with_source(e))
-        })?;
-        let commands = supervisor.stdin.take();
-        let replies = BufReader::new(supervisor.stdout.take().expect("stdout is piped"));
+        let port = free_port()?;
+        let port_text = port.to_string();
+        let args: [&OsStr; 3] = [bindir.as_os_str(), dir.as_os_str(), OsStr::new(&port_text)];
+        let server = Supervised::spawn(
+            "PostgreSQL server",
+            SUPERVISOR,
+            &args,
+            dir.clone(),
+            port,
+            run_as,
+        )?;
         let pg = TempPostgres {
             url: format!("postgres://postgres@127.0.0.1:{port}/postgres"),
-            port,
-            dir,
-            control: Mutex::new(Control {
-                supervisor,
-                commands,
-                replies,
-            }),
+            server,
         };
-        // From here on, dropping `pg` stops the server and deletes the directory.
-        pg.expect_reply("started")?;
-        pg.wait_ready()?;
-        log::info!(target: "pgtenure::testing", "temporary server on port {port} in {}", pg.dir.display());
+        pg.server.wait_ready(&pg.url)?;
+        log::info!(target: "pgtenure::testing", "temporary server on port {port} in {}", dir.display());
         Ok(pg)
     }
 
@@ -182,12 +141,12 @@ impl TempPostgres {
 
     /// The TCP port on 127.0.0.1.
     pub fn port(&self) -> u16 {
-        self.port
+        self.server.port()
     }
 
     /// The server's directory (data, socket and `server.log`), deleted when stopped.
     pub fn dir(&self) -> &Path {
-        &self.dir
+        self.server.dir()
     }
 
     /// Stops the server (fast shutdown: sessions are disconnected) and starts it again on the same
@@ -197,11 +156,11 @@ impl TempPostgres {
     ///
     /// [`ErrorKind::Setup`](crate::ErrorKind::Setup) when the server does not come back.
     pub fn restart(&self) -> Result<()> {
-        self.send("stop")?;
-        self.expect_reply("stopped")?;
-        self.send("start")?;
-        self.expect_reply("started")?;
-        self.wait_ready()
+        self.server.send("stop")?;
+        self.server.expect_reply("stopped")?;
+        self.server.send("start")?;
+        self.server.expect_reply("started")?;
+        self.server.wait_ready(&self.url)
     }
 
     /// Stops the server and deletes its directory, waiting up to 30 s. Dropping does the same and
@@ -212,124 +171,30 @@ impl TempPostgres {
     /// [`ErrorKind::Setup`](crate::ErrorKind::Setup) when the supervisor did not finish in time (it
     /// and the server are then killed) or the directory is still there.
     pub fn stop(self) -> Result<()> {
-        self.shutdown()
-    }
-
-    fn shutdown(&self) -> Result<()> {
-        let mut control = self.control.lock();
-        // Closing the pipe is the stop signal; the supervisor stops the server and deletes the dir.
-        drop(control.commands.take());
-        let deadline = Instant::now() + STOP_TIMEOUT;
-        loop {
-            match control.supervisor.try_wait() {
-                Ok(Some(_)) => break,
-                Ok(None) if Instant::now() < deadline => {
-                    std::thread::sleep(Duration::from_millis(20))
-                }
-                _ => {
-                    let _ = control.supervisor.kill();
-                    let _ = control.supervisor.wait();
-                    kill_postmaster(&self.dir);
-                    let _ = fs::remove_dir_all(&self.dir);
-                    return Err(Error::setup(format!(
-                        "the temporary server in {} did not stop within {STOP_TIMEOUT:?} and was killed",
-                        self.dir.display()
-                    )));
-                }
-            }
-        }
-        if self.dir.exists() {
-            return Err(Error::setup(format!(
-                "the temporary server's directory {} was not deleted",
-                self.dir.display()
-            )));
-        }
-        Ok(())
-    }
-
-    fn send(&self, command: &str) -> Result<()> {
-        let mut control = self.control.lock();
-        let pipe = control
-            .commands
-            .as_mut()
-            .ok_or_else(|| Error::setup("the temporary server was stopped"))?;
-        writeln!(pipe, "{command}")
-            .and_then(|()| pipe.flush())
-            .map_err(|e| Error::setup("the temporary server's supervisor is gone").with_source(e))
-    }
-
-    fn expect_reply(&self, word: &str) -> Result<()> {
-        let mut control = self.control.lock();
-        let mut line = String::new();
-        match control.replies.read_line(&mut line) {
-            Ok(n) if n > 0 && line.starts_with(word) => Ok(()),
-            Ok(_) => Err(self.failure(&format!(
-                "the supervisor did not answer {word:?} (said {line:?})"
-            ))),
-            Err(e) => Err(self
-                .failure("the supervisor could not be read")
-                .with_source(e)),
-        }
-    }
-
-    fn wait_ready(&self) -> Result<()> {
-        let deadline = Instant::now() + READY_TIMEOUT;
-        let mut config = self
-            .url
-            .parse::<postgres::Config>()
-            .expect("the URL is well formed");
-        config.connect_timeout(Duration::from_secs(2));
-        loop {
-            match config.connect(postgres::NoTls) {
-                Ok(client) => {
-                    drop(client);
-                    return Ok(());
-                }
-                Err(e) if Instant::now() >= deadline => {
-                    return Err(self
-                        .failure("the server did not accept connections in time")
-                        .with_source(e));
-                }
-                Err(_) => {
-                    if let Ok(Some(status)) = self.control.lock().supervisor.try_wait() {
-                        return Err(self.failure(&format!("the supervisor exited ({status})")));
-                    }
-                    std::thread::sleep(Duration::from_millis(25));
-                }
-            }
-        }
-    }
-
-    /// A setup error that quotes the end of the server's log.
-    fn failure(&self, what: &str) -> Error {
-        let log = fs::read_to_string(self.dir.join("server.log")).unwrap_or_default();
-        let tail: Vec<&str> = log.lines().rev().take(10).collect();
-        let tail: Vec<&str> = tail.into_iter().rev().collect();
-        Error::setup(format!(
-            "temporary PostgreSQL server on port {}: {what}; server log: {}",
-            self.port,
-            if tail.is_empty() {
-                "(empty)".to_owned()
-            } else {
-                tail.join(" | ")
-            }
-        ))
+        self.server.shutdown()
     }
 }
 
-impl Drop for TempPostgres {
-    fn drop(&mut self) {
-        if let Err(e) = self.shutdown() {
-            log::error!(target: "pgtenure::testing", "{e}");
+/// Tries `start` up to three times (another process may take the chosen port first).
+fn retry_start<T>(mut start: impl FnMut() -> Result<T>) -> Result<T> {
+    let mut last_error = None;
+    for _ in 0..START_ATTEMPTS {
+        match start() {
+            Ok(started) => return Ok(started),
+            Err(e) => {
+                log::warn!(target: "pgtenure::testing", "a temporary server did not start: {e}");
+                last_error = Some(e);
+            }
         }
     }
+    Err(last_error.expect("at least one attempt"))
 }
 
 impl fmt::Debug for TempPostgres {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("TempPostgres")
             .field("url", &self.url)
-            .field("dir", &self.dir)
+            .field("dir", &self.dir())
             .finish()
     }
 }
@@ -496,18 +361,6 @@ fn free_port() -> Result<u16> {
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
         .map_err(|e| Error::setup("could not find a free port on 127.0.0.1").with_source(e))
-}
-
-/// Last resort when the supervisor hung: kill the postmaster named in its pid file.
-fn kill_postmaster(dir: &Path) {
-    let pid = fs::read_to_string(dir.join("data").join("postmaster.pid"))
-        .ok()
-        .and_then(|s| s.lines().next().and_then(|l| l.trim().parse::<u32>().ok()));
-    if let Some(pid) = pid {
-        let _ = Command::new("kill")
-            .args(["-KILL", &pid.to_string()])
-            .status();
-    }
 }
 
 #[cfg(test)]

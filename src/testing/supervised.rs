@@ -1,0 +1,236 @@
+//! A server process watched by a supervising shell that cleans up when its owner goes away.
+//!
+//! The shell reads commands from a pipe this process holds. When the pipe closes (the handle was
+//! dropped, or this process exited in any way, `SIGKILL` included) the shell stops the server and
+//! deletes its directory. It answers each start with `started <pid>`, so a server that outlives a
+//! hung shell can still be killed by pid.
+
+use std::ffi::OsStr;
+use std::fs;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, ChildStdout, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+use super::RunAs;
+use crate::error::{Error, Result};
+
+/// How long a new server may take to accept connections.
+const READY_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long stopping waits for the supervisor to stop the server and delete its files.
+const STOP_TIMEOUT: Duration = Duration::from_secs(30);
+
+struct Control {
+    supervisor: Child,
+    commands: Option<ChildStdin>,
+    replies: BufReader<ChildStdout>,
+    /// The server's pid, from the last `started` answer.
+    pid: Option<u32>,
+}
+
+pub(super) struct Supervised {
+    what: &'static str,
+    port: u16,
+    dir: PathBuf,
+    control: Mutex<Control>,
+}
+
+impl Supervised {
+    /// Starts `script` under `/bin/sh` with `args`, in `dir`, as `run_as`, and waits for `started`.
+    /// The directory is deleted when this fails.
+    pub(super) fn spawn(
+        what: &'static str,
+        script: &str,
+        args: &[&OsStr],
+        dir: PathBuf,
+        port: u16,
+        run_as: Option<RunAs>,
+    ) -> Result<Supervised> {
+        let mut command = Command::new("/bin/sh");
+        command
+            .arg("-c")
+            .arg(script)
+            .arg("pgtenure-supervisor")
+            .args(args)
+            .current_dir(&dir)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            // Its own process group: a terminal's Ctrl-C must not kill it before it cleans up.
+            .process_group(0);
+        if let Some(user) = run_as {
+            command.uid(user.uid).gid(user.gid);
+        }
+        let mut supervisor = match command.spawn() {
+            Ok(child) => child,
+            Err(e) => {
+                let _ = fs::remove_dir_all(&dir);
+                return Err(
+                    Error::setup("could not start the supervising shell /bin/sh").with_source(e),
+                );
+            }
+        };
+        let commands = supervisor.stdin.take();
+        let replies = BufReader::new(supervisor.stdout.take().expect("stdout is piped"));
+        let supervised = Supervised {
+            what,
+            port,
+            dir,
+            control: Mutex::new(Control {
+                supervisor,
+                commands,
+                replies,
+                pid: None,
+            }),
+        };
+        // From here on, dropping it stops the server and deletes the directory.
+        supervised.expect_reply("started")?;
+        Ok(supervised)
+    }
+
+    pub(super) fn port(&self) -> u16 {
+        self.port
+    }
+
+    pub(super) fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub(super) fn send(&self, command: &str) -> Result<()> {
+        let mut control = self.control.lock();
+        let pipe = control
+            .commands
+            .as_mut()
+            .ok_or_else(|| Error::setup(format!("the temporary {} was stopped", self.what)))?;
+        writeln!(pipe, "{command}")
+            .and_then(|()| pipe.flush())
+            .map_err(|e| {
+                Error::setup(format!("the temporary {}'s supervisor is gone", self.what))
+                    .with_source(e)
+            })
+    }
+
+    pub(super) fn expect_reply(&self, word: &str) -> Result<()> {
+        let mut control = self.control.lock();
+        let mut line = String::new();
+        match control.replies.read_line(&mut line) {
+            Ok(n) if n > 0 && line.starts_with(word) => {
+                if let Some(pid) = line.split_whitespace().nth(1).and_then(|p| p.parse().ok()) {
+                    control.pid = Some(pid);
+                }
+                Ok(())
+            }
+            Ok(_) => {
+                drop(control);
+                Err(self.failure(&format!(
+                    "the supervisor did not answer {word:?} (said {line:?})"
+                )))
+            }
+            Err(e) => {
+                drop(control);
+                Err(self
+                    .failure("the supervisor could not be read")
+                    .with_source(e))
+            }
+        }
+    }
+
+    fn exited(&self) -> Option<ExitStatus> {
+        self.control.lock().supervisor.try_wait().ok().flatten()
+    }
+
+    /// Waits until `url` accepts a connection and answers a query.
+    pub(super) fn wait_ready(&self, url: &str) -> Result<()> {
+        let deadline = Instant::now() + READY_TIMEOUT;
+        let mut config = url
+            .parse::<postgres::Config>()
+            .expect("the URL is well formed");
+        config.connect_timeout(Duration::from_secs(2));
+        loop {
+            let attempt = config
+                .connect(postgres::NoTls)
+                .and_then(|mut client| client.simple_query("SELECT 1").map(drop));
+            match attempt {
+                Ok(()) => return Ok(()),
+                Err(e) if Instant::now() >= deadline => {
+                    return Err(self
+                        .failure("it did not accept connections in time")
+                        .with_source(e));
+                }
+                Err(_) => {
+                    if let Some(status) = self.exited() {
+                        return Err(self.failure(&format!("the supervisor exited ({status})")));
+                    }
+                    std::thread::sleep(Duration::from_millis(25));
+                }
+            }
+        }
+    }
+
+    /// Stops the server and deletes its directory, waiting up to 30 s; kills both after that.
+    pub(super) fn shutdown(&self) -> Result<()> {
+        let mut control = self.control.lock();
+        // Closing the pipe is the stop signal.
+        drop(control.commands.take());
+        let deadline = Instant::now() + STOP_TIMEOUT;
+        loop {
+            match control.supervisor.try_wait() {
+                Ok(Some(_)) => break,
+                Ok(None) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(20))
+                }
+                _ => {
+                    let _ = control.supervisor.kill();
+                    let _ = control.supervisor.wait();
+                    if let Some(pid) = control.pid {
+                        let _ = Command::new("kill")
+                            .args(["-KILL", &pid.to_string()])
+                            .status();
+                    }
+                    let _ = fs::remove_dir_all(&self.dir);
+                    return Err(Error::setup(format!(
+                        "the temporary {} in {} did not stop within {STOP_TIMEOUT:?} and was killed",
+                        self.what,
+                        self.dir.display()
+                    )));
+                }
+            }
+        }
+        if self.dir.exists() {
+            return Err(Error::setup(format!(
+                "the temporary {}'s directory {} was not deleted",
+                self.what,
+                self.dir.display()
+            )));
+        }
+        Ok(())
+    }
+
+    /// A setup error that quotes the end of the server's log.
+    pub(super) fn failure(&self, what: &str) -> Error {
+        let log = fs::read_to_string(self.dir.join("server.log")).unwrap_or_default();
+        let tail: Vec<&str> = log.lines().rev().take(10).collect();
+        let tail: Vec<&str> = tail.into_iter().rev().collect();
+        Error::setup(format!(
+            "temporary {} on port {}: {what}; its log: {}",
+            self.what,
+            self.port,
+            if tail.is_empty() {
+                "(empty)".to_owned()
+            } else {
+                tail.join(" | ")
+            }
+        ))
+    }
+}
+
+impl Drop for Supervised {
+    fn drop(&mut self) {
+        if let Err(e) = self.shutdown() {
+            log::error!(target: "pgtenure::testing", "{e}");
+        }
+    }
+}
