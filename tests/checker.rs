@@ -401,10 +401,19 @@ fn leases_under_random_faults_never_overlap_and_no_stale_write_lands() {
         counts.losses.load(Ordering::SeqCst),
         Duration::from_micros(counts.worst_late_us.load(Ordering::SeqCst)),
     );
-    assert_eq!(
-        rows.len() as u64,
+    // A commit whose acknowledgement a fault cut off is counted as failed, yet may have landed.
+    let (written, failed) = (
         counts.written.load(Ordering::SeqCst),
-        "the ledger lost or gained writes"
+        counts.failed.load(Ordering::SeqCst),
+    );
+    let landed = rows.len() as u64;
+    assert!(
+        written <= landed && landed <= written + failed,
+        "the ledger has {landed} rows for {written} acknowledged and {failed} failed writes"
+    );
+    println!(
+        "{} commits were ambiguous (cut off after COMMIT) and landed",
+        landed - written
     );
     assert!(
         tenures >= 10 && total_faults >= 5,
@@ -511,7 +520,15 @@ fn electors_under_random_faults_never_have_two_leaders_writing() {
         counts.refused.load(Ordering::SeqCst),
         counts.failed.load(Ordering::SeqCst)
     );
-    assert_eq!(rows.len() as u64, counts.written.load(Ordering::SeqCst));
+    let (written, failed) = (
+        counts.written.load(Ordering::SeqCst),
+        counts.failed.load(Ordering::SeqCst),
+    );
+    let landed = rows.len() as u64;
+    assert!(
+        written <= landed && landed <= written + failed,
+        "{landed} rows, {written} + {failed} writes"
+    );
     assert!(terms >= 3, "leadership changed hands only {terms} times");
 }
 
