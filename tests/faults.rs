@@ -266,7 +266,15 @@ fn every_operation_is_one_round_trip() {
     assert_eq!(
         proxy.round_trips() - before,
         3,
-        "owned + stats + one claim batch"
+        "stats + owned + one claim batch"
+    );
+    // In steady state a tick is one statement, whatever the number of units owned.
+    let before = proxy.round_trips();
+    assert_eq!(leaser.tick().unwrap().claimed, 0);
+    assert_eq!(
+        proxy.round_trips() - before,
+        1,
+        "a steady tick reads only the stats"
     );
 }
 

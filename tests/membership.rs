@@ -426,6 +426,16 @@ fn weighted_units_are_shared_by_weight_and_weight_zero_units_stay_unowned() {
         "weight-0 units are never claimed"
     );
 
+    // A unit removed while owned is reported lost at its owner's next tick.
+    let removed = b.owned().into_iter().next().unwrap();
+    assert_eq!(
+        fleet.units.remove(std::slice::from_ref(&removed)).unwrap(),
+        1
+    );
+    let report = b.tick().unwrap();
+    assert_eq!(report.lost, vec![removed.clone()]);
+    assert!(!b.owned().contains(&removed));
+
     // A unit disabled while owned is given back at its owner's next tick.
     let owned_light = a.owned().into_iter().find(|u| u.tenant == "light").unwrap();
     fleet.units.set_weight(&owned_light, 0).unwrap();

@@ -3,7 +3,7 @@
 -- expired process, through the owner index in slot order), then unowned units from a random slot
 -- onwards, wrapping around (claimable index); FOR UPDATE SKIP LOCKED lets concurrent claimers take
 -- disjoint units without waiting. The claimer's reported count and weight, and those of the expired
--- processes it took units from, are updated in the same statement.
+-- processes it took units from (with their change counters), are updated in the same statement.
 -- $1 process id, $2 most units, $3 weight budget, $4 random slot, $5 units owned, $6 weight owned.
 WITH me AS (
     SELECT 1 FROM {processes} WHERE process_id = $1::uuid AND expires_at > now()
@@ -64,7 +64,8 @@ claimed AS (
 drained AS (
     UPDATE {processes} p
        SET unit_count = p.unit_count - d.units,
-           weight = p.weight - d.weight
+           weight = p.weight - d.weight,
+           changes = p.changes + 1
       FROM (SELECT previous, count(*) AS units, sum(weight) AS weight
               FROM claimed WHERE previous IS NOT NULL GROUP BY previous) d
      WHERE p.process_id = d.previous

@@ -1,11 +1,13 @@
--- One row per process: its liveness (expires_at) and what it owns (unit_count, weight), so the fair
--- share is computed from a few rows, never by scanning units. Heartbeats touch no indexed column and
--- the low fillfactor keeps them HOT.
+-- One row per process: its liveness (expires_at), what it owns (unit_count, weight), so the fair share
+-- is computed from a few rows, never by scanning units, and a counter of changes others made to its
+-- units (changes), so it re-reads them only when they changed. Heartbeats touch no indexed column
+-- and the low fillfactor keeps them HOT.
 CREATE TABLE IF NOT EXISTS {table} (
     process_id uuid        PRIMARY KEY,
     expires_at timestamptz NOT NULL,
     unit_count integer     NOT NULL DEFAULT 0,
     weight     bigint      NOT NULL DEFAULT 0,
+    changes    bigint      NOT NULL DEFAULT 0,
     hostname   text        NOT NULL,
     version    text        NOT NULL,
     started_at timestamptz NOT NULL

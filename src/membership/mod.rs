@@ -483,6 +483,9 @@ struct Local {
     /// the TTL. It never falls after the database's expiry of the row, so past it this process must
     /// not act on its units: another may claim them once the row expires.
     live_until: Option<Instant>,
+    /// The process row's counter of changes others made to its units, when `owned` was last known
+    /// to match the database: while it stays put, a tick need not re-read the units.
+    seen_changes: Option<i64>,
 }
 
 impl Local {
@@ -490,8 +493,9 @@ impl Local {
         self.live_until.is_some_and(|until| now < until)
     }
 
-    /// Forgets every owned unit, returning them (to report as lost).
+    /// Forgets every owned unit, returning them (to report as lost); the next tick re-reads.
     fn forget_all(&mut self) -> Vec<Unit> {
+        self.reread = true;
         std::mem::take(&mut self.owned).into_keys().collect()
     }
 }
@@ -681,22 +685,30 @@ impl Leaser {
     pub fn tick(&self) -> Result<Rebalance> {
         let _one_at_a_time = self.ticking.lock();
         let started = Instant::now();
-        let mut truth: BTreeMap<Unit, i32> = self
-            .db
-            .query(
-                "read owned units",
-                &self.sql.owned,
-                &[(&self.process_id.as_str(), Type::TEXT)],
-            )?
-            .iter()
-            .map(unit_row)
-            .collect();
+        let id = self.process_id.as_str();
         let live_locally = self.local.lock().live_at(Instant::now());
         let stats = self.db.query_one(
             "read membership stats",
             &self.sql.stats,
-            &[(&self.process_id.as_str(), Type::TEXT)],
+            &[(&id, Type::TEXT)],
         )?;
+        // The database's truth about what this process owns: re-read only when it may differ from
+        // the local view (first tick, a lapse, or another process or an operator changed its units).
+        let changes: Option<i64> = stats.get("changes");
+        let known = {
+            let local = self.local.lock();
+            let current = local.ready && !local.reread && local.seen_changes == changes;
+            current.then(|| local.owned.clone())
+        };
+        let mut truth: BTreeMap<Unit, i32> = match known {
+            Some(owned) => owned,
+            None => self
+                .db
+                .query("read owned units", &self.sql.owned, &[(&id, Type::TEXT)])?
+                .iter()
+                .map(unit_row)
+                .collect(),
+        };
         let live: i64 = stats.get("live");
         let live_self: bool = stats.get("live_self");
         let unowned: i64 = stats.get("unowned_weight");
@@ -739,7 +751,8 @@ impl Leaser {
                 .collect();
             local.owned = std::mem::take(&mut truth);
             local.ready = true;
-            local.reread = false;
+            local.reread = !live_now;
+            local.seen_changes = changes;
             (lost, gained, live_now)
         };
         let owned = self.local.lock().owned.len();
@@ -934,7 +947,7 @@ impl Leaser {
             &[(&self.process_id.as_str(), Type::TEXT)],
         )?;
         let mut local = self.local.lock();
-        local.owned.clear();
+        local.forget_all();
         local.last_beat = None;
         local.live_until = None;
         Ok(())
