@@ -645,3 +645,26 @@ fn past_its_local_deadline_a_leaser_owns_nothing_and_a_late_heartbeat_reports_th
     assert_eq!((report.gained.len(), report.claimed), (10, 0));
     assert_eq!(leaser.owned().len(), 10);
 }
+
+#[test]
+fn a_ninth_leaser_joining_eight_gets_its_share_although_nobody_is_above_the_hysteresis() {
+    // 200 units, eight at 25; a ninth makes the fair share 23, and 25 is below 23 x 1.2.
+    let fleet = Fleet::new(200);
+    let made: Vec<(Leaser, Arc<Recorder>)> = (0..9)
+        .map(|_| fleet.leaser(config(Duration::from_secs(30))))
+        .collect();
+    let eight: Vec<&Leaser> = made[..8].iter().map(|(l, _)| l).collect();
+    for leaser in &eight {
+        leaser.heartbeat().unwrap();
+    }
+    assert_eq!(round(&eight), vec![25; 8]);
+    let all: Vec<&Leaser> = made.iter().map(|(l, _)| l).collect();
+    made[8].0.heartbeat().unwrap();
+    let rounds: Vec<Vec<usize>> = (0..3).map(|_| round(&all)).collect();
+    println!("eight plus a ninth, per round: {rounds:?}");
+    let last = rounds.last().unwrap();
+    assert!(last[8] >= 19, "the newcomer starves: {last:?}");
+    assert!(last.iter().all(|n| *n <= 27), "{last:?}");
+    assert_eq!(rounds[1], rounds[2], "stable after the first round");
+    assert_disjoint(&fleet, &all);
+}

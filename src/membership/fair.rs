@@ -30,6 +30,31 @@ pub(crate) fn over_threshold(owned: i64, fair: i64, hysteresis: f64) -> bool {
     owned as f64 > fair as f64 * (1.0 + hysteresis)
 }
 
+/// Whether, and down to what, a process that claimed nothing should shed: `(target, hysteresis)`.
+///
+/// The reference rule sheds only above fair share × (1 + hysteresis). That starves a newcomer when
+/// the fleet grows by a small fraction: eight processes with 125 units each, a ninth joins, the fair
+/// share becomes 112, and 125 is below 112 × 1.2, so nobody sheds and nothing is claimable. So a
+/// process also sheds when another live process is below fair share × (1 - hysteresis) and what is
+/// claimable does not cover that process's deficit; then it sheds down to the *floor* share
+/// (`floor`, total / live rounded down), since with everyone at the rounded-up fair share the last
+/// process would get only the remainder. Returns `None` when it should keep what it has.
+pub(crate) fn shed_plan(
+    owned: i64,
+    fair: i64,
+    floor: i64,
+    hysteresis: f64,
+    claimable: i64,
+    others_min: Option<i64>,
+) -> Option<(i64, f64)> {
+    if over_threshold(owned, fair, hysteresis) {
+        return Some((fair, hysteresis));
+    }
+    let starving = others_min.filter(|least| (*least as f64) < fair as f64 * (1.0 - hysteresis));
+    let uncovered = starving.is_some_and(|least| claimable.max(0) < fair - least);
+    (owned > floor && uncovered).then_some((floor, 0.0))
+}
+
 /// One owned unit as the shed choice sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Held {
@@ -153,6 +178,39 @@ mod tests {
     }
 
     #[test]
+    fn a_starving_process_makes_the_others_shed_down_to_the_floor_share() {
+        // Eight at 125, a ninth joins with nothing: fair 112 (floor 111), threshold 134.4.
+        assert_eq!(shed_plan(125, 112, 111, 0.2, 0, Some(0)), Some((111, 0.0)));
+        let held: Vec<Held> = (0..125)
+            .map(|s| Held {
+                unit: unit(s),
+                weight: 1,
+                in_flight: 0,
+            })
+            .collect();
+        assert_eq!(choose_shed(&held, 111, 0.0).len(), 14);
+        // Nobody starving, or enough claimable, or at the floor already: keep.
+        assert_eq!(shed_plan(125, 112, 111, 0.2, 0, Some(104)), None);
+        assert_eq!(
+            shed_plan(125, 112, 111, 0.2, 13, Some(0)),
+            Some((111, 0.0)),
+            "13 claimable, 112 lacking"
+        );
+        assert_eq!(
+            shed_plan(125, 112, 111, 0.2, 112, Some(0)),
+            None,
+            "the starving one can claim"
+        );
+        assert_eq!(shed_plan(111, 112, 111, 0.2, 0, Some(0)), None);
+        assert_eq!(shed_plan(125, 112, 111, 0.2, 0, None), None);
+        // Far above: the ordinary rule, down to the fair share.
+        assert_eq!(
+            shed_plan(140, 112, 111, 0.2, 0, Some(112)),
+            Some((112, 0.2))
+        );
+    }
+
+    #[test]
     fn weight_zero_units_are_always_given_back() {
         let held = vec![
             Held {
@@ -167,6 +225,45 @@ mod tests {
             },
         ];
         assert_eq!(choose_shed(&held, 10, 0.2), vec![unit(0)]);
+    }
+
+    /// Eight processes own 1,000 units; a ninth joins: with the starvation rule it has its share
+    /// after one round, and nothing moves after that.
+    #[test]
+    fn a_ninth_process_joining_eight_gets_its_share_in_one_round() {
+        let mut owned = vec![125_i64; 8];
+        owned.push(0);
+        let total = 1000;
+        let mut history = Vec::new();
+        for _ in 0..3 {
+            for p in 0..owned.len() {
+                let fair = fair_share(total, 9);
+                let claimable = total - owned.iter().sum::<i64>();
+                let take = claim_budget(owned[p], fair, claimable, 1024);
+                owned[p] += take;
+                if take == 0 {
+                    let others_min = (0..owned.len()).filter(|q| *q != p).map(|q| owned[q]).min();
+                    let plan = shed_plan(owned[p], fair, total / 9, 0.2, claimable, others_min);
+                    if let Some((target, h)) = plan {
+                        let held: Vec<Held> = (0..owned[p] as i32)
+                            .map(|s| Held {
+                                unit: unit(s),
+                                weight: 1,
+                                in_flight: 0,
+                            })
+                            .collect();
+                        owned[p] -= choose_shed(&held, target, h).len() as i64;
+                    }
+                }
+            }
+            history.push(owned.clone());
+        }
+        println!("eight plus a ninth, rounds 1-3: {history:?}");
+        assert_eq!(
+            history[0],
+            vec![111, 111, 111, 111, 111, 111, 111, 111, 112]
+        );
+        assert_eq!(history[2], history[0], "stable");
     }
 
     /// Round-robin ticks over a shared pool of `units` unit-weight units, each process seeing the

@@ -55,7 +55,7 @@ use parking_lot::Mutex;
 use postgres::types::Type;
 use postgres::Row;
 
-use self::fair::{choose_shed, claim_budget, fair_share, Held};
+use self::fair::{choose_shed, claim_budget, fair_share, shed_plan, Held};
 use crate::db::Db;
 use crate::error::{Error, Result};
 use crate::ident::{render_tables, TableName};
@@ -723,7 +723,18 @@ impl Leaser {
             claimed = self.claim(&mut truth, fair, unowned + orphaned)?;
             owned_weight = weight_of(&truth);
             if claimed.is_empty() {
-                shed = self.shed(&mut truth, fair)?;
+                let others_min: Option<i64> = stats.get("others_min_weight");
+                let total = others + owned_weight + unowned + orphaned;
+                let floor = if live > 0 { total / live } else { 0 };
+                let plan = shed_plan(
+                    owned_weight,
+                    fair,
+                    floor,
+                    self.config.shed_hysteresis,
+                    unowned + orphaned,
+                    others_min,
+                );
+                shed = self.shed(&mut truth, plan)?;
                 owned_weight = weight_of(&truth);
             }
         }
@@ -840,9 +851,9 @@ impl Leaser {
         Ok(claimed)
     }
 
-    /// Sheds down towards `fair` when owning more than fair × (1 + hysteresis), and gives back
-    /// disabled (weight 0) units.
-    fn shed(&self, truth: &mut BTreeMap<Unit, i32>, fair: i64) -> Result<Vec<Unit>> {
+    /// Sheds down towards a target with a hysteresis, as [`shed_plan`] says (`None`: keep), and
+    /// always gives back disabled (weight 0) units.
+    fn shed(&self, truth: &mut BTreeMap<Unit, i32>, plan: Option<(i64, f64)>) -> Result<Vec<Unit>> {
         let held: Vec<Held> = truth
             .iter()
             .map(|(unit, weight)| Held {
@@ -851,7 +862,9 @@ impl Leaser {
                 in_flight: self.reconciler.in_flight(unit),
             })
             .collect();
-        let choice = choose_shed(&held, fair, self.config.shed_hysteresis);
+        // No plan: keep everything but disabled units (an infinite band sheds nothing).
+        let (target, hysteresis) = plan.unwrap_or((0, f64::INFINITY));
+        let choice = choose_shed(&held, target, hysteresis);
         if choice.is_empty() {
             return Ok(choice);
         }
