@@ -555,10 +555,11 @@ fn main() -> Result<(), Error> {
     // Membership: heartbeat, and the steady tick at 1,000 and `--units` units (8 processes).
     let mut growth: Vec<(i32, Stats, Stats)> = Vec::new();
     let mut membership_rows: Vec<Value> = Vec::new();
-    let sizes: Vec<i32> = [1_000, 10_000, args.units]
+    let mut sizes: Vec<i32> = [1_000, 10_000, args.units]
         .into_iter()
         .filter(|n| *n <= args.units)
         .collect();
+    sizes.dedup();
     for (n, units_count) in sizes.iter().enumerate() {
         let (procs_t, units_t) = (
             format!("bench_procs_{id}_{n}"),
