@@ -65,7 +65,7 @@ mod lease;
 mod schedule;
 mod watcher;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -499,12 +499,13 @@ impl Leases {
             check_key("lease key", key)?;
         }
         let ttl_us = micros("lease ttl", ttl, MIN_DURATION)?;
-        let mut distinct: Vec<&str> = Vec::with_capacity(keys.len());
-        for key in keys {
-            if !distinct.contains(key) {
-                distinct.push(key);
-            }
-        }
+        // Distinct keys in the order given, and the answers by key: linear in the batch size.
+        let mut seen: HashSet<&str> = HashSet::with_capacity(keys.len());
+        let distinct: Vec<&str> = keys
+            .iter()
+            .copied()
+            .filter(|key| seen.insert(key))
+            .collect();
         if distinct.is_empty() {
             return Ok(Renewal::default());
         }
@@ -518,21 +519,23 @@ impl Leases {
                 (&ttl_us, Type::INT8),
             ],
         )?;
+        let mut renewed: HashMap<&str, KeyRenewal> = HashMap::with_capacity(rows.len());
+        for row in &rows {
+            let token = row.get("token");
+            let outcome = if row.get("superseded") {
+                KeyRenewal::Superseded { token }
+            } else {
+                KeyRenewal::Held { token }
+            };
+            renewed.insert(row.get("key"), outcome);
+        }
         let outcomes = distinct
             .iter()
             .map(|key| {
-                let outcome = rows
-                    .iter()
-                    .find(|row| row.get::<_, &str>("key") == *key)
-                    .map_or(KeyRenewal::Lost, |row| {
-                        let token = row.get("token");
-                        if row.get("superseded") {
-                            KeyRenewal::Superseded { token }
-                        } else {
-                            KeyRenewal::Held { token }
-                        }
-                    });
-                ((*key).to_owned(), outcome)
+                (
+                    (*key).to_owned(),
+                    renewed.get(key).copied().unwrap_or(KeyRenewal::Lost),
+                )
             })
             .collect();
         Ok(Renewal {

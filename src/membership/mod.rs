@@ -475,7 +475,12 @@ impl fmt::Debug for Units {
 
 #[derive(Default)]
 struct Local {
-    owned: BTreeMap<Unit, i32>,
+    /// Shared with a running tick, which copies it only if it changes something (copy on write).
+    owned: Arc<BTreeMap<Unit, i32>>,
+    /// The total weight of `owned`, kept with it.
+    owned_weight: i64,
+    /// Bumped whenever ownership is forgotten, so a tick that started before does not adopt its view.
+    generation: u64,
     ready: bool,
     reread: bool,
     last_beat: Option<Instant>,
@@ -496,7 +501,11 @@ impl Local {
     /// Forgets every owned unit, returning them (to report as lost); the next tick re-reads.
     fn forget_all(&mut self) -> Vec<Unit> {
         self.reread = true;
-        std::mem::take(&mut self.owned).into_keys().collect()
+        self.generation += 1;
+        self.owned_weight = 0;
+        Arc::unwrap_or_clone(std::mem::take(&mut self.owned))
+            .into_keys()
+            .collect()
     }
 }
 
@@ -605,8 +614,11 @@ impl Leaser {
     pub fn heartbeat(&self) -> Result<()> {
         let (count, weight, previous) = {
             let local = self.local.lock();
-            let weight: i64 = local.owned.values().map(|w| i64::from(*w)).sum();
-            (local.owned.len() as i32, weight, local.last_beat)
+            (
+                local.owned.len() as i32,
+                local.owned_weight,
+                local.last_beat,
+            )
         };
         let sent = Instant::now();
         let row = self.db.query_one(
@@ -695,34 +707,43 @@ impl Leaser {
         // The database's truth about what this process owns: re-read only when it may differ from
         // the local view (first tick, a lapse, or another process or an operator changed its units).
         let changes: Option<i64> = stats.get("changes");
-        let known = {
+        let (known, generation) = {
             let local = self.local.lock();
             let current = local.ready && !local.reread && local.seen_changes == changes;
-            current.then(|| local.owned.clone())
+            (
+                current.then(|| (local.owned.clone(), local.owned_weight)),
+                local.generation,
+            )
         };
-        let mut truth: BTreeMap<Unit, i32> = match known {
-            Some(owned) => owned,
-            None => self
-                .db
-                .query("read owned units", &self.sql.owned, &[(&id, Type::TEXT)])?
-                .iter()
-                .map(unit_row)
-                .collect(),
+        // `changed`: whether this tick's view may differ from the local one (re-read, claims, sheds).
+        let (mut truth, mut owned_weight, mut changed) = match known {
+            Some((owned, weight)) => (owned, weight, false),
+            None => {
+                let read: BTreeMap<Unit, i32> = self
+                    .db
+                    .query("read owned units", &self.sql.owned, &[(&id, Type::TEXT)])?
+                    .iter()
+                    .map(unit_row)
+                    .collect();
+                let weight = weight_of(&read);
+                (Arc::new(read), weight, true)
+            }
         };
         let live: i64 = stats.get("live");
         let live_self: bool = stats.get("live_self");
         let unowned: i64 = stats.get("unowned_weight");
         let orphaned: i64 = stats.get("orphaned_weight");
         let others: i64 = stats.get("others_weight");
-        let mut owned_weight = weight_of(&truth);
         let fair = fair_share(others + owned_weight + unowned + orphaned, live);
 
         let mut claimed = Vec::new();
         let mut shed = Vec::new();
         if live_self && live_locally {
             claimed = self.claim(&mut truth, fair, unowned + orphaned)?;
-            owned_weight = weight_of(&truth);
-            if claimed.is_empty() {
+            if !claimed.is_empty() {
+                changed = true;
+                owned_weight = weight_of(&truth);
+            } else {
                 let others_min: Option<i64> = stats.get("others_min_weight");
                 let total = others + owned_weight + unowned + orphaned;
                 let floor = if live > 0 { total / live } else { 0 };
@@ -734,33 +755,48 @@ impl Leaser {
                     unowned + orphaned,
                     others_min,
                 );
-                shed = self.shed(&mut truth, plan)?;
-                owned_weight = weight_of(&truth);
+                // Disabled units only appear with a re-read (a weight change moves the counter).
+                let disabled = changed && truth.values().any(|w| *w <= 0);
+                if plan.is_some() || disabled {
+                    shed = self.shed(&mut truth, plan)?;
+                    if !shed.is_empty() {
+                        changed = true;
+                        owned_weight = weight_of(&truth);
+                    }
+                }
             }
         }
 
         // Adopt the database's truth only while live, judged now (the tick may have waited on the
-        // database), and compare with the local view as it is now (the liveness watcher may have
-        // reported losses meanwhile).
+        // database), and only if nothing forgot the ownership meanwhile (the liveness watcher, a
+        // lapsed heartbeat); compare with the local view as it is now.
         let (lost, gained, live_now) = {
             let mut local = self.local.lock();
-            let live_now = live_self && local.live_at(Instant::now());
+            let live_now =
+                live_self && local.live_at(Instant::now()) && local.generation == generation;
             if !live_now {
-                truth.clear();
+                truth = Arc::default();
                 owned_weight = 0;
+                changed = true;
             }
-            let lost: Vec<Unit> = local
-                .owned
-                .keys()
-                .filter(|u| !truth.contains_key(*u))
-                .cloned()
-                .collect();
-            let gained: Vec<Unit> = truth
-                .keys()
-                .filter(|u| !local.owned.contains_key(*u))
-                .cloned()
-                .collect();
-            local.owned = std::mem::take(&mut truth);
+            let (lost, gained) = if changed || !Arc::ptr_eq(&local.owned, &truth) {
+                let lost: Vec<Unit> = local
+                    .owned
+                    .keys()
+                    .filter(|u| !truth.contains_key(*u))
+                    .cloned()
+                    .collect();
+                let gained: Vec<Unit> = truth
+                    .keys()
+                    .filter(|u| !local.owned.contains_key(*u))
+                    .cloned()
+                    .collect();
+                (lost, gained)
+            } else {
+                (Vec::new(), Vec::new())
+            };
+            local.owned = truth;
+            local.owned_weight = owned_weight;
             local.ready = true;
             local.reread = !live_now;
             local.seen_changes = changes;
@@ -809,7 +845,7 @@ impl Leaser {
     /// Claims up to the deficit to `fair`, in batches of at most `claim_batch` units.
     fn claim(
         &self,
-        truth: &mut BTreeMap<Unit, i32>,
+        truth: &mut Arc<BTreeMap<Unit, i32>>,
         fair: i64,
         claimable: i64,
     ) -> Result<Vec<Unit>> {
@@ -844,7 +880,7 @@ impl Leaser {
             for row in &rows {
                 let (unit, w) = unit_row(row);
                 budget -= i64::from(w);
-                truth.insert(unit.clone(), w);
+                Arc::make_mut(truth).insert(unit.clone(), w);
                 claimed.push(unit);
             }
         }
@@ -853,7 +889,11 @@ impl Leaser {
 
     /// Sheds down towards a target with a hysteresis, as [`shed_plan`] says (`None`: keep), and
     /// always gives back disabled (weight 0) units.
-    fn shed(&self, truth: &mut BTreeMap<Unit, i32>, plan: Option<(i64, f64)>) -> Result<Vec<Unit>> {
+    fn shed(
+        &self,
+        truth: &mut Arc<BTreeMap<Unit, i32>>,
+        plan: Option<(i64, f64)>,
+    ) -> Result<Vec<Unit>> {
         let held: Vec<Held> = truth
             .iter()
             .map(|(unit, weight)| Held {
@@ -890,8 +930,11 @@ impl Leaser {
                 shard: row.get("shard"),
             })
             .collect();
-        for unit in &shed {
-            truth.remove(unit);
+        if !shed.is_empty() {
+            let map = Arc::make_mut(truth);
+            for unit in &shed {
+                map.remove(unit);
+            }
         }
         Ok(shed)
     }
@@ -936,7 +979,10 @@ impl Leaser {
             &self.sql.release,
             &[(&self.process_id.as_str(), Type::TEXT)],
         )?;
-        self.local.lock().owned.clear();
+        let mut local = self.local.lock();
+        local.owned = Arc::default();
+        local.owned_weight = 0;
+        drop(local);
         Ok(rows
             .iter()
             .map(|row| Unit {
