@@ -595,6 +595,8 @@ fn main() -> Result<(), Error> {
                 l.tick()?;
             }
         }
+        // Ownership just changed wholesale: refresh the planner's statistics, as autovacuum would.
+        admin.batch_execute(&format!("ANALYZE \"{units_t}\"; ANALYZE \"{procs_t}\""))?;
         let stats_sql = sql(
             include_str!("../sql/membership/stats.sql"),
             &[("units", &units_t), ("processes", &procs_t)],
