@@ -739,7 +739,7 @@ impl Leaser {
         let mut claimed = Vec::new();
         let mut shed = Vec::new();
         if live_self && live_locally {
-            claimed = self.claim(&mut truth, fair, unowned + orphaned)?;
+            claimed = self.claim(&mut truth, owned_weight, fair, unowned + orphaned)?;
             if !claimed.is_empty() {
                 changed = true;
                 owned_weight = weight_of(&truth);
@@ -846,11 +846,13 @@ impl Leaser {
     fn claim(
         &self,
         truth: &mut Arc<BTreeMap<Unit, i32>>,
+        owned_weight: i64,
         fair: i64,
         claimable: i64,
     ) -> Result<Vec<Unit>> {
+        let mut weight = owned_weight;
         let mut budget = claim_budget(
-            weight_of(truth),
+            weight,
             fair,
             claimable,
             i64::from(self.config.max_claim_per_tick),
@@ -861,7 +863,6 @@ impl Leaser {
                 i32::try_from(budget.min(i64::from(self.config.claim_batch))).unwrap_or(i32::MAX);
             let slot = (random_u64() % (i32::MAX as u64)) as i32;
             let count = truth.len() as i32;
-            let weight = weight_of(truth);
             let rows = self.db.query(
                 "claim units",
                 &self.sql.claim,
@@ -880,6 +881,7 @@ impl Leaser {
             for row in &rows {
                 let (unit, w) = unit_row(row);
                 budget -= i64::from(w);
+                weight += i64::from(w.max(0));
                 Arc::make_mut(truth).insert(unit.clone(), w);
                 claimed.push(unit);
             }
