@@ -13,16 +13,17 @@ mod common;
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use common::proxy::{database_addr, Proxy};
+use common::registry::{Registry, Worker};
 use common::{client, wait_for, Tables};
 use parking_lot::Mutex;
 use pgtenure::crossbeam_channel::{after, select};
-use pgtenure::membership::{Config, Hooks, Leaser, Reconciler, Unit, Units};
+use pgtenure::membership::{Config, Hooks, Leaser, Unit, Units};
 use pgtenure::{Db, Elector, Leases, LossReason};
 
 const CHILD_ENV: &str = "PGTENURE_CHECKER_CHILD";
@@ -532,36 +533,6 @@ fn electors_under_random_faults_never_have_two_leaders_writing() {
     assert!(terms >= 3, "leadership changed hands only {terms} times");
 }
 
-/// Counts units worked on by two processes at once.
-#[derive(Default)]
-struct Registry {
-    active: Mutex<BTreeMap<Unit, usize>>,
-    violations: AtomicUsize,
-}
-
-struct Worker(Arc<Registry>, usize);
-
-impl Reconciler for Worker {
-    fn units_gained(&self, units: &[Unit]) {
-        let mut active = self.0.active.lock();
-        for unit in units {
-            if let Some(other) = active.insert(unit.clone(), self.1) {
-                if other != self.1 {
-                    self.0.violations.fetch_add(1, Ordering::SeqCst);
-                }
-            }
-        }
-    }
-    fn units_lost(&self, units: &[Unit]) {
-        let mut active = self.0.active.lock();
-        for unit in units {
-            if active.get(unit) == Some(&self.1) {
-                active.remove(unit);
-            }
-        }
-    }
-}
-
 #[test]
 fn membership_under_random_faults_never_works_a_unit_twice() {
     let mut tables = Tables::new();
@@ -596,7 +567,10 @@ fn membership_under_random_faults_never_works_a_unit_twice() {
             Arc::new(
                 Leaser::new(
                     &db,
-                    Arc::new(Worker(registry.clone(), i)),
+                    Arc::new(Worker {
+                        registry: registry.clone(),
+                        id: i,
+                    }),
                     config.clone(),
                     Hooks::default(),
                 )
@@ -625,7 +599,7 @@ fn membership_under_random_faults_never_works_a_unit_twice() {
             thread::sleep(duration / 2);
             drop(stop);
             runner.unwrap().join().unwrap().unwrap();
-            registry.active.lock().retain(|_, owner| *owner != 3);
+            registry.crashed(3);
         })
     };
     let samples = Arc::new(AtomicU64::new(0));
@@ -672,7 +646,7 @@ fn membership_under_random_faults_never_works_a_unit_twice() {
     for runner in runners.into_iter().flatten() {
         runner.join().unwrap().unwrap();
     }
-    let violations = registry.violations.load(Ordering::SeqCst);
+    let violations = registry.violations();
     println!(
         "membership checker, {duration:?}: {} ownership samples, {violations} double-worked units; faults: {faults:?}",
         samples.load(Ordering::SeqCst)

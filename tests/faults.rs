@@ -4,17 +4,16 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant, SystemTime};
 
 use common::proxy::{database_addr, Proxy};
+use common::registry::{Registry, Worker};
 use common::{client, count, db, wait_for, Role, Tables};
-use parking_lot::Mutex;
 use pgtenure::membership::{Config, Hooks, Leaser, Reconciler, Unit, Units};
 use pgtenure::testing::TempPostgres;
 use pgtenure::{
@@ -635,45 +634,6 @@ fn a_serializable_default_makes_contended_acquires_fail_cleanly_never_twice() {
     assert!(granted >= 1);
 }
 
-/// Records which process works on which unit, and counts any unit worked on by two at once.
-#[derive(Default)]
-struct Registry {
-    active: Mutex<BTreeMap<Unit, usize>>,
-    violations: AtomicUsize,
-    gained: AtomicUsize,
-}
-
-struct Worker {
-    registry: Arc<Registry>,
-    id: usize,
-}
-
-impl Reconciler for Worker {
-    fn units_gained(&self, units: &[Unit]) {
-        let mut active = self.registry.active.lock();
-        for unit in units {
-            if let Some(other) = active.insert(unit.clone(), self.id) {
-                if other != self.id {
-                    self.registry.violations.fetch_add(1, Ordering::SeqCst);
-                    eprintln!("{unit} gained by {} while {other} works on it", self.id);
-                }
-            }
-        }
-        self.registry
-            .gained
-            .fetch_add(units.len(), Ordering::SeqCst);
-    }
-
-    fn units_lost(&self, units: &[Unit]) {
-        let mut active = self.registry.active.lock();
-        for unit in units {
-            if active.get(unit) == Some(&self.id) {
-                active.remove(unit);
-            }
-        }
-    }
-}
-
 #[test]
 fn partitions_and_crashes_during_rebalancing_never_let_two_processes_work_a_unit() {
     let mut tables = Tables::new();
@@ -755,7 +715,7 @@ fn partitions_and_crashes_during_rebalancing_never_let_two_processes_work_a_unit
     drop(stops[2].take());
     runners.pop().unwrap().join().unwrap().unwrap();
     // A crashed process works on nothing any more.
-    registry.active.lock().retain(|_, owner| *owner != 2);
+    registry.crashed(2);
     wait_for(
         "the survivors to take process 2's units",
         Duration::from_secs(10),
@@ -777,7 +737,7 @@ fn partitions_and_crashes_during_rebalancing_never_let_two_processes_work_a_unit
         runner.join().unwrap().unwrap();
     }
     assert_eq!(
-        registry.violations.load(Ordering::SeqCst),
+        registry.violations(),
         0,
         "a unit was worked on by two processes"
     );

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod proxy;
+pub mod registry;
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::OnceLock;

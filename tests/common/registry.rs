@@ -1,0 +1,59 @@
+//! A reconciler that records which process works on which unit, and counts any unit that a process
+//! gains while another still works on it: the membership "never two workers" check.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use pgtenure::membership::{Reconciler, Unit};
+
+#[derive(Default)]
+pub struct Registry {
+    pub active: Mutex<BTreeMap<Unit, usize>>,
+    pub violations: AtomicUsize,
+    pub gained: AtomicUsize,
+}
+
+impl Registry {
+    /// A crashed process works on nothing any more.
+    pub fn crashed(&self, id: usize) {
+        self.active.lock().retain(|_, owner| *owner != id);
+    }
+
+    pub fn violations(&self) -> usize {
+        self.violations.load(Ordering::SeqCst)
+    }
+}
+
+/// Process `id`'s reconciler.
+pub struct Worker {
+    pub registry: Arc<Registry>,
+    pub id: usize,
+}
+
+impl Reconciler for Worker {
+    fn units_gained(&self, units: &[Unit]) {
+        let mut active = self.registry.active.lock();
+        for unit in units {
+            if let Some(other) = active.insert(unit.clone(), self.id) {
+                if other != self.id {
+                    self.registry.violations.fetch_add(1, Ordering::SeqCst);
+                    eprintln!("{unit} gained by {} while {other} works on it", self.id);
+                }
+            }
+        }
+        self.registry
+            .gained
+            .fetch_add(units.len(), Ordering::SeqCst);
+    }
+
+    fn units_lost(&self, units: &[Unit]) {
+        let mut active = self.registry.active.lock();
+        for unit in units {
+            if active.get(unit) == Some(&self.id) {
+                active.remove(unit);
+            }
+        }
+    }
+}
