@@ -8,12 +8,12 @@
 //! convergence and steady-state cost; and how a tick's cost grows with the number of units. Prints
 //! a table and writes a JSON results file (not committed).
 
-#[path = "../tests/common/proxy.rs"]
-#[allow(dead_code)]
-mod proxy;
+/// The test harness: the database URL, the protocol-counting proxy.
+#[path = "../tests/common/mod.rs"]
+mod common;
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Barrier, OnceLock};
+use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -26,26 +26,7 @@ use serde_json::{json, Value};
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
 
-/// The database URL: `DATABASE_URL`, or a throwaway server kept for the whole run.
-fn url() -> String {
-    static URL: OnceLock<String> = OnceLock::new();
-    URL.get_or_init(|| pgtenure::testing::database_url().expect("a database"))
-        .clone()
-}
-
-/// The proxy module's view of the database address (it expects these two in its parent).
-fn config_at(host: &str, port: u16) -> postgres::Config {
-    let real: postgres::Config = url().parse().unwrap();
-    let mut config = postgres::Config::new();
-    config
-        .host(host)
-        .port(port)
-        .user(real.get_user().unwrap_or("postgres"));
-    if let Some(db) = real.get_dbname() {
-        config.dbname(db);
-    }
-    config
-}
+use common::{proxy, url};
 
 struct Args {
     secs: f64,

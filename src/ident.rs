@@ -236,10 +236,10 @@ mod tests {
     #[test]
     fn render_substitutes_only_table_placeholders() {
         let t = TableName::parse("s.t").unwrap();
-        let sql = "SELECT '{x}' FROM {table} JOIN {table:seq} ON {table}.a = $1; {index:i} {tab";
+        let sql = "select '{x}' from {table} JOIN {table:seq} ON {table}.a = $1; {index:i} {tab";
         assert_eq!(
             render(sql, &t),
-            "SELECT '{x}' FROM \"s\".\"t\" JOIN \"s\".\"t_seq\" ON \"s\".\"t\".a = $1; \"t_i\" {tab"
+            "select '{x}' from \"s\".\"t\" JOIN \"s\".\"t_seq\" ON \"s\".\"t\".a = $1; \"t_i\" {tab"
         );
     }
 }

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use common::proxy::{database_addr, Proxy};
 use common::registry::{Registry, Worker};
-use common::{client, wait_for, Tables};
+use common::{client, wait_for, Running, Tables};
 use parking_lot::Mutex;
 use pgtenure::crossbeam_channel::{after, select};
 use pgtenure::membership::{Config, Hooks, Leaser, Unit, Units};
@@ -580,25 +580,16 @@ fn membership_under_random_faults_never_works_a_unit_twice() {
             )
         })
         .collect();
-    let mut stops = Vec::new();
-    let mut runners = Vec::new();
-    for leaser in &leasers {
-        let (stop, shutdown) = pgtenure::crossbeam_channel::bounded::<()>(0);
-        let leaser = leaser.clone();
-        runners.push(Some(thread::spawn(move || leaser.run(&shutdown))));
-        stops.push(Some(stop));
-    }
+    let mut running: Vec<Running> = leasers.iter().map(|l| Running::start(l.clone())).collect();
     let duration = run_for();
     let until = Instant::now() + duration;
     // Crash one process half-way through: its units must move after its TTL.
     let crasher = {
         let registry = registry.clone();
-        let stop = stops[3].take();
-        let runner = runners[3].take();
+        let mut crashing = running.pop().expect("four runners");
         thread::spawn(move || {
             thread::sleep(duration / 2);
-            drop(stop);
-            runner.unwrap().join().unwrap().unwrap();
+            crashing.stop();
             registry.crashed(3);
         })
     };
@@ -640,11 +631,8 @@ fn membership_under_random_faults_never_works_a_unit_twice() {
     );
     done.store(true, Ordering::SeqCst);
     sampler.join().unwrap();
-    for stop in stops.iter_mut() {
-        drop(stop.take());
-    }
-    for runner in runners.into_iter().flatten() {
-        runner.join().unwrap().unwrap();
+    for run in &mut running {
+        run.stop();
     }
     let violations = registry.violations();
     println!(

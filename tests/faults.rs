@@ -13,7 +13,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use common::proxy::{database_addr, Proxy};
 use common::registry::{Registry, Worker};
-use common::{client, count, db, wait_for, Role, Tables};
+use common::{client, count, db, wait_for, Role, Running, Tables};
 use pgtenure::membership::{Config, Hooks, Leaser, Reconciler, Unit, Units};
 use pgtenure::testing::TempPostgres;
 use pgtenure::{
@@ -672,14 +672,7 @@ fn partitions_and_crashes_during_rebalancing_never_let_two_processes_work_a_unit
             )
         })
         .collect();
-    let mut stops = Vec::new();
-    let mut runners = Vec::new();
-    for leaser in &leasers {
-        let (stop, shutdown) = pgtenure::crossbeam_channel::bounded::<()>(0);
-        let leaser = leaser.clone();
-        runners.push(thread::spawn(move || leaser.run(&shutdown)));
-        stops.push(Some(stop));
-    }
+    let mut running: Vec<Running> = leasers.iter().map(|l| Running::start(l.clone())).collect();
     let owned = |i: usize| leasers[i].owned().len();
     wait_for("40 units each", Duration::from_secs(10), || {
         ((0..3).all(|i| owned(i) == 40)).then_some(())
@@ -712,8 +705,7 @@ fn partitions_and_crashes_during_rebalancing_never_let_two_processes_work_a_unit
 
     // Crash process 2 (it stops without releasing): its units move after its TTL.
     let crashed_at = Instant::now();
-    drop(stops[2].take());
-    runners.pop().unwrap().join().unwrap().unwrap();
+    running[2].stop();
     // A crashed process works on nothing any more.
     registry.crashed(2);
     wait_for(
@@ -730,11 +722,8 @@ fn partitions_and_crashes_during_rebalancing_never_let_two_processes_work_a_unit
         moved_after >= ttl / 2,
         "the crashed process's units moved before its TTL"
     );
-    for stop in stops.iter_mut() {
-        drop(stop.take());
-    }
-    for runner in runners {
-        runner.join().unwrap().unwrap();
+    for run in &mut running {
+        run.stop();
     }
     assert_eq!(
         registry.violations(),

@@ -201,3 +201,40 @@ impl Drop for Role {
         }
     }
 }
+
+/// A `Leaser::run` loop on a thread of its own; `stop` (or dropping it) signals and joins it.
+pub struct Running {
+    stop: Option<pgtenure::crossbeam_channel::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<pgtenure::Result<()>>>,
+}
+
+impl Running {
+    pub fn start(leaser: std::sync::Arc<pgtenure::membership::Leaser>) -> Running {
+        let (stop, shutdown) = pgtenure::crossbeam_channel::bounded::<()>(0);
+        let thread = std::thread::spawn(move || leaser.run(&shutdown));
+        Running {
+            stop: Some(stop),
+            thread: Some(thread),
+        }
+    }
+
+    /// Signals the loop (as a crash or a shutdown would end it) and joins it; `run` returns `Ok`.
+    pub fn stop(&mut self) {
+        drop(self.stop.take());
+        if let Some(thread) = self.thread.take() {
+            thread
+                .join()
+                .expect("the run thread")
+                .expect("run returns Ok");
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        drop(self.stop.take());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
