@@ -20,7 +20,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use common::proxy::{database_addr, Proxy};
 use common::registry::{Registry, Worker};
-use common::{client, wait_for, Running, Tables};
+use common::{client, ledger, wait_for, Running, Tables};
 use parking_lot::Mutex;
 use pgtenure::crossbeam_channel::{after, select};
 use pgtenure::membership::{Config, Hooks, Leaser, Unit, Units};
@@ -144,6 +144,21 @@ fn write(
         None => &counts.failed,
     };
     counter.fetch_add(1, Ordering::SeqCst);
+}
+
+/// Every acknowledged write landed, and no more than those plus the failed ones: a commit whose
+/// acknowledgement a fault cut off is counted as failed, yet may have landed. Returns how many did.
+fn assert_landed(landed: usize, counts: &Counts) -> u64 {
+    let (written, failed) = (
+        counts.written.load(Ordering::SeqCst),
+        counts.failed.load(Ordering::SeqCst),
+    );
+    let landed = landed as u64;
+    assert!(
+        written <= landed && landed <= written + failed,
+        "the ledger has {landed} rows for {written} acknowledged and {failed} failed writes"
+    );
+    landed - written
 }
 
 /// The lease worker loop, in a thread or a child process.
@@ -278,16 +293,11 @@ fn leases_under_random_faults_never_overlap_and_no_stale_write_lands() {
     }
     let mut tables = Tables::new();
     let table = tables.name("lease");
-    let ledger = tables.name("ledger");
+    let ledger = ledger::create(&mut tables);
     Leases::new(&common::db())
         .with_table(&table)
         .unwrap()
         .create_table()
-        .unwrap();
-    client()
-        .batch_execute(&format!(
-            "CREATE TABLE {ledger} (id bigserial PRIMARY KEY, key text NOT NULL, token bigint NOT NULL, owner text NOT NULL)"
-        ))
         .unwrap();
     let proxy = Proxy::start(0, database_addr()).unwrap();
     let app = tables.name("checker");
@@ -353,34 +363,9 @@ fn leases_under_random_faults_never_overlap_and_no_stale_write_lands() {
     }
 
     // The proof, from the ledger and the lease rows.
-    let rows: Vec<(String, i64, String)> = client()
-        .query(
-            &format!("SELECT key, token, owner FROM {ledger} ORDER BY id"),
-            &[],
-        )
-        .unwrap()
-        .iter()
-        .map(|r| (r.get(0), r.get(1), r.get(2)))
-        .collect();
-    let mut last: BTreeMap<String, (i64, String)> = BTreeMap::new();
-    let mut tenures = 0;
-    for (key, token, owner) in &rows {
-        match last.get(key) {
-            Some((t, o)) if t == token => {
-                assert_eq!(o, owner, "token {token} of {key} has two owners")
-            }
-            Some((t, _)) => {
-                assert!(
-                    token > t,
-                    "{key}: token {token} wrote after token {t} (overlapping tenures)"
-                );
-                tenures += 1;
-            }
-            None => tenures += 1,
-        }
-        last.insert(key.clone(), (*token, owner.clone()));
-    }
-    for (key, (token, _)) in &last {
+    let proof = ledger::assert_ordered(&ledger);
+    let tenures = proof.tenures;
+    for (key, token) in &proof.last {
         let row_token: i64 = client()
             .query_one(&format!("SELECT token FROM {table} WHERE key = $1"), &[key])
             .unwrap()
@@ -395,27 +380,15 @@ fn leases_under_random_faults_never_overlap_and_no_stale_write_lands() {
         "lease checker, {duration:?}: {} fenced writes in {tenures} tenures with writes ({} acquisitions), \
          {} stale writes refused, {} writes failed by faults, {} losses seen (noticed by a worker at most {:?} after the deadline, \
          including the write in progress and process pauses); {total_faults} faults: {faults:?}",
-        rows.len(),
+        proof.writes,
         counts.acquired.load(Ordering::SeqCst),
         counts.refused.load(Ordering::SeqCst),
         counts.failed.load(Ordering::SeqCst),
         counts.losses.load(Ordering::SeqCst),
         Duration::from_micros(counts.worst_late_us.load(Ordering::SeqCst)),
     );
-    // A commit whose acknowledgement a fault cut off is counted as failed, yet may have landed.
-    let (written, failed) = (
-        counts.written.load(Ordering::SeqCst),
-        counts.failed.load(Ordering::SeqCst),
-    );
-    let landed = rows.len() as u64;
-    assert!(
-        written <= landed && landed <= written + failed,
-        "the ledger has {landed} rows for {written} acknowledged and {failed} failed writes"
-    );
-    println!(
-        "{} commits were ambiguous (cut off after COMMIT) and landed",
-        landed - written
-    );
+    let ambiguous = assert_landed(proof.writes, &counts);
+    println!("{ambiguous} commits were ambiguous (cut off after COMMIT) and landed");
     assert!(
         tenures >= 10 && total_faults >= 5,
         "too little happened to prove anything"
@@ -430,16 +403,11 @@ fn leases_under_random_faults_never_overlap_and_no_stale_write_lands() {
 fn electors_under_random_faults_never_have_two_leaders_writing() {
     let mut tables = Tables::new();
     let table = tables.name("leader");
-    let ledger = tables.name("ledger");
+    let ledger = ledger::create(&mut tables);
     Elector::new(&common::db())
         .with_table(&table)
         .unwrap()
         .create_table()
-        .unwrap();
-    client()
-        .batch_execute(&format!(
-            "CREATE TABLE {ledger} (id bigserial PRIMARY KEY, key text NOT NULL, token bigint NOT NULL, owner text NOT NULL)"
-        ))
         .unwrap();
     let proxy = Proxy::start(0, database_addr()).unwrap();
     let app = tables.name("electors");
@@ -491,46 +459,20 @@ fn electors_under_random_faults_never_have_two_leaders_writing() {
     for poller in pollers {
         poller.join().unwrap();
     }
-    let rows: Vec<(i64, String)> = client()
-        .query(
-            &format!("SELECT token, owner FROM {ledger} ORDER BY id"),
-            &[],
-        )
-        .unwrap()
-        .iter()
-        .map(|r| (r.get(0), r.get(1)))
-        .collect();
-    let mut terms = 0;
-    for pair in rows.windows(2) {
-        assert!(
-            pair[0].0 <= pair[1].0,
-            "term {} wrote after term {}",
-            pair[1].0,
-            pair[0].0
-        );
-        if pair[0].0 == pair[1].0 {
-            assert_eq!(pair[0].1, pair[1].1, "term {} has two holders", pair[0].0);
-        } else {
-            terms += 1;
-        }
-    }
+    let proof = ledger::assert_ordered(&ledger);
     println!(
         "elector checker, {duration:?}: {} term-fenced writes over {} terms, {} stale writes refused, {} failed by faults; faults: {faults:?}",
-        rows.len(),
-        terms + 1,
+        proof.writes,
+        proof.tenures,
         counts.refused.load(Ordering::SeqCst),
         counts.failed.load(Ordering::SeqCst)
     );
-    let (written, failed) = (
-        counts.written.load(Ordering::SeqCst),
-        counts.failed.load(Ordering::SeqCst),
-    );
-    let landed = rows.len() as u64;
+    assert_landed(proof.writes, &counts);
+    let changes = proof.tenures.saturating_sub(1);
     assert!(
-        written <= landed && landed <= written + failed,
-        "{landed} rows, {written} + {failed} writes"
+        changes >= 3,
+        "leadership changed hands only {changes} times"
     );
-    assert!(terms >= 3, "leadership changed hands only {terms} times");
 }
 
 #[test]

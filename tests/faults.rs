@@ -13,7 +13,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use common::proxy::{database_addr, Proxy};
 use common::registry::{Registry, Worker};
-use common::{client, count, db, wait_for, Role, Running, Tables};
+use common::{client, count, db, ledger, wait_for, Role, Running, Tables};
 use pgtenure::membership::{Config, Hooks, Leaser, Reconciler, Unit, Units};
 use pgtenure::testing::TempPostgres;
 use pgtenure::{
@@ -30,16 +30,6 @@ fn leases_table(tables: &mut Tables) -> String {
         .create_table()
         .unwrap();
     table
-}
-
-fn ledger(tables: &mut Tables) -> String {
-    let ledger = tables.name("ledger");
-    client()
-        .batch_execute(&format!(
-            "CREATE TABLE {ledger} (id bigserial PRIMARY KEY, token bigint NOT NULL, owner text NOT NULL)"
-        ))
-        .unwrap();
-    ledger
 }
 
 /// What a fenced write came to.
@@ -70,35 +60,6 @@ fn fenced_write(db: &Db, leases: &Leases, ledger: &str, key: &str, token: i64) -
         return Write::Failed;
     }
     Write::Done
-}
-
-/// Tokens in ledger order, per key: must never go down.
-fn ledger_tokens(ledger: &str) -> Vec<(i64, String)> {
-    client()
-        .query(
-            &format!("SELECT token, owner FROM {ledger} ORDER BY id"),
-            &[],
-        )
-        .unwrap()
-        .iter()
-        .map(|r| (r.get(0), r.get(1)))
-        .collect()
-}
-
-fn assert_ledger_ordered(ledger: &str) -> usize {
-    let rows = ledger_tokens(ledger);
-    for pair in rows.windows(2) {
-        assert!(
-            pair[0].0 <= pair[1].0,
-            "token {} wrote after token {}",
-            pair[1].0,
-            pair[0].0
-        );
-        if pair[0].0 == pair[1].0 {
-            assert_eq!(pair[0].1, pair[1].1, "one token, two owners");
-        }
-    }
-    rows.len()
 }
 
 #[test]
@@ -288,7 +249,7 @@ impl Reconciler for Quiet {
 fn a_blackholed_holder_loses_at_its_local_deadline_and_is_refused_after_healing() {
     let mut tables = Tables::new();
     let table = leases_table(&mut tables);
-    let ledger = ledger(&mut tables);
+    let ledger = ledger::create(&mut tables);
     let proxy = Proxy::start(0, database_addr()).unwrap();
     let holder_db = DbBuilder::from_config(proxy.config())
         .connection_timeout(Duration::from_secs(1))
@@ -365,7 +326,7 @@ fn a_blackholed_holder_loses_at_its_local_deadline_and_is_refused_after_healing(
         .map(|r| (r.get(0), r.get(1)))
         .unwrap();
     assert_eq!((owner.as_str(), token), (other.owner(), taken.token()));
-    assert_eq!(assert_ledger_ordered(&ledger), 2);
+    assert_eq!(ledger::assert_ordered(&ledger).writes, 2);
 }
 
 /// The child side of the pause test: hold a lease and write through the fence until it is lost.
@@ -407,7 +368,7 @@ fn a_paused_holder_process_is_refused_on_resume_and_learns_its_loss() {
     }
     let mut tables = Tables::new();
     let table = leases_table(&mut tables);
-    let ledger = ledger(&mut tables);
+    let ledger = ledger::create(&mut tables);
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
@@ -491,8 +452,8 @@ fn a_paused_holder_process_is_refused_on_resume_and_learns_its_loss() {
     );
     // Every write the child attempted after its tenure ended was refused: the ledger proves it. Only
     // a write already fenced when the pause came may commit after the resume.
-    let rows = ledger_tokens(&ledger);
-    let child_rows = rows.iter().filter(|(t, _)| *t == token).count() as i64;
+    let rows = ledger::rows(&ledger);
+    let child_rows = rows.iter().filter(|(_, t, _)| *t == token).count() as i64;
     let allowed = paused_writes + i64::from(mid_transaction);
     assert!(
         child_rows <= allowed,
@@ -502,7 +463,7 @@ fn a_paused_holder_process_is_refused_on_resume_and_learns_its_loss() {
         after.iter().any(|l| l.ends_with("WRITE Refused")),
         "{after:?}"
     );
-    assert_ledger_ordered(&ledger);
+    ledger::assert_ordered(&ledger);
 }
 
 #[test]

@@ -46,13 +46,7 @@ fn fence_check(leases: &Leases, key: &str, token: i64) -> bool {
 fn sixteen_threads_contend_and_no_two_tenures_overlap_in_the_fenced_ledger() {
     let mut tables = Tables::new();
     let (_, table) = leases(&mut tables);
-    let ledger = tables.name("ledger");
-    client()
-        .batch_execute(&format!(
-            "CREATE TABLE {ledger} (id bigserial PRIMARY KEY, token bigint NOT NULL, owner text NOT NULL,
-                                    at timestamptz NOT NULL DEFAULT clock_timestamp())"
-        ))
-        .unwrap();
+    let ledger = common::ledger::create(&mut tables);
     let refused = Arc::new(AtomicU64::new(0));
     let raw_grants = Arc::new(AtomicU64::new(0));
     let ttl = Duration::from_millis(300);
@@ -112,42 +106,19 @@ fn sixteen_threads_contend_and_no_two_tenures_overlap_in_the_fenced_ledger() {
         }
     });
 
-    let rows: Vec<(i64, String)> = client()
-        .query(
-            &format!("SELECT token, owner FROM {ledger} ORDER BY at, id"),
-            &[],
-        )
-        .unwrap()
-        .iter()
-        .map(|r| (r.get(0), r.get(1)))
-        .collect();
-    let mut tenures: Vec<(i64, String)> = Vec::new();
-    for (token, owner) in &rows {
-        match tenures.last() {
-            Some((last, last_owner)) if last == token => {
-                assert_eq!(last_owner, owner, "token {token}")
-            }
-            Some((last, _)) => {
-                assert!(
-                    token > last,
-                    "token {token} wrote after token {last}: tenures overlap"
-                );
-                tenures.push((*token, owner.clone()));
-            }
-            None => tenures.push((*token, owner.clone())),
-        }
-    }
+    // In ledger order tokens never go down and each has one owner: no two tenures overlapped.
+    let proof = common::ledger::assert_ordered(&ledger);
     let refused = refused.load(Ordering::Relaxed);
     println!(
         "{} fenced writes, {} tenures, {} raw grants, {refused} stale writes refused",
-        rows.len(),
-        tenures.len(),
+        proof.writes,
+        proof.tenures,
         raw_grants.load(Ordering::Relaxed)
     );
     assert!(
-        tenures.len() >= 5,
+        proof.tenures >= 5,
         "too little contention: {} tenures",
-        tenures.len()
+        proof.tenures
     );
     assert!(raw_grants.load(Ordering::Relaxed) > 0);
     assert!(
