@@ -1,7 +1,8 @@
 //! The connection pool every primitive shares.
 
+use std::error::Error as StdError;
 use std::fmt;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use postgres::error::SqlState;
 use postgres::types::{ToSql, Type};
@@ -9,7 +10,7 @@ use postgres::{NoTls, Row};
 use r2d2::{Pool, PooledConnection};
 use r2d2_postgres::PostgresConnectionManager;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::ident::TableName;
 
 type Manager = PostgresConnectionManager<NoTls>;
@@ -18,7 +19,9 @@ type Manager = PostgresConnectionManager<NoTls>;
 pub(crate) type Param<'a> = (&'a (dyn ToSql + Sync), Type);
 
 const LOCK_SQL: &str = include_str!("../sql/schema/lock.sql");
+const DISCARD_SQL: &str = include_str!("../sql/schema/discard.sql");
 const EXISTS_SQL: &str = include_str!("../sql/schema/table_exists.sql");
+const COMPANION_SQL: &str = include_str!("../sql/schema/companion.sql");
 
 /// The transaction-level advisory lock key every pgtenure `create_table` takes ("pgtenure" in ASCII).
 const DDL_LOCK_KEY: i64 = 0x7067_7465_6e75_7265;
@@ -128,65 +131,136 @@ impl Db {
         &self.pool
     }
 
-    /// Takes a connection for one statement.
-    pub(crate) fn conn(&self, context: &str) -> Result<PooledConnection<Manager>> {
-        self.pool.get().map_err(|e| Error::from_pool(context, e))
+    /// Takes a connection for one statement, waiting at most the pool's connection timeout, or
+    /// until `until` when that comes first.
+    pub(crate) fn conn_until(&self, context: &str, until: Option<Instant>) -> Result<Conn> {
+        let wait = match until {
+            None => self.pool.connection_timeout(),
+            Some(until) => until
+                .saturating_duration_since(Instant::now())
+                .min(self.pool.connection_timeout()),
+        };
+        if wait.is_zero() {
+            return self.pool.try_get().ok_or_else(|| {
+                Error::checkout(format!(
+                    "{context} failed: no idle database connection in the pool, and no time \
+                     left to wait for one"
+                ))
+            });
+        }
+        self.pool
+            .get_timeout(wait)
+            .map_err(|e| Error::from_pool(context, e))
     }
 
-    /// Runs `statement` on a pooled connection, skipping connections that were already dead.
+    /// Runs `statement` on a pooled connection, sending it again on another connection only when
+    /// that is safe (invariant 9 of the design: an unknown outcome is not "never ran").
     ///
-    /// A pooled connection whose server session ended while it sat idle (a terminated backend, a
-    /// restarted server) fails its next statement before running it. The driver may not have seen the
-    /// socket close yet, so r2d2 would keep the connection; [`discard_if_dead`] makes the driver
-    /// notice, so r2d2 drops it, and the statement is sent again at once on another connection.
-    /// After a restart every idle connection is dead: this costs a failed write each, instead of a
-    /// retry interval each. Failures that may have run the statement are returned, never retried.
+    /// A pooled connection whose server session ended while it sat idle (a terminated backend, an
+    /// idle-session timeout, a restarted server) answers the next statement with the server's
+    /// `FATAL` report (57P01, 57P05) without running it: that connection is discarded and the
+    /// statement sent at once on another, up to the pool's size. A connection that the driver
+    /// already knows is closed is skipped before anything is sent. Any other failure after sending
+    /// (the connection closed or reset, possibly after the server committed) is an unknown outcome:
+    /// it is returned, unless `policy` says the statement is idempotent by construction, in which
+    /// case it is sent once more to find out.
     pub(crate) fn with_conn<T>(
         &self,
         context: &str,
-        mut statement: impl FnMut(&mut postgres::Client) -> std::result::Result<T, postgres::Error>,
+        policy: Policy,
+        mut statement: impl FnMut(&mut Conn) -> std::result::Result<T, postgres::Error>,
     ) -> Result<T> {
-        let attempts = self.pool.max_size().clamp(1, MAX_STALE_SKIPS) + 1;
-        let mut attempt = 1;
+        let skips = self.pool.max_size().clamp(1, MAX_STALE_SKIPS);
+        let (mut skipped, mut resent) = (0, false);
         loop {
-            let mut conn = self.conn(context)?;
+            let mut conn = self.conn_until(context, policy.until)?;
+            if conn.is_closed() {
+                // Nothing was sent; dropping it makes r2d2 discard it.
+                skipped += 1;
+                if skipped > skips {
+                    return Err(Error::new(
+                        ErrorKind::Connection,
+                        format!("{context} failed: every pooled connection was closed"),
+                    ));
+                }
+                continue;
+            }
             match statement(&mut conn) {
                 Ok(value) => return Ok(value),
                 Err(e) if never_ran(&e) => {
-                    discard_if_dead(&mut conn);
-                    if attempt == attempts {
+                    discard(&mut conn);
+                    skipped += 1;
+                    if skipped > skips {
                         return Err(Error::from_postgres(context, e));
                     }
-                    log::debug!(target: "pgtenure::db", "{context}: pooled connection was dead ({e}); using another");
-                    attempt += 1;
+                    log::debug!(target: "pgtenure::db", "{context}: the pooled connection's session had ended ({e}); using another");
+                }
+                Err(e) if outcome_unknown(&e) && policy.resend == Resend::Idempotent && !resent => {
+                    resent = true;
+                    log::info!(target: "pgtenure::db", "{context}: the connection failed after the statement was sent ({e}); sending it again to find out (it is idempotent)");
                 }
                 Err(e) => return Err(Error::from_postgres(context, e)),
             }
         }
     }
 
-    /// Runs one statement in its own implicit transaction, in one round trip, returning its rows.
+    /// Runs one statement in its own implicit transaction, in one round trip, returning its rows;
+    /// sent again only when it provably never ran.
     pub(crate) fn query(&self, context: &str, sql: &str, params: &[Param<'_>]) -> Result<Vec<Row>> {
-        self.with_conn(context, |conn| conn.query_typed(sql, params))
+        self.with_conn(context, Policy::ONCE, |conn| conn.query_typed(sql, params))
     }
 
     /// Like [`Db::query`] for a statement that returns exactly one row.
     pub(crate) fn query_one(&self, context: &str, sql: &str, params: &[Param<'_>]) -> Result<Row> {
-        self.with_conn(context, |conn| conn.query_typed_one(sql, params))
+        self.with_conn(context, Policy::ONCE, |conn| {
+            conn.query_typed_one(sql, params)
+        })
+    }
+
+    /// Like [`Db::query`] for a statement that is idempotent by construction (reads, renewals keyed
+    /// by token, claims keyed by their call id): an unknown outcome is found out by sending it once
+    /// more.
+    pub(crate) fn query_idempotent(
+        &self,
+        context: &str,
+        sql: &str,
+        params: &[Param<'_>],
+    ) -> Result<Vec<Row>> {
+        self.with_conn(context, Policy::IDEMPOTENT, |conn| {
+            conn.query_typed(sql, params)
+        })
+    }
+
+    /// Like [`Db::query_idempotent`] for a statement that returns exactly one row.
+    pub(crate) fn query_one_idempotent(
+        &self,
+        context: &str,
+        sql: &str,
+        params: &[Param<'_>],
+    ) -> Result<Row> {
+        self.with_conn(context, Policy::IDEMPOTENT, |conn| {
+            conn.query_typed_one(sql, params)
+        })
     }
 
     /// Creates a table and its companions (`ddl`, one statement each) unless `table` exists, under a
     /// transaction-level advisory lock so that every instance may call it at once: concurrent
     /// `CREATE TABLE IF NOT EXISTS` statements can otherwise fail on PostgreSQL's catalog. An
     /// existing table is left as it is, and then the role needs no `CREATE` privilege.
+    ///
+    /// Then checks that every companion in `expected` is what the statements need: `IF NOT EXISTS`
+    /// skips an index or a sequence whose name another relation already has, so a name taken by a
+    /// table (or a companion dropped by hand) would otherwise go unnoticed until it costs a scan or a
+    /// failed `nextval`.
     pub(crate) fn create_table(
         &self,
         context: &str,
         table: &TableName,
         ddl: &[String],
+        expected: &[Companion],
     ) -> Result<()> {
         let fail = |e| Error::from_postgres(context, e);
-        let mut conn = self.conn(context)?;
+        let mut conn = self.conn_until(context, None)?;
         let mut tx = conn.transaction().map_err(fail)?;
         tx.query_typed(LOCK_SQL, &[(&DDL_LOCK_KEY, Type::INT8)])
             .map_err(fail)?;
@@ -197,14 +271,92 @@ impl Db {
             .get(0);
         if exists {
             log::debug!(target: "pgtenure::db", "{context}: table {table} exists");
-            return Ok(());
+        } else {
+            for statement in ddl {
+                tx.batch_execute(statement).map_err(fail)?;
+            }
         }
-        for statement in ddl {
-            tx.batch_execute(statement).map_err(fail)?;
+        for companion in expected {
+            let rows = tx
+                .query_typed(
+                    COMPANION_SQL,
+                    &[(&companion.name, Type::TEXT), (&quoted, Type::TEXT)],
+                )
+                .map_err(fail)?;
+            let found = rows
+                .first()
+                .map(|row| (row.get::<_, String>("kind"), row.get::<_, bool>("on_table")));
+            let ok = match (companion.kind, &found) {
+                (CompanionKind::Index, Some((kind, on_table))) => kind == "i" && *on_table,
+                (CompanionKind::Sequence, Some((kind, _))) => kind == "S",
+                (_, None) => false,
+            };
+            if !ok {
+                let what = companion.kind.noun();
+                let problem = match found {
+                    Some(_) => format!(
+                        "the name is taken by another relation, so the {what} was not created"
+                    ),
+                    None => format!(
+                        "the {what} does not exist (dropped, or the table was made by hand)"
+                    ),
+                };
+                return Err(Error::new(
+                    ErrorKind::Database,
+                    format!(
+                        "{context} failed: {table} needs the {what} {} but {problem}; choose table \
+                         names whose derived names are free, or create the {what} as sql/ describes",
+                        companion.name
+                    ),
+                ));
+            }
         }
         tx.commit().map_err(fail)?;
-        log::info!(target: "pgtenure::db", "{context}: created table {table}");
+        if !exists {
+            log::info!(target: "pgtenure::db", "{context}: created table {table}");
+        }
         Ok(())
+    }
+}
+
+/// An index or sequence a table's statements rely on, by its quoted, schema-qualified name.
+#[derive(Debug, Clone)]
+pub(crate) struct Companion {
+    pub(crate) name: String,
+    pub(crate) kind: CompanionKind,
+}
+
+/// What a [`Companion`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CompanionKind {
+    /// An index on the table.
+    Index,
+    /// A sequence the statements draw tokens from.
+    Sequence,
+}
+
+impl CompanionKind {
+    fn noun(self) -> &'static str {
+        match self {
+            CompanionKind::Index => "index",
+            CompanionKind::Sequence => "sequence",
+        }
+    }
+}
+
+impl Companion {
+    pub(crate) fn index(name: String) -> Companion {
+        Companion {
+            name,
+            kind: CompanionKind::Index,
+        }
+    }
+
+    pub(crate) fn sequence(name: String) -> Companion {
+        Companion {
+            name,
+            kind: CompanionKind::Sequence,
+        }
     }
 }
 
@@ -214,28 +366,87 @@ const MAX_STALE_SKIPS: u32 = 16;
 /// How long poking a dead connection may take (the server has closed it: it fails at once).
 const POKE_TIMEOUT: Duration = Duration::from_millis(250);
 
-/// Whether a failure proves the statement never ran: the connection was closed before it was sent,
-/// or the server's only answer was that the session had been ended (terminated by an administrator,
-/// a crash or shutdown of the server, a server not accepting connections yet). A session ended while
-/// the statement ran rolls it back, so it did not take effect either.
-fn never_ran(e: &postgres::Error) -> bool {
-    if e.is_closed() {
-        return true;
+/// A pooled connection.
+pub(crate) type Conn = PooledConnection<Manager>;
+
+/// Whether a statement whose connection failed after sending may be sent again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Resend {
+    /// Only when the failure proves it never ran.
+    IfNeverRan,
+    /// Also once when its outcome is unknown: sending it again cannot do it twice.
+    Idempotent,
+}
+
+/// How [`Db::with_conn`] sends a statement.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Policy {
+    pub(crate) resend: Resend,
+    /// Wait for a pool connection until then at most (and never past the pool's timeout).
+    pub(crate) until: Option<Instant>,
+}
+
+impl Policy {
+    pub(crate) const ONCE: Policy = Policy {
+        resend: Resend::IfNeverRan,
+        until: None,
+    };
+    pub(crate) const IDEMPOTENT: Policy = Policy {
+        resend: Resend::Idempotent,
+        until: None,
+    };
+
+    /// The same, waiting for a pool connection no later than `until`.
+    pub(crate) fn until(self, until: Instant) -> Policy {
+        Policy {
+            until: Some(until),
+            ..self
+        }
     }
+}
+
+/// Whether a failure proves the statement did not take effect: the server's only answer was that
+/// the session had ended (terminated by an administrator or a fast shutdown, 57P01; an idle-session
+/// timeout, 57P05; a server not accepting connections yet, 57P03). Such a `FATAL` report comes
+/// either before the statement was read or instead of its commit. A closed or reset connection
+/// proves nothing: the driver reports that too when the socket closes right after the server
+/// committed and answered. A crash shutdown (57P02) can interrupt a backend after its commit.
+pub(crate) fn never_ran(e: &postgres::Error) -> bool {
     e.as_db_error().is_some_and(|db| {
         let code = db.code();
         *code == SqlState::ADMIN_SHUTDOWN
-            || *code == SqlState::CRASH_SHUTDOWN
+            || *code == SqlState::IDLE_SESSION_TIMEOUT
             || *code == SqlState::CANNOT_CONNECT_NOW
     })
 }
 
-/// Makes the driver notice a connection whose session the server ended, so that r2d2, which asks the
-/// driver whether the connection is closed when it is returned, drops it instead of reusing it.
-fn discard_if_dead(conn: &mut postgres::Client) {
-    if !conn.is_closed() {
+/// Whether the statement may have taken effect although it failed: the connection closed or broke
+/// after it was sent, or the server crashed while it ran. A server error report otherwise means it
+/// did not (the implicit transaction rolled back).
+pub(crate) fn outcome_unknown(e: &postgres::Error) -> bool {
+    match e.as_db_error() {
+        Some(db) => *db.code() == SqlState::CRASH_SHUTDOWN,
+        None => e.is_closed() || StdError::source(e).is_some_and(|s| s.is::<std::io::Error>()),
+    }
+}
+
+/// Makes sure a connection is never used again: r2d2 drops a connection the driver reports closed
+/// when it is returned. Used for a connection whose session the server ended, and for one whose
+/// cancel key was handed out (a cancel names a backend, not a statement: it could hit whatever runs
+/// there next). A live session is ended by the server itself, then poked so the driver notices.
+pub(crate) fn discard(conn: &mut postgres::Client) {
+    for _ in 0..2 {
+        if conn.is_closed() {
+            return;
+        }
+        // A cancel still on its way may cancel this statement instead; then it is spent, and the
+        // second pass ends the session.
+        let _ = conn.simple_query(DISCARD_SQL);
         // The server closed the socket after its last message, so the poke fails at once.
         let _ = conn.is_valid(POKE_TIMEOUT);
+    }
+    if !conn.is_closed() {
+        log::warn!(target: "pgtenure::db", "could not end a pooled connection that must not be reused");
     }
 }
 

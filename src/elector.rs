@@ -38,7 +38,7 @@ use std::time::{Duration, Instant, SystemTime};
 use parking_lot::Mutex;
 use postgres::types::Type;
 
-use crate::db::Db;
+use crate::db::{Companion, Db, Policy};
 use crate::error::Result;
 use crate::ident::{render, TableName};
 use crate::identity::default_owner;
@@ -99,10 +99,22 @@ pub struct LeaderInfo {
     pub expires_at: SystemTime,
 }
 
-#[derive(Debug, Clone, Copy)]
+/// What an elector knows of its tenure.
+#[derive(Debug, Clone, Copy, Default)]
 struct Tenure {
-    term: i64,
-    deadline: Instant,
+    /// The term this elector won and has not seen end: its renewals and its resignation are guarded
+    /// by it. Kept through a failed poll (the tenure may still be live).
+    term: Option<i64>,
+    /// Until when it leads by its last successful poll; `None` after a failed poll.
+    deadline: Option<Instant>,
+}
+
+impl Tenure {
+    /// The term while leading at `now`.
+    fn leading(&self, now: Instant) -> Option<i64> {
+        self.term
+            .filter(|_| self.deadline.is_some_and(|deadline| now < deadline))
+    }
 }
 
 /// Elects one leader per fleet; see the [module docs](self).
@@ -116,7 +128,7 @@ pub struct Elector {
     ttl: Duration,
     ttl_us: i64,
     sql: Arc<Statements>,
-    tenure: Arc<Mutex<Option<Tenure>>>,
+    tenure: Arc<Mutex<Tenure>>,
 }
 
 impl Elector {
@@ -211,45 +223,71 @@ impl Elector {
     ///
     /// A database or connection error; creating needs `CREATE` on the schema, which must exist.
     pub fn create_table(&self) -> Result<()> {
-        self.db
-            .create_table("create leader table", &self.sql.table, &self.sql.create)
+        self.db.create_table(
+            "create leader table",
+            &self.sql.table,
+            &self.sql.create,
+            &[Companion::sequence(self.sql.table.derived("term_seq"))],
+        )
     }
 
     /// Whether this instance leads the fleet now: renews the tenure if it holds it, takes it if it is
     /// free or expired. One statement, one round trip; a follower's poll writes nothing.
     ///
-    /// Answers `false` when the answer arrives after the tenure's local deadline (the instant before
-    /// the poll was sent, plus the TTL).
+    /// Renewals are guarded by term: an elector renews only the term it won, so a second elector
+    /// with the same holder name (a misconfiguration, or a restarted process that reuses its name)
+    /// never adopts another's tenure; it waits until that tenure is resigned or expires. Answers
+    /// `false` when the answer arrives after the tenure's local deadline (the instant before the poll
+    /// was sent, plus the TTL).
+    ///
+    /// When the connection fails after the poll was sent, it is sent once more on another
+    /// connection: a renewal is idempotent. A new tenure won by a poll whose answer was lost is not
+    /// adopted (nothing can tell it from another elector's with the same name): it expires after one
+    /// TTL, as after a crash.
     ///
     /// # Errors
     ///
-    /// A database or connection error; any cached leadership is dropped first, so [`Elector::term`]
-    /// is `None` until a poll succeeds again. Treat an error as "not the leader".
+    /// A database or connection error; leadership is dropped first, so [`Elector::term`] is `None`
+    /// until a poll succeeds again. Treat an error as "not the leader".
     pub fn is_leader(&self) -> Result<bool> {
-        let sent = Instant::now();
-        let result = self.db.query(
-            "elect leader",
-            &self.sql.is_leader,
-            &[
-                (&&*self.name, Type::TEXT),
-                (&&*self.holder, Type::TEXT),
-                (&self.ttl_us, Type::INT8),
-            ],
-        );
+        let guard = self.tenure.lock().term;
+        let mut sent = Instant::now();
+        let result = self
+            .db
+            .with_conn("elect leader", Policy::IDEMPOTENT, |conn| {
+                sent = Instant::now();
+                conn.query_typed(
+                    &self.sql.is_leader,
+                    &[
+                        (&&*self.name, Type::TEXT),
+                        (&&*self.holder, Type::TEXT),
+                        (&self.ttl_us, Type::INT8),
+                        (&guard, Type::INT8),
+                    ],
+                )
+            });
         let mut tenure = self.tenure.lock();
         let rows = match result {
             Ok(rows) => rows,
             Err(e) => {
-                *tenure = None;
+                tenure.deadline = None;
                 return Err(e);
             }
         };
         let Some(term) = rows.first().map(|row| row.get::<_, i64>("term")) else {
-            *tenure = None;
+            if let Some(lost) = tenure.term.take() {
+                log::info!(
+                    target: "pgtenure::elector",
+                    "{} no longer leads fleet {:?} (term {lost} ended)",
+                    self.holder,
+                    self.name
+                );
+            }
+            tenure.deadline = None;
             return Ok(false);
         };
         let deadline = sent + self.ttl;
-        if tenure.is_none_or(|t| t.term != term) {
+        if tenure.term != Some(term) {
             log::info!(
                 target: "pgtenure::elector",
                 "{} leads fleet {:?} with term {term}",
@@ -258,28 +296,31 @@ impl Elector {
             );
         }
         // Keep the term even if the answer came too late: resign() then still targets this tenure.
-        *tenure = Some(Tenure { term, deadline });
+        *tenure = Tenure {
+            term: Some(term),
+            deadline: Some(deadline),
+        };
         Ok(Instant::now() < deadline)
     }
 
     /// The current tenure's term while this instance leads (by its last successful poll and the local
     /// deadline), else `None`.
     pub fn term(&self) -> Option<i64> {
-        self.tenure
-            .lock()
-            .filter(|t| Instant::now() < t.deadline)
-            .map(|t| t.term)
+        self.tenure.lock().leading(Instant::now())
     }
 
-    /// Gives up the leadership at once (guarded by holder and, when known, term), so the next
-    /// `is_leader` elsewhere wins without waiting for the TTL. Does nothing when not the leader.
+    /// Gives up the leadership at once (guarded by holder and term), so the next `is_leader`
+    /// elsewhere wins without waiting for the TTL. Does nothing, and sends nothing, when this elector
+    /// has won no term it has not seen end.
     ///
     /// # Errors
     ///
     /// A database or connection error; the tenure then expires at its TTL.
     pub fn resign(&self) -> Result<()> {
-        let term = self.tenure.lock().take().map(|t| t.term);
-        let rows = self.db.query(
+        let Some(term) = std::mem::take(&mut *self.tenure.lock()).term else {
+            return Ok(());
+        };
+        let rows = self.db.query_idempotent(
             "resign leadership",
             &self.sql.resign,
             &[
@@ -291,7 +332,7 @@ impl Elector {
         if !rows.is_empty() {
             log::info!(
                 target: "pgtenure::elector",
-                "{} resigned the leadership of fleet {:?}",
+                "{} resigned the leadership of fleet {:?} (term {term})",
                 self.holder,
                 self.name
             );
@@ -305,7 +346,7 @@ impl Elector {
     ///
     /// A database or connection error.
     pub fn leader(&self) -> Result<Option<LeaderInfo>> {
-        let rows = self.db.query(
+        let rows = self.db.query_idempotent(
             "read leader",
             &self.sql.leader,
             &[(&&*self.name, Type::TEXT)],

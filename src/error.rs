@@ -53,6 +53,10 @@ struct Inner {
     kind: ErrorKind,
     message: String,
     source: Option<Source>,
+    /// The statement was sent and the connection failed before its answer: it may have run.
+    outcome_unknown: bool,
+    /// No connection could be had from the pool: nothing was sent.
+    checkout: bool,
 }
 
 /// The error of every fallible pgtenure call.
@@ -73,6 +77,8 @@ impl Error {
                 kind,
                 message: message.into(),
                 source: None,
+                outcome_unknown: false,
+                checkout: false,
             }),
         }
     }
@@ -109,15 +115,34 @@ impl Error {
                 "the driver refused the statement or its result",
             ),
         };
-        Error::new(kind, format!("{context} failed: {advice}")).with_source(err)
+        let unknown = crate::db::outcome_unknown(&err);
+        let advice = if unknown {
+            format!("{advice} (the statement was sent, so it may have taken effect)")
+        } else {
+            advice.to_owned()
+        };
+        let mut error = Error::new(kind, format!("{context} failed: {advice}")).with_source(err);
+        error.inner.outcome_unknown = unknown;
+        error
+    }
+
+    /// A pool checkout that failed without an r2d2 error (nothing idle and no time left to wait).
+    pub(crate) fn checkout(message: impl Into<String>) -> Error {
+        let mut error = Error::new(ErrorKind::Connection, message);
+        error.inner.checkout = true;
+        error
+    }
+
+    /// True when no connection could be had from the pool (nothing was sent).
+    pub(crate) fn is_pool_checkout(&self) -> bool {
+        self.inner.checkout
     }
 
     /// A pool checkout that timed out or could not open a connection.
     pub(crate) fn from_pool(context: &str, err: r2d2::Error) -> Error {
-        Error::new(
-            ErrorKind::Connection,
-            format!("{context} failed: no database connection could be had from the pool in time"),
-        )
+        Error::checkout(format!(
+            "{context} failed: no database connection could be had from the pool in time"
+        ))
         .with_source(err)
     }
 
@@ -139,6 +164,14 @@ impl Error {
     /// True for a serialization failure or deadlock (non-default isolation under contention).
     pub fn is_serialization(&self) -> bool {
         self.kind() == ErrorKind::Serialization
+    }
+
+    /// True when the statement was sent and the connection failed before its answer arrived (closed,
+    /// reset, or the server crashed while running it): it may have taken effect. pgtenure never sends
+    /// such a statement again blindly; claims and acquires find out by sending again what is
+    /// idempotent by construction, and report this error only when that failed too.
+    pub fn is_outcome_unknown(&self) -> bool {
+        self.inner.outcome_unknown
     }
 
     /// The server's error report, when the database itself refused the statement.

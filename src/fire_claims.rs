@@ -36,10 +36,10 @@ use std::time::Duration;
 
 use postgres::types::Type;
 
-use crate::db::Db;
+use crate::db::{Companion, Db};
 use crate::error::Result;
 use crate::ident::{render, TableName};
-use crate::identity::default_owner;
+use crate::identity::{default_owner, random_u64};
 use crate::input::{check_key, micros, MIN_DURATION};
 
 /// The table [`FireClaims::new`] uses unless [`FireClaims::with_table`] names another.
@@ -156,12 +156,18 @@ impl FireClaims {
             "create fire claims table",
             &self.sql.table,
             &self.sql.create,
+            &[Companion::index(self.sql.table.derived("expires_at"))],
         )
     }
 
     /// Claims `fire_key`: `true` when no live claim existed and this caller now holds it for the
     /// TTL, `false` when a live claim exists (this holder's own included). An expired claim for the
     /// key is replaced atomically. One statement, one round trip; a refused claim writes nothing.
+    ///
+    /// Each call carries a random claim id, stored with a win. When the connection fails after the
+    /// claim was sent (the server may have committed it and only the answer was lost), the claim is
+    /// sent once more on another connection: it finds its own win by the id and reports `true`, or
+    /// claims now. So a won fire is never reported lost, and never won twice.
     ///
     /// # Errors
     ///
@@ -170,13 +176,15 @@ impl FireClaims {
     /// or connection error.
     pub fn claim(&self, fire_key: &str) -> Result<bool> {
         check_key("fire key", fire_key)?;
-        let row = self.db.query_one(
+        let claim_id = random_u64() as i64;
+        let row = self.db.query_one_idempotent(
             "claim fire",
             &self.sql.claim,
             &[
                 (&fire_key, Type::TEXT),
                 (&&*self.holder, Type::TEXT),
                 (&self.ttl_us, Type::INT8),
+                (&claim_id, Type::INT8),
             ],
         )?;
         let won: bool = row.get("won");

@@ -42,10 +42,10 @@ use std::time::{Duration, Instant, SystemTime};
 
 use postgres::types::Type;
 
-use crate::db::Db;
+use crate::db::{Db, Policy};
 use crate::error::{Error, Result};
 use crate::ident::{render, TableName};
-use crate::identity::default_owner;
+use crate::identity::{default_owner, random_u64};
 use crate::input::{check_key, check_tick, micros, MIN_DURATION};
 
 /// The table [`TickClaims::new`] uses unless [`TickClaims::with_table`] names another.
@@ -134,7 +134,7 @@ impl TickClaims {
     pub fn create_table(&self) -> Result<()> {
         let ddl = [self.sql.create_table.clone()];
         self.db
-            .create_table("create tick claims table", &self.sql.table, &ddl)
+            .create_table("create tick claims table", &self.sql.table, &ddl, &[])
     }
 
     /// Claims `tick` of `job_id`, keeping the job busy for `busy_for` unless released earlier.
@@ -142,6 +142,11 @@ impl TickClaims {
     /// Returns `Some` when this caller won the tick and must run it, `None` when the tick was already
     /// claimed, is not newer than the last claimed tick, or the job is busy. One statement, one round
     /// trip; a refused claim writes nothing.
+    ///
+    /// Each call carries a random claim id, stored with a win. When the connection fails after the
+    /// claim was sent (the server may have committed it and only the answer was lost), the claim is
+    /// sent once more on another connection: it finds its own win by the id and returns it, or
+    /// claims now. So a won tick is never reported as refused (it would then run nowhere).
     ///
     /// # Errors
     ///
@@ -158,17 +163,25 @@ impl TickClaims {
         check_key("job id", job_id)?;
         check_tick(tick)?;
         let busy_us = micros("busy_for", busy_for, MIN_DURATION)?;
-        let started = Instant::now();
-        let row = self.db.query_one(
-            "claim tick",
-            &self.sql.claim,
-            &[
-                (&job_id, Type::TEXT),
-                (&tick, Type::TIMESTAMPTZ),
-                (&busy_us, Type::INT8),
-                (&&*self.owner, Type::TEXT),
-            ],
-        )?;
+        let claim_id = random_u64() as i64;
+        let mut started = None;
+        let row = self
+            .db
+            .with_conn("claim tick", Policy::IDEMPOTENT, |conn| {
+                // The first send starts the busy period at the earliest.
+                started.get_or_insert_with(Instant::now);
+                conn.query_typed_one(
+                    &self.sql.claim,
+                    &[
+                        (&job_id, Type::TEXT),
+                        (&tick, Type::TIMESTAMPTZ),
+                        (&busy_us, Type::INT8),
+                        (&&*self.owner, Type::TEXT),
+                        (&claim_id, Type::INT8),
+                    ],
+                )
+            })?;
+        let started = started.unwrap_or_else(Instant::now);
         let too_far: bool = row.get("too_far");
         if too_far {
             let db_now: SystemTime = row.get("db_now");
@@ -247,7 +260,7 @@ impl TickClaim {
     ///
     /// A database or connection error; the busy period then lapses on its own.
     pub fn release(self) -> Result<()> {
-        let rows = self.claims.db.query(
+        let rows = self.claims.db.query_idempotent(
             "release tick claim",
             &self.claims.sql.release,
             &[

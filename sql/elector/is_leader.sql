@@ -1,17 +1,19 @@
--- Renews the fleet's leadership when this holder has it, takes it when free or expired by the
--- database clock; a new tenure draws a new term. Anyone else's poll while a leader is live matches
--- nothing and skips the insert: no write. No row back: not the leader.
--- $1 name, $2 holder, $3 TTL in microseconds.
+-- Renews the fleet's leadership when this holder has it under the term it knows ($4), takes it when
+-- free or expired by the database clock; a new tenure draws a new term. The term guard means an
+-- elector renews only the tenure it won: another elector with the same holder name can never hand it
+-- a term silently, and an elector that knows no term only takes a free or expired row. Anyone else's
+-- poll while a leader is live matches nothing and skips the insert: no write. No row back: not the
+-- leader. $1 name, $2 holder, $3 TTL in microseconds, $4 the term this elector holds, or null.
 WITH taken AS (
     UPDATE {table} AS e
-       SET term = CASE WHEN e.holder = $2 AND e.expires_at > now() THEN e.term
+       SET term = CASE WHEN e.holder = $2 AND e.term = $4 AND e.expires_at > now() THEN e.term
                        ELSE nextval('{table:term_seq}') END,
-           elected_at = CASE WHEN e.holder = $2 AND e.expires_at > now() THEN e.elected_at
-                             ELSE now() END,
+           elected_at = CASE WHEN e.holder = $2 AND e.term = $4 AND e.expires_at > now()
+                             THEN e.elected_at ELSE now() END,
            holder = $2,
            expires_at = now() + $3::bigint * interval '1 microsecond'
      WHERE e.name = $1
-       AND (e.expires_at <= now() OR e.holder = $2)
+       AND (e.expires_at <= now() OR (e.holder = $2 AND e.term = $4))
     RETURNING e.term
 ),
 created AS (

@@ -1,13 +1,14 @@
--- Takes the key when it has no row, its lease lapsed by the database clock, or this owner holds it
--- (an idempotent re-acquire inside the tenure keeps the token; a new tenure draws a new one). A
--- refused acquire matches nothing and skips the insert: no write, no WAL flush. Racing acquirers of a
--- lapsed key: the UPDATE re-checks the newest row version, so exactly one wins.
--- $1 key, $2 owner, $3 TTL in microseconds.
+-- Takes the key when it has no row, its lease lapsed by the database clock, or this owner holds it.
+-- With $4 (raw grants) a re-acquire inside this owner's tenure keeps the token; without it (managed
+-- leases) every acquire is a new tenure with a new token, so no two leases ever share one. A refused
+-- acquire matches nothing and skips the insert: no write, no WAL flush. Racing acquirers of a lapsed
+-- key: the UPDATE re-checks the newest row version, so exactly one wins.
+-- $1 key, $2 owner, $3 TTL in microseconds, $4 keep the token of this owner's live tenure.
 WITH taken AS (
     UPDATE {table} AS l
-       SET token = CASE WHEN l.owner = $2 AND l.held_until > now() THEN l.token
+       SET token = CASE WHEN $4 AND l.owner = $2 AND l.held_until > now() THEN l.token
                         ELSE nextval('{table:token_seq}') END,
-           acquired_at = CASE WHEN l.owner = $2 AND l.held_until > now() THEN l.acquired_at
+           acquired_at = CASE WHEN $4 AND l.owner = $2 AND l.held_until > now() THEN l.acquired_at
                               ELSE now() END,
            superseded = l.owner = $2 AND l.held_until > now() AND l.superseded,
            owner = $2,

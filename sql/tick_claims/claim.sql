@@ -2,8 +2,10 @@
 -- database clock; creates it when absent. A refused claim matches nothing and skips the insert, so it
 -- writes nothing (no xid, no WAL flush). Concurrent claimers of one tick: the UPDATE's re-check of
 -- the newest row version (tick < $2) lets exactly one through; ON CONFLICT DO NOTHING does the same
--- for the first tick. A tick more than a minute ahead of now() is reported and stored nowhere.
--- $1 job_id, $2 tick, $3 busy period in microseconds, $4 owner.
+-- for the first tick. A tick more than a minute ahead of now() is reported and stored nowhere. $5 is
+-- a random id of this call: a claim sent again because the connection failed after sending (it may
+-- have committed) finds its own win by it (already), and writes nothing more.
+-- $1 job_id, $2 tick, $3 busy period in microseconds, $4 owner, $5 claim id.
 WITH input AS (
     SELECT $2::timestamptz > now() + interval '1 minute' AS too_far
 ),
@@ -12,7 +14,8 @@ taken AS (
        SET tick = $2,
            busy_until = now() + $3::bigint * interval '1 microsecond',
            owner = $4,
-           token = c.token + 1
+           token = c.token + 1,
+           claim_id = $5
       FROM input
      WHERE c.job_id = $1
        AND NOT input.too_far
@@ -21,15 +24,21 @@ taken AS (
     RETURNING c.token
 ),
 created AS (
-    INSERT INTO {table} AS c (job_id, tick, busy_until, owner, token)
-    SELECT $1, $2, now() + $3::bigint * interval '1 microsecond', $4, 1
+    INSERT INTO {table} AS c (job_id, tick, busy_until, owner, token, claim_id)
+    SELECT $1, $2, now() + $3::bigint * interval '1 microsecond', $4, 1, $5
       FROM input
      WHERE NOT input.too_far
        AND NOT EXISTS (SELECT 1 FROM {table} WHERE job_id = $1)
     ON CONFLICT (job_id) DO NOTHING
     RETURNING c.token
+),
+already AS (
+    SELECT token FROM {table} WHERE job_id = $1 AND tick = $2 AND claim_id = $5
 )
 SELECT input.too_far,
        now() AS db_now,
-       (SELECT token FROM taken UNION ALL SELECT token FROM created LIMIT 1) AS token
+       (SELECT token FROM taken
+        UNION ALL SELECT token FROM created
+        UNION ALL SELECT token FROM already
+        LIMIT 1) AS token
   FROM input

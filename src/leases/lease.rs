@@ -1,7 +1,8 @@
-//! The managed [`Lease`]: one renewal thread per held lease, loss sent on a channel.
+//! The managed [`Lease`]: one thread per held lease that renews it and, when the lease is released or
+//! dropped, releases its row; loss is sent on a channel.
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
@@ -12,17 +13,23 @@ use postgres::CancelToken;
 
 use super::schedule::{next_retry, renew_interval};
 use super::watcher::Watch;
-use super::{Shared, Statements};
-use crate::db::Db;
-use crate::error::{Error, Result};
+use super::{Family, Shared};
+use crate::db::{discard, Conn, Policy};
+use crate::error::{Error, ErrorKind, Result};
 
-/// How long releasing (or dropping) a lease waits for its renewal thread to stop; a thread still
-/// blocked then has its statement cancelled and is joined later by the deadline watcher.
-const JOIN_WAIT: Duration = Duration::from_secs(1);
+/// How long [`Lease::release`] (and dropping a lease) waits in all: for the lease's thread to finish
+/// a renewal in progress, for a pool connection, and for the release statement, which the deadline
+/// watcher cancels at [`RELEASE_WAIT`].
+pub(crate) const RELEASE_BOUND: Duration = Duration::from_secs(5);
 
-/// How long the release statement of a [`Lease`] may run before the watcher cancels it (it can wait
-/// on a row lock held by a fenced transaction).
-const RELEASE_WAIT: Duration = Duration::from_secs(5);
+/// When the deadline watcher cancels a release statement still running (it can wait on a row lock
+/// held by a fenced transaction); the rest of [`RELEASE_BOUND`] lets the cancel land.
+const RELEASE_WAIT: Duration = Duration::from_millis(4_500);
+
+/// How long releasing waits while the family's last pool checkout timed out (an outage): enough
+/// for a thread that is free to try an idle connection, not enough to multiply a pool timeout by
+/// the number of leases dropped.
+const OUTAGE_WAIT: Duration = Duration::from_millis(100);
 
 /// Why a managed lease was lost; sent once on [`Lease::lost`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -33,7 +40,7 @@ pub enum LossReason {
     /// expiry, which is never earlier.
     Expired,
     /// The database refused a renewal: the row is no longer this tenure's (taken after a lapse,
-    /// deleted, or released by someone else).
+    /// deleted, released by someone else, or acquired again as a new tenure by this owner).
     Refused,
     /// A contender asked for the key ([`Leases::supersede`](crate::Leases::supersede)). The row is
     /// still held; stop the work and release, and the contender acquires it.
@@ -82,7 +89,7 @@ pub(crate) enum Timer {
     Cancel(Option<CancelToken>),
 }
 
-/// A managed lease's state, shared by its handle, its renewal thread and the watcher.
+/// A managed lease's state, shared by its handle, its thread and the watcher.
 pub(crate) struct LeaseState {
     key: String,
     token: i64,
@@ -138,10 +145,16 @@ impl LeaseState {
         self.inner.lock().in_flight = Some((purpose, token));
     }
 
-    fn clear_in_flight(&self, purpose: Purpose) {
+    /// Clears this purpose's cancel key after its statement returned: `false` when the watcher took
+    /// it meanwhile, so a cancel may still reach the connection's backend (invariant 11 of the
+    /// design: that connection must not be used again).
+    fn clear_in_flight(&self, purpose: Purpose) -> bool {
         let mut inner = self.inner.lock();
         if inner.in_flight.as_ref().is_some_and(|(p, _)| *p == purpose) {
             inner.in_flight = None;
+            true
+        } else {
+            false
         }
     }
 
@@ -198,88 +211,174 @@ impl LeaseState {
     }
 }
 
-/// What a renewal thread needs: no reference to the [`Leases`](crate::Leases) handle, so that it
-/// never keeps the watcher alive.
+/// What the handle asks of its lease's thread.
+enum Command {
+    /// Stop renewing, release the row if it is still this tenure's (`status` is what the lease was
+    /// when the release began), and report; wait for a pool connection until `until` at most.
+    Release { was: Status, until: Instant },
+}
+
+/// What a lease's thread needs: the family, not the [`Leases`](crate::Leases) handle, so that it
+/// never keeps the deadline watcher alive (it reaches the watcher through a weak reference).
 struct Renewer {
-    db: Db,
-    owner: Arc<str>,
-    sql: Arc<Statements>,
+    family: Arc<Family>,
+    shared: Weak<Shared>,
 }
 
 impl Renewer {
-    /// One renewal: `Some(superseded)` when still ours, `None` when refused.
-    fn renew(&self, state: &LeaseState) -> Result<Option<bool>> {
-        let cancel = self.db.cancels_on_deadline();
-        let rows = self.db.with_conn("renew lease", |conn| {
-            if cancel {
-                state.set_in_flight(Purpose::Renew, conn.cancel_token());
-            }
-            let rows = conn.query_typed(
-                &self.sql.renew_tenure,
-                &[
-                    (&state.key.as_str(), Type::TEXT),
-                    (&&*self.owner, Type::TEXT),
-                    (&state.token, Type::INT8),
-                    (&state.ttl_us, Type::INT8),
-                ],
+    /// Runs one statement of this lease with its cancel key handed to the watcher; a connection
+    /// whose key the watcher took is discarded, since the cancel could land on its next statement.
+    fn run_cancellable<T>(
+        &self,
+        state: &LeaseState,
+        purpose: Purpose,
+        conn: &mut Conn,
+        statement: impl FnOnce(&mut postgres::Client) -> std::result::Result<T, postgres::Error>,
+    ) -> std::result::Result<T, postgres::Error> {
+        let cancellable = self.family.db.cancels_on_deadline();
+        if cancellable {
+            state.set_in_flight(purpose, conn.cancel_token());
+        }
+        let result = statement(conn);
+        if cancellable && !state.clear_in_flight(purpose) {
+            log::debug!(
+                target: "pgtenure::leases",
+                "lease {:?}: its statement's cancel key was handed out; discarding the connection",
+                state.key
             );
-            state.clear_in_flight(Purpose::Renew);
-            rows
-        })?;
-        Ok(rows.first().map(|row| row.get::<_, bool>(0)))
+            discard(conn);
+        }
+        result
     }
 
-    /// The renewal thread's loop: renew every third of the TTL, retry transient failures until the
-    /// local deadline, stop on loss or when `stop` disconnects.
-    fn run(self, state: Arc<LeaseState>, stop: Receiver<()>, first: Instant) {
+    /// One renewal: `Some(superseded)` when still ours, `None` when refused; also the instant before
+    /// the renewal that answered was sent.
+    fn renew(&self, state: &LeaseState) -> (Result<Option<bool>>, Instant) {
+        let mut sent = Instant::now();
+        // Waiting for a connection past the deadline cannot save the lease.
+        let policy = Policy::IDEMPOTENT.until(state.deadline());
+        let rows = self.family.db.with_conn("renew lease", policy, |conn| {
+            sent = Instant::now();
+            self.run_cancellable(state, Purpose::Renew, conn, |conn| {
+                conn.query_typed(
+                    &self.family.sql.renew_tenure,
+                    &[
+                        (&state.key.as_str(), Type::TEXT),
+                        (&&*self.family.owner, Type::TEXT),
+                        (&state.token, Type::INT8),
+                        (&state.ttl_us, Type::INT8),
+                    ],
+                )
+            })
+        });
+        self.family.note(&rows);
+        let outcome = rows.map(|rows| rows.first().map(|row| row.get::<_, bool>(0)));
+        (outcome, sent)
+    }
+
+    /// Releases the row (guarded by owner and token) if the lease was held or superseded when its
+    /// release began.
+    fn release(&self, state: &Arc<LeaseState>, was: Status, until: Instant) -> Result<()> {
+        if !matches!(was, Status::Held | Status::Lost(LossReason::Superseded)) {
+            return Ok(());
+        }
+        // The watcher cancels the statement if it overruns RELEASE_WAIT (a row lock held elsewhere).
+        if let Some(shared) = self.shared.upgrade() {
+            shared.watch(Watch::Lease(state.clone()))?;
+        }
+        let released =
+            self.family
+                .db
+                .with_conn("release lease", Policy::ONCE.until(until), |conn| {
+                    self.run_cancellable(state, Purpose::Release, conn, |conn| {
+                        self.family
+                            .release_statement(conn, &state.key, Some(state.token))
+                    })
+                });
+        self.family.note(&released);
+        if !released? {
+            log::debug!(
+                target: "pgtenure::leases",
+                "release of lease {:?} token {}: it had already lapsed",
+                state.key,
+                state.token
+            );
+        }
+        Ok(())
+    }
+
+    /// The lease's thread: renew every third of the TTL, retry transient failures until the local
+    /// deadline, stop renewing on loss; then wait for the handle's release, run it, report it, and
+    /// forget the key in the family (only then may the family acquire it again).
+    fn run(
+        self,
+        state: Arc<LeaseState>,
+        commands: Receiver<Command>,
+        reply: Sender<Result<()>>,
+        first: Instant,
+    ) {
         let interval = renew_interval(state.ttl);
-        let mut next = first + interval;
-        loop {
+        let mut next = Some(first + interval);
+        let command = loop {
+            let timer = next.map_or_else(crossbeam_channel::never, at);
             select! {
-                recv(stop) -> _ => return,
-                recv(at(next)) -> _ => {}
+                recv(commands) -> command => break command.ok(),
+                recv(timer) -> _ => {}
             }
-            if !state.is_held() {
-                // Expired (the watcher sends the loss) or being released.
-                return;
+            next = self.renew_once(&state, interval);
+        };
+        let result = match command {
+            Some(Command::Release { was, until }) => self.release(&state, was, until),
+            // The handle went away without a release (it cannot: Drop releases).
+            None => Ok(()),
+        };
+        state.end_release();
+        // The release has completed: the family may acquire the key again.
+        self.family.forget(&state.key);
+        let _ = reply.send(result);
+    }
+
+    /// One renewal step; the next renewal's time, or `None` when the lease is no longer held.
+    fn renew_once(&self, state: &LeaseState, interval: Duration) -> Option<Instant> {
+        if !state.is_held() {
+            // Expired (the watcher sends the loss) or being released.
+            return None;
+        }
+        match self.renew(state) {
+            (Ok(Some(superseded)), sent) => {
+                if !state.extend(sent + state.ttl) {
+                    return None;
+                }
+                if superseded {
+                    state.lose(LossReason::Superseded);
+                    return None;
+                }
+                Some(sent + interval)
             }
-            let sent = Instant::now();
-            match self.renew(&state) {
-                Ok(Some(superseded)) => {
-                    if !state.extend(sent + state.ttl) {
-                        return;
-                    }
-                    if superseded {
-                        state.lose(LossReason::Superseded);
-                        return;
-                    }
-                    next = sent + interval;
+            (Ok(None), _) => {
+                state.lose(LossReason::Refused);
+                None
+            }
+            (Err(e), _) => {
+                let now = Instant::now();
+                let deadline = state.deadline();
+                log::warn!(
+                    target: "pgtenure::leases",
+                    "renewal of lease {:?} failed ({e}); retrying until its deadline in {:?}",
+                    state.key,
+                    deadline.saturating_duration_since(now)
+                );
+                if now >= deadline {
+                    state.lose(LossReason::Expired);
+                    return None;
                 }
-                Ok(None) => {
-                    state.lose(LossReason::Refused);
-                    return;
-                }
-                Err(e) => {
-                    let now = Instant::now();
-                    let deadline = state.deadline();
-                    log::warn!(
-                        target: "pgtenure::leases",
-                        "renewal of lease {:?} failed ({e}); retrying until its deadline in {:?}",
-                        state.key,
-                        deadline.saturating_duration_since(now)
-                    );
-                    if now >= deadline {
-                        state.lose(LossReason::Expired);
-                        return;
-                    }
-                    next = next_retry(now, state.ttl, deadline);
-                }
+                Some(next_retry(now, state.ttl, deadline))
             }
         }
     }
 }
 
-/// A held lease with a renewal thread of its own.
+/// A held lease with a thread of its own.
 ///
 /// It renews every third of its TTL. A renewal that fails with a transient error (connection lost,
 /// database restarting) is retried at a shorter interval until the local deadline; a renewal the
@@ -287,24 +386,26 @@ impl Renewer {
 /// [`Lease::is_held`] is false. The local deadline is taken *before* each grant or renewal is sent,
 /// so it never falls after the database's expiry: stop the protected work when it passes.
 ///
-/// Loss is signalled at the local deadline even while the renewal thread is stuck in a blocking
-/// call: the [`Leases`](crate::Leases) family's deadline watcher sends it and cancels the stuck
-/// statement.
+/// Loss is signalled at the local deadline even while the thread is stuck in a blocking call: the
+/// [`Leases`](crate::Leases) family's deadline watcher sends it and cancels the stuck statement.
 ///
-/// [`Lease::release`] stops and joins the renewal thread and releases the row, guarded by owner and
-/// token. Dropping the lease does the same and logs what fails; it blocks at most 1 s for the thread
-/// (a thread still stuck then has its statement cancelled and is joined by the watcher) and 5 s for
-/// the release statement (cancelled after that).
+/// [`Lease::release`] stops the renewals and releases the row, guarded by owner and token, on the
+/// lease's own thread. It returns within 5 s in all: waiting for a renewal in progress, for a pool
+/// connection and for the statement (cancelled at 4.5 s) count against it, and when the family's
+/// last pool checkout timed out it waits only about 100 ms, so dropping many leases during an outage
+/// costs one wait, not one each. A thread still blocked then is left to finish on its
+/// own, joined by the deadline watcher. The key is free for the family to acquire again only once
+/// the release has completed. Dropping the lease does the same and logs what fails.
 pub struct Lease {
     state: Arc<LeaseState>,
     shared: Arc<Shared>,
     lost: Receiver<LossReason>,
-    stop: Option<Sender<()>>,
-    renewer: Option<(JoinHandle<()>, Receiver<()>)>,
+    commands: Option<Sender<Command>>,
+    thread: Option<(JoinHandle<()>, Receiver<Result<()>>)>,
 }
 
 impl Lease {
-    /// Starts the renewal thread for a tenure granted at `sent` (the instant before the grant).
+    /// Starts the lease's thread for a tenure granted at `sent` (the instant before the grant).
     pub(super) fn start(
         shared: Arc<Shared>,
         key: &str,
@@ -327,27 +428,26 @@ impl Lease {
             loss: loss_tx,
         });
         shared.watch(Watch::Lease(state.clone()))?;
-        let (stop, stop_rx) = bounded::<()>(0);
-        let (done_tx, done) = bounded::<()>(0);
+        let (commands, commands_rx) = bounded::<Command>(1);
+        let (reply_tx, reply) = bounded::<Result<()>>(1);
         let renewer = Renewer {
-            db: shared.db.clone(),
-            owner: shared.owner.clone(),
-            sql: shared.sql.clone(),
+            family: shared.family.clone(),
+            shared: Arc::downgrade(&shared),
         };
         let thread_state = state.clone();
         let thread = thread::Builder::new()
             .name("pgtenure-renew".into())
-            .spawn(move || {
-                renewer.run(thread_state, stop_rx, sent);
-                drop(done_tx);
-            })
-            .map_err(|e| Error::setup("could not start a lease renewal thread").with_source(e))?;
+            .spawn(move || renewer.run(thread_state, commands_rx, reply_tx, sent))
+            .map_err(|e| {
+                state.lose(LossReason::Expired);
+                Error::setup("could not start a lease renewal thread").with_source(e)
+            })?;
         Ok(Lease {
             state,
             shared,
             lost,
-            stop: Some(stop),
-            renewer: Some((thread, done)),
+            commands: Some(commands),
+            thread: Some((thread, reply)),
         })
     }
 
@@ -391,73 +491,70 @@ impl Lease {
         &self.lost
     }
 
-    /// Stops the renewal thread and releases the row (guarded by owner and token, so it never frees a
-    /// newer tenure). After an `Expired` or `Refused` loss there is nothing to release and it
-    /// returns `Ok`; after `Superseded` it releases, so the contender can acquire at once.
+    /// Stops the renewals and releases the row (guarded by owner and token, so it never frees a
+    /// newer tenure); returns within 5 s (see the [type docs](Lease)). After an `Expired` or
+    /// `Refused` loss there is nothing to release and it returns `Ok`; after `Superseded` it
+    /// releases, so the contender can acquire at once.
     ///
     /// # Errors
     ///
-    /// A database or connection error from the release statement; the row then lapses at its expiry.
+    /// A database or connection error from the release statement, or a
+    /// [`ErrorKind::Connection`](crate::ErrorKind::Connection) error when it did not complete within
+    /// the bound (it goes on in the background); the row then lapses at its expiry.
     pub fn release(mut self) -> Result<()> {
         self.finish()
     }
 
     fn finish(&mut self) -> Result<()> {
-        let Some(stop) = self.stop.take() else {
+        let Some(commands) = self.commands.take() else {
             return Ok(());
         };
-        let was = self.state.begin_release(Instant::now() + RELEASE_WAIT);
-        drop(stop);
-        if let Some((thread, done)) = self.renewer.take() {
-            let finished = matches!(
-                done.recv_timeout(JOIN_WAIT),
-                Err(RecvTimeoutError::Disconnected)
-            );
-            if finished {
+        let started = Instant::now();
+        let outage = self.shared.in_outage();
+        let bound = if outage { OUTAGE_WAIT } else { RELEASE_BOUND };
+        let until = started + if outage { OUTAGE_WAIT } else { RELEASE_WAIT };
+        // From here on the lease is not held; the thread sees it before its next renewal.
+        let was = self.state.begin_release(until);
+        // Bounded(1) and the only command ever sent: never blocks.
+        let _ = commands.try_send(Command::Release { was, until });
+        let Some((thread, reply)) = self.thread.take() else {
+            return Ok(());
+        };
+        match reply.recv_deadline(started + bound) {
+            Ok(result) => {
                 let _ = thread.join();
-            } else {
+                result
+            }
+            Err(RecvTimeoutError::Disconnected) => {
+                // The thread ended without a word (it panicked): nothing is left to release.
+                let _ = thread.join();
+                self.shared.forget(&self.state.key);
+                Ok(())
+            }
+            Err(RecvTimeoutError::Timeout) => {
                 let cancel = self.state.take_in_flight(Purpose::Renew);
                 log::warn!(
                     target: "pgtenure::leases",
-                    "renewal thread of lease {:?} is blocked on the database; cancelling it",
+                    "lease {:?}: its thread is blocked on the database; its release goes on in the \
+                     background and the key stays held in this family until it completes",
                     self.state.key
                 );
                 let _ = self.shared.watch(Watch::Reap(thread, cancel));
+                Err(Error::new(
+                    ErrorKind::Connection,
+                    format!(
+                        "release lease {:?} did not complete within {bound:?}{}; the row lapses at \
+                         its expiry unless the release still lands",
+                        self.state.key,
+                        if outage {
+                            " (the pool had no connection for this family's last statement)"
+                        } else {
+                            ""
+                        }
+                    ),
+                ))
             }
         }
-        self.shared.forget(&self.state.key);
-        let result = match was {
-            Status::Held | Status::Lost(LossReason::Superseded) => self.release_row(),
-            _ => Ok(()),
-        };
-        self.state.end_release();
-        result
-    }
-
-    fn release_row(&self) -> Result<()> {
-        // The watcher cancels the statement if it overruns RELEASE_WAIT (a row lock held elsewhere).
-        self.shared.watch(Watch::Lease(self.state.clone()))?;
-        let cancel = self.shared.db.cancels_on_deadline();
-        let released = self.shared.db.with_conn("release lease", |conn| {
-            if cancel {
-                self.state
-                    .set_in_flight(Purpose::Release, conn.cancel_token());
-            }
-            let released =
-                self.shared
-                    .release_statement(conn, &self.state.key, Some(self.state.token));
-            self.state.clear_in_flight(Purpose::Release);
-            released
-        })?;
-        if !released {
-            log::debug!(
-                target: "pgtenure::leases",
-                "release of lease {:?} token {}: it had already lapsed",
-                self.state.key,
-                self.state.token
-            );
-        }
-        Ok(())
     }
 }
 

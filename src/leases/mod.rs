@@ -67,6 +67,7 @@ mod watcher;
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -76,7 +77,7 @@ use postgres::types::Type;
 pub use self::lease::{Lease, LossReason};
 use self::schedule::MIN_MANAGED_TTL;
 use self::watcher::{Watch, Watcher};
-use crate::db::Db;
+use crate::db::{Companion, Db, Policy};
 use crate::error::{Error, Result};
 use crate::ident::{render, TableName};
 use crate::identity::default_owner;
@@ -126,42 +127,43 @@ impl Statements {
     }
 }
 
-/// What a `Leases` family shares: the statements, the owner, the managed leases it holds and the
-/// deadline watcher (started with the first managed lease, stopped when the last handle and lease
-/// are dropped).
-pub(crate) struct Shared {
+/// What a `Leases` family and its renewal threads share: the pool, the owner, the statements, the
+/// keys its managed leases hold, and whether its last pool checkout failed. Renewal threads hold this
+/// and not [`Shared`], so they never keep the deadline watcher alive.
+pub(crate) struct Family {
     db: Db,
     owner: Arc<str>,
     sql: Arc<Statements>,
+    /// Keys held by managed leases of this family. A key leaves the set only once its lease's
+    /// release has completed (or was never needed), so a second acquire in the family can never
+    /// adopt a tenure whose release is still on its way.
     held: Mutex<HashSet<String>>,
-    watcher: Mutex<Option<Watcher>>,
+    /// Set when a pool checkout of this family timed out, cleared by the next statement that ran:
+    /// while set, releasing and dropping leases do not wait for a connection, so dropping many leases
+    /// during an outage costs one wait, not one each.
+    outage: AtomicBool,
     last_sweep: Mutex<Option<Instant>>,
 }
 
-impl Shared {
-    fn new(db: Db, owner: Arc<str>, table: TableName) -> Arc<Shared> {
-        Arc::new(Shared {
-            db,
-            owner,
-            sql: Statements::new(table),
-            held: Mutex::new(HashSet::new()),
-            watcher: Mutex::new(None),
-            last_sweep: Mutex::new(None),
-        })
-    }
-
-    fn watch(&self, watch: Watch) -> Result<()> {
-        let mut watcher = self.watcher.lock();
-        if watcher.is_none() {
-            *watcher = Some(Watcher::start()?);
-        }
-        watcher.as_ref().expect("started above").send(watch);
-        Ok(())
-    }
-
-    /// Forgets a managed lease of this family (released or dropped).
+impl Family {
+    /// Forgets a managed lease of this family, once its release completed.
     fn forget(&self, key: &str) {
         self.held.lock().remove(key);
+    }
+
+    /// Notes how a statement of this family went: a pool checkout that timed out starts an outage,
+    /// anything that reached the database ends it.
+    fn note<T>(&self, result: &Result<T>) {
+        match result {
+            Ok(_) => self.outage.store(false, Ordering::Relaxed),
+            Err(e) if e.is_pool_checkout() => self.outage.store(true, Ordering::Relaxed),
+            Err(_) => {}
+        }
+    }
+
+    /// Whether a pool checkout of this family recently timed out and nothing has run since.
+    fn in_outage(&self) -> bool {
+        self.outage.load(Ordering::Relaxed)
     }
 
     /// Whether this release should also sweep long-lapsed rows (at most once a minute per family).
@@ -198,6 +200,46 @@ impl Shared {
             log::info!(target: "pgtenure::leases", "deleted {swept} lease rows that lapsed over an hour ago");
         }
         Ok(row.get("released"))
+    }
+}
+
+/// What a `Leases` handle and its clones share: the family and the deadline watcher (started with the
+/// first managed lease, stopped when the last handle and lease are dropped).
+pub(crate) struct Shared {
+    family: Arc<Family>,
+    watcher: Mutex<Option<Watcher>>,
+}
+
+impl std::ops::Deref for Shared {
+    type Target = Family;
+
+    fn deref(&self) -> &Family {
+        &self.family
+    }
+}
+
+impl Shared {
+    fn new(db: Db, owner: Arc<str>, table: TableName) -> Arc<Shared> {
+        Arc::new(Shared {
+            family: Arc::new(Family {
+                db,
+                owner,
+                sql: Statements::new(table),
+                held: Mutex::new(HashSet::new()),
+                outage: AtomicBool::new(false),
+                last_sweep: Mutex::new(None),
+            }),
+            watcher: Mutex::new(None),
+        })
+    }
+
+    fn watch(&self, watch: Watch) -> Result<()> {
+        let mut watcher = self.watcher.lock();
+        if watcher.is_none() {
+            *watcher = Some(Watcher::start()?);
+        }
+        watcher.as_ref().expect("started above").send(watch);
+        Ok(())
     }
 }
 
@@ -308,6 +350,15 @@ impl Renewal {
     }
 }
 
+/// Whether an acquire by an owner that already holds the key live keeps that tenure's token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Tenure {
+    /// Raw grants: an idempotent re-acquire keeps the token.
+    Keep,
+    /// Managed leases: always a new tenure with a new token.
+    New,
+}
+
 impl Leases {
     /// Leases in the table `pgtenure_leases`, owned by a fresh owner name
     /// (`"{hostname}-{pid}-{random hex}"`).
@@ -363,23 +414,38 @@ impl Leases {
     /// A database or connection error; creating needs `CREATE` on the schema, which must exist.
     pub fn create_table(&self) -> Result<()> {
         let sql = &self.shared.sql;
-        self.shared
-            .db
-            .create_table("create leases table", &sql.table, &sql.create)
+        self.shared.db.create_table(
+            "create leases table",
+            &sql.table,
+            &sql.create,
+            &[Companion::sequence(sql.table.derived("token_seq"))],
+        )
     }
 
     /// Acquires `key` for `ttl` and starts a thread that renews it every `ttl / 3`.
     ///
     /// Returns `None` when another owner holds the key, or when this `Leases` family already holds it
-    /// with a managed lease. One statement, one round trip; a refused acquire writes nothing.
+    /// with a managed lease (or is still releasing one). One statement, one round trip; a refused
+    /// acquire writes nothing.
+    ///
+    /// Every managed lease is a tenure of its own with a new token, even when this owner already
+    /// holds the key's row (a raw grant, or a handle of another family with the same owner): a
+    /// lease's renewals and release are guarded by its token, so no other lease can share or end its
+    /// tenure. If the connection fails after the acquire was sent, it is sent once more on another
+    /// connection (taking the key again can grant it only to this owner).
+    ///
+    /// The local deadline counts from when the grant was sent on a pooled connection, so waiting for
+    /// a connection does not shorten the lease. If the grant's answer arrives after that deadline
+    /// (the statement itself waited longer than the TTL), the lease is returned already lost
+    /// ([`LossReason::Expired`] on its channel, [`Lease::is_held`] false).
     ///
     /// # Errors
     ///
     /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput), before any statement, when the key
     /// is blank, contains a NUL byte or is over 1,024 bytes, or `ttl` is under 30 ms or over 100 years.
-    /// A database or connection error from the acquire (nothing is held then), or a
-    /// [`ErrorKind::Setup`](crate::ErrorKind::Setup) error when a thread could not be started (the row
-    /// is released again).
+    /// A database or connection error from the acquire (no lease is returned; if the grant did land,
+    /// nobody renews it and it lapses at its TTL), or a [`ErrorKind::Setup`](crate::ErrorKind::Setup)
+    /// error when a thread could not be started (the row is released again).
     pub fn acquire(&self, key: &str, ttl: Duration) -> Result<Option<Lease>> {
         check_key("lease key", key)?;
         let ttl_us = micros("managed lease ttl", ttl, MIN_MANAGED_TTL)?;
@@ -387,9 +453,8 @@ impl Leases {
             log::debug!(target: "pgtenure::leases", "lease {key:?} is already held by this Leases family");
             return Ok(None);
         }
-        let sent = Instant::now();
-        let grant = match self.acquire_statement(key, ttl_us) {
-            Ok(Some((token, _))) => token,
+        let (token, sent) = match self.acquire_statement(key, ttl_us, Tenure::New) {
+            Ok(Some((token, _, sent))) => (token, sent),
             Ok(None) => {
                 self.shared.forget(key);
                 return Ok(None);
@@ -399,16 +464,16 @@ impl Leases {
                 return Err(e);
             }
         };
-        match Lease::start(self.shared.clone(), key, grant, ttl, ttl_us, sent) {
+        match Lease::start(self.shared.clone(), key, token, ttl, ttl_us, sent) {
             Ok(lease) => {
-                log::debug!(target: "pgtenure::leases", "acquired lease {key:?} with token {grant}");
+                log::debug!(target: "pgtenure::leases", "acquired lease {key:?} with token {token}");
                 Ok(Some(lease))
             }
             Err(e) => {
-                self.shared.forget(key);
-                if let Err(release) = self.release_tenure(key, grant) {
+                if let Err(release) = self.release_tenure(key, token) {
                     log::warn!(target: "pgtenure::leases", "could not release lease {key:?}: {release}");
                 }
+                self.shared.forget(key);
                 Err(e)
             }
         }
@@ -457,10 +522,9 @@ impl Leases {
     pub fn try_acquire(&self, key: &str, ttl: Duration) -> Result<Option<Grant>> {
         check_key("lease key", key)?;
         let ttl_us = micros("lease ttl", ttl, MIN_DURATION)?;
-        let sent = Instant::now();
         Ok(self
-            .acquire_statement(key, ttl_us)?
-            .map(|(token, superseded)| Grant {
+            .acquire_statement(key, ttl_us, Tenure::Keep)?
+            .map(|(token, superseded, sent)| Grant {
                 key: key.to_owned(),
                 token,
                 superseded,
@@ -468,19 +532,35 @@ impl Leases {
             }))
     }
 
-    fn acquire_statement(&self, key: &str, ttl_us: i64) -> Result<Option<(i64, bool)>> {
-        let rows = self.shared.db.query(
-            "acquire lease",
-            &self.shared.sql.acquire,
-            &[
-                (&key, Type::TEXT),
-                (&&*self.shared.owner, Type::TEXT),
-                (&ttl_us, Type::INT8),
-            ],
-        )?;
-        Ok(rows
+    /// The acquire statement: `(token, superseded, sent)` when granted, `sent` being the instant
+    /// before the statement that granted it was sent (after the pool checkout).
+    fn acquire_statement(
+        &self,
+        key: &str,
+        ttl_us: i64,
+        tenure: Tenure,
+    ) -> Result<Option<(i64, bool, Instant)>> {
+        let keep = tenure == Tenure::Keep;
+        let mut sent = Instant::now();
+        let rows = self
+            .shared
+            .db
+            .with_conn("acquire lease", Policy::IDEMPOTENT, |conn| {
+                sent = Instant::now();
+                conn.query_typed(
+                    &self.shared.sql.acquire,
+                    &[
+                        (&key, Type::TEXT),
+                        (&&*self.shared.owner, Type::TEXT),
+                        (&ttl_us, Type::INT8),
+                        (&keep, Type::BOOL),
+                    ],
+                )
+            });
+        self.shared.note(&rows);
+        Ok(rows?
             .first()
-            .map(|row| (row.get("token"), row.get("superseded"))))
+            .map(|row| (row.get("token"), row.get("superseded"), sent)))
     }
 
     /// Renews this owner's live leases among `keys` for `ttl`, in one statement for the whole batch.
@@ -510,7 +590,7 @@ impl Leases {
             return Ok(Renewal::default());
         }
         let sent = Instant::now();
-        let rows = self.shared.db.query(
+        let rows = self.shared.db.query_idempotent(
             "renew leases",
             &self.shared.sql.renew,
             &[
@@ -567,9 +647,11 @@ impl Leases {
 
     fn release_guarded(&self, key: &str, token: Option<i64>) -> Result<bool> {
         check_key("lease key", key)?;
-        self.shared.db.with_conn("release lease", |conn| {
-            self.shared.release_statement(conn, key, token)
-        })
+        self.shared
+            .db
+            .with_conn("release lease", Policy::ONCE, |conn| {
+                self.shared.release_statement(conn, key, token)
+            })
     }
 
     /// Asks the holder of a live lease on `key` to give it up: `true` when a live lease is now
@@ -581,7 +663,7 @@ impl Leases {
     /// or connection error.
     pub fn supersede(&self, key: &str) -> Result<bool> {
         check_key("lease key", key)?;
-        let row = self.shared.db.query_one(
+        let row = self.shared.db.query_one_idempotent(
             "supersede lease",
             &self.shared.sql.supersede,
             &[(&key, Type::TEXT)],

@@ -43,6 +43,7 @@
 //! # }
 //! ```
 
+mod deliver;
 mod fair;
 
 use std::collections::BTreeMap;
@@ -55,8 +56,9 @@ use parking_lot::Mutex;
 use postgres::types::Type;
 use postgres::Row;
 
-use self::fair::{choose_shed, claim_budget, fair_share, shed_plan, Held};
-use crate::db::Db;
+use self::deliver::{Delivery, Outbox};
+use self::fair::{choose_shed, Facts, Held, Member, Step};
+use crate::db::{Companion, Db};
 use crate::error::{Error, Result};
 use crate::ident::{render_tables, TableName};
 use crate::identity::{hostname, random_u64};
@@ -157,7 +159,10 @@ pub struct Config {
     /// How long a process row must have been expired before a sweep deletes it; must exceed `ttl`.
     /// Defaults to 1 hour.
     pub sweep_cutoff: Duration,
-    /// How far above its fair share (0.2: 20 %) a process may own before it sheds. Defaults to 0.2.
+    /// Ignored: balance is exact (see [`Leaser::tick`]), so there is no band to tolerate. A band
+    /// around the fair share never settled when shares were small. Still checked (finite, at least
+    /// 0) so that configurations keep their meaning until the field is removed. Defaults to 0.2.
+    #[deprecated(note = "ignored: membership balance is exact; the field will be removed")]
     pub shed_hysteresis: f64,
     /// The most units one claim statement takes; clamped to `max_claim_per_tick`. Defaults to 64.
     pub claim_batch: u32,
@@ -166,6 +171,7 @@ pub struct Config {
 }
 
 impl Default for Config {
+    #[allow(deprecated)]
     fn default() -> Config {
         Config {
             hostname: hostname(),
@@ -185,6 +191,7 @@ impl Default for Config {
 
 impl Config {
     /// Replaces zero values with the defaults and checks the rest.
+    #[allow(deprecated)]
     fn normalized(mut self) -> Result<Config> {
         let defaults = Config::default();
         let or_default =
@@ -316,8 +323,34 @@ struct Statements {
     set_weight: String,
 }
 
+/// The suffixes of the units table's indexes (`{index:owner}`, `{index:claimable}` in `sql/`).
+const UNIT_INDEXES: [&str; 2] = ["owner", "claimable"];
+
 impl Statements {
-    fn new(processes: TableName, units: TableName) -> Arc<Statements> {
+    /// Renders the statements for two tables, refusing names that would collide: the units table's
+    /// index names are derived from its name, and `CREATE INDEX IF NOT EXISTS` would silently skip
+    /// an index whose name the processes table already has.
+    fn new(processes: TableName, units: TableName) -> Result<Arc<Statements>> {
+        if processes == units {
+            return Err(Error::invalid_input(format!(
+                "the processes and units tables are both named {units}; give them different names"
+            )));
+        }
+        for suffix in UNIT_INDEXES {
+            if units.derived(suffix) == processes.quoted()
+                || units.derived_unqualified(suffix) == processes.quoted()
+            {
+                return Err(Error::invalid_input(format!(
+                    "the units table {units} names its {suffix} index {}, which is the processes \
+                     table's name; choose other table names",
+                    units.derived_unqualified(suffix)
+                )));
+            }
+        }
+        Ok(Statements::render(processes, units))
+    }
+
+    fn render(processes: TableName, units: TableName) -> Arc<Statements> {
         let both = [("units", &units), ("processes", &processes)];
         let dml = |sql: &str| render_tables(sql, &both);
         let on = |sql: &str, table: &TableName| render_tables(sql, &[("table", table)]);
@@ -345,7 +378,7 @@ impl Statements {
     }
 
     fn default_tables() -> Arc<Statements> {
-        Statements::new(
+        Statements::render(
             TableName::parse(DEFAULT_PROCESSES_TABLE).expect("the default table name is valid"),
             TableName::parse(DEFAULT_UNITS_TABLE).expect("the default table name is valid"),
         )
@@ -356,8 +389,15 @@ impl Statements {
             "create processes table",
             &self.processes,
             &self.create_processes,
+            &[],
         )?;
-        db.create_table("create units table", &self.units, &self.create_units)
+        let indexes = UNIT_INDEXES.map(|suffix| Companion::index(self.units.derived(suffix)));
+        db.create_table(
+            "create units table",
+            &self.units,
+            &self.create_units,
+            &indexes,
+        )
     }
 }
 
@@ -386,7 +426,7 @@ impl Units {
     /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when a name is not a plain
     /// identifier.
     pub fn with_tables(mut self, processes: &str, units: &str) -> Result<Units> {
-        self.sql = Statements::new(TableName::parse(processes)?, TableName::parse(units)?);
+        self.sql = Statements::new(TableName::parse(processes)?, TableName::parse(units)?)?;
         Ok(self)
     }
 
@@ -526,6 +566,8 @@ pub struct Leaser {
     ticking: Mutex<()>,
     /// While `run` runs: wakes its liveness watcher when the local deadline moves.
     watch: Mutex<Option<Sender<()>>>,
+    /// The one place the reconciler is told anything, in decision order.
+    outbox: Outbox,
 }
 
 impl Leaser {
@@ -556,6 +598,7 @@ impl Leaser {
             local: Mutex::new(Local::default()),
             ticking: Mutex::new(()),
             watch: Mutex::new(None),
+            outbox: Outbox::default(),
         })
     }
 
@@ -566,7 +609,7 @@ impl Leaser {
     /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when a name is not a plain
     /// identifier.
     pub fn with_tables(mut self, processes: &str, units: &str) -> Result<Leaser> {
-        self.sql = Statements::new(TableName::parse(processes)?, TableName::parse(units)?);
+        self.sql = Statements::new(TableName::parse(processes)?, TableName::parse(units)?)?;
         Ok(self)
     }
 
@@ -635,17 +678,16 @@ impl Leaser {
         )?;
         let lapsed: bool = row.get("lapsed");
         let late = previous.is_some_and(|p| sent.duration_since(p) > self.config.ttl);
-        let lost = {
+        {
             let mut local = self.local.lock();
             local.last_beat = Some(sent);
             local.live_until = Some(sent + self.config.ttl);
             if lapsed || late {
                 local.reread = true;
-                local.forget_all()
-            } else {
-                Vec::new()
+                let lost = local.forget_all();
+                self.outbox.push(Delivery::Lost(lost));
             }
-        };
+        }
         if lapsed || late {
             log::warn!(
                 target: "pgtenure::membership",
@@ -653,9 +695,7 @@ impl Leaser {
                 self.process_id
             );
         }
-        if !lost.is_empty() {
-            self.reconciler.units_lost(&lost);
-        }
+        self.outbox.flush(&*self.reconciler);
         if let Some(watch) = self.watch.lock().as_ref() {
             // A full channel already holds a wake-up; the watcher re-reads the deadline anyway.
             let _ = watch.try_send(());
@@ -665,47 +705,66 @@ impl Leaser {
 
     /// Past the local liveness deadline without a new heartbeat: report every owned unit lost.
     fn expire_if_due(&self) {
-        let lost = {
+        {
             let mut local = self.local.lock();
             if local.live_at(Instant::now()) {
                 return;
             }
-            local.forget_all()
-        };
-        if !lost.is_empty() {
-            log::warn!(
-                target: "pgtenure::membership",
-                "process {} missed its heartbeats past its TTL: stopping work on {} units",
-                self.process_id,
-                lost.len()
-            );
-            self.reconciler.units_lost(&lost);
+            let lost = local.forget_all();
+            if !lost.is_empty() {
+                log::warn!(
+                    target: "pgtenure::membership",
+                    "process {} missed its heartbeats past its TTL: stopping work on {} units",
+                    self.process_id,
+                    lost.len()
+                );
+            }
+            self.outbox.push(Delivery::Lost(lost));
         }
+        self.outbox.flush(&*self.reconciler);
     }
 
     /// One rebalance step: reads the units the database says this process owns (replacing the local
-    /// view), computes the fair share from live processes and claimable weight, claims up to its
-    /// deficit in batches, or (only when it claimed nothing and owns more than fair share × (1 +
-    /// hysteresis)) sheds its lightest idle units. Then reports lost units before gained ones to the
-    /// [`Reconciler`], and calls the hooks. A process that is not live (its row expired by the
+    /// view), computes this process's target from the live processes and the claimable weight (see
+    /// below), claims up to its deficit in batches, or (only when it claimed nothing) sheds what it
+    /// owns above its target, lightest idle units first. Then reports lost units before gained ones
+    /// to the [`Reconciler`], and calls the hooks. A process that is not live (its row expired by the
     /// database clock, or its local liveness deadline passed) claims and sheds nothing and owns
     /// nothing until a heartbeat makes it live again.
     ///
+    /// Targets: with `n` live processes and total weight `W` (enabled units), every process's target
+    /// is `floor(W / n)`, and `W mod n` processes get one more: those that own more than the floor
+    /// first (they keep what they have), then by process id; every process computes the same targets. So with unit weights a settled fleet
+    /// holds floor or ceil of `W / n` per process, and ticks then write nothing; only units that
+    /// must move move.
+    ///
     /// # Errors
     ///
-    /// A database or connection error; the local view is then left as it was.
+    /// A database or connection error. Units claimed or shed before it stay as the database says:
+    /// the next tick re-reads them, and units whose shed may have landed are reported lost at once.
     pub fn tick(&self) -> Result<Rebalance> {
         let _one_at_a_time = self.ticking.lock();
+        let result = self.tick_once();
+        if result.is_err() {
+            // A claim or shed may have landed without this process knowing: read the truth next time.
+            self.local.lock().reread = true;
+        }
+        self.outbox.flush(&*self.reconciler);
+        result
+    }
+
+    fn tick_once(&self) -> Result<Rebalance> {
         let started = Instant::now();
         let id = self.process_id.as_str();
         let live_locally = self.local.lock().live_at(Instant::now());
-        let stats = self.db.query_one(
+        let stats = self.db.query_one_idempotent(
             "read membership stats",
             &self.sql.stats,
             &[(&id, Type::TEXT)],
         )?;
         // The database's truth about what this process owns: re-read only when it may differ from
-        // the local view (first tick, a lapse, or another process or an operator changed its units).
+        // the local view (first tick, a lapse, a failed tick, or another process or an operator
+        // changed its units).
         let changes: Option<i64> = stats.get("changes");
         let (known, generation) = {
             let local = self.local.lock();
@@ -721,7 +780,7 @@ impl Leaser {
             None => {
                 let read: BTreeMap<Unit, i32> = self
                     .db
-                    .query("read owned units", &self.sql.owned, &[(&id, Type::TEXT)])?
+                    .query_idempotent("read owned units", &self.sql.owned, &[(&id, Type::TEXT)])?
                     .iter()
                     .map(unit_row)
                     .collect();
@@ -731,46 +790,52 @@ impl Leaser {
         };
         let live: i64 = stats.get("live");
         let live_self: bool = stats.get("live_self");
+        let others_ids: Vec<String> = stats.get("others");
+        let others_weights: Vec<i64> = stats.get("others_weights");
+        let others: Vec<Member<'_>> = others_ids
+            .iter()
+            .zip(&others_weights)
+            .map(|(id, weight)| Member {
+                id,
+                weight: *weight,
+            })
+            .collect();
         let unowned: i64 = stats.get("unowned_weight");
         let orphaned: i64 = stats.get("orphaned_weight");
-        let others: i64 = stats.get("others_weight");
-        let fair = fair_share(others + owned_weight + unowned + orphaned, live);
+        let facts = Facts {
+            me: Member {
+                id,
+                weight: owned_weight,
+            },
+            others: &others,
+            claimable: unowned + orphaned,
+        };
+        let target = facts.target();
 
         let mut claimed = Vec::new();
         let mut shed = Vec::new();
         if live_self && live_locally {
-            claimed = self.claim(&mut truth, owned_weight, fair, unowned + orphaned)?;
-            if !claimed.is_empty() {
+            // Disabled units only appear with a re-read (a weight change moves the counter).
+            let disabled = changed && truth.values().any(|w| *w <= 0);
+            match facts.decide(i64::from(self.config.max_claim_per_tick)) {
+                Step::Claim(budget) => {
+                    claimed = self.claim(&mut truth, budget)?;
+                }
+                Step::Shed(target) => shed = self.shed(&mut truth, target, generation)?,
+                Step::Keep if disabled => shed = self.shed(&mut truth, target, generation)?,
+                Step::Keep => {}
+            }
+            if !claimed.is_empty() || !shed.is_empty() {
                 changed = true;
                 owned_weight = weight_of(&truth);
-            } else {
-                let others_min: Option<i64> = stats.get("others_min_weight");
-                let total = others + owned_weight + unowned + orphaned;
-                let floor = if live > 0 { total / live } else { 0 };
-                let plan = shed_plan(
-                    owned_weight,
-                    fair,
-                    floor,
-                    self.config.shed_hysteresis,
-                    unowned + orphaned,
-                    others_min,
-                );
-                // Disabled units only appear with a re-read (a weight change moves the counter).
-                let disabled = changed && truth.values().any(|w| *w <= 0);
-                if plan.is_some() || disabled {
-                    shed = self.shed(&mut truth, plan)?;
-                    if !shed.is_empty() {
-                        changed = true;
-                        owned_weight = weight_of(&truth);
-                    }
-                }
             }
         }
 
         // Adopt the database's truth only while live, judged now (the tick may have waited on the
         // database), and only if nothing forgot the ownership meanwhile (the liveness watcher, a
-        // lapsed heartbeat); compare with the local view as it is now.
-        let (lost, gained, live_now) = {
+        // lapsed heartbeat); compare with the local view as it is now, and queue what changed
+        // while still holding it, so deliveries keep decision order.
+        let (lost, gained, live_now, owned) = {
             let mut local = self.local.lock();
             let live_now =
                 live_self && local.live_at(Instant::now()) && local.generation == generation;
@@ -795,20 +860,16 @@ impl Leaser {
             } else {
                 (Vec::new(), Vec::new())
             };
+            self.outbox.push(Delivery::Lost(lost.clone()));
+            self.outbox.push(Delivery::Gained(gained.clone()));
             local.owned = truth;
             local.owned_weight = owned_weight;
             local.ready = true;
             local.reread = !live_now;
             local.seen_changes = changes;
-            (lost, gained, live_now)
+            (lost, gained, live_now, local.owned.len())
         };
-        let owned = self.local.lock().owned.len();
-        if !lost.is_empty() {
-            self.reconciler.units_lost(&lost);
-        }
-        if !gained.is_empty() {
-            self.reconciler.units_gained(&gained);
-        }
+        self.outbox.flush(&*self.reconciler);
         let hooks = &self.hooks;
         if let (Some(hook), false) = (&hooks.claimed, claimed.is_empty()) {
             hook(claimed.len());
@@ -824,7 +885,7 @@ impl Leaser {
         }
         log::debug!(
             target: "pgtenure::membership",
-            "process {}: {live} live, fair share {fair}, owns {owned} ({owned_weight}), claimed {}, shed {}",
+            "process {}: {live} live, target {target}, owns {owned} ({owned_weight}), claimed {}, shed {}",
             self.process_id,
             claimed.len(),
             shed.len()
@@ -836,27 +897,17 @@ impl Leaser {
             shed: shed.len(),
             owned,
             owned_weight,
-            fair_share: fair,
+            fair_share: target,
             live_processes: live,
             live: live_now,
         })
     }
 
-    /// Claims up to the deficit to `fair`, in batches of at most `claim_batch` units.
-    fn claim(
-        &self,
-        truth: &mut Arc<BTreeMap<Unit, i32>>,
-        owned_weight: i64,
-        fair: i64,
-        claimable: i64,
-    ) -> Result<Vec<Unit>> {
-        let mut weight = owned_weight;
-        let mut budget = claim_budget(
-            weight,
-            fair,
-            claimable,
-            i64::from(self.config.max_claim_per_tick),
-        );
+    /// Claims up to `budget` weight, in batches of at most `claim_batch` units. A batch that fails
+    /// ends the tick with its error; the next tick re-reads what the database says is owned (a
+    /// batch whose answer was lost may have claimed units).
+    fn claim(&self, truth: &mut Arc<BTreeMap<Unit, i32>>, mut budget: i64) -> Result<Vec<Unit>> {
+        let mut weight = weight_of(truth);
         let mut claimed = Vec::new();
         while budget > 0 {
             let limit =
@@ -889,12 +940,15 @@ impl Leaser {
         Ok(claimed)
     }
 
-    /// Sheds down towards a target with a hysteresis, as [`shed_plan`] says (`None`: keep), and
-    /// always gives back disabled (weight 0) units.
+    /// Sheds down to `target` (see [`choose_shed`]) and always gives back disabled (weight 0) units.
+    /// When the shed's outcome is unknown (the connection failed after it was sent), the units it
+    /// chose may be unowned already: they are forgotten and reported lost at once (unless this
+    /// tick's view is stale), and the next tick re-reads what is still owned.
     fn shed(
         &self,
         truth: &mut Arc<BTreeMap<Unit, i32>>,
-        plan: Option<(i64, f64)>,
+        target: i64,
+        generation: u64,
     ) -> Result<Vec<Unit>> {
         let held: Vec<Held> = truth
             .iter()
@@ -904,9 +958,7 @@ impl Leaser {
                 in_flight: self.reconciler.in_flight(unit),
             })
             .collect();
-        // No plan: keep everything but disabled units (an infinite band sheds nothing).
-        let (target, hysteresis) = plan.unwrap_or((0, f64::INFINITY));
-        let choice = choose_shed(&held, target, hysteresis);
+        let choice = choose_shed(&held, target);
         if choice.is_empty() {
             return Ok(choice);
         }
@@ -914,7 +966,7 @@ impl Leaser {
         let shards: Vec<i32> = choice.iter().map(|u| u.shard).collect();
         let count = truth.len() as i32;
         let weight = weight_of(truth);
-        let rows = self.db.query(
+        let rows = match self.db.query(
             "shed units",
             &self.sql.shed,
             &[
@@ -924,7 +976,25 @@ impl Leaser {
                 (&count, Type::INT4),
                 (&weight, Type::INT8),
             ],
-        )?;
+        ) {
+            Ok(rows) => rows,
+            Err(e) => {
+                if e.is_outcome_unknown() {
+                    let mut local = self.local.lock();
+                    if local.generation == generation {
+                        let map = Arc::make_mut(&mut local.owned);
+                        let lost: Vec<Unit> = choice
+                            .iter()
+                            .filter(|u| map.remove(*u).is_some())
+                            .cloned()
+                            .collect();
+                        local.owned_weight = weight_of(&local.owned);
+                        self.outbox.push(Delivery::Lost(lost));
+                    }
+                }
+                return Err(e);
+            }
+        };
         let shed: Vec<Unit> = rows
             .iter()
             .map(|row| Unit {
@@ -1214,6 +1284,7 @@ mod tests {
     }
 
     #[test]
+    #[allow(deprecated)]
     fn zero_config_values_take_the_defaults_and_bad_ones_are_refused() {
         let zero = Config {
             ttl: Duration::ZERO,
@@ -1282,7 +1353,8 @@ mod tests {
         let sql = Statements::new(
             TableName::parse("m.procs").unwrap(),
             TableName::parse("m.units").unwrap(),
-        );
+        )
+        .unwrap();
         assert!(sql.claim.contains("UPDATE \"m\".\"units\" u"));
         assert!(sql.claim.contains("FROM \"m\".\"procs\" WHERE process_id"));
         assert!(
