@@ -1,6 +1,9 @@
 //! A small TCP proxy between the library and PostgreSQL, for fault tests. On command it cuts every
-//! connection, blackholes traffic (sockets stay open, nothing is forwarded) and heals, or adds
-//! latency. It also counts protocol round trips: the client's `Sync` and simple `Query` messages.
+//! connection, blackholes traffic (sockets stay open, nothing is forwarded) and heals, adds latency,
+//! delays new connections (a cancel request is one), or closes a connection right after forwarding
+//! the server's whole answer to a statement (the server committed; the client sees its answer and
+//! then the end of the stream). It also counts protocol round trips: the client's `Sync` and simple
+//! `Query` messages.
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
@@ -21,6 +24,11 @@ struct Shared {
     round_trips: AtomicU64,
     accepted: AtomicU64,
     streams: Mutex<Vec<TcpStream>>,
+    connect_delay_us: AtomicU64,
+    /// One-shot: close the next connection whose client sends bytes containing this pattern (empty:
+    /// any) right after the server's next complete answer (`ReadyForQuery`).
+    fin_armed: Mutex<Option<Vec<u8>>>,
+    fins: AtomicU64,
 }
 
 /// Forwards every connection made to its port on 127.0.0.1 to a target. Dropping it stops accepting,
@@ -46,27 +54,49 @@ impl Proxy {
                     break;
                 }
                 let Ok(client) = client else { continue };
-                let Ok(server) = TcpStream::connect_timeout(&target, Duration::from_secs(5)) else {
-                    continue;
+                let delayed = s.connect_delay_us.load(Ordering::SeqCst) > 0;
+                let (s, pipes) = (s.clone(), p.clone());
+                let connect = move || {
+                    let delay = s.connect_delay_us.load(Ordering::SeqCst);
+                    if delay > 0 {
+                        thread::sleep(Duration::from_micros(delay));
+                    }
+                    let Ok(server) = TcpStream::connect_timeout(&target, Duration::from_secs(5))
+                    else {
+                        return;
+                    };
+                    let _ = (client.set_nodelay(true), server.set_nodelay(true));
+                    s.accepted.fetch_add(1, Ordering::SeqCst);
+                    let clones = (
+                        client.try_clone(),
+                        server.try_clone(),
+                        client.try_clone(),
+                        server.try_clone(),
+                    );
+                    let (Ok(c2), Ok(s2), Ok(c3), Ok(s3)) = clones else {
+                        return;
+                    };
+                    s.streams.lock().extend([c3, s3]);
+                    let epoch = s.epoch.load(Ordering::SeqCst);
+                    let fin = Arc::new(AtomicBool::new(false));
+                    let (up, down) = (s.clone(), s.clone());
+                    let (fin_up, fin_down) = (fin.clone(), fin);
+                    let mut pipes = pipes.lock();
+                    pipes.retain(|h| !h.is_finished());
+                    pipes.push(thread::spawn(move || {
+                        pipe(client, server, up, epoch, Side::Client(fin_up))
+                    }));
+                    pipes.push(thread::spawn(move || {
+                        pipe(s2, c2, down, epoch, Side::Server(fin_down))
+                    }));
                 };
-                let _ = (client.set_nodelay(true), server.set_nodelay(true));
-                s.accepted.fetch_add(1, Ordering::SeqCst);
-                let clones = (
-                    client.try_clone(),
-                    server.try_clone(),
-                    client.try_clone(),
-                    server.try_clone(),
-                );
-                let (Ok(c2), Ok(s2), Ok(c3), Ok(s3)) = clones else {
-                    continue;
-                };
-                s.streams.lock().extend([c3, s3]);
-                let epoch = s.epoch.load(Ordering::SeqCst);
-                let (up, down) = (s.clone(), s.clone());
-                let mut pipes = p.lock();
-                pipes.retain(|h| !h.is_finished());
-                pipes.push(thread::spawn(move || pipe(client, server, up, epoch, true)));
-                pipes.push(thread::spawn(move || pipe(s2, c2, down, epoch, false)));
+                if delayed {
+                    let mut list = p.lock();
+                    list.retain(|h| !h.is_finished());
+                    list.push(thread::spawn(connect));
+                } else {
+                    connect();
+                }
             }
         });
         Ok(Proxy {
@@ -121,6 +151,32 @@ impl Proxy {
             .store(latency.as_micros() as u64, Ordering::SeqCst);
     }
 
+    /// Delays every new connection by `delay` before it is forwarded (zero: none). A cancel request
+    /// is a new connection: this makes it land late.
+    pub fn set_connect_delay(&self, delay: Duration) {
+        self.shared
+            .connect_delay_us
+            .store(delay.as_micros() as u64, Ordering::SeqCst);
+    }
+
+    /// Closes the next connection whose client sends a message containing `pattern` (any
+    /// connection for an empty pattern) right after forwarding the server's complete answer to it:
+    /// the server has run and committed the statement, the client reads its whole answer and then
+    /// the end of the stream. One-shot.
+    pub fn fin_after_answer(&self, pattern: &str) {
+        *self.shared.fin_armed.lock() = Some(pattern.as_bytes().to_vec());
+    }
+
+    /// Whether a `fin_after_answer` is still waiting for its statement.
+    pub fn fin_armed(&self) -> bool {
+        self.shared.fin_armed.lock().is_some()
+    }
+
+    /// Connections closed by `fin_after_answer` so far.
+    pub fn fins(&self) -> u64 {
+        self.shared.fins.load(Ordering::SeqCst)
+    }
+
     /// Client `Sync` and simple `Query` messages seen so far: one per round trip of the extended or
     /// simple query protocol.
     pub fn round_trips(&self) -> u64 {
@@ -133,15 +189,18 @@ impl Proxy {
     }
 }
 
+/// Which way a pipe copies, with the connection's "close after the answer" flag.
+enum Side {
+    /// Client to server: counts round trips, arms the flag when an armed pattern goes by.
+    Client(Arc<AtomicBool>),
+    /// Server to client: closes both sides after a `ReadyForQuery` once the flag is set.
+    Server(Arc<AtomicBool>),
+}
+
 /// Copies one direction until either side closes or the proxy cuts or stops, then closes both.
-fn pipe(
-    mut from: TcpStream,
-    mut to: TcpStream,
-    shared: Arc<Shared>,
-    epoch: u64,
-    client_side: bool,
-) {
+fn pipe(mut from: TcpStream, mut to: TcpStream, shared: Arc<Shared>, epoch: u64, side: Side) {
     let mut counter = Counter::default();
+    let mut answers = ServerFramer::default();
     let mut buf = [0_u8; 16 * 1024];
     let _ = from.set_read_timeout(Some(Duration::from_millis(50)));
     let alive = |shared: &Shared| {
@@ -171,17 +230,82 @@ fn pipe(
         if latency > 0 {
             thread::sleep(Duration::from_micros(latency));
         }
-        if client_side {
-            shared
-                .round_trips
-                .fetch_add(counter.feed(&buf[..n]), Ordering::SeqCst);
+        let chunk = &buf[..n];
+        match &side {
+            Side::Client(fin) => {
+                shared
+                    .round_trips
+                    .fetch_add(counter.feed(chunk), Ordering::SeqCst);
+                let mut armed = shared.fin_armed.lock();
+                let hit = armed.as_ref().is_some_and(|pattern| {
+                    pattern.is_empty() || chunk.windows(pattern.len()).any(|w| w == &pattern[..])
+                });
+                if hit && counter.typed {
+                    *armed = None;
+                    fin.store(true, Ordering::SeqCst);
+                }
+            }
+            Side::Server(_) => {}
         }
-        if to.write_all(&buf[..n]).is_err() {
+        if let Side::Server(fin) = &side {
+            let ready = answers.feed(chunk);
+            if ready && fin.load(Ordering::SeqCst) {
+                // The whole answer, and the end of the stream in the same segment, so the client
+                // reads both at once: as a link that dies right after the server answered.
+                shared.fins.fetch_add(1, Ordering::SeqCst);
+                cork(&to);
+                let _ = to.write_all(chunk);
+                let _ = to.shutdown(Shutdown::Write);
+                break;
+            }
+        }
+        if to.write_all(chunk).is_err() {
             break;
         }
     }
     let _ = from.shutdown(Shutdown::Both);
     let _ = to.shutdown(Shutdown::Both);
+}
+
+/// Holds back what is written to `stream` until it is shut down, so the data and the FIN leave in one
+/// segment.
+fn cork(stream: &TcpStream) {
+    use std::os::fd::AsRawFd;
+    let on: libc::c_int = 1;
+    // SAFETY: a valid socket descriptor, and a pointer to an int that lives across the call.
+    unsafe {
+        libc::setsockopt(
+            stream.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_CORK,
+            (&on as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        );
+    }
+}
+
+/// Frames the server's side of the protocol: reports whether a chunk completed a `ReadyForQuery`.
+#[derive(Default)]
+struct ServerFramer {
+    buf: Vec<u8>,
+}
+
+impl ServerFramer {
+    fn feed(&mut self, data: &[u8]) -> bool {
+        self.buf.extend_from_slice(data);
+        let (mut pos, mut ready) = (0, false);
+        while self.buf.len() - pos >= 5 {
+            let rest = &self.buf[pos..];
+            let len = u32::from_be_bytes(rest[1..5].try_into().unwrap()) as usize;
+            if rest.len() < 1 + len {
+                break;
+            }
+            ready |= rest[0] == b'Z';
+            pos += 1 + len;
+        }
+        self.buf.drain(..pos);
+        ready
+    }
 }
 
 /// Frames the client's side of the PostgreSQL protocol and counts `Sync` ('S') and `Query` ('Q').

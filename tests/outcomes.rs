@@ -1,0 +1,389 @@
+//! Connection-level correctness, each test a regression found by independent testing: a statement
+//! whose answer was lost after the server committed is never reported as "not done" (invariant 9),
+//! a server-ended idle session is skipped like a terminated backend, a deadline cancel never hits
+//! another statement (invariant 11), and `Lease` release and drop keep their bounds end to end
+//! (invariant 12).
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant, SystemTime};
+
+use common::proxy::{database_addr, Proxy};
+use common::{client, db, wait_for, Role, Tables};
+use parking_lot::Mutex;
+use pgtenure::membership::{Config, Hooks, Leaser, Reconciler, Unit, Units};
+use pgtenure::postgres::error::SqlState;
+use pgtenure::{Db, DbBuilder, Elector, FireClaims, Leases, LossReason, TickClaims};
+
+/// A pool through `proxy`, with a short pool timeout.
+fn proxied(proxy: &Proxy, max_size: u32) -> Db {
+    DbBuilder::from_config(proxy.config())
+        .max_size(max_size)
+        .unwrap()
+        .connection_timeout(Duration::from_secs(2))
+        .unwrap()
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn a_tick_claim_whose_answer_is_lost_after_commit_is_still_won() {
+    let mut tables = Tables::new();
+    let table = tables.name("ticks");
+    let proxy = Proxy::start(0, database_addr()).unwrap();
+    let claims = TickClaims::new(&proxied(&proxy, 2))
+        .with_table(&table)
+        .unwrap();
+    claims.create_table().unwrap();
+    let tick = SystemTime::now() - Duration::from_secs(5);
+    proxy.fin_after_answer("claim_id");
+    let claim = claims
+        .claim("job", tick, Duration::from_secs(60))
+        .expect("the claim is found out, not failed")
+        .expect("the committed tick is ours: it must run here");
+    assert_eq!(proxy.fins(), 1, "the answer was cut off after the commit");
+    let (owner, token): (String, i64) = {
+        let row = client()
+            .query_one(
+                &format!("SELECT owner, token FROM {table} WHERE job_id = 'job'"),
+                &[],
+            )
+            .unwrap();
+        (row.get(0), row.get(1))
+    };
+    assert_eq!((owner.as_str(), token), (claims.owner(), claim.token()));
+    // Once found out, the tick is not won again.
+    assert!(claims
+        .claim("job", tick, Duration::from_secs(60))
+        .unwrap()
+        .is_none());
+}
+
+#[test]
+fn a_fire_claim_whose_answer_is_lost_after_commit_is_still_won() {
+    let mut tables = Tables::new();
+    let table = tables.name("fires");
+    let proxy = Proxy::start(0, database_addr()).unwrap();
+    let fires = FireClaims::new(&proxied(&proxy, 2))
+        .with_table(&table)
+        .unwrap();
+    fires.create_table().unwrap();
+    proxy.fin_after_answer("claim_id");
+    assert!(
+        fires.claim("job@1").expect("found out"),
+        "the won fire is ours"
+    );
+    assert_eq!(proxy.fins(), 1);
+    let holder: String = client()
+        .query_one(
+            &format!("SELECT holder FROM {table} WHERE fire_key = 'job@1'"),
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(holder, fires.holder());
+    assert!(!fires.claim("job@1").unwrap(), "won once");
+}
+
+#[test]
+fn units_added_when_the_answer_is_lost_are_never_reported_as_zero() {
+    let mut tables = Tables::new();
+    let (procs, units_t) = (tables.name("procs"), tables.name("units"));
+    let proxy = Proxy::start(0, database_addr()).unwrap();
+    let units = Units::new(&proxied(&proxy, 2))
+        .with_tables(&procs, &units_t)
+        .unwrap();
+    units.create_tables().unwrap();
+    let batch: Vec<Unit> = (0..10).map(|s| Unit::new("t", s).unwrap()).collect();
+    proxy.fin_after_answer("unnest");
+    match units.add(&batch) {
+        Ok(added) => assert_eq!(added, 10),
+        Err(e) => assert!(e.is_outcome_unknown(), "{e}"),
+    }
+    assert_eq!(proxy.fins(), 1);
+    assert_eq!(common::count(&mut client(), &units_t), 10);
+}
+
+/// Records what the reconciler was told, in order.
+#[derive(Default)]
+struct Told(Mutex<Vec<(bool, Vec<Unit>)>>);
+
+impl Told {
+    /// The units the application works on after every message so far.
+    fn working(&self) -> BTreeSet<Unit> {
+        let mut set = BTreeSet::new();
+        for (gained, units) in self.0.lock().iter() {
+            for unit in units {
+                if *gained {
+                    set.insert(unit.clone());
+                } else {
+                    set.remove(unit);
+                }
+            }
+        }
+        set
+    }
+}
+
+impl Reconciler for Told {
+    fn units_gained(&self, units: &[Unit]) {
+        self.0.lock().push((true, units.to_vec()));
+    }
+    fn units_lost(&self, units: &[Unit]) {
+        self.0.lock().push((false, units.to_vec()));
+    }
+}
+
+#[test]
+fn units_claimed_when_the_answer_is_lost_are_worked_on_after_the_next_tick() {
+    let mut tables = Tables::new();
+    let (procs, units_t) = (tables.name("procs"), tables.name("units"));
+    let units = Units::new(&db()).with_tables(&procs, &units_t).unwrap();
+    units.create_tables().unwrap();
+    let batch: Vec<Unit> = (0..10).map(|s| Unit::new("t", s).unwrap()).collect();
+    units.add(&batch).unwrap();
+    let proxy = Proxy::start(0, database_addr()).unwrap();
+    let told = Arc::new(Told::default());
+    let leaser = Leaser::new(
+        &proxied(&proxy, 2),
+        told.clone(),
+        Config::default(),
+        Hooks::default(),
+    )
+    .unwrap()
+    .with_tables(&procs, &units_t)
+    .unwrap();
+    leaser.heartbeat().unwrap();
+    proxy.fin_after_answer("claimed AS");
+    let first = leaser.tick();
+    assert_eq!(
+        proxy.fins(),
+        1,
+        "the claim committed and its answer was lost"
+    );
+    assert!(
+        first.as_ref().is_err_and(|e| e.is_outcome_unknown()),
+        "{first:?}"
+    );
+    // The database says these ten are this live process's: the next tick must find them.
+    for _ in 0..2 {
+        leaser.tick().unwrap();
+    }
+    assert_eq!(leaser.owned().len(), 10);
+    assert_eq!(told.working().len(), 10, "every owned unit is worked on");
+}
+
+#[test]
+fn sessions_ended_by_an_idle_session_timeout_are_skipped_like_terminated_backends() {
+    let mut tables = Tables::new();
+    let role = Role::new(&mut tables, "read committed");
+    client()
+        .batch_execute(&format!(
+            "ALTER ROLE {} SET idle_session_timeout = '1s'; GRANT ALL ON SCHEMA public TO {0}",
+            role.name
+        ))
+        .unwrap();
+    let app = tables.name("idle");
+    let db = DbBuilder::from_config(role.config(&app))
+        .max_size(4)
+        .unwrap()
+        .build()
+        .unwrap();
+    let (ticks_t, fires_t, leader_t) = (
+        tables.name("ticks"),
+        tables.name("fires"),
+        tables.name("leader"),
+    );
+    let ticks = TickClaims::new(&db).with_table(&ticks_t).unwrap();
+    let fires = FireClaims::new(&db).with_table(&fires_t).unwrap();
+    let elector = Elector::new(&db).with_table(&leader_t).unwrap();
+    ticks.create_table().unwrap();
+    fires.create_table().unwrap();
+    elector.create_table().unwrap();
+    let base = SystemTime::now() - Duration::from_secs(60);
+    let mut n = 0;
+    for round in 0..2 {
+        // Open several connections at once, so the pool holds more than one to lose.
+        std::thread::scope(|s| {
+            for _ in 0..4 {
+                s.spawn(|| elector.leader().unwrap());
+            }
+        });
+        // Wait until the server has ended every one of them for idling.
+        let mut admin = client();
+        wait_for("the idle sessions to end", Duration::from_secs(10), || {
+            let left: i64 = admin
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1",
+                    &[&app],
+                )
+                .unwrap()
+                .get(0);
+            (left == 0).then_some(())
+        });
+        for i in 0..4 {
+            n += 1;
+            let tick = base + Duration::from_secs(n);
+            let claim = ticks.claim("job", tick, Duration::from_millis(1)).unwrap();
+            assert!(claim.is_some(), "round {round}, claim {i}");
+            assert!(fires.claim(&format!("job@{n}")).unwrap());
+            assert!(elector.is_leader().unwrap());
+        }
+    }
+}
+
+#[test]
+fn a_deadline_cancel_never_lands_on_the_next_statement_of_its_connection() {
+    let mut tables = Tables::new();
+    let table = tables.name("lease");
+    Leases::new(&db())
+        .with_table(&table)
+        .unwrap()
+        .create_table()
+        .unwrap();
+    let proxy = Proxy::start(0, database_addr()).unwrap();
+    // One connection: whatever runs after the renewal runs on the renewal's connection.
+    let holder_db = proxied(&proxy, 1);
+    let leases = Leases::new(&holder_db).with_table(&table).unwrap();
+    let ttl = Duration::from_millis(300);
+    let lease = leases.acquire("k", ttl).unwrap().unwrap();
+    // Block the next renewal on the row lock, and make the watcher's cancel arrive late.
+    let mut blocker = client();
+    let mut tx = blocker.transaction().unwrap();
+    tx.execute(
+        &format!("SELECT 1 FROM {table} WHERE key = 'k' FOR UPDATE"),
+        &[],
+    )
+    .unwrap();
+    proxy.set_connect_delay(Duration::from_millis(400));
+    assert_eq!(
+        lease.lost().recv_timeout(Duration::from_secs(3)),
+        Ok(LossReason::Expired)
+    );
+    // The renewal now finishes before the cancel lands.
+    tx.commit().unwrap();
+    let started = Instant::now();
+    let mut conn = holder_db.pool().get().unwrap();
+    let slept = conn.execute("SELECT pg_sleep(1)", &[]);
+    assert!(
+        slept.is_ok(),
+        "the application's own statement was cancelled: {slept:?}"
+    );
+    assert!(started.elapsed() >= Duration::from_millis(900));
+    drop(conn);
+    drop(lease);
+    proxy.set_connect_delay(Duration::ZERO);
+}
+
+#[test]
+fn dropping_a_lease_while_the_application_holds_every_connection_keeps_its_bound() {
+    let mut tables = Tables::new();
+    let table = tables.name("lease");
+    let pool_db = Db::builder(&common::url())
+        .unwrap()
+        .max_size(2)
+        .unwrap()
+        .build()
+        .unwrap();
+    let leases = Leases::new(&pool_db).with_table(&table).unwrap();
+    leases.create_table().unwrap();
+    let lease = leases
+        .acquire("k", Duration::from_secs(30))
+        .unwrap()
+        .unwrap();
+    let held = (pool_db.pool().get().unwrap(), pool_db.pool().get().unwrap());
+    let started = Instant::now();
+    let result = lease.release();
+    let took = started.elapsed();
+    println!("release with the pool exhausted: {took:?}, {result:?}");
+    assert!(result.is_err(), "no connection could be had");
+    assert!(took <= Duration::from_millis(5_500), "{took:?}");
+    drop(held);
+    // The release gave up; the key is free for the family again, and another owner waits for the
+    // row's expiry.
+    let again = leases.acquire("k", Duration::from_secs(30)).unwrap();
+    assert!(again.is_some(), "the family acquires its key again");
+}
+
+#[test]
+fn dropping_many_leases_while_the_database_refuses_connections_costs_one_bound() {
+    let mut tables = Tables::new();
+    let table = tables.name("lease");
+    Leases::new(&db())
+        .with_table(&table)
+        .unwrap()
+        .create_table()
+        .unwrap();
+    let proxy = Proxy::start(0, database_addr()).unwrap();
+    let holder_db = DbBuilder::from_config(proxy.config())
+        .max_size(2)
+        .unwrap()
+        .build()
+        .unwrap();
+    let leases = Leases::new(&holder_db).with_table(&table).unwrap();
+    let held: Vec<_> = (0..4)
+        .map(|i| {
+            leases
+                .acquire(&format!("k{i}"), Duration::from_secs(30))
+                .unwrap()
+                .unwrap()
+        })
+        .collect();
+    // The database goes away: every connection is cut and new ones are refused.
+    drop(proxy);
+    let started = Instant::now();
+    for lease in held {
+        drop(lease);
+    }
+    let took = started.elapsed();
+    println!("four leases dropped while the database refuses connections: {took:?}");
+    assert!(took <= Duration::from_millis(6_000), "{took:?}");
+}
+
+#[test]
+fn an_acquire_after_a_long_pool_wait_gets_its_whole_ttl() {
+    let mut tables = Tables::new();
+    let table = tables.name("lease");
+    let pool_db = Db::builder(&common::url())
+        .unwrap()
+        .max_size(1)
+        .unwrap()
+        .build()
+        .unwrap();
+    let leases = Leases::new(&pool_db).with_table(&table).unwrap();
+    leases.create_table().unwrap();
+    let conn = pool_db.pool().get().unwrap();
+    let ttl = Duration::from_millis(900);
+    let acquirer = {
+        let leases = leases.clone();
+        thread::spawn(move || {
+            let lease = leases.acquire("k", ttl).unwrap().unwrap();
+            (Instant::now(), lease)
+        })
+    };
+    thread::sleep(Duration::from_millis(600));
+    drop(conn);
+    let (returned, lease) = acquirer.join().unwrap();
+    let left = lease.deadline().saturating_duration_since(returned);
+    assert!(
+        left >= ttl - Duration::from_millis(250),
+        "the pool wait ate into the lease: {left:?} of {ttl:?} left"
+    );
+    assert!(lease.is_held());
+}
+
+#[test]
+fn a_statement_refused_by_the_server_is_not_an_unknown_outcome() {
+    let mut tables = Tables::new();
+    let ticks = TickClaims::new(&db())
+        .with_table(&tables.name("missing"))
+        .unwrap();
+    let err = ticks
+        .claim("job", SystemTime::now(), Duration::from_secs(1))
+        .unwrap_err();
+    assert_eq!(err.code(), Some(&SqlState::UNDEFINED_TABLE));
+    assert!(!err.is_outcome_unknown(), "{err}");
+}
