@@ -327,3 +327,40 @@ fn bad_input_is_refused_before_any_statement() {
     }
     assert_eq!(common::count(&mut client(), &table), 0);
 }
+
+#[test]
+fn a_second_elector_with_the_same_holder_never_ends_or_adopts_the_first_ones_term() {
+    let mut tables = Tables::new();
+    let table = table(&mut tables);
+    let first = elector(&table, "same", Duration::from_secs(30));
+    let second = elector(&table, "same", Duration::from_secs(30));
+    assert!(first.is_leader().unwrap());
+    let term = first.term().unwrap();
+    // The second has won nothing: its resignation ends nothing, its poll takes nothing.
+    second.resign().unwrap();
+    assert_eq!(first.leader().unwrap().unwrap().term, term);
+    assert!(!second.is_leader().unwrap());
+    assert!(first.is_leader().unwrap());
+
+    // The first term ends (an operator expires it); the second wins a new one.
+    client()
+        .execute(&format!("UPDATE {table} SET expires_at = now()"), &[])
+        .unwrap();
+    assert!(second.is_leader().unwrap());
+    let newer = second.term().unwrap();
+    assert!(newer > term);
+    // The first learns it lost; it never adopts the second's term.
+    assert!(!first.is_leader().unwrap());
+    assert_eq!(first.term(), None);
+    assert!(
+        !first.is_leader().unwrap(),
+        "still not, while the second leads"
+    );
+    first.resign().unwrap();
+    assert_eq!(
+        first.leader().unwrap().unwrap().term,
+        newer,
+        "its resign ended nothing"
+    );
+    assert!(second.is_leader().unwrap());
+}

@@ -616,3 +616,103 @@ fn leases_in_a_schema_qualified_table_work() {
         .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
         .unwrap();
 }
+
+/// Who believes they hold a key, and since when: a check that no lease still says `is_held` after
+/// another lease of the key was granted.
+#[derive(Default)]
+struct Beliefs {
+    current: parking_lot::Mutex<Option<(u64, Instant)>>,
+    violations: AtomicU64,
+}
+
+impl Beliefs {
+    /// A lease was granted to `holder`, just now.
+    fn granted(&self, holder: u64) {
+        *self.current.lock() = Some((holder, Instant::now()));
+    }
+
+    /// `holder` checks its belief: if it still holds after another was granted, two hold at once.
+    fn check(&self, holder: u64, lease: &pgtenure::Lease) {
+        let at = Instant::now();
+        if lease.is_held() {
+            if let Some((other, since)) = *self.current.lock() {
+                if other != holder && since < at {
+                    self.violations.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn a_second_acquire_in_the_family_never_adopts_a_tenure_being_released() {
+    let mut tables = Tables::new();
+    let (family, table) = leases(&mut tables);
+    let outsider = other(&table);
+    let beliefs = Arc::new(Beliefs::default());
+    let next_id = Arc::new(AtomicU64::new(1));
+    let until = Instant::now() + Duration::from_secs(4);
+    let ttl = Duration::from_secs(3);
+    let hold = |leases: Leases, work: Duration| {
+        let (beliefs, next_id) = (beliefs.clone(), next_id.clone());
+        thread::spawn(move || {
+            let mut tenures = 0;
+            while Instant::now() < until {
+                let Some(lease) = leases.acquire("k", ttl).unwrap() else {
+                    continue;
+                };
+                let me = next_id.fetch_add(1, Ordering::SeqCst);
+                beliefs.granted(me);
+                tenures += 1;
+                let stop = Instant::now() + work;
+                while Instant::now() < stop {
+                    beliefs.check(me, &lease);
+                }
+                beliefs.check(me, &lease);
+                lease.release().unwrap();
+            }
+            tenures
+        })
+    };
+    // Two threads of one family (acquire and release in a loop, and spin on acquire), and another
+    // family trying the key.
+    let threads = [
+        hold(family.clone(), Duration::ZERO),
+        hold(family, Duration::from_millis(2)),
+        hold(outsider, Duration::from_millis(1)),
+    ];
+    let tenures: Vec<u64> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    println!("tenures per thread: {tenures:?}");
+    assert!(
+        tenures.iter().all(|t| *t > 5),
+        "too little contention: {tenures:?}"
+    );
+    assert_eq!(
+        beliefs.violations.load(Ordering::SeqCst),
+        0,
+        "a lease still said is_held() after another lease of its key was granted"
+    );
+}
+
+#[test]
+fn a_managed_acquire_is_always_a_new_tenure_even_over_its_owners_raw_grant() {
+    let mut tables = Tables::new();
+    let (leases, table) = leases(&mut tables);
+    let grant = leases
+        .try_acquire("k", Duration::from_secs(30))
+        .unwrap()
+        .unwrap();
+    let lease = leases
+        .acquire("k", Duration::from_secs(30))
+        .unwrap()
+        .unwrap();
+    assert!(
+        lease.token() > grant.token(),
+        "a new tenure draws a new token"
+    );
+    assert_eq!(row(&table, "k").unwrap().1, lease.token());
+    // The raw grant's token is stale now: its release cannot end the lease.
+    assert!(!leases.release_tenure("k", grant.token()).unwrap());
+    assert!(row(&table, "k").unwrap().3, "still live");
+    lease.release().unwrap();
+}

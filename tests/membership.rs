@@ -668,3 +668,228 @@ fn a_ninth_leaser_joining_eight_gets_its_share_although_nobody_is_above_the_hyst
     assert_eq!(rounds[1], rounds[2], "stable after the first round");
     assert_disjoint(&fleet, &all);
 }
+
+#[test]
+fn every_small_share_settles_at_floor_or_ceil_within_three_rounds_then_writes_nothing() {
+    for (total, n) in [
+        (1, 2),
+        (3, 2),
+        (3, 4),
+        (4, 3),
+        (7, 2),
+        (15, 4),
+        (20, 9),
+        (35, 10),
+    ] {
+        let fleet = Fleet::new(total);
+        let made: Vec<(Leaser, Arc<Recorder>)> = (0..n)
+            .map(|_| fleet.leaser(config(Duration::from_secs(30))))
+            .collect();
+        let leasers: Vec<&Leaser> = made.iter().map(|(l, _)| l).collect();
+        for leaser in &leasers {
+            leaser.heartbeat().unwrap();
+        }
+        let rounds: Vec<Vec<usize>> = (0..3).map(|_| round(&leasers)).collect();
+        let last = rounds.last().unwrap();
+        let floor = total / n;
+        assert_eq!(last.iter().sum::<usize>(), total, "{total}/{n}: {rounds:?}");
+        assert!(
+            last.iter().all(|c| *c == floor || *c == floor + 1),
+            "{total}/{n} after three rounds: {rounds:?}"
+        );
+        assert_disjoint(&fleet, &leasers);
+        // Settled: no unit row is written any more.
+        for _ in 0..3 {
+            for leaser in &leasers {
+                leaser.heartbeat().unwrap();
+                let step = leaser.tick().unwrap();
+                assert_eq!(
+                    (step.claimed, step.shed),
+                    (0, 0),
+                    "{total}/{n} moved after settling at {last:?}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn derived_index_names_that_collide_are_refused_or_reported_never_skipped() {
+    let mut tables = Tables::new();
+    let units_t = tables.name("u");
+    // The units table's owner index would be named like the processes table.
+    let err = Units::new(&db())
+        .with_tables(&format!("{units_t}_owner"), &units_t)
+        .unwrap_err();
+    assert!(err.is_invalid_input(), "{err}");
+    // A relation of the fleet's own that takes an index's name is reported by create_tables.
+    let procs = tables.name("procs");
+    let taken = format!("{units_t}_claimable");
+    tables.track(&taken);
+    client()
+        .batch_execute(&format!("CREATE TABLE {taken} (x int)"))
+        .unwrap();
+    let err = Units::new(&db())
+        .with_tables(&procs, &units_t)
+        .unwrap()
+        .create_tables()
+        .unwrap_err();
+    assert!(err.to_string().contains(&taken), "{err}");
+    assert_eq!(err.kind(), pgtenure::ErrorKind::Database);
+    // The same for a lease table's token sequence.
+    let leases_t = tables.name("lease");
+    tables.track(&format!("{leases_t}_token_seq"));
+    client()
+        .batch_execute(&format!("CREATE TABLE {leases_t}_token_seq (x int)"))
+        .unwrap();
+    let err = pgtenure::Leases::new(&db())
+        .with_table(&leases_t)
+        .unwrap()
+        .create_table()
+        .unwrap_err();
+    assert!(err.to_string().contains("token_seq"), "{err}");
+}
+
+/// What the application was told, in the order the calls began, with a slow `units_lost` on demand
+/// and a hook that runs at the start of that slow call.
+#[derive(Default)]
+struct SlowDrain {
+    told: Mutex<Vec<(bool, Vec<Unit>)>>,
+    slow: Mutex<Option<(Duration, Box<dyn FnOnce() + Send>)>>,
+}
+
+impl SlowDrain {
+    fn working(&self) -> BTreeSet<Unit> {
+        let mut set = BTreeSet::new();
+        for (gained, units) in self.told.lock().iter() {
+            for unit in units {
+                if *gained {
+                    set.insert(unit.clone());
+                } else {
+                    set.remove(unit);
+                }
+            }
+        }
+        set
+    }
+}
+
+impl Reconciler for SlowDrain {
+    fn units_gained(&self, units: &[Unit]) {
+        self.told.lock().push((true, units.to_vec()));
+    }
+    fn units_lost(&self, units: &[Unit]) {
+        self.told.lock().push((false, units.to_vec()));
+        let slow = self.slow.lock().take();
+        if let Some((wait, hook)) = slow {
+            hook();
+            thread::sleep(wait);
+        }
+    }
+}
+
+#[test]
+fn a_slow_units_lost_never_lets_an_older_gain_arrive_after_a_newer_loss() {
+    let fleet = Fleet::new(0);
+    let u1 = Unit::new("one", 1).unwrap();
+    let u2 = Unit::new("two", 2).unwrap();
+    fleet.units.add(std::slice::from_ref(&u1)).unwrap();
+    let proxy = Arc::new(Proxy::start(0, database_addr()).unwrap());
+    let slow_db = pgtenure::DbBuilder::from_config(proxy.config())
+        .connection_timeout(Duration::from_millis(500))
+        .unwrap()
+        .build()
+        .unwrap();
+    let drain = Arc::new(SlowDrain::default());
+    let mut fast = Config::default();
+    fast.ttl = Duration::from_millis(400);
+    fast.heartbeat_interval = Duration::from_millis(100);
+    fast.rebalance_interval = Duration::from_millis(50);
+    fast.sweep_cutoff = Duration::from_secs(5);
+    let ticks = Arc::new(AtomicUsize::new(0));
+    let hooks = Hooks {
+        rebalanced: Some(Box::new({
+            let ticks = ticks.clone();
+            move |_| {
+                ticks.fetch_add(1, Ordering::SeqCst);
+            }
+        })),
+        ..Hooks::default()
+    };
+    let leaser = Arc::new(
+        Leaser::new(&slow_db, drain.clone(), fast, hooks)
+            .unwrap()
+            .with_tables(&fleet.processes, &fleet.units_table)
+            .unwrap(),
+    );
+    let mut running = common::Running::start(leaser.clone());
+    wait_for("u1 to be worked on", Duration::from_secs(5), || {
+        (drain.working() == BTreeSet::from([u1.clone()])).then_some(())
+    });
+    // The next loss is a slow drain, during which the database becomes unreachable: the leaser's
+    // local deadline passes while the tick thread is still draining u1 with u2 just gained.
+    let (entered, draining) = pgtenure::crossbeam_channel::bounded::<()>(1);
+    *drain.slow.lock() = Some((Duration::from_millis(1200), {
+        let proxy = proxy.clone();
+        Box::new(move || {
+            proxy.blackhole();
+            let _ = entered.send(());
+        })
+    }));
+    // One tick now loses u1 and gains u2: u1's drain is slow.
+    fleet.units.add(std::slice::from_ref(&u2)).unwrap();
+    fleet.units.remove(std::slice::from_ref(&u1)).unwrap();
+    draining
+        .recv_timeout(Duration::from_secs(5))
+        .expect("the slow drain of u1");
+    let owner: Option<String> = client()
+        .query_one(
+            &format!(
+                "SELECT process_id::text FROM {} WHERE shard = 2",
+                fleet.units_table
+            ),
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        owner.as_deref(),
+        Some(leaser.process_id()),
+        "the same tick claimed u2"
+    );
+    // Another process takes u2 once the leaser's row has expired by the database clock.
+    let (other, _) = fleet.leaser(config(Duration::from_secs(30)));
+    wait_for(
+        "the other process to take u2",
+        Duration::from_secs(10),
+        || {
+            other.heartbeat().unwrap();
+            other.tick().unwrap();
+            other.owned().contains(&u2).then_some(())
+        },
+    );
+    proxy.heal();
+    // The slow drain ends, the watcher's loss is told, and the leaser ticks twice more (live again,
+    // having re-read what it owns): then the application works on exactly what the leaser owns.
+    wait_for("both losses to be told", Duration::from_secs(10), || {
+        (drain.told.lock().len() >= 4).then_some(())
+    });
+    let seen = ticks.load(Ordering::SeqCst);
+    wait_for("two more ticks", Duration::from_secs(10), || {
+        (ticks.load(Ordering::SeqCst) >= seen + 2).then_some(())
+    });
+    assert_eq!(
+        drain.working(),
+        leaser.owned().into_iter().collect::<BTreeSet<_>>(),
+        "{:?}",
+        drain.told.lock()
+    );
+    assert!(
+        !drain.working().contains(&u2),
+        "{:?}: u2 is the other process's",
+        drain.told.lock()
+    );
+    println!("told, in order: {:?}", drain.told.lock());
+    running.stop();
+    proxy.heal();
+}
