@@ -5,6 +5,16 @@
 //! wrote. The same for the elector (term-fenced writes) and for membership (no unit worked on by two
 //! processes at once).
 //!
+//! Faults: network cuts, blackholes, latency, backends killed, idle backends ended, connections
+//! closed right after the server's answer (the statement committed, the answer is lost), new
+//! connections delayed (so deadline cancels land late), paused worker processes; some pools end idle
+//! sessions themselves (`idle_session_timeout`). Every test also runs busy threads that load the
+//! CPUs in bursts (`PGTENURE_CHECKER_LOAD` of them, default 2), so ordering races show on two cores.
+//! Leases add short TTLs (renewals finishing at their deadline race the watcher's cancel: any
+//! application statement cancelled is a failure), two threads of one family contending for a key
+//! (no lease may still say `is_held` after another lease of its key was granted); membership adds a
+//! slow reconciler.
+//!
 //! Length: `PGTENURE_CHECKER_SECS` seconds (default 20), e.g. an hour:
 //! `PGTENURE_CHECKER_SECS=3600 cargo test --release --test checker -- --nocapture`.
 
@@ -24,10 +34,87 @@ use common::{client, ledger, wait_for, Running, Tables};
 use parking_lot::Mutex;
 use pgtenure::crossbeam_channel::{after, select};
 use pgtenure::membership::{Config, Hooks, Leaser, Unit, Units};
+use pgtenure::postgres::error::SqlState;
 use pgtenure::{Db, Elector, Leases, LossReason};
 
 const CHILD_ENV: &str = "PGTENURE_CHECKER_CHILD";
 const KEYS: [&str; 3] = ["k0", "k1", "k2"];
+
+/// Busy threads that load the CPUs in bursts until dropped.
+struct Load {
+    stop: Arc<AtomicBool>,
+    threads: Vec<thread::JoinHandle<()>>,
+}
+
+impl Load {
+    fn start(salt: u64) -> Load {
+        let n: u64 = std::env::var("PGTENURE_CHECKER_LOAD")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(2);
+        let stop = Arc::new(AtomicBool::new(false));
+        let threads = (0..n)
+            .map(|i| {
+                let stop = stop.clone();
+                thread::spawn(move || {
+                    let mut rng = Rng::new(salt * 31 + i);
+                    let mut x = 0_u64;
+                    while !stop.load(Ordering::Relaxed) {
+                        let until = Instant::now() + rng.millis(20, 400);
+                        while Instant::now() < until {
+                            x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+                        }
+                        std::hint::black_box(x);
+                        thread::sleep(rng.millis(0, 150));
+                    }
+                })
+            })
+            .collect();
+        Load { stop, threads }
+    }
+}
+
+impl Drop for Load {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Who believes they hold each key, and since when: no lease may still say `is_held` after another
+/// lease of its key was granted (checked among the threads of one process).
+#[derive(Default)]
+struct Beliefs {
+    current: Mutex<BTreeMap<String, (u64, Instant)>>,
+    next: AtomicU64,
+    checks: AtomicU64,
+    violations: AtomicU64,
+}
+
+impl Beliefs {
+    fn granted(&self, key: &str) -> u64 {
+        let me = self.next.fetch_add(1, Ordering::SeqCst);
+        self.current
+            .lock()
+            .insert(key.to_owned(), (me, Instant::now()));
+        me
+    }
+
+    fn check(&self, key: &str, me: u64, lease: &pgtenure::Lease) {
+        let at = Instant::now();
+        if lease.is_held() {
+            self.checks.fetch_add(1, Ordering::Relaxed);
+            if let Some((other, since)) = self.current.lock().get(key).copied() {
+                if other != me && since < at {
+                    self.violations.fetch_add(1, Ordering::SeqCst);
+                    eprintln!("{key}: lease {me} still held after lease {other} was granted");
+                }
+            }
+        }
+    }
+}
 
 fn run_for() -> Duration {
     let secs = std::env::var("PGTENURE_CHECKER_SECS")
@@ -76,6 +163,14 @@ fn proxied_url(proxy: &Proxy, app: &str) -> String {
     )
 }
 
+/// The same URL, for a pool whose sessions the server ends after `ms` idle milliseconds.
+fn idle_ending_url(proxy: &Proxy, app: &str, ms: u32) -> String {
+    format!(
+        "{}&options=-c%20idle_session_timeout%3D{ms}",
+        proxied_url(proxy, app)
+    )
+}
+
 /// What a worker did.
 #[derive(Debug, Default)]
 struct Counts {
@@ -85,18 +180,21 @@ struct Counts {
     acquired: AtomicU64,
     losses: AtomicU64,
     worst_late_us: AtomicU64,
+    /// Application statements (and operations that never hand out a cancel key) cancelled.
+    stray_cancels: AtomicU64,
 }
 
 impl Counts {
     fn line(&self) -> String {
         format!(
-            "STATS {} {} {} {} {} {}",
+            "STATS {} {} {} {} {} {} {}",
             self.written.load(Ordering::SeqCst),
             self.refused.load(Ordering::SeqCst),
             self.failed.load(Ordering::SeqCst),
             self.acquired.load(Ordering::SeqCst),
             self.losses.load(Ordering::SeqCst),
-            self.worst_late_us.load(Ordering::SeqCst)
+            self.worst_late_us.load(Ordering::SeqCst),
+            self.stray_cancels.load(Ordering::SeqCst)
         )
     }
 
@@ -106,7 +204,8 @@ impl Counts {
             .skip(1)
             .filter_map(|s| s.parse().ok())
             .collect();
-        if let [w, r, f, a, l, late] = v[..] {
+        if let [w, r, f, a, l, late, stray] = v[..] {
+            self.stray_cancels.fetch_add(stray, Ordering::SeqCst);
             self.written.fetch_add(w, Ordering::SeqCst);
             self.refused.fetch_add(r, Ordering::SeqCst);
             self.failed.fetch_add(f, Ordering::SeqCst);
@@ -127,15 +226,31 @@ fn write(
     counts: &Counts,
     fence: impl FnOnce(&mut pgtenure::postgres::Transaction<'_>) -> pgtenure::Result<bool>,
 ) {
+    let cancelled = |e: &pgtenure::postgres::Error| {
+        if e.code() == Some(&SqlState::QUERY_CANCELED) {
+            counts.stray_cancels.fetch_add(1, Ordering::SeqCst);
+            eprintln!("an application statement was cancelled: {e}");
+        }
+    };
     let outcome = (|| -> Option<bool> {
         let mut conn = db.pool().get().ok()?;
-        let mut tx = conn.transaction().ok()?;
-        if !fence(&mut tx).ok()? {
-            return Some(false);
+        let mut tx = conn.transaction().inspect_err(cancelled).ok()?;
+        match fence(&mut tx) {
+            Ok(true) => {}
+            Ok(false) => return Some(false),
+            Err(e) => {
+                if e.code() == Some(&SqlState::QUERY_CANCELED) {
+                    counts.stray_cancels.fetch_add(1, Ordering::SeqCst);
+                    eprintln!("a fence was cancelled: {e}");
+                }
+                return None;
+            }
         }
         let insert = format!("INSERT INTO {ledger} (key, token, owner) VALUES ($1, $2, $3)");
-        tx.execute(&insert, &[&key, &token, &owner]).ok()?;
-        tx.commit().ok()?;
+        tx.execute(&insert, &[&key, &token, &owner])
+            .inspect_err(cancelled)
+            .ok()?;
+        tx.commit().inspect_err(cancelled).ok()?;
         Some(true)
     })();
     let counter = match outcome {
@@ -161,35 +276,48 @@ fn assert_landed(landed: usize, counts: &Counts) -> u64 {
     landed - written
 }
 
-/// The lease worker loop, in a thread or a child process.
+/// The lease worker loop, in a thread or a child process; `leases` may be shared with other
+/// workers (one family).
+#[allow(clippy::too_many_arguments)]
 fn lease_worker(
     db: &Db,
-    table: &str,
+    leases: &Leases,
     ledger: &str,
-    owner: &str,
     seed: u64,
     until: Instant,
     counts: &Counts,
+    beliefs: &Beliefs,
 ) {
-    let leases = Leases::new(db)
-        .with_table(table)
-        .unwrap()
-        .with_owner(owner)
-        .unwrap();
+    let owner = leases.owner().to_owned();
+    let owner = owner.as_str();
     let mut rng = Rng::new(seed);
+    let stray = |e: &pgtenure::Error| {
+        if e.code() == Some(&SqlState::QUERY_CANCELED) {
+            counts.stray_cancels.fetch_add(1, Ordering::SeqCst);
+            eprintln!("an operation without a cancel key was cancelled: {e}");
+        }
+    };
     while Instant::now() < until {
         let key = KEYS[rng.below(KEYS.len() as u64) as usize];
-        let ttl = rng.millis(100, 500);
+        // Now and then a TTL so short that renewals finish right at their deadline.
+        let ttl = if rng.below(4) == 0 {
+            rng.millis(30, 90)
+        } else {
+            rng.millis(100, 500)
+        };
         if rng.below(3) > 0 {
             // Managed: write while held, watch the loss channel between writes.
             let writes = 1 + rng.below(8);
             let held = leases.with_lease(key, ttl, |lease| {
                 counts.acquired.fetch_add(1, Ordering::SeqCst);
+                let me = beliefs.granted(key);
                 for _ in 0..writes {
+                    beliefs.check(key, me, lease);
                     if !lease.is_held() {
                         break;
                     }
                     write(db, ledger, key, lease.token(), owner, counts, |tx| leases.fence(tx, key, lease.token()));
+                    beliefs.check(key, me, lease);
                     select! {
                         recv(lease.lost()) -> reason => {
                             counts.losses.fetch_add(1, Ordering::SeqCst);
@@ -202,17 +330,26 @@ fn lease_worker(
                         recv(after(Duration::from_millis(20))) -> _ => {}
                     }
                 }
+                beliefs.check(key, me, lease);
             });
-            let _ = held;
-        } else if let Ok(Some(grant)) = leases.try_acquire(key, ttl) {
-            // Raw and never renewed: keeps writing past its TTL, as a stalled holder would.
-            counts.acquired.fetch_add(1, Ordering::SeqCst);
-            let stop = Instant::now() + ttl + ttl / 2;
-            while Instant::now() < stop {
-                write(db, ledger, key, grant.token(), owner, counts, |tx| {
-                    leases.fence(tx, key, grant.token())
-                });
-                thread::sleep(Duration::from_millis(25));
+            if let Err(e) = held {
+                stray(&e);
+            }
+        } else {
+            match leases.try_acquire(key, ttl) {
+                Ok(Some(grant)) => {
+                    // Raw and never renewed: keeps writing past its TTL, as a stalled holder would.
+                    counts.acquired.fetch_add(1, Ordering::SeqCst);
+                    let stop = Instant::now() + ttl + ttl / 2;
+                    while Instant::now() < stop {
+                        write(db, ledger, key, grant.token(), owner, counts, |tx| {
+                            leases.fence(tx, key, grant.token())
+                        });
+                        thread::sleep(Duration::from_millis(25));
+                    }
+                }
+                Ok(None) => {}
+                Err(e) => stray(&e),
             }
         }
         thread::sleep(rng.millis(0, 30));
@@ -232,7 +369,7 @@ fn inject_faults(
     let mut admin = client();
     while Instant::now() < until {
         thread::sleep(rng.millis(200, 600));
-        let kind = match rng.below(5) {
+        let kind = match rng.below(8) {
             0 => {
                 proxy.cut();
                 "cut every connection"
@@ -253,6 +390,22 @@ fn inject_faults(
                 let _ = admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1", &[&app]);
                 "kill backends"
             }
+            4 => {
+                let _ = admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1 AND state = 'idle'", &[&app]);
+                "end idle sessions"
+            }
+            5 => {
+                // The next statement commits and its answer is lost with the connection.
+                proxy.fin_after_answer("");
+                thread::sleep(rng.millis(50, 300));
+                "close a connection right after an answer"
+            }
+            6 => {
+                proxy.set_connect_delay(rng.millis(50, 400));
+                thread::sleep(rng.millis(200, 800));
+                proxy.set_connect_delay(Duration::ZERO);
+                "delay new connections (late cancels)"
+            }
             _ => {
                 let pids: Vec<String> =
                     children.lock().iter().map(|c| c.id().to_string()).collect();
@@ -269,6 +422,7 @@ fn inject_faults(
     }
     proxy.heal();
     proxy.set_latency(Duration::ZERO);
+    proxy.set_connect_delay(Duration::ZERO);
     faults
 }
 
@@ -279,14 +433,26 @@ fn leases_under_random_faults_never_overlap_and_no_stale_write_lands() {
         let counts = Counts::default();
         let until = Instant::now() + Duration::from_millis(env("CHECKER_MILLIS").parse().unwrap());
         let owner = format!("process-{}", std::process::id());
+        let db = common::db();
+        let leases = Leases::new(&db)
+            .with_table(&env("CHECKER_TABLE"))
+            .unwrap()
+            .with_owner(&owner)
+            .unwrap();
+        let beliefs = Beliefs::default();
         lease_worker(
-            &common::db(),
-            &env("CHECKER_TABLE"),
+            &db,
+            &leases,
             &env("CHECKER_LEDGER"),
-            &owner,
             7,
             until,
             &counts,
+            &beliefs,
+        );
+        assert_eq!(
+            beliefs.violations.load(Ordering::SeqCst),
+            0,
+            "two beliefs overlapped"
         );
         println!("{}", counts.line());
         return;
@@ -302,15 +468,22 @@ fn leases_under_random_faults_never_overlap_and_no_stale_write_lands() {
     let proxy = Proxy::start(0, database_addr()).unwrap();
     let app = tables.name("checker");
     let url = proxied_url(&proxy, &app);
-    let db = Db::builder(&url)
-        .unwrap()
-        .connection_timeout(Duration::from_secs(2))
-        .unwrap()
-        .build()
-        .unwrap();
+    let pool = |url: &str| {
+        Db::builder(url)
+            .unwrap()
+            .connection_timeout(Duration::from_secs(2))
+            .unwrap()
+            .build()
+            .unwrap()
+    };
+    let db = pool(&url);
+    // A second pool whose idle sessions the server ends after 150 ms.
+    let idle_db = pool(&idle_ending_url(&proxy, &app, 150));
     let duration = run_for();
     let until = Instant::now() + duration;
     let counts = Arc::new(Counts::default());
+    let beliefs = Arc::new(Beliefs::default());
+    let _load = Load::start(1);
 
     // Two worker processes, through the same proxy.
     let children: Arc<Mutex<Vec<Child>>> = Arc::default();
@@ -331,21 +504,30 @@ fn leases_under_random_faults_never_overlap_and_no_stale_write_lands() {
             .unwrap();
         children.lock().push(child);
     }
-    let workers: Vec<_> = (0..6)
+    // Six threads: four families of their own (two on the idle-ending pool), and one family shared
+    // by two threads that contend for the same keys.
+    let family = |db: &Db, owner: &str| {
+        Leases::new(db)
+            .with_table(&table)
+            .unwrap()
+            .with_owner(owner)
+            .unwrap()
+    };
+    let shared = family(&db, "thread-shared");
+    let workers: Vec<_> = (0..6_u64)
         .map(|i| {
-            let (db, table, ledger, counts) =
-                (db.clone(), table.clone(), ledger.clone(), counts.clone());
-            thread::spawn(move || {
-                lease_worker(
-                    &db,
-                    &table,
-                    &ledger,
-                    &format!("thread-{i}"),
-                    i,
-                    until,
-                    &counts,
-                )
-            })
+            let db = if i % 2 == 1 {
+                idle_db.clone()
+            } else {
+                db.clone()
+            };
+            let leases = if i >= 4 {
+                shared.clone()
+            } else {
+                family(&db, &format!("thread-{i}"))
+            };
+            let (ledger, counts, beliefs) = (ledger.clone(), counts.clone(), beliefs.clone());
+            thread::spawn(move || lease_worker(&db, &leases, &ledger, i, until, &counts, &beliefs))
         })
         .collect();
     let faults = inject_faults(&proxy, &app, &children, until, 99);
@@ -379,13 +561,29 @@ fn leases_under_random_faults_never_overlap_and_no_stale_write_lands() {
     println!(
         "lease checker, {duration:?}: {} fenced writes in {tenures} tenures with writes ({} acquisitions), \
          {} stale writes refused, {} writes failed by faults, {} losses seen (noticed by a worker at most {:?} after the deadline, \
-         including the write in progress and process pauses); {total_faults} faults: {faults:?}",
+         including the write in progress and process pauses), {} belief checks, {} overlapping beliefs, \
+         {} statements cancelled that were not a lease's own; {} connections closed after an answer; \
+         {total_faults} faults: {faults:?}",
         proof.writes,
         counts.acquired.load(Ordering::SeqCst),
         counts.refused.load(Ordering::SeqCst),
         counts.failed.load(Ordering::SeqCst),
         counts.losses.load(Ordering::SeqCst),
         Duration::from_micros(counts.worst_late_us.load(Ordering::SeqCst)),
+        beliefs.checks.load(Ordering::SeqCst),
+        beliefs.violations.load(Ordering::SeqCst),
+        counts.stray_cancels.load(Ordering::SeqCst),
+        proxy.fins(),
+    );
+    assert_eq!(
+        beliefs.violations.load(Ordering::SeqCst),
+        0,
+        "a lease still said is_held after another lease of its key was granted"
+    );
+    assert_eq!(
+        counts.stray_cancels.load(Ordering::SeqCst),
+        0,
+        "a deadline cancel hit a statement that was not its own"
     );
     let ambiguous = assert_landed(proof.writes, &counts);
     println!("{ambiguous} commits were ambiguous (cut off after COMMIT) and landed");
@@ -420,6 +618,7 @@ fn electors_under_random_faults_never_have_two_leaders_writing() {
     let duration = run_for();
     let until = Instant::now() + duration;
     let counts = Arc::new(Counts::default());
+    let _load = Load::start(2);
     let pollers: Vec<_> = (0..4)
         .map(|i| {
             let (db, table, ledger, counts) =
@@ -512,6 +711,7 @@ fn membership_under_random_faults_never_works_a_unit_twice() {
                     Arc::new(Worker {
                         registry: registry.clone(),
                         id: i,
+                        drain_ms: 80,
                     }),
                     config.clone(),
                     Hooks::default(),
@@ -523,6 +723,7 @@ fn membership_under_random_faults_never_works_a_unit_twice() {
         })
         .collect();
     let mut running: Vec<Running> = leasers.iter().map(|l| Running::start(l.clone())).collect();
+    let _load = Load::start(3);
     let duration = run_for();
     let until = Instant::now() + duration;
     // Crash one process half-way through: its units must move after its TTL.

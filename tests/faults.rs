@@ -624,6 +624,7 @@ fn partitions_and_crashes_during_rebalancing_never_let_two_processes_work_a_unit
             let worker = Arc::new(Worker {
                 registry: registry.clone(),
                 id,
+                drain_ms: 0,
             });
             Arc::new(
                 Leaser::new(&via, worker, config.clone(), Hooks::default())

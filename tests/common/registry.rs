@@ -26,10 +26,24 @@ impl Registry {
     }
 }
 
-/// Process `id`'s reconciler.
+/// Process `id`'s reconciler. With `drain_ms` above zero it is slow, as real work is: after noting
+/// a change it takes up to that many milliseconds (at random) to start or drain the work.
 pub struct Worker {
     pub registry: Arc<Registry>,
     pub id: usize,
+    pub drain_ms: u64,
+}
+
+impl Worker {
+    fn drain(&self) {
+        if self.drain_ms > 0 {
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .subsec_nanos() as u64;
+            std::thread::sleep(std::time::Duration::from_millis(nanos % self.drain_ms));
+        }
+    }
 }
 
 impl Reconciler for Worker {
@@ -43,9 +57,11 @@ impl Reconciler for Worker {
                 }
             }
         }
+        drop(active);
         self.registry
             .gained
             .fetch_add(units.len(), Ordering::SeqCst);
+        self.drain();
     }
 
     fn units_lost(&self, units: &[Unit]) {
@@ -55,5 +71,7 @@ impl Reconciler for Worker {
                 active.remove(unit);
             }
         }
+        drop(active);
+        self.drain();
     }
 }
