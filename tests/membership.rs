@@ -750,12 +750,15 @@ fn derived_index_names_that_collide_are_refused_or_reported_never_skipped() {
     assert!(err.to_string().contains("token_seq"), "{err}");
 }
 
+/// Runs once, at the start of the slow drain.
+type Hook = Box<dyn FnOnce() + Send>;
+
 /// What the application was told, in the order the calls began, with a slow `units_lost` on demand
 /// and a hook that runs at the start of that slow call.
 #[derive(Default)]
 struct SlowDrain {
     told: Mutex<Vec<(bool, Vec<Unit>)>>,
-    slow: Mutex<Option<(Duration, Box<dyn FnOnce() + Send>)>>,
+    slow: Mutex<Option<(Duration, Hook)>>,
 }
 
 impl SlowDrain {
