@@ -69,9 +69,10 @@ fn five_polling_electors_never_have_two_leaders_and_terms_increase() {
                     until: sent + ttl,
                 });
                 if led_polls % 15 == 0 {
-                    // Resign now and then: the hand-over must not wait for the TTL.
-                    e.resign().unwrap();
+                    // Resign now and then: the hand-over must not wait for the TTL. The belief ends
+                    // when the instance decides to resign, before the statement is sent.
                     beliefs.last_mut().unwrap().until = Instant::now();
+                    e.resign().unwrap();
                 } else if led_polls % 15 == 7 {
                     // Or stop polling, as a crashed leader would.
                     thread::sleep(ttl * 2);
