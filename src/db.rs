@@ -141,11 +141,15 @@ impl Db {
                 .min(self.pool.connection_timeout()),
         };
         if wait.is_zero() {
+            // Not a pool timeout: nothing was waited for (so it says nothing about an outage).
             return self.pool.try_get().ok_or_else(|| {
-                Error::checkout(format!(
-                    "{context} failed: no idle database connection in the pool, and no time \
+                Error::new(
+                    ErrorKind::Connection,
+                    format!(
+                        "{context} failed: no idle database connection in the pool, and no time \
                      left to wait for one"
-                ))
+                    ),
+                )
             });
         }
         self.pool

@@ -107,6 +107,9 @@ struct Tenure {
     term: Option<i64>,
     /// Until when it leads by its last successful poll; `None` after a failed poll.
     deadline: Option<Instant>,
+    /// Bumped by every `resign`, so a poll that was in flight meanwhile (on a clone) does not bring
+    /// the resigned tenure back.
+    resigned: u64,
 }
 
 impl Tenure {
@@ -250,7 +253,10 @@ impl Elector {
     /// A database or connection error; leadership is dropped first, so [`Elector::term`] is `None`
     /// until a poll succeeds again. Treat an error as "not the leader".
     pub fn is_leader(&self) -> Result<bool> {
-        let guard = self.tenure.lock().term;
+        let (guard, epoch) = {
+            let tenure = self.tenure.lock();
+            (tenure.term, tenure.resigned)
+        };
         let mut sent = Instant::now();
         let result = self
             .db
@@ -274,16 +280,24 @@ impl Elector {
                 return Err(e);
             }
         };
+        if tenure.resigned != epoch {
+            // A clone resigned while this poll was in flight: whatever it renewed or won is being
+            // given up (or already was); do not lead on it.
+            return Ok(false);
+        }
         let Some(term) = rows.first().map(|row| row.get::<_, i64>("term")) else {
-            if let Some(lost) = tenure.term.take() {
-                log::info!(
-                    target: "pgtenure::elector",
-                    "{} no longer leads fleet {:?} (term {lost} ended)",
-                    self.holder,
-                    self.name
-                );
+            // Forget the term only if no other poll (on a clone) has moved it on meanwhile.
+            if tenure.term == guard {
+                if let Some(lost) = tenure.term.take() {
+                    log::info!(
+                        target: "pgtenure::elector",
+                        "{} no longer leads fleet {:?} (term {lost} ended)",
+                        self.holder,
+                        self.name
+                    );
+                }
+                tenure.deadline = None;
             }
-            tenure.deadline = None;
             return Ok(false);
         };
         let deadline = sent + self.ttl;
@@ -296,10 +310,8 @@ impl Elector {
             );
         }
         // Keep the term even if the answer came too late: resign() then still targets this tenure.
-        *tenure = Tenure {
-            term: Some(term),
-            deadline: Some(deadline),
-        };
+        tenure.term = Some(term);
+        tenure.deadline = Some(deadline);
         Ok(Instant::now() < deadline)
     }
 
@@ -317,7 +329,13 @@ impl Elector {
     ///
     /// A database or connection error; the tenure then expires at its TTL.
     pub fn resign(&self) -> Result<()> {
-        let Some(term) = std::mem::take(&mut *self.tenure.lock()).term else {
+        let won = {
+            let mut tenure = self.tenure.lock();
+            tenure.resigned += 1;
+            tenure.deadline = None;
+            tenure.term.take()
+        };
+        let Some(term) = won else {
             return Ok(());
         };
         let rows = self.db.query_idempotent(

@@ -126,14 +126,14 @@ impl Error {
         error
     }
 
-    /// A pool checkout that failed without an r2d2 error (nothing idle and no time left to wait).
-    pub(crate) fn checkout(message: impl Into<String>) -> Error {
+    /// A pool checkout that waited and failed.
+    fn checkout(message: impl Into<String>) -> Error {
         let mut error = Error::new(ErrorKind::Connection, message);
         error.inner.checkout = true;
         error
     }
 
-    /// True when no connection could be had from the pool (nothing was sent).
+    /// True when waiting for a pool connection failed (nothing was sent).
     pub(crate) fn is_pool_checkout(&self) -> bool {
         self.inner.checkout
     }

@@ -695,13 +695,19 @@ fn a_second_acquire_in_the_family_never_adopts_a_tenure_being_released() {
 }
 
 #[test]
-fn a_managed_acquire_is_always_a_new_tenure_even_over_its_owners_raw_grant() {
+fn managed_and_raw_tenures_of_one_owner_never_share_or_shorten_each_other() {
     let mut tables = Tables::new();
     let (leases, table) = leases(&mut tables);
+    // A live raw grant of this owner is not taken over by a managed acquire.
     let grant = leases
         .try_acquire("k", Duration::from_secs(30))
         .unwrap()
         .unwrap();
+    assert!(leases
+        .acquire("k", Duration::from_secs(30))
+        .unwrap()
+        .is_none());
+    assert!(leases.release_tenure("k", grant.token()).unwrap());
     let lease = leases
         .acquire("k", Duration::from_secs(30))
         .unwrap()
@@ -710,9 +716,33 @@ fn a_managed_acquire_is_always_a_new_tenure_even_over_its_owners_raw_grant() {
         lease.token() > grant.token(),
         "a new tenure draws a new token"
     );
+    // A raw acquire in the family never adopts the managed lease's tenure ...
+    assert!(leases
+        .try_acquire("k", Duration::from_millis(50))
+        .unwrap()
+        .is_none());
+    // ... and a raw renewal of the same owner never shortens it.
+    let renewal = leases.renew(&["k"], Duration::from_millis(50)).unwrap();
+    assert_eq!(
+        renewal.get("k"),
+        Some(KeyRenewal::Held {
+            token: lease.token()
+        })
+    );
+    let left: f64 = client()
+        .query_one(
+            &format!("SELECT extract(epoch FROM held_until - now())::float8 FROM {table} WHERE key = 'k'"),
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert!(left > 20.0, "the lease was shortened to {left} s");
+    // Another family with the same owner does not take the live lease over either.
+    let twin = other(&table).with_owner(leases.owner()).unwrap();
+    assert!(twin
+        .acquire("k", Duration::from_secs(30))
+        .unwrap()
+        .is_none());
     assert_eq!(row(&table, "k").unwrap().1, lease.token());
-    // The raw grant's token is stale now: its release cannot end the lease.
-    assert!(!leases.release_tenure("k", grant.token()).unwrap());
-    assert!(row(&table, "k").unwrap().3, "still live");
     lease.release().unwrap();
 }

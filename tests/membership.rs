@@ -896,3 +896,70 @@ fn a_slow_units_lost_never_lets_an_older_gain_arrive_after_a_newer_loss() {
     running.stop();
     proxy.heal();
 }
+
+/// A reconciler whose `units_lost` reports each call to the test and waits for its go-ahead, so the
+/// test can look at the database while the application is still draining.
+struct Gate {
+    calls: pgtenure::crossbeam_channel::Sender<Vec<Unit>>,
+    go: pgtenure::crossbeam_channel::Receiver<()>,
+}
+
+impl Reconciler for Gate {
+    fn units_gained(&self, _: &[Unit]) {}
+    fn units_lost(&self, units: &[Unit]) {
+        let _ = self.calls.send(units.to_vec());
+        let _ = self.go.recv_timeout(Duration::from_secs(10));
+    }
+}
+
+#[test]
+fn a_shed_unit_stays_owned_until_its_worker_has_been_told() {
+    let fleet = Fleet::new(4);
+    let (calls, told) = pgtenure::crossbeam_channel::unbounded();
+    let (go, gate) = pgtenure::crossbeam_channel::unbounded();
+    let shedder = Arc::new(
+        Leaser::new(
+            &fleet.db,
+            Arc::new(Gate { calls, go: gate }),
+            config(Duration::from_secs(30)),
+            Hooks::default(),
+        )
+        .unwrap()
+        .with_tables(&fleet.processes, &fleet.units_table)
+        .unwrap(),
+    );
+    shedder.heartbeat().unwrap();
+    shedder.tick().unwrap();
+    assert_eq!(shedder.owned().len(), 4);
+    // A second process joins: the first must shed two.
+    let (joiner, _) = fleet.leaser(config(Duration::from_secs(30)));
+    joiner.heartbeat().unwrap();
+    joiner.tick().unwrap();
+    let ticking = {
+        let shedder = shedder.clone();
+        thread::spawn(move || shedder.tick().unwrap())
+    };
+    let lost = told
+        .recv_timeout(Duration::from_secs(5))
+        .expect("units_lost");
+    assert_eq!(lost.len(), 2);
+    // The worker is still draining: the units are still the shedder's, nobody can claim them.
+    let owners = fleet.ownership();
+    let mine = owners
+        .get(&Some(shedder.process_id().to_owned()))
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        lost.iter().all(|u| mine.contains(u)),
+        "shed before its worker stopped: {owners:?}"
+    );
+    joiner.heartbeat().unwrap();
+    assert_eq!(joiner.tick().unwrap().claimed, 0);
+    // Drained: they are given back in the same tick, and the joiner claims them.
+    go.send(()).unwrap();
+    let step = ticking.join().unwrap();
+    assert_eq!(step.shed, 2);
+    joiner.heartbeat().unwrap();
+    assert_eq!(joiner.tick().unwrap().claimed, 2);
+    assert_disjoint(&fleet, &[&*shedder, &joiner]);
+}

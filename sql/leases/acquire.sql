@@ -1,9 +1,10 @@
--- Takes the key when it has no row, its lease lapsed by the database clock, or this owner holds it.
--- With $4 (raw grants) a re-acquire inside this owner's tenure keeps the token; without it (managed
--- leases) every acquire is a new tenure with a new token, so no two leases ever share one. A refused
+-- Takes the key when it has no row or its lease lapsed by the database clock, and with $4 (raw
+-- grants) also when this owner holds it: an idempotent re-acquire that keeps the token and never
+-- shortens the lease. Without $4 (managed leases) a live row is never taken, this owner's included:
+-- every managed lease is a tenure of its own, and no other lease can share or shorten it. A refused
 -- acquire matches nothing and skips the insert: no write, no WAL flush. Racing acquirers of a lapsed
 -- key: the UPDATE re-checks the newest row version, so exactly one wins.
--- $1 key, $2 owner, $3 TTL in microseconds, $4 keep the token of this owner's live tenure.
+-- $1 key, $2 owner, $3 TTL in microseconds, $4 re-acquire this owner's live tenure.
 WITH taken AS (
     UPDATE {table} AS l
        SET token = CASE WHEN $4 AND l.owner = $2 AND l.held_until > now() THEN l.token
@@ -12,9 +13,10 @@ WITH taken AS (
                               ELSE now() END,
            superseded = l.owner = $2 AND l.held_until > now() AND l.superseded,
            owner = $2,
-           held_until = now() + $3::bigint * interval '1 microsecond'
+           held_until = greatest(CASE WHEN l.held_until > now() THEN l.held_until END,
+                                 now() + $3::bigint * interval '1 microsecond')
      WHERE l.key = $1
-       AND (l.held_until <= now() OR l.owner = $2)
+       AND (l.held_until <= now() OR ($4 AND l.owner = $2))
     RETURNING l.token, l.superseded
 ),
 created AS (

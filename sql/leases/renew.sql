@@ -1,9 +1,10 @@
 -- Extends every live lease of this owner among the keys, in one statement for the whole batch; a key
--- missing from the result is lost (taken, released, deleted or lapsed). Matches nothing it does not
--- extend, so it writes only what it renews.
+-- missing from the result is lost (taken, released, deleted or lapsed). Never shortens a lease (a
+-- shorter TTL than the row has left keeps the row's expiry). Matches nothing it does not extend, so
+-- it writes only what it renews.
 -- $1 keys, $2 owner, $3 TTL in microseconds.
 UPDATE {table}
-   SET held_until = now() + $3::bigint * interval '1 microsecond'
+   SET held_until = greatest(held_until, now() + $3::bigint * interval '1 microsecond')
  WHERE key = ANY ($1::text[])
    AND owner = $2
    AND held_until > now()

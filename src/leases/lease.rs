@@ -26,9 +26,9 @@ pub(crate) const RELEASE_BOUND: Duration = Duration::from_secs(5);
 /// held by a fenced transaction); the rest of [`RELEASE_BOUND`] lets the cancel land.
 const RELEASE_WAIT: Duration = Duration::from_millis(4_500);
 
-/// How long releasing waits while the family's last pool checkout timed out (an outage): enough
-/// for a thread that is free to try an idle connection, not enough to multiply a pool timeout by
-/// the number of leases dropped.
+/// How long after an outage began (the family's last pool checkout timed out) releases still wait:
+/// enough for a free thread to try an idle connection; every release later in the outage waits for
+/// nothing, so dropping many leases costs this once, not once each.
 const OUTAGE_WAIT: Duration = Duration::from_millis(100);
 
 /// Why a managed lease was lost; sent once on [`Lease::lost`].
@@ -392,8 +392,8 @@ impl Renewer {
 /// [`Lease::release`] stops the renewals and releases the row, guarded by owner and token, on the
 /// lease's own thread. It returns within 5 s in all: waiting for a renewal in progress, for a pool
 /// connection and for the statement (cancelled at 4.5 s) count against it, and when the family's
-/// last pool checkout timed out it waits only about 100 ms, so dropping many leases during an outage
-/// costs one wait, not one each. A thread still blocked then is left to finish on its
+/// last pool checkout timed out it waits at most until 100 ms after that, so dropping many leases
+/// during an outage costs one short wait in all, not one each. A thread still blocked then is left to finish on its
 /// own, joined by the deadline watcher. The key is free for the family to acquire again only once
 /// the release has completed. Dropping the lease does the same and logs what fails.
 pub struct Lease {
@@ -510,9 +510,15 @@ impl Lease {
             return Ok(());
         };
         let started = Instant::now();
-        let outage = self.shared.in_outage();
-        let bound = if outage { OUTAGE_WAIT } else { RELEASE_BOUND };
-        let until = started + if outage { OUTAGE_WAIT } else { RELEASE_WAIT };
+        let outage = self.shared.outage_since();
+        let (until, wait_until) = match outage {
+            Some(since) => {
+                let end = (since + OUTAGE_WAIT).max(started);
+                (end, end)
+            }
+            None => (started + RELEASE_WAIT, started + RELEASE_BOUND),
+        };
+        let bound = wait_until - started;
         // From here on the lease is not held; the thread sees it before its next renewal.
         let was = self.state.begin_release(until);
         // Bounded(1) and the only command ever sent: never blocks.
@@ -520,7 +526,7 @@ impl Lease {
         let Some((thread, reply)) = self.thread.take() else {
             return Ok(());
         };
-        match reply.recv_deadline(started + bound) {
+        match reply.recv_deadline(wait_until) {
             Ok(result) => {
                 let _ = thread.join();
                 result
@@ -546,7 +552,7 @@ impl Lease {
                         "release lease {:?} did not complete within {bound:?}{}; the row lapses at \
                          its expiry unless the release still lands",
                         self.state.key,
-                        if outage {
+                        if outage.is_some() {
                             " (the pool had no connection for this family's last statement)"
                         } else {
                             ""

@@ -67,7 +67,6 @@ mod watcher;
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -138,10 +137,10 @@ pub(crate) struct Family {
     /// release has completed (or was never needed), so a second acquire in the family can never
     /// adopt a tenure whose release is still on its way.
     held: Mutex<HashSet<String>>,
-    /// Set when a pool checkout of this family timed out, cleared by the next statement that ran:
-    /// while set, releasing and dropping leases do not wait for a connection, so dropping many leases
-    /// during an outage costs one wait, not one each.
-    outage: AtomicBool,
+    /// When a pool checkout of this family last timed out, cleared by the next statement that ran:
+    /// while set, releasing and dropping leases wait no later than a short while after it, so
+    /// dropping many leases during an outage costs one short wait in all, not one each.
+    outage: Mutex<Option<Instant>>,
     last_sweep: Mutex<Option<Instant>>,
 }
 
@@ -155,15 +154,17 @@ impl Family {
     /// anything that reached the database ends it.
     fn note<T>(&self, result: &Result<T>) {
         match result {
-            Ok(_) => self.outage.store(false, Ordering::Relaxed),
-            Err(e) if e.is_pool_checkout() => self.outage.store(true, Ordering::Relaxed),
+            Ok(_) => *self.outage.lock() = None,
+            Err(e) if e.is_pool_checkout() => {
+                self.outage.lock().get_or_insert_with(Instant::now);
+            }
             Err(_) => {}
         }
     }
 
-    /// Whether a pool checkout of this family recently timed out and nothing has run since.
-    fn in_outage(&self) -> bool {
-        self.outage.load(Ordering::Relaxed)
+    /// Since when the family's pool checkouts time out, if the last one did and nothing ran since.
+    fn outage_since(&self) -> Option<Instant> {
+        *self.outage.lock()
     }
 
     /// Whether this release should also sweep long-lapsed rows (at most once a minute per family).
@@ -226,7 +227,7 @@ impl Shared {
                 owner,
                 sql: Statements::new(table),
                 held: Mutex::new(HashSet::new()),
-                outage: AtomicBool::new(false),
+                outage: Mutex::new(None),
                 last_sweep: Mutex::new(None),
             }),
             watcher: Mutex::new(None),
@@ -428,11 +429,11 @@ impl Leases {
     /// with a managed lease (or is still releasing one). One statement, one round trip; a refused
     /// acquire writes nothing.
     ///
-    /// Every managed lease is a tenure of its own with a new token, even when this owner already
-    /// holds the key's row (a raw grant, or a handle of another family with the same owner): a
-    /// lease's renewals and release are guarded by its token, so no other lease can share or end its
-    /// tenure. If the connection fails after the acquire was sent, it is sent once more on another
-    /// connection (taking the key again can grant it only to this owner).
+    /// Every managed lease is a tenure of its own with a new token, and it takes only a free or
+    /// lapsed row: a live row of this owner (a raw grant, or a lease of another family with the same
+    /// owner) is not taken over, so no other lease can share, shorten or end its tenure. If the
+    /// connection fails after the acquire was sent, it is sent once more on another connection; if
+    /// the first had landed, the second is refused and the grant lapses unused at its TTL.
     ///
     /// The local deadline counts from when the grant was sent on a pooled connection, so waiting for
     /// a connection does not shorten the lease. If the grant's answer arrives after that deadline
@@ -513,7 +514,11 @@ impl Leases {
     }
 
     /// Acquires `key` for `ttl` without a renewal thread: when no row exists, its lease lapsed, or
-    /// this owner holds it (an idempotent re-acquire that keeps the token and extends the lease).
+    /// this owner holds it (an idempotent re-acquire that keeps the token; it extends the lease and
+    /// never shortens it).
+    ///
+    /// Returns `None` when another owner holds the key, and when a managed lease of this `Leases`
+    /// family holds it: a raw grant never shares a managed lease's tenure.
     ///
     /// # Errors
     ///
@@ -522,14 +527,22 @@ impl Leases {
     pub fn try_acquire(&self, key: &str, ttl: Duration) -> Result<Option<Grant>> {
         check_key("lease key", key)?;
         let ttl_us = micros("lease ttl", ttl, MIN_DURATION)?;
-        Ok(self
-            .acquire_statement(key, ttl_us, Tenure::Keep)?
-            .map(|(token, superseded, sent)| Grant {
-                key: key.to_owned(),
-                token,
-                superseded,
-                deadline: sent + ttl,
-            }))
+        let managed = || self.shared.held.lock().contains(key);
+        if managed() {
+            return Ok(None);
+        }
+        let granted = self.acquire_statement(key, ttl_us, Tenure::Keep)?;
+        // A managed acquire of this family that began meanwhile may have won the tenure this grant
+        // re-acquired: never hand out its token twice.
+        if managed() {
+            return Ok(None);
+        }
+        Ok(granted.map(|(token, superseded, sent)| Grant {
+            key: key.to_owned(),
+            token,
+            superseded,
+            deadline: sent + ttl,
+        }))
     }
 
     /// The acquire statement: `(token, superseded, sent)` when granted, `sent` being the instant

@@ -150,7 +150,8 @@ pub struct Config {
     pub process_id: Option<String>,
     /// How long a process row stays live after a heartbeat. Defaults to 15 s.
     pub ttl: Duration,
-    /// How often `run` heartbeats; must be below `ttl`. Defaults to 5 s.
+    /// How often `run` heartbeats; must be below four fifths of `ttl` (a process stops acting on its
+    /// units four fifths of the TTL after its last successful heartbeat). Defaults to 5 s.
     pub heartbeat_interval: Duration,
     /// How often `run` rebalances (ticks). Defaults to 5 s.
     pub rebalance_interval: Duration,
@@ -218,9 +219,10 @@ impl Config {
         check_key("version", &self.version)?;
         micros("membership ttl", self.ttl, MIN_DURATION)?;
         micros("sweep cutoff", self.sweep_cutoff, MIN_DURATION)?;
-        if self.heartbeat_interval >= self.ttl {
+        if self.heartbeat_interval >= stop_after(self.ttl) {
             return Err(Error::invalid_input(format!(
-                "heartbeat interval {:?} is not below the TTL {:?}; a process would expire between beats",
+                "heartbeat interval {:?} is not below four fifths of the TTL {:?}; a process would \
+                 stop working on its units between beats",
                 self.heartbeat_interval, self.ttl
             )));
         }
@@ -281,7 +283,8 @@ pub struct Rebalance {
     pub gained: Vec<Unit>,
     /// Units this tick claimed.
     pub claimed: usize,
-    /// Units this tick shed.
+    /// Units this tick gave back in the database (shed). A unit chosen to shed is reported lost
+    /// first and given back right after that delivery, in the same tick.
     pub shed: usize,
     /// Units owned after the tick.
     pub owned: usize,
@@ -525,12 +528,24 @@ struct Local {
     reread: bool,
     last_beat: Option<Instant>,
     /// The local liveness deadline: the instant before the last successful heartbeat was sent, plus
-    /// the TTL. It never falls after the database's expiry of the row, so past it this process must
-    /// not act on its units: another may claim them once the row expires.
+    /// four fifths of the TTL (see [`stop_after`]). It falls a fifth of the TTL before the database's
+    /// expiry of the row, so past it this process must not act on its units, and its reconciler hears
+    /// so before another process may claim them.
     live_until: Option<Instant>,
+    /// Units chosen to shed: the reconciler has been told they are lost, the database still says
+    /// they are this process's until the shed statement commits. Never in `owned`, never re-read
+    /// into it, and counted as owned in what the process row reports.
+    shedding: BTreeMap<Unit, i32>,
     /// The process row's counter of changes others made to its units, when `owned` was last known
     /// to match the database: while it stays put, a tick need not re-read the units.
     seen_changes: Option<i64>,
+}
+
+/// How long after a heartbeat was sent a process acts on its units: four fifths of the TTL. The
+/// last fifth is for telling the reconciler, which may be busy with an earlier callback, before the
+/// database lets another process claim the units.
+fn stop_after(ttl: Duration) -> Duration {
+    ttl - ttl / 5
 }
 
 impl Local {
@@ -543,9 +558,16 @@ impl Local {
         self.reread = true;
         self.generation += 1;
         self.owned_weight = 0;
+        self.shedding.clear();
         Arc::unwrap_or_clone(std::mem::take(&mut self.owned))
             .into_keys()
             .collect()
+    }
+
+    /// What the database says this process owns: its units and those it is shedding.
+    fn reported(&self) -> (i32, i64) {
+        let count = self.owned.len() + self.shedding.len();
+        (count as i32, self.owned_weight + weight_of(&self.shedding))
     }
 }
 
@@ -635,7 +657,9 @@ impl Leaser {
     }
 
     /// The local liveness deadline, if a heartbeat has succeeded: the instant before it was sent,
-    /// plus the TTL. Never later than the database's expiry of the process row.
+    /// plus four fifths of the TTL. A fifth of the TTL before the database's expiry of the process
+    /// row, so the reconciler hears of the loss before another process may claim the units, even
+    /// while it is still busy with an earlier callback (keep callbacks shorter than that).
     pub fn live_until(&self) -> Option<Instant> {
         self.local.lock().live_until
     }
@@ -657,11 +681,8 @@ impl Leaser {
     pub fn heartbeat(&self) -> Result<()> {
         let (count, weight, previous) = {
             let local = self.local.lock();
-            (
-                local.owned.len() as i32,
-                local.owned_weight,
-                local.last_beat,
-            )
+            let (count, weight) = local.reported();
+            (count, weight, local.last_beat)
         };
         let sent = Instant::now();
         let row = self.db.query_one(
@@ -677,11 +698,12 @@ impl Leaser {
             ],
         )?;
         let lapsed: bool = row.get("lapsed");
-        let late = previous.is_some_and(|p| sent.duration_since(p) > self.config.ttl);
+        let stop = stop_after(self.config.ttl);
+        let late = previous.is_some_and(|p| sent.duration_since(p) > stop);
         {
             let mut local = self.local.lock();
             local.last_beat = Some(sent);
-            local.live_until = Some(sent + self.config.ttl);
+            local.live_until = Some(sent + stop);
             if lapsed || late {
                 local.reread = true;
                 let lost = local.forget_all();
@@ -743,14 +765,23 @@ impl Leaser {
     /// A database or connection error. Units claimed or shed before it stay as the database says:
     /// the next tick re-reads them, and units whose shed may have landed are reported lost at once.
     pub fn tick(&self) -> Result<Rebalance> {
-        let _one_at_a_time = self.ticking.lock();
-        let result = self.tick_once();
-        if result.is_err() {
-            // A claim or shed may have landed without this process knowing: read the truth next time.
-            self.local.lock().reread = true;
-        }
+        let decided = {
+            let _one_at_a_time = self.ticking.lock();
+            let decided = self.tick_once();
+            if decided.is_err() {
+                // A claim may have landed without this process knowing: read the truth next time.
+                self.local.lock().reread = true;
+            }
+            decided
+        };
+        // Deliver outside the tick's lock, so a reconciler may call back into the leaser. Units
+        // chosen to shed are reported lost here, before they are given back below: their work has
+        // stopped before another process can claim them.
         self.outbox.flush(&*self.reconciler);
-        result
+        let mut rebalance = decided?;
+        let _one_at_a_time = self.ticking.lock();
+        rebalance.shed = self.give_back()?;
+        Ok(rebalance)
     }
 
     fn tick_once(&self) -> Result<Rebalance> {
@@ -766,23 +797,26 @@ impl Leaser {
         // the local view (first tick, a lapse, a failed tick, or another process or an operator
         // changed its units).
         let changes: Option<i64> = stats.get("changes");
-        let (known, generation) = {
+        let (known, generation, shedding) = {
             let local = self.local.lock();
             let current = local.ready && !local.reread && local.seen_changes == changes;
             (
                 current.then(|| (local.owned.clone(), local.owned_weight)),
                 local.generation,
+                local.shedding.clone(),
             )
         };
         // `changed`: whether this tick's view may differ from the local one (re-read, claims, sheds).
         let (mut truth, mut owned_weight, mut changed) = match known {
             Some((owned, weight)) => (owned, weight, false),
             None => {
+                // Units being shed are still this process's in the database, but no longer its work.
                 let read: BTreeMap<Unit, i32> = self
                     .db
                     .query_idempotent("read owned units", &self.sql.owned, &[(&id, Type::TEXT)])?
                     .iter()
                     .map(unit_row)
+                    .filter(|(unit, _)| !shedding.contains_key(unit))
                     .collect();
                 let weight = weight_of(&read);
                 (Arc::new(read), weight, true)
@@ -808,21 +842,22 @@ impl Leaser {
                 weight: owned_weight,
             },
             others: &others,
-            claimable: unowned + orphaned,
+            // Units being shed are claimable as soon as they are given back.
+            claimable: unowned + orphaned + weight_of(&shedding),
         };
         let target = facts.target();
 
         let mut claimed = Vec::new();
-        let mut shed = Vec::new();
+        let mut shed: BTreeMap<Unit, i32> = BTreeMap::new();
         if live_self && live_locally {
             // Disabled units only appear with a re-read (a weight change moves the counter).
             let disabled = changed && truth.values().any(|w| *w <= 0);
             match facts.decide(i64::from(self.config.max_claim_per_tick)) {
                 Step::Claim(budget) => {
-                    claimed = self.claim(&mut truth, budget)?;
+                    claimed = self.claim(&mut truth, budget, &shedding)?;
                 }
-                Step::Shed(target) => shed = self.shed(&mut truth, target, generation)?,
-                Step::Keep if disabled => shed = self.shed(&mut truth, target, generation)?,
+                Step::Shed(target) => shed = self.choose_shed(&mut truth, target),
+                Step::Keep if disabled => shed = self.choose_shed(&mut truth, target),
                 Step::Keep => {}
             }
             if !claimed.is_empty() || !shed.is_empty() {
@@ -843,6 +878,7 @@ impl Leaser {
                 truth = Arc::default();
                 owned_weight = 0;
                 changed = true;
+                shed.clear();
             }
             let (lost, gained) = if changed || !Arc::ptr_eq(&local.owned, &truth) {
                 let lost: Vec<Unit> = local
@@ -864,6 +900,8 @@ impl Leaser {
             self.outbox.push(Delivery::Gained(gained.clone()));
             local.owned = truth;
             local.owned_weight = owned_weight;
+            // Told lost (above, in this queue), given back once delivered.
+            local.shedding.extend(shed);
             local.ready = true;
             local.reread = !live_now;
             local.seen_changes = changes;
@@ -874,9 +912,6 @@ impl Leaser {
         if let (Some(hook), false) = (&hooks.claimed, claimed.is_empty()) {
             hook(claimed.len());
         }
-        if let (Some(hook), false) = (&hooks.shed, shed.is_empty()) {
-            hook(shed.len());
-        }
         if let Some(hook) = &hooks.rebalanced {
             hook(started.elapsed());
         }
@@ -885,16 +920,15 @@ impl Leaser {
         }
         log::debug!(
             target: "pgtenure::membership",
-            "process {}: {live} live, target {target}, owns {owned} ({owned_weight}), claimed {}, shed {}",
+            "process {}: {live} live, target {target}, owns {owned} ({owned_weight}), claimed {}",
             self.process_id,
-            claimed.len(),
-            shed.len()
+            claimed.len()
         );
         Ok(Rebalance {
             lost,
             gained,
             claimed: claimed.len(),
-            shed: shed.len(),
+            shed: 0,
             owned,
             owned_weight,
             fair_share: target,
@@ -906,14 +940,20 @@ impl Leaser {
     /// Claims up to `budget` weight, in batches of at most `claim_batch` units. A batch that fails
     /// ends the tick with its error; the next tick re-reads what the database says is owned (a
     /// batch whose answer was lost may have claimed units).
-    fn claim(&self, truth: &mut Arc<BTreeMap<Unit, i32>>, mut budget: i64) -> Result<Vec<Unit>> {
-        let mut weight = weight_of(truth);
+    fn claim(
+        &self,
+        truth: &mut Arc<BTreeMap<Unit, i32>>,
+        mut budget: i64,
+        shedding: &BTreeMap<Unit, i32>,
+    ) -> Result<Vec<Unit>> {
+        // What the process row reports: owned and still being shed.
+        let mut weight = weight_of(truth) + weight_of(shedding);
         let mut claimed = Vec::new();
         while budget > 0 {
             let limit =
                 i32::try_from(budget.min(i64::from(self.config.claim_batch))).unwrap_or(i32::MAX);
             let slot = (random_u64() % (i32::MAX as u64)) as i32;
-            let count = truth.len() as i32;
+            let count = (truth.len() + shedding.len()) as i32;
             let rows = self.db.query(
                 "claim units",
                 &self.sql.claim,
@@ -940,16 +980,14 @@ impl Leaser {
         Ok(claimed)
     }
 
-    /// Sheds down to `target` (see [`choose_shed`]) and always gives back disabled (weight 0) units.
-    /// When the shed's outcome is unknown (the connection failed after it was sent), the units it
-    /// chose may be unowned already: they are forgotten and reported lost at once (unless this
-    /// tick's view is stale), and the next tick re-reads what is still owned.
-    fn shed(
+    /// Chooses what to shed down to `target` (see [`choose_shed`]; disabled units always) and takes
+    /// it out of this tick's view: the adoption reports it lost, and [`Leaser::give_back`] sheds it
+    /// in the database once that was delivered.
+    fn choose_shed(
         &self,
         truth: &mut Arc<BTreeMap<Unit, i32>>,
         target: i64,
-        generation: u64,
-    ) -> Result<Vec<Unit>> {
+    ) -> BTreeMap<Unit, i32> {
         let held: Vec<Held> = truth
             .iter()
             .map(|(unit, weight)| Held {
@@ -960,13 +998,31 @@ impl Leaser {
             .collect();
         let choice = choose_shed(&held, target);
         if choice.is_empty() {
-            return Ok(choice);
+            return BTreeMap::new();
         }
-        let tenants: Vec<&str> = choice.iter().map(|u| u.tenant.as_str()).collect();
-        let shards: Vec<i32> = choice.iter().map(|u| u.shard).collect();
-        let count = truth.len() as i32;
-        let weight = weight_of(truth);
-        let rows = match self.db.query(
+        let map = Arc::make_mut(truth);
+        choice
+            .into_iter()
+            .filter_map(|unit| map.remove(&unit).map(|w| (unit, w)))
+            .collect()
+    }
+
+    /// Gives back, owner-guarded and only while live, the units chosen to shed (already reported
+    /// lost); returns how many the database gave back. A failure keeps them to give back at the next
+    /// tick (they stay this process's in the database meanwhile, and nobody works on them).
+    fn give_back(&self) -> Result<usize> {
+        let (shedding, count, weight) = {
+            let local = self.local.lock();
+            if local.shedding.is_empty() {
+                return Ok(0);
+            }
+            // The shed statement reports what remains: it is given what the row counts now.
+            let (count, weight) = local.reported();
+            (local.shedding.clone(), count, weight)
+        };
+        let tenants: Vec<&str> = shedding.keys().map(|u| u.tenant.as_str()).collect();
+        let shards: Vec<i32> = shedding.keys().map(|u| u.shard).collect();
+        let result = self.db.query_idempotent(
             "shed units",
             &self.sql.shed,
             &[
@@ -976,39 +1032,30 @@ impl Leaser {
                 (&count, Type::INT4),
                 (&weight, Type::INT8),
             ],
-        ) {
-            Ok(rows) => rows,
+        );
+        let given = match result {
+            Ok(rows) => rows.len(),
             Err(e) => {
-                if e.is_outcome_unknown() {
-                    let mut local = self.local.lock();
-                    if local.generation == generation {
-                        let map = Arc::make_mut(&mut local.owned);
-                        let lost: Vec<Unit> = choice
-                            .iter()
-                            .filter(|u| map.remove(*u).is_some())
-                            .cloned()
-                            .collect();
-                        local.owned_weight = weight_of(&local.owned);
-                        self.outbox.push(Delivery::Lost(lost));
-                    }
-                }
+                self.local.lock().reread = true;
                 return Err(e);
             }
         };
-        let shed: Vec<Unit> = rows
-            .iter()
-            .map(|row| Unit {
-                tenant: row.get("tenant"),
-                shard: row.get("shard"),
-            })
-            .collect();
-        if !shed.is_empty() {
-            let map = Arc::make_mut(truth);
-            for unit in &shed {
-                map.remove(unit);
+        {
+            let mut local = self.local.lock();
+            for unit in shedding.keys() {
+                local.shedding.remove(unit);
             }
         }
-        Ok(shed)
+        if let (Some(hook), true) = (&self.hooks.shed, given > 0) {
+            hook(given);
+        }
+        log::debug!(
+            target: "pgtenure::membership",
+            "process {} gave back {given} of {} units chosen to shed",
+            self.process_id,
+            shedding.len()
+        );
+        Ok(given)
     }
 
     /// Deletes process rows expired for longer than the sweep cutoff and frees their units, in one
@@ -1054,6 +1101,7 @@ impl Leaser {
         let mut local = self.local.lock();
         local.owned = Arc::default();
         local.owned_weight = 0;
+        local.shedding.clear();
         drop(local);
         Ok(rows
             .iter()
