@@ -290,8 +290,9 @@ fn dropping_a_lease_while_the_application_holds_every_connection_keeps_its_bound
         .unwrap();
     let leases = Leases::new(&pool_db).with_table(&table).unwrap();
     leases.create_table().unwrap();
+    // Short enough that the row lapses while the release waits for a connection.
     let lease = leases
-        .acquire("k", Duration::from_secs(30))
+        .acquire("k", Duration::from_secs(2))
         .unwrap()
         .unwrap();
     let held = (pool_db.pool().get().unwrap(), pool_db.pool().get().unwrap());
@@ -302,8 +303,7 @@ fn dropping_a_lease_while_the_application_holds_every_connection_keeps_its_bound
     assert!(result.is_err(), "no connection could be had");
     assert!(took <= Duration::from_millis(5_500), "{took:?}");
     drop(held);
-    // The release gave up; the key is free for the family again, and another owner waits for the
-    // row's expiry.
+    // The release gave up and completed: the family holds the key no more, and the row has lapsed.
     let again = leases.acquire("k", Duration::from_secs(30)).unwrap();
     assert!(again.is_some(), "the family acquires its key again");
 }
