@@ -121,12 +121,20 @@ impl fmt::Display for Unit {
 }
 
 /// What a [`Leaser`] drives as ownership changes.
+///
+/// Every call comes from one delivery point, one at a time, in the order the leaser decided (see
+/// `deliver.rs`): a loss is never overtaken by an older gain. Calls run on the leaser's threads (the
+/// one that ticked, heartbeat or watched the deadline), outside its locks, so a callback may call
+/// back into the leaser. Later messages wait for a call in progress, so keep each call shorter than
+/// a fifth of the TTL: a unit to shed is given back only once `units_lost` returned, and at the local
+/// deadline the loss must reach the application before the database lets another process claim.
 pub trait Reconciler: Send + Sync {
     /// These units are now this process's: start their work.
     fn units_gained(&self, units: &[Unit]);
-    /// These units are no longer this process's (shed, released elsewhere, claimed by another after
-    /// this process's row expired, or removed): stop their work. Called before `units_gained` in a
-    /// tick.
+    /// These units are no longer this process's (chosen to shed, released elsewhere, claimed by
+    /// another after this process's row expired, or removed), or may not be (the local liveness
+    /// deadline passed): stop their work before returning. Called before `units_gained` in a tick. A
+    /// unit chosen to shed stays this process's in the database until this call has returned.
     fn units_lost(&self, units: &[Unit]);
     /// How many deliveries of `unit` are in flight; shedding skips units with work in flight.
     /// Defaults to 0.
