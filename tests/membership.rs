@@ -763,17 +763,7 @@ struct SlowDrain {
 
 impl SlowDrain {
     fn working(&self) -> BTreeSet<Unit> {
-        let mut set = BTreeSet::new();
-        for (gained, units) in self.told.lock().iter() {
-            for unit in units {
-                if *gained {
-                    set.insert(unit.clone());
-                } else {
-                    set.remove(unit);
-                }
-            }
-        }
-        set
+        common::registry::working(self.told.lock().iter())
     }
 }
 

@@ -29,6 +29,20 @@ fn proxied(proxy: &Proxy, max_size: u32) -> Db {
         .unwrap()
 }
 
+/// A pool of `max_size` on the test database and a lease family on a fresh table.
+fn small_pool_leases(tables: &mut Tables, max_size: u32) -> (Db, Leases) {
+    let table = tables.name("lease");
+    let pool_db = Db::builder(&common::url())
+        .unwrap()
+        .max_size(max_size)
+        .unwrap()
+        .build()
+        .unwrap();
+    let leases = Leases::new(&pool_db).with_table(&table).unwrap();
+    leases.create_table().unwrap();
+    (pool_db, leases)
+}
+
 #[test]
 fn a_tick_claim_whose_answer_is_lost_after_commit_is_still_won() {
     let mut tables = Tables::new();
@@ -114,17 +128,7 @@ struct Told(Mutex<Vec<(bool, Vec<Unit>)>>);
 impl Told {
     /// The units the application works on after every message so far.
     fn working(&self) -> BTreeSet<Unit> {
-        let mut set = BTreeSet::new();
-        for (gained, units) in self.0.lock().iter() {
-            for unit in units {
-                if *gained {
-                    set.insert(unit.clone());
-                } else {
-                    set.remove(unit);
-                }
-            }
-        }
-        set
+        common::registry::working(self.0.lock().iter())
     }
 }
 
@@ -281,15 +285,7 @@ fn a_deadline_cancel_never_lands_on_the_next_statement_of_its_connection() {
 #[test]
 fn dropping_a_lease_while_the_application_holds_every_connection_keeps_its_bound() {
     let mut tables = Tables::new();
-    let table = tables.name("lease");
-    let pool_db = Db::builder(&common::url())
-        .unwrap()
-        .max_size(2)
-        .unwrap()
-        .build()
-        .unwrap();
-    let leases = Leases::new(&pool_db).with_table(&table).unwrap();
-    leases.create_table().unwrap();
+    let (pool_db, leases) = small_pool_leases(&mut tables, 2);
     // Short enough that the row lapses while the release waits for a connection.
     let lease = leases
         .acquire("k", Duration::from_secs(2))
@@ -346,15 +342,7 @@ fn dropping_many_leases_while_the_database_refuses_connections_costs_one_bound()
 #[test]
 fn an_acquire_after_a_long_pool_wait_gets_its_whole_ttl() {
     let mut tables = Tables::new();
-    let table = tables.name("lease");
-    let pool_db = Db::builder(&common::url())
-        .unwrap()
-        .max_size(1)
-        .unwrap()
-        .build()
-        .unwrap();
-    let leases = Leases::new(&pool_db).with_table(&table).unwrap();
-    leases.create_table().unwrap();
+    let (pool_db, leases) = small_pool_leases(&mut tables, 1);
     let conn = pool_db.pool().get().unwrap();
     let ttl = Duration::from_millis(900);
     // A raw grant: its deadline is what the acquire computed (no renewal moves it).

@@ -1,7 +1,7 @@
 //! A reconciler that records which process works on which unit, and counts any unit that a process
 //! gains while another still works on it: the membership "never two workers" check.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -74,4 +74,19 @@ impl Reconciler for Worker {
         drop(active);
         self.drain();
     }
+}
+
+/// The units an application works on after hearing `told` in order (`true`: gained, `false`: lost).
+pub fn working<'a>(told: impl IntoIterator<Item = &'a (bool, Vec<Unit>)>) -> BTreeSet<Unit> {
+    let mut set = BTreeSet::new();
+    for (gained, units) in told {
+        for unit in units {
+            if *gained {
+                set.insert(unit.clone());
+            } else {
+                set.remove(unit);
+            }
+        }
+    }
+    set
 }
