@@ -375,3 +375,74 @@ fn a_statement_refused_by_the_server_is_not_an_unknown_outcome() {
     assert_eq!(err.code(), Some(&SqlState::UNDEFINED_TABLE));
     assert!(!err.is_outcome_unknown(), "{err}");
 }
+
+#[test]
+fn a_renewal_sent_again_while_the_first_waits_on_a_lock_never_shortens_the_lease() {
+    let mut tables = Tables::new();
+    let table = tables.name("lease");
+    Leases::new(&db())
+        .with_table(&table)
+        .unwrap()
+        .create_table()
+        .unwrap();
+    let proxy = Proxy::start(0, database_addr()).unwrap();
+    let leases = Leases::new(&proxied(&proxy, 4)).with_table(&table).unwrap();
+    let mut admin = client();
+    let waiting = |admin: &mut pgtenure::postgres::Client| -> i64 {
+        admin
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity
+                  WHERE wait_event_type = 'Lock' AND query LIKE '%' || $1 || '%'",
+                &[&table],
+            )
+            .unwrap()
+            .get(0)
+    };
+    for trial in 0..4 {
+        let ttl = Duration::from_secs(3);
+        let lease = leases.acquire("k", ttl).unwrap().unwrap();
+        // A fenced transaction holds the row: the next renewal waits for it.
+        let mut blocker = client();
+        let mut tx = blocker.transaction().unwrap();
+        tx.execute(
+            &format!("SELECT 1 FROM {table} WHERE key = 'k' FOR SHARE"),
+            &[],
+        )
+        .unwrap();
+        wait_for(
+            "a renewal waiting on the lock",
+            Duration::from_secs(5),
+            || (waiting(&mut admin) == 1).then_some(()),
+        );
+        // Its connection dies: the outcome is unknown, so it is sent again and waits too, while the
+        // first attempt (its transaction begun 300 ms earlier) still waits on the server.
+        let before = lease.deadline();
+        thread::sleep(Duration::from_millis(300));
+        proxy.cut();
+        wait_for("the renewal sent again", Duration::from_secs(5), || {
+            (waiting(&mut admin) == 2).then_some(())
+        });
+        tx.commit().unwrap();
+        wait_for("both renewals to commit", Duration::from_secs(5), || {
+            (waiting(&mut admin) == 0).then_some(())
+        });
+        // Once the lease took in the answer, compare what the database grants with what it believes.
+        wait_for("the renewal's answer", Duration::from_secs(5), || {
+            (lease.deadline() > before).then_some(())
+        });
+        let local = lease.deadline().saturating_duration_since(Instant::now());
+        let remote: f64 = admin
+            .query_one(
+                &format!("SELECT extract(epoch FROM held_until - now())::float8 FROM {table}"),
+                &[],
+            )
+            .unwrap()
+            .get(0);
+        let remote = Duration::from_secs_f64(remote.max(0.0));
+        assert!(
+            remote + Duration::from_millis(20) >= local,
+            "trial {trial}: the database holds the lease {remote:?} more, the lease believes {local:?}"
+        );
+        lease.release().unwrap();
+    }
+}
