@@ -16,7 +16,8 @@
 //! slow reconciler.
 //!
 //! Length: `PGTENURE_CHECKER_SECS` seconds (default 20), e.g. an hour:
-//! `PGTENURE_CHECKER_SECS=3600 cargo test --release --test checker -- --nocapture`.
+//! `PGTENURE_CHECKER_SECS=3600 cargo test --release --test checker -- --nocapture --test-threads 3`
+//! (the three primitives side by side).
 
 mod common;
 
@@ -87,18 +88,24 @@ impl Drop for Load {
 /// lease of its key was granted (checked among the threads of one process).
 #[derive(Default)]
 struct Beliefs {
-    current: Mutex<BTreeMap<String, (u64, Instant)>>,
+    current: Mutex<BTreeMap<String, (u64, Instant, i64, String)>>,
     next: AtomicU64,
     checks: AtomicU64,
     violations: AtomicU64,
 }
 
 impl Beliefs {
-    fn granted(&self, key: &str) -> u64 {
+    /// Registers a lease just granted, if it is still held: a worker descheduled right after its
+    /// acquire may only come to register once its lease has expired and another was granted. Checked
+    /// under the lock, so the registered instant is one at which the lease was held, and a later
+    /// registration always replaces an earlier one.
+    fn granted(&self, key: &str, lease: &pgtenure::Lease, owner: &str) -> u64 {
         let me = self.next.fetch_add(1, Ordering::SeqCst);
-        self.current
-            .lock()
-            .insert(key.to_owned(), (me, Instant::now()));
+        let mut current = self.current.lock();
+        let at = Instant::now();
+        if lease.is_held() {
+            current.insert(key.to_owned(), (me, at, lease.token(), owner.to_owned()));
+        }
         me
     }
 
@@ -106,10 +113,18 @@ impl Beliefs {
         let at = Instant::now();
         if lease.is_held() {
             self.checks.fetch_add(1, Ordering::Relaxed);
-            if let Some((other, since)) = self.current.lock().get(key).copied() {
+            let current = self.current.lock().get(key).cloned();
+            if let Some((other, since, token, owner)) = current {
                 if other != me && since < at {
                     self.violations.fetch_add(1, Ordering::SeqCst);
-                    eprintln!("{key}: lease {me} still held after lease {other} was granted");
+                    eprintln!(
+                        "{key}: lease {me} (token {}, deadline in {:?}, ttl {:?}) still held {:?} after \
+                         lease {other} (token {token}, owner {owner}) was granted",
+                        lease.token(),
+                        lease.deadline().saturating_duration_since(Instant::now()),
+                        lease.ttl(),
+                        at - since,
+                    );
                 }
             }
         }
@@ -310,7 +325,7 @@ fn lease_worker(
             let writes = 1 + rng.below(8);
             let held = leases.with_lease(key, ttl, |lease| {
                 counts.acquired.fetch_add(1, Ordering::SeqCst);
-                let me = beliefs.granted(key);
+                let me = beliefs.granted(key, lease, owner);
                 for _ in 0..writes {
                     beliefs.check(key, me, lease);
                     if !lease.is_held() {
