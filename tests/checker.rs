@@ -748,8 +748,8 @@ fn membership_under_random_faults_never_works_a_unit_twice() {
         let mut crashing = running.pop().expect("four runners");
         thread::spawn(move || {
             thread::sleep(duration / 2);
-            crashing.stop();
             registry.crashed(3);
+            crashing.stop();
         })
     };
     let samples = Arc::new(AtomicU64::new(0));

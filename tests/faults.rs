@@ -667,9 +667,9 @@ fn partitions_and_crashes_during_rebalancing_never_let_two_processes_work_a_unit
 
     // Crash process 2 (it stops without releasing): its units move after its TTL.
     let crashed_at = Instant::now();
-    running[2].stop();
-    // A crashed process works on nothing any more.
+    // A crashed process works on nothing any more, at once; then its loop stops.
     registry.crashed(2);
+    running[2].stop();
     wait_for(
         "the survivors to take process 2's units",
         Duration::from_secs(10),

@@ -11,14 +11,19 @@ use pgtenure::membership::{Reconciler, Unit};
 #[derive(Default)]
 pub struct Registry {
     pub active: Mutex<BTreeMap<Unit, usize>>,
+    /// Processes that crashed: they work on nothing, and hear nothing, from then on.
+    pub down: Mutex<BTreeSet<usize>>,
     pub violations: AtomicUsize,
     pub gained: AtomicUsize,
 }
 
 impl Registry {
-    /// A crashed process works on nothing any more.
+    /// A crashed process works on nothing any more, at once (call it before stopping its loop: a
+    /// crash does not wait for the loop to notice).
     pub fn crashed(&self, id: usize) {
-        self.active.lock().retain(|_, owner| *owner != id);
+        let mut active = self.active.lock();
+        self.down.lock().insert(id);
+        active.retain(|_, owner| *owner != id);
     }
 
     pub fn violations(&self) -> usize {
@@ -49,6 +54,9 @@ impl Worker {
 impl Reconciler for Worker {
     fn units_gained(&self, units: &[Unit]) {
         let mut active = self.registry.active.lock();
+        if self.registry.down.lock().contains(&self.id) {
+            return;
+        }
         for unit in units {
             if let Some(other) = active.insert(unit.clone(), self.id) {
                 if other != self.id {
