@@ -31,6 +31,9 @@ const RELEASE_WAIT: Duration = Duration::from_millis(4_500);
 /// nothing, so dropping many leases costs this once, not once each.
 const OUTAGE_WAIT: Duration = Duration::from_millis(100);
 
+/// How long releasing a lost lease waits for its thread, which has nothing to release, to stop.
+const IDLE_THREAD_WAIT: Duration = Duration::from_millis(100);
+
 /// Why a managed lease was lost; sent once on [`Lease::lost`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -493,8 +496,9 @@ impl Lease {
 
     /// Stops the renewals and releases the row (guarded by owner and token, so it never frees a
     /// newer tenure); returns within 5 s (see the [type docs](Lease)). After an `Expired` or
-    /// `Refused` loss there is nothing to release and it returns `Ok`; after `Superseded` it
-    /// releases, so the contender can acquire at once.
+    /// `Refused` loss there is nothing to release and it returns `Ok` within 100 ms, even while the
+    /// thread is still stuck in a renewal; after `Superseded` it releases, so the contender can
+    /// acquire at once.
     ///
     /// # Errors
     ///
@@ -526,6 +530,22 @@ impl Lease {
         let Some((thread, reply)) = self.thread.take() else {
             return Ok(());
         };
+        if !matches!(was, Status::Held | Status::Lost(LossReason::Superseded)) {
+            // Lost (expired or refused): nothing to release. The thread may still be stuck in a
+            // renewal (no cancel behind a pooler): it ends on its own, joined by the watcher, and
+            // the family may acquire the key again once it has.
+            return match reply.recv_timeout(IDLE_THREAD_WAIT) {
+                Ok(result) => {
+                    let _ = thread.join();
+                    result
+                }
+                Err(_) => {
+                    let cancel = self.state.take_in_flight(Purpose::Renew);
+                    let _ = self.shared.watch(Watch::Reap(thread, cancel));
+                    Ok(())
+                }
+            };
+        }
         match reply.recv_deadline(wait_until) {
             Ok(result) => {
                 let _ = thread.join();
