@@ -738,6 +738,9 @@ fn membership_under_random_faults_never_works_a_unit_twice() {
             )
         })
         .collect();
+    for (i, leaser) in leasers.iter().enumerate() {
+        registry.watch(i, leaser);
+    }
     let mut running: Vec<Running> = leasers.iter().map(|l| Running::start(l.clone())).collect();
     let _load = Load::start(3);
     let duration = run_for();

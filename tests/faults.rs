@@ -13,7 +13,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use common::proxy::{database_addr, Proxy};
 use common::registry::{Registry, Worker};
-use common::{client, count, db, ledger, wait_for, Role, Running, Tables};
+use common::{client, count, db, lease_table, ledger, wait_for, Role, Running, Tables};
 use pgtenure::membership::{Config, Hooks, Leaser, Reconciler, Unit, Units};
 use pgtenure::testing::TempPostgres;
 use pgtenure::{
@@ -21,16 +21,6 @@ use pgtenure::{
 };
 
 const CHILD_ENV: &str = "PGTENURE_FAULT_CHILD";
-
-fn leases_table(tables: &mut Tables) -> String {
-    let table = tables.name("lease");
-    Leases::new(&db())
-        .with_table(&table)
-        .unwrap()
-        .create_table()
-        .unwrap();
-    table
-}
 
 /// What a fenced write came to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -248,7 +238,7 @@ impl Reconciler for Quiet {
 #[test]
 fn a_blackholed_holder_loses_at_its_local_deadline_and_is_refused_after_healing() {
     let mut tables = Tables::new();
-    let table = leases_table(&mut tables);
+    let table = lease_table(&mut tables);
     let ledger = ledger::create(&mut tables);
     let proxy = Proxy::start(0, database_addr()).unwrap();
     let holder_db = DbBuilder::from_config(proxy.config())
@@ -367,7 +357,7 @@ fn a_paused_holder_process_is_refused_on_resume_and_learns_its_loss() {
         return paused_holder_child(&table, &ledger);
     }
     let mut tables = Tables::new();
-    let table = leases_table(&mut tables);
+    let table = lease_table(&mut tables);
     let ledger = ledger::create(&mut tables);
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args([
@@ -535,7 +525,7 @@ fn a_database_restart_during_renewals_loses_no_lease_that_can_still_be_renewed()
 #[test]
 fn a_serializable_default_makes_contended_acquires_fail_cleanly_never_twice() {
     let mut tables = Tables::new();
-    let table = leases_table(&mut tables);
+    let table = lease_table(&mut tables);
     let role = Role::new(&mut tables, "serializable");
     client()
         .batch_execute(&format!(

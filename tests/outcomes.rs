@@ -242,12 +242,7 @@ fn sessions_ended_by_an_idle_session_timeout_are_skipped_like_terminated_backend
 #[test]
 fn a_deadline_cancel_never_lands_on_the_next_statement_of_its_connection() {
     let mut tables = Tables::new();
-    let table = tables.name("lease");
-    Leases::new(&db())
-        .with_table(&table)
-        .unwrap()
-        .create_table()
-        .unwrap();
+    let table = common::lease_table(&mut tables);
     let proxy = Proxy::start(0, database_addr()).unwrap();
     // One connection: whatever runs after the renewal runs on the renewal's connection.
     let holder_db = proxied(&proxy, 1);
@@ -307,12 +302,7 @@ fn dropping_a_lease_while_the_application_holds_every_connection_keeps_its_bound
 #[test]
 fn dropping_many_leases_while_the_database_refuses_connections_costs_one_bound() {
     let mut tables = Tables::new();
-    let table = tables.name("lease");
-    Leases::new(&db())
-        .with_table(&table)
-        .unwrap()
-        .create_table()
-        .unwrap();
+    let table = common::lease_table(&mut tables);
     let proxy = Proxy::start(0, database_addr()).unwrap();
     let holder_db = DbBuilder::from_config(proxy.config())
         .max_size(2)
@@ -379,12 +369,7 @@ fn a_statement_refused_by_the_server_is_not_an_unknown_outcome() {
 #[test]
 fn a_renewal_sent_again_while_the_first_waits_on_a_lock_never_shortens_the_lease() {
     let mut tables = Tables::new();
-    let table = tables.name("lease");
-    Leases::new(&db())
-        .with_table(&table)
-        .unwrap()
-        .create_table()
-        .unwrap();
+    let table = common::lease_table(&mut tables);
     let proxy = Proxy::start(0, database_addr()).unwrap();
     let leases = Leases::new(&proxied(&proxy, 4)).with_table(&table).unwrap();
     let mut admin = client();

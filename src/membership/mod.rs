@@ -128,6 +128,11 @@ impl fmt::Display for Unit {
 /// back into the leaser. Later messages wait for a call in progress, so keep each call shorter than
 /// a fifth of the TTL: a unit to shed is given back only once `units_lost` returned, and at the local
 /// deadline the loss must reach the application before the database lets another process claim.
+///
+/// That last message comes from a thread, which a starved machine may run late. Work that must never
+/// overlap another process's should also check [`Leaser::owned`] or [`Leaser::live_until`] (which
+/// follow the clock, as [`Lease::is_held`](crate::Lease::is_held) does) before each step, and fence
+/// its writes.
 pub trait Reconciler: Send + Sync {
     /// These units are now this process's: start their work.
     fn units_gained(&self, units: &[Unit]);

@@ -117,6 +117,17 @@ impl Drop for Tables {
     }
 }
 
+/// A fresh lease table (and its token sequence), created through the shared pool.
+pub fn lease_table(tables: &mut Tables) -> String {
+    let table = tables.name("lease");
+    pgtenure::Leases::new(&db())
+        .with_table(&table)
+        .unwrap()
+        .create_table()
+        .unwrap();
+    table
+}
+
 /// The database clock.
 pub fn db_now(c: &mut postgres::Client) -> SystemTime {
     c.query_one("SELECT now()", &[]).unwrap().get(0)

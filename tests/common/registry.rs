@@ -3,16 +3,18 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use parking_lot::Mutex;
-use pgtenure::membership::{Reconciler, Unit};
+use pgtenure::membership::{Leaser, Reconciler, Unit};
 
 #[derive(Default)]
 pub struct Registry {
     pub active: Mutex<BTreeMap<Unit, usize>>,
     /// Processes that crashed: they work on nothing, and hear nothing, from then on.
     pub down: Mutex<BTreeSet<usize>>,
+    /// Each process's leaser, to ask whether it still owns a unit by its own clock.
+    pub leasers: Mutex<BTreeMap<usize, Weak<Leaser>>>,
     pub violations: AtomicUsize,
     pub gained: AtomicUsize,
 }
@@ -24,6 +26,22 @@ impl Registry {
         let mut active = self.active.lock();
         self.down.lock().insert(id);
         active.retain(|_, owner| *owner != id);
+    }
+
+    /// Lets the registry ask process `id`'s leaser what it owns.
+    pub fn watch(&self, id: usize, leaser: &Arc<Leaser>) {
+        self.leasers.lock().insert(id, Arc::downgrade(leaser));
+    }
+
+    /// Whether process `id` still works on `unit`: told so, and its leaser still owns it by its own
+    /// clock. An application works on a unit only while `Leaser::owned` (or `live_until`) says so,
+    /// as a lease holder writes only while `Lease::is_held`: the callback at the local deadline can
+    /// come late when the process is starved of CPU, the clock cannot.
+    fn still_works(&self, id: usize, unit: &Unit) -> bool {
+        match self.leasers.lock().get(&id).and_then(Weak::upgrade) {
+            Some(leaser) => leaser.owned().contains(unit),
+            None => true,
+        }
     }
 
     pub fn violations(&self) -> usize {
@@ -59,7 +77,7 @@ impl Reconciler for Worker {
         }
         for unit in units {
             if let Some(other) = active.insert(unit.clone(), self.id) {
-                if other != self.id {
+                if other != self.id && self.registry.still_works(other, unit) {
                     self.registry.violations.fetch_add(1, Ordering::SeqCst);
                     eprintln!("{unit} gained by {} while {other} works on it", self.id);
                 }
