@@ -208,43 +208,29 @@ impl Db {
         }
     }
 
-    /// Runs one statement in its own implicit transaction, in one round trip, returning its rows;
-    /// sent again only when it provably never ran.
-    pub(crate) fn query(&self, context: &str, sql: &str, params: &[Param<'_>]) -> Result<Vec<Row>> {
-        self.with_conn(context, Policy::ONCE, |conn| conn.query_typed(sql, params))
-    }
-
-    /// Like [`Db::query`] for a statement that returns exactly one row.
-    pub(crate) fn query_one(&self, context: &str, sql: &str, params: &[Param<'_>]) -> Result<Row> {
-        self.with_conn(context, Policy::ONCE, |conn| {
-            conn.query_typed_one(sql, params)
-        })
-    }
-
-    /// Like [`Db::query`] for a statement that is idempotent by construction (reads, renewals keyed
-    /// by token, claims keyed by their call id): an unknown outcome is found out by sending it once
-    /// more.
-    pub(crate) fn query_idempotent(
+    /// Runs one statement in its own implicit transaction, in one round trip, returning its rows.
+    /// `policy` says whether it may be sent again when its outcome is unknown: [`Policy::ONCE`]
+    /// unless the statement is idempotent by construction (reads, renewals keyed by token, claims
+    /// keyed by their call id), then [`Policy::IDEMPOTENT`].
+    pub(crate) fn query(
         &self,
         context: &str,
+        policy: Policy,
         sql: &str,
         params: &[Param<'_>],
     ) -> Result<Vec<Row>> {
-        self.with_conn(context, Policy::IDEMPOTENT, |conn| {
-            conn.query_typed(sql, params)
-        })
+        self.with_conn(context, policy, |conn| conn.query_typed(sql, params))
     }
 
-    /// Like [`Db::query_idempotent`] for a statement that returns exactly one row.
-    pub(crate) fn query_one_idempotent(
+    /// Like [`Db::query`] for a statement that returns exactly one row.
+    pub(crate) fn query_one(
         &self,
         context: &str,
+        policy: Policy,
         sql: &str,
         params: &[Param<'_>],
     ) -> Result<Row> {
-        self.with_conn(context, Policy::IDEMPOTENT, |conn| {
-            conn.query_typed_one(sql, params)
-        })
+        self.with_conn(context, policy, |conn| conn.query_typed_one(sql, params))
     }
 
     /// Creates a table and its companions (`ddl`, one statement each) unless `table` exists, under a

@@ -338,8 +338,9 @@ impl Elector {
         let Some(term) = won else {
             return Ok(());
         };
-        let rows = self.db.query_idempotent(
+        let rows = self.db.query(
             "resign leadership",
+            Policy::IDEMPOTENT,
             &self.sql.resign,
             &[
                 (&&*self.name, Type::TEXT),
@@ -364,8 +365,9 @@ impl Elector {
     ///
     /// A database or connection error.
     pub fn leader(&self) -> Result<Option<LeaderInfo>> {
-        let rows = self.db.query_idempotent(
+        let rows = self.db.query(
             "read leader",
+            Policy::IDEMPOTENT,
             &self.sql.leader,
             &[(&&*self.name, Type::TEXT)],
         )?;

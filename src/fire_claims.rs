@@ -36,7 +36,7 @@ use std::time::Duration;
 
 use postgres::types::Type;
 
-use crate::db::{Companion, Db};
+use crate::db::{Companion, Db, Policy};
 use crate::error::Result;
 use crate::ident::{render, TableName};
 use crate::identity::{default_owner, random_u64};
@@ -177,8 +177,9 @@ impl FireClaims {
     pub fn claim(&self, fire_key: &str) -> Result<bool> {
         check_key("fire key", fire_key)?;
         let claim_id = random_u64() as i64;
-        let row = self.db.query_one_idempotent(
+        let row = self.db.query_one(
             "claim fire",
+            Policy::IDEMPOTENT,
             &self.sql.claim,
             &[
                 (&fire_key, Type::TEXT),
@@ -208,6 +209,7 @@ impl FireClaims {
         let older_us = micros("purge older_than", older_than, Duration::ZERO)?;
         let row = self.db.query_one(
             "purge fire claims",
+            Policy::ONCE,
             &self.sql.purge,
             &[(&older_us, Type::INT8)],
         )?;

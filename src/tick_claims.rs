@@ -260,8 +260,9 @@ impl TickClaim {
     ///
     /// A database or connection error; the busy period then lapses on its own.
     pub fn release(self) -> Result<()> {
-        let rows = self.claims.db.query_idempotent(
+        let rows = self.claims.db.query(
             "release tick claim",
+            Policy::IDEMPOTENT,
             &self.claims.sql.release,
             &[
                 (&self.job_id.as_str(), Type::TEXT),

@@ -29,6 +29,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use common::beliefs::Beliefs;
 use common::proxy::{database_addr, Proxy};
 use common::registry::{Registry, Worker};
 use common::{client, ledger, wait_for, Running, Tables};
@@ -80,53 +81,6 @@ impl Drop for Load {
         self.stop.store(true, Ordering::SeqCst);
         for t in self.threads.drain(..) {
             let _ = t.join();
-        }
-    }
-}
-
-/// Who believes they hold each key, and since when: no lease may still say `is_held` after another
-/// lease of its key was granted (checked among the threads of one process).
-#[derive(Default)]
-struct Beliefs {
-    current: Mutex<BTreeMap<String, (u64, Instant, i64, String)>>,
-    next: AtomicU64,
-    checks: AtomicU64,
-    violations: AtomicU64,
-}
-
-impl Beliefs {
-    /// Registers a lease just granted, if it is still held: a worker descheduled right after its
-    /// acquire may only come to register once its lease has expired and another was granted. Checked
-    /// under the lock, so the registered instant is one at which the lease was held, and a later
-    /// registration always replaces an earlier one.
-    fn granted(&self, key: &str, lease: &pgtenure::Lease, owner: &str) -> u64 {
-        let me = self.next.fetch_add(1, Ordering::SeqCst);
-        let mut current = self.current.lock();
-        let at = Instant::now();
-        if lease.is_held() {
-            current.insert(key.to_owned(), (me, at, lease.token(), owner.to_owned()));
-        }
-        me
-    }
-
-    fn check(&self, key: &str, me: u64, lease: &pgtenure::Lease) {
-        let at = Instant::now();
-        if lease.is_held() {
-            self.checks.fetch_add(1, Ordering::Relaxed);
-            let current = self.current.lock().get(key).cloned();
-            if let Some((other, since, token, owner)) = current {
-                if other != me && since < at {
-                    self.violations.fetch_add(1, Ordering::SeqCst);
-                    eprintln!(
-                        "{key}: lease {me} (token {}, deadline in {:?}, ttl {:?}) still held {:?} after \
-                         lease {other} (token {token}, owner {owner}) was granted",
-                        lease.token(),
-                        lease.deadline().saturating_duration_since(Instant::now()),
-                        lease.ttl(),
-                        at - since,
-                    );
-                }
-            }
         }
     }
 }
@@ -200,6 +154,14 @@ struct Counts {
 }
 
 impl Counts {
+    /// Counts a statement that was cancelled although no cancel key was ever handed out for it.
+    fn stray_cancel(&self, code: Option<&SqlState>, what: &str, e: &dyn std::fmt::Display) {
+        if code == Some(&SqlState::QUERY_CANCELED) {
+            self.stray_cancels.fetch_add(1, Ordering::SeqCst);
+            eprintln!("{what} was cancelled: {e}");
+        }
+    }
+
     fn line(&self) -> String {
         format!(
             "STATS {} {} {} {} {} {} {}",
@@ -242,10 +204,7 @@ fn write(
     fence: impl FnOnce(&mut pgtenure::postgres::Transaction<'_>) -> pgtenure::Result<bool>,
 ) {
     let cancelled = |e: &pgtenure::postgres::Error| {
-        if e.code() == Some(&SqlState::QUERY_CANCELED) {
-            counts.stray_cancels.fetch_add(1, Ordering::SeqCst);
-            eprintln!("an application statement was cancelled: {e}");
-        }
+        counts.stray_cancel(e.code(), "an application statement", e);
     };
     let outcome = (|| -> Option<bool> {
         let mut conn = db.pool().get().ok()?;
@@ -254,10 +213,7 @@ fn write(
             Ok(true) => {}
             Ok(false) => return Some(false),
             Err(e) => {
-                if e.code() == Some(&SqlState::QUERY_CANCELED) {
-                    counts.stray_cancels.fetch_add(1, Ordering::SeqCst);
-                    eprintln!("a fence was cancelled: {e}");
-                }
+                counts.stray_cancel(e.code(), "a fence", &e);
                 return None;
             }
         }
@@ -307,10 +263,7 @@ fn lease_worker(
     let owner = owner.as_str();
     let mut rng = Rng::new(seed);
     let stray = |e: &pgtenure::Error| {
-        if e.code() == Some(&SqlState::QUERY_CANCELED) {
-            counts.stray_cancels.fetch_add(1, Ordering::SeqCst);
-            eprintln!("an operation without a cancel key was cancelled: {e}");
-        }
+        counts.stray_cancel(e.code(), "an operation without a cancel key", e);
     };
     while Instant::now() < until {
         let key = KEYS[rng.below(KEYS.len() as u64) as usize];

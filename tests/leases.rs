@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant, SystemTime};
 
+use common::beliefs::Beliefs;
 use common::{client, count, db, wait_for, Tables};
 use pgtenure::{ErrorKind, KeyRenewal, Leases, LossReason};
 
@@ -616,58 +617,29 @@ fn leases_in_a_schema_qualified_table_work() {
         .unwrap();
 }
 
-/// Who believes they hold a key, and since when: a check that no lease still says `is_held` after
-/// another lease of the key was granted.
-#[derive(Default)]
-struct Beliefs {
-    current: parking_lot::Mutex<Option<(u64, Instant)>>,
-    violations: AtomicU64,
-}
-
-impl Beliefs {
-    /// A lease was granted to `holder`, just now.
-    fn granted(&self, holder: u64) {
-        *self.current.lock() = Some((holder, Instant::now()));
-    }
-
-    /// `holder` checks its belief: if it still holds after another was granted, two hold at once.
-    fn check(&self, holder: u64, lease: &pgtenure::Lease) {
-        let at = Instant::now();
-        if lease.is_held() {
-            if let Some((other, since)) = *self.current.lock() {
-                if other != holder && since < at {
-                    self.violations.fetch_add(1, Ordering::SeqCst);
-                }
-            }
-        }
-    }
-}
-
 #[test]
 fn a_second_acquire_in_the_family_never_adopts_a_tenure_being_released() {
     let mut tables = Tables::new();
     let (family, table) = leases(&mut tables);
     let outsider = other(&table);
     let beliefs = Arc::new(Beliefs::default());
-    let next_id = Arc::new(AtomicU64::new(1));
     let until = Instant::now() + Duration::from_secs(4);
     let ttl = Duration::from_secs(3);
     let hold = |leases: Leases, work: Duration| {
-        let (beliefs, next_id) = (beliefs.clone(), next_id.clone());
+        let beliefs = beliefs.clone();
         thread::spawn(move || {
             let mut tenures = 0;
             while Instant::now() < until {
                 let Some(lease) = leases.acquire("k", ttl).unwrap() else {
                     continue;
                 };
-                let me = next_id.fetch_add(1, Ordering::SeqCst);
-                beliefs.granted(me);
+                let me = beliefs.granted("k", &lease, leases.owner());
                 tenures += 1;
                 let stop = Instant::now() + work;
                 while Instant::now() < stop {
-                    beliefs.check(me, &lease);
+                    beliefs.check("k", me, &lease);
                 }
-                beliefs.check(me, &lease);
+                beliefs.check("k", me, &lease);
                 lease.release().unwrap();
             }
             tenures
@@ -687,7 +659,7 @@ fn a_second_acquire_in_the_family_never_adopts_a_tenure_being_released() {
         "too little contention: {tenures:?}"
     );
     assert_eq!(
-        beliefs.violations.load(Ordering::SeqCst),
+        beliefs.violations(),
         0,
         "a lease still said is_held() after another lease of its key was granted"
     );

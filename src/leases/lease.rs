@@ -515,38 +515,25 @@ impl Lease {
         };
         let started = Instant::now();
         let outage = self.shared.outage_since();
-        let (until, wait_until) = match outage {
+        let (until, bound) = match outage {
             Some(since) => {
                 let end = (since + OUTAGE_WAIT).max(started);
-                (end, end)
+                (end, end - started)
             }
-            None => (started + RELEASE_WAIT, started + RELEASE_BOUND),
+            None => (started + RELEASE_WAIT, RELEASE_BOUND),
         };
-        let bound = wait_until - started;
         // From here on the lease is not held; the thread sees it before its next renewal.
         let was = self.state.begin_release(until);
+        // Lost (expired or refused): nothing to release, so no reason to wait for a thread that may
+        // still be stuck in a renewal (no cancel behind a pooler).
+        let releases = matches!(was, Status::Held | Status::Lost(LossReason::Superseded));
+        let bound = if releases { bound } else { IDLE_THREAD_WAIT };
         // Bounded(1) and the only command ever sent: never blocks.
         let _ = commands.try_send(Command::Release { was, until });
         let Some((thread, reply)) = self.thread.take() else {
             return Ok(());
         };
-        if !matches!(was, Status::Held | Status::Lost(LossReason::Superseded)) {
-            // Lost (expired or refused): nothing to release. The thread may still be stuck in a
-            // renewal (no cancel behind a pooler): it ends on its own, joined by the watcher, and
-            // the family may acquire the key again once it has.
-            return match reply.recv_timeout(IDLE_THREAD_WAIT) {
-                Ok(result) => {
-                    let _ = thread.join();
-                    result
-                }
-                Err(_) => {
-                    let cancel = self.state.take_in_flight(Purpose::Renew);
-                    let _ = self.shared.watch(Watch::Reap(thread, cancel));
-                    Ok(())
-                }
-            };
-        }
-        match reply.recv_deadline(wait_until) {
+        match reply.recv_deadline(started + bound) {
             Ok(result) => {
                 let _ = thread.join();
                 result
@@ -558,14 +545,19 @@ impl Lease {
                 Ok(())
             }
             Err(RecvTimeoutError::Timeout) => {
+                // The thread goes on in the background, joined by the watcher; the family may
+                // acquire the key again once it has finished.
                 let cancel = self.state.take_in_flight(Purpose::Renew);
+                let _ = self.shared.watch(Watch::Reap(thread, cancel));
+                if !releases {
+                    return Ok(());
+                }
                 log::warn!(
                     target: "pgtenure::leases",
                     "lease {:?}: its thread is blocked on the database; its release goes on in the \
                      background and the key stays held in this family until it completes",
                     self.state.key
                 );
-                let _ = self.shared.watch(Watch::Reap(thread, cancel));
                 Err(Error::new(
                     ErrorKind::Connection,
                     format!(

@@ -603,8 +603,9 @@ impl Leases {
             return Ok(Renewal::default());
         }
         let sent = Instant::now();
-        let rows = self.shared.db.query_idempotent(
+        let rows = self.shared.db.query(
             "renew leases",
+            Policy::IDEMPOTENT,
             &self.shared.sql.renew,
             &[
                 (&distinct, Type::TEXT_ARRAY),
@@ -676,8 +677,9 @@ impl Leases {
     /// or connection error.
     pub fn supersede(&self, key: &str) -> Result<bool> {
         check_key("lease key", key)?;
-        let row = self.shared.db.query_one_idempotent(
+        let row = self.shared.db.query_one(
             "supersede lease",
+            Policy::IDEMPOTENT,
             &self.shared.sql.supersede,
             &[(&key, Type::TEXT)],
         )?;

@@ -58,7 +58,7 @@ use postgres::Row;
 
 use self::deliver::{Delivery, Outbox};
 use self::fair::{choose_shed, Facts, Held, Member, Step};
-use crate::db::{Companion, Db};
+use crate::db::{Companion, Db, Policy};
 use crate::error::{Error, Result};
 use crate::ident::{render_tables, TableName};
 use crate::identity::{hostname, random_u64};
@@ -487,6 +487,7 @@ impl Units {
         let shards: Vec<i32> = units.iter().map(|u| u.shard).collect();
         let row = self.db.query_one(
             context,
+            Policy::ONCE,
             sql,
             &[(&tenants, Type::TEXT_ARRAY), (&shards, Type::INT4_ARRAY)],
         )?;
@@ -509,6 +510,7 @@ impl Units {
         }
         let rows = self.db.query(
             "set unit weight",
+            Policy::ONCE,
             &self.sql.set_weight,
             &[
                 (&unit.tenant.as_str(), Type::TEXT),
@@ -700,6 +702,7 @@ impl Leaser {
         let sent = Instant::now();
         let row = self.db.query_one(
             "heartbeat",
+            Policy::ONCE,
             &self.sql.heartbeat,
             &[
                 (&self.process_id.as_str(), Type::TEXT),
@@ -801,8 +804,9 @@ impl Leaser {
         let started = Instant::now();
         let id = self.process_id.as_str();
         let live_locally = self.local.lock().live_at(Instant::now());
-        let stats = self.db.query_one_idempotent(
+        let stats = self.db.query_one(
             "read membership stats",
+            Policy::IDEMPOTENT,
             &self.sql.stats,
             &[(&id, Type::TEXT)],
         )?;
@@ -826,7 +830,12 @@ impl Leaser {
                 // Units being shed are still this process's in the database, but no longer its work.
                 let read: BTreeMap<Unit, i32> = self
                     .db
-                    .query_idempotent("read owned units", &self.sql.owned, &[(&id, Type::TEXT)])?
+                    .query(
+                        "read owned units",
+                        Policy::IDEMPOTENT,
+                        &self.sql.owned,
+                        &[(&id, Type::TEXT)],
+                    )?
                     .iter()
                     .map(unit_row)
                     .filter(|(unit, _)| !shedding.contains_key(unit))
@@ -969,6 +978,7 @@ impl Leaser {
             let count = (truth.len() + shedding.len()) as i32;
             let rows = self.db.query(
                 "claim units",
+                Policy::ONCE,
                 &self.sql.claim,
                 &[
                     (&self.process_id.as_str(), Type::TEXT),
@@ -1035,8 +1045,9 @@ impl Leaser {
         };
         let tenants: Vec<&str> = shedding.keys().map(|u| u.tenant.as_str()).collect();
         let shards: Vec<i32> = shedding.keys().map(|u| u.shard).collect();
-        let result = self.db.query_idempotent(
+        let result = self.db.query(
             "shed units",
+            Policy::IDEMPOTENT,
             &self.sql.shed,
             &[
                 (&self.process_id.as_str(), Type::TEXT),
@@ -1080,6 +1091,7 @@ impl Leaser {
     pub fn sweep(&self) -> Result<Sweep> {
         let row = self.db.query_one(
             "sweep processes",
+            Policy::ONCE,
             &self.sql.sweep,
             &[(&self.cutoff_us, Type::INT8)],
         )?;
@@ -1108,6 +1120,7 @@ impl Leaser {
         let _one_at_a_time = self.ticking.lock();
         let rows = self.db.query(
             "release units",
+            Policy::ONCE,
             &self.sql.release,
             &[(&self.process_id.as_str(), Type::TEXT)],
         )?;
@@ -1135,6 +1148,7 @@ impl Leaser {
         let _one_at_a_time = self.ticking.lock();
         self.db.query_one(
             "delete process",
+            Policy::ONCE,
             &self.sql.delete_process,
             &[(&self.process_id.as_str(), Type::TEXT)],
         )?;

@@ -2,6 +2,7 @@
 //! first use), one pool, and unique table names per test so tests run in parallel.
 #![allow(dead_code)]
 
+pub mod beliefs;
 pub mod ledger;
 pub mod proxy;
 pub mod registry;
