@@ -5,18 +5,16 @@ use std::fmt;
 use std::time::{Duration, Instant};
 
 use postgres::error::SqlState;
-use postgres::types::{ToSql, Type};
+use postgres::types::Type;
 use postgres::{NoTls, Row};
 use r2d2::{Pool, PooledConnection};
 use r2d2_postgres::PostgresConnectionManager;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::ident::TableName;
+use crate::statement::{Failure, Statement, Value};
 
 type Manager = PostgresConnectionManager<NoTls>;
-
-/// A typed bind parameter: the value and its PostgreSQL type, so that no prepare round trip is needed.
-pub(crate) type Param<'a> = (&'a (dyn ToSql + Sync), Type);
 
 const LOCK_SQL: &str = include_str!("../sql/schema/lock.sql");
 const DISCARD_SQL: &str = include_str!("../sql/schema/discard.sql");
@@ -55,6 +53,7 @@ const READ_COMMITTED_OPTION: &str = "-c default_transaction_isolation=read\\ com
 pub struct Db {
     pool: Pool<Manager>,
     cancel_on_deadline: bool,
+    prepared_statements: bool,
 }
 
 impl Db {
@@ -105,7 +104,26 @@ impl Db {
         Db {
             pool,
             cancel_on_deadline: true,
+            prepared_statements: true,
         }
+    }
+
+    /// Whether each statement is prepared once per server connection (SQL `PREPARE` under a name
+    /// derived from its text, then `EXECUTE` in one round trip) instead of being parsed and planned
+    /// on every call. Defaults to `true`.
+    ///
+    /// Safe behind PgBouncer in transaction mode with its default configuration: a name means the
+    /// same statement on every server connection, and a server connection that lacks it is detected
+    /// before anything runs. Turn it off behind a proxy that pins a client to one server session
+    /// once it sees `PREPARE` (Amazon RDS Proxy does), where pinning would cost more than planning.
+    pub fn with_prepared_statements(mut self, on: bool) -> Db {
+        self.prepared_statements = on;
+        self
+    }
+
+    /// See [`Db::with_prepared_statements`].
+    pub fn prepares_statements(&self) -> bool {
+        self.prepared_statements
     }
 
     /// Whether a lease's statement that is still blocked at its local deadline is cancelled with the
@@ -172,7 +190,7 @@ impl Db {
         &self,
         context: &str,
         policy: Policy,
-        mut statement: impl FnMut(&mut Conn) -> std::result::Result<T, postgres::Error>,
+        mut statement: impl FnMut(&mut Conn) -> std::result::Result<T, Failure>,
     ) -> Result<T> {
         let skips = self.pool.max_size().clamp(1, MAX_STALE_SKIPS);
         let (mut skipped, mut resent) = (0, false);
@@ -191,19 +209,28 @@ impl Db {
             }
             match statement(&mut conn) {
                 Ok(value) => return Ok(value),
-                Err(e) if never_ran(&e) => {
+                // Also a connection that broke while the statement was being prepared: the
+                // operation itself was never sent.
+                Err(Failure {
+                    error,
+                    before_sending,
+                }) if never_ran(&error) || (before_sending && error.as_db_error().is_none()) => {
                     discard(&mut conn);
                     skipped += 1;
                     if skipped > skips {
-                        return Err(Error::from_postgres(context, e));
+                        return Err(Error::from_postgres(context, error));
                     }
-                    log::debug!(target: "pgtenure::db", "{context}: the pooled connection's session had ended ({e}); using another");
+                    log::debug!(target: "pgtenure::db", "{context}: the pooled connection's session had ended ({error}); using another");
                 }
-                Err(e) if outcome_unknown(&e) && policy.resend == Resend::Idempotent && !resent => {
+                Err(Failure { error, .. })
+                    if outcome_unknown(&error)
+                        && policy.resend == Resend::Idempotent
+                        && !resent =>
+                {
                     resent = true;
-                    log::info!(target: "pgtenure::db", "{context}: the connection failed after the statement was sent ({e}); sending it again to find out (it is idempotent)");
+                    log::info!(target: "pgtenure::db", "{context}: the connection failed after the statement was sent ({error}); sending it again to find out (it is idempotent)");
                 }
-                Err(e) => return Err(Error::from_postgres(context, e)),
+                Err(Failure { error, .. }) => return Err(Error::from_postgres(context, error)),
             }
         }
     }
@@ -216,10 +243,10 @@ impl Db {
         &self,
         context: &str,
         policy: Policy,
-        sql: &str,
-        params: &[Param<'_>],
+        statement: &Statement,
+        values: &[Value<'_>],
     ) -> Result<Vec<Row>> {
-        self.with_conn(context, policy, |conn| conn.query_typed(sql, params))
+        self.with_conn(context, policy, |conn| self.run(conn, statement, values))
     }
 
     /// Like [`Db::query`] for a statement that returns exactly one row.
@@ -227,10 +254,21 @@ impl Db {
         &self,
         context: &str,
         policy: Policy,
-        sql: &str,
-        params: &[Param<'_>],
+        statement: &Statement,
+        values: &[Value<'_>],
     ) -> Result<Row> {
-        self.with_conn(context, policy, |conn| conn.query_typed_one(sql, params))
+        one_row(context, self.query(context, policy, statement, values)?)
+    }
+
+    /// Runs `statement` once on `conn` (inside [`Db::with_conn`]): prepared once per server
+    /// connection unless turned off (see [`Db::with_prepared_statements`]).
+    pub(crate) fn run(
+        &self,
+        conn: &mut Conn,
+        statement: &Statement,
+        values: &[Value<'_>],
+    ) -> std::result::Result<Vec<Row>, Failure> {
+        statement.query(conn, self.prepared_statements, values)
     }
 
     /// Creates a table and its companions (`ddl`, one statement each) unless `table` exists, under a
@@ -395,6 +433,20 @@ impl Policy {
     }
 }
 
+/// The only row of a statement that always returns one.
+pub(crate) fn one_row(context: &str, mut rows: Vec<Row>) -> Result<Row> {
+    match rows.len() {
+        1 => Ok(rows.remove(0)),
+        n => Err(Error::new(
+            ErrorKind::Database,
+            format!(
+                "{context} failed: its statement returned {n} rows instead of one; check that the \
+                 table was made by pgtenure's create_table"
+            ),
+        )),
+    }
+}
+
 /// Whether a failure proves the statement did not take effect: the server's only answer was that
 /// the session had ended (terminated by an administrator or a fast shutdown, 57P01; an idle-session
 /// timeout, 57P05; a server not accepting connections yet, 57P03). Such a `FATAL` report comes
@@ -445,6 +497,7 @@ impl fmt::Debug for Db {
         let state = self.pool.state();
         f.debug_struct("Db")
             .field("cancel_on_deadline", &self.cancel_on_deadline)
+            .field("prepared_statements", &self.prepared_statements)
             .field("max_size", &self.pool.max_size())
             .field("connections", &state.connections)
             .field("idle_connections", &state.idle_connections)
@@ -459,6 +512,7 @@ pub struct DbBuilder {
     connection_timeout: Duration,
     read_committed: bool,
     cancel_on_deadline: bool,
+    prepared_statements: bool,
 }
 
 impl DbBuilder {
@@ -471,6 +525,7 @@ impl DbBuilder {
             connection_timeout: DEFAULT_POOL_TIMEOUT,
             read_committed: true,
             cancel_on_deadline: true,
+            prepared_statements: true,
         }
     }
 
@@ -518,6 +573,13 @@ impl DbBuilder {
         self
     }
 
+    /// Whether statements are prepared once per server connection; see
+    /// [`Db::with_prepared_statements`]. Defaults to `true`.
+    pub fn prepared_statements(mut self, on: bool) -> DbBuilder {
+        self.prepared_statements = on;
+        self
+    }
+
     /// Builds the pool and waits until one connection is open.
     ///
     /// # Errors
@@ -532,7 +594,9 @@ impl DbBuilder {
                 NoTls,
             ))
             .map_err(|e| Error::from_pool("connect", e))?;
-        Ok(Db::from_pool(pool).with_cancel_on_deadline(self.cancel_on_deadline))
+        Ok(Db::from_pool(pool)
+            .with_cancel_on_deadline(self.cancel_on_deadline)
+            .with_prepared_statements(self.prepared_statements))
     }
 
     /// Builds the pool without connecting: the first operation opens the first connection. Use it
@@ -543,7 +607,9 @@ impl DbBuilder {
             self.effective_config(),
             NoTls,
         ));
-        Db::from_pool(pool).with_cancel_on_deadline(self.cancel_on_deadline)
+        Db::from_pool(pool)
+            .with_cancel_on_deadline(self.cancel_on_deadline)
+            .with_prepared_statements(self.prepared_statements)
     }
 
     fn pool_builder(&self) -> r2d2::Builder<Manager> {
@@ -597,6 +663,7 @@ impl fmt::Debug for DbBuilder {
             .field("connection_timeout", &self.connection_timeout)
             .field("read_committed", &self.read_committed)
             .field("cancel_on_deadline", &self.cancel_on_deadline)
+            .field("prepared_statements", &self.prepared_statements)
             .finish()
     }
 }

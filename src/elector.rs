@@ -43,6 +43,7 @@ use crate::error::Result;
 use crate::ident::{render, TableName};
 use crate::identity::default_owner;
 use crate::input::{check_key, micros, MIN_DURATION};
+use crate::statement::Statement;
 
 /// The table [`Elector::new`] uses unless [`Elector::with_table`] names another.
 pub const DEFAULT_TABLE: &str = "pgtenure_leader";
@@ -63,9 +64,11 @@ const FENCE: &str = include_str!("../sql/elector/fence.sql");
 struct Statements {
     table: TableName,
     create: [String; 2],
-    is_leader: String,
-    resign: String,
-    leader: String,
+    is_leader: Statement,
+    resign: Statement,
+    leader: Statement,
+    /// Sent unprepared: it runs inside the caller's transaction, where a missing prepared
+    /// statement would abort it.
     fence: String,
 }
 
@@ -76,9 +79,15 @@ impl Statements {
                 render(CREATE_SEQUENCE, &table),
                 render(CREATE_TABLE, &table),
             ],
-            is_leader: render(IS_LEADER, &table),
-            resign: render(RESIGN, &table),
-            leader: render(LEADER, &table),
+            is_leader: Statement::new(
+                render(IS_LEADER, &table),
+                &[Type::TEXT, Type::TEXT, Type::INT8, Type::INT8],
+            ),
+            resign: Statement::new(
+                render(RESIGN, &table),
+                &[Type::TEXT, Type::TEXT, Type::INT8],
+            ),
+            leader: Statement::new(render(LEADER, &table), &[Type::TEXT]),
             fence: render(FENCE, &table),
             table,
         })
@@ -262,14 +271,10 @@ impl Elector {
             .db
             .with_conn("elect leader", Policy::IDEMPOTENT, |conn| {
                 sent = Instant::now();
-                conn.query_typed(
+                self.db.run(
+                    conn,
                     &self.sql.is_leader,
-                    &[
-                        (&&*self.name, Type::TEXT),
-                        (&&*self.holder, Type::TEXT),
-                        (&self.ttl_us, Type::INT8),
-                        (&guard, Type::INT8),
-                    ],
+                    &[&&*self.name, &&*self.holder, &self.ttl_us, &guard],
                 )
             });
         let mut tenure = self.tenure.lock();
@@ -342,11 +347,7 @@ impl Elector {
             "resign leadership",
             Policy::IDEMPOTENT,
             &self.sql.resign,
-            &[
-                (&&*self.name, Type::TEXT),
-                (&&*self.holder, Type::TEXT),
-                (&term, Type::INT8),
-            ],
+            &[&&*self.name, &&*self.holder, &term],
         )?;
         if !rows.is_empty() {
             log::info!(
@@ -369,7 +370,7 @@ impl Elector {
             "read leader",
             Policy::IDEMPOTENT,
             &self.sql.leader,
-            &[(&&*self.name, Type::TEXT)],
+            &[&&*self.name],
         )?;
         Ok(rows.first().map(|row| LeaderInfo {
             holder: row.get("holder"),

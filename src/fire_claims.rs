@@ -41,6 +41,7 @@ use crate::error::Result;
 use crate::ident::{render, TableName};
 use crate::identity::{default_owner, random_u64};
 use crate::input::{check_key, micros, MIN_DURATION};
+use crate::statement::Statement;
 
 /// The table [`FireClaims::new`] uses unless [`FireClaims::with_table`] names another.
 pub const DEFAULT_TABLE: &str = "pgtenure_fire_claims";
@@ -56,16 +57,19 @@ const PURGE: &str = include_str!("../sql/fire_claims/purge.sql");
 struct Statements {
     table: TableName,
     create: [String; 2],
-    claim: String,
-    purge: String,
+    claim: Statement,
+    purge: Statement,
 }
 
 impl Statements {
     fn new(table: TableName) -> Arc<Statements> {
         Arc::new(Statements {
             create: [render(CREATE_TABLE, &table), render(CREATE_INDEX, &table)],
-            claim: render(CLAIM, &table),
-            purge: render(PURGE, &table),
+            claim: Statement::new(
+                render(CLAIM, &table),
+                &[Type::TEXT, Type::TEXT, Type::INT8, Type::INT8],
+            ),
+            purge: Statement::new(render(PURGE, &table), &[Type::INT8]),
             table,
         })
     }
@@ -181,12 +185,7 @@ impl FireClaims {
             "claim fire",
             Policy::IDEMPOTENT,
             &self.sql.claim,
-            &[
-                (&fire_key, Type::TEXT),
-                (&&*self.holder, Type::TEXT),
-                (&self.ttl_us, Type::INT8),
-                (&claim_id, Type::INT8),
-            ],
+            &[&fire_key, &&*self.holder, &self.ttl_us, &claim_id],
         )?;
         let won: bool = row.get("won");
         log::debug!(
@@ -211,7 +210,7 @@ impl FireClaims {
             "purge fire claims",
             Policy::ONCE,
             &self.sql.purge,
-            &[(&older_us, Type::INT8)],
+            &[&older_us],
         )?;
         let purged: i64 = row.get(0);
         log::debug!(target: "pgtenure::fire_claims", "purged {purged} expired fire claims");

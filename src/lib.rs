@@ -47,6 +47,8 @@
 //!   at the local deadline, [`Leases::fence`].
 //! - [`elector`]: [`Elector`], one row per fleet.
 //! - [`membership`]: [`membership::Leaser`], [`membership::Units`], the fair-share arithmetic.
+//! - `statement`: each statement prepared once per server connection under a name derived from
+//!   its text, safe behind transaction poolers.
 //! - `ident`: table-name validation and quoting, the only text substituted into SQL.
 //! - `input`: checks on keys, durations and ticks, run before any statement.
 //! - [`testing`] (feature `testing`): [`testing::TempPostgres`], a throwaway server for tests.
@@ -64,6 +66,7 @@ mod identity;
 mod input;
 pub mod leases;
 pub mod membership;
+mod statement;
 #[cfg(feature = "testing")]
 pub mod testing;
 pub mod tick_claims;

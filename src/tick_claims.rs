@@ -42,11 +42,12 @@ use std::time::{Duration, Instant, SystemTime};
 
 use postgres::types::Type;
 
-use crate::db::{Db, Policy};
+use crate::db::{one_row, Db, Policy};
 use crate::error::{Error, Result};
 use crate::ident::{render, TableName};
 use crate::identity::{default_owner, random_u64};
 use crate::input::{check_key, check_tick, micros, MIN_DURATION};
+use crate::statement::Statement;
 
 /// The table [`TickClaims::new`] uses unless [`TickClaims::with_table`] names another.
 pub const DEFAULT_TABLE: &str = "pgtenure_tick_claims";
@@ -59,16 +60,28 @@ const RELEASE: &str = include_str!("../sql/tick_claims/release.sql");
 struct Statements {
     table: TableName,
     create_table: String,
-    claim: String,
-    release: String,
+    claim: Statement,
+    release: Statement,
 }
 
 impl Statements {
     fn new(table: TableName) -> Arc<Statements> {
         Arc::new(Statements {
             create_table: render(CREATE_TABLE, &table),
-            claim: render(CLAIM, &table),
-            release: render(RELEASE, &table),
+            claim: Statement::new(
+                render(CLAIM, &table),
+                &[
+                    Type::TEXT,
+                    Type::TIMESTAMPTZ,
+                    Type::INT8,
+                    Type::TEXT,
+                    Type::INT8,
+                ],
+            ),
+            release: Statement::new(
+                render(RELEASE, &table),
+                &[Type::TEXT, Type::TEXT, Type::INT8],
+            ),
             table,
         })
     }
@@ -165,22 +178,18 @@ impl TickClaims {
         let busy_us = micros("busy_for", busy_for, MIN_DURATION)?;
         let claim_id = random_u64() as i64;
         let mut started = None;
-        let row = self
+        let rows = self
             .db
             .with_conn("claim tick", Policy::IDEMPOTENT, |conn| {
                 // The first send starts the busy period at the earliest.
                 started.get_or_insert_with(Instant::now);
-                conn.query_typed_one(
+                self.db.run(
+                    conn,
                     &self.sql.claim,
-                    &[
-                        (&job_id, Type::TEXT),
-                        (&tick, Type::TIMESTAMPTZ),
-                        (&busy_us, Type::INT8),
-                        (&&*self.owner, Type::TEXT),
-                        (&claim_id, Type::INT8),
-                    ],
+                    &[&job_id, &tick, &busy_us, &&*self.owner, &claim_id],
                 )
             })?;
+        let row = one_row("claim tick", rows)?;
         let started = started.unwrap_or_else(Instant::now);
         let too_far: bool = row.get("too_far");
         if too_far {
@@ -264,11 +273,7 @@ impl TickClaim {
             "release tick claim",
             Policy::IDEMPOTENT,
             &self.claims.sql.release,
-            &[
-                (&self.job_id.as_str(), Type::TEXT),
-                (&&*self.claims.owner, Type::TEXT),
-                (&self.token, Type::INT8),
-            ],
+            &[&self.job_id.as_str(), &&*self.claims.owner, &self.token],
         )?;
         if rows.is_empty() {
             log::debug!(
@@ -307,8 +312,8 @@ mod tests {
     #[test]
     fn statements_are_rendered_for_the_table() {
         let sql = Statements::new(TableName::parse("ops.ticks").unwrap());
-        assert!(sql.claim.contains("UPDATE \"ops\".\"ticks\" AS c"));
-        assert!(!sql.claim.contains("{table"));
+        assert!(sql.claim.text().contains("UPDATE \"ops\".\"ticks\" AS c"));
+        assert!(!sql.claim.text().contains("{table"));
         assert!(sql.create_table.contains("\"ops\".\"ticks\""));
     }
 }

@@ -559,44 +559,52 @@ fn one_hundred_thousand_units_and_eight_leasers_converge_and_claims_use_the_inde
     client()
         .batch_execute(&format!("ANALYZE {}", fleet.units_table))
         .unwrap();
-    // The claim statement's plan, as the library sends it, with real parameter values.
+    // The claim statement's plans, prepared as the library prepares it: planned for these values
+    // (the first five executions) and generic (every later one).
     let claim = std::fs::read_to_string("sql/membership/claim.sql")
         .unwrap()
         .replace("{units}", &format!("\"{}\"", fleet.units_table))
         .replace("{processes}", &format!("\"{}\"", fleet.processes));
-    use pgtenure::postgres::types::Type;
-    let plan: Vec<String> = client()
-        .query_typed(
-            &format!("EXPLAIN {claim}"),
-            &[
-                (&all[0].process_id(), Type::TEXT),
-                (&64_i32, Type::INT4),
-                (&64_i64, Type::INT8),
-                (&12345_i32, Type::INT4),
-                (&12_500_i32, Type::INT4),
-                (&12_500_i64, Type::INT8),
-            ],
-        )
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
-    let plan = plan.join("\n");
-    println!("{plan}");
+    let mut explain = client();
+    explain
+        .batch_execute(&format!(
+            "PREPARE claim (text, int4, int8, int4, int4, int8) AS {claim}"
+        ))
+        .unwrap();
+    let execute = format!(
+        "EXPLAIN EXECUTE claim('{}', 64, 64, 12345, 12500, 12500)",
+        all[0].process_id()
+    );
+    let mut plans = Vec::new();
+    for mode in ["force_custom_plan", "force_generic_plan"] {
+        explain
+            .batch_execute(&format!("SET plan_cache_mode = {mode}"))
+            .unwrap();
+        let plan: Vec<String> = explain
+            .query(&execute, &[])
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        plans.push((mode, plan.join("\n")));
+    }
     let claimable = format!("{}_claimable", fleet.units_table);
     let owner = format!("{}_owner", fleet.units_table);
-    assert!(
-        plan.contains(&claimable),
-        "the claim does not use the claimable index:\n{plan}"
-    );
-    assert!(
-        plan.contains(&owner),
-        "the orphan lookup does not use the owner index:\n{plan}"
-    );
-    assert!(
-        !plan.contains(&format!("Seq Scan on {}", fleet.units_table)),
-        "the claim scans the units table:\n{plan}"
-    );
+    for (mode, plan) in &plans {
+        println!("{mode}:\n{plan}");
+        assert!(
+            plan.contains(&claimable),
+            "{mode}: the claim does not use the claimable index:\n{plan}"
+        );
+        assert!(
+            plan.contains(&owner),
+            "{mode}: the orphan lookup does not use the owner index:\n{plan}"
+        );
+        assert!(
+            !plan.contains(&format!("Seq Scan on {}", fleet.units_table)),
+            "{mode}: the claim scans the units table:\n{plan}"
+        );
+    }
 }
 
 #[test]

@@ -20,13 +20,21 @@ use pgtenure::{Db, DbBuilder, Elector, FireClaims, Leases, LossReason, TickClaim
 
 /// A pool through `proxy`, with a short pool timeout.
 fn proxied(proxy: &Proxy, max_size: u32) -> Db {
-    DbBuilder::from_config(proxy.config())
+    let mut config = proxy.config();
+    config.application_name(&proxied_app(proxy));
+    DbBuilder::from_config(config)
         .max_size(max_size)
         .unwrap()
         .connection_timeout(Duration::from_secs(2))
         .unwrap()
         .build()
         .unwrap()
+}
+
+/// The application name of the sessions [`proxied`] opens (statements run as `EXECUTE`, so
+/// `pg_stat_activity` shows their names, not their tables).
+fn proxied_app(proxy: &Proxy) -> String {
+    format!("pgtenure-proxied-{}", proxy.port())
 }
 
 /// A pool of `max_size` on the test database and a lease family on a fresh table.
@@ -373,12 +381,13 @@ fn a_renewal_sent_again_while_the_first_waits_on_a_lock_never_shortens_the_lease
     let proxy = Proxy::start(0, database_addr()).unwrap();
     let leases = Leases::new(&proxied(&proxy, 4)).with_table(&table).unwrap();
     let mut admin = client();
+    let app = proxied_app(&proxy);
     let waiting = |admin: &mut pgtenure::postgres::Client| -> i64 {
         admin
             .query_one(
                 "SELECT count(*) FROM pg_stat_activity
-                  WHERE wait_event_type = 'Lock' AND query LIKE '%' || $1 || '%'",
-                &[&table],
+                  WHERE wait_event_type = 'Lock' AND application_name = $1",
+                &[&app],
             )
             .unwrap()
             .get(0)

@@ -1,11 +1,12 @@
 -- Extends every live lease of this owner among the keys, in one statement for the whole batch; a key
 -- missing from the result is lost (taken, released, deleted or lapsed). Never shortens a lease (a
 -- shorter TTL than the row has left keeps the row's expiry). Matches nothing it does not extend, so
--- it writes only what it renews.
+-- it writes only what it renews. The keys reach the planner through a sub-SELECT, so every plan
+-- assumes the same batch size and PostgreSQL keeps its generic plan (planned once, not per call).
 -- $1 keys, $2 owner, $3 TTL in microseconds.
 UPDATE {table}
    SET held_until = greatest(held_until, now() + $3::bigint * interval '1 microsecond')
- WHERE key = ANY ($1::text[])
+ WHERE key = ANY ((SELECT $1::text[])::text[])
    AND owner = $2
    AND held_until > now()
 RETURNING key, token, superseded

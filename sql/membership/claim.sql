@@ -4,6 +4,8 @@
 -- onwards, wrapping around (claimable index); FOR UPDATE SKIP LOCKED lets concurrent claimers take
 -- disjoint units without waiting. The claimer's reported count and weight, and those of the expired
 -- processes it took units from (with their change counters), are updated in the same statement.
+-- The limits are sub-SELECTs, so every plan assumes the same batch size and PostgreSQL keeps its
+-- generic plan (planned once, not per call).
 -- $1 process id, $2 most units, $3 weight budget, $4 random slot, $5 units owned, $6 weight owned.
 WITH me AS (
     SELECT 1 FROM {processes} WHERE process_id = $1::uuid AND expires_at > now()
@@ -16,12 +18,12 @@ orphaned AS (
              FROM {units} u
             WHERE u.process_id = p.process_id AND u.weight > 0
             ORDER BY u.slot
-            LIMIT $2
+            LIMIT (SELECT $2)
               FOR UPDATE SKIP LOCKED
            ) o
      WHERE p.expires_at <= now()
        AND EXISTS (SELECT 1 FROM me)
-     LIMIT $2
+     LIMIT (SELECT $2)
 ),
 from_slot AS (
     SELECT tenant, shard, weight, process_id
@@ -29,7 +31,7 @@ from_slot AS (
      WHERE process_id IS NULL AND weight > 0 AND slot >= $4
        AND EXISTS (SELECT 1 FROM me)
      ORDER BY slot
-     LIMIT $2
+     LIMIT (SELECT $2)
        FOR UPDATE SKIP LOCKED
 ),
 before_slot AS (
@@ -38,14 +40,14 @@ before_slot AS (
      WHERE process_id IS NULL AND weight > 0 AND slot < $4
        AND EXISTS (SELECT 1 FROM me)
      ORDER BY slot
-     LIMIT $2
+     LIMIT (SELECT $2)
        FOR UPDATE SKIP LOCKED
 ),
 candidates AS (
     SELECT * FROM orphaned
     UNION ALL SELECT * FROM from_slot
     UNION ALL SELECT * FROM before_slot
-    LIMIT $2
+    LIMIT (SELECT $2)
 ),
 picked AS (
     SELECT tenant, shard, process_id AS previous

@@ -8,7 +8,6 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{at, bounded, select, Receiver, RecvTimeoutError, Sender};
 use parking_lot::Mutex;
-use postgres::types::Type;
 use postgres::CancelToken;
 
 use super::schedule::{next_retry, renew_interval};
@@ -16,6 +15,7 @@ use super::watcher::Watch;
 use super::{Family, Shared};
 use crate::db::{discard, Conn, Policy};
 use crate::error::{Error, ErrorKind, Result};
+use crate::statement::Failure;
 
 /// How long [`Lease::release`] (and dropping a lease) waits in all: for the lease's thread to finish
 /// a renewal in progress, for a pool connection, and for the release statement, which the deadline
@@ -236,8 +236,8 @@ impl Renewer {
         state: &LeaseState,
         purpose: Purpose,
         conn: &mut Conn,
-        statement: impl FnOnce(&mut postgres::Client) -> std::result::Result<T, postgres::Error>,
-    ) -> std::result::Result<T, postgres::Error> {
+        statement: impl FnOnce(&mut Conn) -> std::result::Result<T, Failure>,
+    ) -> std::result::Result<T, Failure> {
         let cancellable = self.family.db.cancels_on_deadline();
         if cancellable {
             state.set_in_flight(purpose, conn.cancel_token());
@@ -263,13 +263,14 @@ impl Renewer {
         let rows = self.family.db.with_conn("renew lease", policy, |conn| {
             sent = Instant::now();
             self.run_cancellable(state, Purpose::Renew, conn, |conn| {
-                conn.query_typed(
+                self.family.db.run(
+                    conn,
                     &self.family.sql.renew_tenure,
                     &[
-                        (&state.key.as_str(), Type::TEXT),
-                        (&&*self.family.owner, Type::TEXT),
-                        (&state.token, Type::INT8),
-                        (&state.ttl_us, Type::INT8),
+                        &state.key.as_str(),
+                        &&*self.family.owner,
+                        &state.token,
+                        &state.ttl_us,
                     ],
                 )
             })

@@ -76,11 +76,12 @@ use postgres::types::Type;
 pub use self::lease::{Lease, LossReason};
 use self::schedule::MIN_MANAGED_TTL;
 use self::watcher::{Watch, Watcher};
-use crate::db::{Companion, Db, Policy};
+use crate::db::{Companion, Conn, Db, Policy};
 use crate::error::{Error, Result};
 use crate::ident::{render, TableName};
 use crate::identity::default_owner;
 use crate::input::{check_key, micros, MIN_DURATION};
+use crate::statement::{Failure, Statement};
 
 /// The table [`Leases::new`] uses unless [`Leases::with_table`] names another.
 pub const DEFAULT_TABLE: &str = "pgtenure_leases";
@@ -94,17 +95,21 @@ const ACQUIRE: &str = include_str!("../../sql/leases/acquire.sql");
 const RENEW: &str = include_str!("../../sql/leases/renew.sql");
 const RENEW_TENURE: &str = include_str!("../../sql/leases/renew_tenure.sql");
 const RELEASE: &str = include_str!("../../sql/leases/release.sql");
+const RELEASE_AND_SWEEP: &str = include_str!("../../sql/leases/release_and_sweep.sql");
 const SUPERSEDE: &str = include_str!("../../sql/leases/supersede.sql");
 const FENCE: &str = include_str!("../../sql/leases/fence.sql");
 
 pub(crate) struct Statements {
     table: TableName,
     create: [String; 2],
-    acquire: String,
-    renew: String,
-    renew_tenure: String,
-    release: String,
-    supersede: String,
+    acquire: Statement,
+    renew: Statement,
+    renew_tenure: Statement,
+    release: Statement,
+    release_and_sweep: Statement,
+    supersede: Statement,
+    /// Sent unprepared: it runs inside the caller's transaction, where a missing prepared
+    /// statement would abort it.
     fence: String,
 }
 
@@ -115,11 +120,27 @@ impl Statements {
                 render(CREATE_SEQUENCE, &table),
                 render(CREATE_TABLE, &table),
             ],
-            acquire: render(ACQUIRE, &table),
-            renew: render(RENEW, &table),
-            renew_tenure: render(RENEW_TENURE, &table),
-            release: render(RELEASE, &table),
-            supersede: render(SUPERSEDE, &table),
+            acquire: Statement::new(
+                render(ACQUIRE, &table),
+                &[Type::TEXT, Type::TEXT, Type::INT8, Type::BOOL],
+            ),
+            renew: Statement::new(
+                render(RENEW, &table),
+                &[Type::TEXT_ARRAY, Type::TEXT, Type::INT8],
+            ),
+            renew_tenure: Statement::new(
+                render(RENEW_TENURE, &table),
+                &[Type::TEXT, Type::TEXT, Type::INT8, Type::INT8],
+            ),
+            release: Statement::new(
+                render(RELEASE, &table),
+                &[Type::TEXT, Type::TEXT, Type::INT8],
+            ),
+            release_and_sweep: Statement::new(
+                render(RELEASE_AND_SWEEP, &table),
+                &[Type::TEXT, Type::TEXT, Type::INT8],
+            ),
+            supersede: Statement::new(render(SUPERSEDE, &table), &[Type::TEXT]),
             fence: render(FENCE, &table),
             table,
         })
@@ -182,20 +203,22 @@ impl Family {
     /// Runs the release statement on `conn`: whether a live lease was released.
     fn release_statement(
         &self,
-        conn: &mut postgres::Client,
+        conn: &mut Conn,
         key: &str,
         token: Option<i64>,
-    ) -> std::result::Result<bool, postgres::Error> {
-        let sweep = self.sweep_due();
-        let row = conn.query_typed_one(
-            &self.sql.release,
-            &[
-                (&key, Type::TEXT),
-                (&&*self.owner, Type::TEXT),
-                (&token, Type::INT8),
-                (&sweep, Type::BOOL),
-            ],
-        )?;
+    ) -> std::result::Result<bool, Failure> {
+        let statement = if self.sweep_due() {
+            &self.sql.release_and_sweep
+        } else {
+            &self.sql.release
+        };
+        let rows = self
+            .db
+            .run(conn, statement, &[&key, &&*self.owner, &token])?;
+        // A SELECT without FROM: always exactly one row.
+        let Some(row) = rows.first() else {
+            return Ok(false);
+        };
         let swept: i64 = row.get("swept");
         if swept > 0 {
             log::info!(target: "pgtenure::leases", "deleted {swept} lease rows that lapsed over an hour ago");
@@ -560,14 +583,10 @@ impl Leases {
             .db
             .with_conn("acquire lease", Policy::IDEMPOTENT, |conn| {
                 sent = Instant::now();
-                conn.query_typed(
+                self.shared.db.run(
+                    conn,
                     &self.shared.sql.acquire,
-                    &[
-                        (&key, Type::TEXT),
-                        (&&*self.shared.owner, Type::TEXT),
-                        (&ttl_us, Type::INT8),
-                        (&keep, Type::BOOL),
-                    ],
+                    &[&key, &&*self.shared.owner, &ttl_us, &keep],
                 )
             });
         self.shared.note(&rows);
@@ -607,11 +626,7 @@ impl Leases {
             "renew leases",
             Policy::IDEMPOTENT,
             &self.shared.sql.renew,
-            &[
-                (&distinct, Type::TEXT_ARRAY),
-                (&&*self.shared.owner, Type::TEXT),
-                (&ttl_us, Type::INT8),
-            ],
+            &[&distinct, &&*self.shared.owner, &ttl_us],
         )?;
         let mut renewed: HashMap<&str, KeyRenewal> = HashMap::with_capacity(rows.len());
         for row in &rows {
@@ -681,7 +696,7 @@ impl Leases {
             "supersede lease",
             Policy::IDEMPOTENT,
             &self.shared.sql.supersede,
-            &[(&key, Type::TEXT)],
+            &[&key],
         )?;
         Ok(row.get(0))
     }
@@ -742,6 +757,7 @@ mod tests {
         assert!(sql.create[0].contains("\"ops\".\"locks_token_seq\""));
         assert!(sql
             .acquire
+            .text()
             .contains("nextval('\"ops\".\"locks_token_seq\"')"));
     }
 

@@ -63,6 +63,7 @@ use crate::error::{Error, Result};
 use crate::ident::{render_tables, TableName};
 use crate::identity::{hostname, random_u64};
 use crate::input::{check_key, micros, MIN_DURATION};
+use crate::statement::Statement;
 
 /// The processes table unless [`Leaser::with_tables`] names another.
 pub const DEFAULT_PROCESSES_TABLE: &str = "pgtenure_processes";
@@ -326,17 +327,17 @@ struct Statements {
     units: TableName,
     create_processes: [String; 1],
     create_units: [String; 3],
-    heartbeat: String,
-    owned: String,
-    stats: String,
-    claim: String,
-    shed: String,
-    release: String,
-    delete_process: String,
-    sweep: String,
-    add_units: String,
-    remove_units: String,
-    set_weight: String,
+    heartbeat: Statement,
+    owned: Statement,
+    stats: Statement,
+    claim: Statement,
+    shed: Statement,
+    release: Statement,
+    delete_process: Statement,
+    sweep: Statement,
+    add_units: Statement,
+    remove_units: Statement,
+    set_weight: Statement,
 }
 
 /// The suffixes of the units table's indexes (`{index:owner}`, `{index:claimable}` in `sql/`).
@@ -368,8 +369,9 @@ impl Statements {
 
     fn render(processes: TableName, units: TableName) -> Arc<Statements> {
         let both = [("units", &units), ("processes", &processes)];
-        let dml = |sql: &str| render_tables(sql, &both);
+        let dml = |sql: &str, types: &[Type]| Statement::new(render_tables(sql, &both), types);
         let on = |sql: &str, table: &TableName| render_tables(sql, &[("table", table)]);
+        let units_batch = [Type::TEXT_ARRAY, Type::INT4_ARRAY];
         Arc::new(Statements {
             create_processes: [on(CREATE_PROCESSES, &processes)],
             create_units: [
@@ -377,17 +379,46 @@ impl Statements {
                 on(CREATE_OWNER_INDEX, &units),
                 on(CREATE_CLAIMABLE_INDEX, &units),
             ],
-            heartbeat: dml(HEARTBEAT),
-            owned: dml(OWNED),
-            stats: dml(STATS),
-            claim: dml(CLAIM),
-            shed: dml(SHED),
-            release: dml(RELEASE),
-            delete_process: dml(DELETE_PROCESS),
-            sweep: dml(SWEEP),
-            add_units: dml(ADD_UNITS),
-            remove_units: dml(REMOVE_UNITS),
-            set_weight: dml(SET_WEIGHT),
+            heartbeat: dml(
+                HEARTBEAT,
+                &[
+                    Type::TEXT,
+                    Type::INT8,
+                    Type::INT4,
+                    Type::INT8,
+                    Type::TEXT,
+                    Type::TEXT,
+                ],
+            ),
+            owned: dml(OWNED, &[Type::TEXT]),
+            stats: dml(STATS, &[Type::TEXT]),
+            claim: dml(
+                CLAIM,
+                &[
+                    Type::TEXT,
+                    Type::INT4,
+                    Type::INT8,
+                    Type::INT4,
+                    Type::INT4,
+                    Type::INT8,
+                ],
+            ),
+            shed: dml(
+                SHED,
+                &[
+                    Type::TEXT,
+                    Type::TEXT_ARRAY,
+                    Type::INT4_ARRAY,
+                    Type::INT4,
+                    Type::INT8,
+                ],
+            ),
+            release: dml(RELEASE, &[Type::TEXT]),
+            delete_process: dml(DELETE_PROCESS, &[Type::TEXT]),
+            sweep: dml(SWEEP, &[Type::INT8]),
+            add_units: dml(ADD_UNITS, &units_batch),
+            remove_units: dml(REMOVE_UNITS, &units_batch),
+            set_weight: dml(SET_WEIGHT, &[Type::TEXT, Type::INT4, Type::INT4]),
             processes,
             units,
         })
@@ -476,7 +507,7 @@ impl Units {
         self.batch("remove units", &self.sql.remove_units, units)
     }
 
-    fn batch(&self, context: &str, sql: &str, units: &[Unit]) -> Result<u64> {
+    fn batch(&self, context: &str, sql: &Statement, units: &[Unit]) -> Result<u64> {
         for unit in units {
             check_key("tenant", &unit.tenant)?;
         }
@@ -485,12 +516,9 @@ impl Units {
         }
         let tenants: Vec<&str> = units.iter().map(|u| u.tenant.as_str()).collect();
         let shards: Vec<i32> = units.iter().map(|u| u.shard).collect();
-        let row = self.db.query_one(
-            context,
-            Policy::ONCE,
-            sql,
-            &[(&tenants, Type::TEXT_ARRAY), (&shards, Type::INT4_ARRAY)],
-        )?;
+        let row = self
+            .db
+            .query_one(context, Policy::ONCE, sql, &[&tenants, &shards])?;
         Ok(u64::try_from(row.get::<_, i64>(0)).unwrap_or_default())
     }
 
@@ -512,11 +540,7 @@ impl Units {
             "set unit weight",
             Policy::ONCE,
             &self.sql.set_weight,
-            &[
-                (&unit.tenant.as_str(), Type::TEXT),
-                (&unit.shard, Type::INT4),
-                (&weight, Type::INT4),
-            ],
+            &[&unit.tenant.as_str(), &unit.shard, &weight],
         )?;
         Ok(!rows.is_empty())
     }
@@ -705,12 +729,12 @@ impl Leaser {
             Policy::ONCE,
             &self.sql.heartbeat,
             &[
-                (&self.process_id.as_str(), Type::TEXT),
-                (&self.ttl_us, Type::INT8),
-                (&count, Type::INT4),
-                (&weight, Type::INT8),
-                (&self.config.hostname.as_str(), Type::TEXT),
-                (&self.config.version.as_str(), Type::TEXT),
+                &self.process_id.as_str(),
+                &self.ttl_us,
+                &count,
+                &weight,
+                &self.config.hostname.as_str(),
+                &self.config.version.as_str(),
             ],
         )?;
         let lapsed: bool = row.get("lapsed");
@@ -808,7 +832,7 @@ impl Leaser {
             "read membership stats",
             Policy::IDEMPOTENT,
             &self.sql.stats,
-            &[(&id, Type::TEXT)],
+            &[&id],
         )?;
         // The database's truth about what this process owns: re-read only when it may differ from
         // the local view (first tick, a lapse, a failed tick, or another process or an operator
@@ -834,7 +858,7 @@ impl Leaser {
                         "read owned units",
                         Policy::IDEMPOTENT,
                         &self.sql.owned,
-                        &[(&id, Type::TEXT)],
+                        &[&id],
                     )?
                     .iter()
                     .map(unit_row)
@@ -981,12 +1005,12 @@ impl Leaser {
                 Policy::ONCE,
                 &self.sql.claim,
                 &[
-                    (&self.process_id.as_str(), Type::TEXT),
-                    (&limit, Type::INT4),
-                    (&budget, Type::INT8),
-                    (&slot, Type::INT4),
-                    (&count, Type::INT4),
-                    (&weight, Type::INT8),
+                    &self.process_id.as_str(),
+                    &limit,
+                    &budget,
+                    &slot,
+                    &count,
+                    &weight,
                 ],
             )?;
             if rows.is_empty() {
@@ -1050,11 +1074,11 @@ impl Leaser {
             Policy::IDEMPOTENT,
             &self.sql.shed,
             &[
-                (&self.process_id.as_str(), Type::TEXT),
-                (&tenants, Type::TEXT_ARRAY),
-                (&shards, Type::INT4_ARRAY),
-                (&count, Type::INT4),
-                (&weight, Type::INT8),
+                &self.process_id.as_str(),
+                &tenants,
+                &shards,
+                &count,
+                &weight,
             ],
         );
         let given = match result {
@@ -1093,7 +1117,7 @@ impl Leaser {
             "sweep processes",
             Policy::ONCE,
             &self.sql.sweep,
-            &[(&self.cutoff_us, Type::INT8)],
+            &[&self.cutoff_us],
         )?;
         let sweep = Sweep {
             processes: u64::try_from(row.get::<_, i64>("processes")).unwrap_or_default(),
@@ -1122,7 +1146,7 @@ impl Leaser {
             "release units",
             Policy::ONCE,
             &self.sql.release,
-            &[(&self.process_id.as_str(), Type::TEXT)],
+            &[&self.process_id.as_str()],
         )?;
         let mut local = self.local.lock();
         local.owned = Arc::default();
@@ -1150,7 +1174,7 @@ impl Leaser {
             "delete process",
             Policy::ONCE,
             &self.sql.delete_process,
-            &[(&self.process_id.as_str(), Type::TEXT)],
+            &[&self.process_id.as_str()],
         )?;
         let mut local = self.local.lock();
         local.forget_all();
@@ -1430,12 +1454,15 @@ mod tests {
             TableName::parse("m.units").unwrap(),
         )
         .unwrap();
-        assert!(sql.claim.contains("UPDATE \"m\".\"units\" u"));
-        assert!(sql.claim.contains("FROM \"m\".\"procs\" WHERE process_id"));
+        assert!(sql.claim.text().contains("UPDATE \"m\".\"units\" u"));
+        assert!(sql
+            .claim
+            .text()
+            .contains("FROM \"m\".\"procs\" WHERE process_id"));
         assert!(
             sql.create_units[1].contains("INDEX IF NOT EXISTS \"units_owner\" ON \"m\".\"units\"")
         );
         assert!(sql.create_units[2].contains("\"units_claimable\""));
-        assert!(!sql.claim.contains('{'));
+        assert!(!sql.claim.text().contains('{'));
     }
 }

@@ -5,6 +5,7 @@
 //! then the end of the stream). It also counts protocol round trips: the client's `Sync` and simple
 //! `Query` messages.
 
+use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -29,6 +30,9 @@ struct Shared {
     /// any) right after the server's next complete answer (`ReadyForQuery`).
     fin_armed: Mutex<Option<Vec<u8>>>,
     fins: AtomicU64,
+    /// The statements prepared through the proxy (`PREPARE pgt_…`), by name: an `EXECUTE` of one
+    /// matches a pattern that its statement's text contains.
+    prepared: Mutex<HashMap<Vec<u8>, Vec<u8>>>,
 }
 
 /// Forwards every connection made to its port on 127.0.0.1 to a target. Dropping it stops accepting,
@@ -162,7 +166,8 @@ impl Proxy {
     /// Closes the next connection whose client sends a message containing `pattern` (any
     /// connection for an empty pattern) right after forwarding the server's complete answer to it:
     /// the server has run and committed the statement, the client reads its whole answer and then
-    /// the end of the stream. One-shot.
+    /// the end of the stream. One-shot. A prepared statement's `EXECUTE` matches what its text
+    /// contains; its `PREPARE` does not (it runs nothing).
     pub fn fin_after_answer(&self, pattern: &str) {
         *self.shared.fin_armed.lock() = Some(pattern.as_bytes().to_vec());
     }
@@ -236,9 +241,17 @@ fn pipe(mut from: TcpStream, mut to: TcpStream, shared: Arc<Shared>, epoch: u64,
                 shared
                     .round_trips
                     .fetch_add(counter.feed(chunk), Ordering::SeqCst);
+                let preparing = prepared_name(chunk, b"PREPARE ");
+                if let Some(name) = preparing {
+                    shared.prepared.lock().insert(name.to_vec(), chunk.to_vec());
+                }
                 let mut armed = shared.fin_armed.lock();
                 let hit = armed.as_ref().is_some_and(|pattern| {
-                    pattern.is_empty() || chunk.windows(pattern.len()).any(|w| w == &pattern[..])
+                    let executed = prepared_name(chunk, b"EXECUTE ")
+                        .and_then(|name| shared.prepared.lock().get(name).cloned());
+                    pattern.is_empty()
+                        || (preparing.is_none() && contains(chunk, pattern))
+                        || executed.is_some_and(|text| contains(&text, pattern))
                 });
                 if hit && counter.typed {
                     *armed = None;
@@ -265,6 +278,18 @@ fn pipe(mut from: TcpStream, mut to: TcpStream, shared: Arc<Shared>, epoch: u64,
     }
     let _ = from.shutdown(Shutdown::Both);
     let _ = to.shutdown(Shutdown::Both);
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+/// The name after `verb` in `pgtenure`'s `PREPARE pgt_…` / `EXECUTE pgt_…` (36 bytes).
+fn prepared_name<'a>(chunk: &'a [u8], verb: &[u8]) -> Option<&'a [u8]> {
+    let at = chunk
+        .windows(verb.len() + 4)
+        .position(|w| w.starts_with(verb) && w.ends_with(b"pgt_"))?;
+    chunk.get(at + verb.len()..at + verb.len() + 36)
 }
 
 /// Holds back what is written to `stream` until it is shut down, so the data and the FIN leave in one

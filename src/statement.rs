@@ -1,0 +1,501 @@
+//! Statements planned once per server connection, safely behind transaction poolers.
+//!
+//! Every operation's statement is a CTE whose planning costs several times its execution, so sending
+//! it as an unnamed statement (planned on every call) made refusals and follower polls run at a
+//! fraction of what PostgreSQL allows. Each [`Statement`] is instead prepared with SQL `PREPARE`
+//! under a name derived from its content, `pgt_` and 32 hex digits of the SHA-256 of its parameter
+//! types and text, and run as `EXECUTE pgt_…('value', …)` in one round trip, its values written as
+//! literals from their wire encoding (text escaped by the driver's `escape_literal`). The `EXECUTE`
+//! itself is sent as an unnamed statement, so rows come back in binary form as from any query.
+//!
+//! Why SQL-level names rather than the protocol's: the driver names protocol-level statements
+//! `s0, s1, …` per process, so behind a transaction pooler that does not track them (PgBouncer
+//! before 1.21, or later ones with `max_prepared_statements = 0`) a `Bind` could reach another
+//! client's statement of the same name on a shared server connection. A content-addressed name
+//! means the same statement wherever it exists, whoever prepared it. A server connection that lacks
+//! it answers 26000 before anything ran; one that already has it (prepared by another client behind
+//! the pooler) answers 42P05 to `PREPARE`. Either way nothing ran, and the statement is prepared or
+//! executed again, at most [`MAX_EXECUTES`] times in all before it is sent unprepared for that call.
+//!
+//! Which statements a pooled connection has prepared is remembered in its r2d2 extensions, so a
+//! direct connection pays one extra round trip (`PREPARE`) the first time it runs each statement;
+//! behind a pooler, a server connection that lacks one costs two more (the 26000, then `PREPARE`).
+
+use std::collections::HashSet;
+use std::fmt::Write as _;
+
+use bytes::BytesMut;
+use postgres::error::SqlState;
+use postgres::types::{IsNull, ToSql, Type};
+use postgres::Row;
+use r2d2::PooledConnection;
+use sha2::{Digest, Sha256};
+
+use crate::db::Conn;
+
+/// How many `EXECUTE`s one call tries before it sends its statement unprepared (a pooler that keeps
+/// moving the session between server connections that lack it).
+const MAX_EXECUTES: usize = 3;
+
+/// A bind value, typed by its [`Statement`].
+pub(crate) type Value<'a> = &'a (dyn ToSql + Sync);
+
+/// One of the crate's statements with its tables substituted, its parameter types, and the name it
+/// is prepared under.
+#[derive(Debug)]
+pub(crate) struct Statement {
+    text: String,
+    types: Vec<Type>,
+    /// `pgt_` and 32 hex digits of the SHA-256 of the types and the text.
+    name: String,
+    /// `PREPARE name (types) AS text`, or `None` when a parameter type cannot be written as a
+    /// literal (then the statement is always sent unprepared).
+    prepare: Option<String>,
+}
+
+impl Statement {
+    /// `text` with `$1 … $n` typed by `types`.
+    pub(crate) fn new(text: String, types: &[Type]) -> Statement {
+        debug_assert_eq!(
+            highest_parameter(&text),
+            types.len(),
+            "parameter types do not match the statement:\n{text}"
+        );
+        let mut hash = Sha256::new();
+        for ty in types {
+            hash.update(ty.oid().to_be_bytes());
+        }
+        hash.update([0]);
+        hash.update(text.as_bytes());
+        let digest = hash.finalize();
+        let mut name = String::from("pgt_");
+        for byte in &digest[..16] {
+            let _ = write!(name, "{byte:02x}");
+        }
+        let prepare = types.iter().all(renderable).then(|| {
+            let list: Vec<String> = types
+                .iter()
+                .map(|ty| format!("pg_catalog.{}", ty.name()))
+                .collect();
+            if list.is_empty() {
+                format!("PREPARE {name} AS {text}")
+            } else {
+                format!("PREPARE {name} ({}) AS {text}", list.join(", "))
+            }
+        });
+        Statement {
+            text,
+            types: types.to_vec(),
+            name,
+            prepare,
+        }
+    }
+
+    /// The statement as sent unprepared, with `$1 … $n`.
+    #[cfg(test)]
+    pub(crate) fn text(&self) -> &str {
+        &self.text
+    }
+
+    /// The name it is prepared under.
+    #[cfg(test)]
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Runs the statement on `conn` in one round trip in steady state: `EXECUTE` of the prepared
+    /// statement when `prepared`, else the statement itself, unnamed (planned for this call only).
+    pub(crate) fn query(
+        &self,
+        conn: &mut Conn,
+        prepared: bool,
+        values: &[Value<'_>],
+    ) -> Result<Vec<Row>, Failure> {
+        debug_assert_eq!(values.len(), self.types.len(), "{}", self.name);
+        let execute = match (&self.prepare, prepared) {
+            (Some(prepare), true) => self.execute(values).map(|execute| (prepare, execute)),
+            _ => None,
+        };
+        let Some((prepare, execute)) = execute else {
+            return self.unprepared(conn, values);
+        };
+        let mut known = PooledConnection::extensions(conn)
+            .get::<Prepared>()
+            .is_some_and(|p| p.0.contains(&self.name));
+        for _ in 0..MAX_EXECUTES {
+            if !known {
+                match conn.batch_execute(prepare) {
+                    Ok(()) => {}
+                    // This server connection has it already (behind a pooler: prepared by another
+                    // client, or by this one on a connection it was moved from).
+                    Err(e) if code(&e) == Some(&SqlState::DUPLICATE_PSTATEMENT) => {}
+                    Err(error) => {
+                        return Err(Failure {
+                            error,
+                            before_sending: true,
+                        })
+                    }
+                }
+                remember(conn, &self.name, true);
+            }
+            match conn.query_typed(&execute, &[]) {
+                Ok(rows) => return Ok(rows),
+                // Not prepared on this server connection (a pooler moved the session, or the
+                // session was reset): nothing ran.
+                Err(e) if code(&e) == Some(&SqlState::INVALID_SQL_STATEMENT_NAME) => {
+                    log::debug!(target: "pgtenure::db", "statement {} was not prepared on this server connection; preparing it", self.name);
+                }
+                // The cached plan cannot be used any more (a table's columns changed type): the
+                // statement was refused before it ran. Prepare it afresh.
+                Err(e) if code(&e) == Some(&SqlState::FEATURE_NOT_SUPPORTED) => {
+                    log::info!(target: "pgtenure::db", "statement {} must be prepared again: {e}", self.name);
+                    let _ = conn.batch_execute(&format!("DEALLOCATE {}", self.name));
+                }
+                Err(e) => return Err(e.into()),
+            }
+            remember(conn, &self.name, false);
+            known = false;
+        }
+        log::debug!(target: "pgtenure::db", "statement {} is missing on every server connection tried; sending it unprepared", self.name);
+        self.unprepared(conn, values)
+    }
+
+    /// The statement itself, planned for this call.
+    fn unprepared(&self, conn: &mut Conn, values: &[Value<'_>]) -> Result<Vec<Row>, Failure> {
+        let params: Vec<(Value<'_>, Type)> = values
+            .iter()
+            .zip(&self.types)
+            .map(|(value, ty)| (*value, ty.clone()))
+            .collect();
+        conn.query_typed(&self.text, &params).map_err(Failure::from)
+    }
+
+    /// `EXECUTE name('value', …)`, or `None` when a value cannot be written as a literal (a NUL
+    /// byte in text, a type it does not know): then the call is sent unprepared, and the server or
+    /// the driver reports what is wrong with the value.
+    fn execute(&self, values: &[Value<'_>]) -> Option<String> {
+        let mut sql = String::with_capacity(self.name.len() + 16 + 24 * values.len());
+        sql.push_str("EXECUTE ");
+        sql.push_str(&self.name);
+        if values.is_empty() {
+            return Some(sql);
+        }
+        let mut buf = BytesMut::new();
+        for (i, (value, ty)) in values.iter().zip(&self.types).enumerate() {
+            sql.push_str(if i == 0 { "(" } else { ", " });
+            buf.clear();
+            match value.to_sql_checked(ty, &mut buf).ok()? {
+                IsNull::Yes => sql.push_str("NULL"),
+                IsNull::No => sql.push_str(&literal(ty, &buf)?),
+            }
+        }
+        sql.push(')');
+        Some(sql)
+    }
+}
+
+/// Why a statement failed on one connection.
+#[derive(Debug)]
+pub(crate) struct Failure {
+    pub(crate) error: postgres::Error,
+    /// It failed while being prepared: the operation's statement itself was never sent.
+    pub(crate) before_sending: bool,
+}
+
+impl From<postgres::Error> for Failure {
+    fn from(error: postgres::Error) -> Failure {
+        Failure {
+            error,
+            before_sending: false,
+        }
+    }
+}
+
+/// The statements prepared on one pooled connection, kept in its r2d2 extensions.
+struct Prepared(HashSet<String>);
+
+fn remember(conn: &mut Conn, name: &str, prepared: bool) {
+    let extensions = PooledConnection::extensions_mut(conn);
+    if extensions.get::<Prepared>().is_none() {
+        extensions.insert(Prepared(HashSet::new()));
+    }
+    if let Some(Prepared(names)) = extensions.get_mut::<Prepared>() {
+        if prepared {
+            names.insert(name.to_owned());
+        } else {
+            names.remove(name);
+        }
+    }
+}
+
+fn code(e: &postgres::Error) -> Option<&SqlState> {
+    e.code()
+}
+
+/// Whether values of `ty` can be written as literals.
+fn renderable(ty: &Type) -> bool {
+    [
+        Type::BOOL,
+        Type::INT4,
+        Type::INT8,
+        Type::TEXT,
+        Type::TIMESTAMPTZ,
+        Type::INT4_ARRAY,
+        Type::INT8_ARRAY,
+        Type::TEXT_ARRAY,
+    ]
+    .contains(ty)
+}
+
+/// A value in its binary wire encoding, as a quoted SQL literal of `ty` (which the prepared
+/// statement's parameter type reads with its input function).
+fn literal(ty: &Type, bytes: &[u8]) -> Option<String> {
+    let text = match *ty {
+        Type::INT8_ARRAY | Type::INT4_ARRAY | Type::TEXT_ARRAY => array_text(ty, bytes)?,
+        _ => scalar_text(ty, bytes)?,
+    };
+    Some(postgres_protocol::escape::escape_literal(&text))
+}
+
+/// A scalar's text form, as its type's input function reads it.
+fn scalar_text(ty: &Type, bytes: &[u8]) -> Option<String> {
+    match *ty {
+        Type::BOOL => match bytes {
+            [0] => Some("false".into()),
+            [_] => Some("true".into()),
+            _ => None,
+        },
+        Type::INT4 => Some(i32::from_be_bytes(bytes.try_into().ok()?).to_string()),
+        Type::INT8 => Some(i64::from_be_bytes(bytes.try_into().ok()?).to_string()),
+        Type::TEXT => {
+            let text = std::str::from_utf8(bytes).ok()?;
+            // A NUL cannot travel inside a query string.
+            (!text.contains('\0')).then(|| text.to_owned())
+        }
+        Type::TIMESTAMPTZ => timestamp_text(i64::from_be_bytes(bytes.try_into().ok()?)),
+        _ => None,
+    }
+}
+
+/// A one-dimensional array's text form (`{"a","b",NULL}`) from its binary encoding.
+fn array_text(ty: &Type, bytes: &[u8]) -> Option<String> {
+    let element = match *ty {
+        Type::INT8_ARRAY => Type::INT8,
+        Type::INT4_ARRAY => Type::INT4,
+        Type::TEXT_ARRAY => Type::TEXT,
+        _ => return None,
+    };
+    let mut rest = bytes;
+    let int = |rest: &mut &[u8]| -> Option<i32> {
+        let (head, tail) = rest.split_first_chunk::<4>()?;
+        *rest = tail;
+        Some(i32::from_be_bytes(*head))
+    };
+    let dimensions = int(&mut rest)?;
+    let _has_nulls = int(&mut rest)?;
+    let _element_oid = int(&mut rest)?;
+    let count = match dimensions {
+        0 => 0,
+        1 => {
+            let count = int(&mut rest)?;
+            let _lower_bound = int(&mut rest)?;
+            usize::try_from(count).ok()?
+        }
+        _ => return None,
+    };
+    let mut text = String::with_capacity(2 + rest.len() + 4 * count);
+    text.push('{');
+    for i in 0..count {
+        if i > 0 {
+            text.push(',');
+        }
+        let len = int(&mut rest)?;
+        if len < 0 {
+            text.push_str("NULL");
+            continue;
+        }
+        let len = usize::try_from(len).ok()?;
+        let (value, tail) = (rest.get(..len)?, &rest[len..]);
+        rest = tail;
+        let value = scalar_text(&element, value)?;
+        text.push('"');
+        for c in value.chars() {
+            if c == '"' || c == '\\' {
+                text.push('\\');
+            }
+            text.push(c);
+        }
+        text.push('"');
+    }
+    text.push('}');
+    rest.is_empty().then_some(text)
+}
+
+/// Microseconds since 2000-01-01 00:00 UTC as `YYYY-MM-DD HH:MM:SS.ffffff+00` (`infinity` at the
+/// ends), for years 1 to 9999; `None` beyond.
+fn timestamp_text(micros: i64) -> Option<String> {
+    match micros {
+        i64::MAX => return Some("infinity".into()),
+        i64::MIN => return Some("-infinity".into()),
+        _ => {}
+    }
+    const DAY_US: i64 = 86_400_000_000;
+    // 2000-01-01 is day 10,957 of the Unix epoch.
+    let days = micros.div_euclid(DAY_US) + 10_957;
+    let of_day = micros.rem_euclid(DAY_US);
+    let (year, month, day) = civil_from_days(days);
+    if !(1..=9999).contains(&year) {
+        return None;
+    }
+    let (secs, frac) = (of_day / 1_000_000, of_day % 1_000_000);
+    Some(format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}.{frac:06}+00",
+        secs / 3600,
+        secs / 60 % 60,
+        secs % 60
+    ))
+}
+
+/// The proleptic Gregorian date of a day number counted from 1970-01-01 (Howard Hinnant's
+/// `civil_from_days`).
+fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    (year, month, day)
+}
+
+/// The highest `$n` in `text` (comments included: they list the parameters).
+fn highest_parameter(text: &str) -> usize {
+    let bytes = text.as_bytes();
+    let mut highest = 0;
+    for (i, b) in bytes.iter().enumerate() {
+        if *b == b'$' {
+            let digits: String = bytes[i + 1..]
+                .iter()
+                .take_while(|d| d.is_ascii_digit())
+                .map(|d| *d as char)
+                .collect();
+            highest = highest.max(digits.parse().unwrap_or(0));
+        }
+    }
+    highest
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, SystemTime};
+
+    fn render(ty: Type, value: &(dyn ToSql + Sync)) -> Option<String> {
+        let mut buf = BytesMut::new();
+        match value.to_sql_checked(&ty, &mut buf).ok()? {
+            IsNull::Yes => Some("NULL".into()),
+            IsNull::No => literal(&ty, &buf),
+        }
+    }
+
+    #[test]
+    fn names_are_content_addressed_by_text_and_types() {
+        let a = Statement::new("SELECT $1".into(), &[Type::TEXT]);
+        let same = Statement::new("SELECT $1".into(), &[Type::TEXT]);
+        let other_type = Statement::new("SELECT $1".into(), &[Type::INT8]);
+        let other_text = Statement::new("SELECT $1 ".into(), &[Type::TEXT]);
+        assert_eq!(a.name(), same.name());
+        assert_ne!(a.name(), other_type.name());
+        assert_ne!(a.name(), other_text.name());
+        assert!(a.name().starts_with("pgt_") && a.name().len() == 36);
+        assert!(a.name().len() <= 63, "PostgreSQL truncates longer names");
+        assert_eq!(
+            a.prepare.as_deref(),
+            Some(format!("PREPARE {} (pg_catalog.text) AS SELECT $1", a.name()).as_str())
+        );
+    }
+
+    #[test]
+    fn scalars_are_written_as_quoted_literals() {
+        assert_eq!(render(Type::INT8, &-42_i64).unwrap(), "'-42'");
+        assert_eq!(
+            render(Type::INT8, &i64::MIN).unwrap(),
+            "'-9223372036854775808'"
+        );
+        assert_eq!(render(Type::INT4, &7_i32).unwrap(), "'7'");
+        assert_eq!(render(Type::BOOL, &true).unwrap(), "'true'");
+        assert_eq!(render(Type::BOOL, &false).unwrap(), "'false'");
+        assert_eq!(render(Type::TEXT, &"it's").unwrap(), "'it''s'");
+        assert_eq!(render(Type::TEXT, &"a\\b").unwrap(), " E'a\\\\b'");
+        assert_eq!(render(Type::INT8, &None::<i64>).unwrap(), "NULL");
+        assert_eq!(render(Type::TEXT, &"nul\0byte"), None, "sent unprepared");
+    }
+
+    #[test]
+    fn timestamps_are_utc_with_microseconds() {
+        let t = SystemTime::UNIX_EPOCH + Duration::from_micros(1_764_589_482_123_456);
+        assert_eq!(
+            render(Type::TIMESTAMPTZ, &t).unwrap(),
+            "'2025-12-01 11:44:42.123456+00'"
+        );
+        let epoch = SystemTime::UNIX_EPOCH;
+        assert_eq!(
+            render(Type::TIMESTAMPTZ, &epoch).unwrap(),
+            "'1970-01-01 00:00:00.000000+00'"
+        );
+        let before = SystemTime::UNIX_EPOCH - Duration::from_micros(1);
+        assert_eq!(
+            render(Type::TIMESTAMPTZ, &before).unwrap(),
+            "'1969-12-31 23:59:59.999999+00'"
+        );
+        let leap = SystemTime::UNIX_EPOCH + Duration::from_secs(951_782_400); // 2000-02-29
+        assert_eq!(
+            render(Type::TIMESTAMPTZ, &leap).unwrap(),
+            "'2000-02-29 00:00:00.000000+00'"
+        );
+        assert_eq!(timestamp_text(i64::MAX).unwrap(), "infinity");
+        // Year 10000 and beyond: sent unprepared.
+        assert_eq!(timestamp_text(252_455_616_000_000_000), None);
+    }
+
+    #[test]
+    fn arrays_are_written_as_array_literals() {
+        let keys = vec!["a".to_owned(), "b\"c".to_owned(), "d\\e,{}".to_owned()];
+        assert_eq!(
+            render(Type::TEXT_ARRAY, &keys).unwrap(),
+            r#" E'{"a","b\\"c","d\\\\e,{}"}'"#
+        );
+        assert_eq!(
+            render(Type::INT4_ARRAY, &vec![1_i32, -2]).unwrap(),
+            r#"'{"1","-2"}'"#
+        );
+        assert_eq!(
+            render(Type::INT8_ARRAY, &Vec::<i64>::new()).unwrap(),
+            "'{}'"
+        );
+        let with_null = vec![Some("x"), None];
+        assert_eq!(
+            render(Type::TEXT_ARRAY, &with_null).unwrap(),
+            r#"'{"x",NULL}'"#
+        );
+    }
+
+    #[test]
+    fn civil_dates_match_the_calendar() {
+        assert_eq!(civil_from_days(0), (1970, 1, 1));
+        assert_eq!(civil_from_days(10_957), (2000, 1, 1));
+        assert_eq!(civil_from_days(-719_162), (1, 1, 1));
+        assert_eq!(civil_from_days(2_932_896), (9999, 12, 31));
+    }
+
+    #[test]
+    fn statements_without_literal_types_are_never_prepared() {
+        let s = Statement::new("SELECT $1".into(), &[Type::UUID]);
+        assert!(s.prepare.is_none());
+        assert_eq!(highest_parameter("SELECT $12, $3 -- $1"), 12);
+        assert_eq!(highest_parameter("SELECT 1"), 0);
+    }
+}

@@ -1,0 +1,390 @@
+//! Statements are prepared once per server connection and planned once: a generic plan after the
+//! first few executions, a missing or outdated prepared statement recovered before anything ran,
+//! and prepared statements off on request.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use common::proxy::{database_addr, Proxy};
+use common::{client, Tables};
+use pgtenure::membership::{Config, Hooks, Leaser, Reconciler, Unit, Units};
+use pgtenure::{Db, DbBuilder, Elector, FireClaims, Leases, TickClaims};
+
+struct Quiet;
+
+impl Reconciler for Quiet {
+    fn units_gained(&self, _: &[Unit]) {}
+    fn units_lost(&self, _: &[Unit]) {}
+}
+
+/// Every primitive on its own tables, on one pool.
+struct Fleet {
+    ticks: TickClaims,
+    fires: FireClaims,
+    leases: Leases,
+    elector: Elector,
+    units: Units,
+    leaser: Leaser,
+    lease_t: String,
+    leader_t: String,
+    procs_t: String,
+    units_t: String,
+    _tables: Tables,
+}
+
+impl Fleet {
+    fn new(db: &Db) -> Fleet {
+        let mut tables = Tables::new();
+        let (tick_t, fire_t, lease_t, leader_t) = (
+            tables.name("tick"),
+            tables.name("fire"),
+            tables.name("lease"),
+            tables.name("leader"),
+        );
+        let (procs_t, units_t) = (tables.name("procs"), tables.name("units"));
+        let fleet = Fleet {
+            ticks: TickClaims::new(db).with_table(&tick_t).unwrap(),
+            fires: FireClaims::new(db).with_table(&fire_t).unwrap(),
+            leases: Leases::new(db).with_table(&lease_t).unwrap(),
+            elector: Elector::new(db).with_table(&leader_t).unwrap(),
+            units: Units::new(db).with_tables(&procs_t, &units_t).unwrap(),
+            leaser: Leaser::new(db, Arc::new(Quiet), Config::default(), Hooks::default())
+                .unwrap()
+                .with_tables(&procs_t, &units_t)
+                .unwrap(),
+            lease_t,
+            leader_t,
+            procs_t,
+            units_t,
+            _tables: tables,
+        };
+        fleet.ticks.create_table().unwrap();
+        fleet.fires.create_table().unwrap();
+        fleet.leases.create_table().unwrap();
+        fleet.elector.create_table().unwrap();
+        fleet.units.create_tables().unwrap();
+        fleet
+    }
+
+    /// Each operation once (round `n`), asserting what each returns.
+    fn exercise(&self, n: u64) {
+        let tick = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000 + n);
+        let won = self
+            .ticks
+            .claim("job", tick, Duration::from_secs(60))
+            .unwrap()
+            .expect("a later tick of a released job is won");
+        assert_eq!(won.token(), n as i64 + 1);
+        assert!(self
+            .ticks
+            .claim("job", tick, Duration::from_secs(60))
+            .unwrap()
+            .is_none());
+        won.release().unwrap();
+        assert!(self.fires.claim(&format!("f@{n}")).unwrap());
+        assert!(!self.fires.claim(&format!("f@{n}")).unwrap());
+        self.fires.purge(Duration::from_secs(3600)).unwrap();
+        let key = format!("k{n}");
+        assert!(self
+            .leases
+            .try_acquire(&key, Duration::from_secs(60))
+            .unwrap()
+            .is_some());
+        let renewed = self
+            .leases
+            .renew(&[key.as_str(), "absent"], Duration::from_secs(60))
+            .unwrap();
+        assert_eq!(renewed.held().collect::<Vec<_>>(), [key.as_str()]);
+        assert_eq!(renewed.lost().collect::<Vec<_>>(), ["absent"]);
+        assert!(self.leases.supersede(&key).unwrap());
+        assert!(self.leases.release(&key).unwrap());
+        let lease = self
+            .leases
+            .acquire(&format!("m{n}"), Duration::from_secs(60))
+            .unwrap()
+            .expect("a free key");
+        lease.release().unwrap();
+        assert!(self.elector.is_leader().unwrap());
+        let leader = self.elector.leader().unwrap().expect("a leader");
+        assert_eq!(leader.holder, self.elector.holder());
+        self.elector.resign().unwrap();
+        let shard = n as i32;
+        assert_eq!(
+            self.units.add(&[Unit::new("t", shard).unwrap()]).unwrap(),
+            1
+        );
+        assert!(self
+            .units
+            .set_weight(&Unit::new("t", shard).unwrap(), 2)
+            .unwrap());
+        self.leaser.heartbeat().unwrap();
+        let report = self.leaser.tick().unwrap();
+        // Released and deleted at the end of the last round: it claims every unit again.
+        assert_eq!(report.claimed as u64, n + 1, "round {n}");
+        self.leaser.sweep().unwrap();
+        assert_eq!(self.leaser.release().unwrap().len(), n as usize + 1);
+        self.leaser.delete_process().unwrap();
+        assert_eq!(
+            self.units
+                .remove(&[Unit::new("t", 10_000).unwrap()])
+                .unwrap(),
+            0
+        );
+    }
+}
+
+/// A pool of one connection, so the test can read that connection's prepared statements.
+fn one_connection(url_or_proxy: pgtenure::postgres::Config, prepared: bool) -> Db {
+    DbBuilder::from_config(url_or_proxy)
+        .max_size(1)
+        .unwrap()
+        .prepared_statements(prepared)
+        .build()
+        .unwrap()
+}
+
+/// The prepared statements of the pool's one connection: (name, generic plans, custom plans).
+fn prepared(db: &Db) -> Vec<(String, i64, i64, String)> {
+    let mut conn = db.pool().get().unwrap();
+    conn.query(
+        "SELECT name, generic_plans, custom_plans, statement FROM pg_prepared_statements
+          WHERE name LIKE 'pgt\\_%' ORDER BY name",
+        &[],
+    )
+    .unwrap()
+    .iter()
+    .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+    .collect()
+}
+
+/// Each statement prepared on the pool's one connection, planned afresh in a new session as a
+/// generic plan with sequential scans priced out: the sequential scans left, by statement (its
+/// header's first line). A scan left there is one no index can replace.
+fn generic_scans(db: &Db) -> Vec<(String, String)> {
+    let statements: Vec<(String, i64, String)> = db
+        .pool()
+        .get()
+        .unwrap()
+        .query(
+            "SELECT name, cardinality(parameter_types)::int8, statement FROM pg_prepared_statements
+              WHERE name LIKE 'pgt\\_%'",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    let mut fresh = client();
+    fresh
+        .batch_execute("SET plan_cache_mode = force_generic_plan; SET enable_seqscan = off")
+        .unwrap();
+    let mut scans = Vec::new();
+    for (name, params, prepare) in statements {
+        fresh.batch_execute(&prepare).unwrap();
+        let nulls = vec!["NULL"; params as usize].join(", ");
+        let args = if params == 0 {
+            String::new()
+        } else {
+            format!("({nulls})")
+        };
+        let plan: Vec<String> = fresh
+            .query(&format!("EXPLAIN EXECUTE {name}{args}"), &[])
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        let what = prepare
+            .split_once("-- ")
+            .map(|(_, header)| header.lines().next().unwrap_or_default().to_owned())
+            .unwrap_or_default();
+        for line in plan.iter().filter(|l| l.contains("Seq Scan")) {
+            scans.push((what.clone(), line.trim().to_owned()));
+        }
+    }
+    scans
+}
+
+fn direct_config() -> pgtenure::postgres::Config {
+    common::direct_url().parse().unwrap()
+}
+
+#[test]
+fn every_statement_is_prepared_once_per_connection_and_settles_on_a_generic_plan() {
+    let db = one_connection(direct_config(), true);
+    let fleet = Fleet::new(&db);
+    for n in 0..10 {
+        fleet.exercise(n);
+    }
+    // A managed lease renews on this connection (a third of its TTL at a time).
+    let lease = fleet
+        .leases
+        .acquire("renewed", Duration::from_millis(300))
+        .unwrap()
+        .unwrap();
+    common::wait_for("ten renewals", Duration::from_secs(20), || {
+        let runs: i64 = prepared(&db)
+            .iter()
+            .filter(|(_, _, _, text)| text.contains("A managed lease's renewal"))
+            .map(|(_, g, c, _)| g + c)
+            .max()
+            .unwrap_or(0);
+        (runs >= 10).then_some(())
+    });
+    lease.release().unwrap();
+    // Another process joins and leaves, again and again: this one sheds to its fair share each time.
+    let other_db = Db::connect(&common::direct_url()).unwrap();
+    let other = Leaser::new(
+        &other_db,
+        Arc::new(Quiet),
+        Config::default(),
+        Hooks::default(),
+    )
+    .unwrap()
+    .with_tables(&fleet.procs_t, &fleet.units_t)
+    .unwrap();
+    let exercised: Vec<Unit> = (0..10).map(|s| Unit::new("t", s).unwrap()).collect();
+    assert_eq!(fleet.units.remove(&exercised).unwrap(), 10);
+    fleet
+        .units
+        .add(
+            &(100..120)
+                .map(|s| Unit::new("t", s).unwrap())
+                .collect::<Vec<_>>(),
+        )
+        .unwrap();
+    fleet.leaser.heartbeat().unwrap();
+    for _ in 0..8 {
+        common::wait_for("all units claimed", Duration::from_secs(10), || {
+            fleet.leaser.tick().unwrap();
+            (fleet.leaser.owned().len() == 20).then_some(())
+        });
+        other.heartbeat().unwrap();
+        common::wait_for("a shed to the fair share", Duration::from_secs(10), || {
+            fleet.leaser.tick().unwrap();
+            (fleet.leaser.owned().len() == 10).then_some(())
+        });
+        other.delete_process().unwrap();
+    }
+    let statements = prepared(&db);
+    for (name, generic, custom, text) in &statements {
+        let first_line = text
+            .lines()
+            .find(|l| !l.starts_with("PREPARE") && !l.starts_with("--"));
+        println!("{name}: {generic} generic, {custom} custom: {first_line:?}");
+    }
+    // Under the generic plan, with sequential scans priced out, which statements still scan a
+    // table: those whose job is to scan (sweeps, counts over the processes table).
+    let scans = generic_scans(&db);
+    for (what, scan) in &scans {
+        println!("{what}\n    {scan}");
+        // The processes table holds a row per process (tens, not thousands): the fair-share stats
+        // and the orphan lookup read all of it by design. The once-a-minute sweep of lapsed leases
+        // scans the lease table by design.
+        let by_design = scan.contains(&format!("Seq Scan on {}", fleet.procs_t))
+            || what.starts_with("Releases as release.sql does");
+        assert!(
+            by_design,
+            "no index serves this generic plan: {what}\n{scan}"
+        );
+    }
+    // Tick: claim, release; fire: claim, purge; leases: acquire, renew, renew_tenure (not run
+    // here), release, supersede; elector: is_leader, leader, resign; membership: add, remove,
+    // set_weight, heartbeat, stats, owned, claim, sweep, release, delete_process.
+    assert!(
+        statements.len() >= 20,
+        "only {} statements were prepared",
+        statements.len()
+    );
+    for (name, generic, custom, text) in &statements {
+        assert!(
+            text.starts_with(&format!("PREPARE {name} ")),
+            "{name} is not pgtenure's: {text}"
+        );
+        // PostgreSQL plans the first five executions for their values, then keeps the generic
+        // plan unless it costs clearly more: from then on nothing is planned again.
+        let runs = generic + custom;
+        if runs >= 6 {
+            assert!(
+                *custom <= 5,
+                "{name} is planned at every call ({custom} custom plans of {runs}): {text}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_statement_missing_on_its_connection_is_prepared_again_before_anything_ran() {
+    let proxy = Proxy::start(0, database_addr()).unwrap();
+    let db = one_connection(proxy.config(), true);
+    let fleet = Fleet::new(&db);
+    fleet.exercise(0);
+    fleet.exercise(1);
+    let before = proxy.round_trips();
+    assert!(fleet.elector.is_leader().unwrap());
+    assert_eq!(proxy.round_trips() - before, 1, "prepared: one round trip");
+    // Someone resets the session (a pooler's DISCARD ALL, a user's DEALLOCATE ALL).
+    db.pool()
+        .get()
+        .unwrap()
+        .batch_execute("DEALLOCATE ALL")
+        .unwrap();
+    let before = proxy.round_trips();
+    assert!(fleet.elector.is_leader().unwrap(), "still the leader");
+    assert_eq!(
+        proxy.round_trips() - before,
+        3,
+        "EXECUTE refused (26000, nothing ran), PREPARE, EXECUTE"
+    );
+    let before = proxy.round_trips();
+    assert!(fleet.elector.is_leader().unwrap());
+    assert_eq!(proxy.round_trips() - before, 1);
+    // A term is kept across the three: nothing ran twice, nothing was lost.
+    let terms: i64 = client()
+        .query_one(&format!("SELECT term FROM {}", fleet.leader_t), &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(Some(terms), fleet.elector.term());
+    fleet.exercise(2);
+}
+
+#[test]
+fn a_statement_whose_table_changed_is_prepared_afresh() {
+    let db = one_connection(direct_config(), true);
+    let fleet = Fleet::new(&db);
+    fleet.exercise(0);
+    assert!(fleet.elector.is_leader().unwrap());
+    assert!(fleet.elector.leader().unwrap().is_some());
+    // The cached plan's result type changes: PostgreSQL refuses to run the old prepared statement
+    // (0A000) rather than return other columns.
+    client()
+        .batch_execute(&format!(
+            "ALTER TABLE {} ALTER COLUMN holder TYPE varchar(2000)",
+            fleet.leader_t
+        ))
+        .unwrap();
+    let leader = fleet.elector.leader().unwrap().expect("still led");
+    assert_eq!(leader.holder, fleet.elector.holder());
+    assert!(fleet.elector.is_leader().unwrap());
+    fleet.exercise(1);
+}
+
+#[test]
+fn with_prepared_statements_off_nothing_is_prepared_and_each_operation_is_one_round_trip() {
+    let proxy = Proxy::start(0, database_addr()).unwrap();
+    let db = one_connection(proxy.config(), false);
+    assert!(!db.prepares_statements());
+    let fleet = Fleet::new(&db);
+    fleet.exercise(0);
+    let before = proxy.round_trips();
+    assert!(fleet
+        .leases
+        .try_acquire("first", Duration::from_secs(5))
+        .unwrap()
+        .is_some());
+    assert_eq!(proxy.round_trips() - before, 1, "no PREPARE at first use");
+    fleet.exercise(1);
+    assert!(prepared(&db).is_empty());
+    let _ = &fleet.lease_t;
+}
