@@ -2,9 +2,13 @@
 
 mod common;
 
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread;
 use std::time::{Duration, SystemTime};
 
 use common::{client, Tables};
+use pgtenure::postgres::{self, NoTls};
 use pgtenure::testing::PgBouncer;
 use pgtenure::{Db, Elector, FireClaims, Leases, TickClaims};
 
@@ -71,4 +75,147 @@ fn every_primitive_works_through_pgbouncer_in_transaction_mode() {
         .unwrap()
         .get(0);
     assert_eq!(token as usize, wins, "one token per win");
+}
+
+#[test]
+fn prepared_statements_behind_pgbouncer_with_few_server_connections_never_fail_or_mix_up() {
+    // Eighteen client connections over two server connections: a client's consecutive statements
+    // land on either, whichever is free. A chaos client wipes the prepared statements of whichever
+    // server connection it lands on, and a neighbour uses the driver's protocol-level statements
+    // (named s0, s1, ... in every process) the way PgBouncer 1.18 cannot keep apart.
+    let bouncer = PgBouncer::start_with_pool_size(&common::direct_url(), 2).unwrap();
+    let mut tables = Tables::new();
+    let (tick_t, fire_t, lease_t, leader_t) = (
+        tables.name("tick"),
+        tables.name("fire"),
+        tables.name("lease"),
+        tables.name("leader"),
+    );
+    let setup = Db::connect(bouncer.url()).unwrap();
+    TickClaims::new(&setup)
+        .with_table(&tick_t)
+        .unwrap()
+        .create_table()
+        .unwrap();
+    FireClaims::new(&setup)
+        .with_table(&fire_t)
+        .unwrap()
+        .create_table()
+        .unwrap();
+    Leases::new(&setup)
+        .with_table(&lease_t)
+        .unwrap()
+        .create_table()
+        .unwrap();
+    Elector::new(&setup)
+        .with_table(&leader_t)
+        .unwrap()
+        .create_table()
+        .unwrap();
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let wiped = Arc::new(AtomicU64::new(0));
+    let chaos = {
+        let (url, stop, wiped) = (bouncer.url().to_owned(), stop.clone(), wiped.clone());
+        thread::spawn(move || {
+            let mut raw = postgres::Client::connect(&url, NoTls).unwrap();
+            while !stop.load(Ordering::SeqCst) {
+                raw.batch_execute("DEALLOCATE ALL").unwrap();
+                wiped.fetch_add(1, Ordering::SeqCst);
+                thread::sleep(Duration::from_millis(2));
+            }
+        })
+    };
+    let neighbour = {
+        let (url, stop) = (bouncer.url().to_owned(), stop.clone());
+        thread::spawn(move || {
+            let mut raw = postgres::Client::connect(&url, NoTls).unwrap();
+            while !stop.load(Ordering::SeqCst) {
+                // Fails often ("prepared statement ... does not exist" or "already exists"), and
+                // can bind another client's s0: its own problem, never pgtenure's.
+                let _ = raw.query("SELECT $1::int8 + 1", &[&1_i64]);
+                thread::sleep(Duration::from_millis(1));
+            }
+        })
+    };
+
+    let names = (
+        tick_t.clone(),
+        fire_t.clone(),
+        lease_t.clone(),
+        leader_t.clone(),
+    );
+    let url = bouncer.url().to_owned();
+    let ops = common::race(6, move |i| {
+        let db = Db::builder(&url)
+            .unwrap()
+            .max_size(3)
+            .unwrap()
+            .cancel_on_deadline(false)
+            .build()
+            .unwrap();
+        let ticks = TickClaims::new(&db).with_table(&names.0).unwrap();
+        let fires = FireClaims::new(&db).with_table(&names.1).unwrap();
+        let leases = Leases::new(&db).with_table(&names.2).unwrap();
+        let elector = Elector::new(&db)
+            .with_table(&names.3)
+            .unwrap()
+            .with_name(&format!("fleet{i}"))
+            .unwrap();
+        let job = format!("job{i}");
+        let (mut ops, mut last_token) = (0_u64, 0_i64);
+        for n in 0..60_u64 {
+            let tick = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000 + n);
+            let claim = ticks
+                .claim(&job, tick, Duration::from_secs(60))
+                .unwrap()
+                .expect("a later tick of a released job is won");
+            assert_eq!(claim.token(), n as i64 + 1, "{job} tick {n}");
+            assert!(ticks
+                .claim(&job, tick, Duration::from_secs(60))
+                .unwrap()
+                .is_none());
+            claim.release().unwrap();
+            let fire = format!("{job}@{n}");
+            assert!(fires.claim(&fire).unwrap());
+            assert!(!fires.claim(&fire).unwrap());
+            let key = format!("{job}-key");
+            let grant = leases
+                .try_acquire(&key, Duration::from_secs(60))
+                .unwrap()
+                .expect("a released key is free");
+            assert!(grant.token() > last_token, "{key}: tokens only grow");
+            last_token = grant.token();
+            let renewed = leases
+                .renew(&[key.as_str()], Duration::from_secs(60))
+                .unwrap();
+            assert_eq!(renewed.held().collect::<Vec<_>>(), [key.as_str()]);
+            assert!(leases.release(&key).unwrap());
+            assert!(elector.is_leader().unwrap());
+            let term = elector.term().expect("leading");
+            let leader = elector.leader().unwrap().expect("led");
+            assert_eq!(
+                (leader.holder.as_str(), leader.term),
+                (elector.holder(), term)
+            );
+            elector.resign().unwrap();
+            ops += 10;
+        }
+        ops
+    });
+    stop.store(true, Ordering::SeqCst);
+    chaos.join().unwrap();
+    neighbour.join().unwrap();
+    let ops: u64 = ops.iter().sum();
+    let wiped = wiped.load(Ordering::SeqCst);
+    println!("{ops} operations, none failed, while {wiped} DEALLOCATE ALL ran on shared server connections");
+    assert_eq!(ops, 6 * 60 * 10);
+    assert!(wiped >= 50, "the chaos client ran only {wiped} times");
+    // Every tick token once per job, in order: nothing ran twice or in place of another.
+    let tokens: i64 = client()
+        .query_one(&format!("SELECT sum(token)::int8 FROM {tick_t}"), &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(tokens, 6 * 60);
+    assert_eq!(common::count(&mut client(), &fire_t), 6 * 60);
 }

@@ -21,6 +21,17 @@ wait "$pid" 2>/dev/null
 rm -rf "$dir"
 "#;
 
+/// The server connections [`PgBouncer::start`] allows per user and database.
+const DEFAULT_POOL_SIZE: u32 = 60;
+
+/// Where PgBouncer connects.
+struct Upstream {
+    host: String,
+    port: u16,
+    user: String,
+    dbname: String,
+}
+
 /// A throwaway PgBouncer in transaction pooling mode in front of an upstream database, stopped and
 /// removed like a [`TempPostgres`](super::TempPostgres) (on drop, or when this process exits).
 ///
@@ -42,6 +53,21 @@ impl PgBouncer {
     /// [`ErrorKind::Setup`](crate::ErrorKind::Setup) when `pgbouncer` is not installed (the message
     /// names the package), `upstream` is not a TCP URL, or it does not start; its log is quoted.
     pub fn start(upstream: &str) -> Result<PgBouncer> {
+        PgBouncer::start_with_pool_size(upstream, DEFAULT_POOL_SIZE)
+    }
+
+    /// Like [`PgBouncer::start`], with at most `pool_size` server connections (PgBouncer's
+    /// `default_pool_size`; [`PgBouncer::start`] uses 60): few server connections shared by many
+    /// clients, as in production.
+    ///
+    /// # Errors
+    ///
+    /// As [`PgBouncer::start`]; [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when
+    /// `pool_size` is zero.
+    pub fn start_with_pool_size(upstream: &str, pool_size: u32) -> Result<PgBouncer> {
+        if pool_size == 0 {
+            return Err(Error::invalid_input("PgBouncer pool_size is zero"));
+        }
         let config = upstream
             .parse::<postgres::Config>()
             .map_err(|e| Error::invalid_input("the upstream URL does not parse").with_source(e))?;
@@ -54,17 +80,27 @@ impl PgBouncer {
         let dbname = config.get_dbname().unwrap_or(&user).to_owned();
         let binary = find_pgbouncer()?;
         let run_as = run_as()?;
-        retry_start(|| PgBouncer::start_once(&binary, run_as, &host, upstream_port, &user, &dbname))
+        let upstream = Upstream {
+            host,
+            port: upstream_port,
+            user,
+            dbname,
+        };
+        retry_start(|| PgBouncer::start_once(&binary, run_as, &upstream, pool_size))
     }
 
     fn start_once(
         binary: &Path,
         run_as: Option<RunAs>,
-        host: &str,
-        upstream_port: u16,
-        user: &str,
-        dbname: &str,
+        upstream: &Upstream,
+        pool_size: u32,
     ) -> Result<PgBouncer> {
+        let Upstream {
+            host,
+            port: upstream_port,
+            user,
+            dbname,
+        } = upstream;
         let dir = make_dir(run_as)?;
         let port = free_port()?;
         let ini = format!(
@@ -78,7 +114,7 @@ impl PgBouncer {
              auth_file = {dir}/userlist.txt\n\
              pool_mode = transaction\n\
              max_client_conn = 2000\n\
-             default_pool_size = 60\n\
+             default_pool_size = {pool_size}\n\
              ignore_startup_parameters = extra_float_digits,options\n\
              pidfile = {dir}/pgbouncer.pid\n",
             dir = dir.display()
