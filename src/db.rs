@@ -114,8 +114,16 @@ impl Db {
     ///
     /// Safe behind PgBouncer in transaction mode with its default configuration: a name means the
     /// same statement on every server connection, and a server connection that lacks it is detected
-    /// before anything runs. Turn it off behind a proxy that pins a client to one server session
-    /// once it sees `PREPARE` (Amazon RDS Proxy does), where pinning would cost more than planning.
+    /// before anything runs (then it is prepared there, costing two more round trips once per
+    /// server connection and statement). Turn it off behind a proxy that pins a client to one
+    /// server session once it sees `PREPARE` (Amazon RDS Proxy does), and behind PgBouncer with
+    /// `server_reset_query_always = 1` (every transaction starts without prepared statements, so
+    /// each operation would prepare in vain before running unprepared).
+    ///
+    /// The names (`pgt_` and 32 hex digits of the statement's SHA-256) are not secret: a client
+    /// that shares the database role and the pooler's server connections could prepare a forged
+    /// statement under one. Such a client can already write pgtenure's tables; give pgtenure a role
+    /// of its own where that matters.
     pub fn with_prepared_statements(mut self, on: bool) -> Db {
         self.prepared_statements = on;
         self
@@ -214,7 +222,7 @@ impl Db {
                 Err(Failure {
                     error,
                     before_sending,
-                }) if never_ran(&error) || (before_sending && error.as_db_error().is_none()) => {
+                }) if never_ran(&error) || (before_sending && connection_lost(&error)) => {
                     discard(&mut conn);
                     skipped += 1;
                     if skipped > skips {
@@ -269,6 +277,16 @@ impl Db {
         values: &[Value<'_>],
     ) -> std::result::Result<Vec<Row>, Failure> {
         statement.query(conn, self.prepared_statements, values)
+    }
+
+    /// Prepares `statement` on `conn` if it is not known to be there, without running it (see
+    /// [`Statement::prepare`]).
+    pub(crate) fn prepare(
+        &self,
+        conn: &mut Conn,
+        statement: &Statement,
+    ) -> std::result::Result<(), Failure> {
+        statement.prepare(conn, self.prepared_statements)
     }
 
     /// Creates a table and its companions (`ddl`, one statement each) unless `table` exists, under a
@@ -460,6 +478,16 @@ pub(crate) fn never_ran(e: &postgres::Error) -> bool {
             || *code == SqlState::IDLE_SESSION_TIMEOUT
             || *code == SqlState::CANNOT_CONNECT_NOW
     })
+}
+
+/// Whether a failure says the connection or its server session is gone (closed, reset, a crash
+/// shutdown 57P02, a connection exception of class 08 such as a pooler's "server conn crashed"),
+/// rather than that the server refused the statement.
+fn connection_lost(e: &postgres::Error) -> bool {
+    match e.as_db_error() {
+        None => true,
+        Some(db) => *db.code() == SqlState::CRASH_SHUTDOWN || db.code().code().starts_with("08"),
+    }
 }
 
 /// Whether the statement may have taken effect although it failed: the connection closed or broke

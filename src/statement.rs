@@ -119,25 +119,9 @@ impl Statement {
         let Some((prepare, execute)) = execute else {
             return self.unprepared(conn, values);
         };
-        let mut known = PooledConnection::extensions(conn)
-            .get::<Prepared>()
-            .is_some_and(|p| p.0.contains(&self.name));
+        let mut replanned = false;
         for _ in 0..MAX_EXECUTES {
-            if !known {
-                match conn.batch_execute(prepare) {
-                    Ok(()) => {}
-                    // This server connection has it already (behind a pooler: prepared by another
-                    // client, or by this one on a connection it was moved from).
-                    Err(e) if code(&e) == Some(&SqlState::DUPLICATE_PSTATEMENT) => {}
-                    Err(error) => {
-                        return Err(Failure {
-                            error,
-                            before_sending: true,
-                        })
-                    }
-                }
-                remember(conn, &self.name, true);
-            }
+            self.prepare_with(conn, prepare)?;
             match conn.query_typed(&execute, &[]) {
                 Ok(rows) => return Ok(rows),
                 // Not prepared on this server connection (a pooler moved the session, or the
@@ -146,18 +130,53 @@ impl Statement {
                     log::debug!(target: "pgtenure::db", "statement {} was not prepared on this server connection; preparing it", self.name);
                 }
                 // The cached plan cannot be used any more (a table's columns changed type): the
-                // statement was refused before it ran. Prepare it afresh.
-                Err(e) if code(&e) == Some(&SqlState::FEATURE_NOT_SUPPORTED) => {
+                // statement was refused before it ran. Prepare it afresh, once: a second refusal
+                // is the statement's own error.
+                Err(e) if code(&e) == Some(&SqlState::FEATURE_NOT_SUPPORTED) && !replanned => {
                     log::info!(target: "pgtenure::db", "statement {} must be prepared again: {e}", self.name);
+                    replanned = true;
                     let _ = conn.batch_execute(&format!("DEALLOCATE {}", self.name));
                 }
                 Err(e) => return Err(e.into()),
             }
             remember(conn, &self.name, false);
-            known = false;
         }
         log::debug!(target: "pgtenure::db", "statement {} is missing on every server connection tried; sending it unprepared", self.name);
         self.unprepared(conn, values)
+    }
+
+    /// Prepares the statement on `conn` unless it is known to be prepared there (or `prepared` is
+    /// off), without running it. A lease runs this before handing out its cancel key: a cancel
+    /// that reaches a session between two statements is dropped, so the key must cover only the
+    /// statement that can block.
+    pub(crate) fn prepare(&self, conn: &mut Conn, prepared: bool) -> Result<(), Failure> {
+        match &self.prepare {
+            Some(prepare) if prepared => self.prepare_with(conn, prepare),
+            _ => Ok(()),
+        }
+    }
+
+    fn prepare_with(&self, conn: &mut Conn, prepare: &str) -> Result<(), Failure> {
+        let known = PooledConnection::extensions(conn)
+            .get::<Prepared>()
+            .is_some_and(|p| p.0.contains(&self.name));
+        if known {
+            return Ok(());
+        }
+        match conn.batch_execute(prepare) {
+            Ok(()) => {}
+            // This server connection has it already (behind a pooler: prepared by another client,
+            // or by this one on a connection it was moved from).
+            Err(e) if code(&e) == Some(&SqlState::DUPLICATE_PSTATEMENT) => {}
+            Err(error) => {
+                return Err(Failure {
+                    error,
+                    before_sending: true,
+                })
+            }
+        }
+        remember(conn, &self.name, true);
+        Ok(())
     }
 
     /// The statement itself, planned for this call.

@@ -262,6 +262,10 @@ impl Renewer {
         let policy = Policy::IDEMPOTENT.until(state.deadline());
         let rows = self.family.db.with_conn("renew lease", policy, |conn| {
             sent = Instant::now();
+            // Prepared first: the cancel key then covers only the renewal itself.
+            self.family
+                .db
+                .prepare(conn, &self.family.sql.renew_tenure)?;
             self.run_cancellable(state, Purpose::Renew, conn, |conn| {
                 self.family.db.run(
                     conn,
@@ -294,9 +298,12 @@ impl Renewer {
             self.family
                 .db
                 .with_conn("release lease", Policy::ONCE.until(until), |conn| {
+                    let statement = self.family.release_statement();
+                    // Prepared first: the cancel key then covers only the release itself.
+                    self.family.db.prepare(conn, statement)?;
                     self.run_cancellable(state, Purpose::Release, conn, |conn| {
                         self.family
-                            .release_statement(conn, &state.key, Some(state.token))
+                            .release_with(conn, statement, &state.key, Some(state.token))
                     })
                 });
         self.family.note(&released);

@@ -200,18 +200,24 @@ impl Family {
         }
     }
 
-    /// Runs the release statement on `conn`: whether a live lease was released.
-    fn release_statement(
-        &self,
-        conn: &mut Conn,
-        key: &str,
-        token: Option<i64>,
-    ) -> std::result::Result<bool, Failure> {
-        let statement = if self.sweep_due() {
+    /// The release statement for this release: once a minute, the one that also sweeps.
+    fn release_statement(&self) -> &Statement {
+        if self.sweep_due() {
             &self.sql.release_and_sweep
         } else {
             &self.sql.release
-        };
+        }
+    }
+
+    /// Runs `statement` (from [`Family::release_statement`]) on `conn`: whether a live lease was
+    /// released.
+    fn release_with(
+        &self,
+        conn: &mut Conn,
+        statement: &Statement,
+        key: &str,
+        token: Option<i64>,
+    ) -> std::result::Result<bool, Failure> {
         let rows = self
             .db
             .run(conn, statement, &[&key, &&*self.owner, &token])?;
@@ -679,7 +685,8 @@ impl Leases {
         self.shared
             .db
             .with_conn("release lease", Policy::ONCE, |conn| {
-                self.shared.release_statement(conn, key, token)
+                let statement = self.shared.release_statement();
+                self.shared.release_with(conn, statement, key, token)
             })
     }
 

@@ -218,6 +218,27 @@ pub fn database_url() -> Result<String> {
     }
 }
 
+/// A statement of the crate's `sql/` directory with its tables substituted exactly as pgtenure
+/// substitutes them (`{table}`, `{units}`, `{processes}` and the names derived from them), so that
+/// benchmarks and tests can run the very statement through other clients (`pgbench`, `EXPLAIN`).
+/// `tables` maps each placeholder to a table name (`("table", "pgtenure_leases")`).
+///
+/// # Errors
+///
+/// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when a table name is not a plain
+/// identifier.
+pub fn render_sql(sql: &str, tables: &[(&str, &str)]) -> Result<String> {
+    let parsed = tables
+        .iter()
+        .map(|(placeholder, name)| Ok((*placeholder, crate::ident::TableName::parse(name)?)))
+        .collect::<Result<Vec<_>>>()?;
+    let named: Vec<(&str, &crate::ident::TableName)> = parsed
+        .iter()
+        .map(|(placeholder, table)| (*placeholder, table))
+        .collect();
+    Ok(crate::ident::render_tables(sql, &named))
+}
+
 /// Finds the directory holding `initdb` and `postgres`.
 fn find_bindir() -> Result<PathBuf> {
     let mut candidates: Vec<PathBuf> = Vec::new();

@@ -1,0 +1,181 @@
+//! pgtenure's benchmarks: how close it runs to what PostgreSQL allows.
+//!
+//! `cargo run --release --example bench -- [--secs N] [--runs N] [--clients 1,8] [--out FILE]
+//! [--handovers N] [--units N] [--only compare|scenarios] [--no-pgbouncer]` against `DATABASE_URL`
+//! or a throwaway server. For each operation at each client count: the library beside `pgbench -M
+//! prepared` running the crate's own statement (the limit) and beside the library sending it
+//! unprepared (planned at every call), the median of `--runs` runs, then the same through PgBouncer
+//! in transaction mode (when `pgbouncer` is installed); round trips per operation counted at the
+//! protocol level; the cost of holding managed leases; elector failover; membership tick cost by
+//! units and convergence. Prints tables and writes a JSON results file (not committed).
+
+/// The test harness: the database URL, the protocol-counting proxy.
+#[path = "../../tests/common/mod.rs"]
+mod common;
+mod compare;
+mod pgbench;
+mod scenarios;
+
+use pgtenure::membership::{Reconciler, Unit};
+use pgtenure::postgres::{Client, NoTls};
+use pgtenure::{DbBuilder, Elector, FireClaims, Leases, TickClaims};
+use serde_json::json;
+
+type Error = Box<dyn std::error::Error + Send + Sync>;
+
+struct Args {
+    secs: u64,
+    runs: usize,
+    clients: Vec<usize>,
+    out: String,
+    handovers: usize,
+    units: i32,
+    only: Option<String>,
+    pgbouncer: bool,
+}
+
+fn args() -> Args {
+    let mut a = Args {
+        secs: 2,
+        runs: 3,
+        clients: vec![1, 8],
+        out: "bench-results.json".into(),
+        handovers: 20,
+        units: 100_000,
+        only: None,
+        pgbouncer: true,
+    };
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    let mut i = 0;
+    while i < argv.len() {
+        let value = argv.get(i + 1).cloned().unwrap_or_default();
+        match argv[i].as_str() {
+            "--secs" => a.secs = value.parse().expect("--secs N (whole seconds)"),
+            "--runs" => a.runs = value.parse().expect("--runs N"),
+            "--clients" => {
+                a.clients = value
+                    .split(',')
+                    .map(|c| c.parse().expect("--clients 1,8"))
+                    .collect()
+            }
+            "--out" => a.out = value,
+            "--handovers" => a.handovers = value.parse().expect("--handovers N"),
+            "--units" => a.units = value.parse().expect("--units N"),
+            "--only" => a.only = Some(value),
+            "--no-pgbouncer" => {
+                a.pgbouncer = false;
+                i += 1;
+                continue;
+            }
+            other => panic!("unknown argument {other}"),
+        }
+        i += 2;
+    }
+    a
+}
+
+/// A reconciler that does nothing.
+struct Quiet;
+
+impl Reconciler for Quiet {
+    fn units_gained(&self, _: &[Unit]) {}
+    fn units_lost(&self, _: &[Unit]) {}
+}
+
+fn main() -> Result<(), Error> {
+    let args = args();
+    let url = common::url();
+    let mut admin = Client::connect(&url, NoTls)?;
+    let version: String = admin.query_one("SELECT version()", &[])?.get(0);
+    let fsync: String = admin.query_one("SHOW fsync", &[])?.get(0);
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|c| {
+            c.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_owned())
+        })
+        .unwrap_or_else(|| "unknown".into());
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    println!("pgtenure benchmark: {cpu}, {cores} cores; {version}; fsync {fsync}");
+    println!(
+        "database: {}; {} s per measurement, median of {} runs\n",
+        if std::env::var("DATABASE_URL").is_ok() {
+            "DATABASE_URL"
+        } else {
+            "a throwaway server"
+        },
+        args.secs,
+        args.runs
+    );
+    let mut results = json!({
+        "machine": { "cpu": cpu, "cores": cores, "postgres": version, "fsync": fsync },
+        "secs_per_measurement": args.secs,
+        "runs": args.runs,
+    });
+    let only = args.only.as_deref();
+
+    if only.is_none() || only == Some("compare") {
+        let bouncer = if args.pgbouncer {
+            match pgtenure::testing::PgBouncer::start(&url) {
+                Ok(b) => Some(b),
+                Err(e) => {
+                    println!("no PgBouncer comparison: {e}");
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        results["operations"] = compare::run(
+            &url,
+            bouncer.as_ref().map(|b| b.url()),
+            &args.clients,
+            args.secs,
+            args.runs,
+        )?;
+    }
+
+    if only.is_none() || only == Some("scenarios") {
+        let db = DbBuilder::from_config(url.parse()?).max_size(32)?.build()?;
+        let id = std::process::id();
+        let (tick_t, fire_t, lease_t, leader_t) = (
+            format!("bench_s_tick_{id}"),
+            format!("bench_s_fire_{id}"),
+            format!("bench_s_lease_{id}"),
+            format!("bench_s_leader_{id}"),
+        );
+        TickClaims::new(&db).with_table(&tick_t)?.create_table()?;
+        FireClaims::new(&db).with_table(&fire_t)?.create_table()?;
+        Leases::new(&db).with_table(&lease_t)?.create_table()?;
+        Elector::new(&db).with_table(&leader_t)?.create_table()?;
+        let trips = scenarios::round_trips(&tick_t, &fire_t, &lease_t, &leader_t)?;
+        println!("\nround trips per operation, average of 50 (protocol Sync/Query messages through a proxy; the first use of a statement on the connection also prepares it):");
+        for (op, n) in &trips {
+            println!("  {n:.2}  {op}");
+        }
+        results["round_trips"] = trips
+            .iter()
+            .map(|(op, n)| json!({ "operation": op, "round_trips": n }))
+            .collect();
+        results["managed_leases"] = scenarios::managed_leases(&lease_t, args.secs as f64)?;
+        let failover = scenarios::failover(&leader_t, args.handovers)?;
+        println!("\nelector failover: {failover:#}");
+        results["elector_failover"] = failover;
+        let membership = scenarios::membership(&db, &mut admin, args.units, args.secs as f64)?;
+        println!("\nmembership: {membership:#}");
+        results["membership"] = membership;
+        for table in [&tick_t, &fire_t, &lease_t, &leader_t] {
+            admin.batch_execute(&format!("DROP TABLE IF EXISTS \"{table}\""))?;
+        }
+        admin.batch_execute(&format!(
+            "DROP SEQUENCE IF EXISTS \"{lease_t}_token_seq\", \"{leader_t}_term_seq\""
+        ))?;
+    }
+
+    std::fs::write(&args.out, serde_json::to_string_pretty(&results)?)?;
+    println!("\nresults written to {}", args.out);
+    Ok(())
+}
