@@ -9,9 +9,9 @@
 //! - [`membership`]: process heartbeats and fair-share ownership of (tenant, shard) units, a
 //!   [`membership::Leaser`] per process driven tick by tick or by its `run` loop.
 //!
-//! Every operation is one SQL statement in its own implicit transaction, sent as an unnamed statement
-//! with explicit parameter types: one round trip, no session state, so it works through PgBouncer in
-//! transaction mode. Every expiry and busy deadline is computed by PostgreSQL's `now()`, so instances
+//! Every operation is one SQL statement in its own implicit transaction, prepared once per server
+//! connection under a name derived from its content and run with `EXECUTE`: one round trip, planned
+//! once, no session state a pooler could mix up, so it works through PgBouncer in transaction mode. Every expiry and busy deadline is computed by PostgreSQL's `now()`, so instances
 //! whose clocks disagree still agree. Bad input is refused with
 //! [`ErrorKind::InvalidInput`] before anything is sent.
 //!

@@ -714,6 +714,7 @@ pub fn run(
             );
         }
     }
+    let limits = driver_limits(url, &tables.tick, clients, secs, runs)?;
     drop(leasers);
     let mut admin = pgtenure::postgres::Client::connect(url, pgtenure::postgres::NoTls)?;
     for table in [
@@ -730,5 +731,86 @@ pub fn run(
         "DROP SEQUENCE IF EXISTS \"{}_token_seq\", \"{}_term_seq\"",
         tables.lease, tables.leader
     ))?;
+    Ok(json!({ "operations": out, "driver": limits }))
+}
+
+/// Where the gap to pgbench comes from: the refused tick claim sent by the driver alone (no pool,
+/// no pgtenure), as a protocol-level prepared statement (not pooler-safe: the driver names them
+/// `s0, s1, ...` in every process) and as SQL-level `EXECUTE` (what pgtenure sends).
+fn driver_limits(
+    url: &str,
+    tick_t: &str,
+    clients: &[usize],
+    secs: u64,
+    runs: usize,
+) -> Result<Value, Error> {
+    use pgtenure::postgres::types::Type;
+    use pgtenure::postgres::{Client, NoTls};
+    let text = sql("tick_claims/claim.sql", &[("table", tick_t)]);
+    let types = [
+        Type::TEXT,
+        Type::TIMESTAMPTZ,
+        Type::INT8,
+        Type::TEXT,
+        Type::INT8,
+    ];
+    let taken = SystemTime::UNIX_EPOCH + Duration::from_secs(1_750_000_000);
+    let run = |clients: usize, protocol: bool| -> f64 {
+        let barrier = Barrier::new(clients);
+        let counts: Vec<f64> = thread::scope(|s| {
+            let handles: Vec<_> = (0..clients)
+                .map(|_| {
+                    let (barrier, text, types) = (&barrier, &text, &types);
+                    s.spawn(move || {
+                        let mut c = Client::connect(url, NoTls).unwrap();
+                        let named = c.prepare_typed(text, types).unwrap();
+                        c.batch_execute(&format!(
+                            "PREPARE limit_claim (text, timestamptz, int8, text, int8) AS {text}"
+                        ))
+                        .unwrap();
+                        let execute = "EXECUTE limit_claim('contended', \
+                                       '2025-06-15 15:06:40+00', '60000000', 'x', '1')";
+                        let once = |c: &mut Client| {
+                            let rows = if protocol {
+                                c.query(
+                                    &named,
+                                    &[&"contended", &taken, &60_000_000_i64, &"x", &1_i64],
+                                )
+                            } else {
+                                c.query_typed(execute, &[])
+                            };
+                            assert!(rows.unwrap()[0].get::<_, Option<i64>>("token").is_none());
+                        };
+                        for _ in 0..20 {
+                            once(&mut c);
+                        }
+                        barrier.wait();
+                        let start = Instant::now();
+                        let mut n = 0_u64;
+                        while start.elapsed() < Duration::from_secs(secs) {
+                            once(&mut c);
+                            n += 1;
+                        }
+                        n as f64 / start.elapsed().as_secs_f64()
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        counts.iter().sum()
+    };
+    let mut out = Vec::new();
+    println!(
+        "
+the refused tick claim sent by the driver alone, median of {runs} runs"
+    );
+    println!("| clients | protocol-level prepared/s (not pooler-safe) | SQL-level EXECUTE/s |");
+    println!("| ---: | ---: | ---: |");
+    for &c in clients {
+        let protocol = median((0..runs).map(|_| run(c, true)).collect());
+        let execute = median((0..runs).map(|_| run(c, false)).collect());
+        println!("| {c} | {protocol:.0} | {execute:.0} |");
+        out.push(json!({ "clients": c, "protocol_prepared": protocol, "sql_execute": execute }));
+    }
     Ok(Value::Array(out))
 }

@@ -129,7 +129,7 @@ fn main() -> Result<(), Error> {
         } else {
             None
         };
-        results["operations"] = compare::run(
+        results["comparison"] = compare::run(
             &url,
             bouncer.as_ref().map(|b| b.url()),
             &args.clients,
