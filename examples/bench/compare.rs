@@ -799,18 +799,59 @@ fn driver_limits(
         });
         counts.iter().sum()
     };
+    // What taking each statement's connection from an r2d2 pool costs, on `SELECT 1`.
+    let pool = r2d2::Pool::builder()
+        .max_size(16)
+        .test_on_check_out(false)
+        .build(r2d2_postgres::PostgresConnectionManager::new(
+            url.parse()?,
+            NoTls,
+        ))?;
+    let select = |clients: usize, pooled: bool| -> f64 {
+        let counts: Vec<f64> = thread::scope(|s| {
+            let handles: Vec<_> = (0..clients)
+                .map(|_| {
+                    let pool = &pool;
+                    s.spawn(move || {
+                        let mut own = Client::connect(url, NoTls).unwrap();
+                        let start = Instant::now();
+                        let mut n = 0_u64;
+                        while start.elapsed() < Duration::from_secs(secs) {
+                            if pooled {
+                                pool.get().unwrap().query_typed("SELECT 1", &[]).unwrap();
+                            } else {
+                                own.query_typed("SELECT 1", &[]).unwrap();
+                            }
+                            n += 1;
+                        }
+                        n as f64 / start.elapsed().as_secs_f64()
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        counts.iter().sum()
+    };
     let mut out = Vec::new();
     println!(
-        "
-the refused tick claim sent by the driver alone, median of {runs} runs"
+        "\nthe driver alone, one connection per client, median of {runs} runs: the refused tick \
+         claim, and SELECT 1 on a connection of its own or from an r2d2 pool"
     );
-    println!("| clients | protocol-level prepared/s (not pooler-safe) | SQL-level EXECUTE/s |");
-    println!("| ---: | ---: | ---: |");
+    println!(
+        "| clients | claim, protocol-level prepared/s (not pooler-safe) | claim, SQL-level \
+         EXECUTE/s | SELECT 1, own connection/s | SELECT 1, from an r2d2 pool/s |"
+    );
+    println!("| ---: | ---: | ---: | ---: | ---: |");
     for &c in clients {
         let protocol = median((0..runs).map(|_| run(c, true)).collect());
         let execute = median((0..runs).map(|_| run(c, false)).collect());
-        println!("| {c} | {protocol:.0} | {execute:.0} |");
-        out.push(json!({ "clients": c, "protocol_prepared": protocol, "sql_execute": execute }));
+        let own = median((0..runs).map(|_| select(c, false)).collect());
+        let pooled = median((0..runs).map(|_| select(c, true)).collect());
+        println!("| {c} | {protocol:.0} | {execute:.0} | {own:.0} | {pooled:.0} |");
+        out.push(json!({
+            "clients": c, "protocol_prepared": protocol, "sql_execute": execute,
+            "select_1_own_connection": own, "select_1_pooled": pooled,
+        }));
     }
     Ok(Value::Array(out))
 }

@@ -8,6 +8,8 @@
 //! in transaction mode (when `pgbouncer` is installed); round trips per operation counted at the
 //! protocol level; the cost of holding managed leases; elector failover; membership tick cost by
 //! units and convergence. Prints tables and writes a JSON results file (not committed).
+//! `PGTENURE_BENCH_CASES=name,name` keeps only the comparison's cases whose names contain one of
+//! them (`none`: only the driver-alone measurements).
 
 /// The test harness: the database URL, the protocol-counting proxy.
 #[path = "../../tests/common/mod.rs"]
