@@ -11,8 +11,8 @@ use r2d2::{Pool, PooledConnection};
 use r2d2_postgres::PostgresConnectionManager;
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::ident::TableName;
 use crate::statement::{Failure, Statement, Value};
+use crate::table_name::TableName;
 
 type Manager = PostgresConnectionManager<NoTls>;
 

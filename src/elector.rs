@@ -4,7 +4,7 @@
 //! Each poll is one statement that renews the leadership when this instance holds it, or takes it
 //! when it is free or expired by the database clock. No background thread, nothing to close.
 //!
-//! Beyond the reference package:
+//! Beyond taking and renewing the leadership:
 //!
 //! - [`Elector::term`]: the current tenure's term, a fencing token that strictly increases across
 //!   tenures (drawn from a sequence);
@@ -40,10 +40,10 @@ use postgres::types::Type;
 
 use crate::db::{Companion, Db, Policy};
 use crate::error::Result;
-use crate::ident::{render, TableName};
-use crate::identity::default_owner;
 use crate::input::{check_key, micros, MIN_DURATION};
+use crate::instance::default_owner;
 use crate::statement::Statement;
+use crate::table_name::{render, TableName};
 
 /// The table [`Elector::new`] uses unless [`Elector::with_table`] names another.
 pub const DEFAULT_TABLE: &str = "pgtenure_leader";

@@ -38,10 +38,10 @@ use postgres::types::Type;
 
 use crate::db::{Companion, Db, Policy};
 use crate::error::Result;
-use crate::ident::{render, TableName};
-use crate::identity::{default_owner, random_u64};
 use crate::input::{check_key, micros, MIN_DURATION};
+use crate::instance::{default_owner, random_u64};
 use crate::statement::Statement;
+use crate::table_name::{render, TableName};
 
 /// The table [`FireClaims::new`] uses unless [`FireClaims::with_table`] names another.
 pub const DEFAULT_TABLE: &str = "pgtenure_fire_claims";

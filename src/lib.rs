@@ -49,7 +49,8 @@
 //! - [`membership`]: [`membership::Leaser`], [`membership::Units`], the fair-share arithmetic.
 //! - `statement`: each statement prepared once per server connection under a name derived from
 //!   its text, safe behind transaction poolers.
-//! - `ident`: table-name validation and quoting, the only text substituted into SQL.
+//! - `table_name`: table-name validation and quoting, the only text substituted into SQL.
+//! - `instance`: who an instance is (the default owner name, hostname, random ids).
 //! - `input`: checks on keys, durations and ticks, run before any statement.
 //! - [`testing`] (feature `testing`): [`testing::TempPostgres`], a throwaway server for tests.
 //!
@@ -61,12 +62,12 @@ mod db;
 pub mod elector;
 mod error;
 pub mod fire_claims;
-mod ident;
-mod identity;
 mod input;
+mod instance;
 pub mod leases;
 pub mod membership;
 mod statement;
+mod table_name;
 #[cfg(feature = "testing")]
 pub mod testing;
 pub mod tick_claims;

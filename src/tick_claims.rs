@@ -1,8 +1,10 @@
 //! Tick claims: each tick of a recurring job runs on exactly one instance.
 //!
 //! Every instance of an application computes the same schedule ("every minute, on the minute") and,
-//! at each tick, calls [`TickClaims::claim`] with the job's id and the tick's time. One row per job
-//! keeps the last tick claimed and a busy deadline, so the table never grows with time:
+//! at each tick, calls [`TickClaims::claim`] with the job's id and the tick's time. (A tick here is a
+//! scheduled instant of a job; [`Leaser::tick`](crate::membership::Leaser::tick) is something else, a
+//! rebalance step of membership.) One row per job keeps the last tick claimed and a busy deadline, so
+//! the table never grows with time:
 //!
 //! - a tick is granted to exactly one caller;
 //! - a tick older than or equal to the last one claimed is refused, so an instance that asks late
@@ -44,10 +46,10 @@ use postgres::types::Type;
 
 use crate::db::{one_row, Db, Policy};
 use crate::error::{Error, Result};
-use crate::ident::{render, TableName};
-use crate::identity::{default_owner, random_u64};
 use crate::input::{check_key, check_tick, micros, MIN_DURATION};
+use crate::instance::{default_owner, random_u64};
 use crate::statement::Statement;
+use crate::table_name::{render, TableName};
 
 /// The table [`TickClaims::new`] uses unless [`TickClaims::with_table`] names another.
 pub const DEFAULT_TABLE: &str = "pgtenure_tick_claims";

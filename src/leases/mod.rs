@@ -78,10 +78,10 @@ use self::schedule::MIN_MANAGED_TTL;
 use self::watcher::{Watch, Watcher};
 use crate::db::{Companion, Conn, Db, Policy};
 use crate::error::{Error, Result};
-use crate::ident::{render, TableName};
-use crate::identity::default_owner;
 use crate::input::{check_key, micros, MIN_DURATION};
+use crate::instance::default_owner;
 use crate::statement::{Failure, Statement};
+use crate::table_name::{render, TableName};
 
 /// The table [`Leases::new`] uses unless [`Leases::with_table`] names another.
 pub const DEFAULT_TABLE: &str = "pgtenure_leases";
@@ -520,20 +520,16 @@ impl Leases {
     ///
     /// # Errors
     ///
-    /// The errors of [`Leases::acquire`], returned (and logged) instead of running `f`.
+    /// The errors of [`Leases::acquire`], returned instead of running `f` (not logged: the caller
+    /// decides).
     pub fn with_lease<T>(
         &self,
         key: &str,
         ttl: Duration,
         f: impl FnOnce(&Lease) -> T,
     ) -> Result<Option<T>> {
-        let lease = match self.acquire(key, ttl) {
-            Ok(Some(lease)) => lease,
-            Ok(None) => return Ok(None),
-            Err(e) => {
-                log::warn!(target: "pgtenure::leases", "with_lease could not acquire {key:?}: {e}");
-                return Err(e);
-            }
+        let Some(lease) = self.acquire(key, ttl)? else {
+            return Ok(None);
         };
         let value = f(&lease);
         if let Err(e) = lease.release() {

@@ -9,7 +9,9 @@
 //!
 //! A [`Reconciler`] is told which units were lost and gained (lost first, so work can stop before new
 //! work starts) and says which units have work in flight, so shedding prefers idle units. Drive the
-//! steps by hand in tests, or call [`Leaser::run`] on a thread of your own in production.
+//! steps by hand in tests, or call [`Leaser::run`] on a thread of your own in production. (A
+//! [`Leaser::tick`] is one such rebalance step; the ticks of [`TickClaims`](crate::TickClaims) are
+//! something else, the scheduled instants of a recurring job.)
 //!
 //! ```no_run
 //! # fn main() -> Result<(), pgtenure::Error> {
@@ -60,10 +62,10 @@ use self::deliver::{Delivery, Outbox};
 use self::fair::{choose_shed, Facts, Held, Member, Step};
 use crate::db::{Companion, Db, Policy};
 use crate::error::{Error, Result};
-use crate::ident::{render_tables, TableName};
-use crate::identity::{hostname, random_u64};
 use crate::input::{check_key, micros, MIN_DURATION};
+use crate::instance::{hostname, random_u64};
 use crate::statement::Statement;
+use crate::table_name::{render_tables, TableName};
 
 /// The processes table unless [`Leaser::with_tables`] names another.
 pub const DEFAULT_PROCESSES_TABLE: &str = "pgtenure_processes";

@@ -41,7 +41,7 @@ use std::sync::OnceLock;
 pub use self::pgbouncer::PgBouncer;
 use self::supervised::Supervised;
 use crate::error::{Error, Result};
-use crate::identity::random_u64;
+use crate::instance::random_u64;
 
 /// How many times a start is tried (another process may take the chosen port first).
 const START_ATTEMPTS: u32 = 3;
@@ -230,13 +230,13 @@ pub fn database_url() -> Result<String> {
 pub fn render_sql(sql: &str, tables: &[(&str, &str)]) -> Result<String> {
     let parsed = tables
         .iter()
-        .map(|(placeholder, name)| Ok((*placeholder, crate::ident::TableName::parse(name)?)))
+        .map(|(placeholder, name)| Ok((*placeholder, crate::table_name::TableName::parse(name)?)))
         .collect::<Result<Vec<_>>>()?;
-    let named: Vec<(&str, &crate::ident::TableName)> = parsed
+    let named: Vec<(&str, &crate::table_name::TableName)> = parsed
         .iter()
         .map(|(placeholder, table)| (*placeholder, table))
         .collect();
-    Ok(crate::ident::render_tables(sql, &named))
+    Ok(crate::table_name::render_tables(sql, &named))
 }
 
 /// Finds the directory holding `initdb` and `postgres`.
