@@ -1,0 +1,302 @@
+//! Lease holders under faults: a blackholed network, a paused holder process, a restarted database.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant, SystemTime};
+
+use crate::common::proxy::{database_addr, Proxy};
+use crate::common::{client, count, db, lease_table, ledger, wait_for, Tables};
+use pgtenure::testing::TempPostgres;
+use pgtenure::{Db, DbBuilder, KeyRenewal, Leases, LossReason};
+
+use super::{fenced_write, Write, CHILD_ENV};
+
+#[test]
+fn a_blackholed_holder_loses_at_its_local_deadline_and_is_refused_after_healing() {
+    let mut tables = Tables::new();
+    let table = lease_table(&mut tables);
+    let ledger = ledger::create(&mut tables);
+    let proxy = Proxy::start(0, database_addr()).unwrap();
+    let holder_db = DbBuilder::from_config(proxy.config())
+        .connection_timeout(Duration::from_secs(1))
+        .unwrap()
+        .build()
+        .unwrap();
+    let holder = Leases::new(&holder_db).with_table(&table).unwrap();
+    let ttl = Duration::from_millis(600);
+    let lease = holder.acquire("k", ttl).unwrap().unwrap();
+    assert_eq!(
+        fenced_write(&holder_db, &holder, &ledger, "k", lease.token()),
+        Write::Done
+    );
+
+    proxy.blackhole();
+    let held_until: SystemTime = client()
+        .query_one(
+            &format!("SELECT held_until FROM {table} WHERE key = 'k'"),
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    let deadline = lease.deadline();
+    let reason = lease
+        .lost()
+        .recv_timeout(ttl * 3)
+        .expect("loss while blackholed");
+    let late = Instant::now().saturating_duration_since(deadline);
+    assert_eq!(reason, LossReason::Expired);
+    assert!(!lease.is_held());
+    println!("blackholed holder: loss signalled {late:?} after its local deadline");
+    assert!(late < Duration::from_millis(250), "{late:?}");
+
+    // Another worker acquires once the database's expiry has passed, and writes.
+    let other = Leases::new(&db()).with_table(&table).unwrap();
+    let taken = wait_for("the takeover", Duration::from_secs(5), || {
+        other.try_acquire("k", Duration::from_secs(30)).unwrap()
+    });
+    assert!(taken.token() > lease.token());
+    let acquired_at: SystemTime = client()
+        .query_one(
+            &format!("SELECT acquired_at FROM {table} WHERE key = 'k'"),
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert!(
+        acquired_at >= held_until,
+        "taken over before the database's expiry"
+    );
+    assert_eq!(
+        fenced_write(&db(), &other, &ledger, "k", taken.token()),
+        Write::Done
+    );
+
+    // Heal: the old holder's renew, fence and release are all refused; the new tenure is intact.
+    proxy.heal();
+    assert_eq!(
+        holder.renew(&["k"], ttl).unwrap().get("k"),
+        Some(KeyRenewal::Lost)
+    );
+    assert_eq!(
+        fenced_write(&holder_db, &holder, &ledger, "k", lease.token()),
+        Write::Refused
+    );
+    assert!(!holder.release("k").unwrap());
+    assert!(!holder.release_tenure("k", lease.token()).unwrap());
+    lease.release().unwrap();
+    let (owner, token): (String, i64) = client()
+        .query_one(
+            &format!("SELECT owner, token FROM {table} WHERE key = 'k'"),
+            &[],
+        )
+        .map(|r| (r.get(0), r.get(1)))
+        .unwrap();
+    assert_eq!((owner.as_str(), token), (other.owner(), taken.token()));
+    assert_eq!(ledger::assert_ordered(&ledger).writes, 2);
+}
+
+/// The child side of the pause test: hold a lease and write through the fence until it is lost.
+fn paused_holder_child(table: &str, ledger: &str) {
+    let db = db();
+    let leases = Leases::new(&db)
+        .with_table(table)
+        .unwrap()
+        .with_owner(&format!("child-{}", std::process::id()))
+        .unwrap();
+    let lease = leases
+        .acquire("k", Duration::from_millis(600))
+        .unwrap()
+        .expect("free");
+    println!("TOKEN {}", lease.token());
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(30) {
+        let write = fenced_write(&db, &leases, ledger, "k", lease.token());
+        println!("WRITE {write:?}");
+        if let Ok(reason) = lease.lost().try_recv() {
+            println!("LOST {reason:?}");
+            println!(
+                "WRITE {:?}",
+                fenced_write(&db, &leases, ledger, "k", lease.token())
+            );
+            break;
+        }
+        thread::sleep(Duration::from_millis(40));
+    }
+    println!("DONE");
+}
+
+#[test]
+fn a_paused_holder_process_is_refused_on_resume_and_learns_its_loss() {
+    if std::env::var(CHILD_ENV).is_ok_and(|m| m == "paused-holder") {
+        let table = std::env::var("PGTENURE_CHILD_TABLE").unwrap();
+        let ledger = std::env::var("PGTENURE_CHILD_LEDGER").unwrap();
+        return paused_holder_child(&table, &ledger);
+    }
+    let mut tables = Tables::new();
+    let table = lease_table(&mut tables);
+    let ledger = ledger::create(&mut tables);
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "leases::a_paused_holder_process_is_refused_on_resume_and_learns_its_loss",
+            "--nocapture",
+        ])
+        .env(CHILD_ENV, "paused-holder")
+        .env("PGTENURE_CHILD_TABLE", &table)
+        .env("PGTENURE_CHILD_LEDGER", &ledger)
+        .env("DATABASE_URL", crate::common::url())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id().to_string();
+    let (lines_tx, lines) = pgtenure::crossbeam_channel::unbounded::<String>();
+    let out = child.stdout.take().unwrap();
+    let reader = thread::spawn(move || {
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            let _ = lines_tx.send(line);
+        }
+    });
+    let token: i64 = loop {
+        let line = lines
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the child reports its token");
+        if let Some((_, t)) = line.split_once("TOKEN ") {
+            break t.trim().parse().unwrap();
+        }
+    };
+    // Let it write a few times, then pause it past its TTL.
+    wait_for("the child's first writes", Duration::from_secs(5), || {
+        (count(&mut client(), &ledger) >= 2).then_some(())
+    });
+    assert!(Command::new("kill")
+        .args(["-STOP", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let paused_writes = count(&mut client(), &ledger);
+    // If the pause caught the child inside a fenced transaction, its row lock makes every takeover
+    // wait until it resumes and commits: the write was fenced before the pause, so that is safe.
+    let (t, l) = (table.clone(), ledger.clone());
+    let takeover = thread::spawn(move || {
+        let other = Leases::new(&db()).with_table(&t).unwrap();
+        let taken = wait_for("a takeover", Duration::from_secs(20), || {
+            other.try_acquire("k", Duration::from_secs(30)).unwrap()
+        });
+        let write = fenced_write(&db(), &other, &l, "k", taken.token());
+        (taken.token(), write)
+    });
+    let waited = Instant::now();
+    while !takeover.is_finished() && waited.elapsed() < Duration::from_secs(3) {
+        thread::sleep(Duration::from_millis(10));
+    }
+    let mid_transaction = !takeover.is_finished();
+    assert!(Command::new("kill")
+        .args(["-CONT", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let (taken, write) = takeover.join().unwrap();
+    assert!(taken > token);
+    assert_eq!(write, Write::Done);
+
+    let mut after: Vec<String> = Vec::new();
+    loop {
+        let line = lines
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the child finishes");
+        if line.ends_with("DONE") {
+            break;
+        }
+        after.push(line);
+    }
+    child.wait().unwrap();
+    reader.join().unwrap();
+    println!("child after resume (paused mid-transaction: {mid_transaction}): {after:?}");
+    assert!(
+        after.iter().any(|l| l.ends_with("LOST Expired")),
+        "{after:?}"
+    );
+    // Every write the child attempted after its tenure ended was refused: the ledger proves it. Only
+    // a write already fenced when the pause came may commit after the resume.
+    let rows = ledger::rows(&ledger);
+    let child_rows = rows.iter().filter(|(_, t, _)| *t == token).count() as i64;
+    let allowed = paused_writes + i64::from(mid_transaction);
+    assert!(
+        child_rows <= allowed,
+        "the child wrote {child_rows} rows, {allowed} allowed"
+    );
+    assert!(
+        after.iter().any(|l| l.ends_with("WRITE Refused")),
+        "{after:?}"
+    );
+    ledger::assert_ordered(&ledger);
+}
+
+#[test]
+fn a_database_restart_during_renewals_loses_no_lease_that_can_still_be_renewed() {
+    // A server of its own: restarting the shared one would disturb the other tests.
+    let pg = TempPostgres::start().unwrap();
+    let db = Db::connect(pg.url()).unwrap();
+    let leases = Leases::new(&db);
+    leases.create_table().unwrap();
+    let held: Vec<_> = ["a", "b", "c"]
+        .iter()
+        .map(|k| leases.acquire(k, Duration::from_secs(3)).unwrap().unwrap())
+        .collect();
+    let tokens: Vec<i64> = held.iter().map(|l| l.token()).collect();
+    // A contender keeps trying throughout; it must never get a key.
+    let contender_db = Db::builder(pg.url()).unwrap().build_lazy();
+    let contender = Leases::new(&contender_db);
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (c, s) = (contender.clone(), stop.clone());
+    let contending = thread::spawn(move || {
+        let (mut tries, mut errors) = (0, 0);
+        while !s.load(Ordering::SeqCst) {
+            for key in ["a", "b", "c"] {
+                tries += 1;
+                match c.try_acquire(key, Duration::from_secs(1)) {
+                    Ok(None) => {}
+                    Ok(Some(grant)) => panic!("{key} granted twice: token {}", grant.token()),
+                    Err(_) => errors += 1,
+                }
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+        (tries, errors)
+    });
+    thread::sleep(Duration::from_millis(500));
+    let restarted = Instant::now();
+    pg.restart().unwrap();
+    let took = restarted.elapsed();
+    // Two renewal intervals after the restart, every lease is still held, by the same tenure.
+    thread::sleep(Duration::from_secs(2));
+    stop.store(true, Ordering::SeqCst);
+    let (tries, errors) = contending.join().unwrap();
+    println!(
+        "restart took {took:?}; the contender tried {tries} times ({errors} errors), never granted"
+    );
+    for lease in &held {
+        assert!(lease.is_held(), "{} lost: {:?}", lease.key(), lease.loss());
+        assert!(lease.lost().try_recv().is_err());
+    }
+    let mut c = pgtenure::postgres::Client::connect(pg.url(), pgtenure::postgres::NoTls).unwrap();
+    let rows: Vec<(String, i64, bool)> = c
+        .query(
+            "SELECT key, token, held_until > now() FROM pgtenure_leases ORDER BY key",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    let expected: Vec<(String, i64, bool)> = ["a", "b", "c"]
+        .iter()
+        .zip(&tokens)
+        .map(|(k, t)| ((*k).to_owned(), *t, true))
+        .collect();
+    assert_eq!(rows, expected);
+    drop(held);
+}
