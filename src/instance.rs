@@ -8,6 +8,8 @@ use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::error::{Error, Result};
+
 /// A fresh owner name: `"{hostname}-{pid}-{16 random hex digits}"`.
 pub(crate) fn default_owner() -> String {
     format!(
@@ -41,6 +43,34 @@ pub(crate) fn random_u64() -> u64 {
     hasher.finish()
 }
 
+/// A random version-4 UUID as text.
+pub(crate) fn random_uuid() -> String {
+    let (a, b) = (random_u64(), random_u64());
+    format!(
+        "{:08x}-{:04x}-4{:03x}-{:04x}-{:012x}",
+        a >> 32,
+        (a >> 16) & 0xffff,
+        a & 0x0fff,
+        ((b >> 48) & 0x3fff) | 0x8000,
+        b & 0xffff_ffff_ffff
+    )
+}
+
+/// Checks UUID text (`8-4-4-4-12` hex digits) and lowercases it.
+pub(crate) fn parse_uuid(id: &str) -> Result<String> {
+    let well_formed = id.len() == 36
+        && id.char_indices().all(|(i, c)| match i {
+            8 | 13 | 18 | 23 => c == '-',
+            _ => c.is_ascii_hexdigit(),
+        });
+    if !well_formed {
+        return Err(Error::invalid_input(format!(
+            "process id {id:?} is not a UUID (8-4-4-4-12 hexadecimal digits)"
+        )));
+    }
+    Ok(id.to_ascii_lowercase())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -62,5 +92,30 @@ mod tests {
     fn random_values_do_not_repeat() {
         let values: std::collections::HashSet<u64> = (0..10_000).map(|_| random_u64()).collect();
         assert_eq!(values.len(), 10_000);
+    }
+
+    #[test]
+    fn random_uuids_are_well_formed_version_4() {
+        let id = random_uuid();
+        assert_eq!(parse_uuid(&id).unwrap(), id);
+        assert_eq!(&id[14..15], "4");
+        assert!(matches!(&id[19..20], "8" | "9" | "a" | "b"), "{id}");
+        assert_ne!(random_uuid(), random_uuid());
+    }
+
+    #[test]
+    fn process_ids_must_be_uuids() {
+        assert_eq!(
+            parse_uuid("6F9619FF-8B86-D011-B42D-00C04FC964FF").unwrap(),
+            "6f9619ff-8b86-d011-b42d-00c04fc964ff"
+        );
+        for bad in [
+            "",
+            "not-a-uuid",
+            "6f9619ff8b86d011b42d00c04fc964ff",
+            "6f9619ff-8b86-d011-b42d-00c04fc964fg",
+        ] {
+            assert!(parse_uuid(bad).unwrap_err().is_invalid_input(), "{bad:?}");
+        }
     }
 }

@@ -1,0 +1,119 @@
+//! The registry of units a fleet shares: adding, removing and weighting them.
+
+use std::fmt;
+use std::sync::Arc;
+
+use super::sql::Statements;
+use super::unit::Unit;
+use crate::db::{Db, Policy};
+use crate::error::{Error, Result};
+use crate::input::check_key;
+use crate::statement::Statement;
+use crate::table_name::TableName;
+
+/// Registers the units a fleet shares and sets their weights.
+///
+/// Cheap to clone, `Send` and `Sync`.
+#[derive(Clone)]
+pub struct Units {
+    db: Db,
+    sql: Arc<Statements>,
+}
+
+impl Units {
+    /// Units in `pgtenure_units`, processes in `pgtenure_processes`.
+    pub fn new(db: &Db) -> Units {
+        Units {
+            db: db.clone(),
+            sql: Statements::default_tables(),
+        }
+    }
+
+    /// Uses other tables (each `table` or `schema.table`); use the same on every [`Leaser`](super::Leaser).
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when a name is not a plain
+    /// identifier.
+    pub fn with_tables(mut self, processes: &str, units: &str) -> Result<Units> {
+        self.sql = Statements::new(TableName::parse(processes)?, TableName::parse(units)?)?;
+        Ok(self)
+    }
+
+    /// Creates both tables and the units' indexes unless they exist; safe from every instance at once.
+    ///
+    /// # Errors
+    ///
+    /// A database or connection error; creating needs `CREATE` on the schema.
+    pub fn create_tables(&self) -> Result<()> {
+        self.sql.create_tables(&self.db)
+    }
+
+    /// Registers units with weight 1 (one statement for the batch); existing units are left as they
+    /// are. Returns how many were new.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput), before any statement, when a
+    /// tenant is bad; otherwise a database or connection error.
+    pub fn add(&self, units: &[Unit]) -> Result<u64> {
+        self.batch("add units", &self.sql.add_units, units)
+    }
+
+    /// Unregisters units (one statement); an owner learns it at its next tick. Returns how many
+    /// existed.
+    ///
+    /// # Errors
+    ///
+    /// As [`Units::add`].
+    pub fn remove(&self, units: &[Unit]) -> Result<u64> {
+        self.batch("remove units", &self.sql.remove_units, units)
+    }
+
+    fn batch(&self, context: &str, sql: &Statement, units: &[Unit]) -> Result<u64> {
+        for unit in units {
+            check_key("tenant", &unit.tenant)?;
+        }
+        if units.is_empty() {
+            return Ok(0);
+        }
+        let tenants: Vec<&str> = units.iter().map(|u| u.tenant.as_str()).collect();
+        let shards: Vec<i32> = units.iter().map(|u| u.shard).collect();
+        let row = self
+            .db
+            .query_one(context, Policy::ONCE, sql, &[&tenants, &shards])?;
+        Ok(u64::try_from(row.get::<_, i64>(0)).unwrap_or_default())
+    }
+
+    /// Sets a unit's weight: its share of a process's fair share. 0 disables it: it is never claimed,
+    /// and its owner gives it back at its next tick. Returns whether the unit exists.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput), before any statement, for a
+    /// negative weight or a bad tenant; otherwise a database or connection error.
+    pub fn set_weight(&self, unit: &Unit, weight: i32) -> Result<bool> {
+        check_key("tenant", &unit.tenant)?;
+        if weight < 0 {
+            return Err(Error::invalid_input(format!(
+                "weight {weight} of unit {unit} is negative; use 0 to disable a unit"
+            )));
+        }
+        let rows = self.db.query(
+            "set unit weight",
+            Policy::ONCE,
+            &self.sql.set_weight,
+            &[&unit.tenant.as_str(), &unit.shard, &weight],
+        )?;
+        Ok(!rows.is_empty())
+    }
+}
+
+impl fmt::Debug for Units {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Units")
+            .field("processes", &self.sql.processes)
+            .field("units", &self.sql.units)
+            .finish()
+    }
+}
