@@ -122,13 +122,16 @@ impl Facts<'_> {
         target(self.total(), &self.me, self.others)
     }
 
-    /// Claim what it lacks (capped), else shed what it has above its target, else keep.
-    pub(crate) fn decide(&self, max_per_tick: i64) -> Step {
+    /// Claim what it lacks (capped), else shed what it has above its target, else keep. With
+    /// `disabled` (it owns units whose weight is now 0) it sheds even at its target: a shed always
+    /// gives back units of weight 0 (see [`choose_shed`]).
+    pub(crate) fn decide(&self, max_per_tick: i64, disabled: bool) -> Step {
         let target = self.target();
         let budget = claim_budget(self.me.weight, target, self.claimable, max_per_tick);
         if budget > 0 {
             Step::Claim(budget)
-        } else if self.me.weight > target {
+        } else if self.me.weight > target || disabled {
+            // Owned disabled units (weight 0) are given back even at the target.
             Step::Shed(target)
         } else {
             Step::Keep
@@ -282,7 +285,7 @@ mod tests {
                 others: &others,
                 claimable,
             };
-            match facts.decide(1024) {
+            match facts.decide(1024, false) {
                 Step::Claim(budget) => {
                     owned[p] += budget;
                     moved += budget;
@@ -387,5 +390,17 @@ mod tests {
         ];
         // Owns 11, target 7: sheds a 3 (down to 8), not the 5 (down to 6).
         assert_eq!(choose_shed(&held, 7), vec![unit(1)]);
+    }
+
+    #[test]
+    fn a_process_owning_disabled_units_sheds_at_its_target() {
+        let others = [Member { id: "b", weight: 5 }];
+        let facts = Facts {
+            me: Member { id: "a", weight: 5 },
+            others: &others,
+            claimable: 0,
+        };
+        assert_eq!(facts.decide(1024, false), Step::Keep);
+        assert_eq!(facts.decide(1024, true), Step::Shed(5));
     }
 }

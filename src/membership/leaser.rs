@@ -12,7 +12,7 @@ use postgres::Row;
 use super::config::{Config, Hooks};
 use super::deliver::{Delivery, Outbox};
 use super::fair::{choose_shed, Facts, Held, Member, Step};
-use super::local::{stop_after, Local};
+use super::local::{stop_after, Local, View};
 use super::sql::Statements;
 use super::unit::{Reconciler, Unit};
 use crate::db::{Db, Policy};
@@ -344,12 +344,11 @@ impl Leaser {
         if live_self && live_locally {
             // Disabled units only appear with a re-read (a weight change moves the counter).
             let disabled = changed && truth.values().any(|w| *w <= 0);
-            match facts.decide(i64::from(self.config.max_claim_per_tick)) {
+            match facts.decide(i64::from(self.config.max_claim_per_tick), disabled) {
                 Step::Claim(budget) => {
                     claimed = self.claim(&mut truth, budget, &shedding)?;
                 }
                 Step::Shed(target) => shed = self.choose_shed(&mut truth, target),
-                Step::Keep if disabled => shed = self.choose_shed(&mut truth, target),
                 Step::Keep => {}
             }
             if !claimed.is_empty() || !shed.is_empty() {
@@ -360,44 +359,29 @@ impl Leaser {
 
         // Adopt the database's truth only while live, judged now (the tick may have waited on the
         // database), and only if nothing forgot the ownership meanwhile (the liveness watcher, a
-        // lapsed heartbeat); compare with the local view as it is now, and queue what changed
-        // while still holding it, so deliveries keep decision order.
-        let (lost, gained, live_now, owned) = {
+        // lapsed heartbeat); queue what changed while still holding the state, so deliveries keep
+        // decision order.
+        let (lost, gained, live_now, owned, owned_weight) = {
             let mut local = self.local.lock();
             let live_now =
                 live_self && local.live_at(Instant::now()) && local.generation == generation;
-            if !live_now {
-                truth = Arc::default();
-                owned_weight = 0;
-                changed = true;
-                shed.clear();
-            }
-            let (lost, gained) = if changed || !Arc::ptr_eq(&local.owned, &truth) {
-                let lost: Vec<Unit> = local
-                    .owned
-                    .keys()
-                    .filter(|u| !truth.contains_key(*u))
-                    .cloned()
-                    .collect();
-                let gained: Vec<Unit> = truth
-                    .keys()
-                    .filter(|u| !local.owned.contains_key(*u))
-                    .cloned()
-                    .collect();
-                (lost, gained)
-            } else {
-                (Vec::new(), Vec::new())
+            let view = View {
+                truth,
+                weight: owned_weight,
+                changed,
+                shed,
+                changes,
             };
+            let (lost, gained) = local.adopt(view, live_now);
             self.outbox.push(Delivery::Lost(lost.clone()));
             self.outbox.push(Delivery::Gained(gained.clone()));
-            local.owned = truth;
-            local.owned_weight = owned_weight;
-            // Told lost (above, in this queue), given back once delivered.
-            local.shedding.extend(shed);
-            local.ready = true;
-            local.reread = !live_now;
-            local.seen_changes = changes;
-            (lost, gained, live_now, local.owned.len())
+            (
+                lost,
+                gained,
+                live_now,
+                local.owned.len(),
+                local.owned_weight,
+            )
         };
         self.outbox.flush(&*self.reconciler);
         let hooks = &self.hooks;

@@ -55,9 +55,154 @@ impl Local {
             .collect()
     }
 
+    /// Adopts what a tick found to be this process's (`truth`, of total weight `weight`), and the
+    /// units it chose to shed, if the process is still live (`live_now`: judged after the tick's
+    /// statements, and only if nothing forgot the ownership since the tick read it); else forgets
+    /// everything. Returns the units lost and gained against the local view, which the caller queues
+    /// for the reconciler while it still holds the state, so deliveries keep decision order.
+    /// `changed` says the tick's view may differ from the local one; without it an unchanged view is
+    /// recognised by identity. `changes` is the process row's counter the view was read at.
+    pub(super) fn adopt(&mut self, view: View, live_now: bool) -> (Vec<Unit>, Vec<Unit>) {
+        let View {
+            mut truth,
+            mut weight,
+            mut changed,
+            mut shed,
+            changes,
+        } = view;
+        if !live_now {
+            truth = Arc::default();
+            weight = 0;
+            changed = true;
+            shed.clear();
+        }
+        let (lost, gained) = if changed || !Arc::ptr_eq(&self.owned, &truth) {
+            diff(&self.owned, &truth)
+        } else {
+            (Vec::new(), Vec::new())
+        };
+        self.owned = truth;
+        self.owned_weight = weight;
+        // Told lost (by the caller, with `lost`), given back once delivered.
+        self.shedding.extend(shed);
+        self.ready = true;
+        self.reread = !live_now;
+        self.seen_changes = changes;
+        (lost, gained)
+    }
+
     /// What the database says this process owns: its units and those it is shedding.
     pub(super) fn reported(&self) -> (i32, i64) {
         let count = self.owned.len() + self.shedding.len();
         (count as i32, self.owned_weight + weight_of(&self.shedding))
+    }
+}
+
+/// What one tick found: the units this process owns after its claims and sheds, their weight,
+/// whether that may differ from the local view, the units it chose to shed, and the process row's
+/// change counter it read.
+pub(super) struct View {
+    pub(super) truth: Arc<BTreeMap<Unit, i32>>,
+    pub(super) weight: i64,
+    pub(super) changed: bool,
+    pub(super) shed: BTreeMap<Unit, i32>,
+    pub(super) changes: Option<i64>,
+}
+
+/// The units of `old` missing from `new` (lost), and of `new` missing from `old` (gained).
+fn diff(old: &BTreeMap<Unit, i32>, new: &BTreeMap<Unit, i32>) -> (Vec<Unit>, Vec<Unit>) {
+    let lost = old
+        .keys()
+        .filter(|u| !new.contains_key(*u))
+        .cloned()
+        .collect();
+    let gained = new
+        .keys()
+        .filter(|u| !old.contains_key(*u))
+        .cloned()
+        .collect();
+    (lost, gained)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn units(shards: &[i32]) -> BTreeMap<Unit, i32> {
+        shards
+            .iter()
+            .map(|s| (Unit::new("t", *s).unwrap(), 1))
+            .collect()
+    }
+
+    fn shards(units: &[Unit]) -> Vec<i32> {
+        units.iter().map(|u| u.shard).collect()
+    }
+
+    fn view(truth: BTreeMap<Unit, i32>, changed: bool) -> View {
+        let weight = weight_of(&truth);
+        View {
+            truth: Arc::new(truth),
+            weight,
+            changed,
+            shed: BTreeMap::new(),
+            changes: Some(7),
+        }
+    }
+
+    #[test]
+    fn adopting_reports_what_was_lost_and_gained() {
+        let mut local = Local::default();
+        let (lost, gained) = local.adopt(view(units(&[1, 2, 3]), true), true);
+        assert_eq!((shards(&lost), shards(&gained)), (vec![], vec![1, 2, 3]));
+        let (lost, gained) = local.adopt(view(units(&[2, 3, 4]), true), true);
+        assert_eq!((shards(&lost), shards(&gained)), (vec![1], vec![4]));
+        assert_eq!((local.owned.len(), local.owned_weight), (3, 3));
+        assert!(local.ready && !local.reread);
+        assert_eq!(local.seen_changes, Some(7));
+    }
+
+    #[test]
+    fn an_unchanged_view_reports_nothing() {
+        let mut local = Local::default();
+        local.adopt(view(units(&[1, 2]), true), true);
+        let same = View {
+            truth: local.owned.clone(),
+            weight: local.owned_weight,
+            changed: false,
+            shed: BTreeMap::new(),
+            changes: Some(7),
+        };
+        assert_eq!(local.adopt(same, true), (vec![], vec![]));
+        assert_eq!(local.owned.len(), 2);
+    }
+
+    #[test]
+    fn a_process_no_longer_live_forgets_everything_and_sheds_nothing() {
+        let mut local = Local::default();
+        local.adopt(view(units(&[1, 2]), true), true);
+        let mut late = view(units(&[1, 2, 3]), true);
+        late.shed = units(&[2]);
+        let (lost, gained) = local.adopt(late, false);
+        assert_eq!((shards(&lost), shards(&gained)), (vec![1, 2], vec![]));
+        assert!(local.owned.is_empty() && local.shedding.is_empty());
+        assert_eq!(local.owned_weight, 0);
+        assert!(local.reread, "the next tick re-reads what it owns");
+    }
+
+    #[test]
+    fn units_chosen_to_shed_are_kept_apart_until_given_back() {
+        let mut local = Local::default();
+        local.adopt(view(units(&[1, 2, 3]), true), true);
+        let mut shedding = view(units(&[1, 2]), true);
+        shedding.shed = units(&[3]);
+        let (lost, gained) = local.adopt(shedding, true);
+        assert_eq!((shards(&lost), shards(&gained)), (vec![3], vec![]));
+        assert_eq!(local.shedding.len(), 1);
+        assert_eq!(
+            local.reported(),
+            (3, 3),
+            "the row still counts the unit being shed"
+        );
     }
 }
