@@ -11,7 +11,7 @@ use parking_lot::Mutex;
 use postgres::CancelToken;
 
 use super::schedule::{next_retry, renew_interval};
-use super::watcher::Watch;
+use super::watcher::{Deadline, Timer, Watch};
 use super::{Family, Shared};
 use crate::db::{discard, Conn, Policy};
 use crate::error::{Error, ErrorKind, Result};
@@ -80,16 +80,6 @@ struct Inner {
     status: Status,
     deadline: Instant,
     in_flight: Option<(Purpose, CancelToken)>,
-}
-
-/// What the watcher should do with a lease whose check time came.
-pub(crate) enum Timer {
-    /// Nothing more to watch.
-    Done,
-    /// Check again then.
-    Again(Instant),
-    /// Cancel this statement (the lease just expired, or its release overran).
-    Cancel(Option<CancelToken>),
 }
 
 /// A managed lease's state, shared by its handle, its thread and the watcher.
@@ -183,9 +173,12 @@ impl LeaseState {
     fn end_release(&self) {
         self.inner.lock().status = Status::Released;
     }
+}
 
+/// The watcher's view of a lease: when to look at it, and what to do then.
+impl Deadline for LeaseState {
     /// When the watcher should look at this lease next.
-    pub(crate) fn next_check(&self) -> Instant {
+    fn next_check(&self) -> Instant {
         let inner = self.inner.lock();
         match inner.status {
             Status::Releasing(until) => until,
@@ -194,7 +187,7 @@ impl LeaseState {
     }
 
     /// The watcher's check: expire a lease whose deadline passed, cancel an overrunning release.
-    pub(crate) fn on_timer(&self, now: Instant) -> Timer {
+    fn on_timer(&self, now: Instant) -> Timer {
         let status = self.inner.lock().status;
         match status {
             Status::Held => {
@@ -292,7 +285,7 @@ impl Renewer {
         }
         // The watcher cancels the statement if it overruns RELEASE_WAIT (a row lock held elsewhere).
         if let Some(shared) = self.shared.upgrade() {
-            shared.watch(Watch::Lease(state.clone()))?;
+            shared.watch(Watch::Deadline(state.clone()))?;
         }
         let released =
             self.family
@@ -406,7 +399,9 @@ impl Renewer {
 /// last pool checkout timed out it waits at most until 100 ms after that, so dropping many leases
 /// during an outage costs one short wait in all, not one each. A thread still blocked then is left to finish on its
 /// own, joined by the deadline watcher. The key is free for the family to acquire again only once
-/// the release has completed. Dropping the lease does the same and logs what fails.
+/// the release has completed. Dropping the lease does the same and logs what fails. Dropping the last
+/// lease and handle of a family also stops its deadline watcher, which waits at most 2.5 s more for
+/// threads still blocked on the database (they then finish on their own).
 pub struct Lease {
     state: Arc<LeaseState>,
     shared: Arc<Shared>,
@@ -438,7 +433,7 @@ impl Lease {
             }),
             loss: loss_tx,
         });
-        shared.watch(Watch::Lease(state.clone()))?;
+        shared.watch(Watch::Deadline(state.clone()))?;
         let (commands, commands_rx) = bounded::<Command>(1);
         let (reply_tx, reply) = bounded::<Result<()>>(1);
         let renewer = Renewer {
@@ -556,7 +551,7 @@ impl Lease {
                 // The thread goes on in the background, joined by the watcher; the family may
                 // acquire the key again once it has finished.
                 let cancel = self.state.take_in_flight(Purpose::Renew);
-                let _ = self.shared.watch(Watch::Reap(thread, cancel));
+                let _ = self.shared.watch(Watch::Reap(thread, reply, cancel));
                 if !releases {
                     return Ok(());
                 }
