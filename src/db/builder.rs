@@ -1,0 +1,236 @@
+//! [`DbBuilder`]: the pool's size and timeouts, and the connection defaults pgtenure applies.
+
+use std::fmt;
+use std::time::Duration;
+
+use postgres::NoTls;
+use r2d2::Pool;
+use r2d2_postgres::PostgresConnectionManager;
+
+use super::{Db, Manager};
+use crate::error::{Error, Result};
+
+const DEFAULT_MAX_SIZE: u32 = 16;
+const DEFAULT_POOL_TIMEOUT: Duration = Duration::from_secs(10);
+const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// The driver's default keepalive idle time (two hours), which pgtenure shortens.
+const DRIVER_KEEPALIVES_IDLE: Duration = Duration::from_secs(2 * 60 * 60);
+const KEEPALIVES_IDLE: Duration = Duration::from_secs(10);
+const KEEPALIVES_INTERVAL: Duration = Duration::from_secs(5);
+const KEEPALIVES_RETRIES: u32 = 2;
+const TCP_USER_TIMEOUT: Duration = Duration::from_secs(20);
+/// Startup option that pins pgtenure's own sessions to READ COMMITTED, whatever the database's or
+/// role's default (a space inside an option value is escaped with a backslash).
+const READ_COMMITTED_OPTION: &str = "-c default_transaction_isolation=read\\ committed";
+
+/// Builds a [`Db`]; every setter's default is pgtenure's (see [`Db::connect`]).
+pub struct DbBuilder {
+    config: postgres::Config,
+    max_size: u32,
+    connection_timeout: Duration,
+    read_committed: bool,
+    cancel_on_deadline: bool,
+    prepared_statements: bool,
+}
+
+impl DbBuilder {
+    /// Starts from a driver configuration you built; pgtenure's connection defaults are applied to
+    /// whatever it leaves unset.
+    pub fn from_config(config: postgres::Config) -> DbBuilder {
+        DbBuilder {
+            config,
+            max_size: DEFAULT_MAX_SIZE,
+            connection_timeout: DEFAULT_POOL_TIMEOUT,
+            read_committed: true,
+            cancel_on_deadline: true,
+            prepared_statements: true,
+        }
+    }
+
+    /// The most connections the pool opens. Defaults to 16.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when `max_size` is zero.
+    pub fn max_size(mut self, max_size: u32) -> Result<DbBuilder> {
+        if max_size == 0 {
+            return Err(Error::invalid_input(
+                "pool max_size is zero; it must be at least 1",
+            ));
+        }
+        self.max_size = max_size;
+        Ok(self)
+    }
+
+    /// How long getting a connection from the pool may wait (also bounds [`DbBuilder::build`]).
+    /// Defaults to 10 s.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when it is zero.
+    pub fn connection_timeout(mut self, timeout: Duration) -> Result<DbBuilder> {
+        if timeout.is_zero() {
+            return Err(Error::invalid_input("pool connection_timeout is zero"));
+        }
+        self.connection_timeout = timeout;
+        Ok(self)
+    }
+
+    /// Whether to pin pgtenure's sessions to READ COMMITTED with a startup `options` parameter.
+    /// Defaults to `true`. Turn it off behind PgBouncer unless its `ignore_startup_parameters`
+    /// lists `options`; then the server's default isolation applies (see [`Db::from_pool`]).
+    pub fn read_committed(mut self, on: bool) -> DbBuilder {
+        self.read_committed = on;
+        self
+    }
+
+    /// Whether stuck lease statements are cancelled at their deadline; see
+    /// [`Db::with_cancel_on_deadline`]. Defaults to `true`; turn it off behind PgBouncer.
+    pub fn cancel_on_deadline(mut self, on: bool) -> DbBuilder {
+        self.cancel_on_deadline = on;
+        self
+    }
+
+    /// Whether statements are prepared once per server connection; see
+    /// [`Db::with_prepared_statements`]. Defaults to `true`.
+    pub fn prepared_statements(mut self, on: bool) -> DbBuilder {
+        self.prepared_statements = on;
+        self
+    }
+
+    /// Builds the pool and waits until one connection is open.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::Connection`](crate::ErrorKind::Connection) when no connection could be opened
+    /// within the connection timeout.
+    pub fn build(self) -> Result<Db> {
+        let builder = self.pool_builder().min_idle(Some(1));
+        let pool = builder
+            .build(PostgresConnectionManager::new(
+                self.effective_config(),
+                NoTls,
+            ))
+            .map_err(|e| Error::from_pool("connect", e))?;
+        Ok(Db::from_pool(pool)
+            .with_cancel_on_deadline(self.cancel_on_deadline)
+            .with_prepared_statements(self.prepared_statements))
+    }
+
+    /// Builds the pool without connecting: the first operation opens the first connection. Use it
+    /// for a process that must start while the database is still unreachable.
+    pub fn build_lazy(self) -> Db {
+        let builder = self.pool_builder().min_idle(Some(0));
+        let pool = builder.build_unchecked(PostgresConnectionManager::new(
+            self.effective_config(),
+            NoTls,
+        ));
+        Db::from_pool(pool)
+            .with_cancel_on_deadline(self.cancel_on_deadline)
+            .with_prepared_statements(self.prepared_statements)
+    }
+
+    fn pool_builder(&self) -> r2d2::Builder<Manager> {
+        Pool::builder()
+            .max_size(self.max_size)
+            .connection_timeout(self.connection_timeout)
+            .test_on_check_out(false)
+    }
+
+    fn effective_config(&self) -> postgres::Config {
+        let mut config = self.config.clone();
+        if config.get_application_name().is_none() {
+            config.application_name("pgtenure");
+        }
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(DEFAULT_CONNECT_TIMEOUT);
+        }
+        if config.get_keepalives() {
+            if config.get_keepalives_idle() == DRIVER_KEEPALIVES_IDLE {
+                config.keepalives_idle(KEEPALIVES_IDLE);
+            }
+            if config.get_keepalives_interval().is_none() {
+                config.keepalives_interval(KEEPALIVES_INTERVAL);
+            }
+            if config.get_keepalives_retries().is_none() {
+                config.keepalives_retries(KEEPALIVES_RETRIES);
+            }
+        }
+        if config.get_tcp_user_timeout().is_none() {
+            config.tcp_user_timeout(TCP_USER_TIMEOUT);
+        }
+        if self.read_committed {
+            let options = match config.get_options() {
+                Some(existing) if !existing.trim().is_empty() => {
+                    format!("{existing} {READ_COMMITTED_OPTION}")
+                }
+                _ => READ_COMMITTED_OPTION.to_owned(),
+            };
+            config.options(&options);
+        }
+        config
+    }
+}
+
+impl fmt::Debug for DbBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The driver config's Debug hides the password.
+        f.debug_struct("DbBuilder")
+            .field("config", &self.config)
+            .field("max_size", &self.max_size)
+            .field("connection_timeout", &self.connection_timeout)
+            .field("read_committed", &self.read_committed)
+            .field("cancel_on_deadline", &self.cancel_on_deadline)
+            .field("prepared_statements", &self.prepared_statements)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_fill_only_what_the_url_leaves_unset() {
+        let builder = Db::builder("postgres://u@db.example:5433/app").unwrap();
+        let config = builder.effective_config();
+        assert_eq!(config.get_application_name(), Some("pgtenure"));
+        assert_eq!(config.get_connect_timeout(), Some(&DEFAULT_CONNECT_TIMEOUT));
+        assert_eq!(config.get_tcp_user_timeout(), Some(&TCP_USER_TIMEOUT));
+        assert_eq!(config.get_keepalives_idle(), KEEPALIVES_IDLE);
+        assert_eq!(config.get_options(), Some(READ_COMMITTED_OPTION));
+
+        let own = Db::builder(
+            "host=h user=u application_name=mine connect_timeout=2 options='-c work_mem=8MB'",
+        )
+        .unwrap()
+        .read_committed(true);
+        let config = own.effective_config();
+        assert_eq!(config.get_application_name(), Some("mine"));
+        assert_eq!(config.get_connect_timeout(), Some(&Duration::from_secs(2)));
+        assert_eq!(
+            config.get_options(),
+            Some("-c work_mem=8MB -c default_transaction_isolation=read\\ committed")
+        );
+
+        let off = Db::builder("host=h")
+            .unwrap()
+            .read_committed(false)
+            .effective_config();
+        assert_eq!(off.get_options(), None);
+    }
+
+    #[test]
+    fn bad_builder_input_is_refused() {
+        assert!(Db::builder("postgres://[::1")
+            .unwrap_err()
+            .is_invalid_input());
+        let b = Db::builder("host=h").unwrap();
+        assert!(b.max_size(0).unwrap_err().is_invalid_input());
+        let b = Db::builder("host=h").unwrap();
+        assert!(b
+            .connection_timeout(Duration::ZERO)
+            .unwrap_err()
+            .is_invalid_input());
+    }
+}

@@ -1,0 +1,319 @@
+//! The connection pool every primitive shares.
+
+mod builder;
+mod outcome;
+mod schema;
+
+use std::fmt;
+use std::time::Instant;
+
+use postgres::{NoTls, Row};
+use r2d2::{Pool, PooledConnection};
+use r2d2_postgres::PostgresConnectionManager;
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::statement::{Failure, Statement, Value};
+
+pub use self::builder::DbBuilder;
+use self::outcome::connection_lost;
+pub(crate) use self::outcome::{discard, never_ran, outcome_unknown, Policy, Resend};
+pub(crate) use self::schema::Companion;
+
+type Manager = PostgresConnectionManager<NoTls>;
+
+/// A pool of PostgreSQL connections shared by every pgtenure primitive.
+///
+/// Cheap to clone (clones share the pool), `Send` and `Sync`. Every operation takes a connection for
+/// one statement and returns it before doing anything else, so a pool of a few connections serves
+/// many threads.
+///
+/// # Blocking
+///
+/// Every call that touches the database blocks the calling thread: at most the pool's connection
+/// timeout (10 s by default) to get a connection, then one round trip. A dead network fails the call
+/// after the TCP user timeout (20 s) instead of hanging. Do not call pgtenure from inside an async
+/// runtime's worker thread; use `spawn_blocking` or a thread of your own.
+#[derive(Clone)]
+pub struct Db {
+    pool: Pool<Manager>,
+    cancel_on_deadline: bool,
+    prepared_statements: bool,
+}
+
+impl Db {
+    /// Connects to the database at `url` with pgtenure's defaults.
+    ///
+    /// `url` is a `postgres://` URL or a `key=value` connection string. Unless the string sets them,
+    /// pgtenure sets `application_name=pgtenure`, a 5 s connect timeout, TCP keepalives (idle 10 s,
+    /// interval 5 s, 2 retries) and a 20 s TCP user timeout, so a dead network fails a call instead
+    /// of hanging it. It also pins its sessions to READ COMMITTED with the startup option
+    /// `-c default_transaction_isolation=read\ committed` (turn it off with
+    /// [`DbBuilder::read_committed`] behind a pooler that rejects `options`). The pool holds up to 16
+    /// connections and does not run a health check on checkout (that would cost a round trip per
+    /// operation; a broken connection is found by its failed statement and dropped).
+    ///
+    /// Waits until one connection is open, so a wrong URL fails here.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when `url` does not parse;
+    /// [`ErrorKind::Connection`](crate::ErrorKind::Connection) when no connection could be opened
+    /// within the pool's connection timeout (10 s).
+    pub fn connect(url: &str) -> Result<Db> {
+        Db::builder(url)?.build()
+    }
+
+    /// A builder with pgtenure's defaults, to change the pool size, timeouts or the isolation option.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when `url` does not parse.
+    pub fn builder(url: &str) -> Result<DbBuilder> {
+        let config = url.parse::<postgres::Config>().map_err(|e| {
+            Error::invalid_input("database URL does not parse as a PostgreSQL connection string")
+                .with_source(e)
+        })?;
+        Ok(DbBuilder::from_config(config))
+    }
+
+    /// Uses a pool you built yourself.
+    ///
+    /// Build it with `test_on_check_out(false)`: r2d2's default health check costs one extra round
+    /// trip for every operation. pgtenure does not change the pool's sessions, so they keep the
+    /// server's default isolation: under a `REPEATABLE READ` or `SERIALIZABLE` default, contended
+    /// operations can fail with [`ErrorKind::Serialization`](crate::ErrorKind::Serialization)
+    /// (never granting two holders); pass `options=-c default_transaction_isolation=read\ committed`
+    /// in the connection string to avoid that.
+    pub fn from_pool(pool: Pool<Manager>) -> Db {
+        Db {
+            pool,
+            cancel_on_deadline: true,
+            prepared_statements: true,
+        }
+    }
+
+    /// Whether each statement is prepared once per server connection (SQL `PREPARE` under a name
+    /// derived from its text, then `EXECUTE` in one round trip) instead of being parsed and planned
+    /// on every call. Defaults to `true`.
+    ///
+    /// Safe behind PgBouncer in transaction mode with its default configuration: a name means the
+    /// same statement on every server connection, and a server connection that lacks it is detected
+    /// before anything runs (then it is prepared there, costing two more round trips once per
+    /// server connection and statement). Turn it off behind a proxy that pins a client to one
+    /// server session once it sees `PREPARE` (Amazon RDS Proxy does), and behind PgBouncer with
+    /// `server_reset_query_always = 1` (every transaction starts without prepared statements, so
+    /// each operation would prepare in vain before running unprepared).
+    ///
+    /// The names (`pgt_` and 32 hex digits of the statement's SHA-256) are not secret: a client
+    /// that shares the database role and the pooler's server connections could prepare a forged
+    /// statement under one. Such a client can already write pgtenure's tables; give pgtenure a role
+    /// of its own where that matters.
+    pub fn with_prepared_statements(mut self, on: bool) -> Db {
+        self.prepared_statements = on;
+        self
+    }
+
+    /// See [`Db::with_prepared_statements`].
+    pub fn prepares_statements(&self) -> bool {
+        self.prepared_statements
+    }
+
+    /// Whether a lease's statement that is still blocked at its local deadline is cancelled with the
+    /// connection's cancel key (so its thread returns at once). Defaults to `true`.
+    ///
+    /// Turn it off behind PgBouncer or another transaction pooler: there a cancel request can be
+    /// delayed and then hit another client's statement on the same server connection (PgBouncer
+    /// issues #245 and #684; PgBouncer 1.18 here ignored the cancel outright). Loss is still signalled
+    /// at the deadline either way; only the stuck thread then waits for its statement or the TCP
+    /// timeout, and `Lease::release`/`Drop` still return within their bounds.
+    pub fn with_cancel_on_deadline(mut self, on: bool) -> Db {
+        self.cancel_on_deadline = on;
+        self
+    }
+
+    /// See [`Db::with_cancel_on_deadline`].
+    pub fn cancels_on_deadline(&self) -> bool {
+        self.cancel_on_deadline
+    }
+
+    /// The underlying r2d2 pool.
+    pub fn pool(&self) -> &Pool<Manager> {
+        &self.pool
+    }
+
+    /// Takes a connection for one statement, waiting at most the pool's connection timeout, or
+    /// until `until` when that comes first.
+    pub(crate) fn conn_until(&self, context: &str, until: Option<Instant>) -> Result<Conn> {
+        let wait = match until {
+            None => self.pool.connection_timeout(),
+            Some(until) => until
+                .saturating_duration_since(Instant::now())
+                .min(self.pool.connection_timeout()),
+        };
+        if wait.is_zero() {
+            // Not a pool timeout: nothing was waited for (so it says nothing about an outage).
+            return self.pool.try_get().ok_or_else(|| {
+                Error::new(
+                    ErrorKind::Connection,
+                    format!(
+                        "{context} failed: no idle database connection in the pool, and no time \
+                     left to wait for one"
+                    ),
+                )
+            });
+        }
+        self.pool
+            .get_timeout(wait)
+            .map_err(|e| Error::from_pool(context, e))
+    }
+
+    /// Runs `statement` on a pooled connection, sending it again on another connection only when
+    /// that is safe (invariant 9 of the design: an unknown outcome is not "never ran").
+    ///
+    /// A pooled connection whose server session ended while it sat idle (a terminated backend, an
+    /// idle-session timeout, a restarted server) answers the next statement with the server's
+    /// `FATAL` report (57P01, 57P05) without running it: that connection is discarded and the
+    /// statement sent at once on another, up to the pool's size. A connection that the driver
+    /// already knows is closed is skipped before anything is sent. Any other failure after sending
+    /// (the connection closed or reset, possibly after the server committed) is an unknown outcome:
+    /// it is returned, unless `policy` says the statement is idempotent by construction, in which
+    /// case it is sent once more to find out.
+    pub(crate) fn with_conn<T>(
+        &self,
+        context: &str,
+        policy: Policy,
+        mut statement: impl FnMut(&mut Conn) -> std::result::Result<T, Failure>,
+    ) -> Result<T> {
+        let skips = self.pool.max_size().clamp(1, MAX_STALE_SKIPS);
+        let (mut skipped, mut resent) = (0, false);
+        loop {
+            let mut conn = self.conn_until(context, policy.until)?;
+            if conn.is_closed() {
+                // Nothing was sent; dropping it makes r2d2 discard it.
+                skipped += 1;
+                if skipped > skips {
+                    return Err(Error::new(
+                        ErrorKind::Connection,
+                        format!("{context} failed: every pooled connection was closed"),
+                    ));
+                }
+                continue;
+            }
+            match statement(&mut conn) {
+                Ok(value) => return Ok(value),
+                // Also a connection that broke while the statement was being prepared: the
+                // operation itself was never sent.
+                Err(Failure {
+                    error,
+                    before_sending,
+                }) if never_ran(&error) || (before_sending && connection_lost(&error)) => {
+                    discard(&mut conn);
+                    skipped += 1;
+                    if skipped > skips {
+                        return Err(Error::from_postgres(context, error));
+                    }
+                    log::debug!(target: "pgtenure::db", "{context}: the pooled connection's session had ended ({error}); using another");
+                }
+                Err(Failure { error, .. })
+                    if outcome_unknown(&error)
+                        && policy.resend == Resend::Idempotent
+                        && !resent =>
+                {
+                    resent = true;
+                    log::info!(target: "pgtenure::db", "{context}: the connection failed after the statement was sent ({error}); sending it again to find out (it is idempotent)");
+                }
+                Err(Failure { error, .. }) => return Err(Error::from_postgres(context, error)),
+            }
+        }
+    }
+
+    /// Runs one statement in its own implicit transaction, in one round trip, returning its rows.
+    /// `policy` says whether it may be sent again when its outcome is unknown: [`Policy::ONCE`]
+    /// unless the statement is idempotent by construction (reads, renewals keyed by token, claims
+    /// keyed by their call id), then [`Policy::IDEMPOTENT`].
+    pub(crate) fn query(
+        &self,
+        context: &str,
+        policy: Policy,
+        statement: &Statement,
+        values: &[Value<'_>],
+    ) -> Result<Vec<Row>> {
+        self.with_conn(context, policy, |conn| self.run(conn, statement, values))
+    }
+
+    /// Like [`Db::query`] for a statement that returns exactly one row.
+    pub(crate) fn query_one(
+        &self,
+        context: &str,
+        policy: Policy,
+        statement: &Statement,
+        values: &[Value<'_>],
+    ) -> Result<Row> {
+        one_row(context, self.query(context, policy, statement, values)?)
+    }
+
+    /// Runs `statement` once on `conn` (inside [`Db::with_conn`]): prepared once per server
+    /// connection unless turned off (see [`Db::with_prepared_statements`]).
+    pub(crate) fn run(
+        &self,
+        conn: &mut Conn,
+        statement: &Statement,
+        values: &[Value<'_>],
+    ) -> std::result::Result<Vec<Row>, Failure> {
+        statement.query(conn, self.prepared_statements, values)
+    }
+
+    /// Prepares `statement` on `conn` if it is not known to be there, without running it (see
+    /// [`Statement::prepare`]).
+    pub(crate) fn prepare(
+        &self,
+        conn: &mut Conn,
+        statement: &Statement,
+    ) -> std::result::Result<(), Failure> {
+        statement.prepare(conn, self.prepared_statements)
+    }
+}
+
+/// The most dead pooled connections one operation skips before it reports the failure.
+const MAX_STALE_SKIPS: u32 = 16;
+
+/// A pooled connection.
+pub(crate) type Conn = PooledConnection<Manager>;
+
+/// The only row of a statement that always returns one.
+pub(crate) fn one_row(context: &str, mut rows: Vec<Row>) -> Result<Row> {
+    match rows.len() {
+        1 => Ok(rows.remove(0)),
+        n => Err(Error::new(
+            ErrorKind::Database,
+            format!(
+                "{context} failed: its statement returned {n} rows instead of one; check that the \
+                 table was made by pgtenure's create_table"
+            ),
+        )),
+    }
+}
+
+impl fmt::Debug for Db {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = self.pool.state();
+        f.debug_struct("Db")
+            .field("cancel_on_deadline", &self.cancel_on_deadline)
+            .field("prepared_statements", &self.prepared_statements)
+            .field("max_size", &self.pool.max_size())
+            .field("connections", &state.connections)
+            .field("idle_connections", &state.idle_connections)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn handles_are_send_and_sync() {
+        fn check<T: Send + Sync + Clone>() {}
+        check::<Db>();
+    }
+}

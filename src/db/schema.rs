@@ -1,0 +1,133 @@
+//! Creating a primitive's tables: under one advisory lock, checking the indexes and sequences
+//! the statements rely on.
+
+use postgres::types::Type;
+
+use super::Db;
+use crate::error::{Error, ErrorKind, Result};
+use crate::table_name::TableName;
+
+const LOCK_SQL: &str = include_str!("../../sql/schema/lock.sql");
+const EXISTS_SQL: &str = include_str!("../../sql/schema/table_exists.sql");
+const COMPANION_SQL: &str = include_str!("../../sql/schema/companion.sql");
+
+/// The transaction-level advisory lock key every pgtenure `create_table` takes ("pgtenure" in ASCII).
+const DDL_LOCK_KEY: i64 = 0x7067_7465_6e75_7265;
+
+impl Db {
+    /// Creates a table and its companions (`ddl`, one statement each) unless `table` exists, under a
+    /// transaction-level advisory lock so that every instance may call it at once: concurrent
+    /// `CREATE TABLE IF NOT EXISTS` statements can otherwise fail on PostgreSQL's catalog. An
+    /// existing table is left as it is, and then the role needs no `CREATE` privilege.
+    ///
+    /// Then checks that every companion in `expected` is what the statements need: `IF NOT EXISTS`
+    /// skips an index or a sequence whose name another relation already has, so a name taken by a
+    /// table (or a companion dropped by hand) would otherwise go unnoticed until it costs a scan or a
+    /// failed `nextval`.
+    pub(crate) fn create_table(
+        &self,
+        context: &str,
+        table: &TableName,
+        ddl: &[String],
+        expected: &[Companion],
+    ) -> Result<()> {
+        let fail = |e| Error::from_postgres(context, e);
+        let mut conn = self.conn_until(context, None)?;
+        let mut tx = conn.transaction().map_err(fail)?;
+        tx.query_typed(LOCK_SQL, &[(&DDL_LOCK_KEY, Type::INT8)])
+            .map_err(fail)?;
+        let quoted = table.quoted();
+        let exists: bool = tx
+            .query_typed_one(EXISTS_SQL, &[(&quoted, Type::TEXT)])
+            .map_err(fail)?
+            .get(0);
+        if exists {
+            log::debug!(target: "pgtenure::db", "{context}: table {table} exists");
+        } else {
+            for statement in ddl {
+                tx.batch_execute(statement).map_err(fail)?;
+            }
+        }
+        for companion in expected {
+            let rows = tx
+                .query_typed(
+                    COMPANION_SQL,
+                    &[(&companion.name, Type::TEXT), (&quoted, Type::TEXT)],
+                )
+                .map_err(fail)?;
+            let found = rows
+                .first()
+                .map(|row| (row.get::<_, String>("kind"), row.get::<_, bool>("on_table")));
+            let ok = match (companion.kind, &found) {
+                (CompanionKind::Index, Some((kind, on_table))) => kind == "i" && *on_table,
+                (CompanionKind::Sequence, Some((kind, _))) => kind == "S",
+                (_, None) => false,
+            };
+            if !ok {
+                let what = companion.kind.noun();
+                let problem = match found {
+                    Some(_) => format!(
+                        "the name is taken by another relation, so the {what} was not created"
+                    ),
+                    None => format!(
+                        "the {what} does not exist (dropped, or the table was made by hand)"
+                    ),
+                };
+                return Err(Error::new(
+                    ErrorKind::Database,
+                    format!(
+                        "{context} failed: {table} needs the {what} {} but {problem}; choose table \
+                         names whose derived names are free, or create the {what} as sql/ describes",
+                        companion.name
+                    ),
+                ));
+            }
+        }
+        tx.commit().map_err(fail)?;
+        if !exists {
+            log::info!(target: "pgtenure::db", "{context}: created table {table}");
+        }
+        Ok(())
+    }
+}
+
+/// An index or sequence a table's statements rely on, by its quoted, schema-qualified name.
+#[derive(Debug, Clone)]
+pub(crate) struct Companion {
+    pub(crate) name: String,
+    pub(crate) kind: CompanionKind,
+}
+
+/// What a [`Companion`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CompanionKind {
+    /// An index on the table.
+    Index,
+    /// A sequence the statements draw tokens from.
+    Sequence,
+}
+
+impl CompanionKind {
+    fn noun(self) -> &'static str {
+        match self {
+            CompanionKind::Index => "index",
+            CompanionKind::Sequence => "sequence",
+        }
+    }
+}
+
+impl Companion {
+    pub(crate) fn index(name: String) -> Companion {
+        Companion {
+            name,
+            kind: CompanionKind::Index,
+        }
+    }
+
+    pub(crate) fn sequence(name: String) -> Companion {
+        Companion {
+            name,
+            kind: CompanionKind::Sequence,
+        }
+    }
+}
