@@ -10,9 +10,9 @@ use crossbeam_channel::{at, bounded, select, Receiver, RecvTimeoutError, Sender}
 use parking_lot::Mutex;
 use postgres::CancelToken;
 
+use super::family::{Family, Shared};
 use super::schedule::{next_retry, renew_interval};
 use super::watcher::{Deadline, Timer, Watch};
-use super::{Family, Shared};
 use crate::db::{discard, Conn, Policy};
 use crate::error::{Error, ErrorKind, Result};
 use crate::statement::Failure;

@@ -61,8 +61,11 @@
 //! retried and not turned into "not acquired", and nothing was granted. Two holders still never hold a
 //! key together.
 
+mod family;
+mod grant;
 mod lease;
 mod schedule;
+mod sql;
 mod watcher;
 
 use std::collections::{HashMap, HashSet};
@@ -70,208 +73,20 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
 use postgres::types::Type;
 
+use self::family::Shared;
+pub use self::grant::{Grant, KeyRenewal, Renewal};
 pub use self::lease::{Lease, LossReason};
 use self::schedule::MIN_MANAGED_TTL;
-use self::watcher::{Watch, Watcher};
-use crate::db::{Companion, Conn, Db, Policy};
+use crate::db::{Companion, Db, Policy};
 use crate::error::{Error, Result};
 use crate::input::{check_key, micros, MIN_DURATION};
 use crate::instance::default_owner;
-use crate::statement::{Failure, Statement};
-use crate::table_name::{render, TableName};
+use crate::table_name::TableName;
 
 /// The table [`Leases::new`] uses unless [`Leases::with_table`] names another.
 pub const DEFAULT_TABLE: &str = "pgtenure_leases";
-
-/// How often [`Leases::release`] also deletes rows that lapsed over an hour ago (a table scan).
-const SWEEP_EVERY: Duration = Duration::from_secs(60);
-
-const CREATE_SEQUENCE: &str = include_str!("../../sql/leases/create_sequence.sql");
-const CREATE_TABLE: &str = include_str!("../../sql/leases/create_table.sql");
-const ACQUIRE: &str = include_str!("../../sql/leases/acquire.sql");
-const RENEW: &str = include_str!("../../sql/leases/renew.sql");
-const RENEW_TENURE: &str = include_str!("../../sql/leases/renew_tenure.sql");
-const RELEASE: &str = include_str!("../../sql/leases/release.sql");
-const RELEASE_AND_SWEEP: &str = include_str!("../../sql/leases/release_and_sweep.sql");
-const SUPERSEDE: &str = include_str!("../../sql/leases/supersede.sql");
-const FENCE: &str = include_str!("../../sql/leases/fence.sql");
-
-pub(crate) struct Statements {
-    table: TableName,
-    create: [String; 2],
-    acquire: Statement,
-    renew: Statement,
-    renew_tenure: Statement,
-    release: Statement,
-    release_and_sweep: Statement,
-    supersede: Statement,
-    /// Sent unprepared: it runs inside the caller's transaction, where a missing prepared
-    /// statement would abort it.
-    fence: String,
-}
-
-impl Statements {
-    fn new(table: TableName) -> Arc<Statements> {
-        Arc::new(Statements {
-            create: [
-                render(CREATE_SEQUENCE, &table),
-                render(CREATE_TABLE, &table),
-            ],
-            acquire: Statement::new(
-                render(ACQUIRE, &table),
-                &[Type::TEXT, Type::TEXT, Type::INT8, Type::BOOL],
-            ),
-            renew: Statement::new(
-                render(RENEW, &table),
-                &[Type::TEXT_ARRAY, Type::TEXT, Type::INT8],
-            ),
-            renew_tenure: Statement::new(
-                render(RENEW_TENURE, &table),
-                &[Type::TEXT, Type::TEXT, Type::INT8, Type::INT8],
-            ),
-            release: Statement::new(
-                render(RELEASE, &table),
-                &[Type::TEXT, Type::TEXT, Type::INT8],
-            ),
-            release_and_sweep: Statement::new(
-                render(RELEASE_AND_SWEEP, &table),
-                &[Type::TEXT, Type::TEXT, Type::INT8],
-            ),
-            supersede: Statement::new(render(SUPERSEDE, &table), &[Type::TEXT]),
-            fence: render(FENCE, &table),
-            table,
-        })
-    }
-}
-
-/// What a `Leases` family and its renewal threads share: the pool, the owner, the statements, the
-/// keys its managed leases hold, and whether its last pool checkout failed. Renewal threads hold this
-/// and not [`Shared`], so they never keep the deadline watcher alive.
-pub(crate) struct Family {
-    db: Db,
-    owner: Arc<str>,
-    sql: Arc<Statements>,
-    /// Keys held by managed leases of this family. A key leaves the set only once its lease's
-    /// release has completed (or was never needed), so a second acquire in the family can never
-    /// adopt a tenure whose release is still on its way.
-    held: Mutex<HashSet<String>>,
-    /// When a pool checkout of this family last timed out, cleared by the next statement that ran:
-    /// while set, releasing and dropping leases wait no later than a short while after it, so
-    /// dropping many leases during an outage costs one short wait in all, not one each.
-    outage: Mutex<Option<Instant>>,
-    last_sweep: Mutex<Option<Instant>>,
-}
-
-impl Family {
-    /// Forgets a managed lease of this family, once its release completed.
-    fn forget(&self, key: &str) {
-        self.held.lock().remove(key);
-    }
-
-    /// Notes how a statement of this family went: a pool checkout that timed out starts an outage,
-    /// anything that reached the database ends it.
-    fn note<T>(&self, result: &Result<T>) {
-        match result {
-            Ok(_) => *self.outage.lock() = None,
-            Err(e) if e.is_pool_checkout() => {
-                self.outage.lock().get_or_insert_with(Instant::now);
-            }
-            Err(_) => {}
-        }
-    }
-
-    /// Since when the family's pool checkouts time out, if the last one did and nothing ran since.
-    fn outage_since(&self) -> Option<Instant> {
-        *self.outage.lock()
-    }
-
-    /// Whether this release should also sweep long-lapsed rows (at most once a minute per family).
-    fn sweep_due(&self) -> bool {
-        let mut last = self.last_sweep.lock();
-        match *last {
-            Some(at) if at.elapsed() < SWEEP_EVERY => false,
-            _ => {
-                *last = Some(Instant::now());
-                true
-            }
-        }
-    }
-
-    /// The release statement for this release: once a minute, the one that also sweeps.
-    fn release_statement(&self) -> &Statement {
-        if self.sweep_due() {
-            &self.sql.release_and_sweep
-        } else {
-            &self.sql.release
-        }
-    }
-
-    /// Runs `statement` (from [`Family::release_statement`]) on `conn`: whether a live lease was
-    /// released.
-    fn release_with(
-        &self,
-        conn: &mut Conn,
-        statement: &Statement,
-        key: &str,
-        token: Option<i64>,
-    ) -> std::result::Result<bool, Failure> {
-        let rows = self
-            .db
-            .run(conn, statement, &[&key, &&*self.owner, &token])?;
-        // A SELECT without FROM: always exactly one row.
-        let Some(row) = rows.first() else {
-            return Ok(false);
-        };
-        let swept: i64 = row.get("swept");
-        if swept > 0 {
-            log::info!(target: "pgtenure::leases", "deleted {swept} lease rows that lapsed over an hour ago");
-        }
-        Ok(row.get("released"))
-    }
-}
-
-/// What a `Leases` handle and its clones share: the family and the deadline watcher (started with the
-/// first managed lease, stopped when the last handle and lease are dropped).
-pub(crate) struct Shared {
-    family: Arc<Family>,
-    watcher: Mutex<Option<Watcher>>,
-}
-
-impl std::ops::Deref for Shared {
-    type Target = Family;
-
-    fn deref(&self) -> &Family {
-        &self.family
-    }
-}
-
-impl Shared {
-    fn new(db: Db, owner: Arc<str>, table: TableName) -> Arc<Shared> {
-        Arc::new(Shared {
-            family: Arc::new(Family {
-                db,
-                owner,
-                sql: Statements::new(table),
-                held: Mutex::new(HashSet::new()),
-                outage: Mutex::new(None),
-                last_sweep: Mutex::new(None),
-            }),
-            watcher: Mutex::new(None),
-        })
-    }
-
-    fn watch(&self, watch: Watch) -> Result<()> {
-        let mut watcher = self.watcher.lock();
-        if watcher.is_none() {
-            *watcher = Some(Watcher::start()?);
-        }
-        watcher.as_ref().expect("started above").send(watch);
-        Ok(())
-    }
-}
 
 /// Keyed leases for one owner; see the [module docs](self).
 ///
@@ -280,104 +95,6 @@ impl Shared {
 #[derive(Clone)]
 pub struct Leases {
     shared: Arc<Shared>,
-}
-
-/// A raw grant from [`Leases::try_acquire`]: no thread renews it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Grant {
-    key: String,
-    token: i64,
-    superseded: bool,
-    deadline: Instant,
-}
-
-impl Grant {
-    /// The key.
-    pub fn key(&self) -> &str {
-        &self.key
-    }
-
-    /// The tenure's fencing token.
-    pub fn token(&self) -> i64 {
-        self.token
-    }
-
-    /// Whether a contender has asked for the key (only on a re-acquire inside a flagged tenure).
-    pub fn is_superseded(&self) -> bool {
-        self.superseded
-    }
-
-    /// The local deadline: the instant before the grant was sent, plus the TTL.
-    pub fn deadline(&self) -> Instant {
-        self.deadline
-    }
-}
-
-/// One key's outcome in a [`Renewal`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum KeyRenewal {
-    /// Renewed.
-    Held {
-        /// The tenure's token.
-        token: i64,
-    },
-    /// Renewed, but a contender asked for it: stop and release.
-    Superseded {
-        /// The tenure's token.
-        token: i64,
-    },
-    /// Not renewed: taken, released, deleted or lapsed.
-    Lost,
-}
-
-/// The outcome of a batch [`Leases::renew`], one entry per distinct key, in the order given.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Renewal {
-    outcomes: Vec<(String, KeyRenewal)>,
-    deadline: Option<Instant>,
-}
-
-impl Renewal {
-    /// The outcome for `key`, if it was in the batch.
-    pub fn get(&self, key: &str) -> Option<KeyRenewal> {
-        self.outcomes
-            .iter()
-            .find(|(k, _)| k == key)
-            .map(|(_, o)| *o)
-    }
-
-    /// Every key with its outcome.
-    pub fn iter(&self) -> impl Iterator<Item = (&str, KeyRenewal)> + '_ {
-        self.outcomes.iter().map(|(k, o)| (k.as_str(), *o))
-    }
-
-    /// The keys still held (superseded ones included: they are still held).
-    pub fn held(&self) -> impl Iterator<Item = &str> + '_ {
-        self.iter()
-            .filter(|(_, o)| *o != KeyRenewal::Lost)
-            .map(|(k, _)| k)
-    }
-
-    /// The keys held but asked for by a contender.
-    pub fn superseded(&self) -> impl Iterator<Item = &str> + '_ {
-        self.iter()
-            .filter(|(_, o)| matches!(o, KeyRenewal::Superseded { .. }))
-            .map(|(k, _)| k)
-    }
-
-    /// The keys lost.
-    pub fn lost(&self) -> impl Iterator<Item = &str> + '_ {
-        self.iter()
-            .filter(|(_, o)| *o == KeyRenewal::Lost)
-            .map(|(k, _)| k)
-    }
-
-    /// The new local deadline of the renewed keys (the instant before the renewal was sent, plus the
-    /// TTL); `None` for an empty batch.
-    pub fn deadline(&self) -> Option<Instant> {
-        self.deadline
-    }
 }
 
 /// Whether an acquire by an owner that already holds the key live keeps that tenure's token.
@@ -752,32 +469,5 @@ mod tests {
         check::<Lease>();
         check::<Grant>();
         check::<Renewal>();
-    }
-
-    #[test]
-    fn the_sequence_is_named_after_the_table_in_its_schema() {
-        let sql = Statements::new(TableName::parse("ops.locks").unwrap());
-        assert!(sql.create[0].contains("\"ops\".\"locks_token_seq\""));
-        assert!(sql
-            .acquire
-            .text()
-            .contains("nextval('\"ops\".\"locks_token_seq\"')"));
-    }
-
-    #[test]
-    fn renewal_reports_each_key() {
-        let r = Renewal {
-            outcomes: vec![
-                ("a".into(), KeyRenewal::Held { token: 1 }),
-                ("b".into(), KeyRenewal::Superseded { token: 2 }),
-                ("c".into(), KeyRenewal::Lost),
-            ],
-            deadline: None,
-        };
-        assert_eq!(r.held().collect::<Vec<_>>(), ["a", "b"]);
-        assert_eq!(r.superseded().collect::<Vec<_>>(), ["b"]);
-        assert_eq!(r.lost().collect::<Vec<_>>(), ["c"]);
-        assert_eq!(r.get("b"), Some(KeyRenewal::Superseded { token: 2 }));
-        assert_eq!(r.get("z"), None);
     }
 }

@@ -1,0 +1,81 @@
+//! The lease statements, rendered once for a table.
+
+use std::sync::Arc;
+
+use postgres::types::Type;
+
+use crate::statement::Statement;
+use crate::table_name::{render, TableName};
+
+const CREATE_SEQUENCE: &str = include_str!("../../sql/leases/create_sequence.sql");
+const CREATE_TABLE: &str = include_str!("../../sql/leases/create_table.sql");
+const ACQUIRE: &str = include_str!("../../sql/leases/acquire.sql");
+const RENEW: &str = include_str!("../../sql/leases/renew.sql");
+const RENEW_TENURE: &str = include_str!("../../sql/leases/renew_tenure.sql");
+const RELEASE: &str = include_str!("../../sql/leases/release.sql");
+const RELEASE_AND_SWEEP: &str = include_str!("../../sql/leases/release_and_sweep.sql");
+const SUPERSEDE: &str = include_str!("../../sql/leases/supersede.sql");
+const FENCE: &str = include_str!("../../sql/leases/fence.sql");
+
+pub(crate) struct Statements {
+    pub(super) table: TableName,
+    pub(super) create: [String; 2],
+    pub(super) acquire: Statement,
+    pub(super) renew: Statement,
+    pub(super) renew_tenure: Statement,
+    pub(super) release: Statement,
+    pub(super) release_and_sweep: Statement,
+    pub(super) supersede: Statement,
+    /// Sent unprepared: it runs inside the caller's transaction, where a missing prepared
+    /// statement would abort it.
+    pub(super) fence: String,
+}
+
+impl Statements {
+    pub(super) fn new(table: TableName) -> Arc<Statements> {
+        Arc::new(Statements {
+            create: [
+                render(CREATE_SEQUENCE, &table),
+                render(CREATE_TABLE, &table),
+            ],
+            acquire: Statement::new(
+                render(ACQUIRE, &table),
+                &[Type::TEXT, Type::TEXT, Type::INT8, Type::BOOL],
+            ),
+            renew: Statement::new(
+                render(RENEW, &table),
+                &[Type::TEXT_ARRAY, Type::TEXT, Type::INT8],
+            ),
+            renew_tenure: Statement::new(
+                render(RENEW_TENURE, &table),
+                &[Type::TEXT, Type::TEXT, Type::INT8, Type::INT8],
+            ),
+            release: Statement::new(
+                render(RELEASE, &table),
+                &[Type::TEXT, Type::TEXT, Type::INT8],
+            ),
+            release_and_sweep: Statement::new(
+                render(RELEASE_AND_SWEEP, &table),
+                &[Type::TEXT, Type::TEXT, Type::INT8],
+            ),
+            supersede: Statement::new(render(SUPERSEDE, &table), &[Type::TEXT]),
+            fence: render(FENCE, &table),
+            table,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_sequence_is_named_after_the_table_in_its_schema() {
+        let sql = Statements::new(TableName::parse("ops.locks").unwrap());
+        assert!(sql.create[0].contains("\"ops\".\"locks_token_seq\""));
+        assert!(sql
+            .acquire
+            .text()
+            .contains("nextval('\"ops\".\"locks_token_seq\"')"));
+    }
+}
