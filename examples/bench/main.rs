@@ -11,6 +11,7 @@
 //! `PGTENURE_BENCH_CASES=name,name` keeps only the comparison's cases whose names contain one of
 //! them (`none`: only the driver-alone measurements).
 
+mod cases;
 /// The test harness: the database URL, the protocol-counting proxy.
 #[path = "../../tests/common/mod.rs"]
 mod common;
