@@ -1,0 +1,337 @@
+//! Fair shares: how units are shared among live processes, by count and by weight, at every scale.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::common::client;
+use pgtenure::membership::{Leaser, Unit};
+
+use super::{assert_disjoint, config, round, Fleet, Recorder};
+
+#[test]
+fn four_leasers_share_100_units_fairly_within_three_rounds() {
+    let fleet = Fleet::new(100);
+    let made: Vec<(Leaser, Arc<Recorder>)> = (0..4)
+        .map(|_| fleet.leaser(config(Duration::from_secs(30))))
+        .collect();
+    let leasers: Vec<&Leaser> = made.iter().map(|(l, _)| l).collect();
+    for leaser in &leasers {
+        leaser.heartbeat().unwrap();
+        assert!(!leaser.ready());
+    }
+    let mut rounds = Vec::new();
+    for _ in 0..3 {
+        rounds.push(round(&leasers));
+        assert_disjoint(&fleet, &leasers);
+    }
+    println!("owned per round: {rounds:?}");
+    assert_eq!(
+        rounds[0],
+        vec![25, 25, 25, 25],
+        "fair after the first round"
+    );
+    assert_eq!(rounds[2], vec![25, 25, 25, 25]);
+    assert!(leasers.iter().all(|l| l.ready()));
+    // Gains were reported once, and nothing was lost.
+    for (leaser, recorder) in &made {
+        let events = recorder.events.lock();
+        let gained: usize = events
+            .iter()
+            .filter(|(k, _)| *k == "gained")
+            .map(|(_, u)| u.len())
+            .sum();
+        assert_eq!(gained, 25);
+        assert!(
+            events.iter().all(|(k, _)| *k == "gained"),
+            "{}: {events:?}",
+            leaser.process_id()
+        );
+    }
+    // A steady fleet writes nothing to the units table: holding units costs no writes. Every row
+    // version's xmin names the transaction that wrote it, so an unchanged set proves no write.
+    let versions = || -> Vec<(String, i32, String)> {
+        client()
+            .query(
+                &format!(
+                    "SELECT tenant, shard, xmin::text FROM {} ORDER BY 1, 2",
+                    fleet.units_table
+                ),
+                &[],
+            )
+            .unwrap()
+            .iter()
+            .map(|r| (r.get(0), r.get(1), r.get(2)))
+            .collect()
+    };
+    let before = versions();
+    for _ in 0..2 {
+        for leaser in &leasers {
+            leaser.heartbeat().unwrap();
+            let report = leaser.tick().unwrap();
+            assert_eq!((report.claimed, report.shed), (0, 0));
+        }
+    }
+    assert_eq!(versions(), before, "steady rounds wrote to the units table");
+}
+
+#[test]
+fn a_joining_leaser_gets_its_share_and_busy_units_are_never_shed() {
+    let fleet = Fleet::new(100);
+    let made: Vec<(Leaser, Arc<Recorder>)> = (0..5)
+        .map(|_| fleet.leaser(config(Duration::from_secs(30))))
+        .collect();
+    let first: Vec<&Leaser> = made[..4].iter().map(|(l, _)| l).collect();
+    for leaser in &first {
+        leaser.heartbeat().unwrap();
+    }
+    round(&first);
+    // Ten units of each of the first four have work in flight.
+    let mut busy: BTreeMap<String, BTreeSet<Unit>> = BTreeMap::new();
+    for (leaser, recorder) in &made[..4] {
+        let units: BTreeSet<Unit> = leaser.owned().into_iter().take(10).collect();
+        recorder.busy.lock().extend(units.iter().cloned());
+        busy.insert(leaser.process_id().to_owned(), units);
+    }
+    let all: Vec<&Leaser> = made.iter().map(|(l, _)| l).collect();
+    made[4].0.heartbeat().unwrap();
+    let mut rounds = Vec::new();
+    for _ in 0..3 {
+        rounds.push(round(&all));
+        assert_disjoint(&fleet, &all);
+    }
+    println!("owned per round after the join: {rounds:?}");
+    let last = rounds.last().unwrap();
+    assert!(
+        last.iter().all(|n| *n <= 24),
+        "fair share 20, at most 20 x 1.2: {last:?}"
+    );
+    assert!(last[4] >= 16, "the newcomer got its share: {last:?}");
+    assert_eq!(last.iter().sum::<usize>(), 100);
+    let truth = fleet.ownership();
+    for (process, units) in busy {
+        let owned = &truth[&Some(process)];
+        assert!(
+            units.is_subset(owned),
+            "a unit with work in flight was shed"
+        );
+    }
+    // The sheds were reported as losses, before any gain in the same tick.
+    for (_, recorder) in &made[..4] {
+        let events = recorder.events.lock();
+        assert!(events.iter().any(|(k, _)| *k == "lost"));
+    }
+}
+
+#[test]
+fn weighted_units_are_shared_by_weight_and_weight_zero_units_stay_unowned() {
+    let fleet = Fleet::new(0);
+    let heavy: Vec<Unit> = (0..10).map(|i| Unit::new("heavy", i).unwrap()).collect();
+    let light: Vec<Unit> = (0..50).map(|i| Unit::new("light", i).unwrap()).collect();
+    let off: Vec<Unit> = (0..5).map(|i| Unit::new("off", i).unwrap()).collect();
+    fleet.units.add(&heavy).unwrap();
+    fleet.units.add(&light).unwrap();
+    fleet.units.add(&off).unwrap();
+    for unit in &heavy {
+        assert!(fleet.units.set_weight(unit, 5).unwrap());
+    }
+    for unit in &off {
+        assert!(fleet.units.set_weight(unit, 0).unwrap());
+    }
+    assert!(!fleet
+        .units
+        .set_weight(&Unit::new("nobody", 0).unwrap(), 3)
+        .unwrap());
+    let (a, _) = fleet.leaser(config(Duration::from_secs(30)));
+    let (b, _) = fleet.leaser(config(Duration::from_secs(30)));
+    a.heartbeat().unwrap();
+    b.heartbeat().unwrap();
+    let mut weights = Vec::new();
+    for _ in 0..3 {
+        let ra = a.tick().unwrap();
+        let rb = b.tick().unwrap();
+        weights.push((ra.owned_weight, rb.owned_weight));
+    }
+    println!("owned weight per round: {weights:?}");
+    let (wa, wb) = *weights.last().unwrap();
+    assert_eq!(wa + wb, 100);
+    assert!(
+        (40..=60).contains(&wa) && (40..=60).contains(&wb),
+        "{weights:?}"
+    );
+    let truth = fleet.ownership();
+    assert!(
+        off.iter().all(|u| truth[&None].contains(u)),
+        "weight-0 units are never claimed"
+    );
+
+    // A unit removed while owned is reported lost at its owner's next tick.
+    let removed = b.owned().into_iter().next().unwrap();
+    assert_eq!(
+        fleet.units.remove(std::slice::from_ref(&removed)).unwrap(),
+        1
+    );
+    let report = b.tick().unwrap();
+    assert_eq!(report.lost, vec![removed.clone()]);
+    assert!(!b.owned().contains(&removed));
+
+    // A unit disabled while owned is given back at its owner's next tick.
+    let owned_light = a.owned().into_iter().find(|u| u.tenant == "light").unwrap();
+    fleet.units.set_weight(&owned_light, 0).unwrap();
+    let report = a.tick().unwrap();
+    assert!(report.lost.contains(&owned_light));
+    assert!(fleet.ownership()[&None].contains(&owned_light));
+}
+
+#[test]
+fn a_ninth_leaser_joining_eight_gets_its_share_although_nobody_is_above_the_hysteresis() {
+    // 200 units, eight at 25; a ninth makes the fair share 23, and 25 is below 23 x 1.2.
+    let fleet = Fleet::new(200);
+    let made: Vec<(Leaser, Arc<Recorder>)> = (0..9)
+        .map(|_| fleet.leaser(config(Duration::from_secs(30))))
+        .collect();
+    let eight: Vec<&Leaser> = made[..8].iter().map(|(l, _)| l).collect();
+    for leaser in &eight {
+        leaser.heartbeat().unwrap();
+    }
+    assert_eq!(round(&eight), vec![25; 8]);
+    let all: Vec<&Leaser> = made.iter().map(|(l, _)| l).collect();
+    made[8].0.heartbeat().unwrap();
+    let rounds: Vec<Vec<usize>> = (0..3).map(|_| round(&all)).collect();
+    println!("eight plus a ninth, per round: {rounds:?}");
+    let last = rounds.last().unwrap();
+    assert!(last[8] >= 19, "the newcomer starves: {last:?}");
+    assert!(last.iter().all(|n| *n <= 27), "{last:?}");
+    assert_eq!(rounds[1], rounds[2], "stable after the first round");
+    assert_disjoint(&fleet, &all);
+}
+
+#[test]
+fn every_small_share_settles_at_floor_or_ceil_within_three_rounds_then_writes_nothing() {
+    for (total, n) in [
+        (1, 2),
+        (3, 2),
+        (3, 4),
+        (4, 3),
+        (7, 2),
+        (15, 4),
+        (20, 9),
+        (35, 10),
+    ] {
+        let fleet = Fleet::new(total);
+        let made: Vec<(Leaser, Arc<Recorder>)> = (0..n)
+            .map(|_| fleet.leaser(config(Duration::from_secs(30))))
+            .collect();
+        let leasers: Vec<&Leaser> = made.iter().map(|(l, _)| l).collect();
+        for leaser in &leasers {
+            leaser.heartbeat().unwrap();
+        }
+        let rounds: Vec<Vec<usize>> = (0..3).map(|_| round(&leasers)).collect();
+        let last = rounds.last().unwrap();
+        let floor = total / n;
+        assert_eq!(last.iter().sum::<usize>(), total, "{total}/{n}: {rounds:?}");
+        assert!(
+            last.iter().all(|c| *c == floor || *c == floor + 1),
+            "{total}/{n} after three rounds: {rounds:?}"
+        );
+        assert_disjoint(&fleet, &leasers);
+        // Settled: no unit row is written any more.
+        for _ in 0..3 {
+            for leaser in &leasers {
+                leaser.heartbeat().unwrap();
+                let step = leaser.tick().unwrap();
+                assert_eq!(
+                    (step.claimed, step.shed),
+                    (0, 0),
+                    "{total}/{n} moved after settling at {last:?}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn one_hundred_thousand_units_and_eight_leasers_converge_and_claims_use_the_indexes() {
+    let fleet = Fleet::new(100_000);
+    client()
+        .batch_execute(&format!(
+            "ANALYZE {}; ANALYZE {}",
+            fleet.units_table, fleet.processes
+        ))
+        .unwrap();
+    let made: Vec<(Leaser, Arc<Recorder>)> = (0..8)
+        .map(|_| fleet.leaser(config(Duration::from_secs(120))))
+        .collect();
+    let all: Vec<&Leaser> = made.iter().map(|(l, _)| l).collect();
+    for leaser in &all {
+        leaser.heartbeat().unwrap();
+    }
+    let started = Instant::now();
+    let mut rounds = 0;
+    let counts = loop {
+        rounds += 1;
+        let counts = round(&all);
+        if counts.iter().all(|n| *n == 12_500) || rounds == 40 {
+            break counts;
+        }
+    };
+    println!(
+        "100,000 units, 8 leasers: {counts:?} after {rounds} rounds in {:?}",
+        started.elapsed()
+    );
+    assert!(
+        counts.iter().all(|n| *n == 12_500),
+        "not converged after {rounds} rounds: {counts:?}"
+    );
+    assert_disjoint(&fleet, &all);
+
+    client()
+        .batch_execute(&format!("ANALYZE {}", fleet.units_table))
+        .unwrap();
+    // The claim statement's plans, prepared as the library prepares it: planned for these values
+    // (the first five executions) and generic (every later one).
+    let claim = std::fs::read_to_string("sql/membership/claim.sql")
+        .unwrap()
+        .replace("{units}", &format!("\"{}\"", fleet.units_table))
+        .replace("{processes}", &format!("\"{}\"", fleet.processes));
+    let mut explain = client();
+    explain
+        .batch_execute(&format!(
+            "PREPARE claim (text, int4, int8, int4, int4, int8) AS {claim}"
+        ))
+        .unwrap();
+    let execute = format!(
+        "EXPLAIN EXECUTE claim('{}', 64, 64, 12345, 12500, 12500)",
+        all[0].process_id()
+    );
+    let mut plans = Vec::new();
+    for mode in ["force_custom_plan", "force_generic_plan"] {
+        explain
+            .batch_execute(&format!("SET plan_cache_mode = {mode}"))
+            .unwrap();
+        let plan: Vec<String> = explain
+            .query(&execute, &[])
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        plans.push((mode, plan.join("\n")));
+    }
+    let claimable = format!("{}_claimable", fleet.units_table);
+    let owner = format!("{}_owner", fleet.units_table);
+    for (mode, plan) in &plans {
+        println!("{mode}:\n{plan}");
+        assert!(
+            plan.contains(&claimable),
+            "{mode}: the claim does not use the claimable index:\n{plan}"
+        );
+        assert!(
+            plan.contains(&owner),
+            "{mode}: the orphan lookup does not use the owner index:\n{plan}"
+        );
+        assert!(
+            !plan.contains(&format!("Seq Scan on {}", fleet.units_table)),
+            "{mode}: the claim scans the units table:\n{plan}"
+        );
+    }
+}

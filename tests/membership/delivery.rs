@@ -1,0 +1,252 @@
+//! What the reconciler and the hooks are told, and in which order.
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::Duration;
+
+use crate::common::proxy::{database_addr, Proxy};
+use crate::common::{client, wait_for};
+use parking_lot::Mutex;
+use pgtenure::membership::{Config, Hooks, Leaser, Reconciler, Unit};
+
+use super::{assert_disjoint, config, Fleet, Recorder};
+
+#[test]
+fn hooks_see_claims_sheds_ticks_and_ownership() {
+    let fleet = Fleet::new(30);
+    let claimed = Arc::new(AtomicUsize::new(0));
+    let ticks = Arc::new(AtomicUsize::new(0));
+    let owned = Arc::new(AtomicUsize::new(0));
+    let (c, t, o) = (claimed.clone(), ticks.clone(), owned.clone());
+    let hooks = Hooks {
+        claimed: Some(Box::new(move |n| {
+            c.fetch_add(n, Ordering::SeqCst);
+        })),
+        rebalanced: Some(Box::new(move |_| {
+            t.fetch_add(1, Ordering::SeqCst);
+        })),
+        owned: Some(Box::new(move |n, _| o.store(n, Ordering::SeqCst))),
+        ..Hooks::default()
+    };
+    let leaser = Leaser::new(
+        &fleet.db,
+        Arc::new(Recorder::default()),
+        config(Duration::from_secs(30)),
+        hooks,
+    )
+    .unwrap()
+    .with_tables(&fleet.processes, &fleet.units_table)
+    .unwrap();
+    leaser.heartbeat().unwrap();
+    leaser.tick().unwrap();
+    leaser.tick().unwrap();
+    assert_eq!(claimed.load(Ordering::SeqCst), 30);
+    assert_eq!(ticks.load(Ordering::SeqCst), 2);
+    assert_eq!(owned.load(Ordering::SeqCst), 30);
+}
+
+/// Runs once, at the start of the slow drain.
+type Hook = Box<dyn FnOnce() + Send>;
+
+/// What the application was told, in the order the calls began, with a slow `units_lost` on demand
+/// and a hook that runs at the start of that slow call.
+#[derive(Default)]
+struct SlowDrain {
+    told: Mutex<Vec<(bool, Vec<Unit>)>>,
+    slow: Mutex<Option<(Duration, Hook)>>,
+}
+
+impl SlowDrain {
+    fn working(&self) -> BTreeSet<Unit> {
+        crate::common::registry::working(self.told.lock().iter())
+    }
+}
+
+impl Reconciler for SlowDrain {
+    fn units_gained(&self, units: &[Unit]) {
+        self.told.lock().push((true, units.to_vec()));
+    }
+    fn units_lost(&self, units: &[Unit]) {
+        self.told.lock().push((false, units.to_vec()));
+        let slow = self.slow.lock().take();
+        if let Some((wait, hook)) = slow {
+            hook();
+            thread::sleep(wait);
+        }
+    }
+}
+
+#[test]
+fn a_slow_units_lost_never_lets_an_older_gain_arrive_after_a_newer_loss() {
+    let fleet = Fleet::new(0);
+    let u1 = Unit::new("one", 1).unwrap();
+    let u2 = Unit::new("two", 2).unwrap();
+    fleet.units.add(std::slice::from_ref(&u1)).unwrap();
+    let proxy = Arc::new(Proxy::start(0, database_addr()).unwrap());
+    let slow_db = pgtenure::DbBuilder::from_config(proxy.config())
+        .connection_timeout(Duration::from_millis(500))
+        .unwrap()
+        .build()
+        .unwrap();
+    let drain = Arc::new(SlowDrain::default());
+    let mut fast = Config::default();
+    fast.ttl = Duration::from_millis(400);
+    fast.heartbeat_interval = Duration::from_millis(100);
+    fast.rebalance_interval = Duration::from_millis(50);
+    fast.sweep_cutoff = Duration::from_secs(5);
+    let ticks = Arc::new(AtomicUsize::new(0));
+    let hooks = Hooks {
+        rebalanced: Some(Box::new({
+            let ticks = ticks.clone();
+            move |_| {
+                ticks.fetch_add(1, Ordering::SeqCst);
+            }
+        })),
+        ..Hooks::default()
+    };
+    let leaser = Arc::new(
+        Leaser::new(&slow_db, drain.clone(), fast, hooks)
+            .unwrap()
+            .with_tables(&fleet.processes, &fleet.units_table)
+            .unwrap(),
+    );
+    let mut running = crate::common::Running::start(leaser.clone());
+    wait_for("u1 to be worked on", Duration::from_secs(5), || {
+        (drain.working() == BTreeSet::from([u1.clone()])).then_some(())
+    });
+    // The next loss is a slow drain, during which the database becomes unreachable: the leaser's
+    // local deadline passes while the tick thread is still draining u1 with u2 just gained.
+    let (entered, draining) = pgtenure::crossbeam_channel::bounded::<()>(1);
+    *drain.slow.lock() = Some((Duration::from_millis(1200), {
+        let proxy = proxy.clone();
+        Box::new(move || {
+            proxy.blackhole();
+            let _ = entered.send(());
+        })
+    }));
+    // One tick now loses u1 and gains u2: u1's drain is slow.
+    fleet.units.add(std::slice::from_ref(&u2)).unwrap();
+    fleet.units.remove(std::slice::from_ref(&u1)).unwrap();
+    draining
+        .recv_timeout(Duration::from_secs(5))
+        .expect("the slow drain of u1");
+    let owner: Option<String> = client()
+        .query_one(
+            &format!(
+                "SELECT process_id::text FROM {} WHERE shard = 2",
+                fleet.units_table
+            ),
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        owner.as_deref(),
+        Some(leaser.process_id()),
+        "the same tick claimed u2"
+    );
+    // Another process takes u2 once the leaser's row has expired by the database clock.
+    let (other, _) = fleet.leaser(config(Duration::from_secs(30)));
+    wait_for(
+        "the other process to take u2",
+        Duration::from_secs(10),
+        || {
+            other.heartbeat().unwrap();
+            other.tick().unwrap();
+            other.owned().contains(&u2).then_some(())
+        },
+    );
+    proxy.heal();
+    // The slow drain ends, the watcher's loss is told, and the leaser ticks twice more (live again,
+    // having re-read what it owns): then the application works on exactly what the leaser owns.
+    wait_for("both losses to be told", Duration::from_secs(10), || {
+        (drain.told.lock().len() >= 4).then_some(())
+    });
+    let seen = ticks.load(Ordering::SeqCst);
+    wait_for("two more ticks", Duration::from_secs(10), || {
+        (ticks.load(Ordering::SeqCst) >= seen + 2).then_some(())
+    });
+    assert_eq!(
+        drain.working(),
+        leaser.owned().into_iter().collect::<BTreeSet<_>>(),
+        "{:?}",
+        drain.told.lock()
+    );
+    assert!(
+        !drain.working().contains(&u2),
+        "{:?}: u2 is the other process's",
+        drain.told.lock()
+    );
+    println!("told, in order: {:?}", drain.told.lock());
+    running.stop();
+    proxy.heal();
+}
+
+/// A reconciler whose `units_lost` reports each call to the test and waits for its go-ahead, so the
+/// test can look at the database while the application is still draining.
+struct Gate {
+    calls: pgtenure::crossbeam_channel::Sender<Vec<Unit>>,
+    go: pgtenure::crossbeam_channel::Receiver<()>,
+}
+
+impl Reconciler for Gate {
+    fn units_gained(&self, _: &[Unit]) {}
+    fn units_lost(&self, units: &[Unit]) {
+        let _ = self.calls.send(units.to_vec());
+        let _ = self.go.recv_timeout(Duration::from_secs(10));
+    }
+}
+
+#[test]
+fn a_shed_unit_stays_owned_until_its_worker_has_been_told() {
+    let fleet = Fleet::new(4);
+    let (calls, told) = pgtenure::crossbeam_channel::unbounded();
+    let (go, gate) = pgtenure::crossbeam_channel::unbounded();
+    let shedder = Arc::new(
+        Leaser::new(
+            &fleet.db,
+            Arc::new(Gate { calls, go: gate }),
+            config(Duration::from_secs(30)),
+            Hooks::default(),
+        )
+        .unwrap()
+        .with_tables(&fleet.processes, &fleet.units_table)
+        .unwrap(),
+    );
+    shedder.heartbeat().unwrap();
+    shedder.tick().unwrap();
+    assert_eq!(shedder.owned().len(), 4);
+    // A second process joins: the first must shed two.
+    let (joiner, _) = fleet.leaser(config(Duration::from_secs(30)));
+    joiner.heartbeat().unwrap();
+    joiner.tick().unwrap();
+    let ticking = {
+        let shedder = shedder.clone();
+        thread::spawn(move || shedder.tick().unwrap())
+    };
+    let lost = told
+        .recv_timeout(Duration::from_secs(5))
+        .expect("units_lost");
+    assert_eq!(lost.len(), 2);
+    // The worker is still draining: the units are still the shedder's, nobody can claim them.
+    let owners = fleet.ownership();
+    let mine = owners
+        .get(&Some(shedder.process_id().to_owned()))
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        lost.iter().all(|u| mine.contains(u)),
+        "shed before its worker stopped: {owners:?}"
+    );
+    joiner.heartbeat().unwrap();
+    assert_eq!(joiner.tick().unwrap().claimed, 0);
+    // Drained: they are given back in the same tick, and the joiner claims them.
+    go.send(()).unwrap();
+    let step = ticking.join().unwrap();
+    assert_eq!(step.shed, 2);
+    joiner.heartbeat().unwrap();
+    assert_eq!(joiner.tick().unwrap().claimed, 2);
+    assert_disjoint(&fleet, &[&*shedder, &joiner]);
+}

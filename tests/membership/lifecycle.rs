@@ -1,0 +1,267 @@
+//! Processes that crash, leave, lapse, start before the database, and tables whose names collide.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crate::common::proxy::{database_addr, Proxy};
+use crate::common::{client, db, wait_for, Tables};
+use pgtenure::membership::{Hooks, Leaser, Unit, Units};
+
+use super::{assert_disjoint, config, round, Fleet, Recorder};
+
+#[test]
+fn a_crashed_leasers_units_are_claimed_after_its_ttl_and_its_stale_tick_does_nothing() {
+    let fleet = Fleet::new(100);
+    let ttl = Duration::from_millis(600);
+    let made: Vec<(Leaser, Arc<Recorder>)> = (0..4).map(|_| fleet.leaser(config(ttl))).collect();
+    let all: Vec<&Leaser> = made.iter().map(|(l, _)| l).collect();
+    for leaser in &all {
+        leaser.heartbeat().unwrap();
+    }
+    round(&all);
+    let crashed = all[3];
+    let crashed_units: BTreeSet<Unit> = crashed.owned().into_iter().collect();
+    let expires_at: std::time::SystemTime = client()
+        .query_one(
+            &format!(
+                "SELECT expires_at FROM {} WHERE process_id = $1::text::uuid",
+                fleet.processes
+            ),
+            &[&crashed.process_id()],
+        )
+        .unwrap()
+        .get(0);
+    let survivors = &all[..3];
+    let counts = wait_for(
+        "the survivors to take the crashed units",
+        Duration::from_secs(10),
+        || {
+            let counts = round(survivors);
+            (counts.iter().sum::<usize>() == 100).then_some(counts)
+        },
+    );
+    println!("survivors own {counts:?}");
+    assert!(
+        counts.iter().all(|n| (32..=34).contains(n)),
+        "fair share 34: {counts:?}"
+    );
+    let taken_at: std::time::SystemTime = client()
+        .query_one(
+            &format!(
+                "SELECT min(claimed_at) FROM {} WHERE (tenant, shard) IN (SELECT * FROM unnest($1::text[], $2::int[]))",
+                fleet.units_table
+            ),
+            &[
+                &crashed_units.iter().map(|u| u.tenant.clone()).collect::<Vec<_>>(),
+                &crashed_units.iter().map(|u| u.shard).collect::<Vec<_>>(),
+            ],
+        )
+        .unwrap()
+        .get(0);
+    assert!(
+        taken_at >= expires_at,
+        "claimed at {taken_at:?} before the TTL ended at {expires_at:?}"
+    );
+    assert_disjoint(&fleet, survivors);
+
+    // The crashed process wakes up and ticks without a heartbeat: it learns its losses, and claims
+    // and sheds nothing, even with unowned units about.
+    fleet
+        .units
+        .add(&[Unit::new("late", 1).unwrap(), Unit::new("late", 2).unwrap()])
+        .unwrap();
+    let stale = crashed.tick().unwrap();
+    assert!(!stale.live);
+    assert_eq!((stale.claimed, stale.shed, stale.owned), (0, 0, 0));
+    assert_eq!(
+        stale.lost.into_iter().collect::<BTreeSet<_>>(),
+        crashed_units
+    );
+    assert!(fleet.ownership()[&None].contains(&Unit::new("late", 1).unwrap()));
+}
+
+#[test]
+fn a_graceful_leave_hands_units_over_at_the_next_round_without_waiting_for_a_ttl() {
+    let fleet = Fleet::new(100);
+    let made: Vec<(Leaser, Arc<Recorder>)> = (0..4)
+        .map(|_| fleet.leaser(config(Duration::from_secs(60))))
+        .collect();
+    let all: Vec<&Leaser> = made.iter().map(|(l, _)| l).collect();
+    for leaser in &all {
+        leaser.heartbeat().unwrap();
+    }
+    round(&all);
+    let leaving = all[3];
+    let released = leaving.release().unwrap();
+    assert_eq!(released.len(), 25);
+    assert!(leaving.owned().is_empty());
+    leaving.delete_process().unwrap();
+    let started = Instant::now();
+    let counts = round(&all[..3]);
+    assert_eq!(counts.iter().sum::<usize>(), 100, "{counts:?}");
+    assert!(started.elapsed() < Duration::from_secs(60));
+    assert!(
+        counts.iter().all(|n| (32..=34).contains(n)),
+        "fair share 34: {counts:?}"
+    );
+    let rows: i64 = crate::common::count(&mut client(), &fleet.processes);
+    assert_eq!(rows, 3, "the process row is gone");
+}
+
+#[test]
+fn sweep_deletes_long_dead_processes_and_frees_their_units() {
+    let fleet = Fleet::new(40);
+    let ttl = Duration::from_millis(300);
+    let (dead, _) = fleet.leaser(config(ttl));
+    let (alive, _) = fleet.leaser(config(ttl));
+    dead.heartbeat().unwrap();
+    dead.tick().unwrap();
+    assert_eq!(dead.owned().len(), 40, "alone, it owns everything");
+    let swept = wait_for(
+        "the dead row to pass the sweep cutoff",
+        Duration::from_secs(10),
+        || {
+            alive.heartbeat().unwrap();
+            let sweep = alive.sweep().unwrap();
+            (sweep.processes > 0).then_some(sweep)
+        },
+    );
+    assert_eq!((swept.processes, swept.units), (1, 40));
+    let truth = fleet.ownership();
+    assert_eq!(truth[&None].len(), 40, "freed");
+    assert!(!truth.contains_key(&Some(dead.process_id().to_owned())));
+    assert_eq!(
+        alive.sweep().unwrap().processes,
+        0,
+        "the live process is never swept"
+    );
+}
+
+#[test]
+fn past_its_local_deadline_a_leaser_owns_nothing_and_a_late_heartbeat_reports_the_loss() {
+    let fleet = Fleet::new(10);
+    let ttl = Duration::from_millis(400);
+    let (leaser, recorder) = fleet.leaser(config(ttl));
+    assert_eq!(leaser.live_until(), None);
+    leaser.heartbeat().unwrap();
+    let until = leaser.live_until().expect("live after a heartbeat");
+    assert_eq!(leaser.tick().unwrap().owned, 10);
+    assert_eq!(leaser.owned().len(), 10);
+    wait_for("the local deadline to pass", Duration::from_secs(5), || {
+        (Instant::now() >= until).then_some(())
+    });
+    assert!(
+        leaser.owned().is_empty(),
+        "past its deadline another process may own them"
+    );
+    // The database also let the row expire: the late heartbeat says so, and the units are lost.
+    wait_for("the row to expire", Duration::from_secs(5), || {
+        let expired: bool = client()
+            .query_one(
+                &format!(
+                    "SELECT bool_and(expires_at <= now()) FROM {}",
+                    fleet.processes
+                ),
+                &[],
+            )
+            .unwrap()
+            .get(0);
+        expired.then_some(())
+    });
+    leaser.heartbeat().unwrap();
+    let lost: usize = recorder
+        .events
+        .lock()
+        .iter()
+        .filter(|(kind, _)| *kind == "lost")
+        .map(|(_, units)| units.len())
+        .sum();
+    assert_eq!(lost, 10, "the late heartbeat reported every unit lost");
+    assert!(leaser.owned().is_empty());
+    // Nobody took them meanwhile, so the next tick finds them still this process's.
+    let report = leaser.tick().unwrap();
+    assert_eq!((report.gained.len(), report.claimed), (10, 0));
+    assert_eq!(leaser.owned().len(), 10);
+}
+
+#[test]
+fn run_starts_while_the_database_is_unreachable_and_stops_promptly() {
+    let fleet = Fleet::new(10);
+    let port = Proxy::free_port();
+    let via = crate::common::config_at("127.0.0.1", port);
+    let lazy = pgtenure::DbBuilder::from_config(via)
+        .connection_timeout(Duration::from_millis(300))
+        .unwrap()
+        .build_lazy();
+    let mut cfg = config(Duration::from_secs(3));
+    cfg.rebalance_interval = Duration::from_millis(100);
+    let leaser = Arc::new(
+        Leaser::new(&lazy, Arc::new(Recorder::default()), cfg, Hooks::default())
+            .unwrap()
+            .with_tables(&fleet.processes, &fleet.units_table)
+            .unwrap(),
+    );
+    let (stop, shutdown) = pgtenure::crossbeam_channel::bounded::<()>(0);
+    let runner = {
+        let leaser = leaser.clone();
+        thread::spawn(move || leaser.run(&shutdown))
+    };
+    thread::sleep(Duration::from_millis(1500));
+    assert!(!leaser.ready(), "no database yet");
+    assert!(
+        !runner.is_finished(),
+        "an unreachable database delays run, it does not stop it"
+    );
+    let proxy = Proxy::start(port, database_addr()).unwrap();
+    wait_for("run to become ready", Duration::from_secs(15), || {
+        leaser.ready().then_some(())
+    });
+    wait_for("run to claim the units", Duration::from_secs(5), || {
+        (leaser.owned().len() == 10).then_some(())
+    });
+    let signalled = Instant::now();
+    drop(stop);
+    runner.join().unwrap().unwrap();
+    let took = signalled.elapsed();
+    assert!(took < Duration::from_secs(1), "run took {took:?} to stop");
+    drop(proxy);
+}
+
+#[test]
+fn derived_index_names_that_collide_are_refused_or_reported_never_skipped() {
+    let mut tables = Tables::new();
+    let units_t = tables.name("u");
+    // The units table's owner index would be named like the processes table.
+    let err = Units::new(&db())
+        .with_tables(&format!("{units_t}_owner"), &units_t)
+        .unwrap_err();
+    assert!(err.is_invalid_input(), "{err}");
+    // A relation of the fleet's own that takes an index's name is reported by create_tables.
+    let procs = tables.name("procs");
+    let taken = format!("{units_t}_claimable");
+    tables.track(&taken);
+    client()
+        .batch_execute(&format!("CREATE TABLE {taken} (x int)"))
+        .unwrap();
+    let err = Units::new(&db())
+        .with_tables(&procs, &units_t)
+        .unwrap()
+        .create_tables()
+        .unwrap_err();
+    assert!(err.to_string().contains(&taken), "{err}");
+    assert_eq!(err.kind(), pgtenure::ErrorKind::Database);
+    // The same for a lease table's token sequence.
+    let leases_t = tables.name("lease");
+    tables.track(&format!("{leases_t}_token_seq"));
+    client()
+        .batch_execute(&format!("CREATE TABLE {leases_t}_token_seq (x int)"))
+        .unwrap();
+    let err = pgtenure::Leases::new(&db())
+        .with_table(&leases_t)
+        .unwrap()
+        .create_table()
+        .unwrap_err();
+    assert!(err.to_string().contains("token_seq"), "{err}");
+}

@@ -1,0 +1,147 @@
+//! Membership against a real PostgreSQL: processes are `Leaser`s driven by hand (or by `run`). One
+//! file per concern: fair shares (`balance`), processes coming and going (`lifecycle`), what the
+//! reconciler hears (`delivery`).
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod balance;
+mod delivery;
+mod lifecycle;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::common::{client, db, Tables};
+use parking_lot::Mutex;
+use pgtenure::membership::{Config, Hooks, Leaser, Reconciler, Unit, Units};
+use pgtenure::Db;
+
+/// Records what the leaser reports, and says which units have work in flight.
+#[derive(Default)]
+struct Recorder {
+    events: Mutex<Vec<(&'static str, Vec<Unit>)>>,
+    busy: Mutex<BTreeSet<Unit>>,
+}
+
+impl Reconciler for Recorder {
+    fn units_gained(&self, units: &[Unit]) {
+        self.events.lock().push(("gained", units.to_vec()));
+    }
+    fn units_lost(&self, units: &[Unit]) {
+        self.events.lock().push(("lost", units.to_vec()));
+    }
+    fn in_flight(&self, unit: &Unit) -> usize {
+        usize::from(self.busy.lock().contains(unit))
+    }
+}
+
+struct Fleet {
+    db: Db,
+    processes: String,
+    units_table: String,
+    units: Units,
+    _tables: Tables,
+}
+
+impl Fleet {
+    fn new(units: usize) -> Fleet {
+        Fleet::on(db(), units)
+    }
+
+    fn on(db: Db, count: usize) -> Fleet {
+        let mut tables = Tables::new();
+        let processes = tables.name("procs");
+        let units_table = tables.name("units");
+        let units = Units::new(&db)
+            .with_tables(&processes, &units_table)
+            .unwrap();
+        units.create_tables().unwrap();
+        let all: Vec<Unit> = (0..count)
+            .map(|i| Unit::new(&format!("tenant-{}", i % 10), i as i32).unwrap())
+            .collect();
+        for chunk in all.chunks(50_000) {
+            assert_eq!(units.add(chunk).unwrap(), chunk.len() as u64);
+        }
+        Fleet {
+            db,
+            processes,
+            units_table,
+            units,
+            _tables: tables,
+        }
+    }
+
+    fn leaser(&self, config: Config) -> (Leaser, Arc<Recorder>) {
+        let recorder = Arc::new(Recorder::default());
+        let leaser = Leaser::new(&self.db, recorder.clone(), config, Hooks::default())
+            .unwrap()
+            .with_tables(&self.processes, &self.units_table)
+            .unwrap();
+        (leaser, recorder)
+    }
+
+    /// Who owns what, by the database: process id -> units.
+    fn ownership(&self) -> BTreeMap<Option<String>, BTreeSet<Unit>> {
+        let mut map: BTreeMap<Option<String>, BTreeSet<Unit>> = BTreeMap::new();
+        let rows = client()
+            .query(
+                &format!(
+                    "SELECT process_id::text, tenant, shard FROM {}",
+                    self.units_table
+                ),
+                &[],
+            )
+            .unwrap();
+        for row in rows {
+            map.entry(row.get(0)).or_default().insert(Unit {
+                tenant: row.get(1),
+                shard: row.get(2),
+            });
+        }
+        map
+    }
+}
+
+fn config(ttl: Duration) -> Config {
+    let mut config = Config::default();
+    config.ttl = ttl;
+    config.heartbeat_interval = ttl / 3;
+    config.sweep_cutoff = ttl * 2;
+    config
+}
+
+/// One round: each leaser heartbeats and ticks, in order; returns each one's owned count.
+fn round(leasers: &[&Leaser]) -> Vec<usize> {
+    for leaser in leasers {
+        leaser.heartbeat().unwrap();
+        leaser.tick().unwrap();
+    }
+    leasers.iter().map(|l| l.owned().len()).collect()
+}
+
+/// The leasers' local views are disjoint and each matches the database.
+fn assert_disjoint(fleet: &Fleet, leasers: &[&Leaser]) {
+    let truth = fleet.ownership();
+    let mut seen = BTreeSet::new();
+    for leaser in leasers {
+        let owned: BTreeSet<Unit> = leaser.owned().into_iter().collect();
+        for unit in &owned {
+            assert!(
+                seen.insert(unit.clone()),
+                "{unit} is owned by two processes"
+            );
+        }
+        let db_view = truth
+            .get(&Some(leaser.process_id().to_owned()))
+            .cloned()
+            .unwrap_or_default();
+        assert_eq!(
+            owned,
+            db_view,
+            "local view of {} differs from the database",
+            leaser.process_id()
+        );
+    }
+}
