@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, SystemTime};
 
-use common::{client, Tables};
+use common::{client, Names, Tables};
 use pgtenure::postgres::{self, NoTls};
 use pgtenure::testing::PgBouncer;
 use pgtenure::{Db, Elector, FireClaims, Leases, TickClaims};
@@ -18,12 +18,13 @@ fn every_primitive_works_through_pgbouncer_in_transaction_mode() {
     // Db::connect sends the READ COMMITTED option; this PgBouncer ignores `options`.
     let db = Db::connect(bouncer.url()).unwrap();
     let mut tables = Tables::new();
-    let (tick_t, fire_t, lease_t, leader_t) = (
-        tables.name("tick"),
-        tables.name("fire"),
-        tables.name("lease"),
-        tables.name("leader"),
-    );
+    let Names {
+        tick: tick_t,
+        fire: fire_t,
+        lease: lease_t,
+        leader: leader_t,
+        ..
+    } = tables.every_primitive();
     let ticks = TickClaims::new(&db).with_table(&tick_t).unwrap();
     let fires = FireClaims::new(&db).with_table(&fire_t).unwrap();
     let leases = Leases::new(&db).with_table(&lease_t).unwrap();
@@ -85,12 +86,13 @@ fn prepared_statements_behind_pgbouncer_with_few_server_connections_never_fail_o
     // (named s0, s1, ... in every process) the way PgBouncer 1.18 cannot keep apart.
     let bouncer = PgBouncer::start_with_pool_size(&common::direct_url(), 2).unwrap();
     let mut tables = Tables::new();
-    let (tick_t, fire_t, lease_t, leader_t) = (
-        tables.name("tick"),
-        tables.name("fire"),
-        tables.name("lease"),
-        tables.name("leader"),
-    );
+    let Names {
+        tick: tick_t,
+        fire: fire_t,
+        lease: lease_t,
+        leader: leader_t,
+        ..
+    } = tables.every_primitive();
     let setup = Db::connect(bouncer.url()).unwrap();
     TickClaims::new(&setup)
         .with_table(&tick_t)

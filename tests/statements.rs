@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use common::proxy::{database_addr, Proxy};
-use common::{client, Tables};
+use common::{client, Names, Tables};
 use pgtenure::membership::{Config, Hooks, Leaser, Reconciler, Unit, Units};
 use pgtenure::{Db, DbBuilder, Elector, FireClaims, Leases, TickClaims};
 
@@ -37,13 +37,14 @@ struct Fleet {
 impl Fleet {
     fn new(db: &Db) -> Fleet {
         let mut tables = Tables::new();
-        let (tick_t, fire_t, lease_t, leader_t) = (
-            tables.name("tick"),
-            tables.name("fire"),
-            tables.name("lease"),
-            tables.name("leader"),
-        );
-        let (procs_t, units_t) = (tables.name("procs"), tables.name("units"));
+        let Names {
+            tick: tick_t,
+            fire: fire_t,
+            lease: lease_t,
+            leader: leader_t,
+            procs: procs_t,
+            units: units_t,
+        } = tables.every_primitive();
         let fleet = Fleet {
             ticks: TickClaims::new(db).with_table(&tick_t).unwrap(),
             fires: FireClaims::new(db).with_table(&fire_t).unwrap(),

@@ -102,6 +102,28 @@ impl Tables {
     pub fn track(&mut self, qualified: &str) {
         self.names.push(qualified.to_owned());
     }
+
+    /// A fresh table name for every primitive.
+    pub fn every_primitive(&mut self) -> Names {
+        Names {
+            tick: self.name("tick"),
+            fire: self.name("fire"),
+            lease: self.name("lease"),
+            leader: self.name("leader"),
+            procs: self.name("procs"),
+            units: self.name("units"),
+        }
+    }
+}
+
+/// A table name for every primitive, from [`Tables::every_primitive`].
+pub struct Names {
+    pub tick: String,
+    pub fire: String,
+    pub lease: String,
+    pub leader: String,
+    pub procs: String,
+    pub units: String,
 }
 
 impl Drop for Tables {

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use crate::common::{client, count, db, Tables};
+use crate::common::{client, count, db, Names, Tables};
 use pgtenure::membership::{Config, Hooks, Leaser, Unit, Units};
 use pgtenure::{Db, Elector, ErrorKind, FireClaims, Leases, TickClaims};
 
@@ -14,13 +14,14 @@ use super::Quiet;
 #[test]
 fn bad_input_matrix_is_refused_before_any_statement_and_changes_nothing() {
     let mut tables = Tables::new();
-    let (tick_t, fire_t, lease_t, leader_t) = (
-        tables.name("tick"),
-        tables.name("fire"),
-        tables.name("lease"),
-        tables.name("leader"),
-    );
-    let (procs_t, units_t) = (tables.name("procs"), tables.name("units"));
+    let Names {
+        tick: tick_t,
+        fire: fire_t,
+        lease: lease_t,
+        leader: leader_t,
+        procs: procs_t,
+        units: units_t,
+    } = tables.every_primitive();
     let ticks = TickClaims::new(&db()).with_table(&tick_t).unwrap();
     let fires = FireClaims::new(&db()).with_table(&fire_t).unwrap();
     let leases = Leases::new(&db()).with_table(&lease_t).unwrap();

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use crate::common::proxy::{database_addr, Proxy};
-use crate::common::{db, Tables};
+use crate::common::{db, Names, Tables};
 use pgtenure::membership::{Config, Hooks, Leaser, Unit, Units};
 use pgtenure::{DbBuilder, Elector, FireClaims, Leases, TickClaims};
 
@@ -13,13 +13,14 @@ use super::Quiet;
 #[test]
 fn every_operation_is_one_round_trip() {
     let mut tables = Tables::new();
-    let (tick_t, fire_t, lease_t, leader_t) = (
-        tables.name("tick"),
-        tables.name("fire"),
-        tables.name("lease"),
-        tables.name("leader"),
-    );
-    let (procs_t, units_t) = (tables.name("procs"), tables.name("units"));
+    let Names {
+        tick: tick_t,
+        fire: fire_t,
+        lease: lease_t,
+        leader: leader_t,
+        procs: procs_t,
+        units: units_t,
+    } = tables.every_primitive();
     TickClaims::new(&db())
         .with_table(&tick_t)
         .unwrap()
