@@ -8,16 +8,9 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use common::proxy::{database_addr, Proxy};
-use common::{client, Names, Tables};
-use pgtenure::membership::{Config, Hooks, Leaser, Reconciler, Unit, Units};
+use common::{client, Names, Quiet, Tables};
+use pgtenure::membership::{Config, Hooks, Leaser, Unit, Units};
 use pgtenure::{Db, DbBuilder, Elector, FireClaims, Leases, TickClaims};
-
-struct Quiet;
-
-impl Reconciler for Quiet {
-    fn units_gained(&self, _: &[Unit]) {}
-    fn units_lost(&self, _: &[Unit]) {}
-}
 
 /// Every primitive on its own tables, on one pool.
 struct Fleet {

@@ -8,8 +8,9 @@ use pgtenure::membership::{Config, Hooks, Leaser, Unit, Units};
 use pgtenure::testing::render_sql;
 use pgtenure::{Db, Elector, FireClaims, Leases, TickClaims};
 
+use super::common::Quiet;
 use super::pgbench::{Arg, Script, Step};
-use super::{Error, Quiet};
+use super::Error;
 
 /// Makes one client's operation: given the pool, the client's number and the measurement's number
 /// (for keys of its own), returns what one iteration does.

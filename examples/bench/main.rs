@@ -19,7 +19,6 @@ mod compare;
 mod pgbench;
 mod scenarios;
 
-use pgtenure::membership::{Reconciler, Unit};
 use pgtenure::postgres::{Client, NoTls};
 use pgtenure::{DbBuilder, Elector, FireClaims, Leases, TickClaims};
 use serde_json::json;
@@ -75,14 +74,6 @@ fn args() -> Args {
         i += 2;
     }
     a
-}
-
-/// A reconciler that does nothing.
-struct Quiet;
-
-impl Reconciler for Quiet {
-    fn units_gained(&self, _: &[Unit]) {}
-    fn units_lost(&self, _: &[Unit]) {}
 }
 
 fn main() -> Result<(), Error> {

@@ -11,8 +11,9 @@ use pgtenure::postgres::Client;
 use pgtenure::{Db, DbBuilder, Elector, FireClaims, Leases, TickClaims};
 use serde_json::{json, Value};
 
+use super::common::Quiet;
 use super::common::{proxy, url};
-use super::{Error, Quiet};
+use super::Error;
 
 /// A steady membership tick's latency at 1,000, 10,000 and `max_units` units (8 processes, one
 /// statement: the stats), then convergence of joins, leaves and crashes at each size.

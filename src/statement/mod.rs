@@ -129,13 +129,13 @@ impl Statement {
                 Ok(rows) => return Ok(rows),
                 // Not prepared on this server connection (a pooler moved the session, or the
                 // session was reset): nothing ran.
-                Err(e) if code(&e) == Some(&SqlState::INVALID_SQL_STATEMENT_NAME) => {
+                Err(e) if e.code() == Some(&SqlState::INVALID_SQL_STATEMENT_NAME) => {
                     log::debug!(target: "pgtenure::db", "statement {} was not prepared on this server connection; preparing it", self.name);
                 }
                 // The cached plan cannot be used any more (a table's columns changed type): the
                 // statement was refused before it ran. Prepare it afresh, once: a second refusal
                 // is the statement's own error.
-                Err(e) if code(&e) == Some(&SqlState::FEATURE_NOT_SUPPORTED) && !replanned => {
+                Err(e) if e.code() == Some(&SqlState::FEATURE_NOT_SUPPORTED) && !replanned => {
                     log::info!(target: "pgtenure::db", "statement {} must be prepared again: {e}", self.name);
                     replanned = true;
                     let _ = conn.batch_execute(&format!("DEALLOCATE {}", self.name));
@@ -170,7 +170,7 @@ impl Statement {
             Ok(()) => {}
             // This server connection has it already (behind a pooler: prepared by another client,
             // or by this one on a connection it was moved from).
-            Err(e) if code(&e) == Some(&SqlState::DUPLICATE_PSTATEMENT) => {}
+            Err(e) if e.code() == Some(&SqlState::DUPLICATE_PSTATEMENT) => {}
             Err(error) => {
                 return Err(Failure {
                     error,
@@ -248,10 +248,6 @@ fn remember(conn: &mut Conn, name: &str, prepared: bool) {
             names.remove(name);
         }
     }
-}
-
-fn code(e: &postgres::Error) -> Option<&SqlState> {
-    e.code()
 }
 
 /// The highest `$n` in `text` (comments included: they list the parameters).

@@ -273,3 +273,11 @@ impl Drop for Running {
         }
     }
 }
+
+/// A reconciler that does nothing, for leasers whose deliveries a test does not look at.
+pub struct Quiet;
+
+impl pgtenure::membership::Reconciler for Quiet {
+    fn units_gained(&self, _: &[pgtenure::membership::Unit]) {}
+    fn units_lost(&self, _: &[pgtenure::membership::Unit]) {}
+}

@@ -7,7 +7,7 @@ use crate::common::{client, count, db, Names, Tables};
 use pgtenure::membership::{Config, Hooks, Leaser, Unit, Units};
 use pgtenure::{Db, Elector, ErrorKind, FireClaims, Leases, TickClaims};
 
-use super::Quiet;
+use crate::common::Quiet;
 
 /// The bad-input matrix (README, "Security"): every case is refused with `InvalidInput` before any
 /// statement, or handled as documented, and nothing is stored or changed.

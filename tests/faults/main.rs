@@ -12,7 +12,6 @@ mod leases;
 mod membership;
 mod round_trips;
 
-use pgtenure::membership::{Reconciler, Unit};
 use pgtenure::{Db, Leases};
 
 const CHILD_ENV: &str = "PGTENURE_FAULT_CHILD";
@@ -45,12 +44,4 @@ fn fenced_write(db: &Db, leases: &Leases, ledger: &str, key: &str, token: i64) -
         return Write::Failed;
     }
     Write::Done
-}
-
-/// A reconciler that does nothing.
-struct Quiet;
-
-impl Reconciler for Quiet {
-    fn units_gained(&self, _: &[Unit]) {}
-    fn units_lost(&self, _: &[Unit]) {}
 }

@@ -8,7 +8,7 @@ use crate::common::{db, Names, Tables};
 use pgtenure::membership::{Config, Hooks, Leaser, Unit, Units};
 use pgtenure::{DbBuilder, Elector, FireClaims, Leases, TickClaims};
 
-use super::Quiet;
+use crate::common::Quiet;
 
 #[test]
 fn every_operation_is_one_round_trip() {
