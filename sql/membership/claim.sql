@@ -2,7 +2,12 @@
 -- inside the statement, so a stale tick claims nothing). Candidates: units of expired processes (per
 -- expired process, through the owner index in slot order), then unowned units from a random slot
 -- onwards, wrapping around (claimable index); FOR UPDATE SKIP LOCKED lets concurrent claimers take
--- disjoint units without waiting. The claimer's reported count and weight, and those of the expired
+-- disjoint units without waiting.
+-- An expired process's row is locked before any of its units, and its expiry re-checked on the row's
+-- latest version: the statement's snapshot may predate a heartbeat that made the process live again
+-- (it then re-reads and works on its units), and a claim must not take them from under it. A process
+-- whose heartbeat is in flight (its row locked) is skipped; a heartbeat that comes after the lock
+-- waits for this claim to commit and reports the lapse, so the process never adopts what it took. The claimer's reported count and weight, and those of the expired
 -- processes it took units from (with their change counters), are updated in the same statement.
 -- The limits are sub-SELECTs, so every plan assumes the same batch size and PostgreSQL keeps its
 -- generic plan (planned once, not per call).
@@ -10,9 +15,16 @@
 WITH me AS (
     SELECT 1 FROM {processes} WHERE process_id = $1::uuid AND expires_at > now()
 ),
+expired AS MATERIALIZED (
+    SELECT process_id
+      FROM {processes}
+     WHERE expires_at <= now()
+       AND EXISTS (SELECT 1 FROM me)
+       FOR NO KEY UPDATE SKIP LOCKED
+),
 orphaned AS (
     SELECT o.tenant, o.shard, o.weight, o.process_id
-      FROM {processes} p
+      FROM expired p
      CROSS JOIN LATERAL (
            SELECT u.tenant, u.shard, u.weight, u.process_id
              FROM {units} u
@@ -21,8 +33,6 @@ orphaned AS (
             LIMIT (SELECT $2)
               FOR UPDATE SKIP LOCKED
            ) o
-     WHERE p.expires_at <= now()
-       AND EXISTS (SELECT 1 FROM me)
      LIMIT (SELECT $2)
 ),
 from_slot AS (
@@ -49,8 +59,12 @@ candidates AS (
     UNION ALL SELECT * FROM before_slot
     LIMIT (SELECT $2)
 ),
+-- The picked units go to the UPDATE as arrays: the planner cannot know how many rows the limits let
+-- through (it guesses a tenth of what it expects the candidates to be, which grows with the number of
+-- expired processes), and with that guess it would hash-join them against a scan of the whole units
+-- table; an unnest is always expected to be short, so each unit is found by its primary key.
 picked AS (
-    SELECT tenant, shard, process_id AS previous
+    SELECT array_agg(tenant) AS tenants, array_agg(shard) AS shards, array_agg(process_id) AS previous
       FROM (SELECT tenant, shard, weight, process_id,
                    sum(weight) OVER (ROWS UNBOUNDED PRECEDING) AS running
               FROM candidates) c
@@ -59,9 +73,10 @@ picked AS (
 claimed AS (
     UPDATE {units} u
        SET process_id = $1::uuid, claimed_at = now()
-      FROM picked
-     WHERE u.tenant = picked.tenant AND u.shard = picked.shard
-    RETURNING u.tenant, u.shard, u.weight, picked.previous
+      FROM unnest((SELECT tenants FROM picked), (SELECT shards FROM picked),
+                  (SELECT previous FROM picked)) AS p (tenant, shard, previous)
+     WHERE u.tenant = p.tenant AND u.shard = p.shard
+    RETURNING u.tenant, u.shard, u.weight, p.previous
 ),
 drained AS (
     UPDATE {processes} p

@@ -265,3 +265,98 @@ fn derived_index_names_that_collide_are_refused_or_reported_never_skipped() {
         .unwrap_err();
     assert!(err.to_string().contains("token_seq"), "{err}");
 }
+
+/// A claim of an expired process's units must not land once that process is live again, even when
+/// the claim's snapshot predates the heartbeat: two processes would own a unit at once. Here a slow
+/// claim (it walks a long-dead process's many disabled units first) starts while process A is
+/// expired; A heartbeats and re-reads its unit before the claim reaches it.
+#[test]
+fn a_claim_that_began_while_a_process_was_expired_does_not_take_its_units_once_it_is_back() {
+    let fleet = Fleet::new(0);
+    let mut c = client();
+    // A long-dead process with many disabled units, inserted first so a claim meets it first.
+    let dead = "00000000-0000-4000-8000-000000000001";
+    c.batch_execute(&format!(
+        "INSERT INTO {procs} (process_id, expires_at, hostname, version, started_at)
+             VALUES ('{dead}', now() - interval '1 hour', 'gone', '0', now() - interval '2 hours');
+         INSERT INTO {units} (tenant, shard, process_id, weight, slot)
+             SELECT 'disabled', g, '{dead}', 0, g FROM generate_series(1, 400000) g;
+         INSERT INTO {units} (tenant, shard, weight, slot) VALUES ('t', 1, 1, 5);
+         ANALYZE {units};",
+        procs = fleet.processes,
+        units = fleet.units_table,
+    ))
+    .unwrap();
+    let unit = Unit::new("t", 1).unwrap();
+    let (a, _) = fleet.leaser(config(Duration::from_millis(500)));
+    a.heartbeat().unwrap();
+    a.tick().unwrap();
+    assert_eq!(a.owned(), vec![unit.clone()]);
+    // B on its own connection, so its statement can be told apart from everyone else's.
+    let mut b_config: pgtenure::postgres::Config = crate::common::direct_url().parse().unwrap();
+    let app = format!("claimer_{}", std::process::id());
+    b_config.application_name(&app);
+    let b_db = pgtenure::DbBuilder::from_config(b_config).build().unwrap();
+    let b = Arc::new(
+        Leaser::new(
+            &b_db,
+            Arc::new(Recorder::default()),
+            config(Duration::from_secs(30)),
+            Hooks::default(),
+        )
+        .unwrap()
+        .with_tables(&fleet.processes, &fleet.units_table)
+        .unwrap(),
+    );
+    b.heartbeat().unwrap();
+    wait_for("A's row to expire", Duration::from_secs(5), || {
+        let expired: bool = c
+            .query_one(
+                &format!(
+                    "SELECT expires_at <= now() FROM {} WHERE process_id = $1::text::uuid",
+                    fleet.processes
+                ),
+                &[&a.process_id()],
+            )
+            .unwrap()
+            .get(0);
+        expired.then_some(())
+    });
+    let ticking = {
+        let b = b.clone();
+        thread::spawn(move || b.tick())
+    };
+    // B's claim has taken its snapshot and is walking the dead process's units.
+    wait_for("B's claim to be under way", Duration::from_secs(10), || {
+        let slow: bool = c
+            .query_one(
+                "SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+                                 WHERE application_name = $1 AND state = 'active'
+                                   AND clock_timestamp() - query_start > interval '20 ms')",
+                &[&app],
+            )
+            .unwrap()
+            .get(0);
+        slow.then_some(())
+    });
+    a.heartbeat().unwrap();
+    let a_tick = a.tick().unwrap();
+    let b_tick = ticking.join().unwrap().unwrap();
+    let a_owns = a.owned().contains(&unit);
+    let b_owns = b.owned().contains(&unit);
+    assert!(
+        !(a_owns && b_owns),
+        "both own {unit}: A's tick {a_tick:?}, B's tick {b_tick:?}"
+    );
+    assert!(a_owns || b_owns, "nobody owns {unit}");
+    // Whoever owns it, the database agrees with its view.
+    let owner = if a_owns {
+        a.process_id()
+    } else {
+        b.process_id()
+    };
+    assert_eq!(
+        fleet.ownership()[&Some(owner.to_owned())],
+        BTreeSet::from([unit])
+    );
+}
