@@ -23,7 +23,7 @@ use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use parking_lot::Mutex;
-use pgtenure::membership::{Config, Hooks, Leaser, Reconciler, Unit, Units};
+use pgtenure::membership::{Config, Leaser, NoHooks, Reconciler, Unit, Units};
 use pgtenure::{Db, Elector, FireClaims, Leases, TickClaims};
 
 const INSTANCES: [&str; 3] = ["instance-a", "instance-b", "instance-c"];
@@ -165,7 +165,7 @@ fn fire_claims(db: &Db) -> Result<(), Box<dyn std::error::Error>> {
         .enumerate()
         .map(|(i, name)| {
             let fires = FireClaims::new(db)
-                .with_holder(name)?
+                .with_owner(name)?
                 .with_ttl(Duration::from_secs(2))?;
             let (keys, barrier) = (keys.clone(), barrier.clone());
             Ok(thread::spawn(
@@ -199,7 +199,7 @@ fn fire_claims(db: &Db) -> Result<(), Box<dyn std::error::Error>> {
         println!("   {key:<40} won by {}", winners.join(", "));
         assert_eq!(winners.len(), 1);
     }
-    let fires = FireClaims::new(db).with_holder("instance-a")?;
+    let fires = FireClaims::new(db).with_owner("instance-a")?;
     println!(
         "   instance-a claims {} again while it is live: {}",
         keys[0],
@@ -460,7 +460,7 @@ fn membership(db: &Db) -> Result<(), Box<dyn std::error::Error>> {
     config.heartbeat_interval = ttl / 4;
     let leasers: Vec<Leaser> = (0..4)
         .map(|_| {
-            Leaser::new(db, Arc::new(Quiet), config.clone(), Hooks::default())?
+            Leaser::new(db, Arc::new(Quiet), config.clone(), Arc::new(NoHooks))?
                 .with_tables(&processes, &units_table)
         })
         .collect::<Result<_, _>>()?;

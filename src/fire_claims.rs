@@ -81,20 +81,20 @@ impl Statements {
 #[derive(Clone)]
 pub struct FireClaims {
     db: Db,
-    holder: Arc<str>,
+    owner: Arc<str>,
     ttl_us: i64,
     ttl: Duration,
     sql: Arc<Statements>,
 }
 
 impl FireClaims {
-    /// Fire claims in the table `pgtenure_fire_claims` with a 10 minute TTL, held under a fresh
-    /// holder name (`"{hostname}-{pid}-{random hex}"`).
+    /// Fire claims in the table `pgtenure_fire_claims` with a 10 minute TTL, won under a fresh
+    /// owner name (`"{hostname}-{pid}-{random hex}"`).
     pub fn new(db: &Db) -> FireClaims {
         let table = TableName::parse(DEFAULT_TABLE).expect("the default table name is valid");
         FireClaims {
             db: db.clone(),
-            holder: default_owner().into(),
+            owner: default_owner().into(),
             ttl_us: micros("ttl", DEFAULT_TTL, MIN_DURATION).expect("the default TTL is valid"),
             ttl: DEFAULT_TTL,
             sql: Statements::new(table),
@@ -126,22 +126,38 @@ impl FireClaims {
         Ok(self)
     }
 
-    /// Names the holder written into won claims (for operators reading the table). Defaults to
-    /// `"{hostname}-{pid}-{random hex}"`, distinct for every `FireClaims`.
+    /// Names this instance in the claims it wins (the table's `holder` column, for operators).
+    /// Defaults to `"{hostname}-{pid}-{random hex}"`, distinct for every `FireClaims`.
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when `holder` is blank, contains
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when `owner` is blank, contains
     /// a NUL byte or is longer than 1,024 bytes.
-    pub fn with_holder(mut self, holder: &str) -> Result<FireClaims> {
-        check_key("holder", holder)?;
-        self.holder = holder.into();
+    pub fn with_owner(mut self, owner: &str) -> Result<FireClaims> {
+        check_key("fire claim owner", owner)?;
+        self.owner = owner.into();
         Ok(self)
     }
 
-    /// The holder written into won claims.
+    /// The name written into won claims.
+    pub fn owner(&self) -> &str {
+        &self.owner
+    }
+
+    /// Renamed [`FireClaims::with_owner`]: an instance owns what it claims, in every primitive.
+    ///
+    /// # Errors
+    ///
+    /// As [`FireClaims::with_owner`].
+    #[deprecated(since = "0.2.0", note = "renamed to `with_owner`")]
+    pub fn with_holder(self, holder: &str) -> Result<FireClaims> {
+        self.with_owner(holder)
+    }
+
+    /// Renamed [`FireClaims::owner`].
+    #[deprecated(since = "0.2.0", note = "renamed to `owner`")]
     pub fn holder(&self) -> &str {
-        &self.holder
+        self.owner()
     }
 
     /// The TTL of a won claim.
@@ -165,7 +181,7 @@ impl FireClaims {
     }
 
     /// Claims `fire_key`: `true` when no live claim existed and this caller now holds it for the
-    /// TTL, `false` when a live claim exists (this holder's own included). An expired claim for the
+    /// TTL, `false` when a live claim exists (this owner's own included). An expired claim for the
     /// key is replaced atomically. One statement, one round trip; a refused claim writes nothing.
     ///
     /// Each call carries a random claim id, stored with a win. When the connection fails after the
@@ -185,7 +201,7 @@ impl FireClaims {
             "claim fire",
             Policy::IDEMPOTENT,
             &self.sql.claim,
-            &[&fire_key, &&*self.holder, &self.ttl_us, &claim_id],
+            &[&fire_key, &&*self.owner, &self.ttl_us, &claim_id],
         )?;
         let won: bool = row.get("won");
         log::debug!(
@@ -222,7 +238,7 @@ impl fmt::Debug for FireClaims {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("FireClaims")
             .field("table", &self.sql.table)
-            .field("holder", &self.holder)
+            .field("owner", &self.owner)
             .field("ttl", &self.ttl)
             .finish()
     }

@@ -37,6 +37,27 @@
 //! Every call that touches the database blocks the calling thread (see [`Db`] for the bounds). Do not
 //! call pgtenure from inside an async runtime's worker thread.
 //!
+//! # Configuration
+//!
+//! One convention everywhere:
+//!
+//! - A handle is made by `new` from what it cannot do without (the [`Db`], and for a
+//!   [`membership::Leaser`] its reconciler, [`membership::Config`] and [`membership::Hooks`]), and
+//!   adjusted by consuming `with_*` methods: `TickClaims::new(&db).with_table("jobs")?`. A builder
+//!   ([`DbBuilder`]) names its setters after what they set, without `with_`.
+//! - A setter returns `Result<Self>` when its value can be invalid and refuses it there, with
+//!   [`ErrorKind::InvalidInput`]; nothing checks it again later, and nothing was sent or stored. A
+//!   setter whose every value is valid (a switch) returns `Self`.
+//! - Every setter's documentation ends with its default. There is no "zero means the default":
+//!   a zero duration, a zero size or a blank name is refused, in setters and in
+//!   [`membership::Config`] alike (checked once, by [`membership::Leaser::new`]).
+//! - An instance *owns* what it claims or acquires ([`TickClaims::with_owner`],
+//!   [`FireClaims::with_owner`], [`Leases::with_owner`]); leadership has a *holder*
+//!   ([`Elector::with_holder`], [`LeaderInfo`]'s `holder`).
+//! - Callbacks are traits, and every method beyond the essential ones has a do-nothing default
+//!   ([`membership::Reconciler`]'s `in_flight`, every [`membership::Hooks`] method), so they can
+//!   grow without breaking implementations.
+//!
 //! # Layout
 //!
 //! - `db`: [`Db`], the shared r2d2 pool, and [`DbBuilder`].

@@ -35,7 +35,7 @@ use common::registry::{Registry, Worker};
 use common::{client, ledger, wait_for, Running, Tables};
 use parking_lot::Mutex;
 use pgtenure::crossbeam_channel::{after, select};
-use pgtenure::membership::{Config, Hooks, Leaser, Unit, Units};
+use pgtenure::membership::{Config, Leaser, NoHooks, Unit, Units};
 use pgtenure::postgres::error::SqlState;
 use pgtenure::{Db, Elector, Leases, LossReason};
 
@@ -683,7 +683,7 @@ fn membership_under_random_faults_never_works_a_unit_twice() {
                         drain_ms: 60,
                     }),
                     config.clone(),
-                    Hooks::default(),
+                    Arc::new(NoHooks),
                 )
                 .unwrap()
                 .with_tables(&procs, &units_t)

@@ -37,10 +37,10 @@ fn eight_threads_claim_one_key_and_exactly_one_wins() {
         let fires = FireClaims::new(&db())
             .with_table(&shared)
             .unwrap()
-            .with_holder(&format!("instance-{i}"))
+            .with_owner(&format!("instance-{i}"))
             .unwrap();
         let won = fires.claim("digest@1800000000000000000").unwrap();
-        won.then(|| fires.holder().to_owned())
+        won.then(|| fires.owner().to_owned())
     })
     .into_iter()
     .flatten()
@@ -90,7 +90,7 @@ fn after_the_ttl_lapses_another_claimer_wins() {
         b.claim("job@42").unwrap().then_some(())
     });
     let (holder, claimed_at, expires_at) = row(&table, "job@42").unwrap();
-    assert_eq!(holder, b.holder());
+    assert_eq!(holder, b.owner());
     assert!(
         claimed_at >= a_expires,
         "replaced at {claimed_at:?} before expiry {a_expires:?}"
@@ -173,7 +173,7 @@ fn bad_input_is_refused_before_any_statement_and_stores_nothing() {
         );
     }
     assert!(FireClaims::new(&db())
-        .with_holder("  ")
+        .with_owner("  ")
         .unwrap_err()
         .is_invalid_input());
     // A sub-second TTL is kept exactly.

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant, SystemTime};
 use common::proxy::{database_addr, Proxy};
 use common::{client, db, wait_for, Role, Tables};
 use parking_lot::Mutex;
-use pgtenure::membership::{Config, Hooks, Leaser, Reconciler, Unit, Units};
+use pgtenure::membership::{Config, Leaser, NoHooks, Reconciler, Unit, Units};
 use pgtenure::postgres::error::SqlState;
 use pgtenure::{Db, DbBuilder, Elector, FireClaims, Leases, LossReason, TickClaims};
 
@@ -106,7 +106,7 @@ fn a_fire_claim_whose_answer_is_lost_after_commit_is_still_won() {
         )
         .unwrap()
         .get(0);
-    assert_eq!(holder, fires.holder());
+    assert_eq!(holder, fires.owner());
     assert!(!fires.claim("job@1").unwrap(), "won once");
 }
 
@@ -163,7 +163,7 @@ fn units_claimed_when_the_answer_is_lost_are_worked_on_after_the_next_tick() {
         &proxied(&proxy, 2),
         told.clone(),
         Config::default(),
-        Hooks::default(),
+        Arc::new(NoHooks),
     )
     .unwrap()
     .with_tables(&procs, &units_t)

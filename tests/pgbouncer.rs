@@ -153,9 +153,9 @@ fn prepared_statements_behind_pgbouncer_with_few_server_connections_never_fail_o
             .unwrap()
             .max_size(3)
             .unwrap()
-            .cancel_on_deadline(false)
             .build()
-            .unwrap();
+            .unwrap()
+            .with_cancel_on_deadline(false);
         let ticks = TickClaims::new(&db).with_table(&names.0).unwrap();
         let fires = FireClaims::new(&db).with_table(&names.1).unwrap();
         let leases = Leases::new(&db).with_table(&names.2).unwrap();

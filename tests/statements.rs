@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime};
 
 use common::proxy::{database_addr, Proxy};
 use common::{client, Names, Quiet, Tables};
-use pgtenure::membership::{Config, Hooks, Leaser, Unit, Units};
+use pgtenure::membership::{Config, Leaser, NoHooks, Unit, Units};
 use pgtenure::{Db, DbBuilder, Elector, FireClaims, Leases, TickClaims};
 
 /// Every primitive on its own tables, on one pool.
@@ -44,7 +44,7 @@ impl Fleet {
             leases: Leases::new(db).with_table(&lease_t).unwrap(),
             elector: Elector::new(db).with_table(&leader_t).unwrap(),
             units: Units::new(db).with_tables(&procs_t, &units_t).unwrap(),
-            leaser: Leaser::new(db, Arc::new(Quiet), Config::default(), Hooks::default())
+            leaser: Leaser::new(db, Arc::new(Quiet), Config::default(), Arc::new(NoHooks))
                 .unwrap()
                 .with_tables(&procs_t, &units_t)
                 .unwrap(),
@@ -134,9 +134,9 @@ fn one_connection(url_or_proxy: pgtenure::postgres::Config, prepared: bool) -> D
     DbBuilder::from_config(url_or_proxy)
         .max_size(1)
         .unwrap()
-        .prepared_statements(prepared)
         .build()
         .unwrap()
+        .with_prepared_statements(prepared)
 }
 
 /// The prepared statements of the pool's one connection: (name, generic plans, custom plans).
@@ -233,7 +233,7 @@ fn every_statement_is_prepared_once_per_connection_and_settles_on_a_generic_plan
         &other_db,
         Arc::new(Quiet),
         Config::default(),
-        Hooks::default(),
+        Arc::new(NoHooks),
     )
     .unwrap()
     .with_tables(&fleet.procs_t, &fleet.units_t)

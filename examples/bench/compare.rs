@@ -70,9 +70,9 @@ pub fn run(
     let pool = |url: &str, prepared: bool, cancel: bool| -> Result<Db, Error> {
         Ok(Db::builder(url)?
             .max_size(16)?
-            .prepared_statements(prepared)
-            .cancel_on_deadline(cancel)
-            .build()?)
+            .build()?
+            .with_prepared_statements(prepared)
+            .with_cancel_on_deadline(cancel))
     };
     let db = pool(url, true, true)?;
     let unprepared = pool(url, false, true)?;

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant, SystemTime};
 
-use pgtenure::membership::{Config, Hooks, Leaser, Unit, Units};
+use pgtenure::membership::{Config, Leaser, NoHooks, Unit, Units};
 use pgtenure::postgres::Client;
 use pgtenure::{Db, DbBuilder, Elector, FireClaims, Leases, TickClaims};
 use serde_json::{json, Value};
@@ -46,7 +46,7 @@ pub fn membership(db: &Db, admin: &mut Client, max_units: i32, secs: f64) -> Res
         config.max_claim_per_tick = 100_000;
         let leasers: Vec<Leaser> = (0..8)
             .map(|_| {
-                Leaser::new(db, Arc::new(Quiet), config.clone(), Hooks::default())
+                Leaser::new(db, Arc::new(Quiet), config.clone(), Arc::new(NoHooks))
                     .unwrap()
                     .with_tables(&procs_t, &units_t)
                     .unwrap()
@@ -304,7 +304,7 @@ fn convergence(
     config.ttl = ttl;
     config.heartbeat_interval = Duration::from_millis(500);
     let make = |db: &Db| {
-        Leaser::new(db, Arc::new(Quiet), config.clone(), Hooks::default())
+        Leaser::new(db, Arc::new(Quiet), config.clone(), Arc::new(NoHooks))
             .unwrap()
             .with_tables(procs_t, units_t)
             .unwrap()

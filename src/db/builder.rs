@@ -23,14 +23,16 @@ const TCP_USER_TIMEOUT: Duration = Duration::from_secs(20);
 /// role's default (a space inside an option value is escaped with a backslash).
 const READ_COMMITTED_OPTION: &str = "-c default_transaction_isolation=read\\ committed";
 
-/// Builds a [`Db`]; every setter's default is pgtenure's (see [`Db::connect`]).
+/// Builds a [`Db`]'s connection pool; every setter's default is pgtenure's (see [`Db::connect`]).
+///
+/// It sets up connections only. What pgtenure does on them (cancelling stuck statements, preparing
+/// statements) is set on the [`Db`] it builds, the same for a pool of your own
+/// ([`Db::from_pool`]): [`Db::with_cancel_on_deadline`], [`Db::with_prepared_statements`].
 pub struct DbBuilder {
     config: postgres::Config,
     max_size: u32,
     connection_timeout: Duration,
     read_committed: bool,
-    cancel_on_deadline: bool,
-    prepared_statements: bool,
 }
 
 impl DbBuilder {
@@ -42,8 +44,6 @@ impl DbBuilder {
             max_size: DEFAULT_MAX_SIZE,
             connection_timeout: DEFAULT_POOL_TIMEOUT,
             read_committed: true,
-            cancel_on_deadline: true,
-            prepared_statements: true,
         }
     }
 
@@ -84,20 +84,6 @@ impl DbBuilder {
         self
     }
 
-    /// Whether stuck lease statements are cancelled at their deadline; see
-    /// [`Db::with_cancel_on_deadline`]. Defaults to `true`; turn it off behind PgBouncer.
-    pub fn cancel_on_deadline(mut self, on: bool) -> DbBuilder {
-        self.cancel_on_deadline = on;
-        self
-    }
-
-    /// Whether statements are prepared once per server connection; see
-    /// [`Db::with_prepared_statements`]. Defaults to `true`.
-    pub fn prepared_statements(mut self, on: bool) -> DbBuilder {
-        self.prepared_statements = on;
-        self
-    }
-
     /// Builds the pool and waits until one connection is open.
     ///
     /// # Errors
@@ -112,9 +98,7 @@ impl DbBuilder {
                 NoTls,
             ))
             .map_err(|e| Error::from_pool("connect", e))?;
-        Ok(Db::from_pool(pool)
-            .with_cancel_on_deadline(self.cancel_on_deadline)
-            .with_prepared_statements(self.prepared_statements))
+        Ok(Db::from_pool(pool))
     }
 
     /// Builds the pool without connecting: the first operation opens the first connection. Use it
@@ -126,8 +110,6 @@ impl DbBuilder {
             NoTls,
         ));
         Db::from_pool(pool)
-            .with_cancel_on_deadline(self.cancel_on_deadline)
-            .with_prepared_statements(self.prepared_statements)
     }
 
     fn pool_builder(&self) -> r2d2::Builder<Manager> {
@@ -180,8 +162,6 @@ impl fmt::Debug for DbBuilder {
             .field("max_size", &self.max_size)
             .field("connection_timeout", &self.connection_timeout)
             .field("read_committed", &self.read_committed)
-            .field("cancel_on_deadline", &self.cancel_on_deadline)
-            .field("prepared_statements", &self.prepared_statements)
             .finish()
     }
 }

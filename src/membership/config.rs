@@ -1,6 +1,5 @@
 //! A leaser's configuration and its metrics hooks: timing and claim sizing, validated in one place.
 
-use std::fmt;
 use std::time::Duration;
 
 use super::local::stop_after;
@@ -8,9 +7,11 @@ use crate::error::{Error, Result};
 use crate::input::{check_key, micros, MIN_DURATION};
 use crate::instance::{hostname, parse_uuid, random_uuid};
 
-/// A [`Leaser`](super::Leaser)'s timing and claim sizing. Zero values take the defaults.
+/// A [`Leaser`](super::Leaser)'s timing and claim sizing.
 ///
-/// Build it from `Config::default()` and set the fields you need.
+/// Build it from `Config::default()` and set the fields you need. [`Leaser::new`](super::Leaser::new)
+/// checks it, once: a zero or blank value is refused like any other invalid one (the defaults are
+/// what `Config::default()` holds).
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct Config {
@@ -37,9 +38,10 @@ pub struct Config {
     /// 0) so that configurations keep their meaning until the field is removed. Defaults to 0.2.
     #[deprecated(note = "ignored: membership balance is exact; the field will be removed")]
     pub shed_hysteresis: f64,
-    /// The most units one claim statement takes; clamped to `max_claim_per_tick`. Defaults to 64.
+    /// The most units one claim statement takes, at least 1; clamped to `max_claim_per_tick`.
+    /// Defaults to 64.
     pub claim_batch: u32,
-    /// The most units (by weight) one tick claims. Defaults to 1,024.
+    /// The most units (by weight) one tick claims, at least 1. Defaults to 1,024.
     pub max_claim_per_tick: u32,
 }
 
@@ -63,33 +65,16 @@ impl Default for Config {
 }
 
 impl Config {
-    /// Replaces zero values with the defaults and checks the rest.
+    /// Checks every field (the one place a configuration is checked) and draws the process id if
+    /// none was given.
     #[allow(deprecated)]
-    pub(super) fn normalized(mut self) -> Result<Config> {
-        let defaults = Config::default();
-        let or_default =
-            |value: Duration, default: Duration| if value.is_zero() { default } else { value };
-        self.ttl = or_default(self.ttl, defaults.ttl);
-        self.heartbeat_interval = or_default(self.heartbeat_interval, defaults.heartbeat_interval);
-        self.rebalance_interval = or_default(self.rebalance_interval, defaults.rebalance_interval);
-        self.sweep_interval = or_default(self.sweep_interval, defaults.sweep_interval);
-        self.sweep_cutoff = or_default(self.sweep_cutoff, defaults.sweep_cutoff);
-        if self.max_claim_per_tick == 0 {
-            self.max_claim_per_tick = defaults.max_claim_per_tick;
-        }
-        if self.claim_batch == 0 {
-            self.claim_batch = defaults.claim_batch;
-        }
-        self.claim_batch = self.claim_batch.min(self.max_claim_per_tick);
-        if self.hostname.trim().is_empty() {
-            self.hostname = defaults.hostname;
-        }
-        if self.version.trim().is_empty() {
-            self.version = defaults.version;
-        }
+    pub(super) fn validated(mut self) -> Result<Config> {
         check_key("hostname", &self.hostname)?;
         check_key("version", &self.version)?;
         micros("membership ttl", self.ttl, MIN_DURATION)?;
+        micros("heartbeat interval", self.heartbeat_interval, MIN_DURATION)?;
+        micros("rebalance interval", self.rebalance_interval, MIN_DURATION)?;
+        micros("sweep interval", self.sweep_interval, MIN_DURATION)?;
         micros("sweep cutoff", self.sweep_cutoff, MIN_DURATION)?;
         if self.heartbeat_interval >= stop_after(self.ttl) {
             return Err(Error::invalid_input(format!(
@@ -110,9 +95,16 @@ impl Config {
                 self.shed_hysteresis
             )));
         }
+        if self.claim_batch == 0 || self.max_claim_per_tick == 0 {
+            return Err(Error::invalid_input(format!(
+                "claim_batch {} and max_claim_per_tick {} must both be at least 1",
+                self.claim_batch, self.max_claim_per_tick
+            )));
+        }
         if self.max_claim_per_tick > i32::MAX as u32 {
             return Err(Error::invalid_input("max_claim_per_tick is above 2^31 - 1"));
         }
+        self.claim_batch = self.claim_batch.min(self.max_claim_per_tick);
         self.process_id = Some(match self.process_id.take() {
             Some(id) => parse_uuid(&id)?,
             None => random_uuid(),
@@ -121,29 +113,39 @@ impl Config {
     }
 }
 
-/// Optional observers for metrics; `None` is skipped.
-#[derive(Default)]
-pub struct Hooks {
-    /// Units claimed by a tick (called when it claimed any).
-    pub claimed: Option<Box<dyn Fn(usize) + Send + Sync>>,
-    /// Units shed by a tick (called when it shed any).
-    pub shed: Option<Box<dyn Fn(usize) + Send + Sync>>,
-    /// How long a tick took (every successful tick).
-    pub rebalanced: Option<Box<dyn Fn(Duration) + Send + Sync>>,
-    /// Units and weight owned after a tick (every successful tick).
-    pub owned: Option<Box<dyn Fn(usize, i64) + Send + Sync>>,
-}
+/// Observers of a [`Leaser`](super::Leaser)'s rebalance steps, for metrics. Every method has a
+/// default that does nothing, so implement only what you record (and new methods can be added
+/// without breaking you); [`NoHooks`] observes nothing.
+///
+/// The methods are called on the thread that ticks, after the tick's [`Reconciler`](super::Reconciler)
+/// calls; keep them short.
+pub trait Hooks: Send + Sync {
+    /// A tick claimed `units` units (called only when it claimed any).
+    fn claimed(&self, units: usize) {
+        let _ = units;
+    }
 
-impl fmt::Debug for Hooks {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Hooks")
-            .field("claimed", &self.claimed.is_some())
-            .field("shed", &self.shed.is_some())
-            .field("rebalanced", &self.rebalanced.is_some())
-            .field("owned", &self.owned.is_some())
-            .finish()
+    /// A tick gave back `units` units (called only when it shed any).
+    fn shed(&self, units: usize) {
+        let _ = units;
+    }
+
+    /// A tick succeeded and took `took` (every successful tick).
+    fn rebalanced(&self, took: Duration) {
+        let _ = took;
+    }
+
+    /// After a successful tick, this process owns `units` units of total weight `weight`.
+    fn owned(&self, units: usize, weight: i64) {
+        let _ = (units, weight);
     }
 }
+
+/// [`Hooks`] that observe nothing.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoHooks;
+
+impl Hooks for NoHooks {}
 
 #[cfg(test)]
 mod tests {
@@ -151,17 +153,9 @@ mod tests {
 
     #[test]
     #[allow(deprecated)]
-    fn zero_config_values_take_the_defaults_and_bad_ones_are_refused() {
-        let zero = Config {
-            ttl: Duration::ZERO,
-            heartbeat_interval: Duration::ZERO,
-            claim_batch: 0,
-            max_claim_per_tick: 0,
-            ..Config::default()
-        };
-        let c = zero.normalized().unwrap();
+    fn a_valid_config_is_kept_and_bad_or_zero_values_are_refused() {
+        let c = Config::default().validated().unwrap();
         assert_eq!(c.ttl, Duration::from_secs(15));
-        assert_eq!(c.heartbeat_interval, Duration::from_secs(5));
         assert_eq!((c.claim_batch, c.max_claim_per_tick), (64, 1024));
         assert!(c.process_id.is_some());
 
@@ -170,7 +164,7 @@ mod tests {
             ..Config::default()
         };
         assert_eq!(
-            clamp.normalized().unwrap().claim_batch,
+            clamp.validated().unwrap().claim_batch,
             1024,
             "clamped to the per-tick cap"
         );
@@ -204,11 +198,39 @@ mod tests {
                 process_id: Some("not-a-uuid".into()),
                 ..Config::default()
             },
+            Config {
+                ttl: Duration::ZERO,
+                ..Config::default()
+            },
+            Config {
+                heartbeat_interval: Duration::ZERO,
+                ..Config::default()
+            },
+            Config {
+                rebalance_interval: Duration::ZERO,
+                ..Config::default()
+            },
+            Config {
+                sweep_interval: Duration::ZERO,
+                ..Config::default()
+            },
+            Config {
+                claim_batch: 0,
+                ..Config::default()
+            },
+            Config {
+                max_claim_per_tick: 0,
+                ..Config::default()
+            },
+            Config {
+                hostname: " ".into(),
+                ..Config::default()
+            },
         ];
         for config in refused {
             let shown = format!("{config:?}");
             assert!(
-                config.normalized().unwrap_err().is_invalid_input(),
+                config.validated().unwrap_err().is_invalid_input(),
                 "{shown}"
             );
         }

@@ -64,7 +64,7 @@ pub struct Leaser {
     pub(super) db: Db,
     pub(super) reconciler: Arc<dyn Reconciler>,
     pub(super) config: Config,
-    pub(super) hooks: Hooks,
+    pub(super) hooks: Arc<dyn Hooks>,
     pub(super) process_id: String,
     pub(super) ttl_us: i64,
     pub(super) cutoff_us: i64,
@@ -78,21 +78,23 @@ pub struct Leaser {
 }
 
 impl Leaser {
-    /// A leaser for one process, on the default tables.
+    /// A leaser for one process, on the default tables; `hooks` observes its ticks ([`NoHooks`](super::NoHooks)
+    /// for none).
     ///
     /// # Errors
     ///
     /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when the configuration is invalid:
-    /// a heartbeat interval not below the TTL, a sweep cutoff not above it, a negative or non-finite
-    /// hysteresis, a process id that is not a UUID, a bad hostname or version.
+    /// a zero duration or claim size, a heartbeat interval not below four fifths of the TTL, a sweep
+    /// cutoff not above it, a negative or non-finite hysteresis, a process id that is not a UUID, a
+    /// blank or NUL-carrying hostname or version.
     pub fn new(
         db: &Db,
         reconciler: Arc<dyn Reconciler>,
         config: Config,
-        hooks: Hooks,
+        hooks: Arc<dyn Hooks>,
     ) -> Result<Leaser> {
-        let config = config.normalized()?;
-        let process_id = config.process_id.clone().expect("normalized");
+        let config = config.validated()?;
+        let process_id = config.process_id.clone().expect("validated");
         Ok(Leaser {
             db: db.clone(),
             reconciler,
@@ -110,11 +112,12 @@ impl Leaser {
     }
 
     /// Uses other tables (each `table` or `schema.table`), the same as the fleet's [`Units`](super::Units).
+    /// Defaults to `pgtenure_processes` and `pgtenure_units`.
     ///
     /// # Errors
     ///
     /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when a name is not a plain
-    /// identifier.
+    /// identifier, or the two tables (or the units table's derived index names) collide.
     pub fn with_tables(mut self, processes: &str, units: &str) -> Result<Leaser> {
         self.sql = Statements::new(TableName::parse(processes)?, TableName::parse(units)?)?;
         Ok(self)
@@ -384,16 +387,11 @@ impl Leaser {
             )
         };
         self.outbox.flush(&*self.reconciler);
-        let hooks = &self.hooks;
-        if let (Some(hook), false) = (&hooks.claimed, claimed.is_empty()) {
-            hook(claimed.len());
+        if !claimed.is_empty() {
+            self.hooks.claimed(claimed.len());
         }
-        if let Some(hook) = &hooks.rebalanced {
-            hook(started.elapsed());
-        }
-        if let Some(hook) = &hooks.owned {
-            hook(owned, owned_weight);
-        }
+        self.hooks.rebalanced(started.elapsed());
+        self.hooks.owned(owned, owned_weight);
         log::debug!(
             target: "pgtenure::membership",
             "process {}: {live} live, target {target}, owns {owned} ({owned_weight}), claimed {}",
@@ -524,8 +522,8 @@ impl Leaser {
                 local.shedding.remove(unit);
             }
         }
-        if let (Some(hook), true) = (&self.hooks.shed, given > 0) {
-            hook(given);
+        if given > 0 {
+            self.hooks.shed(given);
         }
         log::debug!(
             target: "pgtenure::membership",

@@ -16,7 +16,7 @@
 //! ```no_run
 //! # fn main() -> Result<(), pgtenure::Error> {
 //! use std::sync::Arc;
-//! use pgtenure::membership::{Config, Hooks, Leaser, Reconciler, Unit, Units};
+//! use pgtenure::membership::{Config, Leaser, NoHooks, Reconciler, Unit, Units};
 //! use pgtenure::Db;
 //!
 //! struct Pollers;
@@ -30,7 +30,7 @@
 //! units.create_tables()?;
 //! units.add(&[Unit::new("acme", 0)?, Unit::new("acme", 1)?])?;
 //!
-//! let leaser = Arc::new(Leaser::new(&db, Arc::new(Pollers), Config::default(), Hooks::default())?);
+//! let leaser = Arc::new(Leaser::new(&db, Arc::new(Pollers), Config::default(), Arc::new(NoHooks))?);
 //! let (stop, shutdown) = pgtenure::crossbeam_channel::bounded::<()>(0);
 //! let runner = {
 //!     let leaser = leaser.clone();
@@ -55,7 +55,7 @@ mod sql;
 mod unit;
 mod units;
 
-pub use self::config::{Config, Hooks};
+pub use self::config::{Config, Hooks, NoHooks};
 pub use self::leaser::{Leaser, Rebalance, Sweep};
 pub use self::sql::{DEFAULT_PROCESSES_TABLE, DEFAULT_UNITS_TABLE};
 pub use self::unit::{Reconciler, Unit};
@@ -70,6 +70,6 @@ mod tests {
         fn check<T: Send + Sync>() {}
         check::<Leaser>();
         check::<Units>();
-        check::<Hooks>();
+        check::<NoHooks>();
     }
 }

@@ -30,11 +30,12 @@ impl Units {
     }
 
     /// Uses other tables (each `table` or `schema.table`); use the same on every [`Leaser`](super::Leaser).
+    /// Defaults to `pgtenure_processes` and `pgtenure_units`.
     ///
     /// # Errors
     ///
     /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when a name is not a plain
-    /// identifier.
+    /// identifier, or the two tables (or the units table's derived index names) collide.
     pub fn with_tables(mut self, processes: &str, units: &str) -> Result<Units> {
         self.sql = Statements::new(TableName::parse(processes)?, TableName::parse(units)?)?;
         Ok(self)

@@ -45,9 +45,9 @@ pub fn db() -> Db {
         let _ = env_logger::builder().is_test(true).try_init();
         Db::builder(&url())
             .and_then(|b| b.max_size(24))
-            // Behind PgBouncer a cancel can hit another client's statement: the docs say turn it off.
-            .map(|b| b.cancel_on_deadline(!through_pgbouncer()))
             .and_then(|b| b.build())
+            // Behind PgBouncer a cancel can hit another client's statement: the docs say turn it off.
+            .map(|db| db.with_cancel_on_deadline(!through_pgbouncer()))
             .unwrap_or_else(|e| panic!("cannot connect to the test database: {e}"))
     })
     .clone()

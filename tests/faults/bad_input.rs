@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use crate::common::{client, count, db, Names, Tables};
-use pgtenure::membership::{Config, Hooks, Leaser, Unit, Units};
+use pgtenure::membership::{Config, Leaser, NoHooks, Unit, Units};
 use pgtenure::{Db, Elector, ErrorKind, FireClaims, Leases, TickClaims};
 
 use crate::common::Quiet;
@@ -197,14 +197,27 @@ fn bad_input_matrix_is_refused_before_any_statement_and_changes_nothing() {
         "database URL".into(),
         Box::new(|| Db::connect("postgres://[::1").map(|_| ())),
     ));
-    let mut bad_config = Config::default();
-    bad_config.heartbeat_interval = bad_config.ttl;
-    cases.push((
-        "membership heartbeat not below the TTL".into(),
-        Box::new(move || {
-            Leaser::new(&db(), Arc::new(Quiet), bad_config.clone(), Hooks::default()).map(|_| ())
-        }),
-    ));
+    let mut late_beats = Config::default();
+    late_beats.heartbeat_interval = late_beats.ttl;
+    let mut zero_ttl = Config::default();
+    zero_ttl.ttl = Duration::ZERO;
+    let mut no_batch = Config::default();
+    no_batch.claim_batch = 0;
+    let mut blank_host = Config::default();
+    blank_host.hostname = " ".into();
+    for (what, config) in [
+        ("heartbeat not below the TTL", late_beats),
+        ("zero TTL", zero_ttl),
+        ("zero claim batch", no_batch),
+        ("blank hostname", blank_host),
+    ] {
+        cases.push((
+            format!("membership config: {what}"),
+            Box::new(move || {
+                Leaser::new(&db(), Arc::new(Quiet), config.clone(), Arc::new(NoHooks)).map(|_| ())
+            }),
+        ));
+    }
 
     let mut failures = Vec::new();
     for (name, case) in &cases {

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use crate::common::proxy::{database_addr, Proxy};
 use crate::common::registry::{Registry, Worker};
 use crate::common::{db, wait_for, Running, Tables};
-use pgtenure::membership::{Config, Hooks, Leaser, Unit, Units};
+use pgtenure::membership::{Config, Leaser, NoHooks, Unit, Units};
 use pgtenure::DbBuilder;
 
 #[test]
@@ -43,7 +43,7 @@ fn partitions_and_crashes_during_rebalancing_never_let_two_processes_work_a_unit
                 drain_ms: 0,
             });
             Arc::new(
-                Leaser::new(&via, worker, config.clone(), Hooks::default())
+                Leaser::new(&via, worker, config.clone(), Arc::new(NoHooks))
                     .unwrap()
                     .with_tables(&procs, &units_t)
                     .unwrap(),

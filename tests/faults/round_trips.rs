@@ -5,7 +5,7 @@ use std::time::{Duration, SystemTime};
 
 use crate::common::proxy::{database_addr, Proxy};
 use crate::common::{db, Names, Tables};
-use pgtenure::membership::{Config, Hooks, Leaser, Unit, Units};
+use pgtenure::membership::{Config, Leaser, NoHooks, Unit, Units};
 use pgtenure::{DbBuilder, Elector, FireClaims, Leases, TickClaims};
 
 use crate::common::Quiet;
@@ -58,7 +58,7 @@ fn every_operation_is_one_round_trip() {
     let leases = Leases::new(&via).with_table(&lease_t).unwrap();
     let elector = Elector::new(&via).with_table(&leader_t).unwrap();
     let units = Units::new(&via).with_tables(&procs_t, &units_t).unwrap();
-    let leaser = Leaser::new(&via, Arc::new(Quiet), Config::default(), Hooks::default())
+    let leaser = Leaser::new(&via, Arc::new(Quiet), Config::default(), Arc::new(NoHooks))
         .unwrap()
         .with_tables(&procs_t, &units_t)
         .unwrap();

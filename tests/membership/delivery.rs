@@ -9,32 +9,43 @@ use std::time::Duration;
 use crate::common::proxy::{database_addr, Proxy};
 use crate::common::{client, wait_for};
 use parking_lot::Mutex;
-use pgtenure::membership::{Config, Hooks, Leaser, Reconciler, Unit};
+use pgtenure::membership::{Config, Hooks, Leaser, NoHooks, Reconciler, Unit};
 
 use super::{assert_disjoint, config, Fleet, Recorder};
+
+/// Counts what the hooks are told.
+#[derive(Default)]
+struct Metrics {
+    claimed: AtomicUsize,
+    shed: AtomicUsize,
+    ticks: AtomicUsize,
+    owned: AtomicUsize,
+}
+
+impl Hooks for Metrics {
+    fn claimed(&self, units: usize) {
+        self.claimed.fetch_add(units, Ordering::SeqCst);
+    }
+    fn shed(&self, units: usize) {
+        self.shed.fetch_add(units, Ordering::SeqCst);
+    }
+    fn rebalanced(&self, _took: Duration) {
+        self.ticks.fetch_add(1, Ordering::SeqCst);
+    }
+    fn owned(&self, units: usize, _weight: i64) {
+        self.owned.store(units, Ordering::SeqCst);
+    }
+}
 
 #[test]
 fn hooks_see_claims_sheds_ticks_and_ownership() {
     let fleet = Fleet::new(30);
-    let claimed = Arc::new(AtomicUsize::new(0));
-    let ticks = Arc::new(AtomicUsize::new(0));
-    let owned = Arc::new(AtomicUsize::new(0));
-    let (c, t, o) = (claimed.clone(), ticks.clone(), owned.clone());
-    let hooks = Hooks {
-        claimed: Some(Box::new(move |n| {
-            c.fetch_add(n, Ordering::SeqCst);
-        })),
-        rebalanced: Some(Box::new(move |_| {
-            t.fetch_add(1, Ordering::SeqCst);
-        })),
-        owned: Some(Box::new(move |n, _| o.store(n, Ordering::SeqCst))),
-        ..Hooks::default()
-    };
+    let metrics = Arc::new(Metrics::default());
     let leaser = Leaser::new(
         &fleet.db,
         Arc::new(Recorder::default()),
         config(Duration::from_secs(30)),
-        hooks,
+        metrics.clone(),
     )
     .unwrap()
     .with_tables(&fleet.processes, &fleet.units_table)
@@ -42,9 +53,16 @@ fn hooks_see_claims_sheds_ticks_and_ownership() {
     leaser.heartbeat().unwrap();
     leaser.tick().unwrap();
     leaser.tick().unwrap();
-    assert_eq!(claimed.load(Ordering::SeqCst), 30);
-    assert_eq!(ticks.load(Ordering::SeqCst), 2);
-    assert_eq!(owned.load(Ordering::SeqCst), 30);
+    assert_eq!(metrics.claimed.load(Ordering::SeqCst), 30);
+    assert_eq!(metrics.ticks.load(Ordering::SeqCst), 2);
+    assert_eq!(metrics.owned.load(Ordering::SeqCst), 30);
+    // A second process joins: the first gives back half.
+    let (other, _) = fleet.leaser(config(Duration::from_secs(30)));
+    other.heartbeat().unwrap();
+    leaser.tick().unwrap();
+    assert_eq!(metrics.shed.load(Ordering::SeqCst), 15);
+    assert_eq!(metrics.owned.load(Ordering::SeqCst), 15);
+    assert_eq!(metrics.claimed.load(Ordering::SeqCst), 30);
 }
 
 /// Runs once, at the start of the slow drain.
@@ -96,18 +114,9 @@ fn a_slow_units_lost_never_lets_an_older_gain_arrive_after_a_newer_loss() {
     fast.heartbeat_interval = Duration::from_millis(100);
     fast.rebalance_interval = Duration::from_millis(50);
     fast.sweep_cutoff = Duration::from_secs(5);
-    let ticks = Arc::new(AtomicUsize::new(0));
-    let hooks = Hooks {
-        rebalanced: Some(Box::new({
-            let ticks = ticks.clone();
-            move |_| {
-                ticks.fetch_add(1, Ordering::SeqCst);
-            }
-        })),
-        ..Hooks::default()
-    };
+    let metrics = Arc::new(Metrics::default());
     let leaser = Arc::new(
-        Leaser::new(&slow_db, drain.clone(), fast, hooks)
+        Leaser::new(&slow_db, drain.clone(), fast, metrics.clone())
             .unwrap()
             .with_tables(&fleet.processes, &fleet.units_table)
             .unwrap(),
@@ -164,9 +173,9 @@ fn a_slow_units_lost_never_lets_an_older_gain_arrive_after_a_newer_loss() {
     wait_for("both losses to be told", Duration::from_secs(10), || {
         (drain.told.lock().len() >= 4).then_some(())
     });
-    let seen = ticks.load(Ordering::SeqCst);
+    let seen = metrics.ticks.load(Ordering::SeqCst);
     wait_for("two more ticks", Duration::from_secs(10), || {
-        (ticks.load(Ordering::SeqCst) >= seen + 2).then_some(())
+        (metrics.ticks.load(Ordering::SeqCst) >= seen + 2).then_some(())
     });
     assert_eq!(
         drain.working(),
@@ -209,7 +218,7 @@ fn a_shed_unit_stays_owned_until_its_worker_has_been_told() {
             &fleet.db,
             Arc::new(Gate { calls, go: gate }),
             config(Duration::from_secs(30)),
-            Hooks::default(),
+            Arc::new(NoHooks),
         )
         .unwrap()
         .with_tables(&fleet.processes, &fleet.units_table)

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use crate::common::proxy::{database_addr, Proxy};
 use crate::common::{client, db, wait_for, Tables};
-use pgtenure::membership::{Hooks, Leaser, Unit, Units};
+use pgtenure::membership::{Leaser, NoHooks, Unit, Units};
 
 use super::{assert_disjoint, config, round, Fleet, Recorder};
 
@@ -198,7 +198,7 @@ fn run_starts_while_the_database_is_unreachable_and_stops_promptly() {
     let mut cfg = config(Duration::from_secs(3));
     cfg.rebalance_interval = Duration::from_millis(100);
     let leaser = Arc::new(
-        Leaser::new(&lazy, Arc::new(Recorder::default()), cfg, Hooks::default())
+        Leaser::new(&lazy, Arc::new(Recorder::default()), cfg, Arc::new(NoHooks))
             .unwrap()
             .with_tables(&fleet.processes, &fleet.units_table)
             .unwrap(),
@@ -302,7 +302,7 @@ fn a_claim_that_began_while_a_process_was_expired_does_not_take_its_units_once_i
             &b_db,
             Arc::new(Recorder::default()),
             config(Duration::from_secs(30)),
-            Hooks::default(),
+            Arc::new(NoHooks),
         )
         .unwrap()
         .with_tables(&fleet.processes, &fleet.units_table)

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use crate::common::{client, db, Tables};
 use parking_lot::Mutex;
-use pgtenure::membership::{Config, Hooks, Leaser, Reconciler, Unit, Units};
+use pgtenure::membership::{Config, Leaser, NoHooks, Reconciler, Unit, Units};
 use pgtenure::Db;
 
 /// Records what the leaser reports, and says which units have work in flight.
@@ -75,7 +75,7 @@ impl Fleet {
 
     fn leaser(&self, config: Config) -> (Leaser, Arc<Recorder>) {
         let recorder = Arc::new(Recorder::default());
-        let leaser = Leaser::new(&self.db, recorder.clone(), config, Hooks::default())
+        let leaser = Leaser::new(&self.db, recorder.clone(), config, Arc::new(NoHooks))
             .unwrap()
             .with_tables(&self.processes, &self.units_table)
             .unwrap();
