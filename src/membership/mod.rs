@@ -52,12 +52,14 @@ mod leaser;
 mod local;
 mod run;
 mod sql;
+mod tick;
 mod unit;
 mod units;
 
 pub use self::config::{Config, Hooks, NoHooks};
-pub use self::leaser::{Leaser, Rebalance, Sweep};
+pub use self::leaser::{Leaser, Sweep};
 pub use self::sql::{DEFAULT_PROCESSES_TABLE, DEFAULT_UNITS_TABLE};
+pub use self::tick::Rebalance;
 pub use self::unit::{Reconciler, Unit};
 pub use self::units::Units;
 

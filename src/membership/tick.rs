@@ -1,0 +1,388 @@
+//! One rebalance step ([`Leaser::tick`]): read the facts, decide with [`Facts::decide`], claim or
+//! shed, adopt the result, tell the reconciler. The arithmetic lives in `fair.rs`, the local state
+//! in `local.rs`; this file only moves data between them and the database.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::deliver::Delivery;
+use super::fair::{choose_shed, Facts, Held, Member, Step};
+use super::leaser::{unit_row, weight_of, Leaser};
+use super::local::View;
+use super::unit::Unit;
+use crate::db::Policy;
+use crate::error::Result;
+use crate::instance::random_u64;
+
+/// What one [`Leaser::tick`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Rebalance {
+    /// Units reported to [`Reconciler::units_lost`](super::Reconciler::units_lost).
+    pub lost: Vec<Unit>,
+    /// Units reported to [`Reconciler::units_gained`](super::Reconciler::units_gained).
+    pub gained: Vec<Unit>,
+    /// Units this tick claimed.
+    pub claimed: usize,
+    /// Units this tick gave back in the database (shed). A unit chosen to shed is reported lost
+    /// first and given back right after that delivery, in the same tick.
+    pub shed: usize,
+    /// Units owned after the tick.
+    pub owned: usize,
+    /// Weight owned after the tick.
+    pub owned_weight: i64,
+    /// The fair share of weight this tick aimed at.
+    pub fair_share: i64,
+    /// Live processes, by the database clock.
+    pub live_processes: i64,
+    /// Whether this process's own row was live (a process that is not live claims and sheds nothing).
+    pub live: bool,
+}
+
+/// The stats statement's answer.
+struct Stats {
+    /// Live processes, this one included if live.
+    live: i64,
+    /// Whether this process's row is live, by the database clock.
+    live_self: bool,
+    /// The other live processes and the weight each reports, by process id.
+    others: Vec<(String, i64)>,
+    /// Weight nobody live owns: unowned units and those of expired processes.
+    claimable: i64,
+    /// The process row's counter of changes others made to its units.
+    changes: Option<i64>,
+}
+
+/// The view a tick starts from, and the local state it was taken at.
+struct Start {
+    truth: Arc<BTreeMap<Unit, i32>>,
+    weight: i64,
+    /// Whether it may differ from the local view (re-read; later also claims and sheds).
+    changed: bool,
+    generation: u64,
+    shedding: BTreeMap<Unit, i32>,
+}
+
+impl Leaser {
+    /// One rebalance step: reads the units the database says this process owns (replacing the local
+    /// view), computes this process's target from the live processes and the claimable weight (see
+    /// below), claims up to its deficit in batches, or (only when it claimed nothing) sheds what it
+    /// owns above its target, lightest idle units first. Then reports lost units before gained ones
+    /// to the [`Reconciler`](super::Reconciler), and calls the hooks. A process that is not live (its row expired by the
+    /// database clock, or its local liveness deadline passed) claims and sheds nothing and owns
+    /// nothing until a heartbeat makes it live again.
+    ///
+    /// Targets: with `n` live processes and total weight `W` (enabled units), every process's target
+    /// is `floor(W / n)`, and `W mod n` processes get one more: those that own more than the floor
+    /// first (they keep what they have), then by process id; every process computes the same targets.
+    /// So with unit weights a settled fleet holds floor or ceil of `W / n` per process, and ticks
+    /// then write nothing; only units that must move move.
+    ///
+    /// # Errors
+    ///
+    /// A database or connection error. Units claimed or shed before it stay as the database says:
+    /// the next tick re-reads them, and units whose shed may have landed are reported lost at once.
+    pub fn tick(&self) -> Result<Rebalance> {
+        let decided = {
+            let _one_at_a_time = self.ticking.lock();
+            let decided = self.tick_once();
+            if decided.is_err() {
+                // A claim may have landed without this process knowing: read the truth next time.
+                self.local.lock().reread = true;
+            }
+            decided
+        };
+        // Deliver outside the tick's lock, so a reconciler may call back into the leaser. Units
+        // chosen to shed are reported lost here, before they are given back below: their work has
+        // stopped before another process can claim them.
+        self.outbox.flush(&*self.reconciler);
+        let mut rebalance = decided?;
+        let _one_at_a_time = self.ticking.lock();
+        rebalance.shed = self.give_back()?;
+        Ok(rebalance)
+    }
+
+    /// The tick's decision and adoption, under the tick's lock: read the facts, start from the local
+    /// view or the database's, claim or choose what to shed, adopt the result while still live.
+    fn tick_once(&self) -> Result<Rebalance> {
+        let started = Instant::now();
+        let live_locally = self.local.lock().live_at(Instant::now());
+        let stats = self.read_stats()?;
+        let mut view = self.starting_view(stats.changes)?;
+        let others: Vec<Member<'_>> = stats
+            .others
+            .iter()
+            .map(|(id, weight)| Member {
+                id,
+                weight: *weight,
+            })
+            .collect();
+        let facts = Facts {
+            me: Member {
+                id: &self.process_id,
+                weight: view.weight,
+            },
+            others: &others,
+            // Units being shed are claimable as soon as they are given back.
+            claimable: stats.claimable + weight_of(&view.shedding),
+        };
+        let target = facts.target();
+
+        let mut claimed = Vec::new();
+        let mut shed = BTreeMap::new();
+        if stats.live_self && live_locally {
+            // Disabled units only appear with a re-read (a weight change moves the counter).
+            let disabled = view.changed && view.truth.values().any(|w| *w <= 0);
+            match facts.decide(i64::from(self.config.max_claim_per_tick), disabled) {
+                Step::Claim(budget) => {
+                    claimed = self.claim(&mut view.truth, budget, &view.shedding)?;
+                }
+                Step::Shed(target) => shed = self.choose_shed(&mut view.truth, target),
+                Step::Keep => {}
+            }
+            if !claimed.is_empty() || !shed.is_empty() {
+                view.changed = true;
+                view.weight = weight_of(&view.truth);
+            }
+        }
+
+        // Adopt the database's truth only while live, judged now (the tick may have waited on the
+        // database), and only if nothing forgot the ownership meanwhile (the liveness watcher, a
+        // lapsed heartbeat); queue what changed while still holding the state, so deliveries keep
+        // decision order.
+        let (lost, gained, live_now, owned, owned_weight) = {
+            let mut local = self.local.lock();
+            let live_now = stats.live_self
+                && local.live_at(Instant::now())
+                && local.generation == view.generation;
+            let adopted = View {
+                truth: view.truth,
+                weight: view.weight,
+                changed: view.changed,
+                shed,
+                changes: stats.changes,
+            };
+            let (lost, gained) = local.adopt(adopted, live_now);
+            self.outbox.push(Delivery::Lost(lost.clone()));
+            self.outbox.push(Delivery::Gained(gained.clone()));
+            (
+                lost,
+                gained,
+                live_now,
+                local.owned.len(),
+                local.owned_weight,
+            )
+        };
+        self.outbox.flush(&*self.reconciler);
+        if !claimed.is_empty() {
+            self.hooks.claimed(claimed.len());
+        }
+        self.hooks.rebalanced(started.elapsed());
+        self.hooks.owned(owned, owned_weight);
+        log::debug!(
+            target: "pgtenure::membership",
+            "process {}: {} live, target {target}, owns {owned} ({owned_weight}), claimed {}",
+            self.process_id,
+            stats.live,
+            claimed.len()
+        );
+        Ok(Rebalance {
+            lost,
+            gained,
+            claimed: claimed.len(),
+            shed: 0,
+            owned,
+            owned_weight,
+            fair_share: target,
+            live_processes: stats.live,
+            live: live_now,
+        })
+    }
+
+    /// What a tick decides from, in one statement that never scans units.
+    fn read_stats(&self) -> Result<Stats> {
+        let row = self.db.query_one(
+            "read membership stats",
+            Policy::IDEMPOTENT,
+            &self.sql.stats,
+            &[&self.process_id.as_str()],
+        )?;
+        let ids: Vec<String> = row.get("others");
+        let weights: Vec<i64> = row.get("others_weights");
+        let unowned: i64 = row.get("unowned_weight");
+        let orphaned: i64 = row.get("orphaned_weight");
+        Ok(Stats {
+            live: row.get("live"),
+            live_self: row.get("live_self"),
+            others: ids.into_iter().zip(weights).collect(),
+            claimable: unowned + orphaned,
+            changes: row.get("changes"),
+        })
+    }
+
+    /// The view a tick starts from: the local one while it is known to match the database (the
+    /// process row's change counter has not moved since), else the database's truth, re-read (first
+    /// tick, a lapse, a failed tick, or another process or an operator changed its units).
+    fn starting_view(&self, changes: Option<i64>) -> Result<Start> {
+        let (known, generation, shedding) = {
+            let local = self.local.lock();
+            let current = local.ready && !local.reread && local.seen_changes == changes;
+            (
+                current.then(|| (local.owned.clone(), local.owned_weight)),
+                local.generation,
+                local.shedding.clone(),
+            )
+        };
+        let (truth, weight, changed) = match known {
+            Some((owned, weight)) => (owned, weight, false),
+            None => {
+                // Units being shed are still this process's in the database, but no longer its work.
+                let read: BTreeMap<Unit, i32> = self
+                    .db
+                    .query(
+                        "read owned units",
+                        Policy::IDEMPOTENT,
+                        &self.sql.owned,
+                        &[&self.process_id.as_str()],
+                    )?
+                    .iter()
+                    .map(unit_row)
+                    .filter(|(unit, _)| !shedding.contains_key(unit))
+                    .collect();
+                let weight = weight_of(&read);
+                (Arc::new(read), weight, true)
+            }
+        };
+        Ok(Start {
+            truth,
+            weight,
+            changed,
+            generation,
+            shedding,
+        })
+    }
+
+    /// Claims up to `budget` weight, in batches of at most `claim_batch` units. A batch that fails
+    /// ends the tick with its error; the next tick re-reads what the database says is owned (a
+    /// batch whose answer was lost may have claimed units).
+    fn claim(
+        &self,
+        truth: &mut Arc<BTreeMap<Unit, i32>>,
+        mut budget: i64,
+        shedding: &BTreeMap<Unit, i32>,
+    ) -> Result<Vec<Unit>> {
+        // What the process row reports: owned and still being shed.
+        let mut weight = weight_of(truth) + weight_of(shedding);
+        let mut claimed = Vec::new();
+        while budget > 0 {
+            let limit =
+                i32::try_from(budget.min(i64::from(self.config.claim_batch))).unwrap_or(i32::MAX);
+            let slot = (random_u64() % (i32::MAX as u64)) as i32;
+            let count = (truth.len() + shedding.len()) as i32;
+            let rows = self.db.query(
+                "claim units",
+                Policy::ONCE,
+                &self.sql.claim,
+                &[
+                    &self.process_id.as_str(),
+                    &limit,
+                    &budget,
+                    &slot,
+                    &count,
+                    &weight,
+                ],
+            )?;
+            if rows.is_empty() {
+                break;
+            }
+            for row in &rows {
+                let (unit, w) = unit_row(row);
+                budget -= i64::from(w);
+                weight += i64::from(w.max(0));
+                Arc::make_mut(truth).insert(unit.clone(), w);
+                claimed.push(unit);
+            }
+        }
+        Ok(claimed)
+    }
+
+    /// Chooses what to shed down to `target` (see [`choose_shed`]; disabled units always) and takes
+    /// it out of this tick's view: the adoption reports it lost, and [`Leaser::give_back`] sheds it
+    /// in the database once that was delivered.
+    fn choose_shed(
+        &self,
+        truth: &mut Arc<BTreeMap<Unit, i32>>,
+        target: i64,
+    ) -> BTreeMap<Unit, i32> {
+        let held: Vec<Held> = truth
+            .iter()
+            .map(|(unit, weight)| Held {
+                unit: unit.clone(),
+                weight: *weight,
+                in_flight: self.reconciler.in_flight(unit),
+            })
+            .collect();
+        let choice = choose_shed(&held, target);
+        if choice.is_empty() {
+            return BTreeMap::new();
+        }
+        let map = Arc::make_mut(truth);
+        choice
+            .into_iter()
+            .filter_map(|unit| map.remove(&unit).map(|w| (unit, w)))
+            .collect()
+    }
+
+    /// Gives back, owner-guarded and only while live, the units chosen to shed (already reported
+    /// lost); returns how many the database gave back. A failure keeps them to give back at the next
+    /// tick (they stay this process's in the database meanwhile, and nobody works on them).
+    fn give_back(&self) -> Result<usize> {
+        let (shedding, count, weight) = {
+            let local = self.local.lock();
+            if local.shedding.is_empty() {
+                return Ok(0);
+            }
+            // The shed statement reports what remains: it is given what the row counts now.
+            let (count, weight) = local.reported();
+            (local.shedding.clone(), count, weight)
+        };
+        let tenants: Vec<&str> = shedding.keys().map(|u| u.tenant.as_str()).collect();
+        let shards: Vec<i32> = shedding.keys().map(|u| u.shard).collect();
+        let result = self.db.query(
+            "shed units",
+            Policy::IDEMPOTENT,
+            &self.sql.shed,
+            &[
+                &self.process_id.as_str(),
+                &tenants,
+                &shards,
+                &count,
+                &weight,
+            ],
+        );
+        let given = match result {
+            Ok(rows) => rows.len(),
+            Err(e) => {
+                self.local.lock().reread = true;
+                return Err(e);
+            }
+        };
+        {
+            let mut local = self.local.lock();
+            for unit in shedding.keys() {
+                local.shedding.remove(unit);
+            }
+        }
+        if given > 0 {
+            self.hooks.shed(given);
+        }
+        log::debug!(
+            target: "pgtenure::membership",
+            "process {} gave back {given} of {} units chosen to shed",
+            self.process_id,
+            shedding.len()
+        );
+        Ok(given)
+    }
+}
