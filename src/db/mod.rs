@@ -1,15 +1,15 @@
 //! The connection pool every primitive shares.
 
 mod builder;
+pub(crate) mod conn;
 mod outcome;
 mod schema;
 
 use std::fmt;
 use std::time::Instant;
 
-use postgres::{NoTls, Row};
-use r2d2::{Pool, PooledConnection};
-use r2d2_postgres::PostgresConnectionManager;
+use postgres::Row;
+use r2d2::Pool;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::statement::{Failure, Statement, Value};
@@ -19,7 +19,7 @@ use self::outcome::connection_lost;
 pub(crate) use self::outcome::{discard, never_ran, outcome_unknown, Policy, Resend};
 pub(crate) use self::schema::Companion;
 
-type Manager = PostgresConnectionManager<NoTls>;
+pub(crate) use self::conn::{Conn, Manager};
 
 /// A pool of PostgreSQL connections shared by every pgtenure primitive.
 ///
@@ -276,9 +276,6 @@ impl Db {
 
 /// The most dead pooled connections one operation skips before it reports the failure.
 const MAX_STALE_SKIPS: u32 = 16;
-
-/// A pooled connection.
-pub(crate) type Conn = PooledConnection<Manager>;
 
 /// The only row of a statement that always returns one.
 pub(crate) fn one_row(context: &str, mut rows: Vec<Row>) -> Result<Row> {

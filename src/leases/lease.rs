@@ -1,21 +1,18 @@
-//! The managed [`Lease`]: one thread per held lease that renews it and, when the lease is released or
-//! dropped, releases its row; loss is sent on a channel.
+//! The managed [`Lease`] handle: it starts the lease's thread (`renewer.rs`), shares the lease's
+//! state (`state.rs`) with it and the deadline watcher, and asks the thread for the release.
 
 use std::fmt;
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{at, bounded, select, Receiver, RecvTimeoutError, Sender};
-use parking_lot::Mutex;
-use postgres::CancelToken;
+use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender};
 
-use super::family::{Family, Shared};
-use super::schedule::{next_retry, renew_interval};
-use super::watcher::{Deadline, Timer, Watch};
-use crate::db::{discard, Conn, Policy};
+use super::family::Shared;
+use super::renewer::{Command, Renewer};
+use super::state::{LeaseState, LossReason, Purpose, Status};
+use super::watcher::Watch;
 use crate::error::{Error, ErrorKind, Result};
-use crate::statement::Failure;
 
 /// How long [`Lease::release`] (and dropping a lease) waits in all: for the lease's thread to finish
 /// a renewal in progress, for a pool connection, and for the release statement, which the deadline
@@ -33,354 +30,6 @@ const OUTAGE_WAIT: Duration = Duration::from_millis(100);
 
 /// How long releasing a lost lease waits for its thread, which has nothing to release, to stop.
 const IDLE_THREAD_WAIT: Duration = Duration::from_millis(100);
-
-/// Why a managed lease was lost; sent once on [`Lease::lost`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum LossReason {
-    /// The local deadline passed without a successful renewal (the database or the network failed or
-    /// hung for longer than the lease's slack). The database may still show the row until its own
-    /// expiry, which is never earlier.
-    Expired,
-    /// The database refused a renewal: the row is no longer this tenure's (taken after a lapse,
-    /// deleted, released by someone else, or acquired again as a new tenure by this owner).
-    Refused,
-    /// A contender asked for the key ([`Leases::supersede`](crate::Leases::supersede)). The row is
-    /// still held; stop the work and release, and the contender acquires it.
-    Superseded,
-}
-
-impl fmt::Display for LossReason {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            LossReason::Expired => "expired: no renewal succeeded before the local deadline",
-            LossReason::Refused => "refused: the database says the lease is no longer ours",
-            LossReason::Superseded => "superseded: a contender asked for the key",
-        })
-    }
-}
-
-/// Which statement a lease has in flight (each clears only its own).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Purpose {
-    Renew,
-    Release,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Status {
-    Held,
-    Lost(LossReason),
-    /// Being released by its owner; the release statement may run until the instant.
-    Releasing(Instant),
-    Released,
-}
-
-struct Inner {
-    status: Status,
-    deadline: Instant,
-    in_flight: Option<(Purpose, CancelToken)>,
-}
-
-/// A managed lease's state, shared by its handle, its thread and the watcher.
-pub(crate) struct LeaseState {
-    key: String,
-    token: i64,
-    ttl: Duration,
-    ttl_us: i64,
-    inner: Mutex<Inner>,
-    loss: Sender<LossReason>,
-}
-
-impl LeaseState {
-    fn is_held(&self) -> bool {
-        let inner = self.inner.lock();
-        inner.status == Status::Held && Instant::now() < inner.deadline
-    }
-
-    fn deadline(&self) -> Instant {
-        self.inner.lock().deadline
-    }
-
-    fn loss(&self) -> Option<LossReason> {
-        match self.inner.lock().status {
-            Status::Lost(reason) => Some(reason),
-            _ => None,
-        }
-    }
-
-    /// Marks the lease lost (once, only while held) and sends the reason.
-    fn lose(&self, reason: LossReason) -> bool {
-        {
-            let mut inner = self.inner.lock();
-            if inner.status != Status::Held {
-                return false;
-            }
-            inner.status = Status::Lost(reason);
-        }
-        log::info!(target: "pgtenure::leases", "lease {:?} (token {}) lost: {reason}", self.key, self.token);
-        // Bounded(1) and sent once: never blocks; a dropped receiver means nobody listens.
-        let _ = self.loss.try_send(reason);
-        true
-    }
-
-    /// Moves the local deadline to `deadline` after a successful renewal, unless no longer held.
-    fn extend(&self, deadline: Instant) -> bool {
-        let mut inner = self.inner.lock();
-        if inner.status != Status::Held {
-            return false;
-        }
-        inner.deadline = inner.deadline.max(deadline);
-        true
-    }
-
-    fn set_in_flight(&self, purpose: Purpose, token: CancelToken) {
-        self.inner.lock().in_flight = Some((purpose, token));
-    }
-
-    /// Clears this purpose's cancel key after its statement returned: `false` when the watcher took
-    /// it meanwhile, so a cancel may still reach the connection's backend (invariant 11 of the
-    /// design: that connection must not be used again).
-    fn clear_in_flight(&self, purpose: Purpose) -> bool {
-        let mut inner = self.inner.lock();
-        if inner.in_flight.as_ref().is_some_and(|(p, _)| *p == purpose) {
-            inner.in_flight = None;
-            true
-        } else {
-            false
-        }
-    }
-
-    fn take_in_flight(&self, purpose: Purpose) -> Option<CancelToken> {
-        let mut inner = self.inner.lock();
-        match inner.in_flight.take() {
-            Some((p, token)) if p == purpose => Some(token),
-            other => {
-                inner.in_flight = other;
-                None
-            }
-        }
-    }
-
-    /// Starts the owner's release; returns the status it had.
-    fn begin_release(&self, until: Instant) -> Status {
-        let mut inner = self.inner.lock();
-        let was = inner.status;
-        inner.status = Status::Releasing(until);
-        was
-    }
-
-    fn end_release(&self) {
-        self.inner.lock().status = Status::Released;
-    }
-}
-
-/// The watcher's view of a lease: when to look at it, and what to do then.
-impl Deadline for LeaseState {
-    /// When the watcher should look at this lease next.
-    fn next_check(&self) -> Instant {
-        let inner = self.inner.lock();
-        match inner.status {
-            Status::Releasing(until) => until,
-            _ => inner.deadline,
-        }
-    }
-
-    /// The watcher's check: expire a lease whose deadline passed, cancel an overrunning release.
-    fn on_timer(&self, now: Instant) -> Timer {
-        let status = self.inner.lock().status;
-        match status {
-            Status::Held => {
-                let deadline = self.deadline();
-                if deadline > now {
-                    Timer::Again(deadline)
-                } else if self.lose(LossReason::Expired) {
-                    Timer::Cancel(self.take_in_flight(Purpose::Renew))
-                } else {
-                    Timer::Done
-                }
-            }
-            Status::Releasing(until) if until > now => Timer::Again(until),
-            Status::Releasing(_) => Timer::Cancel(self.take_in_flight(Purpose::Release)),
-            Status::Lost(_) | Status::Released => Timer::Done,
-        }
-    }
-}
-
-/// What the handle asks of its lease's thread.
-enum Command {
-    /// Stop renewing, release the row if it is still this tenure's (`status` is what the lease was
-    /// when the release began), and report; wait for a pool connection until `until` at most.
-    Release { was: Status, until: Instant },
-}
-
-/// What a lease's thread needs: the family, not the [`Leases`](crate::Leases) handle, so that it
-/// never keeps the deadline watcher alive (it reaches the watcher through a weak reference).
-struct Renewer {
-    family: Arc<Family>,
-    shared: Weak<Shared>,
-}
-
-impl Renewer {
-    /// Runs one statement of this lease with its cancel key handed to the watcher; a connection
-    /// whose key the watcher took is discarded, since the cancel could land on its next statement.
-    fn run_cancellable<T>(
-        &self,
-        state: &LeaseState,
-        purpose: Purpose,
-        conn: &mut Conn,
-        statement: impl FnOnce(&mut Conn) -> std::result::Result<T, Failure>,
-    ) -> std::result::Result<T, Failure> {
-        let cancellable = self.family.db.cancels_on_deadline();
-        if cancellable {
-            state.set_in_flight(purpose, conn.cancel_token());
-        }
-        let result = statement(conn);
-        if cancellable && !state.clear_in_flight(purpose) {
-            log::debug!(
-                target: "pgtenure::leases",
-                "lease {:?}: its statement's cancel key was handed out; discarding the connection",
-                state.key
-            );
-            discard(conn);
-        }
-        result
-    }
-
-    /// One renewal: `Some(superseded)` when still ours, `None` when refused; also the instant before
-    /// the renewal that answered was sent.
-    fn renew(&self, state: &LeaseState) -> (Result<Option<bool>>, Instant) {
-        let mut sent = Instant::now();
-        // Waiting for a connection past the deadline cannot save the lease.
-        let policy = Policy::IDEMPOTENT.until(state.deadline());
-        let rows = self.family.db.with_conn("renew lease", policy, |conn| {
-            sent = Instant::now();
-            // Prepared first: the cancel key then covers only the renewal itself.
-            self.family
-                .db
-                .prepare(conn, &self.family.sql.renew_tenure)?;
-            self.run_cancellable(state, Purpose::Renew, conn, |conn| {
-                self.family.db.run(
-                    conn,
-                    &self.family.sql.renew_tenure,
-                    &[
-                        &state.key.as_str(),
-                        &&*self.family.owner,
-                        &state.token,
-                        &state.ttl_us,
-                    ],
-                )
-            })
-        });
-        self.family.note(&rows);
-        let outcome = rows.map(|rows| rows.first().map(|row| row.get::<_, bool>(0)));
-        (outcome, sent)
-    }
-
-    /// Releases the row (guarded by owner and token) if the lease was held or superseded when its
-    /// release began.
-    fn release(&self, state: &Arc<LeaseState>, was: Status, until: Instant) -> Result<()> {
-        if !matches!(was, Status::Held | Status::Lost(LossReason::Superseded)) {
-            return Ok(());
-        }
-        // The watcher cancels the statement if it overruns RELEASE_WAIT (a row lock held elsewhere).
-        if let Some(shared) = self.shared.upgrade() {
-            shared.watch(Watch::Deadline(state.clone()))?;
-        }
-        let released =
-            self.family
-                .db
-                .with_conn("release lease", Policy::ONCE.until(until), |conn| {
-                    let statement = self.family.release_statement();
-                    // Prepared first: the cancel key then covers only the release itself.
-                    self.family.db.prepare(conn, statement)?;
-                    self.run_cancellable(state, Purpose::Release, conn, |conn| {
-                        self.family
-                            .release_with(conn, statement, &state.key, Some(state.token))
-                    })
-                });
-        self.family.note(&released);
-        if !released? {
-            log::debug!(
-                target: "pgtenure::leases",
-                "release of lease {:?} token {}: it had already lapsed",
-                state.key,
-                state.token
-            );
-        }
-        Ok(())
-    }
-
-    /// The lease's thread: renew every third of the TTL, retry transient failures until the local
-    /// deadline, stop renewing on loss; then wait for the handle's release, run it, report it, and
-    /// forget the key in the family (only then may the family acquire it again).
-    fn run(
-        self,
-        state: Arc<LeaseState>,
-        commands: Receiver<Command>,
-        reply: Sender<Result<()>>,
-        first: Instant,
-    ) {
-        let interval = renew_interval(state.ttl);
-        let mut next = Some(first + interval);
-        let command = loop {
-            let timer = next.map_or_else(crossbeam_channel::never, at);
-            select! {
-                recv(commands) -> command => break command.ok(),
-                recv(timer) -> _ => {}
-            }
-            next = self.renew_once(&state, interval);
-        };
-        let result = match command {
-            Some(Command::Release { was, until }) => self.release(&state, was, until),
-            // The handle went away without a release (it cannot: Drop releases).
-            None => Ok(()),
-        };
-        state.end_release();
-        // The release has completed: the family may acquire the key again.
-        self.family.forget(&state.key);
-        let _ = reply.send(result);
-    }
-
-    /// One renewal step; the next renewal's time, or `None` when the lease is no longer held.
-    fn renew_once(&self, state: &LeaseState, interval: Duration) -> Option<Instant> {
-        if !state.is_held() {
-            // Expired (the watcher sends the loss) or being released.
-            return None;
-        }
-        match self.renew(state) {
-            (Ok(Some(superseded)), sent) => {
-                if !state.extend(sent + state.ttl) {
-                    return None;
-                }
-                if superseded {
-                    state.lose(LossReason::Superseded);
-                    return None;
-                }
-                Some(sent + interval)
-            }
-            (Ok(None), _) => {
-                state.lose(LossReason::Refused);
-                None
-            }
-            (Err(e), _) => {
-                let now = Instant::now();
-                let deadline = state.deadline();
-                log::warn!(
-                    target: "pgtenure::leases",
-                    "renewal of lease {:?} failed ({e}); retrying until its deadline in {:?}",
-                    state.key,
-                    deadline.saturating_duration_since(now)
-                );
-                if now >= deadline {
-                    state.lose(LossReason::Expired);
-                    return None;
-                }
-                Some(next_retry(now, state.ttl, deadline))
-            }
-        }
-    }
-}
 
 /// A held lease with a thread of its own.
 ///
@@ -421,18 +70,14 @@ impl Lease {
         sent: Instant,
     ) -> Result<Lease> {
         let (loss_tx, lost) = bounded(1);
-        let state = Arc::new(LeaseState {
-            key: key.to_owned(),
+        let state = Arc::new(LeaseState::new(
+            key,
             token,
             ttl,
             ttl_us,
-            inner: Mutex::new(Inner {
-                status: Status::Held,
-                deadline: sent + ttl,
-                in_flight: None,
-            }),
-            loss: loss_tx,
-        });
+            sent + ttl,
+            loss_tx,
+        ));
         shared.watch(Watch::Deadline(state.clone()))?;
         let (commands, commands_rx) = bounded::<Command>(1);
         let (reply_tx, reply) = bounded::<Result<()>>(1);

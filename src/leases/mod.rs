@@ -64,8 +64,10 @@
 mod family;
 mod grant;
 mod lease;
+mod renewer;
 mod schedule;
 mod sql;
+mod state;
 mod watcher;
 
 use std::collections::{HashMap, HashSet};
@@ -77,8 +79,9 @@ use postgres::types::Type;
 
 use self::family::Shared;
 pub use self::grant::{Grant, KeyRenewal, Renewal};
-pub use self::lease::{Lease, LossReason};
+pub use self::lease::Lease;
 use self::schedule::MIN_MANAGED_TTL;
+pub use self::state::LossReason;
 use crate::db::{Companion, Db, Policy};
 use crate::error::{Error, Result};
 use crate::input::{check_key, micros, MIN_DURATION};

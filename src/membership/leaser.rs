@@ -1,13 +1,11 @@
 //! The leaser: its state, heartbeats, sweeps, release (its rebalance step is in `tick.rs`).
 
-use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Instant;
 
 use crossbeam_channel::Sender;
 use parking_lot::Mutex;
-use postgres::Row;
 
 use super::config::{Config, Hooks};
 use super::deliver::{Delivery, Outbox};
@@ -298,18 +296,4 @@ impl fmt::Debug for Leaser {
             .field("config", &self.config)
             .finish()
     }
-}
-
-pub(super) fn unit_row(row: &Row) -> (Unit, i32) {
-    (
-        Unit {
-            tenant: row.get("tenant"),
-            shard: row.get("shard"),
-        },
-        row.get("weight"),
-    )
-}
-
-pub(super) fn weight_of(units: &BTreeMap<Unit, i32>) -> i64 {
-    units.values().map(|w| i64::from((*w).max(0))).sum()
 }

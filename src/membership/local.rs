@@ -4,7 +4,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::leaser::weight_of;
 use super::unit::Unit;
 
 #[derive(Default)]
@@ -107,6 +106,11 @@ pub(super) struct View {
     pub(super) changed: bool,
     pub(super) shed: BTreeMap<Unit, i32>,
     pub(super) changes: Option<i64>,
+}
+
+/// The total weight of `units`, disabled ones (weight 0) counting nothing.
+pub(super) fn weight_of(units: &BTreeMap<Unit, i32>) -> i64 {
+    units.values().map(|w| i64::from((*w).max(0))).sum()
 }
 
 /// The units of `old` missing from `new` (lost), and of `new` missing from `old` (gained).

@@ -6,10 +6,12 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
+use postgres::Row;
+
 use super::deliver::Delivery;
 use super::fair::{choose_shed, Facts, Held, Member, Step};
-use super::leaser::{unit_row, weight_of, Leaser};
-use super::local::View;
+use super::leaser::Leaser;
+use super::local::{weight_of, View};
 use super::unit::Unit;
 use crate::db::Policy;
 use crate::error::Result;
@@ -385,4 +387,15 @@ impl Leaser {
         );
         Ok(given)
     }
+}
+
+/// A unit and its weight, from a row of the owned or claim statement.
+fn unit_row(row: &Row) -> (Unit, i32) {
+    (
+        Unit {
+            tenant: row.get("tenant"),
+            shard: row.get("shard"),
+        },
+        row.get("weight"),
+    )
 }

@@ -34,7 +34,7 @@ use r2d2::PooledConnection;
 use sha2::{Digest, Sha256};
 
 use self::literal::{literal, renderable};
-use crate::db::Conn;
+use crate::db::conn::Conn;
 
 /// How many `EXECUTE`s one call tries before it sends its statement unprepared (a pooler that keeps
 /// moving the session between server connections that lack it).

@@ -1,0 +1,190 @@
+//! A managed lease's thread: renews every third of the TTL, retries transient failures until the
+//! local deadline, and runs the release its handle asks for.
+
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{at, select, Receiver, Sender};
+
+use super::family::{Family, Shared};
+use super::schedule::{next_retry, renew_interval};
+use super::state::{LeaseState, LossReason, Purpose, Status};
+use super::watcher::Watch;
+use crate::db::{discard, Conn, Policy};
+use crate::error::Result;
+use crate::statement::Failure;
+
+/// What the handle asks of its lease's thread.
+pub(super) enum Command {
+    /// Stop renewing, release the row if it is still this tenure's (`status` is what the lease was
+    /// when the release began), and report; wait for a pool connection until `until` at most.
+    Release { was: Status, until: Instant },
+}
+
+/// What a lease's thread needs: the family, not the [`Leases`](crate::Leases) handle, so that it
+/// never keeps the deadline watcher alive (it reaches the watcher through a weak reference).
+pub(super) struct Renewer {
+    pub(super) family: Arc<Family>,
+    pub(super) shared: Weak<Shared>,
+}
+
+impl Renewer {
+    /// Runs one statement of this lease with its cancel key handed to the watcher; a connection
+    /// whose key the watcher took is discarded, since the cancel could land on its next statement.
+    fn run_cancellable<T>(
+        &self,
+        state: &LeaseState,
+        purpose: Purpose,
+        conn: &mut Conn,
+        statement: impl FnOnce(&mut Conn) -> std::result::Result<T, Failure>,
+    ) -> std::result::Result<T, Failure> {
+        let cancellable = self.family.db.cancels_on_deadline();
+        if cancellable {
+            state.set_in_flight(purpose, conn.cancel_token());
+        }
+        let result = statement(conn);
+        if cancellable && !state.clear_in_flight(purpose) {
+            log::debug!(
+                target: "pgtenure::leases",
+                "lease {:?}: its statement's cancel key was handed out; discarding the connection",
+                state.key
+            );
+            discard(conn);
+        }
+        result
+    }
+
+    /// One renewal: `Some(superseded)` when still ours, `None` when refused; also the instant before
+    /// the renewal that answered was sent.
+    fn renew(&self, state: &LeaseState) -> (Result<Option<bool>>, Instant) {
+        let mut sent = Instant::now();
+        // Waiting for a connection past the deadline cannot save the lease.
+        let policy = Policy::IDEMPOTENT.until(state.deadline());
+        let rows = self.family.db.with_conn("renew lease", policy, |conn| {
+            sent = Instant::now();
+            // Prepared first: the cancel key then covers only the renewal itself.
+            self.family
+                .db
+                .prepare(conn, &self.family.sql.renew_tenure)?;
+            self.run_cancellable(state, Purpose::Renew, conn, |conn| {
+                self.family.db.run(
+                    conn,
+                    &self.family.sql.renew_tenure,
+                    &[
+                        &state.key.as_str(),
+                        &&*self.family.owner,
+                        &state.token,
+                        &state.ttl_us,
+                    ],
+                )
+            })
+        });
+        self.family.note(&rows);
+        let outcome = rows.map(|rows| rows.first().map(|row| row.get::<_, bool>(0)));
+        (outcome, sent)
+    }
+
+    /// Releases the row (guarded by owner and token) if the lease was held or superseded when its
+    /// release began.
+    fn release(&self, state: &Arc<LeaseState>, was: Status, until: Instant) -> Result<()> {
+        if !matches!(was, Status::Held | Status::Lost(LossReason::Superseded)) {
+            return Ok(());
+        }
+        // The watcher cancels the statement if it overruns RELEASE_WAIT (a row lock held elsewhere).
+        if let Some(shared) = self.shared.upgrade() {
+            shared.watch(Watch::Deadline(state.clone()))?;
+        }
+        let released =
+            self.family
+                .db
+                .with_conn("release lease", Policy::ONCE.until(until), |conn| {
+                    let statement = self.family.release_statement();
+                    // Prepared first: the cancel key then covers only the release itself.
+                    self.family.db.prepare(conn, statement)?;
+                    self.run_cancellable(state, Purpose::Release, conn, |conn| {
+                        self.family
+                            .release_with(conn, statement, &state.key, Some(state.token))
+                    })
+                });
+        self.family.note(&released);
+        if !released? {
+            log::debug!(
+                target: "pgtenure::leases",
+                "release of lease {:?} token {}: it had already lapsed",
+                state.key,
+                state.token
+            );
+        }
+        Ok(())
+    }
+
+    /// The lease's thread: renew every third of the TTL, retry transient failures until the local
+    /// deadline, stop renewing on loss; then wait for the handle's release, run it, report it, and
+    /// forget the key in the family (only then may the family acquire it again).
+    pub(super) fn run(
+        self,
+        state: Arc<LeaseState>,
+        commands: Receiver<Command>,
+        reply: Sender<Result<()>>,
+        first: Instant,
+    ) {
+        let interval = renew_interval(state.ttl);
+        let mut next = Some(first + interval);
+        let command = loop {
+            let timer = next.map_or_else(crossbeam_channel::never, at);
+            select! {
+                recv(commands) -> command => break command.ok(),
+                recv(timer) -> _ => {}
+            }
+            next = self.renew_once(&state, interval);
+        };
+        let result = match command {
+            Some(Command::Release { was, until }) => self.release(&state, was, until),
+            // The handle went away without a release (it cannot: Drop releases).
+            None => Ok(()),
+        };
+        state.end_release();
+        // The release has completed: the family may acquire the key again.
+        self.family.forget(&state.key);
+        let _ = reply.send(result);
+    }
+
+    /// One renewal step; the next renewal's time, or `None` when the lease is no longer held.
+    fn renew_once(&self, state: &LeaseState, interval: Duration) -> Option<Instant> {
+        if !state.is_held() {
+            // Expired (the watcher sends the loss) or being released.
+            return None;
+        }
+        match self.renew(state) {
+            (Ok(Some(superseded)), sent) => {
+                if !state.extend(sent + state.ttl) {
+                    return None;
+                }
+                if superseded {
+                    state.lose(LossReason::Superseded);
+                    return None;
+                }
+                Some(sent + interval)
+            }
+            (Ok(None), _) => {
+                state.lose(LossReason::Refused);
+                None
+            }
+            (Err(e), _) => {
+                let now = Instant::now();
+                let deadline = state.deadline();
+                log::warn!(
+                    target: "pgtenure::leases",
+                    "renewal of lease {:?} failed ({e}); retrying until its deadline in {:?}",
+                    state.key,
+                    deadline.saturating_duration_since(now)
+                );
+                if now >= deadline {
+                    state.lose(LossReason::Expired);
+                    return None;
+                }
+                Some(next_retry(now, state.ttl, deadline))
+            }
+        }
+    }
+}
