@@ -1,0 +1,92 @@
+//! The elector under faults: pollers write term-fenced while leadership changes hands.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use pgtenure::{Db, Elector};
+
+use crate::common::proxy::{database_addr, Proxy};
+use crate::common::{ledger, Tables};
+use crate::harness::{
+    assert_landed, inject_faults, proxied_url, run_for, write, Counts, Load, Rng,
+};
+
+#[test]
+fn electors_under_random_faults_never_have_two_leaders_writing() {
+    let mut tables = Tables::new();
+    let table = tables.name("leader");
+    let ledger = ledger::create(&mut tables);
+    Elector::new(&crate::common::db())
+        .with_table(&table)
+        .unwrap()
+        .create_table()
+        .unwrap();
+    let proxy = Proxy::start(0, database_addr()).unwrap();
+    let app = tables.name("electors");
+    let db = Db::builder(&proxied_url(&proxy, &app))
+        .unwrap()
+        .connection_timeout(Duration::from_secs(2))
+        .unwrap()
+        .build()
+        .unwrap();
+    let duration = run_for();
+    let until = Instant::now() + duration;
+    let counts = Arc::new(Counts::default());
+    let _load = Load::start(2);
+    let pollers: Vec<_> = (0..4)
+        .map(|i| {
+            let (db, table, ledger, counts) =
+                (db.clone(), table.clone(), ledger.clone(), counts.clone());
+            thread::spawn(move || {
+                let holder = format!("elector-{i}");
+                let e = Elector::new(&db)
+                    .with_table(&table)
+                    .unwrap()
+                    .with_holder(&holder)
+                    .unwrap()
+                    .with_ttl(Duration::from_millis(300))
+                    .unwrap();
+                let mut rng = Rng::new(i);
+                while Instant::now() < until {
+                    if let (Ok(true), Some(term)) = (e.is_leader(), e.term()) {
+                        write(&db, &ledger, "leader", term, &holder, &counts, |tx| {
+                            e.fence(tx, term)
+                        });
+                        if rng.below(20) == 0 {
+                            let _ = e.resign();
+                        }
+                        // Now and then, write again after a stall, possibly past the term.
+                        if rng.below(4) == 0 {
+                            thread::sleep(rng.millis(0, 400));
+                            write(&db, &ledger, "leader", term, &holder, &counts, |tx| {
+                                e.fence(tx, term)
+                            });
+                        }
+                    }
+                    thread::sleep(rng.millis(20, 80));
+                }
+            })
+        })
+        .collect();
+    let faults = inject_faults(&proxy, &app, &Mutex::new(Vec::new()), until, 7);
+    for poller in pollers {
+        poller.join().unwrap();
+    }
+    let proof = ledger::assert_ordered(&ledger);
+    println!(
+        "elector checker, {duration:?}: {} term-fenced writes over {} terms, {} stale writes refused, {} failed by faults; faults: {faults:?}",
+        proof.writes,
+        proof.tenures,
+        counts.refused.load(Ordering::SeqCst),
+        counts.failed.load(Ordering::SeqCst)
+    );
+    assert_landed(proof.writes, &counts);
+    let changes = proof.tenures.saturating_sub(1);
+    assert!(
+        changes >= 3,
+        "leadership changed hands only {changes} times"
+    );
+}
