@@ -6,21 +6,30 @@
 -- An expired process's row is locked before any of its units, and its expiry re-checked on the row's
 -- latest version: the statement's snapshot may predate a heartbeat that made the process live again
 -- (it then re-reads and works on its units), and a claim must not take them from under it. A process
--- whose heartbeat is in flight (its row locked) is skipped; a heartbeat that comes after the lock
--- waits for this claim to commit and reports the lapse, so the process never adopts what it took. The claimer's reported count and weight, and those of the expired
--- processes it took units from (with their change counters), are updated in the same statement.
--- The limits are sub-SELECTs, so every plan assumes the same batch size and PostgreSQL keeps its
--- generic plan (planned once, not per call).
+-- whose heartbeat is in flight (its row locked) is skipped; a heartbeat that reaches the row after
+-- the lock waits for this claim to commit, so its answer comes after the process's local deadline and
+-- the process forgets its units (`Leaser::heartbeat`). Only expired processes that still own
+-- claimable units are locked (a lock writes the row: drained rows waiting for the sweep would cost
+-- every claim a write each).
+-- The claimer's reported count and weight, and those of the expired processes it took units from
+-- (with their change counters), are updated in the same statement. The limits are sub-SELECTs, so
+-- every plan assumes the same batch size and PostgreSQL keeps its generic plan (planned once, not
+-- per call).
 -- $1 process id, $2 most units, $3 weight budget, $4 random slot, $5 units owned, $6 weight owned.
 WITH me AS (
     SELECT 1 FROM {processes} WHERE process_id = $1::uuid AND expires_at > now()
 ),
 expired AS MATERIALIZED (
-    SELECT process_id
-      FROM {processes}
-     WHERE expires_at <= now()
+    SELECT p.process_id
+      FROM {processes} p
+     WHERE p.expires_at <= now()
        AND EXISTS (SELECT 1 FROM me)
-       FOR NO KEY UPDATE SKIP LOCKED
+       -- A scalar sub-SELECT in the owner index's order, so it is looked up per expired row
+       -- through that index (an EXISTS becomes a semi-join over every unit, and an unordered
+       -- LIMIT 1 a scan that reads the whole table for a process that owns nothing).
+       AND (SELECT true FROM {units} u WHERE u.process_id = p.process_id AND u.weight > 0
+             ORDER BY u.slot LIMIT 1)
+       FOR NO KEY UPDATE OF p SKIP LOCKED
 ),
 orphaned AS (
     SELECT o.tenant, o.shard, o.weight, o.process_id

@@ -1,11 +1,16 @@
 -- Sets a unit's weight; 0 disables it (never claimed, given back by its owner). The owner's change
--- counter moves, so it re-reads its units at its next tick.
+-- counter moves, so it re-reads its units at its next tick, and its reported weight follows at once
+-- (an expired owner never heartbeats again: claims would otherwise chase weight it no longer has).
 -- $1 tenant, $2 shard, $3 weight.
 WITH changed AS (
-    UPDATE {units} SET weight = $3 WHERE tenant = $1 AND shard = $2 RETURNING process_id
+    UPDATE {units} u SET weight = $3
+      FROM {units} o
+     WHERE u.tenant = $1 AND u.shard = $2 AND o.tenant = u.tenant AND o.shard = u.shard
+    RETURNING u.process_id, greatest($3, 0) - greatest(o.weight, 0) AS delta
 ),
 told AS (
-    UPDATE {processes} SET changes = changes + 1
-     WHERE process_id IN (SELECT process_id FROM changed WHERE process_id IS NOT NULL)
+    UPDATE {processes} p SET changes = p.changes + 1, weight = p.weight + c.delta
+      FROM changed c
+     WHERE p.process_id = c.process_id
 )
 SELECT 1 FROM changed

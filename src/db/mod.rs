@@ -16,7 +16,7 @@ use crate::statement::{Failure, Statement, Value};
 
 pub use self::builder::DbBuilder;
 use self::outcome::connection_lost;
-pub(crate) use self::outcome::{discard, never_ran, outcome_unknown, Policy, Resend};
+pub(crate) use self::outcome::{deadlocked, discard, never_ran, outcome_unknown, Policy, Resend};
 pub(crate) use self::schema::Companion;
 
 pub(crate) use self::conn::{Conn, Manager};
@@ -177,7 +177,8 @@ impl Db {
     /// already knows is closed is skipped before anything is sent. Any other failure after sending
     /// (the connection closed or reset, possibly after the server committed) is an unknown outcome:
     /// it is returned, unless `policy` says the statement is idempotent by construction, in which
-    /// case it is sent once more to find out.
+    /// case it is sent once more to find out. A statement rolled back to break a deadlock did not
+    /// run and is sent again (up to three times).
     pub(crate) fn with_conn<T>(
         &self,
         context: &str,
@@ -185,7 +186,7 @@ impl Db {
         mut statement: impl FnMut(&mut Conn) -> std::result::Result<T, Failure>,
     ) -> Result<T> {
         let skips = self.pool.max_size().clamp(1, MAX_STALE_SKIPS);
-        let (mut skipped, mut resent) = (0, false);
+        let (mut skipped, mut resent, mut deadlocks) = (0, false, 0);
         loop {
             let mut conn = self.conn_until(context, policy.until)?;
             if conn.is_closed() {
@@ -213,6 +214,12 @@ impl Db {
                         return Err(Error::from_postgres(context, error));
                     }
                     log::debug!(target: "pgtenure::db", "{context}: the pooled connection's session had ended ({error}); using another");
+                }
+                Err(Failure { error, .. })
+                    if deadlocked(&error) && deadlocks < MAX_DEADLOCK_RESENDS =>
+                {
+                    deadlocks += 1;
+                    log::info!(target: "pgtenure::db", "{context}: rolled back to break a deadlock ({error}); sending it again");
                 }
                 Err(Failure { error, .. })
                     if outcome_unknown(&error)
@@ -273,6 +280,9 @@ impl Db {
         statement.prepare(conn, self.prepared_statements)
     }
 }
+
+/// How many times one operation is sent again after the server rolled it back to break a deadlock.
+const MAX_DEADLOCK_RESENDS: u32 = 3;
 
 /// The most dead pooled connections one operation skips before it reports the failure.
 const MAX_STALE_SKIPS: u32 = 16;

@@ -61,6 +61,14 @@ pub(crate) fn never_ran(e: &postgres::Error) -> bool {
     })
 }
 
+/// Whether the server rolled the statement back to break a deadlock (40P01): it did not take
+/// effect, and the connection is fine, so it may be sent again whatever its policy. Deadlocks
+/// between pgtenure's own statements and an operator's (a membership unit re-weighted while its
+/// process row is deleted) are rare and short: the statement that lost is sent again.
+pub(crate) fn deadlocked(e: &postgres::Error) -> bool {
+    e.code() == Some(&SqlState::T_R_DEADLOCK_DETECTED)
+}
+
 /// Whether a failure says the connection or its server session is gone (closed, reset, a crash
 /// shutdown 57P02, a connection exception of class 08 such as a pooler's "server conn crashed"),
 /// rather than that the server refused the statement.

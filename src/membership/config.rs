@@ -118,7 +118,7 @@ impl Config {
 /// without breaking you); [`NoHooks`] observes nothing.
 ///
 /// The methods are called on the thread that ticks, after the tick's [`Reconciler`](super::Reconciler)
-/// calls; keep them short.
+/// calls and outside the leaser's locks (a hook may call back into the leaser); keep them short.
 pub trait Hooks: Send + Sync {
     /// A tick claimed `units` units (called only when it claimed any).
     fn claimed(&self, units: usize) {

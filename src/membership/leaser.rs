@@ -130,8 +130,8 @@ impl Leaser {
 
     /// Upserts the process row with `now() + ttl` and the owned count and weight: the only
     /// steady-state write of a process, and moves the local liveness deadline. If the row had expired
-    /// since the previous heartbeat (by the database clock, or more than a TTL passed locally), other
-    /// processes may have claimed its units: every owned unit is reported lost and forgotten, and the
+    /// since the previous heartbeat (by the database clock, or its answer came after the previous
+    /// beat's local deadline), other processes may have claimed its units: every owned unit is reported lost and forgotten, and the
     /// next tick (at once, in `run`) re-reads what the database says it still owns.
     ///
     /// # Errors
@@ -159,9 +159,12 @@ impl Leaser {
         )?;
         let lapsed: bool = row.get("lapsed");
         let stop = stop_after(self.config.ttl);
-        let late = previous.is_some_and(|p| sent.duration_since(p) > stop);
-        {
+        let late = {
             let mut local = self.local.lock();
+            // Answered after the previous beat's local deadline: the row may have expired before
+            // this beat reached it, and another process may have claimed units meanwhile (the
+            // statement's `lapsed` is judged on its own snapshot, which can predate that claim).
+            let late = previous.is_some() && !local.live_at(Instant::now());
             local.last_beat = Some(sent);
             local.live_until = Some(sent + stop);
             if lapsed || late {
@@ -169,7 +172,8 @@ impl Leaser {
                 let lost = local.forget_all();
                 self.outbox.push(Delivery::Lost(lost));
             }
-        }
+            late
+        };
         if lapsed || late {
             log::warn!(
                 target: "pgtenure::membership",
@@ -234,25 +238,38 @@ impl Leaser {
         Ok(sweep)
     }
 
-    /// Gives every owned unit back in one statement and forgets them locally (the reconciler is not
-    /// called: drain your work, then call [`Leaser::delete_process`]). Returns the units released.
+    /// Reports every owned unit lost to the [`Reconciler`] (and waits for `units_lost` to return:
+    /// drain the work there), then gives every unit of this process back in one statement, so the
+    /// others claim them at their next tick. Returns the units the database released. A shutdown
+    /// step: call it once [`Leaser::run`] has returned (a tick that runs meanwhile keeps, and is
+    /// told it gained, whatever it adopts).
     ///
     /// # Errors
     ///
-    /// A database or connection error; the units then become claimable when the row expires.
+    /// A database or connection error; the units then become claimable when the row expires (the
+    /// reconciler was told already).
     pub fn release(&self) -> Result<Vec<Unit>> {
+        self.tell_everything_lost();
         let _one_at_a_time = self.ticking.lock();
+        let (tenants, shards, count, weight) = {
+            let local = self.local.lock();
+            let tenants: Vec<String> = local.owned.keys().map(|u| u.tenant.clone()).collect();
+            let shards: Vec<i32> = local.owned.keys().map(|u| u.shard).collect();
+            let (count, weight) = local.reported();
+            (tenants, shards, count, weight)
+        };
         let rows = self.db.query(
             "release units",
             Policy::ONCE,
             &self.sql.release,
-            &[&self.process_id.as_str()],
+            &[
+                &self.process_id.as_str(),
+                &tenants,
+                &shards,
+                &count,
+                &weight,
+            ],
         )?;
-        let mut local = self.local.lock();
-        local.owned = Arc::default();
-        local.owned_weight = 0;
-        local.shedding.clear();
-        drop(local);
         Ok(rows
             .iter()
             .map(|row| Unit {
@@ -263,24 +280,43 @@ impl Leaser {
     }
 
     /// Removes the process row (the last step of a graceful shutdown), freeing any unit it still
-    /// owns, so live-process counts drop at once.
+    /// owns, so live-process counts drop at once. Like [`Leaser::release`], it first reports every
+    /// owned unit lost and waits for the [`Reconciler`].
     ///
     /// # Errors
     ///
     /// A database or connection error.
     pub fn delete_process(&self) -> Result<()> {
-        let _one_at_a_time = self.ticking.lock();
-        self.db.query_one(
-            "delete process",
-            Policy::ONCE,
-            &self.sql.delete_process,
-            &[&self.process_id.as_str()],
-        )?;
-        let mut local = self.local.lock();
-        local.forget_all();
-        local.last_beat = None;
-        local.live_until = None;
+        self.tell_everything_lost();
+        {
+            let _one_at_a_time = self.ticking.lock();
+            self.db.query_one(
+                "delete process",
+                Policy::ONCE,
+                &self.sql.delete_process,
+                &[&self.process_id.as_str()],
+            )?;
+            let mut local = self.local.lock();
+            // Only what a tick adopted meanwhile (see `release`).
+            let lost = local.forget_all();
+            self.outbox.push(Delivery::Lost(lost));
+            local.last_beat = None;
+            local.live_until = None;
+        }
+        self.outbox.flush(&*self.reconciler);
         Ok(())
+    }
+
+    /// Forgets every owned unit (the next tick re-reads) and tells the reconciler, outside the
+    /// tick's lock.
+    fn tell_everything_lost(&self) {
+        {
+            let _one_at_a_time = self.ticking.lock();
+            let mut local = self.local.lock();
+            let lost = local.forget_all();
+            self.outbox.push(Delivery::Lost(lost));
+        }
+        self.outbox.flush(&*self.reconciler);
     }
 }
 

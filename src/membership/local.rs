@@ -67,8 +67,13 @@ impl Local {
             mut weight,
             mut changed,
             mut shed,
+            shed_landed,
             changes,
         } = view;
+        // Gone from the database: the give-back landed although its answer was lost.
+        for unit in &shed_landed {
+            self.shedding.remove(unit);
+        }
         if !live_now {
             truth = Arc::default();
             weight = 0;
@@ -80,6 +85,9 @@ impl Local {
         } else {
             (Vec::new(), Vec::new())
         };
+        // A unit claimed again while its give-back was pending is owned (and told gained) anew: it
+        // must not be given back from under its new work.
+        self.shedding.retain(|unit, _| !truth.contains_key(unit));
         self.owned = truth;
         self.owned_weight = weight;
         // Told lost (by the caller, with `lost`), given back once delivered.
@@ -98,13 +106,15 @@ impl Local {
 }
 
 /// What one tick found: the units this process owns after its claims and sheds, their weight,
-/// whether that may differ from the local view, the units it chose to shed, and the process row's
+/// whether that may differ from the local view, the units it chose to shed, the units being shed
+/// that a re-read found no longer this process's (their give-back landed), and the process row's
 /// change counter it read.
 pub(super) struct View {
     pub(super) truth: Arc<BTreeMap<Unit, i32>>,
     pub(super) weight: i64,
     pub(super) changed: bool,
     pub(super) shed: BTreeMap<Unit, i32>,
+    pub(super) shed_landed: Vec<Unit>,
     pub(super) changes: Option<i64>,
 }
 
@@ -150,6 +160,7 @@ mod tests {
             weight,
             changed,
             shed: BTreeMap::new(),
+            shed_landed: Vec::new(),
             changes: Some(7),
         }
     }
@@ -175,6 +186,7 @@ mod tests {
             weight: local.owned_weight,
             changed: false,
             shed: BTreeMap::new(),
+            shed_landed: Vec::new(),
             changes: Some(7),
         };
         assert_eq!(local.adopt(same, true), (vec![], vec![]));
@@ -208,5 +220,36 @@ mod tests {
             (3, 3),
             "the row still counts the unit being shed"
         );
+    }
+
+    #[test]
+    fn a_unit_claimed_again_while_being_shed_is_owned_and_no_longer_given_back() {
+        let mut local = Local::default();
+        local.adopt(view(units(&[1, 2, 3]), true), true);
+        let mut shedding = view(units(&[1, 2]), true);
+        shedding.shed = units(&[3]);
+        local.adopt(shedding, true);
+        // The give-back failed; a later claim takes unit 3 back.
+        let (lost, gained) = local.adopt(view(units(&[1, 2, 3]), true), true);
+        assert_eq!((shards(&lost), shards(&gained)), (vec![], vec![3]));
+        assert!(
+            local.shedding.is_empty(),
+            "unit 3 is worked on again: it must not be given back"
+        );
+        assert_eq!(local.reported(), (3, 3));
+    }
+
+    #[test]
+    fn a_give_back_that_landed_unseen_is_forgotten_at_the_re_read() {
+        let mut local = Local::default();
+        local.adopt(view(units(&[1, 2, 3]), true), true);
+        let mut shedding = view(units(&[1, 2]), true);
+        shedding.shed = units(&[3]);
+        local.adopt(shedding, true);
+        let mut reread = view(units(&[1, 2]), true);
+        reread.shed_landed = vec![Unit::new("t", 3).unwrap()];
+        assert_eq!(local.adopt(reread, true), (vec![], vec![]));
+        assert!(local.shedding.is_empty());
+        assert_eq!(local.reported(), (2, 2), "the row no longer counts unit 3");
     }
 }

@@ -122,7 +122,16 @@ impl Statements {
                     Type::INT8,
                 ],
             ),
-            release: dml(RELEASE, &[Type::TEXT]),
+            release: dml(
+                RELEASE,
+                &[
+                    Type::TEXT,
+                    Type::TEXT_ARRAY,
+                    Type::INT4_ARRAY,
+                    Type::INT4,
+                    Type::INT8,
+                ],
+            ),
             delete_process: dml(DELETE_PROCESS, &[Type::TEXT]),
             sweep: dml(SWEEP, &[Type::INT8]),
             add_units: dml(ADD_UNITS, &units_batch),

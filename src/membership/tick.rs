@@ -63,7 +63,10 @@ struct Start {
     /// Whether it may differ from the local view (re-read; later also claims and sheds).
     changed: bool,
     generation: u64,
+    /// Units being shed that are still this process's in the database.
     shedding: BTreeMap<Unit, i32>,
+    /// Units being shed that a re-read found given back already.
+    shed_landed: Vec<Unit>,
 }
 
 impl Leaser {
@@ -86,6 +89,7 @@ impl Leaser {
     /// A database or connection error. Units claimed or shed before it stay as the database says:
     /// the next tick re-reads them, and units whose shed may have landed are reported lost at once.
     pub fn tick(&self) -> Result<Rebalance> {
+        let started = Instant::now();
         let decided = {
             let _one_at_a_time = self.ticking.lock();
             let decided = self.tick_once();
@@ -95,20 +99,29 @@ impl Leaser {
             }
             decided
         };
-        // Deliver outside the tick's lock, so a reconciler may call back into the leaser. Units
-        // chosen to shed are reported lost here, before they are given back below: their work has
-        // stopped before another process can claim them.
+        // Deliver and call the hooks outside the tick's lock, so that they may call back into the
+        // leaser. Units chosen to shed are reported lost here, before they are given back below:
+        // their work has stopped before another process can claim them.
         self.outbox.flush(&*self.reconciler);
         let mut rebalance = decided?;
-        let _one_at_a_time = self.ticking.lock();
-        rebalance.shed = self.give_back()?;
+        if rebalance.claimed > 0 {
+            self.hooks.claimed(rebalance.claimed);
+        }
+        self.hooks.rebalanced(started.elapsed());
+        self.hooks.owned(rebalance.owned, rebalance.owned_weight);
+        rebalance.shed = {
+            let _one_at_a_time = self.ticking.lock();
+            self.give_back()?
+        };
+        if rebalance.shed > 0 {
+            self.hooks.shed(rebalance.shed);
+        }
         Ok(rebalance)
     }
 
     /// The tick's decision and adoption, under the tick's lock: read the facts, start from the local
     /// view or the database's, claim or choose what to shed, adopt the result while still live.
     fn tick_once(&self) -> Result<Rebalance> {
-        let started = Instant::now();
         let live_locally = self.local.lock().live_at(Instant::now());
         let stats = self.read_stats()?;
         let mut view = self.starting_view(stats.changes)?;
@@ -134,8 +147,8 @@ impl Leaser {
         let mut claimed = Vec::new();
         let mut shed = BTreeMap::new();
         if stats.live_self && live_locally {
-            // Disabled units only appear with a re-read (a weight change moves the counter).
-            let disabled = view.changed && view.truth.values().any(|w| *w <= 0);
+            // Owned units whose weight is now 0, to give back (kept while this tick claims).
+            let disabled = view.truth.values().any(|w| *w <= 0);
             match facts.decide(i64::from(self.config.max_claim_per_tick), disabled) {
                 Step::Claim(budget) => {
                     claimed = self.claim(&mut view.truth, budget, &view.shedding)?;
@@ -163,6 +176,7 @@ impl Leaser {
                 weight: view.weight,
                 changed: view.changed,
                 shed,
+                shed_landed: view.shed_landed,
                 changes: stats.changes,
             };
             let (lost, gained) = local.adopt(adopted, live_now);
@@ -176,12 +190,6 @@ impl Leaser {
                 local.owned_weight,
             )
         };
-        self.outbox.flush(&*self.reconciler);
-        if !claimed.is_empty() {
-            self.hooks.claimed(claimed.len());
-        }
-        self.hooks.rebalanced(started.elapsed());
-        self.hooks.owned(owned, owned_weight);
         log::debug!(
             target: "pgtenure::membership",
             "process {}: {} live, target {target}, owns {owned} ({owned_weight}), claimed {}",
@@ -236,11 +244,10 @@ impl Leaser {
                 local.shedding.clone(),
             )
         };
-        let (truth, weight, changed) = match known {
-            Some((owned, weight)) => (owned, weight, false),
+        let (truth, weight, changed, shedding, shed_landed) = match known {
+            Some((owned, weight)) => (owned, weight, false, shedding, Vec::new()),
             None => {
-                // Units being shed are still this process's in the database, but no longer its work.
-                let read: BTreeMap<Unit, i32> = self
+                let mut read: BTreeMap<Unit, i32> = self
                     .db
                     .query(
                         "read owned units",
@@ -250,10 +257,20 @@ impl Leaser {
                     )?
                     .iter()
                     .map(unit_row)
-                    .filter(|(unit, _)| !shedding.contains_key(unit))
                     .collect();
+                // Units being shed are still this process's in the database, but no longer its
+                // work; those the database no longer gives it were given back already.
+                let (pending, landed): (BTreeMap<Unit, i32>, BTreeMap<Unit, i32>) = shedding
+                    .into_iter()
+                    .partition(|(unit, _)| read.remove(unit).is_some());
                 let weight = weight_of(&read);
-                (Arc::new(read), weight, true)
+                (
+                    Arc::new(read),
+                    weight,
+                    true,
+                    pending,
+                    landed.into_keys().collect(),
+                )
             }
         };
         Ok(Start {
@@ -262,6 +279,7 @@ impl Leaser {
             changed,
             generation,
             shedding,
+            shed_landed,
         })
     }
 
@@ -347,8 +365,18 @@ impl Leaser {
             }
             // The shed statement reports what remains: it is given what the row counts now.
             let (count, weight) = local.reported();
-            (local.shedding.clone(), count, weight)
+            // Never a unit owned (and worked on) again.
+            let shedding: BTreeMap<Unit, i32> = local
+                .shedding
+                .iter()
+                .filter(|(unit, _)| !local.owned.contains_key(*unit))
+                .map(|(unit, weight)| (unit.clone(), *weight))
+                .collect();
+            (shedding, count, weight)
         };
+        if shedding.is_empty() {
+            return Ok(0);
+        }
         let tenants: Vec<&str> = shedding.keys().map(|u| u.tenant.as_str()).collect();
         let shards: Vec<i32> = shedding.keys().map(|u| u.shard).collect();
         let result = self.db.query(
@@ -375,9 +403,6 @@ impl Leaser {
             for unit in shedding.keys() {
                 local.shedding.remove(unit);
             }
-        }
-        if given > 0 {
-            self.hooks.shed(given);
         }
         log::debug!(
             target: "pgtenure::membership",

@@ -29,6 +29,8 @@ struct Shared {
     /// One-shot: close the next connection whose client sends bytes containing this pattern (empty:
     /// any) right after the server's next complete answer (`ReadyForQuery`).
     fin_armed: Mutex<Option<Vec<u8>>>,
+    /// Whether that close also drops the answer (the client sees the end of the stream instead).
+    fin_drops_answer: AtomicBool,
     fins: AtomicU64,
     /// The statements prepared through the proxy (`PREPARE pgt_…`), by name: an `EXECUTE` of one
     /// matches a pattern that its statement's text contains.
@@ -169,6 +171,15 @@ impl Proxy {
     /// the end of the stream. One-shot. A prepared statement's `EXECUTE` matches what its text
     /// contains; its `PREPARE` does not (it runs nothing).
     pub fn fin_after_answer(&self, pattern: &str) {
+        self.shared.fin_drops_answer.store(false, Ordering::SeqCst);
+        *self.shared.fin_armed.lock() = Some(pattern.as_bytes().to_vec());
+    }
+
+    /// Like [`Proxy::fin_after_answer`], but the answer is lost: the server has run and committed
+    /// the statement, the client reads the end of the stream instead of its answer (an unknown
+    /// outcome). One-shot.
+    pub fn lose_answer(&self, pattern: &str) {
+        self.shared.fin_drops_answer.store(true, Ordering::SeqCst);
         *self.shared.fin_armed.lock() = Some(pattern.as_bytes().to_vec());
     }
 
@@ -266,8 +277,10 @@ fn pipe(mut from: TcpStream, mut to: TcpStream, shared: Arc<Shared>, epoch: u64,
                 // The whole answer, and the end of the stream in the same segment, so the client
                 // reads both at once: as a link that dies right after the server answered.
                 shared.fins.fetch_add(1, Ordering::SeqCst);
-                cork(&to);
-                let _ = to.write_all(chunk);
+                if !shared.fin_drops_answer.load(Ordering::SeqCst) {
+                    cork(&to);
+                    let _ = to.write_all(chunk);
+                }
                 let _ = to.shutdown(Shutdown::Write);
                 break;
             }

@@ -259,3 +259,56 @@ fn a_shed_unit_stays_owned_until_its_worker_has_been_told() {
     assert_eq!(joiner.tick().unwrap().claimed, 2);
     assert_disjoint(&fleet, &[&*shedder, &joiner]);
 }
+
+/// Calls back into its leaser from `units_gained`, once.
+#[derive(Default)]
+struct CallsBack {
+    leaser: std::sync::OnceLock<std::sync::Weak<Leaser>>,
+    called: std::sync::atomic::AtomicBool,
+    nested: Mutex<Option<pgtenure::Result<usize>>>,
+}
+
+impl Reconciler for CallsBack {
+    fn units_gained(&self, _units: &[Unit]) {
+        if self.called.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        if let Some(leaser) = self.leaser.get().and_then(std::sync::Weak::upgrade) {
+            *self.nested.lock() = Some(leaser.tick().map(|r| r.owned));
+        }
+    }
+    fn units_lost(&self, _units: &[Unit]) {}
+}
+
+#[test]
+fn a_reconciler_may_call_back_into_its_leaser() {
+    let fleet = Fleet::new(5);
+    let reconciler = Arc::new(CallsBack::default());
+    let leaser = Arc::new(
+        Leaser::new(
+            &fleet.db,
+            reconciler.clone(),
+            config(Duration::from_secs(30)),
+            Arc::new(NoHooks),
+        )
+        .unwrap()
+        .with_tables(&fleet.processes, &fleet.units_table)
+        .unwrap(),
+    );
+    reconciler.leaser.set(Arc::downgrade(&leaser)).unwrap();
+    leaser.heartbeat().unwrap();
+    let (done, finished) = pgtenure::crossbeam_channel::bounded(1);
+    let ticking = {
+        let leaser = leaser.clone();
+        thread::spawn(move || {
+            let _ = done.send(leaser.tick().map(|r| r.owned));
+        })
+    };
+    let outer = finished
+        .recv_timeout(Duration::from_secs(10))
+        .expect("a tick whose reconciler ticks again must not deadlock");
+    ticking.join().unwrap();
+    assert_eq!(outer.unwrap(), 5);
+    let nested = reconciler.nested.lock().take().expect("the callback ran");
+    assert_eq!(nested.unwrap(), 5, "the nested tick saw the same units");
+}

@@ -94,9 +94,19 @@ fn a_graceful_leave_hands_units_over_at_the_next_round_without_waiting_for_a_ttl
     }
     round(&all);
     let leaving = all[3];
+    let held: BTreeSet<Unit> = leaving.owned().into_iter().collect();
     let released = leaving.release().unwrap();
     assert_eq!(released.len(), 25);
     assert!(leaving.owned().is_empty());
+    // Its work was stopped before the units were given back.
+    let told = made[3].1.events.lock().clone();
+    assert_eq!(
+        told.last()
+            .map(|(kind, units)| (*kind, units.iter().cloned().collect())),
+        Some(("lost", held.clone())),
+        "release tells the reconciler first"
+    );
+    assert_eq!(released.into_iter().collect::<BTreeSet<_>>(), held);
     leaving.delete_process().unwrap();
     let started = Instant::now();
     let counts = round(&all[..3]);
@@ -288,7 +298,7 @@ fn a_claim_that_began_while_a_process_was_expired_does_not_take_its_units_once_i
     ))
     .unwrap();
     let unit = Unit::new("t", 1).unwrap();
-    let (a, _) = fleet.leaser(config(Duration::from_millis(500)));
+    let (a, _) = fleet.leaser(config(Duration::from_secs(2)));
     a.heartbeat().unwrap();
     a.tick().unwrap();
     assert_eq!(a.owned(), vec![unit.clone()]);
@@ -359,4 +369,86 @@ fn a_claim_that_began_while_a_process_was_expired_does_not_take_its_units_once_i
         fleet.ownership()[&Some(owner.to_owned())],
         BTreeSet::from([unit])
     );
+}
+
+/// A heartbeat whose statement began before the row expired but reached the row only after another
+/// process took the units (it waited for the taker's lock) is judged on its own snapshot: the row
+/// was live then, so the statement says it did not lapse. Its answer comes after the previous beat's
+/// local deadline, though, and that alone must make the process forget its units.
+#[test]
+fn a_heartbeat_held_up_by_a_takeover_forgets_the_units_taken() {
+    let fleet = Fleet::new(3);
+    let (a, recorder) = fleet.leaser(config(Duration::from_secs(1)));
+    let (b, _) = fleet.leaser(config(Duration::from_secs(30)));
+    a.heartbeat().unwrap();
+    assert_eq!(a.tick().unwrap().owned, 3);
+    b.heartbeat().unwrap();
+    let mut taker = client();
+    let mut tx = taker.transaction().unwrap();
+    let procs = &fleet.processes;
+    tx.execute(
+        &format!("SELECT 1 FROM {procs} WHERE process_id = $1::text::uuid FOR UPDATE"),
+        &[&a.process_id()],
+    )
+    .unwrap();
+    // The heartbeat goes late in A's term, so the deadline it sets is still ahead when it returns.
+    let deadline = a.live_until().unwrap();
+    thread::sleep(deadline.saturating_duration_since(Instant::now() + Duration::from_millis(150)));
+    thread::scope(|scope| {
+        let beat = scope.spawn(|| a.heartbeat());
+        // The heartbeat has started and waits for the row; then the row expires, and the taker
+        // takes the units as a claim does.
+        wait_for(
+            "the heartbeat to wait for the row",
+            Duration::from_secs(5),
+            || {
+                let waiting: bool = client()
+                .query_one(
+                    "SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+                                     WHERE wait_event_type = 'Lock' AND query LIKE '%EXECUTE%'
+                                        OR wait_event_type = 'Lock' AND query LIKE '%ON CONFLICT%')",
+                    &[],
+                )
+                .unwrap()
+                .get(0);
+                waiting.then_some(())
+            },
+        );
+        wait_for("A's row to expire", Duration::from_secs(5), || {
+            let expired: bool = client()
+                .query_one(
+                    &format!(
+                        "SELECT expires_at <= now() FROM {procs} WHERE process_id = $1::text::uuid"
+                    ),
+                    &[&a.process_id()],
+                )
+                .unwrap()
+                .get(0);
+            expired.then_some(())
+        });
+        tx.batch_execute(&format!(
+            "UPDATE {units} SET process_id = '{b}' WHERE process_id = '{a}';
+             UPDATE {procs} SET changes = changes + 1 WHERE process_id = '{a}'",
+            units = fleet.units_table,
+            a = a.process_id(),
+            b = b.process_id(),
+        ))
+        .unwrap();
+        tx.commit().unwrap();
+        beat.join().unwrap().unwrap();
+    });
+    assert!(a.live_until().unwrap() > Instant::now(), "A is live again");
+    assert!(
+        a.owned().is_empty(),
+        "A still believes it owns {:?}, which B owns",
+        a.owned()
+    );
+    let lost: usize = recorder
+        .events
+        .lock()
+        .iter()
+        .filter(|(kind, _)| *kind == "lost")
+        .map(|(_, units)| units.len())
+        .sum();
+    assert_eq!(lost, 3, "A's reconciler was told");
 }
