@@ -161,7 +161,8 @@ impl Error {
         self.kind() == ErrorKind::Connection
     }
 
-    /// True for a serialization failure or deadlock (non-default isolation under contention).
+    /// True for a serialization failure (non-default isolation under contention) or a deadlock that
+    /// outlasted the resends; the statement did not take effect.
     pub fn is_serialization(&self) -> bool {
         self.kind() == ErrorKind::Serialization
     }
@@ -192,7 +193,14 @@ impl Error {
 /// Chooses the kind and the advice for a server-side error from its SQLSTATE.
 fn classify_db_error(db: &DbError) -> (ErrorKind, &'static str) {
     let code = db.code();
-    if *code == SqlState::T_R_SERIALIZATION_FAILURE || *code == SqlState::T_R_DEADLOCK_DETECTED {
+    if *code == SqlState::T_R_DEADLOCK_DETECTED {
+        return (
+            ErrorKind::Serialization,
+            "the database rolled it back to break a deadlock with another session, and it was \
+             sent again in vain; it did not take effect and retrying is safe",
+        );
+    }
+    if *code == SqlState::T_R_SERIALIZATION_FAILURE {
         return (
             ErrorKind::Serialization,
             "the database refused it under a non-default isolation level; pgtenure's statements are \

@@ -66,6 +66,9 @@ impl Proxy {
                     let delay = s.connect_delay_us.load(Ordering::SeqCst);
                     if delay > 0 {
                         thread::sleep(Duration::from_micros(delay));
+                        if s.stop.load(Ordering::SeqCst) {
+                            return;
+                        }
                     }
                     let Ok(server) = TcpStream::connect_timeout(&target, Duration::from_secs(5))
                     else {
@@ -405,8 +408,15 @@ impl Drop for Proxy {
         for stream in self.shared.streams.lock().drain(..) {
             let _ = stream.shutdown(Shutdown::Both);
         }
-        for pipe in self.pipes.lock().drain(..) {
-            let _ = pipe.join();
+        // Joined without holding the list: a delayed connection still starting adds its pipes.
+        loop {
+            let pipes: Vec<JoinHandle<()>> = self.pipes.lock().drain(..).collect();
+            if pipes.is_empty() {
+                break;
+            }
+            for pipe in pipes {
+                let _ = pipe.join();
+            }
         }
     }
 }

@@ -343,3 +343,101 @@ fn one_hundred_thousand_units_and_eight_leasers_converge_and_claims_use_the_inde
         }
     }
 }
+
+/// A claim locks (and so writes) only the expired process rows that still own claimable units, not
+/// every dead row waiting for the sweep.
+#[test]
+fn a_claim_does_not_lock_dead_processes_that_own_nothing() {
+    let fleet = Fleet::new(10);
+    let procs = &fleet.processes;
+    client()
+        .batch_execute(&format!(
+            "INSERT INTO {procs} (process_id, expires_at, hostname, version, started_at)
+                 SELECT md5(g::text)::uuid, now() - interval '1 minute', 'gone', '0', now()
+                   FROM generate_series(1, 50) g"
+        ))
+        .unwrap();
+    let (a, _) = fleet.leaser(config(Duration::from_secs(30)));
+    a.heartbeat().unwrap();
+    let step = a.tick().unwrap();
+    assert_eq!(step.claimed, 10, "the claim ran");
+    let locked: i64 = client()
+        .query_one(
+            &format!("SELECT count(*) FROM {procs} WHERE expires_at < now() AND xmax <> '0'"),
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(locked, 0, "dead rows that own nothing were locked");
+}
+
+/// Removing or disabling a unit of a process that died lowers what its row reports, so the others
+/// stop counting that weight as claimable (they would claim in vain at every tick until the sweep).
+#[test]
+fn removing_or_disabling_an_expired_processs_units_lowers_what_its_row_reports() {
+    let fleet = Fleet::new(3);
+    let (a, _) = fleet.leaser(config(Duration::from_secs(30)));
+    a.heartbeat().unwrap();
+    assert_eq!(a.tick().unwrap().owned, 3);
+    let units: Vec<Unit> = a.owned();
+    for unit in &units {
+        assert!(fleet.units.set_weight(unit, 2).unwrap());
+    }
+    // The weights reach the row at once (the owner would report them at its next beat).
+    client()
+        .execute(
+            &format!(
+                "UPDATE {} SET expires_at = now() - interval '1 minute'",
+                fleet.processes
+            ),
+            &[],
+        )
+        .unwrap();
+    let reported = || -> (i32, i64) {
+        let row = client()
+            .query_one(
+                &format!("SELECT unit_count, weight FROM {}", fleet.processes),
+                &[],
+            )
+            .unwrap();
+        (row.get(0), row.get(1))
+    };
+    assert_eq!(reported(), (3, 6));
+    assert_eq!(fleet.units.remove(&units[..1]).unwrap(), 1);
+    assert_eq!(reported(), (2, 4));
+    assert!(fleet.units.set_weight(&units[1], 0).unwrap());
+    assert_eq!(reported(), (2, 2));
+    assert!(fleet.units.set_weight(&units[2], 5).unwrap());
+    assert_eq!(reported(), (2, 5));
+}
+
+/// A unit disabled while its owner was below its share: the re-reading tick claims (it does not
+/// shed), and the unit must still be given back once the owner settles at its share.
+#[test]
+fn a_unit_disabled_while_its_owner_claims_is_given_back_later() {
+    let fleet = Fleet::new(10);
+    let (a, _) = fleet.leaser(config(Duration::from_secs(30)));
+    let (b, _) = fleet.leaser(config(Duration::from_secs(30)));
+    for leaser in [&a, &b] {
+        leaser.heartbeat().unwrap();
+    }
+    round(&[&a, &b]);
+    assert_eq!((a.owned().len(), b.owned().len()), (5, 5));
+    let disabled = a.owned()[0].clone();
+    assert!(fleet.units.set_weight(&disabled, 0).unwrap());
+    let new: Vec<Unit> = (0..4).map(|i| Unit::new("new", i).unwrap()).collect();
+    fleet.units.add(&new).unwrap();
+    let first = a.tick().unwrap();
+    assert!(first.claimed > 0, "A was below its share: {first:?}");
+    for _ in 0..4 {
+        round(&[&a, &b]);
+    }
+    let owners = fleet.ownership();
+    assert!(
+        owners
+            .get(&None)
+            .is_some_and(|free| free.contains(&disabled)),
+        "the disabled unit is still owned: {owners:?}"
+    );
+    assert_disjoint(&fleet, &[&a, &b]);
+}

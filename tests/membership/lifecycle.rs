@@ -303,21 +303,9 @@ fn a_claim_that_began_while_a_process_was_expired_does_not_take_its_units_once_i
     a.tick().unwrap();
     assert_eq!(a.owned(), vec![unit.clone()]);
     // B on its own connection, so its statement can be told apart from everyone else's.
-    let mut b_config: pgtenure::postgres::Config = crate::common::direct_url().parse().unwrap();
     let app = format!("claimer_{}", std::process::id());
-    b_config.application_name(&app);
-    let b_db = pgtenure::DbBuilder::from_config(b_config).build().unwrap();
-    let b = Arc::new(
-        Leaser::new(
-            &b_db,
-            Arc::new(Recorder::default()),
-            config(Duration::from_secs(30)),
-            Arc::new(NoHooks),
-        )
-        .unwrap()
-        .with_tables(&fleet.processes, &fleet.units_table)
-        .unwrap(),
-    );
+    let (b, _) = fleet.leaser_named(&app, config(Duration::from_secs(30)));
+    let b = Arc::new(b);
     b.heartbeat().unwrap();
     wait_for("A's row to expire", Duration::from_secs(5), || {
         let expired: bool = c
@@ -451,4 +439,98 @@ fn a_heartbeat_held_up_by_a_takeover_forgets_the_units_taken() {
         .map(|(_, units)| units.len())
         .sum();
     assert_eq!(lost, 3, "A's reconciler was told");
+}
+
+/// A give-back whose answer was lost (it landed) and whose resend failed leaves its units pending in
+/// the leaser. The next tick re-reads: those units are no longer this process's, must not be counted
+/// claimable twice, and if claimed again must not be given back from under their new work.
+#[test]
+fn a_give_back_that_landed_unseen_is_neither_counted_twice_nor_repeated() {
+    let fleet = Fleet::new(10);
+    let proxy = Proxy::start(0, database_addr()).unwrap();
+    let db = pgtenure::DbBuilder::from_config(proxy.config())
+        .max_size(1)
+        .unwrap()
+        .connection_timeout(Duration::from_millis(300))
+        .unwrap()
+        .build()
+        .unwrap();
+    let a = Leaser::new(
+        &db,
+        Arc::new(Recorder::default()),
+        config(Duration::from_secs(30)),
+        Arc::new(NoHooks),
+    )
+    .unwrap()
+    .with_tables(&fleet.processes, &fleet.units_table)
+    .unwrap();
+    let (b, _) = fleet.leaser(config(Duration::from_secs(30)));
+    a.heartbeat().unwrap();
+    assert_eq!(a.tick().unwrap().owned, 10);
+    b.heartbeat().unwrap();
+    // A sheds half: the give-back commits, its answer is lost, and sending it again finds no
+    // connection in time.
+    proxy.lose_answer("FROM unnest($2::text[], $3::integer[]) AS s");
+    proxy.set_connect_delay(Duration::from_secs(2));
+    assert!(a.tick().is_err(), "the give-back's outcome is unknown");
+    assert!(!proxy.fin_armed(), "the give-back was sent");
+    proxy.set_connect_delay(Duration::ZERO);
+    assert_eq!(fleet.ownership()[&None].len(), 5, "the give-back landed");
+    wait_for("A's pool to connect again", Duration::from_secs(10), || {
+        a.heartbeat().ok()
+    });
+    for _ in 0..3 {
+        a.tick().unwrap();
+        assert_disjoint(&fleet, &[&a]);
+    }
+    assert_eq!(
+        a.owned().len(),
+        5,
+        "A's fair share, not a double-counted one"
+    );
+}
+
+/// An operator's statement that locks a unit and then its owner's row, against a leaser's that
+/// locks the row and then the unit: PostgreSQL rolls one back to break the deadlock. The leaser's
+/// did not run, so it is sent again and succeeds.
+#[test]
+fn a_statement_rolled_back_to_break_a_deadlock_is_sent_again() {
+    let fleet = Fleet::new(1);
+    let app = format!("deadlocked_{}", std::process::id());
+    let (a, _) = fleet.leaser_named(&app, config(Duration::from_secs(30)));
+    a.heartbeat().unwrap();
+    assert_eq!(a.tick().unwrap().owned, 1);
+    let mut operator = client();
+    let mut tx = operator.transaction().unwrap();
+    tx.execute(
+        &format!("SELECT 1 FROM {} FOR UPDATE", fleet.units_table),
+        &[],
+    )
+    .unwrap();
+    thread::scope(|scope| {
+        // Deletes the process row (locking it), then waits to free the unit.
+        let deleting = scope.spawn(|| a.delete_process());
+        wait_for(
+            "the delete to wait for the unit",
+            Duration::from_secs(5),
+            || Fleet::waits_for_a_lock(&app).then_some(()),
+        );
+        // Now the operator waits for the row: a deadlock, which the delete detects first.
+        tx.execute(
+            &format!(
+                "UPDATE {} SET changes = changes + 1 WHERE process_id = $1::text::uuid",
+                fleet.processes
+            ),
+            &[&a.process_id()],
+        )
+        .unwrap();
+        tx.commit().unwrap();
+        deleting
+            .join()
+            .unwrap()
+            .expect("the delete was rolled back to break the deadlock, then sent again");
+    });
+    let rows = crate::common::count(&mut client(), &fleet.processes);
+    assert_eq!(rows, 0, "the process row is gone");
+    assert_eq!(fleet.ownership()[&None].len(), 1, "the unit is free");
 }

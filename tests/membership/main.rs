@@ -82,6 +82,33 @@ impl Fleet {
         (leaser, recorder)
     }
 
+    /// A leaser on a pool of its own whose sessions carry `application_name`, so that a test can
+    /// find its statements in `pg_stat_activity`.
+    fn leaser_named(&self, application_name: &str, config: Config) -> (Leaser, Arc<Recorder>) {
+        let mut connect: pgtenure::postgres::Config = crate::common::direct_url().parse().unwrap();
+        connect.application_name(application_name);
+        let db = pgtenure::DbBuilder::from_config(connect).build().unwrap();
+        let recorder = Arc::new(Recorder::default());
+        let leaser = Leaser::new(&db, recorder.clone(), config, Arc::new(NoHooks))
+            .unwrap()
+            .with_tables(&self.processes, &self.units_table)
+            .unwrap();
+        (leaser, recorder)
+    }
+
+    /// Whether a session of `application_name` is running a statement that waits for a lock.
+    fn waits_for_a_lock(application_name: &str) -> bool {
+        client()
+            .query_one(
+                "SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+                                 WHERE application_name = $1 AND state = 'active'
+                                   AND wait_event_type = 'Lock')",
+                &[&application_name],
+            )
+            .unwrap()
+            .get(0)
+    }
+
     /// Who owns what, by the database: process id -> units.
     fn ownership(&self) -> BTreeMap<Option<String>, BTreeSet<Unit>> {
         let mut map: BTreeMap<Option<String>, BTreeSet<Unit>> = BTreeMap::new();
