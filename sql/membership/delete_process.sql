@@ -5,6 +5,12 @@ WITH gone AS (
     DELETE FROM {processes} WHERE process_id = $1::uuid RETURNING 1
 ),
 freed AS (
-    UPDATE {units} SET process_id = NULL, claimed_at = NULL WHERE process_id = $1::uuid RETURNING 1
+    UPDATE {units} SET process_id = NULL, claimed_at = NULL
+     WHERE process_id = $1::uuid AND NOT removed
+    RETURNING 1
+),
+purged AS (
+    DELETE FROM {units} WHERE process_id = $1::uuid AND removed RETURNING 1
 )
-SELECT (SELECT count(*) FROM gone) AS processes, (SELECT count(*) FROM freed) AS units
+SELECT (SELECT count(*) FROM gone) AS processes,
+       (SELECT count(*) FROM freed) + (SELECT count(*) FROM purged) AS units

@@ -1,5 +1,6 @@
 -- Gives back the listed units, guarded by owner and by the process's own liveness (a stale tick
--- sheds nothing), and updates its reported count and weight in the same statement.
+-- sheds nothing), deleting those removed meanwhile (see remove_units.sql), and updates its reported
+-- count and weight in the same statement.
 -- $1 process id, $2 tenants, $3 shards, $4 units owned, $5 weight owned.
 WITH me AS (
     SELECT 1 FROM {processes} WHERE process_id = $1::uuid AND expires_at > now()
@@ -9,15 +10,26 @@ shed AS (
        SET process_id = NULL, claimed_at = NULL
       FROM unnest($2::text[], $3::integer[]) AS s (tenant, shard)
      WHERE u.tenant = s.tenant AND u.shard = s.shard
-       AND u.process_id = $1::uuid
+       AND u.process_id = $1::uuid AND NOT u.removed
        AND EXISTS (SELECT 1 FROM me)
     RETURNING u.tenant, u.shard, u.weight
 ),
+purged AS (
+    DELETE FROM {units} u
+     USING unnest($2::text[], $3::integer[]) AS s (tenant, shard)
+     WHERE u.tenant = s.tenant AND u.shard = s.shard
+       AND u.process_id = $1::uuid AND u.removed
+       AND EXISTS (SELECT 1 FROM me)
+    RETURNING u.tenant, u.shard, u.weight
+),
+given AS (
+    SELECT * FROM shed UNION ALL SELECT * FROM purged
+),
 counted AS (
     UPDATE {processes}
-       SET unit_count = $4 - (SELECT count(*) FROM shed),
-           weight = $5 - (SELECT coalesce(sum(weight), 0) FROM shed)
+       SET unit_count = $4 - (SELECT count(*) FROM given),
+           weight = $5 - (SELECT coalesce(sum(weight), 0) FROM given)
      WHERE process_id = $1::uuid
-       AND EXISTS (SELECT 1 FROM shed)
+       AND EXISTS (SELECT 1 FROM given)
 )
-SELECT tenant, shard FROM shed
+SELECT tenant, shard FROM given

@@ -1,5 +1,6 @@
 //! The registry of units a fleet shares: adding, removing and weighting them.
 
+use std::collections::BTreeSet;
 use std::fmt;
 use std::sync::Arc;
 
@@ -51,7 +52,9 @@ impl Units {
     }
 
     /// Registers units with weight 1 (one statement for the batch); existing units are left as they
-    /// are. Returns how many were new.
+    /// are. A unit removed while its owner still had it is registered again in place: the same
+    /// owner keeps it (it re-reads it at its next tick), never a second claimable copy beside it.
+    /// Returns how many were new or registered again.
     ///
     /// # Errors
     ///
@@ -61,8 +64,10 @@ impl Units {
         self.batch("add units", &self.sql.add_units, units)
     }
 
-    /// Unregisters units (one statement); an owner learns it at its next tick. Returns how many
-    /// existed.
+    /// Unregisters units (one statement). A unit whose owner is live is disabled and marked removed:
+    /// nobody else can claim it, its owner learns it at its next tick and deletes it when it gives it
+    /// back (until then adding it again gives it back to that owner, never to a second one). Any other
+    /// unit is deleted at once. Returns how many were registered.
     ///
     /// # Errors
     ///
@@ -78,6 +83,9 @@ impl Units {
         if units.is_empty() {
             return Ok(0);
         }
+        // In key order, once each: concurrent batches lock their rows in the same order, and a unit
+        // named twice is one unit.
+        let units: BTreeSet<&Unit> = units.iter().collect();
         let tenants: Vec<&str> = units.iter().map(|u| u.tenant.as_str()).collect();
         let shards: Vec<i32> = units.iter().map(|u| u.shard).collect();
         let row = self
@@ -87,7 +95,8 @@ impl Units {
     }
 
     /// Sets a unit's weight: its share of a process's fair share. 0 disables it: it is never claimed,
-    /// and its owner gives it back at its next tick. Returns whether the unit exists.
+    /// and its owner gives it back at its next tick. Returns whether the unit is registered (a
+    /// removed unit is not).
     ///
     /// # Errors
     ///

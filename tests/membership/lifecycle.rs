@@ -534,3 +534,69 @@ fn a_statement_rolled_back_to_break_a_deadlock_is_sent_again() {
     assert_eq!(rows, 0, "the process row is gone");
     assert_eq!(fleet.ownership()[&None].len(), 1, "the unit is free");
 }
+
+/// An operator removes a unit its owner works on and adds it again before the owner's next tick: the
+/// unit must not come back as a new claimable unit beside its owner, or two processes work on it.
+#[test]
+fn a_unit_removed_and_added_again_while_owned_keeps_one_owner() {
+    let fleet = Fleet::new(2);
+    let (a, _) = fleet.leaser(config(Duration::from_secs(30)));
+    let (b, _) = fleet.leaser(config(Duration::from_secs(30)));
+    a.heartbeat().unwrap();
+    a.tick().unwrap();
+    assert_eq!(a.owned().len(), 2);
+    b.heartbeat().unwrap();
+    let unit = a.owned()[0].clone();
+    assert_eq!(fleet.units.remove(std::slice::from_ref(&unit)).unwrap(), 1);
+    assert_eq!(fleet.units.add(std::slice::from_ref(&unit)).unwrap(), 1);
+    // B ticks before A learns anything: nothing of A's is claimable.
+    let step = b.tick().unwrap();
+    assert!(
+        !b.owned().contains(&unit),
+        "B claimed {unit} while A works on it: {step:?}"
+    );
+    for _ in 0..3 {
+        round(&[&a, &b]);
+        assert_disjoint(&fleet, &[&a, &b]);
+    }
+}
+
+/// A removed unit that its owner had: the owner stops, gives it back, and it is gone; one removed
+/// without a live owner is gone at once.
+#[test]
+fn a_removed_unit_is_given_back_by_its_owner_and_then_gone() {
+    let fleet = Fleet::new(3);
+    let (a, recorder) = fleet.leaser(config(Duration::from_secs(30)));
+    a.heartbeat().unwrap();
+    a.tick().unwrap();
+    let unit = a.owned()[0].clone();
+    fleet.units.add(&[Unit::new("free", 1).unwrap()]).unwrap();
+    assert_eq!(
+        fleet
+            .units
+            .remove(&[unit.clone(), Unit::new("free", 1).unwrap(), unit.clone()])
+            .unwrap(),
+        2,
+        "each unit counts once"
+    );
+    let rows = crate::common::count(&mut client(), &fleet.units_table);
+    assert_eq!(
+        rows, 3,
+        "the unowned one is gone at once, the owned one kept for its owner"
+    );
+    assert!(
+        !fleet.units.set_weight(&unit, 5).unwrap(),
+        "a removed unit is not registered"
+    );
+    let step = a.tick().unwrap();
+    assert_eq!(step.lost, vec![unit.clone()]);
+    assert_eq!(step.shed, 1);
+    let rows = crate::common::count(&mut client(), &fleet.units_table);
+    assert_eq!(rows, 2, "given back, and so gone");
+    let lost = recorder
+        .events
+        .lock()
+        .iter()
+        .any(|(kind, units)| *kind == "lost" && units.contains(&unit));
+    assert!(lost);
+}
