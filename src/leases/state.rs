@@ -11,7 +11,7 @@ use postgres::CancelToken;
 
 use super::watcher::{Deadline, Timer};
 
-/// Why a managed lease was lost; sent once on [`Lease::lost`].
+/// Why a managed lease was lost; sent once on [`Lease::lost`](crate::Lease::lost).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum LossReason {

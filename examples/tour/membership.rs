@@ -1,0 +1,107 @@
+//! Part 5: membership, units shared fairly as processes join and crash.
+
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use pgtenure::membership::{Config, Leaser, NoHooks, Reconciler, Unit, Units};
+use pgtenure::Db;
+
+/// The tour's reconciler: it only counts.
+struct Quiet;
+
+impl Reconciler for Quiet {
+    fn units_gained(&self, _: &[Unit]) {}
+    fn units_lost(&self, _: &[Unit]) {}
+}
+
+/// Processes share (tenant, shard) units; one joins, one crashes; each round converges to fair share.
+pub fn membership(db: &Db) -> Result<(), Box<dyn std::error::Error>> {
+    let ttl = Duration::from_secs(1);
+    println!("\n5. Membership: 48 units (4 tenants x 12 shards), fair share among live processes, TTL {ttl:?}");
+    let (processes, units_table) = (
+        format!("pgtenure_tour_processes_{}", std::process::id()),
+        format!("pgtenure_tour_units_{}", std::process::id()),
+    );
+    let units = Units::new(db).with_tables(&processes, &units_table)?;
+    units.create_tables()?;
+    let all: Vec<Unit> = ["acme", "globex", "initech", "umbrella"]
+        .iter()
+        .flat_map(|t| (0..12).map(move |s| Unit::new(t, s)))
+        .collect::<Result<_, _>>()?;
+    units.add(&all)?;
+    let mut config = Config::default();
+    config.ttl = ttl;
+    config.heartbeat_interval = ttl / 4;
+    let leasers: Vec<Leaser> = (0..4)
+        .map(|_| {
+            Leaser::new(db, Arc::new(Quiet), config.clone(), Arc::new(NoHooks))?
+                .with_tables(&processes, &units_table)
+        })
+        .collect::<Result<_, _>>()?;
+    println!(
+        "   {:<26} {:>4} {:>4} {:>4} {:>4}   fair share",
+        "round", "p1", "p2", "p3", "p4"
+    );
+    let mut alive = [true, true, true, false];
+    let show = |label: &str, alive: &[bool; 4]| -> Result<(), pgtenure::Error> {
+        let mut fair = 0;
+        for (leaser, _) in leasers.iter().zip(alive).filter(|(_, a)| **a) {
+            leaser.heartbeat()?;
+            fair = leaser.tick()?.fair_share;
+        }
+        let cells: Vec<String> = leasers
+            .iter()
+            .zip(alive)
+            .map(|(l, a)| {
+                if *a {
+                    l.owned().len().to_string()
+                } else {
+                    "-".to_owned()
+                }
+            })
+            .collect();
+        println!(
+            "   {label:<26} {:>4} {:>4} {:>4} {:>4}   {fair}",
+            cells[0], cells[1], cells[2], cells[3]
+        );
+        Ok(())
+    };
+    for leaser in &leasers[..3] {
+        leaser.heartbeat()?; // three processes are up
+    }
+    show("1: three processes", &alive)?;
+    show("2", &alive)?;
+    alive[3] = true;
+    show("3: p4 joins", &alive)?;
+    show("4", &alive)?;
+    alive[1] = false;
+    let crashed = Instant::now();
+    show("5: p2 crashes (silent)", &alive)?;
+    let mut round = 6;
+    while crashed.elapsed() < ttl + ttl / 2 {
+        thread::sleep(ttl / 2);
+        show(
+            &format!("{round}: {:.1?} after the crash", crashed.elapsed()),
+            &alive,
+        )?;
+        round += 1;
+    }
+    let owned: usize = leasers
+        .iter()
+        .zip(&alive)
+        .filter(|(_, a)| **a)
+        .map(|(l, _)| l.owned().len())
+        .sum();
+    println!(
+        "   the three live processes own {owned} of 48 units; p2's were claimed after its TTL"
+    );
+    for (leaser, _) in leasers.iter().zip(&alive).filter(|(_, a)| **a) {
+        leaser.release()?;
+        leaser.delete_process()?;
+    }
+    db.pool()
+        .get()?
+        .batch_execute(&format!("DROP TABLE {processes}; DROP TABLE {units_table}"))?;
+    Ok(())
+}
