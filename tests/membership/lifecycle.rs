@@ -167,27 +167,9 @@ fn past_its_local_deadline_a_leaser_owns_nothing_and_a_late_heartbeat_reports_th
         "past its deadline another process may own them"
     );
     // The database also let the row expire: the late heartbeat says so, and the units are lost.
-    wait_for("the row to expire", Duration::from_secs(5), || {
-        let expired: bool = client()
-            .query_one(
-                &format!(
-                    "SELECT bool_and(expires_at <= now()) FROM {}",
-                    fleet.processes
-                ),
-                &[],
-            )
-            .unwrap()
-            .get(0);
-        expired.then_some(())
-    });
+    fleet.wait_until_expired(&leaser);
     leaser.heartbeat().unwrap();
-    let lost: usize = recorder
-        .events
-        .lock()
-        .iter()
-        .filter(|(kind, _)| *kind == "lost")
-        .map(|(_, units)| units.len())
-        .sum();
+    let lost = recorder.lost();
     assert_eq!(lost, 10, "the late heartbeat reported every unit lost");
     assert!(leaser.owned().is_empty());
     // Nobody took them meanwhile, so the next tick finds them still this process's.
@@ -307,19 +289,7 @@ fn a_claim_that_began_while_a_process_was_expired_does_not_take_its_units_once_i
     let (b, _) = fleet.leaser_named(&app, config(Duration::from_secs(30)));
     let b = Arc::new(b);
     b.heartbeat().unwrap();
-    wait_for("A's row to expire", Duration::from_secs(5), || {
-        let expired: bool = c
-            .query_one(
-                &format!(
-                    "SELECT expires_at <= now() FROM {} WHERE process_id = $1::text::uuid",
-                    fleet.processes
-                ),
-                &[&a.process_id()],
-            )
-            .unwrap()
-            .get(0);
-        expired.then_some(())
-    });
+    fleet.wait_until_expired(&a);
     let ticking = {
         let b = b.clone();
         thread::spawn(move || b.tick())
@@ -366,7 +336,8 @@ fn a_claim_that_began_while_a_process_was_expired_does_not_take_its_units_once_i
 #[test]
 fn a_heartbeat_held_up_by_a_takeover_forgets_the_units_taken() {
     let fleet = Fleet::new(3);
-    let (a, recorder) = fleet.leaser(config(Duration::from_secs(1)));
+    let app = format!("held_up_{}", std::process::id());
+    let (a, recorder) = fleet.leaser_named(&app, config(Duration::from_secs(1)));
     let (b, _) = fleet.leaser(config(Duration::from_secs(30)));
     a.heartbeat().unwrap();
     assert_eq!(a.tick().unwrap().owned, 3);
@@ -389,31 +360,9 @@ fn a_heartbeat_held_up_by_a_takeover_forgets_the_units_taken() {
         wait_for(
             "the heartbeat to wait for the row",
             Duration::from_secs(5),
-            || {
-                let waiting: bool = client()
-                .query_one(
-                    "SELECT EXISTS (SELECT 1 FROM pg_stat_activity
-                                     WHERE wait_event_type = 'Lock' AND query LIKE '%EXECUTE%'
-                                        OR wait_event_type = 'Lock' AND query LIKE '%ON CONFLICT%')",
-                    &[],
-                )
-                .unwrap()
-                .get(0);
-                waiting.then_some(())
-            },
+            || Fleet::waits_for_a_lock(&app).then_some(()),
         );
-        wait_for("A's row to expire", Duration::from_secs(5), || {
-            let expired: bool = client()
-                .query_one(
-                    &format!(
-                        "SELECT expires_at <= now() FROM {procs} WHERE process_id = $1::text::uuid"
-                    ),
-                    &[&a.process_id()],
-                )
-                .unwrap()
-                .get(0);
-            expired.then_some(())
-        });
+        fleet.wait_until_expired(&a);
         tx.batch_execute(&format!(
             "UPDATE {units} SET process_id = '{b}' WHERE process_id = '{a}';
              UPDATE {procs} SET changes = changes + 1 WHERE process_id = '{a}'",
@@ -431,13 +380,7 @@ fn a_heartbeat_held_up_by_a_takeover_forgets_the_units_taken() {
         "A still believes it owns {:?}, which B owns",
         a.owned()
     );
-    let lost: usize = recorder
-        .events
-        .lock()
-        .iter()
-        .filter(|(kind, _)| *kind == "lost")
-        .map(|(_, units)| units.len())
-        .sum();
+    let lost = recorder.lost();
     assert_eq!(lost, 3, "A's reconciler was told");
 }
 

@@ -25,6 +25,18 @@ struct Recorder {
     busy: Mutex<BTreeSet<Unit>>,
 }
 
+impl Recorder {
+    /// How many units it was told it lost, in all.
+    fn lost(&self) -> usize {
+        self.events
+            .lock()
+            .iter()
+            .filter(|(kind, _)| *kind == "lost")
+            .map(|(_, units)| units.len())
+            .sum()
+    }
+}
+
 impl Reconciler for Recorder {
     fn units_gained(&self, units: &[Unit]) {
         self.events.lock().push(("gained", units.to_vec()));
@@ -107,6 +119,21 @@ impl Fleet {
             )
             .unwrap()
             .get(0)
+    }
+
+    /// Waits until `leaser`'s process row has expired by the database clock.
+    fn wait_until_expired(&self, leaser: &Leaser) {
+        let sql = format!(
+            "SELECT expires_at <= now() FROM {} WHERE process_id = $1::text::uuid",
+            self.processes
+        );
+        crate::common::wait_for("the process row to expire", Duration::from_secs(10), || {
+            let expired: bool = client()
+                .query_one(&sql, &[&leaser.process_id()])
+                .unwrap()
+                .get(0);
+            expired.then_some(())
+        });
     }
 
     /// Who owns what, by the database: process id -> units.
