@@ -1,21 +1,27 @@
 -- Gives back every unit of this process in one statement (graceful shutdown), so the others claim
 -- them at their next tick without waiting for a TTL; the reconciler was told they are lost first.
 -- Units a tick adopted again since then (it was told they are gained) are kept, with the counts.
--- Units removed while this process had them are deleted (see remove_units.sql).
+-- Units removed while this process had them are deleted (see remove_units.sql). The units are
+-- locked first and freed or deleted by their locked, latest version (see delete_process.sql).
 -- $1 process id, $2 tenants and $3 shards kept, $4 units kept, $5 weight kept.
-WITH released AS (
-    UPDATE {units} u
-       SET process_id = NULL, claimed_at = NULL
-     WHERE u.process_id = $1::uuid AND NOT u.removed
+WITH mine AS MATERIALIZED (
+    SELECT u.tenant, u.shard, u.removed FROM {units} u
+     WHERE u.process_id = $1::uuid
        AND NOT EXISTS (SELECT 1 FROM unnest($2::text[], $3::integer[]) AS k (tenant, shard)
                         WHERE k.tenant = u.tenant AND k.shard = u.shard)
+       FOR UPDATE OF u
+),
+released AS (
+    UPDATE {units} u
+       SET process_id = NULL, claimed_at = NULL
+      FROM mine m
+     WHERE u.tenant = m.tenant AND u.shard = m.shard AND NOT m.removed
     RETURNING u.tenant, u.shard
 ),
 purged AS (
     DELETE FROM {units} u
-     WHERE u.process_id = $1::uuid AND u.removed
-       AND NOT EXISTS (SELECT 1 FROM unnest($2::text[], $3::integer[]) AS k (tenant, shard)
-                        WHERE k.tenant = u.tenant AND k.shard = u.shard)
+     USING mine m
+     WHERE u.tenant = m.tenant AND u.shard = m.shard AND m.removed
     RETURNING u.tenant, u.shard
 ),
 counted AS (

@@ -24,21 +24,50 @@ pub(crate) enum Delivery {
 /// Decisions waiting to be delivered, in decision order.
 #[derive(Default)]
 pub(crate) struct Outbox {
-    queue: Mutex<VecDeque<Delivery>>,
+    queue: Mutex<VecDeque<(u64, Delivery)>>,
+    progress: Mutex<Progress>,
     /// Held while delivering, so deliveries never overlap or reorder. Reentrant: a reconciler that
     /// calls back into its leaser (a heartbeat from `units_lost`) delivers the newer messages itself.
     delivering: ReentrantMutex<()>,
 }
 
+/// Which deliveries have been made: each message has a number, in decision order.
+#[derive(Default)]
+struct Progress {
+    /// The number the next message gets.
+    next: u64,
+    /// The highest number whose call began.
+    started: u64,
+    /// Numbers whose call began and has not returned (more than one only when a reconciler calls
+    /// back into its leaser and that delivers newer messages inside the call).
+    in_progress: Vec<u64>,
+}
+
 impl Outbox {
-    /// Queues a decision; call it while holding the state the decision was made from.
-    pub(crate) fn push(&self, delivery: Delivery) {
+    /// Queues a decision and returns its number (for [`Outbox::told`]); call it while holding the
+    /// state the decision was made from. An empty decision is not queued, and counts as told.
+    pub(crate) fn push(&self, delivery: Delivery) -> u64 {
         let empty = match &delivery {
             Delivery::Lost(units) | Delivery::Gained(units) => units.is_empty(),
         };
-        if !empty {
-            self.queue.lock().push_back(delivery);
+        if empty {
+            return 0;
         }
+        let mut queue = self.queue.lock();
+        let seq = {
+            let mut progress = self.progress.lock();
+            progress.next += 1;
+            progress.next
+        };
+        queue.push_back((seq, delivery));
+        seq
+    }
+
+    /// Whether the call for message `seq` has returned: a unit's work has stopped only once its
+    /// `units_lost` returned, and only then may it be given back.
+    pub(crate) fn told(&self, seq: u64) -> bool {
+        let progress = self.progress.lock();
+        seq <= progress.started && !progress.in_progress.contains(&seq)
     }
 
     /// Delivers everything queued, in order; returns once the queue is empty (messages queued by
@@ -46,12 +75,19 @@ impl Outbox {
     pub(crate) fn flush(&self, reconciler: &dyn Reconciler) {
         let _turn = self.delivering.lock();
         loop {
-            let next = self.queue.lock().pop_front();
-            match next {
-                None => return,
-                Some(Delivery::Lost(units)) => reconciler.units_lost(&units),
-                Some(Delivery::Gained(units)) => reconciler.units_gained(&units),
+            let Some((seq, next)) = self.queue.lock().pop_front() else {
+                return;
+            };
+            {
+                let mut progress = self.progress.lock();
+                progress.started = seq;
+                progress.in_progress.push(seq);
             }
+            match next {
+                Delivery::Lost(units) => reconciler.units_lost(&units),
+                Delivery::Gained(units) => reconciler.units_gained(&units),
+            }
+            self.progress.lock().in_progress.retain(|s| *s != seq);
         }
     }
 }
@@ -98,5 +134,48 @@ mod tests {
             t.join().unwrap();
         }
         assert_eq!(*log.0.lock(), ["lost 3", "gained 1"]);
+    }
+
+    /// Calls back into the outbox from `units_lost`, as a reconciler that ticks does.
+    struct Nested {
+        outbox: Arc<Outbox>,
+        outer: u64,
+        seen: Mutex<Vec<(bool, bool)>>,
+    }
+
+    impl Reconciler for Nested {
+        fn units_gained(&self, _units: &[Unit]) {}
+        fn units_lost(&self, units: &[Unit]) {
+            if units.len() == 2 {
+                let inner = self
+                    .outbox
+                    .push(Delivery::Lost(vec![Unit::new("t", 9).unwrap()]));
+                self.outbox.flush(self);
+                // The newer message was delivered inside; the outer one is still being drained.
+                self.seen
+                    .lock()
+                    .push((self.outbox.told(inner), self.outbox.told(self.outer)));
+            }
+        }
+    }
+
+    #[test]
+    fn a_message_counts_as_told_only_once_its_call_returned() {
+        let outbox = Arc::new(Outbox::default());
+        let units = vec![Unit::new("t", 1).unwrap(), Unit::new("t", 2).unwrap()];
+        let outer = outbox.push(Delivery::Lost(units));
+        assert!(!outbox.told(outer), "queued, not delivered");
+        let nested = Nested {
+            outbox: outbox.clone(),
+            outer,
+            seen: Mutex::new(Vec::new()),
+        };
+        outbox.flush(&nested);
+        assert_eq!(*nested.seen.lock(), [(true, false)]);
+        assert!(outbox.told(outer));
+        assert!(
+            outbox.told(outbox.push(Delivery::Lost(Vec::new()))),
+            "nothing to tell"
+        );
     }
 }

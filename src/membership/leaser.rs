@@ -13,7 +13,7 @@ use super::local::{stop_after, Local};
 use super::sql::Statements;
 use super::unit::{Reconciler, Unit};
 use crate::db::{Db, Policy};
-use crate::error::Result;
+use crate::error::{Error, ErrorKind, Result};
 use crate::input::{micros, MIN_DURATION};
 use crate::table_name::TableName;
 
@@ -26,6 +26,10 @@ pub struct Sweep {
     /// Units freed.
     pub units: u64,
 }
+
+/// How many times `delete_process` tells the reconciler everything is lost before giving up on a
+/// tick that keeps adopting units meanwhile.
+const MAX_FAREWELLS: usize = 3;
 
 /// A process's membership: its heartbeat row and the units it owns; see the [module docs](super).
 ///
@@ -285,11 +289,17 @@ impl Leaser {
     ///
     /// # Errors
     ///
-    /// A database or connection error.
+    /// A database or connection error; [`ErrorKind::InvalidInput`] when another thread keeps
+    /// ticking and adopting units meanwhile (stop [`Leaser::run`] first).
     pub fn delete_process(&self) -> Result<()> {
-        self.tell_everything_lost();
-        {
+        // A tick that runs meanwhile (it should not: call this once `run` has returned) may adopt
+        // units again after they were told lost: tell again, until nothing is owned at the delete.
+        for _ in 0..MAX_FAREWELLS {
+            self.tell_everything_lost();
             let _one_at_a_time = self.ticking.lock();
+            if !self.local.lock().owned.is_empty() {
+                continue;
+            }
             self.db.query_one(
                 "delete process",
                 Policy::ONCE,
@@ -297,14 +307,19 @@ impl Leaser {
                 &[&self.process_id.as_str()],
             )?;
             let mut local = self.local.lock();
-            // Only what a tick adopted meanwhile (see `release`).
-            let lost = local.forget_all();
-            self.outbox.push(Delivery::Lost(lost));
+            local.forget_all();
             local.last_beat = None;
             local.live_until = None;
+            return Ok(());
         }
-        self.outbox.flush(&*self.reconciler);
-        Ok(())
+        Err(Error::new(
+            ErrorKind::InvalidInput,
+            format!(
+                "process {} keeps adopting units while its row is being deleted: stop `run` and \
+                 other ticks first",
+                self.process_id
+            ),
+        ))
     }
 
     /// Forgets every owned unit (the next tick re-reads) and tells the reconciler, outside the

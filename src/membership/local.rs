@@ -26,6 +26,9 @@ pub(super) struct Local {
     /// they are this process's until the shed statement commits. Never in `owned`, never re-read
     /// into it, and counted as owned in what the process row reports.
     pub(super) shedding: BTreeMap<Unit, i32>,
+    /// For each unit being shed, the number of the message that told the reconciler it is lost
+    /// (see `Outbox::told`): it is given back only once that call returned.
+    pub(super) shed_told: BTreeMap<Unit, u64>,
     /// The process row's counter of changes others made to its units, when `owned` was last known
     /// to match the database: while it stays put, a tick need not re-read the units.
     pub(super) seen_changes: Option<i64>,
@@ -49,6 +52,7 @@ impl Local {
         self.generation += 1;
         self.owned_weight = 0;
         self.shedding.clear();
+        self.shed_told.clear();
         Arc::unwrap_or_clone(std::mem::take(&mut self.owned))
             .into_keys()
             .collect()

@@ -30,6 +30,7 @@ const SWEEP: &str = include_str!("../../sql/membership/sweep.sql");
 const ADD_UNITS: &str = include_str!("../../sql/membership/add_units.sql");
 const REMOVE_UNITS: &str = include_str!("../../sql/membership/remove_units.sql");
 const SET_WEIGHT: &str = include_str!("../../sql/membership/set_weight.sql");
+const BUMP_CHANGES: &str = include_str!("../../sql/membership/bump_changes.sql");
 
 pub(super) struct Statements {
     pub(super) processes: TableName,
@@ -47,6 +48,7 @@ pub(super) struct Statements {
     pub(super) add_units: Statement,
     pub(super) remove_units: Statement,
     pub(super) set_weight: Statement,
+    pub(super) bump_changes: Statement,
 }
 
 /// The suffixes of the units table's indexes (`{index:owner}`, `{index:claimable}` in `sql/`).
@@ -137,6 +139,7 @@ impl Statements {
             add_units: dml(ADD_UNITS, &units_batch),
             remove_units: dml(REMOVE_UNITS, &units_batch),
             set_weight: dml(SET_WEIGHT, &[Type::TEXT, Type::INT4, Type::INT4]),
+            bump_changes: dml(BUMP_CHANGES, &[Type::TEXT_ARRAY]),
             processes,
             units,
         })

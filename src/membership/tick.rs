@@ -171,6 +171,7 @@ impl Leaser {
             let live_now = stats.live_self
                 && local.live_at(Instant::now())
                 && local.generation == view.generation;
+            let shed_now: Vec<Unit> = shed.keys().cloned().collect();
             let adopted = View {
                 truth: view.truth,
                 weight: view.weight,
@@ -180,8 +181,13 @@ impl Leaser {
                 changes: stats.changes,
             };
             let (lost, gained) = local.adopt(adopted, live_now);
-            self.outbox.push(Delivery::Lost(lost.clone()));
+            let told = self.outbox.push(Delivery::Lost(lost.clone()));
             self.outbox.push(Delivery::Gained(gained.clone()));
+            if live_now {
+                for unit in shed_now {
+                    local.shed_told.insert(unit, told);
+                }
+            }
             (
                 lost,
                 gained,
@@ -365,11 +371,16 @@ impl Leaser {
             }
             // The shed statement reports what remains: it is given what the row counts now.
             let (count, weight) = local.reported();
-            // Never a unit owned (and worked on) again.
+            // Never a unit owned (and worked on) again, nor one whose loss is still being told (the
+            // tick that chose it delivers on its own thread, perhaps after this one got here).
             let shedding: BTreeMap<Unit, i32> = local
                 .shedding
                 .iter()
                 .filter(|(unit, _)| !local.owned.contains_key(*unit))
+                .filter(|(unit, _)| {
+                    self.outbox
+                        .told(local.shed_told.get(*unit).copied().unwrap_or(0))
+                })
                 .map(|(unit, weight)| (unit.clone(), *weight))
                 .collect();
             (shedding, count, weight)
@@ -402,6 +413,7 @@ impl Leaser {
             let mut local = self.local.lock();
             for unit in shedding.keys() {
                 local.shedding.remove(unit);
+                local.shed_told.remove(unit);
             }
         }
         log::debug!(

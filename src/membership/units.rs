@@ -71,7 +71,8 @@ impl Units {
     ///
     /// # Errors
     ///
-    /// As [`Units::add`].
+    /// As [`Units::add`]. A failure after the units were removed (telling their owners) is reported
+    /// too; calling `remove` again tells them again.
     pub fn remove(&self, units: &[Unit]) -> Result<u64> {
         self.batch("remove units", &self.sql.remove_units, units)
     }
@@ -91,7 +92,25 @@ impl Units {
         let row = self
             .db
             .query_one(context, Policy::ONCE, sql, &[&tenants, &shards])?;
+        let owners: Vec<String> = row.get(1);
+        self.tell_owners(context, &owners)?;
         Ok(u64::try_from(row.get::<_, i64>(0)).unwrap_or_default())
+    }
+
+    /// Moves the change counters of `owners`, so each re-reads its units at its next tick; a
+    /// statement of its own (see `sql/membership/bump_changes.sql`).
+    fn tell_owners(&self, context: &str, owners: &[String]) -> Result<()> {
+        if owners.is_empty() {
+            return Ok(());
+        }
+        let context = format!("{context}: tell their owners");
+        self.db.query(
+            &context,
+            Policy::IDEMPOTENT,
+            &self.sql.bump_changes,
+            &[&owners],
+        )?;
+        Ok(())
     }
 
     /// Sets a unit's weight: its share of a process's fair share. 0 disables it: it is never claimed,
@@ -115,6 +134,11 @@ impl Units {
             &self.sql.set_weight,
             &[&unit.tenant.as_str(), &unit.shard, &weight],
         )?;
+        let owners: Vec<String> = rows
+            .iter()
+            .filter_map(|row| row.get::<_, Option<String>>("owner"))
+            .collect();
+        self.tell_owners("set unit weight", &owners)?;
         Ok(!rows.is_empty())
     }
 }

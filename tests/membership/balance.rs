@@ -405,10 +405,13 @@ fn removing_or_disabling_an_expired_processs_units_lowers_what_its_row_reports()
     assert_eq!(reported(), (3, 6));
     assert_eq!(fleet.units.remove(&units[..1]).unwrap(), 1);
     assert_eq!(reported(), (2, 4));
+    // Registered again (weight 1), with the same owner: its weight counts again.
+    assert_eq!(fleet.units.add(&units[..1]).unwrap(), 1);
+    assert_eq!(reported(), (3, 5));
     assert!(fleet.units.set_weight(&units[1], 0).unwrap());
-    assert_eq!(reported(), (2, 2));
+    assert_eq!(reported(), (3, 3));
     assert!(fleet.units.set_weight(&units[2], 5).unwrap());
-    assert_eq!(reported(), (2, 5));
+    assert_eq!(reported(), (3, 6));
 }
 
 /// A unit disabled while its owner was below its share: the re-reading tick claims (it does not

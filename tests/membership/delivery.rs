@@ -312,3 +312,81 @@ fn a_reconciler_may_call_back_into_its_leaser() {
     let nested = reconciler.nested.lock().take().expect("the callback ran");
     assert_eq!(nested.unwrap(), 5, "the nested tick saw the same units");
 }
+
+/// Ticks again from inside `units_lost` and records, still inside it, who the database says owns
+/// the units it is draining.
+struct TicksWhileDraining {
+    leaser: std::sync::OnceLock<std::sync::Weak<Leaser>>,
+    units_table: String,
+    owners_while_draining: Mutex<Vec<Option<String>>>,
+}
+
+impl Reconciler for TicksWhileDraining {
+    fn units_gained(&self, _units: &[Unit]) {}
+    fn units_lost(&self, units: &[Unit]) {
+        let Some(leaser) = self.leaser.get().and_then(std::sync::Weak::upgrade) else {
+            return;
+        };
+        if units.is_empty() || !self.owners_while_draining.lock().is_empty() {
+            return;
+        }
+        let _ = leaser.tick();
+        let mut c = client();
+        let mut owners = Vec::new();
+        for unit in units {
+            let row = c
+                .query_one(
+                    &format!(
+                        "SELECT process_id::text FROM {} WHERE tenant = $1 AND shard = $2",
+                        self.units_table
+                    ),
+                    &[&unit.tenant, &unit.shard],
+                )
+                .unwrap();
+            owners.push(row.get(0));
+        }
+        *self.owners_while_draining.lock() = owners;
+    }
+}
+
+#[test]
+fn a_unit_is_given_back_only_once_its_units_lost_returned() {
+    let fleet = Fleet::new(10);
+    let reconciler = Arc::new(TicksWhileDraining {
+        leaser: std::sync::OnceLock::new(),
+        units_table: fleet.units_table.clone(),
+        owners_while_draining: Mutex::new(Vec::new()),
+    });
+    let leaser = Arc::new(
+        Leaser::new(
+            &fleet.db,
+            reconciler.clone(),
+            config(Duration::from_secs(30)),
+            Arc::new(NoHooks),
+        )
+        .unwrap()
+        .with_tables(&fleet.processes, &fleet.units_table)
+        .unwrap(),
+    );
+    reconciler.leaser.set(Arc::downgrade(&leaser)).unwrap();
+    leaser.heartbeat().unwrap();
+    assert_eq!(leaser.tick().unwrap().owned, 10);
+    let (other, _) = fleet.leaser(config(Duration::from_secs(30)));
+    other.heartbeat().unwrap();
+    // Sheds 5: their units_lost ticks again, and the nested tick must not give them back yet.
+    let step = leaser.tick().unwrap();
+    assert_eq!(step.lost.len(), 5);
+    let owners = reconciler.owners_while_draining.lock().clone();
+    assert_eq!(owners.len(), 5);
+    assert!(
+        owners
+            .iter()
+            .all(|o| o.as_deref() == Some(leaser.process_id())),
+        "given back while their work was still being drained: {owners:?}"
+    );
+    assert_eq!(
+        fleet.ownership().get(&None).map(|s| s.len()),
+        Some(5),
+        "given back after"
+    );
+}

@@ -280,7 +280,7 @@ fn a_claim_that_began_while_a_process_was_expired_does_not_take_its_units_once_i
     ))
     .unwrap();
     let unit = Unit::new("t", 1).unwrap();
-    let (a, _) = fleet.leaser(config(Duration::from_secs(2)));
+    let (a, _) = fleet.leaser(config(Duration::from_secs(5)));
     a.heartbeat().unwrap();
     a.tick().unwrap();
     assert_eq!(a.owned(), vec![unit.clone()]);
@@ -316,7 +316,10 @@ fn a_claim_that_began_while_a_process_was_expired_does_not_take_its_units_once_i
         !(a_owns && b_owns),
         "both own {unit}: A's tick {a_tick:?}, B's tick {b_tick:?}"
     );
-    assert!(a_owns || b_owns, "nobody owns {unit}");
+    assert!(
+        a_owns || b_owns,
+        "nobody owns {unit}: A's tick {a_tick:?}, B's tick {b_tick:?}"
+    );
     // Whoever owns it, the database agrees with its view.
     let owner = if a_owns {
         a.process_id()
@@ -413,7 +416,7 @@ fn a_give_back_that_landed_unseen_is_neither_counted_twice_nor_repeated() {
     b.heartbeat().unwrap();
     // A sheds half: the give-back commits, its answer is lost, and sending it again finds no
     // connection in time.
-    proxy.lose_answer("FROM unnest($2::text[], $3::integer[]) AS s");
+    proxy.lose_answer("JOIN unnest($2::text[], $3::integer[]) AS s");
     proxy.set_connect_delay(Duration::from_secs(2));
     assert!(a.tick().is_err(), "the give-back's outcome is unknown");
     assert!(!proxy.fin_armed(), "the give-back was sent");
@@ -542,4 +545,97 @@ fn a_removed_unit_is_given_back_by_its_owner_and_then_gone() {
         .iter()
         .any(|(kind, units)| *kind == "lost" && units.contains(&unit));
     assert!(lost);
+}
+
+/// A removal that waited for a lock judges each unit on its latest version: a unit that a new
+/// process claimed meanwhile (its row newer than the removal's snapshot) is marked removed, not
+/// deleted, and that process is told (it re-reads), so the unit never has two owners.
+#[test]
+fn a_removal_that_waited_tells_an_owner_newer_than_its_snapshot() {
+    let fleet = Fleet::new(0);
+    let (w, u) = (Unit::new("a", 1).unwrap(), Unit::new("b", 1).unwrap());
+    fleet.units.add(&[w.clone(), u.clone()]).unwrap();
+    let mut blocker = client();
+    let mut tx = blocker.transaction().unwrap();
+    tx.execute(
+        &format!(
+            "SELECT 1 FROM {} WHERE tenant = 'a' FOR UPDATE",
+            fleet.units_table
+        ),
+        &[],
+    )
+    .unwrap();
+    let app = format!("remover_{}", std::process::id());
+    let mut connect: pgtenure::postgres::Config = crate::common::direct_url().parse().unwrap();
+    connect.application_name(&app);
+    let remover = Units::new(&pgtenure::DbBuilder::from_config(connect).build().unwrap())
+        .with_tables(&fleet.processes, &fleet.units_table)
+        .unwrap();
+    let (b, _) = fleet.leaser(config(Duration::from_secs(30)));
+    thread::scope(|scope| {
+        let removing = scope.spawn(|| remover.remove(&[w.clone(), u.clone()]));
+        wait_for("the removal to wait for a", Duration::from_secs(5), || {
+            Fleet::waits_for_a_lock(&app).then_some(())
+        });
+        // A new process joins and claims b (a is locked) while the removal waits.
+        b.heartbeat().unwrap();
+        b.tick().unwrap();
+        assert_eq!(b.owned(), vec![u.clone()]);
+        tx.commit().unwrap();
+        assert_eq!(removing.join().unwrap().unwrap(), 2);
+    });
+    b.heartbeat().unwrap();
+    let step = b.tick().unwrap();
+    assert!(
+        !b.owned().contains(&u),
+        "B still works on the removed unit: {step:?}"
+    );
+    let rows = crate::common::count(&mut client(), &fleet.units_table);
+    assert_eq!(rows, 0, "both units gone");
+}
+
+/// A process row deleted while an operator registers one of its removed units again: the unit is
+/// freed by its latest version (registered again), never left pointing at the deleted row, where
+/// nobody could ever claim it.
+#[test]
+fn a_unit_registered_again_while_its_process_is_deleted_is_freed() {
+    let fleet = Fleet::new(1);
+    let app = format!("deleting_{}", std::process::id());
+    let (a, _) = fleet.leaser_named(&app, config(Duration::from_secs(30)));
+    a.heartbeat().unwrap();
+    a.tick().unwrap();
+    let unit = a.owned()[0].clone();
+    assert_eq!(fleet.units.remove(std::slice::from_ref(&unit)).unwrap(), 1);
+    // The operator's add, held open: the unit is locked and registered again when it commits.
+    let mut operator = client();
+    let mut tx = operator.transaction().unwrap();
+    tx.execute(
+        &format!("SELECT 1 FROM {} FOR UPDATE", fleet.units_table),
+        &[],
+    )
+    .unwrap();
+    thread::scope(|scope| {
+        let deleting = scope.spawn(|| a.delete_process());
+        wait_for(
+            "the delete to wait for the unit",
+            Duration::from_secs(5),
+            || Fleet::waits_for_a_lock(&app).then_some(()),
+        );
+        tx.execute(
+            &format!(
+                "UPDATE {} SET removed = false, weight = 1",
+                fleet.units_table
+            ),
+            &[],
+        )
+        .unwrap();
+        tx.commit().unwrap();
+        deleting.join().unwrap().unwrap();
+    });
+    let owners = fleet.ownership();
+    assert_eq!(
+        owners.get(&None),
+        Some(&BTreeSet::from([unit])),
+        "the unit is claimable: {owners:?}"
+    );
 }
