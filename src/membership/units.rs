@@ -64,10 +64,11 @@ impl Units {
         self.batch("add units", &self.sql.add_units, units)
     }
 
-    /// Unregisters units (one statement). A unit whose owner is live is disabled and marked removed:
-    /// nobody else can claim it, its owner learns it at its next tick and deletes it when it gives it
-    /// back (until then adding it again gives it back to that owner, never to a second one). Any other
-    /// unit is deleted at once. Returns how many were registered.
+    /// Unregisters units (one statement, then one that tells their owners). An owned unit is
+    /// disabled and marked removed: nobody else can claim it, its owner learns it at its next tick
+    /// and deletes it when it gives it back (a dead owner's are deleted by the sweep); until then
+    /// adding it again gives it back to that owner, never to a second one. An unowned unit is deleted
+    /// at once. Returns how many were registered.
     ///
     /// # Errors
     ///
