@@ -51,7 +51,8 @@ impl Outbox {
             Delivery::Lost(units) | Delivery::Gained(units) => units.is_empty(),
         };
         if empty {
-            return 0;
+            // Nothing to tell: "told" once everything decided before it was.
+            return self.progress.lock().next;
         }
         let mut queue = self.queue.lock();
         let seq = {
@@ -63,11 +64,12 @@ impl Outbox {
         seq
     }
 
-    /// Whether the call for message `seq` has returned: a unit's work has stopped only once its
-    /// `units_lost` returned, and only then may it be given back.
+    /// Whether the calls for message `seq` and every earlier one have returned: a unit's work has
+    /// stopped only once its `units_lost` returned, and only then may it be given back (an earlier
+    /// call still running, such as the one a reconciler ticks from, may be draining it too).
     pub(crate) fn told(&self, seq: u64) -> bool {
         let progress = self.progress.lock();
-        seq <= progress.started && !progress.in_progress.contains(&seq)
+        seq <= progress.started && progress.in_progress.iter().all(|s| *s > seq)
     }
 
     /// Delivers everything queued, in order; returns once the queue is empty (messages queued by
@@ -83,12 +85,28 @@ impl Outbox {
                 progress.started = seq;
                 progress.in_progress.push(seq);
             }
+            // Also when the call panics: a number left in progress would hold its units forever.
+            let _returned = Returned {
+                progress: &self.progress,
+                seq,
+            };
             match next {
                 Delivery::Lost(units) => reconciler.units_lost(&units),
                 Delivery::Gained(units) => reconciler.units_gained(&units),
             }
-            self.progress.lock().in_progress.retain(|s| *s != seq);
         }
+    }
+}
+
+/// Marks a delivery's call as returned when dropped.
+struct Returned<'a> {
+    progress: &'a Mutex<Progress>,
+    seq: u64,
+}
+
+impl Drop for Returned<'_> {
+    fn drop(&mut self) {
+        self.progress.lock().in_progress.retain(|s| *s != self.seq);
     }
 }
 
@@ -151,10 +169,15 @@ mod tests {
                     .outbox
                     .push(Delivery::Lost(vec![Unit::new("t", 9).unwrap()]));
                 self.outbox.flush(self);
-                // The newer message was delivered inside; the outer one is still being drained.
+                // The newer message was delivered inside, but the outer one is still being drained:
+                // neither counts as told (the newer one's units may be the outer one's too).
                 self.seen
                     .lock()
                     .push((self.outbox.told(inner), self.outbox.told(self.outer)));
+                let nothing = self.outbox.push(Delivery::Lost(Vec::new()));
+                self.seen
+                    .lock()
+                    .push((self.outbox.told(nothing), self.outbox.told(self.outer)));
             }
         }
     }
@@ -171,11 +194,30 @@ mod tests {
             seen: Mutex::new(Vec::new()),
         };
         outbox.flush(&nested);
-        assert_eq!(*nested.seen.lock(), [(true, false)]);
+        assert_eq!(*nested.seen.lock(), [(false, false), (false, false)]);
         assert!(outbox.told(outer));
         assert!(
             outbox.told(outbox.push(Delivery::Lost(Vec::new()))),
             "nothing to tell"
         );
+    }
+
+    struct Panics;
+
+    impl Reconciler for Panics {
+        fn units_gained(&self, _units: &[Unit]) {}
+        fn units_lost(&self, _units: &[Unit]) {
+            panic!("a reconciler bug");
+        }
+    }
+
+    #[test]
+    fn a_call_that_panicked_counts_as_returned() {
+        let outbox = Outbox::default();
+        let seq = outbox.push(Delivery::Lost(vec![Unit::new("t", 1).unwrap()]));
+        let flushed =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| outbox.flush(&Panics)));
+        assert!(flushed.is_err());
+        assert!(outbox.told(seq), "its units are not held forever");
     }
 }

@@ -257,8 +257,19 @@ impl Leaser {
         let _one_at_a_time = self.ticking.lock();
         let (tenants, shards, count, weight) = {
             let local = self.local.lock();
-            let tenants: Vec<String> = local.owned.keys().map(|u| u.tenant.clone()).collect();
-            let shards: Vec<i32> = local.owned.keys().map(|u| u.shard).collect();
+            // Also units a concurrent tick chose to shed and is still telling about.
+            let keep: Vec<&Unit> = local
+                .owned
+                .keys()
+                .chain(
+                    local
+                        .shedding
+                        .keys()
+                        .filter(|u| !self.told_to_shed(&local, u)),
+                )
+                .collect();
+            let tenants: Vec<String> = keep.iter().map(|u| u.tenant.clone()).collect();
+            let shards: Vec<i32> = keep.iter().map(|u| u.shard).collect();
             let (count, weight) = local.reported();
             (tenants, shards, count, weight)
         };
@@ -297,8 +308,12 @@ impl Leaser {
         for _ in 0..MAX_FAREWELLS {
             self.tell_everything_lost();
             let _one_at_a_time = self.ticking.lock();
-            if !self.local.lock().owned.is_empty() {
-                continue;
+            {
+                let local = self.local.lock();
+                let telling = local.shedding.keys().any(|u| !self.told_to_shed(&local, u));
+                if !local.owned.is_empty() || telling {
+                    continue;
+                }
             }
             self.db.query_one(
                 "delete process",
@@ -310,6 +325,10 @@ impl Leaser {
             local.forget_all();
             local.last_beat = None;
             local.live_until = None;
+            drop(local);
+            drop(_one_at_a_time);
+            // Whatever a concurrent tick queued meanwhile.
+            self.outbox.flush(&*self.reconciler);
             return Ok(());
         }
         Err(Error::new(
@@ -320,6 +339,12 @@ impl Leaser {
                 self.process_id
             ),
         ))
+    }
+
+    /// Whether the reconciler has been told, and has returned, that `unit` (being shed) is lost.
+    pub(super) fn told_to_shed(&self, local: &Local, unit: &Unit) -> bool {
+        self.outbox
+            .told(local.shed_told.get(unit).copied().unwrap_or(0))
     }
 
     /// Forgets every owned unit (the next tick re-reads) and tells the reconciler, outside the

@@ -377,10 +377,7 @@ impl Leaser {
                 .shedding
                 .iter()
                 .filter(|(unit, _)| !local.owned.contains_key(*unit))
-                .filter(|(unit, _)| {
-                    self.outbox
-                        .told(local.shed_told.get(*unit).copied().unwrap_or(0))
-                })
+                .filter(|(unit, _)| self.told_to_shed(&local, unit))
                 .map(|(unit, weight)| (unit.clone(), *weight))
                 .collect();
             (shedding, count, weight)

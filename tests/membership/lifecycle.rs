@@ -639,3 +639,35 @@ fn a_unit_registered_again_while_its_process_is_deleted_is_freed() {
         "the unit is claimable: {owners:?}"
     );
 }
+
+/// Units left pointing at a process row that no longer exists (a claim still running when its
+/// process deleted its row) are freed by the sweep once claimed before the cutoff; a unit that a
+/// process newer than the sweep claimed recently is left alone.
+#[test]
+fn the_sweep_frees_units_whose_process_row_is_gone() {
+    let fleet = Fleet::new(0);
+    let (alive, _) = fleet.leaser(config(Duration::from_secs(30)));
+    alive.heartbeat().unwrap();
+    client()
+        .batch_execute(&format!(
+            "INSERT INTO {units} (tenant, shard, process_id, claimed_at)
+                 VALUES ('stray', 1, '00000000-0000-4000-8000-00000000dead', now() - interval '2 hours'),
+                        ('fresh', 1, '00000000-0000-4000-8000-00000000beef', now());
+             INSERT INTO {units} (tenant, shard, process_id, claimed_at, weight, removed)
+                 VALUES ('stray', 2, '00000000-0000-4000-8000-00000000dead', now() - interval '2 hours', 0, true)",
+            units = fleet.units_table
+        ))
+        .unwrap();
+    let sweep = alive.sweep().unwrap();
+    assert_eq!((sweep.processes, sweep.units), (0, 2));
+    let owners = fleet.ownership();
+    assert_eq!(
+        owners.get(&None),
+        Some(&BTreeSet::from([Unit::new("stray", 1).unwrap()])),
+        "freed; the removed one deleted: {owners:?}"
+    );
+    assert!(
+        owners.contains_key(&Some("00000000-0000-4000-8000-00000000beef".to_owned())),
+        "a recent claim is left alone"
+    );
+}
