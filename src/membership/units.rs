@@ -121,7 +121,8 @@ impl Units {
     /// # Errors
     ///
     /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput), before any statement, for a
-    /// negative weight or a bad tenant; otherwise a database or connection error.
+    /// negative weight or a bad tenant; otherwise a database or connection error (also one telling
+    /// the owner, after the weight was set: setting it again tells it again).
     pub fn set_weight(&self, unit: &Unit, weight: i32) -> Result<bool> {
         check_key("tenant", &unit.tenant)?;
         if weight < 0 {
