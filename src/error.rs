@@ -98,20 +98,31 @@ impl Error {
     }
 
     /// Classifies a driver error, `context` saying what the library was doing ("claim tick").
+    /// `Display` reads "{context} failed: {the server's message} ({SQLSTATE}); {advice}", or with
+    /// the driver's own words where the server said nothing.
     pub(crate) fn from_postgres(context: &str, err: postgres::Error) -> Error {
-        let (kind, advice) = match err.as_db_error() {
-            Some(db) => classify_db_error(db),
+        let (kind, reason, advice) = match err.as_db_error() {
+            Some(db) => {
+                let (kind, advice) = classify_db_error(db);
+                (
+                    kind,
+                    format!("{} ({})", db.message(), db.code().code()),
+                    advice,
+                )
+            }
             // No server error: the connection broke, timed out, or a value did not convert.
             None if err.is_closed()
                 || StdError::source(&err).is_some_and(|s| s.is::<std::io::Error>()) =>
             {
                 (
                     ErrorKind::Connection,
-                    "the connection failed; retry once the database is reachable",
+                    driver_reason(&err),
+                    "retry once the database is reachable",
                 )
             }
             None => (
                 ErrorKind::Database,
+                driver_reason(&err),
                 "the driver refused the statement or its result",
             ),
         };
@@ -121,7 +132,8 @@ impl Error {
         } else {
             advice.to_owned()
         };
-        let mut error = Error::new(kind, format!("{context} failed: {advice}")).with_source(err);
+        let mut error =
+            Error::new(kind, format!("{context} failed: {reason}; {advice}")).with_source(err);
         error.inner.outcome_unknown = unknown;
         error
     }
@@ -138,10 +150,18 @@ impl Error {
         self.inner.checkout
     }
 
-    /// A pool checkout that timed out or could not open a connection.
+    /// A pool checkout that timed out or could not open a connection; r2d2 keeps the last
+    /// connection error, which says why.
     pub(crate) fn from_pool(context: &str, err: r2d2::Error) -> Error {
+        let why = err.to_string();
+        let detail = why
+            .strip_prefix("timed out waiting for connection")
+            .map(|rest| rest.trim_start_matches(':').trim())
+            .filter(|rest| !rest.is_empty())
+            .map(|rest| format!(" (the last attempt: {rest})"))
+            .unwrap_or_default();
         Error::checkout(format!(
-            "{context} failed: no database connection could be had from the pool in time"
+            "{context} failed: no database connection could be had from the pool in time{detail}"
         ))
         .with_source(err)
     }
@@ -190,6 +210,14 @@ impl Error {
     }
 }
 
+/// The driver's own description of a failure with no server report, with its cause.
+fn driver_reason(err: &postgres::Error) -> String {
+    match StdError::source(err) {
+        Some(cause) => format!("{err}: {cause}"),
+        None => err.to_string(),
+    }
+}
+
 /// Chooses the kind and the advice for a server-side error from its SQLSTATE.
 fn classify_db_error(db: &DbError) -> (ErrorKind, &'static str) {
     let code = db.code();
@@ -216,19 +244,52 @@ fn classify_db_error(db: &DbError) -> (ErrorKind, &'static str) {
             "the database refused a value as too long or not storable",
         );
     }
+    if *code == SqlState::QUERY_CANCELED {
+        return (
+            ErrorKind::Connection,
+            "the statement was cancelled (statement_timeout, or a cancel request); retry, or raise \
+             the role's statement_timeout",
+        );
+    }
     let class = &code.code()[..2];
-    // 08: connection exception; 57: operator intervention (shutdown, cancel, restart);
+    // 08: connection exception; 57: operator intervention (shutdown, restart);
     // 53: insufficient resources (too many connections).
     if class == "08" || class == "57" || class == "53" {
         return (
             ErrorKind::Connection,
-            "the database is unavailable, restarting or cancelled the statement; retry later",
+            "the database is unavailable or restarting; retry later",
         );
     }
     if *code == SqlState::UNDEFINED_TABLE {
         return (
             ErrorKind::Database,
-            "the table does not exist; call create_table() or pgtenure::migrate() at startup",
+            "if the table was never created, call create_table() or pgtenure::migrate() at \
+             startup; otherwise check the table name and the role's search_path",
+        );
+    }
+    if *code == SqlState::INVALID_SCHEMA_NAME {
+        return (
+            ErrorKind::Database,
+            "create the schema, or name one that exists",
+        );
+    }
+    if *code == SqlState::INSUFFICIENT_PRIVILEGE {
+        return (
+            ErrorKind::Database,
+            "grant the role the privilege it names, or create the tables with a role that has it",
+        );
+    }
+    if *code == SqlState::READ_ONLY_SQL_TRANSACTION {
+        return (
+            ErrorKind::Database,
+            "the server or the role is read-only (a standby?); connect to the primary",
+        );
+    }
+    if *code == SqlState::UNDEFINED_COLUMN {
+        return (
+            ErrorKind::Database,
+            "the table lacks a column pgtenure needs (made by an earlier version?): see the \
+             CHANGELOG for its ALTER TABLE",
         );
     }
     (ErrorKind::Database, "the database refused the statement")

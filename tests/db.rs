@@ -132,6 +132,10 @@ fn bad_urls_and_unreachable_servers_are_told_apart() {
         .build()
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Connection, "{err}");
+    assert!(
+        err.to_string().contains("(the last attempt: error connecting to server)"),
+        "the pool's last connection error is told: {err}"
+    );
 
     // A lazy pool builds without a server; its first operation fails as a connection error.
     let lazy = Db::builder(&url)
@@ -252,6 +256,24 @@ fn create_table_needs_no_create_privilege_once_the_table_exists() {
     assert_eq!(
         err.code(),
         Some(&postgres::error::SqlState::INSUFFICIENT_PRIVILEGE)
+    );
+    // The server's reason and SQLSTATE, after pgtenure's words, and advice that is the fix.
+    assert!(
+        err.to_string().starts_with(&format!(
+            "create tick claims table failed: permission denied for schema {schema} (42501); grant"
+        )),
+        "{err}"
+    );
+    let missing = TickClaims::new(&limited)
+        .with_table("no_such_schema_here.ticks")
+        .unwrap()
+        .create_table()
+        .unwrap_err();
+    assert!(
+        missing
+            .to_string()
+            .contains("schema \"no_such_schema_here\" does not exist (3F000); create the schema"),
+        "{missing}"
     );
     drop(limited);
     client()
