@@ -133,7 +133,8 @@ fn bad_urls_and_unreachable_servers_are_told_apart() {
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Connection, "{err}");
     assert!(
-        err.to_string().contains("(the last attempt: error connecting to server)"),
+        err.to_string()
+            .contains("(the last attempt: error connecting to server)"),
         "the pool's last connection error is told: {err}"
     );
 
