@@ -138,6 +138,12 @@ impl Error {
         error
     }
 
+    /// Adds what else is known to the message: "... (detail)".
+    pub(crate) fn with_detail(mut self, detail: &str) -> Error {
+        self.inner.message = format!("{} ({detail})", self.inner.message);
+        self
+    }
+
     /// A pool checkout that waited and failed.
     fn checkout(message: impl Into<String>) -> Error {
         let mut error = Error::new(ErrorKind::Connection, message);
@@ -242,6 +248,19 @@ fn classify_db_error(db: &DbError) -> (ErrorKind, &'static str) {
         return (
             ErrorKind::InvalidInput,
             "the database refused a value as too long or not storable",
+        );
+    }
+    if code.code().starts_with("28") {
+        return (
+            ErrorKind::Database,
+            "the server refused the credentials; check the user and password in the URL, and the \
+             server's pg_hba.conf",
+        );
+    }
+    if *code == SqlState::INVALID_CATALOG_NAME {
+        return (
+            ErrorKind::Database,
+            "create the database, or fix its name in the URL",
         );
     }
     if *code == SqlState::QUERY_CANCELED {

@@ -134,8 +134,9 @@ fn bad_urls_and_unreachable_servers_are_told_apart() {
     assert_eq!(err.kind(), ErrorKind::Connection, "{err}");
     assert!(
         err.to_string()
-            .contains("(the last attempt: error connecting to server)"),
-        "the pool's last connection error is told: {err}"
+            .contains("the first attempt: error connecting to server: ")
+            && err.to_string().to_lowercase().contains("refused"),
+        "the reason is told: {err}"
     );
 
     // A lazy pool builds without a server; its first operation fails as a connection error.
@@ -280,4 +281,63 @@ fn create_table_needs_no_create_privilege_once_the_table_exists() {
     client()
         .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
         .unwrap();
+}
+
+/// What waiting cannot fix is reported at once, with the server's reason and SQLSTATE; bad URLs say
+/// what is wrong with them.
+#[test]
+fn connecting_fails_at_once_with_the_reason_when_waiting_cannot_fix_it() {
+    let base: postgres::Config = common::direct_url().parse().unwrap();
+    let cases: Vec<(&str, postgres::Config, &str, &str)> = vec![
+        (
+            "unknown database",
+            {
+                let mut c = base.clone();
+                c.dbname("pgtenure_no_such_database");
+                c
+            },
+            "(3D000); create the database",
+            "3D000",
+        ),
+        (
+            "unknown role",
+            {
+                let mut c = base.clone();
+                c.user("pgtenure_no_such_role");
+                c
+            },
+            "(28000); the server refused the credentials",
+            "28000",
+        ),
+    ];
+    for (what, config, says, code) in cases {
+        let started = std::time::Instant::now();
+        let err = pgtenure::DbBuilder::from_config(config)
+            .connection_timeout(Duration::from_secs(10))
+            .unwrap()
+            .build()
+            .unwrap_err();
+        let took = started.elapsed();
+        println!("{what}: {took:?}: {err}");
+        assert!(took < Duration::from_secs(2), "{what} took {took:?}");
+        assert_eq!(err.kind(), ErrorKind::Database, "{what}: {err}");
+        assert_eq!(err.code().map(|c| c.code()), Some(code), "{what}");
+        assert!(err.to_string().contains(says), "{what}: {err}");
+    }
+    for (url, says) in [
+        ("", "the database URL is empty"),
+        ("   ", "the database URL is empty"),
+        ("mysql://u@h/db", "scheme is \"mysql\""),
+        ("postgress://u:secret@h/db", "scheme is \"postgress\""),
+        ("127.0.0.1:5432", "does not parse"),
+        ("postgres:///db", "names no host"),
+    ] {
+        let err = Db::connect(url).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidInput, "{url:?}: {err}");
+        assert!(err.to_string().contains(says), "{url:?}: {err}");
+        assert!(
+            !err.to_string().contains("secret"),
+            "a password is never shown: {err}"
+        );
+    }
 }

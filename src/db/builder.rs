@@ -1,7 +1,7 @@
 //! [`DbBuilder`]: the pool's size and timeouts, and the connection defaults pgtenure applies.
 
 use std::fmt;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use postgres::NoTls;
 use r2d2::Pool;
@@ -84,20 +84,52 @@ impl DbBuilder {
         self
     }
 
-    /// Builds the pool and waits until one connection is open.
+    /// Builds the pool and waits until one connection is open. One connection is tried first on
+    /// its own: a refusal that waiting cannot fix (authentication, an unknown role or database) is
+    /// reported at once, with the server's reason; any other failure is retried by the pool until
+    /// the connection timeout.
     ///
     /// # Errors
     ///
+    /// [`ErrorKind::Database`](crate::ErrorKind::Database) at once for such a refusal;
     /// [`ErrorKind::Connection`](crate::ErrorKind::Connection) when no connection could be opened
-    /// within the connection timeout.
+    /// within the connection timeout, saying why the first attempt failed.
     pub fn build(self) -> Result<Db> {
-        let builder = self.pool_builder().min_idle(Some(1));
-        let pool = builder
-            .build(PostgresConnectionManager::new(
-                self.effective_config(),
-                NoTls,
-            ))
-            .map_err(|e| Error::from_pool("connect", e))?;
+        let started = Instant::now();
+        let config = self.effective_config();
+        // Within the connection timeout, whatever the per-connection one.
+        let mut probe = config.clone();
+        let connect_timeout = config
+            .get_connect_timeout()
+            .map_or(self.connection_timeout, |t| {
+                (*t).min(self.connection_timeout)
+            });
+        probe.connect_timeout(connect_timeout);
+        let first = match probe.connect(NoTls) {
+            Ok(client) => {
+                drop(client);
+                None
+            }
+            Err(e) if refused_for_good(&e) => return Err(Error::from_postgres("connect", e)),
+            Err(e) => Some(e),
+        };
+        let pool = self
+            .pool_builder()
+            .min_idle(Some(1))
+            .build_unchecked(PostgresConnectionManager::new(config, NoTls));
+        if let Some(first) = first {
+            // The rest of the connection timeout, for the pool to open one.
+            let left = self
+                .connection_timeout
+                .saturating_sub(started.elapsed())
+                .max(Duration::from_millis(1));
+            pool.get_timeout(left).map_err(|e| {
+                // The driver's words with their cause ("connection refused"), which the pool's
+                // record of its last attempt leaves out.
+                Error::from_pool("connect", e)
+                    .with_detail(&format!("the first attempt: {}", chain(&first)))
+            })?;
+        }
         Ok(Db::from_pool(pool))
     }
 
@@ -152,6 +184,27 @@ impl DbBuilder {
         }
         config
     }
+}
+
+/// Whether a failed connection attempt is a refusal that waiting cannot fix: the server rejected
+/// the credentials (class 28: a wrong password, an unknown role) or does not have the database
+/// (3D000).
+fn refused_for_good(e: &postgres::Error) -> bool {
+    e.code().is_some_and(|code| {
+        code.code().starts_with("28") || *code == postgres::error::SqlState::INVALID_CATALOG_NAME
+    })
+}
+
+/// An error with its causes, "error connecting to server: Connection refused (os error 111)".
+fn chain(e: &postgres::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = std::error::Error::source(e);
+    while let Some(c) = cause {
+        text.push_str(": ");
+        text.push_str(&c.to_string());
+        cause = c.source();
+    }
+    text
 }
 
 impl fmt::Debug for DbBuilder {

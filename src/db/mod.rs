@@ -56,9 +56,13 @@ impl Db {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when `url` does not parse;
-    /// [`ErrorKind::Connection`](crate::ErrorKind::Connection) when no connection could be opened
-    /// within the pool's connection timeout (10 s).
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) at once when `url` is empty, has
+    /// another scheme than `postgres://` or `postgresql://`, names no host or does not parse;
+    /// [`ErrorKind::Database`](crate::ErrorKind::Database) at once, with the server's reason and
+    /// SQLSTATE, when the server refuses what waiting cannot fix (authentication 28P01, an unknown
+    /// role 28000, an unknown database 3D000); [`ErrorKind::Connection`](crate::ErrorKind::Connection)
+    /// when no connection could be opened within the pool's connection timeout (10 s), saying why
+    /// the last attempt failed.
     pub fn connect(url: &str) -> Result<Db> {
         Db::builder(url)?.build()
     }
@@ -69,10 +73,32 @@ impl Db {
     ///
     /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when `url` does not parse.
     pub fn builder(url: &str) -> Result<DbBuilder> {
+        let url = url.trim();
+        if url.is_empty() {
+            return Err(Error::invalid_input(
+                "the database URL is empty; give postgres://user@host:port/database",
+            ));
+        }
+        // Never the URL itself in a message: it may hold a password.
+        if let Some((scheme, _)) = url.split_once("://") {
+            if scheme != "postgres" && scheme != "postgresql" {
+                return Err(Error::invalid_input(format!(
+                    "the database URL's scheme is {scheme:?}; use postgres:// or postgresql://"
+                )));
+            }
+        }
         let config = url.parse::<postgres::Config>().map_err(|e| {
-            Error::invalid_input("database URL does not parse as a PostgreSQL connection string")
-                .with_source(e)
+            Error::invalid_input(format!(
+                "the database URL does not parse ({e}); write postgres://user@host:port/database \
+                 or key=value pairs such as \"host=db user=app dbname=app\""
+            ))
+            .with_source(e)
         })?;
+        if config.get_hosts().is_empty() {
+            return Err(Error::invalid_input(
+                "the database URL names no host; write postgres://user@host:port/database",
+            ));
+        }
         Ok(DbBuilder::from_config(config))
     }
 
