@@ -139,6 +139,12 @@ pub trait Hooks: Send + Sync {
     fn owned(&self, units: usize, weight: i64) {
         let _ = (units, weight);
     }
+
+    /// A heartbeat, tick or sweep of [`Leaser::run`](super::Leaser::run) failed (it goes on, or at
+    /// startup ends with a permanent error).
+    fn error(&self, error: &Error) {
+        let _ = error;
+    }
 }
 
 /// [`Hooks`] that observe nothing.

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{after, at, bounded, never, select, Receiver};
 
 use super::leaser::Leaser;
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 
 /// First and longest wait between heartbeats while `run` waits for the database at startup.
 const STARTUP_BACKOFF: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(30));
@@ -16,9 +16,15 @@ impl Leaser {
     /// Heartbeats until the process row is live, retrying with backoff (1 s doubling to 30 s), so a
     /// database that is unreachable at startup delays the process instead of stopping it. Then
     /// ticks at once, and interleaves heartbeats, rebalances and sweeps on their intervals (a
-    /// heartbeat that finds the row had expired triggers a tick at once). Loop errors are logged, not
-    /// returned. Returns after the database call in progress when the signal comes; each call is
-    /// bounded by the pool's connection timeout and the TCP timeouts (see [`Db`](crate::Db)).
+    /// heartbeat that finds the row had expired triggers a tick at once). Returns after the database
+    /// call in progress when the signal comes; each call is bounded by the pool's connection timeout
+    /// and the TCP timeouts (see [`Db`](crate::Db)).
+    ///
+    /// Errors that waiting cannot fix (a missing table or privilege, refused credentials: every kind
+    /// but [`Connection`](crate::ErrorKind::Connection) and
+    /// [`Serialization`](crate::ErrorKind::Serialization)) end the loop at startup, before the first
+    /// successful heartbeat, with that error; later, every loop error is logged (those at `error`)
+    /// and reported to [`Hooks::error`](super::Hooks::error), and the loop goes on.
     ///
     /// While it runs, a watcher thread of its own (`pgtenure-member`, joined before `run` returns)
     /// reports every owned unit lost at the local liveness deadline if no heartbeat succeeded by then,
@@ -30,8 +36,9 @@ impl Leaser {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::Setup`](crate::ErrorKind::Setup) when the watcher thread cannot be started; loop
-    /// errors are logged, not returned.
+    /// [`ErrorKind::Setup`](crate::ErrorKind::Setup) when the watcher thread cannot be started; a
+    /// permanent error at startup (see above); the last heartbeat error when the signal came before
+    /// any heartbeat succeeded (a loop that failed all along never returns `Ok`).
     pub fn run(&self, shutdown: &Receiver<()>) -> Result<()> {
         let (wake, woken) = bounded::<()>(1);
         *self.watch.lock() = Some(wake);
@@ -67,14 +74,24 @@ impl Leaser {
         loop {
             match self.heartbeat() {
                 Ok(()) => break,
+                Err(e) if permanent(&e) => {
+                    log::error!(
+                        target: "pgtenure::membership",
+                        "process {} cannot start: {e}",
+                        self.process_id
+                    );
+                    self.hooks.error(&e);
+                    return Err(e);
+                }
                 Err(e) => {
                     log::warn!(
                         target: "pgtenure::membership",
                         "process {} cannot heartbeat yet ({e}); retrying in {backoff:?}",
                         self.process_id
                     );
+                    self.hooks.error(&e);
                     select! {
-                        recv(shutdown) -> _ => return Ok(()),
+                        recv(shutdown) -> _ => return Err(e),
                         recv(after(backoff)) -> _ => {}
                     }
                     backoff = (backoff * 2).min(max_backoff);
@@ -94,7 +111,7 @@ impl Leaser {
             let now = Instant::now();
             if now >= next_beat {
                 if let Err(e) = self.heartbeat() {
-                    log::warn!(target: "pgtenure::membership", "heartbeat failed: {e}");
+                    self.report("heartbeat failed", &e);
                 }
                 next_beat = now + self.config.heartbeat_interval;
                 if self.local.lock().reread {
@@ -103,16 +120,31 @@ impl Leaser {
             }
             if now >= next_tick {
                 if let Err(e) = self.tick() {
-                    log::warn!(target: "pgtenure::membership", "rebalance failed: {e}");
+                    self.report("rebalance failed", &e);
                 }
                 next_tick = Instant::now() + self.config.rebalance_interval;
             }
             if now >= next_sweep {
                 if let Err(e) = self.sweep() {
-                    log::warn!(target: "pgtenure::membership", "sweep failed: {e}");
+                    self.report("sweep failed", &e);
                 }
                 next_sweep = now + self.config.sweep_interval;
             }
         }
     }
+
+    /// Logs a loop error (at `error` when waiting cannot fix it) and tells the hooks.
+    fn report(&self, what: &str, e: &Error) {
+        if permanent(e) {
+            log::error!(target: "pgtenure::membership", "process {}: {what}: {e}", self.process_id);
+        } else {
+            log::warn!(target: "pgtenure::membership", "process {}: {what}: {e}", self.process_id);
+        }
+        self.hooks.error(e);
+    }
+}
+
+/// Whether waiting cannot fix `e`: a missing table or privilege, refused credentials, bad input.
+fn permanent(e: &Error) -> bool {
+    !matches!(e.kind(), ErrorKind::Connection | ErrorKind::Serialization)
 }

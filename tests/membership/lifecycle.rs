@@ -671,3 +671,48 @@ fn the_sweep_frees_units_whose_process_row_is_gone() {
         "a recent claim is left alone"
     );
 }
+
+/// A loop that cannot work says so: against tables that do not exist, `run` ends at once with the
+/// error (it used to retry with backoff forever and return `Ok` at shutdown), and a loop stopped
+/// before its database ever answered returns the last error, not `Ok`.
+#[test]
+fn run_ends_with_a_permanent_error_and_never_returns_ok_after_failing_all_along() {
+    let mut tables = Tables::new();
+    let missing = Leaser::new(
+        &crate::common::db(),
+        Arc::new(Recorder::default()),
+        config(Duration::from_secs(3)),
+        Arc::new(NoHooks),
+    )
+    .unwrap()
+    .with_tables(&tables.name("no_procs"), &tables.name("no_units"))
+    .unwrap();
+    let (_stop, shutdown) = pgtenure::crossbeam_channel::bounded::<()>(0);
+    let started = Instant::now();
+    let err = missing.run(&shutdown).unwrap_err();
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(err.kind(), pgtenure::ErrorKind::Database, "{err}");
+    assert_eq!(err.code().map(|c| c.code()), Some("42P01"), "{err}");
+
+    let nowhere =
+        pgtenure::DbBuilder::from_config(crate::common::config_at("127.0.0.1", Proxy::free_port()))
+            .connection_timeout(Duration::from_millis(200))
+            .unwrap()
+            .build_lazy();
+    let unreachable = Leaser::new(
+        &nowhere,
+        Arc::new(Recorder::default()),
+        config(Duration::from_secs(3)),
+        Arc::new(NoHooks),
+    )
+    .unwrap();
+    // Signalled from the start: the first heartbeat fails, and the loop stops with its error.
+    let (stop, shutdown) = pgtenure::crossbeam_channel::bounded::<()>(0);
+    drop(stop);
+    let err = unreachable.run(&shutdown).unwrap_err();
+    assert!(err.is_connection(), "{err}");
+}
