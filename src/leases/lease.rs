@@ -35,7 +35,10 @@ const IDLE_THREAD_WAIT: Duration = Duration::from_millis(100);
 ///
 /// It renews every third of its TTL. A renewal that fails with a transient error (connection lost,
 /// database restarting) is retried at a shorter interval until the local deadline; a renewal the
-/// database refuses is loss at once. Loss is sent once on [`Lease::lost`], and from then on
+/// database refuses is loss at once. Each renewal takes a connection from the [`Db`](crate::Db)'s
+/// pool for one statement: size the pool above what the application holds at once (an
+/// application holding every connection starves the renewals, and the lease expires locally
+/// although the database would have renewed it). Loss is sent once on [`Lease::lost`], and from then on
 /// [`Lease::is_held`] is false. The local deadline is taken *before* each grant or renewal is sent,
 /// so it never falls after the database's expiry: stop the protected work when it passes.
 ///
