@@ -284,17 +284,11 @@ impl Reconciler for CallsBack {
 fn a_reconciler_may_call_back_into_its_leaser() {
     let fleet = Fleet::new(5);
     let reconciler = Arc::new(CallsBack::default());
-    let leaser = Arc::new(
-        Leaser::new(
-            &fleet.db,
-            reconciler.clone(),
-            config(Duration::from_secs(30)),
-            Arc::new(NoHooks),
-        )
-        .unwrap()
-        .with_tables(&fleet.processes, &fleet.units_table)
-        .unwrap(),
-    );
+    let leaser = Arc::new(fleet.leaser_with(
+        &fleet.db,
+        reconciler.clone(),
+        config(Duration::from_secs(30)),
+    ));
     reconciler.leaser.set(Arc::downgrade(&leaser)).unwrap();
     leaser.heartbeat().unwrap();
     let (done, finished) = pgtenure::crossbeam_channel::bounded(1);
@@ -357,17 +351,11 @@ fn a_unit_is_given_back_only_once_its_units_lost_returned() {
         units_table: fleet.units_table.clone(),
         owners_while_draining: Mutex::new(Vec::new()),
     });
-    let leaser = Arc::new(
-        Leaser::new(
-            &fleet.db,
-            reconciler.clone(),
-            config(Duration::from_secs(30)),
-            Arc::new(NoHooks),
-        )
-        .unwrap()
-        .with_tables(&fleet.processes, &fleet.units_table)
-        .unwrap(),
-    );
+    let leaser = Arc::new(fleet.leaser_with(
+        &fleet.db,
+        reconciler.clone(),
+        config(Duration::from_secs(30)),
+    ));
     reconciler.leaser.set(Arc::downgrade(&leaser)).unwrap();
     leaser.heartbeat().unwrap();
     assert_eq!(leaser.tick().unwrap().owned, 10);

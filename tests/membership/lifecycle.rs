@@ -401,15 +401,11 @@ fn a_give_back_that_landed_unseen_is_neither_counted_twice_nor_repeated() {
         .unwrap()
         .build()
         .unwrap();
-    let a = Leaser::new(
+    let a = fleet.leaser_with(
         &db,
         Arc::new(Recorder::default()),
         config(Duration::from_secs(30)),
-        Arc::new(NoHooks),
-    )
-    .unwrap()
-    .with_tables(&fleet.processes, &fleet.units_table)
-    .unwrap();
+    );
     let (b, _) = fleet.leaser(config(Duration::from_secs(30)));
     a.heartbeat().unwrap();
     assert_eq!(a.tick().unwrap().owned, 10);
@@ -447,12 +443,7 @@ fn a_statement_rolled_back_to_break_a_deadlock_is_sent_again() {
     a.heartbeat().unwrap();
     assert_eq!(a.tick().unwrap().owned, 1);
     let mut operator = client();
-    let mut tx = operator.transaction().unwrap();
-    tx.execute(
-        &format!("SELECT 1 FROM {} FOR UPDATE", fleet.units_table),
-        &[],
-    )
-    .unwrap();
+    let mut tx = fleet.hold_units(&mut operator);
     thread::scope(|scope| {
         // Deletes the process row (locking it), then waits to free the unit.
         let deleting = scope.spawn(|| a.delete_process());
@@ -608,12 +599,7 @@ fn a_unit_registered_again_while_its_process_is_deleted_is_freed() {
     assert_eq!(fleet.units.remove(std::slice::from_ref(&unit)).unwrap(), 1);
     // The operator's add, held open: the unit is locked and registered again when it commits.
     let mut operator = client();
-    let mut tx = operator.transaction().unwrap();
-    tx.execute(
-        &format!("SELECT 1 FROM {} FOR UPDATE", fleet.units_table),
-        &[],
-    )
-    .unwrap();
+    let mut tx = fleet.hold_units(&mut operator);
     thread::scope(|scope| {
         let deleting = scope.spawn(|| a.delete_process());
         wait_for(

@@ -16,6 +16,7 @@ use std::time::Duration;
 use crate::common::{client, db, Tables};
 use parking_lot::Mutex;
 use pgtenure::membership::{Config, Leaser, NoHooks, Reconciler, Unit, Units};
+use pgtenure::postgres;
 use pgtenure::Db;
 
 /// Records what the leaser reports, and says which units have work in flight.
@@ -92,6 +93,25 @@ impl Fleet {
             .with_tables(&self.processes, &self.units_table)
             .unwrap();
         (leaser, recorder)
+    }
+
+    /// A leaser of this fleet on `db`, telling `reconciler`.
+    fn leaser_with(&self, db: &Db, reconciler: Arc<dyn Reconciler>, config: Config) -> Leaser {
+        Leaser::new(db, reconciler, config, Arc::new(NoHooks))
+            .unwrap()
+            .with_tables(&self.processes, &self.units_table)
+            .unwrap()
+    }
+
+    /// Locks every unit in an open transaction of `client`, as an operator's statement in progress.
+    fn hold_units<'c>(&self, client: &'c mut postgres::Client) -> postgres::Transaction<'c> {
+        let mut tx = client.transaction().unwrap();
+        tx.execute(
+            &format!("SELECT 1 FROM {} FOR UPDATE", self.units_table),
+            &[],
+        )
+        .unwrap();
+        tx
     }
 
     /// A leaser on a pool of its own whose sessions carry `application_name`, so that a test can
