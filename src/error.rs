@@ -156,18 +156,11 @@ impl Error {
         self.inner.checkout
     }
 
-    /// A pool checkout that timed out or could not open a connection; r2d2 keeps the last
-    /// connection error, which says why.
+    /// A pool checkout that timed out or could not open a connection; r2d2's message says what its
+    /// last attempt met, when it knows.
     pub(crate) fn from_pool(context: &str, err: r2d2::Error) -> Error {
-        let why = err.to_string();
-        let detail = why
-            .strip_prefix("timed out waiting for connection")
-            .map(|rest| rest.trim_start_matches(':').trim())
-            .filter(|rest| !rest.is_empty())
-            .map(|rest| format!(" (the last attempt: {rest})"))
-            .unwrap_or_default();
         Error::checkout(format!(
-            "{context} failed: no database connection could be had from the pool in time{detail}"
+            "{context} failed: no database connection could be had from the pool in time ({err})"
         ))
         .with_source(err)
     }

@@ -142,11 +142,7 @@ impl Leaser {
     ///
     /// A database or connection error.
     pub fn heartbeat(&self) -> Result<()> {
-        let (count, weight, previous) = {
-            let local = self.local.lock();
-            let (count, weight) = local.reported();
-            (count, weight, local.last_beat)
-        };
+        let (count, weight) = self.local.lock().reported();
         let sent = Instant::now();
         let row = self.db.query_one(
             "heartbeat",
@@ -168,8 +164,9 @@ impl Leaser {
             // Answered after the previous beat's local deadline: the row may have expired before
             // this beat reached it, and another process may have claimed units meanwhile (the
             // statement's `lapsed` is judged on its own snapshot, which can predate that claim).
-            let late = previous.is_some() && !local.live_at(Instant::now());
-            local.last_beat = Some(sent);
+            let late = local
+                .live_until
+                .is_some_and(|until| Instant::now() >= until);
             local.live_until = Some(sent + stop);
             if lapsed || late {
                 local.reread = true;
@@ -323,7 +320,6 @@ impl Leaser {
             )?;
             let mut local = self.local.lock();
             local.forget_all();
-            local.last_beat = None;
             local.live_until = None;
             drop(local);
             drop(_one_at_a_time);

@@ -16,7 +16,6 @@ pub(super) struct Local {
     pub(super) generation: u64,
     pub(super) ready: bool,
     pub(super) reread: bool,
-    pub(super) last_beat: Option<Instant>,
     /// The local liveness deadline: the instant before the last successful heartbeat was sent, plus
     /// four fifths of the TTL (see [`stop_after`]). It falls a fifth of the TTL before the database's
     /// expiry of the row, so past it this process must not act on its units, and its reconciler hears
@@ -96,6 +95,8 @@ impl Local {
         self.owned_weight = weight;
         // Told lost (by the caller, with `lost`), given back once delivered.
         self.shedding.extend(shed);
+        let shedding = &self.shedding;
+        self.shed_told.retain(|unit, _| shedding.contains_key(unit));
         self.ready = true;
         self.reread = !live_now;
         self.seen_changes = changes;
