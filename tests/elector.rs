@@ -232,7 +232,7 @@ fn term_fenced_writes_are_refused_for_a_stale_leader() {
     assert!(a.is_leader().unwrap());
     let term_a = a.term().unwrap();
     let fenced = |e: &Elector, term: i64| {
-        let mut conn = db().pool().get().unwrap();
+        let mut conn = db().connection().unwrap();
         let mut tx = conn.transaction().unwrap();
         let ok = e.fence(&mut tx, term).unwrap();
         tx.commit().unwrap();

@@ -277,7 +277,7 @@ fn a_deadline_cancel_never_lands_on_the_next_statement_of_its_connection() {
     // The renewal now finishes before the cancel lands.
     tx.commit().unwrap();
     let started = Instant::now();
-    let mut conn = holder_db.pool().get().unwrap();
+    let mut conn = holder_db.connection().unwrap();
     let slept = conn.execute("SELECT pg_sleep(1)", &[]);
     assert!(
         slept.is_ok(),
@@ -298,7 +298,7 @@ fn dropping_a_lease_while_the_application_holds_every_connection_keeps_its_bound
         .acquire("k", Duration::from_secs(2))
         .unwrap()
         .unwrap();
-    let held = (pool_db.pool().get().unwrap(), pool_db.pool().get().unwrap());
+    let held = (pool_db.connection().unwrap(), pool_db.connection().unwrap());
     let started = Instant::now();
     let result = lease.release();
     let took = started.elapsed();
@@ -345,7 +345,7 @@ fn dropping_many_leases_while_the_database_refuses_connections_costs_one_bound()
 fn an_acquire_after_a_long_pool_wait_gets_its_whole_ttl() {
     let mut tables = Tables::new();
     let (pool_db, leases) = small_pool_leases(&mut tables, 1);
-    let conn = pool_db.pool().get().unwrap();
+    let conn = pool_db.connection().unwrap();
     let ttl = Duration::from_millis(900);
     // A raw grant: its deadline is what the acquire computed (no renewal moves it).
     let acquirer = {

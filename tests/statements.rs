@@ -141,7 +141,7 @@ fn one_connection(url_or_proxy: pgtenure::postgres::Config, prepared: bool) -> D
 
 /// The prepared statements of the pool's one connection: (name, generic plans, custom plans).
 fn prepared(db: &Db) -> Vec<(String, i64, i64, String)> {
-    let mut conn = db.pool().get().unwrap();
+    let mut conn = db.connection().unwrap();
     conn.query(
         "SELECT name, generic_plans, custom_plans, statement FROM pg_prepared_statements
           WHERE name LIKE 'pgt\\_%' ORDER BY name",
@@ -158,8 +158,7 @@ fn prepared(db: &Db) -> Vec<(String, i64, i64, String)> {
 /// header's first line). A scan left there is one no index can replace.
 fn generic_scans(db: &Db) -> Vec<(String, String)> {
     let statements: Vec<(String, i64, String)> = db
-        .pool()
-        .get()
+        .connection()
         .unwrap()
         .query(
             "SELECT name, cardinality(parameter_types)::int8, statement FROM pg_prepared_statements
@@ -319,8 +318,7 @@ fn a_statement_missing_on_its_connection_is_prepared_again_before_anything_ran()
     assert!(fleet.elector.is_leader().unwrap());
     assert_eq!(proxy.round_trips() - before, 1, "prepared: one round trip");
     // Someone resets the session (a pooler's DISCARD ALL, a user's DEALLOCATE ALL).
-    db.pool()
-        .get()
+    db.connection()
         .unwrap()
         .batch_execute("DEALLOCATE ALL")
         .unwrap();

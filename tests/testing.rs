@@ -42,9 +42,9 @@ fn a_server_survives_a_restart_and_the_pool_recovers() {
     assert_eq!(first.map(|c| c.token()), Some(1));
 
     // Warm the pool: four idle connections, all of which the restart kills.
-    let held: Vec<_> = (0..4).map(|_| db.pool().get().unwrap()).collect();
+    let held: Vec<_> = (0..4).map(|_| db.connection().unwrap()).collect();
     drop(held);
-    assert!(db.pool().state().idle_connections >= 4);
+    assert!(db.pool_state().idle_connections >= 4);
 
     pg.restart().unwrap();
     // Regression: the dead pooled connections are skipped at once, so the first claim succeeds.

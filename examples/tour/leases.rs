@@ -141,13 +141,13 @@ impl Ledger {
     const DROP: &'static str = "DROP TABLE IF EXISTS pgtenure_tour_ledger";
 
     fn create(db: &Db) -> Result<Ledger, Box<dyn std::error::Error>> {
-        db.pool().get()?.batch_execute(Self::CREATE)?;
+        db.connection()?.batch_execute(Self::CREATE)?;
         Ok(Ledger { db: db.clone() })
     }
 
     /// One protected write: fence, then write, in one transaction.
     fn write(&self, leases: &Leases, key: &str, token: i64) -> Result<bool, pgtenure::Error> {
-        let mut conn = self.db.pool().get().expect("a pooled connection");
+        let mut conn = self.db.connection().expect("a pooled connection");
         let mut tx = conn.transaction().expect("a transaction");
         if !leases.fence(&mut tx, key, token)? {
             return Ok(false);
@@ -159,7 +159,7 @@ impl Ledger {
     }
 
     fn drop_table(&self, db: &Db) -> Result<(), Box<dyn std::error::Error>> {
-        db.pool().get()?.batch_execute(Self::DROP)?;
+        db.connection()?.batch_execute(Self::DROP)?;
         Ok(())
     }
 }

@@ -100,8 +100,7 @@ pub fn membership(db: &Db) -> Result<(), Box<dyn std::error::Error>> {
         leaser.release()?;
         leaser.delete_process()?;
     }
-    db.pool()
-        .get()?
+    db.connection()?
         .batch_execute(&format!("DROP TABLE {processes}; DROP TABLE {units_table}"))?;
     Ok(())
 }

@@ -7,7 +7,8 @@ use postgres::NoTls;
 use r2d2::Pool;
 use r2d2_postgres::PostgresConnectionManager;
 
-use super::{Db, Manager};
+use super::conn::MakeTls;
+use super::Db;
 use crate::error::{Error, Result};
 
 const DEFAULT_MAX_SIZE: u32 = 16;
@@ -144,7 +145,7 @@ impl DbBuilder {
         Db::from_pool(pool)
     }
 
-    fn pool_builder(&self) -> r2d2::Builder<Manager> {
+    fn pool_builder<T: MakeTls>(&self) -> r2d2::Builder<PostgresConnectionManager<T>> {
         Pool::builder()
             .max_size(self.max_size)
             .connection_timeout(self.connection_timeout)

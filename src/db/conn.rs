@@ -1,12 +1,204 @@
 //! The pooled connection every statement runs on, apart from the pool that hands it out (so the
 //! statement layer needs nothing else of `db`).
+//!
+//! A [`Db`](crate::Db) holds its pool behind [`Source`], whatever TLS connector the pool's manager
+//! was built with, so one `Db` type serves plain pools, pgtenure's TLS pools and a user's own pool
+//! of any TLS stack. The cost is one boxed handle per checkout (next to a round trip, nothing).
 
-use postgres::NoTls;
-use r2d2::PooledConnection;
+use std::fmt;
+use std::ops::{Deref, DerefMut};
+use std::sync::Arc;
+use std::time::Duration;
+
+use postgres::tls::{MakeTlsConnect, TlsConnect};
+use postgres::{CancelToken, Client, Socket};
+use r2d2::{Extensions, Pool, PooledConnection};
 use r2d2_postgres::PostgresConnectionManager;
 
-/// The r2d2 manager of pgtenure's pools.
-pub(crate) type Manager = PostgresConnectionManager<NoTls>;
+/// A connection from a [`Db`](crate::Db)'s pool: a [`postgres::Client`] (it derefs to one) that
+/// goes back to the pool when dropped.
+///
+/// Get one with [`Db::connection`](crate::Db::connection), for your own statements on the pool
+/// pgtenure uses: a fenced write ([`Leases::fence`](crate::Leases::fence)), a check, a migration.
+pub struct Connection {
+    pooled: Box<dyn Pooled>,
+    canceller: Arc<dyn Canceller>,
+}
 
-/// A pooled connection.
-pub(crate) type Conn = PooledConnection<Manager>;
+impl Connection {
+    /// The extensions r2d2 keeps with the pooled connection (pgtenure records there which
+    /// statements are prepared on it).
+    pub(crate) fn extensions(&self) -> &Extensions {
+        self.pooled.extensions()
+    }
+
+    pub(crate) fn extensions_mut(&mut self) -> &mut Extensions {
+        self.pooled.extensions_mut()
+    }
+
+    /// What cancels the statement this connection is running, from another thread.
+    pub(crate) fn cancel_key(&self) -> CancelKey {
+        CancelKey {
+            token: self.pooled.client().cancel_token(),
+            canceller: Arc::clone(&self.canceller),
+        }
+    }
+}
+
+impl Deref for Connection {
+    type Target = Client;
+
+    fn deref(&self) -> &Client {
+        self.pooled.client()
+    }
+}
+
+impl DerefMut for Connection {
+    fn deref_mut(&mut self) -> &mut Client {
+        self.pooled.client_mut()
+    }
+}
+
+impl fmt::Debug for Connection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Connection")
+            .field("closed", &self.pooled.client().is_closed())
+            .finish()
+    }
+}
+
+/// The pooled connection inside the statement layer.
+pub(crate) type Conn = Connection;
+
+/// A cancel request for one connection's running statement, sent with the TLS connector of the
+/// pool the connection came from.
+pub(crate) struct CancelKey {
+    token: CancelToken,
+    canceller: Arc<dyn Canceller>,
+}
+
+impl CancelKey {
+    /// Sends the cancel request (opens a connection: may block up to the connect timeout).
+    pub(crate) fn cancel(&self) -> Result<(), postgres::Error> {
+        self.canceller.cancel(&self.token)
+    }
+}
+
+impl fmt::Debug for CancelKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CancelKey").finish_non_exhaustive()
+    }
+}
+
+/// The pool behind a [`Db`](crate::Db), whatever its TLS connector.
+pub(crate) trait Source: Send + Sync {
+    /// A connection, waiting at most `wait`.
+    fn get_timeout(&self, wait: Duration) -> Result<Connection, r2d2::Error>;
+    /// An idle connection, without waiting.
+    fn try_get(&self) -> Option<Connection>;
+    fn connection_timeout(&self) -> Duration;
+    fn max_size(&self) -> u32;
+    fn state(&self) -> r2d2::State;
+}
+
+/// What a TLS connector must be for an r2d2 pool of it (r2d2_postgres's own bounds), in one name.
+pub(crate) trait MakeTls:
+    MakeTlsConnect<Socket, Stream: Send, TlsConnect: Send + TlsConnect<Socket, Future: Send>>
+    + Clone
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<T> MakeTls for T where
+    T: MakeTlsConnect<Socket, Stream: Send, TlsConnect: Send + TlsConnect<Socket, Future: Send>>
+        + Clone
+        + Send
+        + Sync
+        + 'static
+{
+}
+
+/// A pool of `PostgresConnectionManager<T>` with the connector its cancel requests use.
+pub(crate) struct Pooling<T: MakeTls> {
+    pool: Pool<PostgresConnectionManager<T>>,
+    canceller: Arc<dyn Canceller>,
+}
+
+impl<T: MakeTls> Pooling<T> {
+    pub(crate) fn new(pool: Pool<PostgresConnectionManager<T>>, tls: T) -> Pooling<T> {
+        Pooling {
+            pool,
+            canceller: Arc::new(CancelWith(tls)),
+        }
+    }
+
+    fn wrap(&self, pooled: PooledConnection<PostgresConnectionManager<T>>) -> Connection {
+        Connection {
+            pooled: Box::new(pooled),
+            canceller: Arc::clone(&self.canceller),
+        }
+    }
+}
+
+impl<T: MakeTls> Source for Pooling<T> {
+    fn get_timeout(&self, wait: Duration) -> Result<Connection, r2d2::Error> {
+        self.pool.get_timeout(wait).map(|pooled| self.wrap(pooled))
+    }
+
+    fn try_get(&self) -> Option<Connection> {
+        self.pool.try_get().map(|pooled| self.wrap(pooled))
+    }
+
+    fn connection_timeout(&self) -> Duration {
+        self.pool.connection_timeout()
+    }
+
+    fn max_size(&self) -> u32 {
+        self.pool.max_size()
+    }
+
+    fn state(&self) -> r2d2::State {
+        self.pool.state()
+    }
+}
+
+/// A pooled client of some manager, with its r2d2 extensions.
+trait Pooled: Send {
+    fn client(&self) -> &Client;
+    fn client_mut(&mut self) -> &mut Client;
+    fn extensions(&self) -> &Extensions;
+    fn extensions_mut(&mut self) -> &mut Extensions;
+}
+
+impl<T: MakeTls> Pooled for PooledConnection<PostgresConnectionManager<T>> {
+    fn client(&self) -> &Client {
+        self
+    }
+
+    fn client_mut(&mut self) -> &mut Client {
+        self
+    }
+
+    fn extensions(&self) -> &Extensions {
+        PooledConnection::extensions(self)
+    }
+
+    fn extensions_mut(&mut self) -> &mut Extensions {
+        PooledConnection::extensions_mut(self)
+    }
+}
+
+/// Sends cancel requests with one TLS connector.
+trait Canceller: Send + Sync {
+    fn cancel(&self, token: &CancelToken) -> Result<(), postgres::Error>;
+}
+
+struct CancelWith<T>(T);
+
+impl<T: MakeTls> Canceller for CancelWith<T> {
+    fn cancel(&self, token: &CancelToken) -> Result<(), postgres::Error> {
+        token.cancel_query(self.0.clone())
+    }
+}

@@ -6,10 +6,13 @@ mod outcome;
 mod schema;
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Instant;
 
-use postgres::Row;
+use postgres::tls::{MakeTlsConnect, TlsConnect};
+use postgres::{NoTls, Row, Socket};
 use r2d2::Pool;
+use r2d2_postgres::PostgresConnectionManager;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::statement::{Failure, Statement, Value};
@@ -19,7 +22,9 @@ use self::outcome::connection_lost;
 pub(crate) use self::outcome::{deadlocked, discard, never_ran, outcome_unknown, Policy, Resend};
 pub(crate) use self::schema::Companion;
 
-pub(crate) use self::conn::{Conn, Manager};
+pub use self::conn::Connection;
+pub(crate) use self::conn::{CancelKey, Conn};
+use self::conn::{Pooling, Source};
 
 /// A pool of PostgreSQL connections shared by every pgtenure primitive.
 ///
@@ -35,7 +40,7 @@ pub(crate) use self::conn::{Conn, Manager};
 /// runtime's worker thread; use `spawn_blocking` or a thread of your own.
 #[derive(Clone)]
 pub struct Db {
-    pool: Pool<Manager>,
+    pool: Arc<dyn Source>,
     cancel_on_deadline: bool,
     prepared_statements: bool,
 }
@@ -110,9 +115,27 @@ impl Db {
     /// operations can fail with [`ErrorKind::Serialization`](crate::ErrorKind::Serialization)
     /// (never granting two holders); pass `options=-c default_transaction_isolation=read\ committed`
     /// in the connection string to avoid that.
-    pub fn from_pool(pool: Pool<Manager>) -> Db {
+    pub fn from_pool(pool: Pool<PostgresConnectionManager<NoTls>>) -> Db {
+        Db::from_source(Pooling::new(pool, NoTls))
+    }
+
+    /// Uses a pool you built yourself with a TLS connector (`tls`: the connector the pool's manager
+    /// was made with, for cancel requests, which open a connection of their own). Any TLS stack
+    /// for the driver works: `postgres-openssl`, `postgres-native-tls`, a rustls connector. The
+    /// advice of [`Db::from_pool`] holds here too.
+    pub fn from_tls_pool<T>(pool: Pool<PostgresConnectionManager<T>>, tls: T) -> Db
+    where
+        T: MakeTlsConnect<Socket> + Clone + Send + Sync + 'static,
+        T::Stream: Send,
+        T::TlsConnect: Send,
+        <T::TlsConnect as TlsConnect<Socket>>::Future: Send,
+    {
+        Db::from_source(Pooling::new(pool, tls))
+    }
+
+    fn from_source(source: impl Source + 'static) -> Db {
         Db {
-            pool,
+            pool: Arc::new(source),
             cancel_on_deadline: true,
             prepared_statements: true,
         }
@@ -162,9 +185,25 @@ impl Db {
         self.cancel_on_deadline
     }
 
-    /// The underlying r2d2 pool.
-    pub fn pool(&self) -> &Pool<Manager> {
-        &self.pool
+    /// A connection from the pool, for statements of your own (a fenced write, a check), waiting at
+    /// most the pool's connection timeout. It goes back to the pool when dropped.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::Connection`](crate::ErrorKind::Connection) when none could be had in time,
+    /// saying why the pool's last attempt failed.
+    pub fn connection(&self) -> Result<Connection> {
+        self.conn_until("get a connection", None)
+    }
+
+    /// The pool's connections: how many are open, and how many of them idle.
+    pub fn pool_state(&self) -> r2d2::State {
+        self.pool.state()
+    }
+
+    /// The most connections the pool opens.
+    pub fn pool_max_size(&self) -> u32 {
+        self.pool.max_size()
     }
 
     /// Takes a connection for one statement, waiting at most the pool's connection timeout, or

@@ -31,7 +31,7 @@
 //! leases.create_table()?;
 //!
 //! let ran = leases.with_lease("invoice-export", Duration::from_secs(30), |lease| {
-//!     let mut conn = db.pool().get().expect("a connection");
+//!     let mut conn = db.connection().expect("a connection");
 //!     let mut tx = conn.transaction()?;
 //!     if leases.fence(&mut tx, lease.key(), lease.token()).unwrap_or(false) {
 //!         export_invoices(&mut tx)?; // the protected write

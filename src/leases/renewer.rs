@@ -40,7 +40,7 @@ impl Renewer {
     ) -> std::result::Result<T, Failure> {
         let cancellable = self.family.db.cancels_on_deadline();
         if cancellable {
-            state.set_in_flight(purpose, conn.cancel_token());
+            state.set_in_flight(purpose, conn.cancel_key());
         }
         let result = statement(conn);
         if cancellable && !state.clear_in_flight(purpose) {

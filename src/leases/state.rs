@@ -5,9 +5,9 @@
 use std::fmt;
 use std::time::{Duration, Instant};
 
+use crate::db::CancelKey;
 use crossbeam_channel::Sender;
 use parking_lot::Mutex;
-use postgres::CancelToken;
 
 use super::watcher::{Deadline, Timer};
 
@@ -57,7 +57,7 @@ pub(super) enum Status {
 struct Inner {
     status: Status,
     deadline: Instant,
-    in_flight: Option<(Purpose, CancelToken)>,
+    in_flight: Option<(Purpose, CancelKey)>,
 }
 
 /// A managed lease's state, shared by its handle, its thread and the watcher.
@@ -135,7 +135,7 @@ impl LeaseState {
         true
     }
 
-    pub(super) fn set_in_flight(&self, purpose: Purpose, token: CancelToken) {
+    pub(super) fn set_in_flight(&self, purpose: Purpose, token: CancelKey) {
         self.inner.lock().in_flight = Some((purpose, token));
     }
 
@@ -152,7 +152,7 @@ impl LeaseState {
         }
     }
 
-    pub(super) fn take_in_flight(&self, purpose: Purpose) -> Option<CancelToken> {
+    pub(super) fn take_in_flight(&self, purpose: Purpose) -> Option<CancelKey> {
         let mut inner = self.inner.lock();
         match inner.in_flight.take() {
             Some((p, token)) if p == purpose => Some(token),

@@ -5,7 +5,7 @@
 //! pool) cannot watch a clock, so the watcher does: it keeps a heap of lease deadlines and wakes at
 //! the earliest with crossbeam's `at`. When a deadline has passed (and was not pushed back by a
 //! renewal), it marks the lease lost, sends `LossReason::Expired`, and cancels the statement the
-//! lease had in flight through the connection's `CancelToken`, so the stuck thread returns too.
+//! lease had in flight through the connection's `CancelKey`, so the stuck thread returns too.
 //! Cancels run on short-lived threads of the watcher's own (a cancel opens a connection and may block
 //! on a dead network), which it joins. Renewal threads that a `Lease` could not join within its drop
 //! bound are handed here and joined once they finish.
@@ -19,8 +19,8 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{
     at, bounded, never, select, unbounded, Receiver, RecvTimeoutError, Sender,
 };
-use postgres::{CancelToken, NoTls};
 
+use crate::db::CancelKey;
 use crate::error::{Error, Result};
 
 /// How long dropping the watcher waits for its threads (cancels and stuck renewals) to finish.
@@ -41,7 +41,7 @@ pub(crate) enum Timer {
     /// Check again then.
     Again(Instant),
     /// Cancel this statement (the lease just expired, or its release overran).
-    Cancel(Option<CancelToken>),
+    Cancel(Option<CancelKey>),
 }
 
 pub(crate) enum Watch {
@@ -49,7 +49,7 @@ pub(crate) enum Watch {
     Deadline(Arc<dyn Deadline>),
     /// A renewal thread that did not stop in time, with a receiver that disconnects when it ends;
     /// cancel its statement and join it later.
-    Reap(JoinHandle<()>, Receiver<Result<()>>, Option<CancelToken>),
+    Reap(JoinHandle<()>, Receiver<Result<()>>, Option<CancelKey>),
 }
 
 /// A thread the watcher joins once it ends: `exited` disconnects when it does.
@@ -228,13 +228,13 @@ fn reap(threads: Vec<Owned>) -> Vec<Owned> {
 }
 
 /// Cancels a statement from a thread of its own: the cancel request opens a connection and may block.
-fn spawn_cancel(token: CancelToken) -> Option<Owned> {
+fn spawn_cancel(token: CancelKey) -> Option<Owned> {
     let (ends, exited) = bounded::<Result<()>>(0);
     let spawned = thread::Builder::new()
         .name("pgtenure-cancel".into())
         .spawn(move || {
             let _ends = ends;
-            if let Err(e) = token.cancel_query(NoTls) {
+            if let Err(e) = token.cancel() {
                 log::warn!(target: "pgtenure::leases", "could not cancel a stuck lease statement: {e}");
             }
         });

@@ -30,7 +30,6 @@ use bytes::BytesMut;
 use postgres::error::SqlState;
 use postgres::types::{IsNull, ToSql, Type};
 use postgres::Row;
-use r2d2::PooledConnection;
 use sha2::{Digest, Sha256};
 
 use self::literal::{literal, renderable};
@@ -160,7 +159,8 @@ impl Statement {
     }
 
     fn prepare_with(&self, conn: &mut Conn, prepare: &str) -> Result<(), Failure> {
-        let known = PooledConnection::extensions(conn)
+        let known = conn
+            .extensions()
             .get::<Prepared>()
             .is_some_and(|p| p.0.contains(&self.name));
         if known {
@@ -237,7 +237,7 @@ impl From<postgres::Error> for Failure {
 struct Prepared(HashSet<String>);
 
 fn remember(conn: &mut Conn, name: &str, prepared: bool) {
-    let extensions = PooledConnection::extensions_mut(conn);
+    let extensions = conn.extensions_mut();
     if extensions.get::<Prepared>().is_none() {
         extensions.insert(Prepared(HashSet::new()));
     }

@@ -179,7 +179,7 @@ pub fn write(
         counts.stray_cancel(e.code(), "an application statement", e);
     };
     let outcome = (|| -> Option<bool> {
-        let mut conn = db.pool().get().ok()?;
+        let mut conn = db.connection().ok()?;
         let mut tx = conn.transaction().inspect_err(cancelled).ok()?;
         match fence(&mut tx) {
             Ok(true) => {}

@@ -23,8 +23,7 @@ fn a_serializable_default_makes_contended_acquires_fail_cleanly_never_twice() {
         .build()
         .unwrap();
     let isolation: String = strict
-        .pool()
-        .get()
+        .connection()
         .unwrap()
         .query_one("SHOW transaction_isolation", &[])
         .unwrap()

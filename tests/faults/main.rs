@@ -28,7 +28,7 @@ enum Write {
 
 /// One protected write: fence, then insert into the ledger, in one transaction of `db`'s.
 fn fenced_write(db: &Db, leases: &Leases, ledger: &str, key: &str, token: i64) -> Write {
-    let Ok(mut conn) = db.pool().get() else {
+    let Ok(mut conn) = db.connection() else {
         return Write::Failed;
     };
     let Ok(mut tx) = conn.transaction() else {

@@ -132,7 +132,7 @@ fn every_operation_is_one_round_trip() {
             lease = leases.acquire(&key("m"), Duration::from_secs(60)).unwrap()
         });
         let token = lease.as_ref().unwrap().token();
-        let mut conn = via.pool().get().unwrap();
+        let mut conn = via.connection().unwrap();
         let mut tx = conn.transaction().unwrap();
         measure("lease fence (in a transaction)", &mut || {
             assert!(leases.fence(&mut tx, &key("m"), token).unwrap())

@@ -35,7 +35,7 @@ fn row(table: &str, key: &str) -> Option<(String, i64, bool, bool)> {
 }
 
 fn fence_check(leases: &Leases, key: &str, token: i64) -> bool {
-    let mut conn = db().pool().get().unwrap();
+    let mut conn = db().connection().unwrap();
     let mut tx = conn.transaction().unwrap();
     let ok = leases.fence(&mut tx, key, token).unwrap();
     tx.commit().unwrap();

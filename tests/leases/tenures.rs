@@ -28,7 +28,7 @@ fn sixteen_threads_contend_and_no_two_tenures_overlap_in_the_fenced_ledger() {
     crate::common::race(16, move |i| {
         let leases = other(&t).with_owner(&format!("worker-{i}")).unwrap();
         let write = |token: i64| -> bool {
-            let mut conn = db().pool().get().unwrap();
+            let mut conn = db().connection().unwrap();
             let mut tx = conn.transaction().unwrap();
             if !leases.fence(&mut tx, "hot", token).unwrap() {
                 return false;
@@ -299,7 +299,7 @@ fn bad_input_is_refused_before_any_statement_and_stores_nothing() {
         );
         assert!(a.release(key).unwrap_err().is_invalid_input());
         assert!(a.supersede(key).unwrap_err().is_invalid_input());
-        let mut conn = db().pool().get().unwrap();
+        let mut conn = db().connection().unwrap();
         let mut tx = conn.transaction().unwrap();
         assert!(a.fence(&mut tx, key, 1).unwrap_err().is_invalid_input());
     }
