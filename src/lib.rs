@@ -93,7 +93,7 @@ mod table_name;
 pub mod testing;
 pub mod tick_claims;
 
-pub use crate::db::{Db, DbBuilder};
+pub use crate::db::{Connection, Db, DbBuilder, SslMode};
 pub use crate::elector::{Elector, LeaderInfo};
 pub use crate::error::{Error, ErrorKind, Result};
 pub use crate::fire_claims::FireClaims;

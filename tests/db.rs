@@ -140,7 +140,8 @@ fn bad_urls_and_unreachable_servers_are_told_apart() {
         .unwrap()
         .connection_timeout(Duration::from_millis(500))
         .unwrap()
-        .build_lazy();
+        .build_lazy()
+        .unwrap();
     let err = FireClaims::new(&lazy).claim("k@1").unwrap_err();
     assert!(err.is_connection(), "{err}");
 }
@@ -336,4 +337,97 @@ fn connecting_fails_at_once_with_the_reason_when_waiting_cannot_fix_it() {
             "a password is never shown: {err}"
         );
     }
+}
+
+/// A wrong password is refused by the server at once (28P01), and a missing one by the driver
+/// before waiting, on a server of the test's own that asks for passwords.
+#[test]
+fn a_wrong_or_missing_password_fails_at_once_saying_so() {
+    let pg = pgtenure::testing::TempPostgres::builder()
+        .hba(
+            "local all all trust\n\
+             host all postgres 127.0.0.1/32 trust\n\
+             host all all 127.0.0.1/32 scram-sha-256\n",
+        )
+        .start()
+        .unwrap();
+    postgres::Client::connect(pg.url(), NoTls)
+        .unwrap()
+        .batch_execute("CREATE ROLE app LOGIN PASSWORD 'right'")
+        .unwrap();
+    let at = |userinfo: &str| format!("postgres://{userinfo}@127.0.0.1:{}/postgres", pg.port());
+    let right = Db::connect(&at("app:right")).unwrap();
+    assert_eq!(setting(&right, "application_name"), "pgtenure");
+
+    for (userinfo, says, code) in [
+        (
+            "app:wrong",
+            "password authentication failed for user \"app\" (28P01); the server refused the \
+             credentials",
+            Some("28P01"),
+        ),
+        ("app", "password missing", None),
+    ] {
+        let started = std::time::Instant::now();
+        let err = Db::builder(&at(userinfo))
+            .unwrap()
+            .connection_timeout(Duration::from_secs(10))
+            .unwrap()
+            .build()
+            .unwrap_err();
+        let took = started.elapsed();
+        println!("{userinfo}: {took:?}: {err}");
+        assert!(took < Duration::from_secs(1), "{userinfo} took {took:?}");
+        assert_eq!(err.kind(), ErrorKind::Database, "{err}");
+        assert_eq!(err.code().map(|c| c.code()), code, "{err}");
+        assert!(err.to_string().contains(says), "{err}");
+        assert!(
+            !err.to_string().contains("wrong"),
+            "no password shown: {err}"
+        );
+    }
+}
+
+/// Without the feature `tls`, a mode that needs TLS is refused before connecting, naming the
+/// feature; `prefer` (libpq's default) connects without TLS.
+#[cfg(not(feature = "tls"))]
+#[test]
+fn without_the_tls_feature_a_mode_needing_tls_is_refused_naming_it() {
+    use pgtenure::SslMode;
+    for url in [
+        "postgres://u@db.example/app?sslmode=require",
+        "host=db.example user=u sslmode=verify-full sslrootcert=/ca.pem",
+        "postgresql://u@db.example/app?sslmode=verify-ca",
+    ] {
+        let err = Db::builder(url).unwrap_err();
+        assert!(err.is_invalid_input(), "{url}: {err}");
+        assert!(err.to_string().contains("feature \"tls\""), "{url}: {err}");
+    }
+    let builder = Db::builder("postgres://u@db.example/app").unwrap();
+    assert!(builder
+        .ssl_mode(SslMode::VerifyFull)
+        .unwrap_err()
+        .is_invalid_input());
+    let mut config: postgres::Config = "host=db.example user=u".parse().unwrap();
+    config.ssl_mode(postgres::config::SslMode::Require);
+    let err = pgtenure::DbBuilder::from_config(config)
+        .build()
+        .unwrap_err();
+    assert!(err.to_string().contains("feature \"tls\""), "{err}");
+
+    let url = format!(
+        "{}?sslmode=prefer",
+        common::direct_url().split('?').next().unwrap()
+    );
+    let db = Db::connect(&url).unwrap();
+    let ssl: bool = db
+        .connection()
+        .unwrap()
+        .query_one(
+            "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert!(!ssl, "prefer without the feature connects without TLS");
 }

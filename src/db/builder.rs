@@ -7,9 +7,10 @@ use postgres::NoTls;
 use r2d2::Pool;
 use r2d2_postgres::PostgresConnectionManager;
 
-use super::conn::MakeTls;
+use super::conn::{MakeTls, Pooling};
+use super::ssl::SslMode;
 use super::Db;
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 
 const DEFAULT_MAX_SIZE: u32 = 16;
 const DEFAULT_POOL_TIMEOUT: Duration = Duration::from_secs(10);
@@ -34,18 +35,63 @@ pub struct DbBuilder {
     max_size: u32,
     connection_timeout: Duration,
     read_committed: bool,
+    ssl_mode: SslMode,
+    root_cert: Option<String>,
 }
 
 impl DbBuilder {
     /// Starts from a driver configuration you built; pgtenure's connection defaults are applied to
     /// whatever it leaves unset.
+    ///
+    /// The driver's `ssl_mode` of `config` is taken as the [`SslMode`] (`Require` needs the feature
+    /// `tls`, checked by [`DbBuilder::build`]); [`DbBuilder::ssl_mode`] and
+    /// [`DbBuilder::ssl_root_cert`] set the modes the driver does not know.
     pub fn from_config(config: postgres::Config) -> DbBuilder {
+        let ssl_mode = match config.get_ssl_mode() {
+            postgres::config::SslMode::Disable => SslMode::Disable,
+            postgres::config::SslMode::Prefer => SslMode::Prefer,
+            _ => SslMode::Require,
+        };
         DbBuilder {
             config,
             max_size: DEFAULT_MAX_SIZE,
             connection_timeout: DEFAULT_POOL_TIMEOUT,
             read_committed: true,
+            ssl_mode,
+            root_cert: None,
         }
+    }
+
+    /// How connections use TLS (see [`SslMode`]). Defaults to the URL's `sslmode`, else `Prefer`.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a mode that needs TLS
+    /// (`Require`, `VerifyCa`, `VerifyFull`) when pgtenure is built without the feature `tls`.
+    pub fn ssl_mode(mut self, mode: SslMode) -> Result<DbBuilder> {
+        check_available(mode)?;
+        self.ssl_mode = mode;
+        Ok(self)
+    }
+
+    /// The certificate authorities that a verifying [`SslMode`] checks the server's certificate
+    /// against: a PEM file's path, or `"system"` for the operating system's trust store (libpq's
+    /// `sslrootcert`). Given with `Prefer` or `Require`, the certificate is checked as with
+    /// `VerifyCa`. Read by [`DbBuilder::build`]. Defaults to the URL's `sslrootcert`, else
+    /// `~/.postgresql/root.crt` when a verifying mode needs one.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when `root_cert` is blank or
+    /// holds a NUL byte.
+    pub fn ssl_root_cert(mut self, root_cert: &str) -> Result<DbBuilder> {
+        if root_cert.trim().is_empty() || root_cert.contains('\0') {
+            return Err(Error::invalid_input(
+                "sslrootcert is blank or holds a NUL byte; give a PEM file's path or \"system\"",
+            ));
+        }
+        self.root_cert = Some(root_cert.to_owned());
+        Ok(self)
     }
 
     /// The most connections the pool opens. Defaults to 16.
@@ -96,6 +142,15 @@ impl DbBuilder {
     /// [`ErrorKind::Connection`](crate::ErrorKind::Connection) when no connection could be opened
     /// within the connection timeout, saying why the first attempt failed.
     pub fn build(self) -> Result<Db> {
+        check_available(self.ssl_mode)?;
+        match self.tls()? {
+            None => self.build_with(NoTls),
+            #[cfg(feature = "tls")]
+            Some(tls) => self.build_with(tls),
+        }
+    }
+
+    fn build_with<T: MakeTls>(self, tls: T) -> Result<Db> {
         let started = Instant::now();
         let config = self.effective_config();
         // Within the connection timeout, whatever the per-connection one.
@@ -106,18 +161,21 @@ impl DbBuilder {
                 (*t).min(self.connection_timeout)
             });
         probe.connect_timeout(connect_timeout);
-        let first = match probe.connect(NoTls) {
+        let first = match probe.connect(tls.clone()) {
             Ok(client) => {
                 drop(client);
                 None
             }
-            Err(e) if refused_for_good(&e) => return Err(Error::from_postgres("connect", e)),
+            Err(e) if e.as_db_error().is_some() && refused_for_good(&e) => {
+                return Err(Error::from_postgres("connect", e))
+            }
+            Err(e) if cannot_connect(&e) => return Err(refused(e)),
             Err(e) => Some(e),
         };
         let pool = self
             .pool_builder()
             .min_idle(Some(1))
-            .build_unchecked(PostgresConnectionManager::new(config, NoTls));
+            .build_unchecked(PostgresConnectionManager::new(config, tls.clone()));
         if let Some(first) = first {
             // The rest of the connection timeout, for the pool to open one.
             let left = self
@@ -131,18 +189,46 @@ impl DbBuilder {
                     .with_detail(&format!("the first attempt: {}", chain(&first)))
             })?;
         }
-        Ok(Db::from_pool(pool))
+        Ok(Db::from_source(Pooling::new(pool, tls)))
     }
 
     /// Builds the pool without connecting: the first operation opens the first connection. Use it
     /// for a process that must start while the database is still unreachable.
-    pub fn build_lazy(self) -> Db {
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when the TLS settings cannot be
+    /// used (as [`DbBuilder::build`]); nothing is connected.
+    pub fn build_lazy(self) -> Result<Db> {
+        check_available(self.ssl_mode)?;
+        match self.tls()? {
+            None => Ok(self.build_lazy_with(NoTls)),
+            #[cfg(feature = "tls")]
+            Some(tls) => Ok(self.build_lazy_with(tls)),
+        }
+    }
+
+    fn build_lazy_with<T: MakeTls>(self, tls: T) -> Db {
         let builder = self.pool_builder().min_idle(Some(0));
         let pool = builder.build_unchecked(PostgresConnectionManager::new(
             self.effective_config(),
-            NoTls,
+            tls.clone(),
         ));
-        Db::from_pool(pool)
+        Db::from_source(Pooling::new(pool, tls))
+    }
+
+    /// The TLS connector the settings ask for: `None` for plain connections.
+    #[cfg(feature = "tls")]
+    fn tls(&self) -> Result<Option<tokio_postgres_rustls::MakeRustlsConnect>> {
+        if self.ssl_mode == SslMode::Disable {
+            return Ok(None);
+        }
+        super::tls::connector(self.ssl_mode, self.root_cert.as_deref()).map(Some)
+    }
+
+    #[cfg(not(feature = "tls"))]
+    fn tls(&self) -> Result<Option<std::convert::Infallible>> {
+        Ok(None)
     }
 
     fn pool_builder<T: MakeTls>(&self) -> r2d2::Builder<PostgresConnectionManager<T>> {
@@ -171,6 +257,11 @@ impl DbBuilder {
                 config.keepalives_retries(KEEPALIVES_RETRIES);
             }
         }
+        config.ssl_mode(match self.ssl_mode {
+            SslMode::Disable => postgres::config::SslMode::Disable,
+            SslMode::Prefer => postgres::config::SslMode::Prefer,
+            _ => postgres::config::SslMode::Require,
+        });
         if config.get_tcp_user_timeout().is_none() {
             config.tcp_user_timeout(TCP_USER_TIMEOUT);
         }
@@ -196,6 +287,58 @@ fn refused_for_good(e: &postgres::Error) -> bool {
     })
 }
 
+/// Whether a failed connection attempt without a server report is one that waiting cannot fix:
+/// the TLS handshake was refused (the server does not offer TLS, its certificate did not verify),
+/// or the settings lack what the server asks for (a password). A failure to reach the server, or
+/// a connection that broke, has an I/O error as its cause and may pass.
+fn cannot_connect(e: &postgres::Error) -> bool {
+    if e.as_db_error().is_some() || e.is_closed() {
+        return false;
+    }
+    match std::error::Error::source(e) {
+        None => false,
+        Some(cause) => match cause.downcast_ref::<std::io::Error>() {
+            // The TLS stack's refusal, wrapped in an I/O error.
+            Some(_) => tls_advice(e).is_some(),
+            None => true,
+        },
+    }
+}
+
+/// What to do about a failure the TLS stack reported, if it was one.
+#[cfg(feature = "tls")]
+fn tls_advice(e: &postgres::Error) -> Option<&'static str> {
+    super::tls::advice(e)
+}
+
+#[cfg(not(feature = "tls"))]
+fn tls_advice(_: &postgres::Error) -> Option<&'static str> {
+    None
+}
+
+/// The error of a connection attempt that waiting cannot fix, without a server report.
+fn refused(e: postgres::Error) -> Error {
+    let advice = tls_advice(&e).unwrap_or(
+        "waiting will not fix this: check sslmode against the server's TLS settings, and that \
+         the URL has the password the server asks for",
+    );
+    Error::new(
+        ErrorKind::Database,
+        format!("connect failed: {}; {advice}", chain(&e)),
+    )
+    .with_source(e)
+}
+
+/// Refuses a mode this build cannot serve.
+pub(super) fn check_available(mode: SslMode) -> Result<()> {
+    if mode.needs_tls() && !cfg!(feature = "tls") {
+        return Err(Error::invalid_input(format!(
+            "sslmode={mode} needs TLS, and pgtenure was built without it: enable its cargo feature \"tls\""
+        )));
+    }
+    Ok(())
+}
+
 /// An error with its causes, "error connecting to server: Connection refused (os error 111)".
 fn chain(e: &postgres::Error) -> String {
     let mut text = e.to_string();
@@ -216,6 +359,8 @@ impl fmt::Debug for DbBuilder {
             .field("max_size", &self.max_size)
             .field("connection_timeout", &self.connection_timeout)
             .field("read_committed", &self.read_committed)
+            .field("ssl_mode", &self.ssl_mode)
+            .field("root_cert", &self.root_cert)
             .finish()
     }
 }

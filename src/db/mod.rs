@@ -4,6 +4,9 @@ mod builder;
 pub(crate) mod conn;
 mod outcome;
 mod schema;
+mod ssl;
+#[cfg(feature = "tls")]
+mod tls;
 
 use std::fmt;
 use std::sync::Arc;
@@ -21,6 +24,7 @@ pub use self::builder::DbBuilder;
 use self::outcome::connection_lost;
 pub(crate) use self::outcome::{deadlocked, discard, never_ran, outcome_unknown, Policy, Resend};
 pub(crate) use self::schema::Companion;
+pub use self::ssl::SslMode;
 
 pub use self::conn::Connection;
 pub(crate) use self::conn::{CancelKey, Conn};
@@ -92,6 +96,7 @@ impl Db {
                 )));
             }
         }
+        let (url, ssl) = ssl::split(url)?;
         let config = url.parse::<postgres::Config>().map_err(|e| {
             Error::invalid_input(format!(
                 "the database URL does not parse ({e}); write postgres://user@host:port/database \
@@ -104,7 +109,14 @@ impl Db {
                 "the database URL names no host; write postgres://user@host:port/database",
             ));
         }
-        Ok(DbBuilder::from_config(config))
+        let mut builder = DbBuilder::from_config(config);
+        if let Some(mode) = ssl.mode {
+            builder = builder.ssl_mode(mode)?;
+        }
+        if let Some(root_cert) = &ssl.root_cert {
+            builder = builder.ssl_root_cert(root_cert)?;
+        }
+        Ok(builder)
     }
 
     /// Uses a pool you built yourself.

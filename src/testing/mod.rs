@@ -14,7 +14,9 @@
 //! the server run as, the `postgres` user if there is one, else `nobody`.
 //!
 //! The server is tuned for tests: `fsync`, `synchronous_commit` and `full_page_writes` are off (a
-//! crash loses nothing a test needs), `max_connections` is 300.
+//! crash loses nothing a test needs), `max_connections` is 300. [`TempPostgres::builder`] adds
+//! settings, files in the data directory (a certificate and key for `ssl = on`) and a
+//! `pg_hba.conf` of the test's own.
 //!
 //! ```no_run
 //! # fn main() -> Result<(), pgtenure::Error> {
@@ -32,7 +34,7 @@ use std::ffi::OsStr;
 use std::fmt;
 use std::fs;
 use std::net::TcpListener;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -103,14 +105,21 @@ impl TempPostgres {
     /// the package to install), the directory cannot be made, `initdb` fails, or the server does not
     /// start; the server's log is quoted.
     pub fn start() -> Result<TempPostgres> {
-        let bindir = find_bindir()?;
-        let run_as = run_as()?;
-        retry_start(|| TempPostgres::start_once(&bindir, run_as))
+        TempPostgres::builder().start()
     }
 
-    fn start_once(bindir: &Path, run_as: Option<RunAs>) -> Result<TempPostgres> {
+    /// A server with settings, files or a `pg_hba.conf` of your own; see [`TempPostgresBuilder`].
+    pub fn builder() -> TempPostgresBuilder {
+        TempPostgresBuilder::default()
+    }
+
+    fn start_once(
+        bindir: &Path,
+        run_as: Option<RunAs>,
+        own: &TempPostgresBuilder,
+    ) -> Result<TempPostgres> {
         let dir = make_dir(run_as)?;
-        if let Err(e) = initdb(bindir, &dir, run_as) {
+        if let Err(e) = initdb(bindir, &dir, run_as).and_then(|()| own.apply(&dir, run_as)) {
             let _ = fs::remove_dir_all(&dir);
             return Err(e);
         }
@@ -172,6 +181,120 @@ impl TempPostgres {
     /// and the server are then killed) or the directory is still there.
     pub fn stop(self) -> Result<()> {
         self.server.shutdown()
+    }
+}
+
+/// What a [`TempPostgres`] has beyond the defaults: server settings, files in its data directory,
+/// its own `pg_hba.conf`.
+///
+/// ```no_run
+/// # fn main() -> Result<(), pgtenure::Error> {
+/// # let (cert, key) = (String::new(), String::new());
+/// let pg = pgtenure::testing::TempPostgres::builder()
+///     .setting("ssl", "on")?
+///     .file("server.crt", cert)?
+///     .file("server.key", key)?
+///     .hba("hostssl all all 127.0.0.1/32 trust\n")
+///     .start()?;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Default, Clone)]
+pub struct TempPostgresBuilder {
+    settings: Vec<(String, String)>,
+    files: Vec<(String, Vec<u8>)>,
+    hba: Option<String>,
+}
+
+impl TempPostgresBuilder {
+    /// A line `name = 'value'` added to `postgresql.conf` (paths in values are relative to the
+    /// data directory: `ssl_cert_file = 'server.crt'`).
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when `name` is not a setting's
+    /// name (letters, digits, `_` and `.`) or `value` holds a line break or a NUL byte.
+    pub fn setting(mut self, name: &str, value: &str) -> Result<TempPostgresBuilder> {
+        let plain = !name.is_empty()
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.');
+        if !plain || value.contains(['\n', '\r', '\0']) {
+            return Err(Error::invalid_input(format!(
+                "server setting {name:?}: the name must be letters, digits, _ and ., the value one \
+                 line"
+            )));
+        }
+        self.settings.push((name.to_owned(), value.to_owned()));
+        Ok(self)
+    }
+
+    /// A file written into the data directory before the server starts, readable by the server's
+    /// user only (as PostgreSQL wants of a private key).
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when `name` is not a plain
+    /// file name (empty, `.`, `..`, or holding `/` or a NUL byte).
+    pub fn file(mut self, name: &str, contents: impl Into<Vec<u8>>) -> Result<TempPostgresBuilder> {
+        if name.is_empty() || name == "." || name == ".." || name.contains(['/', '\0']) {
+            return Err(Error::invalid_input(format!(
+                "file name {name:?} is not a plain file name"
+            )));
+        }
+        self.files.push((name.to_owned(), contents.into()));
+        Ok(self)
+    }
+
+    /// Replaces `pg_hba.conf` (by default: trust for every local and 127.0.0.1 connection).
+    pub fn hba(mut self, text: &str) -> TempPostgresBuilder {
+        self.hba = Some(text.to_owned());
+        self
+    }
+
+    /// Starts the server, as [`TempPostgres::start`] does.
+    ///
+    /// # Errors
+    ///
+    /// Those of [`TempPostgres::start`]; the server's log says what it refused of the settings.
+    pub fn start(self) -> Result<TempPostgres> {
+        let bindir = find_bindir()?;
+        let run_as = run_as()?;
+        retry_start(|| TempPostgres::start_once(&bindir, run_as, &self))
+    }
+
+    fn apply(&self, dir: &Path, run_as: Option<RunAs>) -> Result<()> {
+        let data = dir.join("data");
+        let write = |name: &str, contents: &[u8]| -> Result<()> {
+            let path = data.join(name);
+            fs::write(&path, contents)
+                .and_then(|()| fs::set_permissions(&path, fs::Permissions::from_mode(0o600)))
+                .and_then(|()| match run_as {
+                    Some(user) => std::os::unix::fs::chown(&path, Some(user.uid), Some(user.gid)),
+                    None => Ok(()),
+                })
+                .map_err(|e| {
+                    Error::setup(format!("could not write {}", path.display())).with_source(e)
+                })
+        };
+        for (name, contents) in &self.files {
+            write(name, contents)?;
+        }
+        if let Some(hba) = &self.hba {
+            write("pg_hba.conf", hba.as_bytes())?;
+        }
+        if !self.settings.is_empty() {
+            let conf = data.join("postgresql.conf");
+            let mut text = fs::read_to_string(&conf).map_err(|e| {
+                Error::setup(format!("could not read {}", conf.display())).with_source(e)
+            })?;
+            for (name, value) in &self.settings {
+                text.push_str(&format!("\n{name} = '{}'", value.replace('\'', "''")));
+            }
+            text.push('\n');
+            write("postgresql.conf", text.as_bytes())?;
+        }
+        Ok(())
     }
 }
 

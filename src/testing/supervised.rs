@@ -155,6 +155,14 @@ impl Supervised {
                 .and_then(|mut client| client.simple_query("SELECT 1").map(drop));
             match attempt {
                 Ok(()) => return Ok(()),
+                // The server answered, refusing this client (a pg_hba.conf of the test's own):
+                // it is up, unless it said it is still starting.
+                Err(e)
+                    if e.as_db_error().is_some()
+                        && e.code() != Some(&postgres::error::SqlState::CANNOT_CONNECT_NOW) =>
+                {
+                    return Ok(())
+                }
                 Err(e) if Instant::now() >= deadline => {
                     return Err(self
                         .failure("it did not accept connections in time")

@@ -46,7 +46,8 @@ fn membership_under_random_faults_never_works_a_unit_twice() {
                 .unwrap()
                 .connection_timeout(Duration::from_millis(500))
                 .unwrap()
-                .build_lazy();
+                .build_lazy()
+                .unwrap();
             Arc::new(
                 Leaser::new(
                     &db,

@@ -6,6 +6,7 @@ pub mod beliefs;
 pub mod ledger;
 pub mod proxy;
 pub mod registry;
+pub mod tls;
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::OnceLock;
@@ -15,8 +16,13 @@ use pgtenure::postgres::{self, NoTls};
 use pgtenure::Db;
 
 /// The database URL the library under test uses: the test database, or with
-/// `PGTENURE_TEST_PGBOUNCER=1` a PgBouncer in transaction mode in front of it.
+/// `PGTENURE_TEST_PGBOUNCER=1` a PgBouncer in transaction mode in front of it, or with
+/// `PGTENURE_TEST_TLS=1` (and the feature `tls`) a server of its own over TLS, its certificate
+/// checked (`sslmode=verify-full`).
 pub fn url() -> String {
+    if through_tls() {
+        return tls_server().1.clone();
+    }
     if through_pgbouncer() {
         static BOUNCER: OnceLock<pgtenure::testing::PgBouncer> = OnceLock::new();
         let bouncer = BOUNCER.get_or_init(|| {
@@ -33,8 +39,33 @@ pub fn through_pgbouncer() -> bool {
     std::env::var("PGTENURE_TEST_PGBOUNCER").is_ok_and(|v| v == "1")
 }
 
-/// The test database itself (`DATABASE_URL`, or a `TempPostgres`), for the tests' own checks.
+/// Whether this run goes over TLS (`PGTENURE_TEST_TLS=1`).
+pub fn through_tls() -> bool {
+    std::env::var("PGTENURE_TEST_TLS").is_ok_and(|v| v == "1")
+}
+
+/// The shared TLS server of `PGTENURE_TEST_TLS=1`, and the library's URL for it.
+fn tls_server() -> &'static (pgtenure::testing::TempPostgres, String) {
+    static SERVER: OnceLock<(pgtenure::testing::TempPostgres, String)> = OnceLock::new();
+    SERVER.get_or_init(|| {
+        let ca = tls::Authority::new("pgtenure test CA");
+        let pg = tls::server(&ca);
+        let ca_file = ca.write(pg.dir(), "ca.crt");
+        let url = format!(
+            "postgres://postgres@localhost:{}/postgres?sslmode=verify-full&sslrootcert={}",
+            pg.port(),
+            ca_file.display()
+        );
+        (pg, url)
+    })
+}
+
+/// The test database itself (`DATABASE_URL`, or a `TempPostgres`, or the TLS server), for the
+/// tests' own checks, without TLS.
 pub fn direct_url() -> String {
+    if through_tls() {
+        return tls_server().0.url().to_owned();
+    }
     pgtenure::testing::database_url().unwrap_or_else(|e| panic!("no test database: {e}"))
 }
 
@@ -48,6 +79,15 @@ pub fn db() -> Db {
             .and_then(|b| b.build())
             // Behind PgBouncer a cancel can hit another client's statement: the docs say turn it off.
             .map(|db| db.with_cancel_on_deadline(!through_pgbouncer()))
+            .inspect(|db| {
+                if through_tls() {
+                    let mut conn = db.connection().unwrap();
+                    assert!(
+                        tls::encrypted(&mut conn),
+                        "PGTENURE_TEST_TLS=1: not encrypted"
+                    );
+                }
+            })
             .unwrap_or_else(|e| panic!("cannot connect to the test database: {e}"))
     })
     .clone()

@@ -248,7 +248,7 @@ fn a_database_restart_during_renewals_loses_no_lease_that_can_still_be_renewed()
         .collect();
     let tokens: Vec<i64> = held.iter().map(|l| l.token()).collect();
     // A contender keeps trying throughout; it must never get a key.
-    let contender_db = Db::builder(pg.url()).unwrap().build_lazy();
+    let contender_db = Db::builder(pg.url()).unwrap().build_lazy().unwrap();
     let contender = Leases::new(&contender_db);
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let (c, s) = (contender.clone(), stop.clone());

@@ -36,7 +36,8 @@ fn partitions_and_crashes_during_rebalancing_never_let_two_processes_work_a_unit
             let via = DbBuilder::from_config(proxy.config())
                 .connection_timeout(Duration::from_millis(500))
                 .unwrap()
-                .build_lazy();
+                .build_lazy()
+                .unwrap();
             let worker = Arc::new(Worker {
                 registry: registry.clone(),
                 id,

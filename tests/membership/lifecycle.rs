@@ -186,7 +186,8 @@ fn run_starts_while_the_database_is_unreachable_and_stops_promptly() {
     let lazy = pgtenure::DbBuilder::from_config(via)
         .connection_timeout(Duration::from_millis(300))
         .unwrap()
-        .build_lazy();
+        .build_lazy()
+        .unwrap();
     let mut cfg = config(Duration::from_secs(3));
     cfg.rebalance_interval = Duration::from_millis(100);
     let leaser = Arc::new(
@@ -688,7 +689,8 @@ fn run_ends_with_a_permanent_error_and_never_returns_ok_after_failing_all_along(
         pgtenure::DbBuilder::from_config(crate::common::config_at("127.0.0.1", Proxy::free_port()))
             .connection_timeout(Duration::from_millis(200))
             .unwrap()
-            .build_lazy();
+            .build_lazy()
+            .unwrap();
     let unreachable = Leaser::new(
         &nowhere,
         Arc::new(Recorder::default()),

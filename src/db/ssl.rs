@@ -1,0 +1,290 @@
+//! What a connection string says about TLS: `sslmode` and `sslrootcert`, taken out before the driver
+//! parses the rest (the driver knows only `disable`, `prefer` and `require`, and no root
+//! certificates).
+
+use std::fmt;
+
+use crate::error::{Error, Result};
+
+/// How a connection uses TLS: libpq's `sslmode`, in the URL (`?sslmode=verify-full`), the
+/// connection string (`sslmode=verify-full`) or [`DbBuilder::ssl_mode`](crate::DbBuilder::ssl_mode).
+///
+/// Every mode but `Disable` and `Prefer` needs the cargo feature `tls`. Without it, `Prefer`
+/// connects without TLS.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum SslMode {
+    /// No TLS.
+    Disable,
+    /// TLS when the server offers it, else plain; the certificate is not checked (unless
+    /// `sslrootcert` is given: then as `VerifyCa`). The default, as with libpq.
+    Prefer,
+    /// TLS or no connection; the certificate is not checked (unless `sslrootcert` is given: then as
+    /// `VerifyCa`). Protects against eavesdropping, not against an impostor.
+    Require,
+    /// TLS, and the server's certificate must be signed by a certificate authority of
+    /// `sslrootcert`; the host name is not checked.
+    VerifyCa,
+    /// TLS, the certificate signed by a certificate authority of `sslrootcert`, and issued for the
+    /// host name connected to. What a database reached over a network should use.
+    VerifyFull,
+}
+
+impl SslMode {
+    /// Whether a connection without TLS is refused.
+    pub(crate) fn needs_tls(self) -> bool {
+        !matches!(self, SslMode::Disable | SslMode::Prefer)
+    }
+
+    fn parse(value: &str) -> Result<SslMode> {
+        Ok(match value {
+            "disable" => SslMode::Disable,
+            // libpq's "allow" tries plain first, then TLS: with no TLS refused by a server that
+            // offers it, plain it is.
+            "allow" | "prefer" => SslMode::Prefer,
+            "require" => SslMode::Require,
+            "verify-ca" => SslMode::VerifyCa,
+            "verify-full" => SslMode::VerifyFull,
+            other => {
+                return Err(Error::invalid_input(format!(
+                    "sslmode {other:?} is not one of disable, prefer, require, verify-ca, \
+                     verify-full"
+                )))
+            }
+        })
+    }
+}
+
+impl fmt::Display for SslMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            SslMode::Disable => "disable",
+            SslMode::Prefer => "prefer",
+            SslMode::Require => "require",
+            SslMode::VerifyCa => "verify-ca",
+            SslMode::VerifyFull => "verify-full",
+        })
+    }
+}
+
+/// The TLS parameters of a connection string, and the string without them.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct SslParams {
+    pub(crate) mode: Option<SslMode>,
+    pub(crate) root_cert: Option<String>,
+}
+
+/// Parameters pgtenure refuses rather than ignores: client certificates are not supported.
+const UNSUPPORTED: &[&str] = &["sslcert", "sslkey", "sslpassword", "sslcrl", "sslcrldir"];
+
+/// Takes `sslmode` and `sslrootcert` out of a `postgres://` URL's query or a `key=value` string.
+pub(crate) fn split(url: &str) -> Result<(String, SslParams)> {
+    if url.contains("://") {
+        split_url(url)
+    } else {
+        split_pairs(url)
+    }
+}
+
+fn split_url(url: &str) -> Result<(String, SslParams)> {
+    let Some((base, query)) = url.split_once('?') else {
+        return Ok((url.to_owned(), SslParams::default()));
+    };
+    let mut params = SslParams::default();
+    let mut kept = Vec::new();
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        let key = percent_decode(key)?;
+        if take(&mut params, &key, || percent_decode(value))? {
+            continue;
+        }
+        kept.push(pair);
+    }
+    let rest = if kept.is_empty() {
+        base.to_owned()
+    } else {
+        format!("{base}?{}", kept.join("&"))
+    };
+    Ok((rest, params))
+}
+
+fn split_pairs(text: &str) -> Result<(String, SslParams)> {
+    let mut params = SslParams::default();
+    let mut kept: Vec<&str> = Vec::new();
+    let mut rest = text;
+    loop {
+        rest = rest.trim_start();
+        if rest.is_empty() {
+            break;
+        }
+        let (key, value, raw_len) = next_pair(rest)?;
+        let raw = &rest[..raw_len];
+        if !take(&mut params, key, || Ok(value.clone()))? {
+            kept.push(raw);
+        }
+        rest = &rest[raw_len..];
+    }
+    Ok((kept.join(" "), params))
+}
+
+/// Records `key` when it is a TLS parameter pgtenure handles: `true` when it was taken.
+fn take(params: &mut SslParams, key: &str, value: impl FnOnce() -> Result<String>) -> Result<bool> {
+    match key {
+        "sslmode" => params.mode = Some(SslMode::parse(&value()?)?),
+        "sslrootcert" => params.root_cert = Some(value()?),
+        key if UNSUPPORTED.contains(&key) => {
+            return Err(Error::invalid_input(format!(
+                "the database URL sets {key}: client certificates and revocation lists are not \
+                 supported; authenticate with a password, or build a pool of your own with a TLS \
+                 connector that presents one and use Db::from_tls_pool"
+            )))
+        }
+        _ => return Ok(false),
+    }
+    Ok(true)
+}
+
+/// One `key = value` of a connection string at the start of `text`: the key, the value unquoted
+/// and unescaped, and how many bytes of `text` the pair takes.
+fn next_pair(text: &str) -> Result<(&str, String, usize)> {
+    let key_end = text
+        .find(|c: char| c == '=' || c.is_whitespace())
+        .unwrap_or(text.len());
+    let key = &text[..key_end];
+    let after_key = text[key_end..].trim_start();
+    let Some(after_eq) = after_key.strip_prefix('=') else {
+        return Err(Error::invalid_input(format!(
+            "the connection string's {key:?} has no \"=\"; write key=value pairs such as \
+             \"host=db user=app dbname=app\""
+        )));
+    };
+    let value_text = after_eq.trim_start();
+    let start = text.len() - value_text.len();
+    let mut value = String::new();
+    let mut chars = value_text.char_indices();
+    let quoted = value_text.starts_with('\'');
+    if quoted {
+        chars.next();
+    }
+    let mut end = value_text.len();
+    let mut closed = !quoted;
+    while let Some((i, c)) = chars.next() {
+        match c {
+            '\\' => {
+                if let Some((_, escaped)) = chars.next() {
+                    value.push(escaped);
+                }
+            }
+            '\'' if quoted => {
+                end = i + 1;
+                closed = true;
+                break;
+            }
+            c if c.is_whitespace() && !quoted => {
+                end = i;
+                break;
+            }
+            c => value.push(c),
+        }
+    }
+    if !closed {
+        return Err(Error::invalid_input(format!(
+            "the connection string's {key} value has an unclosed quote"
+        )));
+    }
+    Ok((key, value, start + end))
+}
+
+fn percent_decode(text: &str) -> Result<String> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let byte = text
+                .get(i + 1..i + 3)
+                .and_then(|hex| u8::from_str_radix(hex, 16).ok())
+                .ok_or_else(|| {
+                    Error::invalid_input("the database URL has a % not followed by two hex digits")
+                })?;
+            out.push(byte);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out)
+        .map_err(|_| Error::invalid_input("the database URL's query is not UTF-8 once decoded"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params(mode: Option<SslMode>, root_cert: Option<&str>) -> SslParams {
+        SslParams {
+            mode,
+            root_cert: root_cert.map(str::to_owned),
+        }
+    }
+
+    #[test]
+    fn urls_lose_only_the_tls_parameters() {
+        let (rest, got) = split(
+            "postgres://u:p%40ss@db:5432/app?sslmode=verify-full&application_name=x&sslrootcert=%2Fetc%2Fca.pem",
+        )
+        .unwrap();
+        assert_eq!(rest, "postgres://u:p%40ss@db:5432/app?application_name=x");
+        assert_eq!(got, params(Some(SslMode::VerifyFull), Some("/etc/ca.pem")));
+
+        let (rest, got) = split("postgresql://db/app?sslmode=require").unwrap();
+        assert_eq!(rest, "postgresql://db/app");
+        assert_eq!(got, params(Some(SslMode::Require), None));
+
+        let (rest, got) = split("postgres://db/app").unwrap();
+        assert_eq!(rest, "postgres://db/app");
+        assert_eq!(got, SslParams::default());
+    }
+
+    #[test]
+    fn connection_strings_lose_only_the_tls_parameters() {
+        let (rest, got) = split(
+            "host=db  sslmode = verify-ca user=app sslrootcert='/my certs/ca\\'s.pem' options='-c x=1'",
+        )
+        .unwrap();
+        assert_eq!(rest, "host=db user=app options='-c x=1'");
+        assert_eq!(
+            got,
+            params(Some(SslMode::VerifyCa), Some("/my certs/ca's.pem"))
+        );
+        let (rest, got) = split("sslmode=disable").unwrap();
+        assert_eq!(rest, "");
+        assert_eq!(got, params(Some(SslMode::Disable), None));
+    }
+
+    #[test]
+    fn bad_tls_parameters_are_refused_with_what_is_wrong() {
+        for (text, says) in [
+            ("postgres://db/app?sslmode=verify", "sslmode \"verify\""),
+            ("host=db sslmode=strict", "sslmode \"strict\""),
+            ("host=db sslcert=/c.pem", "sets sslcert"),
+            ("postgres://db/app?sslkey=k.pem", "sets sslkey"),
+            ("host=db sslrootcert='/unclosed", "unclosed quote"),
+            ("host=db sslmode", "has no \"=\""),
+            ("postgres://db/app?sslrootcert=%zz", "two hex digits"),
+        ] {
+            let err = split(text).unwrap_err();
+            assert!(err.is_invalid_input(), "{text}");
+            assert!(err.to_string().contains(says), "{text}: {err}");
+        }
+    }
+
+    #[test]
+    fn modes_say_what_they_need() {
+        assert!(!SslMode::Disable.needs_tls() && !SslMode::Prefer.needs_tls());
+        assert!(SslMode::Require.needs_tls() && SslMode::VerifyFull.needs_tls());
+        assert_eq!(SslMode::parse("allow").unwrap(), SslMode::Prefer);
+        assert_eq!(SslMode::VerifyFull.to_string(), "verify-full");
+    }
+}

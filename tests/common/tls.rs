@@ -1,0 +1,81 @@
+//! Throwaway servers with TLS, and the certificate authorities the tests make for them.
+
+use std::path::PathBuf;
+
+use pgtenure::testing::TempPostgres;
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose,
+};
+
+/// A certificate authority made for one test run.
+pub struct Authority {
+    /// The CA's certificate, PEM.
+    pub pem: String,
+    issuer: Issuer<'static, KeyPair>,
+}
+
+impl Authority {
+    pub fn new(name: &str) -> Authority {
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.distinguished_name.push(DnType::CommonName, name);
+        params.key_usages = vec![
+            KeyUsagePurpose::DigitalSignature,
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::CrlSign,
+        ];
+        let key = KeyPair::generate().unwrap();
+        let pem = params.self_signed(&key).unwrap().pem();
+        Authority {
+            pem,
+            issuer: Issuer::new(params, key),
+        }
+    }
+
+    /// A server certificate and its key (PEM) for the DNS names `names`.
+    pub fn server_cert(&self, names: &[&str]) -> (String, String) {
+        let names: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
+        let mut params = CertificateParams::new(names.clone()).unwrap();
+        params
+            .distinguished_name
+            .push(DnType::CommonName, &names[0]);
+        params.use_authority_key_identifier_extension = true;
+        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        let key = KeyPair::generate().unwrap();
+        let cert = params.signed_by(&key, &self.issuer).unwrap();
+        (cert.pem(), key.serialize_pem())
+    }
+
+    /// Writes the CA's certificate where a client can name it as `sslrootcert`.
+    pub fn write(&self, dir: &std::path::Path, name: &str) -> PathBuf {
+        let path = dir.join(name);
+        std::fs::write(&path, &self.pem).unwrap();
+        path
+    }
+}
+
+/// A server with `ssl = on` and a certificate for `localhost` only, signed by `ca`; every
+/// connection from 127.0.0.1 is trusted, with or without TLS.
+pub fn server(ca: &Authority) -> TempPostgres {
+    let (cert, key) = ca.server_cert(&["localhost"]);
+    TempPostgres::builder()
+        .setting("ssl", "on")
+        .and_then(|b| b.setting("ssl_cert_file", "server.crt"))
+        .and_then(|b| b.setting("ssl_key_file", "server.key"))
+        .and_then(|b| b.file("server.crt", cert))
+        .and_then(|b| b.file("server.key", key))
+        .and_then(|b| b.start())
+        .unwrap_or_else(|e| panic!("no TLS server: {e}"))
+}
+
+/// Whether the session behind `conn` is encrypted, as the server sees it.
+pub fn encrypted(conn: &mut pgtenure::postgres::Client) -> bool {
+    conn.query_one(
+        "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()",
+        &[],
+    )
+    .unwrap()
+    .get(0)
+}

@@ -1,0 +1,269 @@
+//! TLS (feature `tls`) against throwaway servers with `ssl = on` and a certificate authority made
+//! by the test: each sslmode does what libpq's does, and what fails says why, at once.
+#![cfg(feature = "tls")]
+
+mod common;
+
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use common::tls::{encrypted, server, Authority};
+use pgtenure::testing::TempPostgres;
+use pgtenure::{Db, ErrorKind, Leases, SslMode};
+
+/// One TLS server for this binary, its CA's file, and a file of another CA.
+struct Fixture {
+    pg: TempPostgres,
+    ca: String,
+    other_ca: String,
+}
+
+fn fixture() -> &'static Fixture {
+    static FIXTURE: OnceLock<Fixture> = OnceLock::new();
+    FIXTURE.get_or_init(|| {
+        let _ = env_logger::builder().is_test(true).try_init();
+        let ca = Authority::new("pgtenure test CA");
+        let pg = server(&ca);
+        let ca_file = ca.write(pg.dir(), "ca.crt");
+        let other = Authority::new("another CA").write(pg.dir(), "other-ca.crt");
+        Fixture {
+            ca: ca_file.display().to_string(),
+            other_ca: other.display().to_string(),
+            pg,
+        }
+    })
+}
+
+fn url(host: &str, query: &str) -> String {
+    format!(
+        "postgres://postgres@{host}:{}/postgres?{query}",
+        fixture().pg.port()
+    )
+}
+
+/// Connects with a short pool timeout, so that a failure which did wait would show.
+fn connect(url: &str) -> (pgtenure::Result<Db>, Duration) {
+    let started = Instant::now();
+    let db = Db::builder(url)
+        .and_then(|b| b.connection_timeout(Duration::from_secs(5)))
+        .and_then(|b| b.build());
+    (db, started.elapsed())
+}
+
+fn connected(url: &str) -> Db {
+    let (db, _) = connect(url);
+    db.unwrap_or_else(|e| panic!("{url}: {e}"))
+}
+
+fn refused(url: &str) -> (pgtenure::Error, Duration) {
+    let (db, took) = connect(url);
+    match db {
+        Ok(_) => panic!("{url} connected"),
+        Err(e) => (e, took),
+    }
+}
+
+#[test]
+fn verify_full_connects_to_a_host_the_certificate_names_and_encrypts() {
+    let f = fixture();
+    let db = connected(&url(
+        "localhost",
+        &format!("sslmode=verify-full&sslrootcert={}", f.ca),
+    ));
+    assert!(encrypted(&mut db.connection().unwrap()));
+
+    // The key=value form, and the builder's own setters, say the same.
+    let pairs = format!(
+        "host=localhost port={} user=postgres dbname=postgres sslmode=verify-full sslrootcert='{}'",
+        f.pg.port(),
+        f.ca
+    );
+    assert!(encrypted(&mut connected(&pairs).connection().unwrap()));
+    let built = Db::builder(&url("localhost", ""))
+        .and_then(|b| b.ssl_mode(SslMode::VerifyFull))
+        .and_then(|b| b.ssl_root_cert(&f.ca))
+        .and_then(|b| b.build())
+        .unwrap();
+    assert!(encrypted(&mut built.connection().unwrap()));
+
+    // A lease over it: acquired and released.
+    let leases = Leases::new(&db).with_table("t_tls_leases").unwrap();
+    leases.create_table().unwrap();
+    let lease = leases
+        .acquire("tls", Duration::from_secs(3))
+        .unwrap()
+        .expect("a free key");
+    assert!(lease.is_held());
+    lease.release().unwrap();
+    db.connection()
+        .unwrap()
+        .batch_execute("DROP TABLE t_tls_leases")
+        .unwrap();
+}
+
+#[test]
+fn a_certificate_of_another_authority_is_refused_at_once_saying_so() {
+    let f = fixture();
+    let (err, took) = refused(&url(
+        "localhost",
+        &format!("sslmode=verify-full&sslrootcert={}", f.other_ca),
+    ));
+    println!("wrong CA: {took:?}: {err}");
+    assert_eq!(err.kind(), ErrorKind::Database, "{err}");
+    assert!(took < Duration::from_secs(1), "took {took:?}");
+    let text = err.to_string();
+    assert!(
+        text.contains("UnknownIssuer")
+            && text.contains("not signed by a certificate authority of sslrootcert"),
+        "{text}"
+    );
+    // verify-ca checks the signature too.
+    let (err, _) = refused(&url(
+        "localhost",
+        &format!("sslmode=verify-ca&sslrootcert={}", f.other_ca),
+    ));
+    assert!(err.to_string().contains("UnknownIssuer"), "{err}");
+    // So does require, once given root certificates (as libpq's).
+    let (err, _) = refused(&url(
+        "localhost",
+        &format!("sslmode=require&sslrootcert={}", f.other_ca),
+    ));
+    assert!(err.to_string().contains("UnknownIssuer"), "{err}");
+}
+
+#[test]
+fn a_host_name_the_certificate_does_not_name_is_refused_by_verify_full_only() {
+    let f = fixture();
+    let (err, took) = refused(&url(
+        "127.0.0.1",
+        &format!("sslmode=verify-full&sslrootcert={}", f.ca),
+    ));
+    println!("wrong host name: {took:?}: {err}");
+    assert_eq!(err.kind(), ErrorKind::Database, "{err}");
+    assert!(took < Duration::from_secs(1), "took {took:?}");
+    assert!(
+        err.to_string()
+            .contains("not issued for the host name connected to"),
+        "{err}"
+    );
+    let db = connected(&url(
+        "127.0.0.1",
+        &format!("sslmode=verify-ca&sslrootcert={}", f.ca),
+    ));
+    assert!(encrypted(&mut db.connection().unwrap()));
+}
+
+#[test]
+fn require_and_prefer_encrypt_without_checking_the_certificate() {
+    for query in ["sslmode=require", "sslmode=prefer", ""] {
+        let db = connected(&url("127.0.0.1", query));
+        assert!(
+            encrypted(&mut db.connection().unwrap()),
+            "{query:?} is not encrypted"
+        );
+    }
+    let plain = connected(&url("127.0.0.1", "sslmode=disable"));
+    assert!(!encrypted(&mut plain.connection().unwrap()));
+}
+
+#[test]
+fn a_server_without_tls_is_refused_at_once_by_require_and_used_by_prefer() {
+    let plain = TempPostgres::start().unwrap();
+    let at = |query: &str| format!("{}?{query}", plain.url());
+    let (err, took) = refused(&at("sslmode=require"));
+    println!("TLS refused: {took:?}: {err}");
+    assert_eq!(err.kind(), ErrorKind::Database, "{err}");
+    assert!(took < Duration::from_secs(1), "took {took:?}");
+    assert!(
+        err.to_string().contains("server does not support TLS"),
+        "{err}"
+    );
+    let db = connected(&at("sslmode=prefer"));
+    assert!(!encrypted(&mut db.connection().unwrap()));
+}
+
+#[test]
+fn root_certificates_that_cannot_be_used_are_refused_before_connecting() {
+    let f = fixture();
+    let missing = f.pg.dir().join("no-such-ca.crt");
+    let (err, _) = refused(&url(
+        "localhost",
+        &format!("sslmode=verify-full&sslrootcert={}", missing.display()),
+    ));
+    assert!(err.is_invalid_input(), "{err}");
+    assert!(err.to_string().contains("cannot be read"), "{err}");
+
+    let not_pem = f.pg.dir().join("not-pem.crt");
+    std::fs::write(&not_pem, "not a certificate").unwrap();
+    let (err, _) = refused(&url(
+        "localhost",
+        &format!("sslmode=verify-ca&sslrootcert={}", not_pem.display()),
+    ));
+    assert!(err.is_invalid_input(), "{err}");
+    assert!(
+        err.to_string().contains("holds no PEM certificate"),
+        "{err}"
+    );
+
+    let root_crt = std::env::var_os("HOME")
+        .map(|home| std::path::Path::new(&home).join(".postgresql/root.crt"));
+    if !root_crt.is_some_and(|p| p.exists()) {
+        let (err, _) = refused(&url("localhost", "sslmode=verify-full"));
+        assert!(err.is_invalid_input(), "{err}");
+        assert!(err.to_string().contains("sslrootcert=system"), "{err}");
+    }
+    assert!(Db::builder(&url("localhost", ""))
+        .unwrap()
+        .ssl_root_cert(" ")
+        .unwrap_err()
+        .is_invalid_input());
+}
+
+#[test]
+fn a_lease_statement_stuck_at_its_deadline_is_cancelled_over_tls() {
+    let f = fixture();
+    let db = connected(&url(
+        "localhost",
+        &format!("sslmode=verify-full&sslrootcert={}", f.ca),
+    ));
+    let mut admin = db.connection().unwrap();
+    admin
+        .batch_execute("CREATE TABLE IF NOT EXISTS t_tls_cancel (k int)")
+        .unwrap();
+    let leases = Leases::new(&db).with_table("t_tls_cancel_leases").unwrap();
+    leases.create_table().unwrap();
+    let lease = leases
+        .acquire("stuck", Duration::from_millis(900))
+        .unwrap()
+        .expect("a free key");
+    // Hold the lease row's lock so that its renewals block until the deadline.
+    let mut blocker = db.connection().unwrap();
+    let mut tx = blocker.transaction().unwrap();
+    let blocker_pid: i32 = tx.query_one("SELECT pg_backend_pid()", &[]).unwrap().get(0);
+    tx.execute("SELECT 1 FROM t_tls_cancel_leases FOR UPDATE", &[])
+        .unwrap();
+    let lost = lease.lost().recv_timeout(Duration::from_secs(5));
+    assert!(lost.is_ok(), "the loss is signalled at the deadline");
+    // The renewal's statement was cancelled through the TLS connector: no session waits for the
+    // blocker's lock any more (a cancel sent without TLS is refused by the server, and the renewal
+    // would wait until the blocker lets go).
+    let waiting = |admin: &mut pgtenure::Connection| -> i64 {
+        admin
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY (pg_blocking_pids(pid))",
+                &[&blocker_pid],
+            )
+            .unwrap()
+            .get(0)
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while waiting(&mut admin) > 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(waiting(&mut admin), 0, "the stuck renewal was cancelled");
+    tx.rollback().unwrap();
+    drop(lease);
+    admin
+        .batch_execute("DROP TABLE t_tls_cancel; DROP TABLE t_tls_cancel_leases")
+        .unwrap();
+}
