@@ -32,6 +32,12 @@
 //! # }
 //! ```
 //!
+//! # Features
+//!
+//! - `tls`: TLS for [`Db::connect`] and [`DbBuilder`] (`sslmode=verify-full`, `sslrootcert`), with
+//!   rustls. Off by default; without it a mode that needs TLS is refused, naming the feature.
+//! - `testing`: `testing::TempPostgres`, throwaway servers for tests.
+//!
 //! # Blocking
 //!
 //! Every call that touches the database blocks the calling thread (see [`Db`] for the bounds). Do not
@@ -60,7 +66,9 @@
 //!
 //! # Layout
 //!
-//! - `db`: [`Db`], the shared r2d2 pool, and [`DbBuilder`].
+//! - `db`: [`Db`], the shared r2d2 pool behind one handle whatever its TLS connector,
+//!   [`DbBuilder`], [`SslMode`] and the parsing of `sslmode`/`sslrootcert`, the rustls connector
+//!   (feature `tls`).
 //! - `error`: [`Error`] and [`ErrorKind`], classified by SQLSTATE.
 //! - [`tick_claims`]: [`TickClaims`] and [`TickClaim`], one row per job.
 //! - [`fire_claims`]: [`FireClaims`], one row per fire key.

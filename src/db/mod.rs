@@ -61,26 +61,36 @@ impl Db {
     /// connections and does not run a health check on checkout (that would cost a round trip per
     /// operation; a broken connection is found by its failed statement and dropped).
     ///
+    /// TLS follows `sslmode` and `sslrootcert` in `url`, as with libpq (see [`SslMode`]; every mode
+    /// that needs TLS needs the cargo feature `tls`). The default is `prefer`: TLS when the server
+    /// offers it and the feature is on, the certificate unchecked. Use `verify-full` for a database
+    /// reached over a network.
+    ///
     /// Waits until one connection is open, so a wrong URL fails here.
     ///
     /// # Errors
     ///
     /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) at once when `url` is empty, has
-    /// another scheme than `postgres://` or `postgresql://`, names no host or does not parse;
-    /// [`ErrorKind::Database`](crate::ErrorKind::Database) at once, with the server's reason and
-    /// SQLSTATE, when the server refuses what waiting cannot fix (authentication 28P01, an unknown
-    /// role 28000, an unknown database 3D000); [`ErrorKind::Connection`](crate::ErrorKind::Connection)
-    /// when no connection could be opened within the pool's connection timeout (10 s), saying why
-    /// the last attempt failed.
+    /// another scheme than `postgres://` or `postgresql://`, names no host, does not parse, has an
+    /// unknown `sslmode`, needs TLS without the feature `tls`, or names root certificates that
+    /// cannot be read; [`ErrorKind::Database`](crate::ErrorKind::Database) at once, with the
+    /// server's reason and SQLSTATE, when the server refuses what waiting cannot fix
+    /// (authentication 28P01, an unknown role 28000, an unknown database 3D000), and with the
+    /// driver's reason for a TLS refusal (a certificate that does not verify, a server without TLS
+    /// under `require`) or a missing password;
+    /// [`ErrorKind::Connection`](crate::ErrorKind::Connection) when no connection could be opened
+    /// within the pool's connection timeout (10 s), saying why the first attempt failed.
     pub fn connect(url: &str) -> Result<Db> {
         Db::builder(url)?.build()
     }
 
-    /// A builder with pgtenure's defaults, to change the pool size, timeouts or the isolation option.
+    /// A builder with pgtenure's defaults, to change the pool size, timeouts, TLS or the isolation
+    /// option.
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when `url` does not parse.
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) as for [`Db::connect`], for
+    /// what can be told from `url` alone.
     pub fn builder(url: &str) -> Result<DbBuilder> {
         let url = url.trim();
         if url.is_empty() {

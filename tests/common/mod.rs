@@ -93,14 +93,33 @@ pub fn db() -> Db {
     .clone()
 }
 
+/// `url` with `key=value` added to its query.
+pub fn with_param(url: &str, key: &str, value: &str) -> String {
+    let joint = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{joint}{key}={value}")
+}
+
+/// The library's URL as a driver config, without the TLS parameters the driver does not know
+/// (for the tests that reach the server through a proxy of their own, without TLS).
+pub fn url_config() -> postgres::Config {
+    let url = url();
+    let plain = match url.split_once('?') {
+        Some((base, _)) if through_tls() => base.to_owned(),
+        _ => url,
+    };
+    plain.parse().unwrap()
+}
+
 /// A fresh connection config for the test database at another address (a proxy): the user,
-/// password and database of the harness URL. (`Config::host` adds a host rather than replacing one.)
+/// password and database of the harness URL, without TLS (the proxies read the traffic).
+/// (`Config::host` adds a host rather than replacing one.)
 pub fn config_at(host: &str, port: u16) -> postgres::Config {
-    let real: postgres::Config = url().parse().unwrap();
+    let real = url_config();
     let mut config = postgres::Config::new();
     config
         .host(host)
         .port(port)
+        .ssl_mode(postgres::config::SslMode::Disable)
         .user(real.get_user().unwrap_or("postgres"));
     if let Some(dbname) = real.get_dbname() {
         config.dbname(dbname);

@@ -424,7 +424,7 @@ impl Drop for Proxy {
 /// The TCP address of the test database (the harness URL must use TCP).
 pub fn database_addr() -> SocketAddr {
     use pgtenure::postgres::config::Host;
-    let config: pgtenure::postgres::Config = super::url().parse().unwrap();
+    let config = super::url_config();
     let host = match config.get_hosts().first() {
         Some(Host::Tcp(host)) => host.clone(),
         other => panic!("the fault tests need a TCP database URL, not {other:?}"),

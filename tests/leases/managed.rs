@@ -62,9 +62,8 @@ fn killing_the_holders_connections_does_not_lose_a_lease_that_can_still_be_renew
     } else {
         crate::common::url()
     };
-    let mut config: pgtenure::postgres::Config = url.parse().unwrap();
-    config.application_name(&app);
-    let holder_db = pgtenure::DbBuilder::from_config(config).build().unwrap();
+    let holder_db =
+        pgtenure::Db::connect(&crate::common::with_param(&url, "application_name", &app)).unwrap();
     let a = Leases::new(&holder_db).with_table(&table).unwrap();
     let ttl = Duration::from_millis(600);
     let lease = a.acquire("job", ttl).unwrap().unwrap();
