@@ -138,14 +138,8 @@ impl Error {
         error
     }
 
-    /// Adds what else is known to the message: "... (detail)".
-    pub(crate) fn with_detail(mut self, detail: &str) -> Error {
-        self.inner.message = format!("{} ({detail})", self.inner.message);
-        self
-    }
-
     /// A pool checkout that waited and failed.
-    fn checkout(message: impl Into<String>) -> Error {
+    pub(crate) fn checkout(message: impl Into<String>) -> Error {
         let mut error = Error::new(ErrorKind::Connection, message);
         error.inner.checkout = true;
         error

@@ -129,9 +129,9 @@ fn bad_urls_and_unreachable_servers_are_told_apart() {
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Connection, "{err}");
     assert!(
-        err.to_string()
-            .contains("the first attempt: error connecting to server: ")
-            && err.to_string().to_lowercase().contains("refused"),
+        err.to_string().contains(&format!(
+            "could not connect to 127.0.0.1:{port} within 500ms: error connecting to server: "
+        )) && err.to_string().to_lowercase().contains("refused"),
         "the reason is told: {err}"
     );
 

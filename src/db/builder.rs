@@ -175,7 +175,7 @@ impl DbBuilder {
         let pool = self
             .pool_builder()
             .min_idle(Some(1))
-            .build_unchecked(PostgresConnectionManager::new(config, tls.clone()));
+            .build_unchecked(PostgresConnectionManager::new(config.clone(), tls.clone()));
         if let Some(first) = first {
             // The rest of the connection timeout, for the pool to open one.
             let left = self
@@ -185,8 +185,14 @@ impl DbBuilder {
             pool.get_timeout(left).map_err(|e| {
                 // The driver's words with their cause ("connection refused"), which the pool's
                 // record of its last attempt leaves out.
-                Error::from_pool("connect", e)
-                    .with_detail(&format!("the first attempt: {}", chain(&first)))
+                Error::checkout(format!(
+                    "connect failed: could not connect to {} within {:?}: {}; check that the \
+                     server runs and accepts connections there (the pool's last attempt: {e})",
+                    targets(&config),
+                    self.connection_timeout,
+                    chain(&first),
+                ))
+                .with_source(e)
             })?;
         }
         Ok(Db::from_source(Pooling::new(pool, tls)))
@@ -337,6 +343,26 @@ pub(super) fn check_available(mode: SslMode) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+/// Where `config` connects, "db1:5432, db2:5433" (a socket directory as its path).
+fn targets(config: &postgres::Config) -> String {
+    let ports = config.get_ports();
+    let port = |i: usize| match ports {
+        [] => 5432,
+        [one] => *one,
+        many => many.get(i).copied().unwrap_or(5432),
+    };
+    config
+        .get_hosts()
+        .iter()
+        .enumerate()
+        .map(|(i, host)| match host {
+            postgres::config::Host::Tcp(name) => format!("{name}:{}", port(i)),
+            postgres::config::Host::Unix(dir) => format!("{} (port {})", dir.display(), port(i)),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// An error with its causes, "error connecting to server: Connection refused (os error 111)".

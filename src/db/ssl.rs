@@ -117,7 +117,10 @@ fn split_pairs(text: &str) -> Result<(String, SslParams)> {
         if rest.is_empty() {
             break;
         }
-        let (key, value, raw_len) = next_pair(rest)?;
+        let Some((key, value, raw_len)) = next_pair(rest)? else {
+            // Not a pair ("127.0.0.1:5432"): the driver says what is wrong with it.
+            return Ok((text.to_owned(), SslParams::default()));
+        };
         let raw = &rest[..raw_len];
         if !take(&mut params, key, || Ok(value.clone()))? {
             kept.push(raw);
@@ -145,18 +148,15 @@ fn take(params: &mut SslParams, key: &str, value: impl FnOnce() -> Result<String
 }
 
 /// One `key = value` of a connection string at the start of `text`: the key, the value unquoted
-/// and unescaped, and how many bytes of `text` the pair takes.
-fn next_pair(text: &str) -> Result<(&str, String, usize)> {
+/// and unescaped, and how many bytes of `text` the pair takes; `None` when it has no `=`.
+fn next_pair(text: &str) -> Result<Option<(&str, String, usize)>> {
     let key_end = text
         .find(|c: char| c == '=' || c.is_whitespace())
         .unwrap_or(text.len());
     let key = &text[..key_end];
     let after_key = text[key_end..].trim_start();
     let Some(after_eq) = after_key.strip_prefix('=') else {
-        return Err(Error::invalid_input(format!(
-            "the connection string's {key:?} has no \"=\"; write key=value pairs such as \
-             \"host=db user=app dbname=app\""
-        )));
+        return Ok(None);
     };
     let value_text = after_eq.trim_start();
     let start = text.len() - value_text.len();
@@ -192,7 +192,7 @@ fn next_pair(text: &str) -> Result<(&str, String, usize)> {
             "the connection string's {key} value has an unclosed quote"
         )));
     }
-    Ok((key, value, start + end))
+    Ok(Some((key, value, start + end)))
 }
 
 fn percent_decode(text: &str) -> Result<String> {
@@ -258,6 +258,10 @@ mod tests {
             got,
             params(Some(SslMode::VerifyCa), Some("/my certs/ca's.pem"))
         );
+        // What is not a connection string is left to the driver, which says why.
+        let (rest, got) = split("127.0.0.1:5432 sslmode=require").unwrap();
+        assert_eq!(rest, "127.0.0.1:5432 sslmode=require");
+        assert_eq!(got, SslParams::default());
         let (rest, got) = split("sslmode=disable").unwrap();
         assert_eq!(rest, "");
         assert_eq!(got, params(Some(SslMode::Disable), None));
@@ -271,7 +275,6 @@ mod tests {
             ("host=db sslcert=/c.pem", "sets sslcert"),
             ("postgres://db/app?sslkey=k.pem", "sets sslkey"),
             ("host=db sslrootcert='/unclosed", "unclosed quote"),
-            ("host=db sslmode", "has no \"=\""),
             ("postgres://db/app?sslrootcert=%zz", "two hex digits"),
         ] {
             let err = split(text).unwrap_err();
