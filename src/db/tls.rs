@@ -25,26 +25,25 @@ use crate::error::{Error, Result};
 /// `~/.postgresql/root.crt` as libpq does, and fail when it is missing.
 pub(crate) fn connector(mode: SslMode, root_cert: Option<&str>) -> Result<MakeRustlsConnect> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let verify = match (mode, root_cert) {
-        (SslMode::VerifyFull, _) => Some(Check::Full),
-        (SslMode::VerifyCa, _) | (_, Some(_)) => Some(Check::Chain),
-        _ => None,
+    // A root certificate given to `prefer` or `require` is used, as with libpq: as `verify-ca`.
+    let checks_chain =
+        mode == SslMode::VerifyFull || mode == SslMode::VerifyCa || root_cert.is_some();
+    let chain = if checks_chain {
+        let roots = Arc::new(roots(mode, root_cert)?);
+        let webpki = WebPkiServerVerifier::builder_with_provider(roots, Arc::clone(&provider))
+            .build()
+            .map_err(|e| {
+                Error::invalid_input(format!("the root certificates cannot be used: {e}"))
+            })?;
+        Some(webpki)
+    } else {
+        None
     };
-    let verifier: Arc<dyn ServerCertVerifier> = match verify {
-        None => Arc::new(Unchecked(Arc::clone(&provider))),
-        Some(check) => {
-            let roots = Arc::new(roots(mode, root_cert)?);
-            let webpki = WebPkiServerVerifier::builder_with_provider(roots, Arc::clone(&provider))
-                .build()
-                .map_err(|e| {
-                    Error::invalid_input(format!("the root certificates cannot be used: {e}"))
-                })?;
-            match check {
-                Check::Full => webpki,
-                Check::Chain => Arc::new(ChainOnly(webpki)),
-            }
-        }
-    };
+    let verifier = Arc::new(Verifier {
+        chain,
+        names: mode == SslMode::VerifyFull,
+        provider: Arc::clone(&provider),
+    });
     let config = ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(|e| Error::setup(format!("the TLS stack cannot be set up: {e}")))?
@@ -52,14 +51,6 @@ pub(crate) fn connector(mode: SslMode, root_cert: Option<&str>) -> Result<MakeRu
         .with_custom_certificate_verifier(verifier)
         .with_no_client_auth();
     Ok(MakeRustlsConnect::new(config))
-}
-
-/// What a verifying connection checks of the server's certificate.
-enum Check {
-    /// Signed by a root, for the host name connected to.
-    Full,
-    /// Signed by a root, whatever host name it names.
-    Chain,
 }
 
 fn roots(mode: SslMode, root_cert: Option<&str>) -> Result<RootCertStore> {
@@ -128,11 +119,17 @@ fn default_root_cert() -> Option<PathBuf> {
     path.is_file().then_some(path)
 }
 
-/// `verify-ca`: the chain is checked, the host name is not.
+/// Checks the server's certificate as the mode asks: against the roots (`chain`), and its host name
+/// too (`names`), or not at all (`prefer` and `require`). The handshake's signatures are checked
+/// always, so the session's keys belong to whoever holds the certificate's key.
 #[derive(Debug)]
-struct ChainOnly(Arc<WebPkiServerVerifier>);
+struct Verifier {
+    chain: Option<Arc<WebPkiServerVerifier>>,
+    names: bool,
+    provider: Arc<CryptoProvider>,
+}
 
-impl ServerCertVerifier for ChainOnly {
+impl ServerCertVerifier for Verifier {
     fn verify_server_cert(
         &self,
         end_entity: &CertificateDer<'_>,
@@ -141,56 +138,16 @@ impl ServerCertVerifier for ChainOnly {
         ocsp_response: &[u8],
         now: UnixTime,
     ) -> std::result::Result<ServerCertVerified, rustls::Error> {
-        match self
-            .0
-            .verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
-        {
+        let Some(chain) = &self.chain else {
+            return Ok(ServerCertVerified::assertion());
+        };
+        match chain.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now) {
             // The name is checked only once the chain verified.
             Err(rustls::Error::InvalidCertificate(
                 CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
-            )) => Ok(ServerCertVerified::assertion()),
+            )) if !self.names => Ok(ServerCertVerified::assertion()),
             other => other,
         }
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls12_signature(message, cert, dss)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls13_signature(message, cert, dss)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.supported_verify_schemes()
-    }
-}
-
-/// `prefer` and `require`: encrypted, the certificate not checked (the handshake's signatures
-/// still are, so the session's keys belong to whoever holds the certificate's key).
-#[derive(Debug)]
-struct Unchecked(Arc<CryptoProvider>);
-
-impl ServerCertVerifier for Unchecked {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> std::result::Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
     }
 
     fn verify_tls12_signature(
@@ -203,7 +160,7 @@ impl ServerCertVerifier for Unchecked {
             message,
             cert,
             dss,
-            &self.0.signature_verification_algorithms,
+            &self.provider.signature_verification_algorithms,
         )
     }
 
@@ -217,12 +174,14 @@ impl ServerCertVerifier for Unchecked {
             message,
             cert,
             dss,
-            &self.0.signature_verification_algorithms,
+            &self.provider.signature_verification_algorithms,
         )
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
     }
 }
 
