@@ -292,13 +292,25 @@ fn a_deadline_cancel_never_lands_on_the_next_statement_of_its_connection() {
 #[test]
 fn dropping_a_lease_while_the_application_holds_every_connection_keeps_its_bound() {
     let mut tables = Tables::new();
-    let (pool_db, leases) = small_pool_leases(&mut tables, 2);
+    // A pool of the application's own, which it can exhaust (`Db::connection` keeps one back).
+    let pool = pgtenure::r2d2::Pool::builder()
+        .max_size(2)
+        .test_on_check_out(false)
+        .build(pgtenure::r2d2_postgres::PostgresConnectionManager::new(
+            common::url_config(),
+            pgtenure::postgres::NoTls,
+        ))
+        .unwrap();
+    let leases = Leases::new(&Db::from_pool(pool.clone()))
+        .with_table(&tables.name("lease"))
+        .unwrap();
+    leases.create_table().unwrap();
     // Short enough that the row lapses while the release waits for a connection.
     let lease = leases
         .acquire("k", Duration::from_secs(2))
         .unwrap()
         .unwrap();
-    let held = (pool_db.connection().unwrap(), pool_db.connection().unwrap());
+    let held = (pool.get().unwrap(), pool.get().unwrap());
     let started = Instant::now();
     let result = lease.release();
     let took = started.elapsed();

@@ -8,7 +8,9 @@
 use std::fmt;
 use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
 
 use postgres::tls::{MakeTlsConnect, TlsConnect};
 use postgres::{CancelToken, Client, Socket};
@@ -23,9 +25,17 @@ use r2d2_postgres::PostgresConnectionManager;
 pub struct Connection {
     pooled: Box<dyn Pooled>,
     canceller: Arc<dyn Canceller>,
+    /// Set on a connection lent to the application, which counts against [`Lending`]'s limit.
+    lent: Option<Lent>,
 }
 
 impl Connection {
+    /// Marks the connection as lent to the application until it is dropped.
+    pub(crate) fn lend(mut self, lent: Lent) -> Connection {
+        self.lent = Some(lent);
+        self
+    }
+
     /// The extensions r2d2 keeps with the pooled connection (pgtenure records there which
     /// statements are prepared on it).
     pub(crate) fn extensions(&self) -> &Extensions {
@@ -138,6 +148,7 @@ impl<T: MakeTls> Pooling<T> {
         Connection {
             pooled: Box::new(pooled),
             canceller: Arc::clone(&self.canceller),
+            lent: None,
         }
     }
 }
@@ -200,5 +211,86 @@ struct CancelWith<T>(T);
 impl<T: MakeTls> Canceller for CancelWith<T> {
     fn cancel(&self, token: &CancelToken) -> Result<(), postgres::Error> {
         token.cancel_query(self.0.clone())
+    }
+}
+
+/// How many connections the application may borrow at once ([`Db::connection`](crate::Db::connection)):
+/// one fewer than the pool's size, so that lease renewals and membership heartbeats, which run on
+/// threads of pgtenure's own, always find a connection the application cannot hold.
+pub(crate) struct Lending {
+    limit: u32,
+    lent: Mutex<u32>,
+    returned: Condvar,
+}
+
+impl Lending {
+    /// Keeps one connection of a pool of `max_size` away from the application (none of a pool of
+    /// one, which has none to spare).
+    pub(crate) fn new(max_size: u32) -> Lending {
+        Lending {
+            limit: max_size.saturating_sub(1).max(1),
+            lent: Mutex::new(0),
+            returned: Condvar::new(),
+        }
+    }
+
+    /// A slot to lend a connection in, waiting until `until` at most.
+    pub(crate) fn take(self: &Arc<Self>, until: Instant) -> Option<Lent> {
+        let mut lent = self.lent.lock();
+        while *lent >= self.limit {
+            if self.returned.wait_until(&mut lent, until).timed_out() && *lent >= self.limit {
+                return None;
+            }
+        }
+        *lent += 1;
+        Some(Lent(Arc::clone(self)))
+    }
+
+    pub(crate) fn limit(&self) -> u32 {
+        self.limit
+    }
+}
+
+/// One lent connection's slot, given back when the connection is dropped.
+pub(crate) struct Lent(Arc<Lending>);
+
+impl Drop for Lent {
+    fn drop(&mut self) {
+        *self.0.lent.lock() -= 1;
+        self.0.returned.notify_one();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn lending_keeps_one_connection_back_and_waits_for_a_return() {
+        let lending = Arc::new(Lending::new(3));
+        let soon = || Instant::now() + Duration::from_millis(20);
+        let first = lending.take(soon()).expect("one of three");
+        let second = lending.take(soon()).expect("two of three");
+        assert!(lending.take(soon()).is_none(), "the third is kept back");
+        let waiter = {
+            let lending = Arc::clone(&lending);
+            std::thread::spawn(move || {
+                lending
+                    .take(Instant::now() + Duration::from_secs(5))
+                    .is_some()
+            })
+        };
+        drop(first);
+        assert!(
+            waiter.join().unwrap(),
+            "a returned slot is taken by a waiter"
+        );
+        drop(second);
+        assert_eq!(
+            Lending::new(1).limit(),
+            1,
+            "a pool of one lends its only connection"
+        );
     }
 }

@@ -28,7 +28,7 @@ pub use self::ssl::SslMode;
 
 pub use self::conn::Connection;
 pub(crate) use self::conn::{CancelKey, Conn};
-use self::conn::{Pooling, Source};
+use self::conn::{Lending, Pooling, Source};
 
 /// A pool of PostgreSQL connections shared by every pgtenure primitive.
 ///
@@ -45,6 +45,7 @@ use self::conn::{Pooling, Source};
 #[derive(Clone)]
 pub struct Db {
     pool: Arc<dyn Source>,
+    lending: Arc<Lending>,
     cancel_on_deadline: bool,
     prepared_statements: bool,
 }
@@ -157,6 +158,7 @@ impl Db {
 
     fn from_source(source: impl Source + 'static) -> Db {
         Db {
+            lending: Arc::new(Lending::new(source.max_size())),
             pool: Arc::new(source),
             cancel_on_deadline: true,
             prepared_statements: true,
@@ -210,12 +212,27 @@ impl Db {
     /// A connection from the pool, for statements of your own (a fenced write, a check), waiting at
     /// most the pool's connection timeout. It goes back to the pool when dropped.
     ///
+    /// At most one fewer than the pool's size are lent at once (all of a pool of one): the last
+    /// connection is kept for lease renewals and membership heartbeats, which run on pgtenure's own
+    /// threads, so that an application holding every connection it can get does not make its
+    /// leases expire. pgtenure's own operations do not count against that limit.
+    ///
     /// # Errors
     ///
-    /// [`ErrorKind::Connection`](crate::ErrorKind::Connection) when none could be had in time,
-    /// saying why the pool's last attempt failed.
+    /// [`ErrorKind::Connection`](crate::ErrorKind::Connection) when none could be had in time:
+    /// every lendable connection stayed lent, or the pool could not open one (saying why).
     pub fn connection(&self) -> Result<Connection> {
-        self.conn_until("get a connection", None)
+        const CONTEXT: &str = "get a connection";
+        let until = Instant::now() + self.pool.connection_timeout();
+        let lent = self.lending.take(until).ok_or_else(|| {
+            let kept = self.pool.max_size() - self.lending.limit();
+            Error::checkout(format!(
+                "{CONTEXT} failed: all {} connections the pool lends are in use ({kept} more kept \
+                 for lease renewals and heartbeats); drop one, or raise the pool's max_size",
+                self.lending.limit()
+            ))
+        })?;
+        Ok(self.conn_until(CONTEXT, Some(until))?.lend(lent))
     }
 
     /// The pool's connections: how many are open, and how many of them idle.

@@ -353,3 +353,38 @@ fn managed_and_raw_tenures_of_one_owner_never_share_or_shorten_each_other() {
     assert_eq!(row(&table, "k").unwrap().1, lease.token());
     lease.release().unwrap();
 }
+
+/// An application that takes every connection `Db::connection` will lend it still leaves one for
+/// the renewals: its lease is renewed for many TTLs, and the connection it asks for beyond the limit
+/// is refused within the pool's timeout, saying why.
+#[test]
+fn an_application_holding_every_connection_it_can_get_does_not_starve_renewals() {
+    let mut tables = Tables::new();
+    let (_, table) = leases(&mut tables);
+    let db = pgtenure::Db::builder(&crate::common::url())
+        .and_then(|b| b.max_size(3))
+        .and_then(|b| b.connection_timeout(Duration::from_millis(400)))
+        .and_then(|b| b.build())
+        .unwrap()
+        .with_cancel_on_deadline(!crate::common::through_pgbouncer());
+    let a = Leases::new(&db).with_table(&table).unwrap();
+    let ttl = Duration::from_millis(300);
+    let lease = a.acquire("job", ttl).unwrap().unwrap();
+    let held: Vec<_> = (0..2).map(|_| db.connection().unwrap()).collect();
+    let err = db.connection().unwrap_err();
+    assert!(err.is_connection(), "{err}");
+    assert!(
+        err.to_string()
+            .contains("all 2 connections the pool lends are in use"),
+        "{err}"
+    );
+    // Many TTLs, the application holding all it can: never lost.
+    let lost = lease.lost().recv_timeout(ttl * 6);
+    assert!(
+        lost.is_err(),
+        "lost while the application held 2 of 3: {lost:?}"
+    );
+    assert!(row(&table, "job").unwrap().3, "the row is live");
+    drop(held);
+    lease.release().unwrap();
+}
