@@ -14,7 +14,7 @@ use std::time::{Duration, Instant, SystemTime};
 use common::proxy::{database_addr, Proxy};
 use common::{client, db, wait_for, Role, Tables};
 use parking_lot::Mutex;
-use pgtenure::membership::{Config, Leaser, NoHooks, Reconciler, Unit, Units};
+use pgtenure::membership::{Config, Leaser, NoHooks, Reconciler, Unit, UnitLoss, Units};
 use pgtenure::postgres::error::SqlState;
 use pgtenure::{Db, DbBuilder, Elector, FireClaims, Leases, LossReason, TickClaims};
 
@@ -144,7 +144,7 @@ impl Reconciler for Told {
     fn units_gained(&self, units: &[Unit]) {
         self.0.lock().push((true, units.to_vec()));
     }
-    fn units_lost(&self, units: &[Unit]) {
+    fn units_lost(&self, units: &[Unit], _reason: UnitLoss) {
         self.0.lock().push((false, units.to_vec()));
     }
 }

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use pgtenure::membership::{Config, Leaser, NoHooks, Reconciler, Unit, Units};
+use pgtenure::membership::{Config, Leaser, NoHooks, Reconciler, Unit, UnitLoss, Units};
 use pgtenure::Db;
 
 /// The tour's reconciler: it only counts.
@@ -12,7 +12,7 @@ struct Quiet;
 
 impl Reconciler for Quiet {
     fn units_gained(&self, _: &[Unit]) {}
-    fn units_lost(&self, _: &[Unit]) {}
+    fn units_lost(&self, _: &[Unit], _reason: UnitLoss) {}
 }
 
 /// Processes share (tenant, shard) units; one joins, one crashes; each round converges to fair share.

@@ -15,6 +15,7 @@
 -- (with their change counters), are updated in the same statement. The limits are sub-SELECTs, so
 -- every plan assumes the same batch size and PostgreSQL keeps its generic plan (planned once, not
 -- per call).
+-- Every claimed unit gets a new fencing token from the sequence.
 -- $1 process id, $2 most units, $3 weight budget, $4 random slot, $5 units owned, $6 weight owned.
 WITH me AS (
     SELECT 1 FROM {processes} WHERE process_id = $1::uuid AND expires_at > now()
@@ -81,11 +82,11 @@ picked AS (
 ),
 claimed AS (
     UPDATE {units} u
-       SET process_id = $1::uuid, claimed_at = now()
+       SET process_id = $1::uuid, claimed_at = now(), token = nextval('{units:token_seq}')
       FROM unnest((SELECT tenants FROM picked), (SELECT shards FROM picked),
                   (SELECT previous FROM picked)) AS p (tenant, shard, previous)
      WHERE u.tenant = p.tenant AND u.shard = p.shard
-    RETURNING u.tenant, u.shard, u.weight, p.previous
+    RETURNING u.tenant, u.shard, u.weight, u.token, u.removed, p.previous
 ),
 drained AS (
     UPDATE {processes} p
@@ -103,4 +104,4 @@ counted AS (
      WHERE process_id = $1::uuid
        AND EXISTS (SELECT 1 FROM claimed)
 )
-SELECT tenant, shard, weight FROM claimed
+SELECT tenant, shard, weight, token, removed FROM claimed

@@ -3,4 +3,4 @@
 -- expired) and re-checks the owner on the version it commits, so a process that just came back
 -- never adopts a unit that is being taken from it. Runs only when the local view may be stale.
 -- $1 process id.
-SELECT tenant, shard, weight FROM {units} WHERE process_id = $1::uuid FOR SHARE
+SELECT tenant, shard, weight, token, removed FROM {units} WHERE process_id = $1::uuid FOR SHARE

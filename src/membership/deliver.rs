@@ -12,12 +12,13 @@ use std::collections::VecDeque;
 
 use parking_lot::{Mutex, ReentrantMutex};
 
-use super::{Reconciler, Unit};
+use super::local::Losses;
+use super::{Reconciler, Unit, UnitLoss};
 
 /// One message for the reconciler.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Delivery {
-    Lost(Vec<Unit>),
+    Lost(Vec<Unit>, UnitLoss),
     Gained(Vec<Unit>),
 }
 
@@ -48,7 +49,7 @@ impl Outbox {
     /// state the decision was made from. An empty decision is not queued, and counts as told.
     pub(crate) fn push(&self, delivery: Delivery) -> u64 {
         let empty = match &delivery {
-            Delivery::Lost(units) | Delivery::Gained(units) => units.is_empty(),
+            Delivery::Lost(units, _) | Delivery::Gained(units) => units.is_empty(),
         };
         if empty {
             // Nothing to tell: "told" once everything decided before it was.
@@ -62,6 +63,16 @@ impl Outbox {
         };
         queue.push_back((seq, delivery));
         seq
+    }
+
+    /// Queues one decision's losses, a message per reason; returns the number of the last (see
+    /// [`Outbox::push`]).
+    pub(crate) fn push_losses(&self, losses: Losses) -> u64 {
+        let mut last = self.push(Delivery::Lost(Vec::new(), UnitLoss::Taken));
+        for (reason, units) in losses.0 {
+            last = self.push(Delivery::Lost(units, reason));
+        }
+        last
     }
 
     /// Whether the calls for message `seq` and every earlier one have returned: a unit's work has
@@ -91,7 +102,7 @@ impl Outbox {
                 seq,
             };
             match next {
-                Delivery::Lost(units) => reconciler.units_lost(&units),
+                Delivery::Lost(units, reason) => reconciler.units_lost(&units, reason),
                 Delivery::Gained(units) => reconciler.units_gained(&units),
             }
         }
@@ -122,7 +133,7 @@ mod tests {
         fn units_gained(&self, units: &[Unit]) {
             self.0.lock().push(format!("gained {}", units.len()));
         }
-        fn units_lost(&self, units: &[Unit]) {
+        fn units_lost(&self, units: &[Unit], _: UnitLoss) {
             // Slow, as a real drain is.
             std::thread::sleep(std::time::Duration::from_millis(20));
             self.0.lock().push(format!("lost {}", units.len()));
@@ -138,7 +149,7 @@ mod tests {
                 .map(|s| Unit::new("t", s).unwrap())
                 .collect::<Vec<_>>()
         };
-        outbox.push(Delivery::Lost(u(3)));
+        outbox.push(Delivery::Lost(u(3), UnitLoss::Shed));
         outbox.push(Delivery::Gained(u(1)));
         outbox.push(Delivery::Gained(Vec::new()));
         // Two threads flush at once: one delivers, the other waits until the queue is empty.
@@ -163,18 +174,19 @@ mod tests {
 
     impl Reconciler for Nested {
         fn units_gained(&self, _units: &[Unit]) {}
-        fn units_lost(&self, units: &[Unit]) {
+        fn units_lost(&self, units: &[Unit], _: UnitLoss) {
             if units.len() == 2 {
-                let inner = self
-                    .outbox
-                    .push(Delivery::Lost(vec![Unit::new("t", 9).unwrap()]));
+                let inner = self.outbox.push(Delivery::Lost(
+                    vec![Unit::new("t", 9).unwrap()],
+                    UnitLoss::Shed,
+                ));
                 self.outbox.flush(self);
                 // The newer message was delivered inside, but the outer one is still being drained:
                 // neither counts as told (the newer one's units may be the outer one's too).
                 self.seen
                     .lock()
                     .push((self.outbox.told(inner), self.outbox.told(self.outer)));
-                let nothing = self.outbox.push(Delivery::Lost(Vec::new()));
+                let nothing = self.outbox.push(Delivery::Lost(Vec::new(), UnitLoss::Shed));
                 self.seen
                     .lock()
                     .push((self.outbox.told(nothing), self.outbox.told(self.outer)));
@@ -186,7 +198,7 @@ mod tests {
     fn a_message_counts_as_told_only_once_its_call_returned() {
         let outbox = Arc::new(Outbox::default());
         let units = vec![Unit::new("t", 1).unwrap(), Unit::new("t", 2).unwrap()];
-        let outer = outbox.push(Delivery::Lost(units));
+        let outer = outbox.push(Delivery::Lost(units, UnitLoss::Shed));
         assert!(!outbox.told(outer), "queued, not delivered");
         let nested = Nested {
             outbox: outbox.clone(),
@@ -197,7 +209,7 @@ mod tests {
         assert_eq!(*nested.seen.lock(), [(false, false), (false, false)]);
         assert!(outbox.told(outer));
         assert!(
-            outbox.told(outbox.push(Delivery::Lost(Vec::new()))),
+            outbox.told(outbox.push(Delivery::Lost(Vec::new(), UnitLoss::Shed))),
             "nothing to tell"
         );
     }
@@ -206,7 +218,7 @@ mod tests {
 
     impl Reconciler for Panics {
         fn units_gained(&self, _units: &[Unit]) {}
-        fn units_lost(&self, _units: &[Unit]) {
+        fn units_lost(&self, _units: &[Unit], _: UnitLoss) {
             panic!("a reconciler bug");
         }
     }
@@ -214,7 +226,10 @@ mod tests {
     #[test]
     fn a_call_that_panicked_counts_as_returned() {
         let outbox = Outbox::default();
-        let seq = outbox.push(Delivery::Lost(vec![Unit::new("t", 1).unwrap()]));
+        let seq = outbox.push(Delivery::Lost(
+            vec![Unit::new("t", 1).unwrap()],
+            UnitLoss::Shed,
+        ));
         let flushed =
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| outbox.flush(&Panics)));
         assert!(flushed.is_err());

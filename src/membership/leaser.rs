@@ -1,17 +1,19 @@
 //! The leaser: its state, heartbeats, sweeps, release (its rebalance step is in `tick.rs`).
 
 use std::fmt;
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Instant;
 
 use crossbeam_channel::Sender;
 use parking_lot::Mutex;
+use postgres::types::Type;
 
 use super::config::{Config, Hooks};
 use super::deliver::{Delivery, Outbox};
 use super::local::{stop_after, Local};
 use super::sql::Statements;
-use super::unit::{Reconciler, Unit};
+use super::unit::{Reconciler, Unit, UnitLoss};
 use crate::db::{Db, Policy};
 use crate::error::{Error, ErrorKind, Result};
 use crate::input::{micros, MIN_DURATION};
@@ -50,6 +52,8 @@ pub struct Leaser {
     pub(super) watch: Mutex<Option<Sender<()>>>,
     /// The one place the reconciler is told anything, in decision order.
     pub(super) outbox: Outbox,
+    /// Whether `run` is running (one at a time).
+    pub(super) running: AtomicBool,
 }
 
 impl Leaser {
@@ -83,6 +87,7 @@ impl Leaser {
             ticking: Mutex::new(()),
             watch: Mutex::new(None),
             outbox: Outbox::default(),
+            running: AtomicBool::new(false),
         })
     }
 
@@ -117,6 +122,48 @@ impl Leaser {
             return Vec::new();
         }
         local.owned.keys().cloned().collect()
+    }
+
+    /// The fencing token of this process's claim of `unit`, while it owns it (as [`Leaser::owned`]
+    /// does): every claim of a unit draws a larger token, so a write stamped with it can be refused
+    /// downstream once a later owner's writes arrive. See [`Leaser::fence`].
+    pub fn token(&self, unit: &Unit) -> Option<i64> {
+        let local = self.local.lock();
+        if !local.live_at(Instant::now()) {
+            return None;
+        }
+        local.owned.get(unit).map(|hold| hold.token)
+    }
+
+    /// Checks, inside your transaction `tx`, that this process still owns `unit` with the token of
+    /// its claim ([`Leaser::token`]) and is live by the database clock now (`clock_timestamp()`),
+    /// and locks the unit's row `FOR SHARE` until `tx` ends: no other process can claim the unit
+    /// before the write commits (a claimer skips a locked unit and takes it later). Write only when
+    /// it returns `true`. A process paused past its TTL, whose units moved meanwhile, gets `false`.
+    ///
+    /// Returns `false` without a statement when this process does not own `unit` by its own
+    /// account (the local view, or its liveness deadline passed). Keep fenced transactions short:
+    /// the lock also makes this process's give-back of the unit wait.
+    ///
+    /// # Errors
+    ///
+    /// A database or connection error (the transaction is then aborted).
+    pub fn fence(&self, tx: &mut postgres::Transaction<'_>, unit: &Unit) -> Result<bool> {
+        let Some(token) = self.token(unit) else {
+            return Ok(false);
+        };
+        let rows = tx
+            .query_typed(
+                &self.sql.fence,
+                &[
+                    (&self.process_id.as_str(), Type::TEXT),
+                    (&unit.tenant.as_str(), Type::TEXT),
+                    (&unit.shard, Type::INT4),
+                    (&token, Type::INT8),
+                ],
+            )
+            .map_err(|e| Error::from_postgres("fence unit", e))?;
+        Ok(!rows.is_empty())
     }
 
     /// The local liveness deadline, if a heartbeat has succeeded: the instant before it was sent,
@@ -171,7 +218,7 @@ impl Leaser {
             if lapsed || late {
                 local.reread = true;
                 let lost = local.forget_all();
-                self.outbox.push(Delivery::Lost(lost));
+                self.outbox.push(Delivery::Lost(lost, UnitLoss::Expired));
             }
             late
         };
@@ -206,7 +253,7 @@ impl Leaser {
                     lost.len()
                 );
             }
-            self.outbox.push(Delivery::Lost(lost));
+            self.outbox.push(Delivery::Lost(lost, UnitLoss::Expired));
         }
         self.outbox.flush(&*self.reconciler);
     }
@@ -239,7 +286,7 @@ impl Leaser {
         Ok(sweep)
     }
 
-    /// Reports every owned unit lost to the [`Reconciler`] (and waits for `units_lost` to return:
+    /// Reports every owned unit lost to the [`Reconciler`] as [`UnitLoss::Released`] (and waits for `units_lost` to return:
     /// drain the work there), then gives every unit of this process back in one statement, so the
     /// others claim them at their next tick. Returns the units the database released. A shutdown
     /// step: call it once [`Leaser::run`] has returned (a tick that runs meanwhile keeps, and is
@@ -350,7 +397,7 @@ impl Leaser {
             let _one_at_a_time = self.ticking.lock();
             let mut local = self.local.lock();
             let lost = local.forget_all();
-            self.outbox.push(Delivery::Lost(lost));
+            self.outbox.push(Delivery::Lost(lost, UnitLoss::Released));
         }
         self.outbox.flush(&*self.reconciler);
     }

@@ -4,12 +4,24 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::unit::Unit;
+use super::unit::{Unit, UnitLoss};
+
+/// What this process holds of one unit: its weight, the fencing token of its claim, and whether
+/// it was unregistered ([`Units::remove`](super::Units::remove)) while this process owned it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Hold {
+    pub(super) weight: i32,
+    pub(super) token: i64,
+    pub(super) removed: bool,
+}
+
+/// Units and what this process holds of each.
+pub(super) type Holds = BTreeMap<Unit, Hold>;
 
 #[derive(Default)]
 pub(super) struct Local {
     /// Shared with a running tick, which copies it only if it changes something (copy on write).
-    pub(super) owned: Arc<BTreeMap<Unit, i32>>,
+    pub(super) owned: Arc<Holds>,
     /// The total weight of `owned`, kept with it.
     pub(super) owned_weight: i64,
     /// Bumped whenever ownership is forgotten, so a tick that started before does not adopt its view.
@@ -24,7 +36,7 @@ pub(super) struct Local {
     /// Units chosen to shed: the reconciler has been told they are lost, the database still says
     /// they are this process's until the shed statement commits. Never in `owned`, never re-read
     /// into it, and counted as owned in what the process row reports.
-    pub(super) shedding: BTreeMap<Unit, i32>,
+    pub(super) shedding: Holds,
     /// For each unit being shed, the number of the message that told the reconciler it is lost
     /// (see `Outbox::told`): it is given back only once that call returned.
     pub(super) shed_told: BTreeMap<Unit, u64>,
@@ -60,11 +72,11 @@ impl Local {
     /// Adopts what a tick found to be this process's (`truth`, of total weight `weight`), and the
     /// units it chose to shed, if the process is still live (`live_now`: judged after the tick's
     /// statements, and only if nothing forgot the ownership since the tick read it); else forgets
-    /// everything. Returns the units lost and gained against the local view, which the caller queues
-    /// for the reconciler while it still holds the state, so deliveries keep decision order.
-    /// `changed` says the tick's view may differ from the local one; without it an unchanged view is
-    /// recognised by identity. `changes` is the process row's counter the view was read at.
-    pub(super) fn adopt(&mut self, view: View, live_now: bool) -> (Vec<Unit>, Vec<Unit>) {
+    /// everything. Returns the units lost (with why) and gained against the local view, which the
+    /// caller queues for the reconciler while it still holds the state, so deliveries keep decision
+    /// order. `changed` says the tick's view may differ from the local one; without it an unchanged
+    /// view is recognised by identity. `changes` is the process row's counter the view was read at.
+    pub(super) fn adopt(&mut self, view: View, live_now: bool) -> (Losses, Vec<Unit>) {
         let View {
             mut truth,
             mut weight,
@@ -88,6 +100,12 @@ impl Local {
         } else {
             (Vec::new(), Vec::new())
         };
+        let lost = Losses::of(lost, |unit| match shed.get(unit) {
+            _ if !live_now => UnitLoss::Expired,
+            Some(hold) if hold.removed => UnitLoss::Removed,
+            Some(_) => UnitLoss::Shed,
+            None => UnitLoss::Taken,
+        });
         // A unit claimed again while its give-back was pending is owned (and told gained) anew: it
         // must not be given back from under its new work.
         self.shedding.retain(|unit, _| !truth.contains_key(unit));
@@ -115,30 +133,71 @@ impl Local {
 /// that a re-read found no longer this process's (their give-back landed), and the process row's
 /// change counter it read.
 pub(super) struct View {
-    pub(super) truth: Arc<BTreeMap<Unit, i32>>,
+    pub(super) truth: Arc<Holds>,
     pub(super) weight: i64,
     pub(super) changed: bool,
-    pub(super) shed: BTreeMap<Unit, i32>,
+    pub(super) shed: Holds,
     pub(super) shed_landed: Vec<Unit>,
     pub(super) changes: Option<i64>,
 }
 
-/// The total weight of `units`, disabled ones (weight 0) counting nothing.
-pub(super) fn weight_of(units: &BTreeMap<Unit, i32>) -> i64 {
-    units.values().map(|w| i64::from((*w).max(0))).sum()
+/// Units lost, grouped by why, each group in unit order; the groups in a fixed order.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub(super) struct Losses(pub(super) Vec<(UnitLoss, Vec<Unit>)>);
+
+impl Losses {
+    /// Groups `lost` by the reason `why` gives each unit.
+    pub(super) fn of(lost: Vec<Unit>, mut why: impl FnMut(&Unit) -> UnitLoss) -> Losses {
+        let mut groups: Vec<(UnitLoss, Vec<Unit>)> = Vec::new();
+        for unit in lost {
+            let reason = why(&unit);
+            match groups.iter_mut().find(|(r, _)| *r == reason) {
+                Some((_, units)) => units.push(unit),
+                None => groups.push((reason, vec![unit])),
+            }
+        }
+        groups.sort_by_key(|(reason, _)| LOSS_ORDER.iter().position(|r| r == reason));
+        Losses(groups)
+    }
+
+    /// Every unit lost, whatever the reason.
+    pub(super) fn units(&self) -> Vec<Unit> {
+        let mut all: Vec<Unit> = self.0.iter().flat_map(|(_, u)| u.iter().cloned()).collect();
+        all.sort();
+        all
+    }
 }
 
-/// The units of `old` missing from `new` (lost), and of `new` missing from `old` (gained).
-fn diff(old: &BTreeMap<Unit, i32>, new: &BTreeMap<Unit, i32>) -> (Vec<Unit>, Vec<Unit>) {
+/// The order in which one decision's losses are told.
+const LOSS_ORDER: [UnitLoss; 5] = [
+    UnitLoss::Expired,
+    UnitLoss::Taken,
+    UnitLoss::Removed,
+    UnitLoss::Shed,
+    UnitLoss::Released,
+];
+
+/// The total weight of `units`, disabled ones (weight 0) counting nothing.
+pub(super) fn weight_of(units: &Holds) -> i64 {
+    units.values().map(|h| i64::from(h.weight.max(0))).sum()
+}
+
+/// The units of `old` missing from `new` (lost), and of `new` missing from `old` (gained). A unit
+/// in both under another token is both: it was claimed anew, so its earlier tenure ended (another
+/// process may have owned it in between).
+fn diff(old: &Holds, new: &Holds) -> (Vec<Unit>, Vec<Unit>) {
+    let same = |unit: &Unit, hold: &Hold, other: &Holds| {
+        other.get(unit).is_some_and(|h| h.token == hold.token)
+    };
     let lost = old
-        .keys()
-        .filter(|u| !new.contains_key(*u))
-        .cloned()
+        .iter()
+        .filter(|(u, h)| !same(u, h, new))
+        .map(|(u, _)| u.clone())
         .collect();
     let gained = new
-        .keys()
-        .filter(|u| !old.contains_key(*u))
-        .cloned()
+        .iter()
+        .filter(|(u, h)| !same(u, h, old))
+        .map(|(u, _)| u.clone())
         .collect();
     (lost, gained)
 }
@@ -147,18 +206,29 @@ fn diff(old: &BTreeMap<Unit, i32>, new: &BTreeMap<Unit, i32>) -> (Vec<Unit>, Vec
 mod tests {
     use super::*;
 
-    fn units(shards: &[i32]) -> BTreeMap<Unit, i32> {
+    fn units(shards: &[i32]) -> Holds {
         shards
             .iter()
-            .map(|s| (Unit::new("t", *s).unwrap(), 1))
+            .map(|s| {
+                let hold = Hold {
+                    weight: 1,
+                    token: i64::from(*s),
+                    removed: false,
+                };
+                (Unit::new("t", *s).unwrap(), hold)
+            })
             .collect()
+    }
+
+    fn lost(losses: &Losses) -> Vec<i32> {
+        shards(&losses.units())
     }
 
     fn shards(units: &[Unit]) -> Vec<i32> {
         units.iter().map(|u| u.shard).collect()
     }
 
-    fn view(truth: BTreeMap<Unit, i32>, changed: bool) -> View {
+    fn view(truth: Holds, changed: bool) -> View {
         let weight = weight_of(&truth);
         View {
             truth: Arc::new(truth),
@@ -173,13 +243,45 @@ mod tests {
     #[test]
     fn adopting_reports_what_was_lost_and_gained() {
         let mut local = Local::default();
-        let (lost, gained) = local.adopt(view(units(&[1, 2, 3]), true), true);
-        assert_eq!((shards(&lost), shards(&gained)), (vec![], vec![1, 2, 3]));
-        let (lost, gained) = local.adopt(view(units(&[2, 3, 4]), true), true);
-        assert_eq!((shards(&lost), shards(&gained)), (vec![1], vec![4]));
+        let (losses, gained) = local.adopt(view(units(&[1, 2, 3]), true), true);
+        assert_eq!((lost(&losses), shards(&gained)), (vec![], vec![1, 2, 3]));
+        let (losses, gained) = local.adopt(view(units(&[2, 3, 4]), true), true);
+        assert_eq!((lost(&losses), shards(&gained)), (vec![1], vec![4]));
+        assert_eq!(losses.0[0].0, UnitLoss::Taken, "gone from the database");
         assert_eq!((local.owned.len(), local.owned_weight), (3, 3));
         assert!(local.ready && !local.reread);
         assert_eq!(local.seen_changes, Some(7));
+    }
+
+    #[test]
+    fn a_unit_claimed_anew_under_another_token_is_lost_then_gained() {
+        let mut local = Local::default();
+        local.adopt(view(units(&[1, 2]), true), true);
+        let mut again = units(&[1, 2]);
+        again.get_mut(&Unit::new("t", 2).unwrap()).unwrap().token = 99;
+        let (losses, gained) = local.adopt(view(again, true), true);
+        assert_eq!((lost(&losses), shards(&gained)), (vec![2], vec![2]));
+        assert_eq!(losses.0[0].0, UnitLoss::Taken);
+    }
+
+    #[test]
+    fn a_removed_unit_given_back_is_lost_as_removed_apart_from_the_shed_ones() {
+        let mut local = Local::default();
+        local.adopt(view(units(&[1, 2, 3]), true), true);
+        let mut next = view(units(&[1]), true);
+        next.shed = units(&[2, 3]);
+        next.shed
+            .get_mut(&Unit::new("t", 3).unwrap())
+            .unwrap()
+            .removed = true;
+        let (losses, _) = local.adopt(next, true);
+        assert_eq!(
+            losses.0,
+            vec![
+                (UnitLoss::Removed, vec![Unit::new("t", 3).unwrap()]),
+                (UnitLoss::Shed, vec![Unit::new("t", 2).unwrap()]),
+            ]
+        );
     }
 
     #[test]
@@ -194,7 +296,7 @@ mod tests {
             shed_landed: Vec::new(),
             changes: Some(7),
         };
-        assert_eq!(local.adopt(same, true), (vec![], vec![]));
+        assert_eq!(local.adopt(same, true), (Losses::default(), vec![]));
         assert_eq!(local.owned.len(), 2);
     }
 
@@ -204,8 +306,10 @@ mod tests {
         local.adopt(view(units(&[1, 2]), true), true);
         let mut late = view(units(&[1, 2, 3]), true);
         late.shed = units(&[2]);
-        let (lost, gained) = local.adopt(late, false);
-        assert_eq!((shards(&lost), shards(&gained)), (vec![1, 2], vec![]));
+        let (losses, gained) = local.adopt(late, false);
+        assert_eq!((lost(&losses), shards(&gained)), (vec![1, 2], vec![]));
+        assert_eq!(losses.0.len(), 1);
+        assert_eq!(losses.0[0].0, UnitLoss::Expired);
         assert!(local.owned.is_empty() && local.shedding.is_empty());
         assert_eq!(local.owned_weight, 0);
         assert!(local.reread, "the next tick re-reads what it owns");
@@ -217,8 +321,9 @@ mod tests {
         local.adopt(view(units(&[1, 2, 3]), true), true);
         let mut shedding = view(units(&[1, 2]), true);
         shedding.shed = units(&[3]);
-        let (lost, gained) = local.adopt(shedding, true);
-        assert_eq!((shards(&lost), shards(&gained)), (vec![3], vec![]));
+        let (losses, gained) = local.adopt(shedding, true);
+        assert_eq!((lost(&losses), shards(&gained)), (vec![3], vec![]));
+        assert_eq!(losses.0[0].0, UnitLoss::Shed);
         assert_eq!(local.shedding.len(), 1);
         assert_eq!(
             local.reported(),
@@ -235,8 +340,8 @@ mod tests {
         shedding.shed = units(&[3]);
         local.adopt(shedding, true);
         // The give-back failed; a later claim takes unit 3 back.
-        let (lost, gained) = local.adopt(view(units(&[1, 2, 3]), true), true);
-        assert_eq!((shards(&lost), shards(&gained)), (vec![], vec![3]));
+        let (losses, gained) = local.adopt(view(units(&[1, 2, 3]), true), true);
+        assert_eq!((lost(&losses), shards(&gained)), (vec![], vec![3]));
         assert!(
             local.shedding.is_empty(),
             "unit 3 is worked on again: it must not be given back"
@@ -253,7 +358,7 @@ mod tests {
         local.adopt(shedding, true);
         let mut reread = view(units(&[1, 2]), true);
         reread.shed_landed = vec![Unit::new("t", 3).unwrap()];
-        assert_eq!(local.adopt(reread, true), (vec![], vec![]));
+        assert_eq!(local.adopt(reread, true), (Losses::default(), vec![]));
         assert!(local.shedding.is_empty());
         assert_eq!(local.reported(), (2, 2), "the row no longer counts unit 3");
     }

@@ -7,22 +7,26 @@
 //! writes; when a process stops heartbeating, its units become claimable once its TTL has passed by
 //! the database clock.
 //!
-//! A [`Reconciler`] is told which units were lost and gained (lost first, so work can stop before new
-//! work starts) and says which units have work in flight, so shedding prefers idle units. Drive the
-//! steps by hand in tests, or call [`Leaser::run`] on a thread of your own in production. (A
-//! [`Leaser::tick`] is one such rebalance step; the ticks of [`TickClaims`](crate::TickClaims) are
-//! something else, the scheduled instants of a recurring job.)
+//! A [`Reconciler`] is told which units were lost (and why: [`UnitLoss`]) and gained, lost first,
+//! so work can stop before new work starts, and says which units have work in flight, so shedding
+//! prefers idle units. Every claim of a unit draws a fencing token: [`Leaser::fence`] checks, inside
+//! a transaction of yours, that this process still owns the unit under that token, so a process
+//! that was paused while its units moved cannot write for them. Drive the steps by hand in tests,
+//! or let [`Leaser::spawn`] run the loop on a thread it owns in production. (A [`Leaser::tick`] is
+//! one such rebalance step; the ticks of [`TickClaims`](crate::TickClaims) are something else, the
+//! scheduled instants of a recurring job.) [`Units::assignments`] and [`Units::processes`] show
+//! operators who owns what.
 //!
 //! ```no_run
 //! # fn main() -> Result<(), pgtenure::Error> {
 //! use std::sync::Arc;
-//! use pgtenure::membership::{Config, Leaser, NoHooks, Reconciler, Unit, Units};
+//! use pgtenure::membership::{Config, Leaser, NoHooks, Reconciler, Unit, UnitLoss, Units};
 //! use pgtenure::Db;
 //!
 //! struct Pollers;
 //! impl Reconciler for Pollers {
 //!     fn units_gained(&self, units: &[Unit]) { /* start polling these */ }
-//!     fn units_lost(&self, units: &[Unit]) { /* stop polling these */ }
+//!     fn units_lost(&self, units: &[Unit], reason: UnitLoss) { /* stop polling these */ }
 //! }
 //!
 //! let db = Db::connect("postgres://postgres@localhost/app")?;
@@ -30,17 +34,17 @@
 //! units.create_tables()?;
 //! units.add(&[Unit::new("acme", 0)?, Unit::new("acme", 1)?])?;
 //!
-//! let leaser = Arc::new(Leaser::new(&db, Arc::new(Pollers), Config::default(), Arc::new(NoHooks))?);
-//! let (stop, shutdown) = pgtenure::crossbeam_channel::bounded::<()>(0);
-//! let runner = {
-//!     let leaser = leaser.clone();
-//!     std::thread::spawn(move || leaser.run(&shutdown))
-//! };
-//! // ... at shutdown:
-//! drop(stop);
-//! runner.join().expect("runner thread")?;
-//! leaser.release()?; // hand the units over now
-//! leaser.delete_process()?;
+//! let running = Leaser::new(&db, Arc::new(Pollers), Config::default(), Arc::new(NoHooks))?.spawn()?;
+//! // A write for a unit this process owns, fenced:
+//! let unit = Unit::new("acme", 0)?;
+//! let mut conn = db.connection()?;
+//! let mut tx = conn.transaction()?;
+//! if running.fence(&mut tx, &unit)? {
+//!     tx.execute("UPDATE offsets SET position = position + 1 WHERE tenant = $1", &[&unit.tenant])?;
+//! }
+//! tx.commit()?;
+//! // ... at shutdown: stop the loop, hand the units over, delete the process row.
+//! running.stop()?;
 //! # Ok(())
 //! # }
 //! ```
@@ -55,13 +59,16 @@ mod sql;
 mod tick;
 mod unit;
 mod units;
+mod views;
 
 pub use self::config::{Config, Hooks, NoHooks};
 pub use self::leaser::{Leaser, Sweep};
+pub use self::run::Running;
 pub use self::sql::{DEFAULT_PROCESSES_TABLE, DEFAULT_UNITS_TABLE};
 pub use self::tick::Rebalance;
-pub use self::unit::{Reconciler, Unit};
+pub use self::unit::{Reconciler, Unit, UnitLoss};
 pub use self::units::Units;
+pub use self::views::{Assignment, ProcessInfo};
 
 #[cfg(test)]
 mod tests {

@@ -1,8 +1,13 @@
 //! The membership loop and its liveness watcher.
 
+use std::fmt;
+use std::ops::Deref;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{after, at, bounded, never, select, Receiver};
+use crossbeam_channel::{after, at, bounded, never, select, Receiver, Sender};
 
 use super::leaser::Leaser;
 use crate::error::{Error, ErrorKind, Result};
@@ -34,12 +39,31 @@ impl Leaser {
     /// Graceful shutdown: signal, join the thread, then [`Leaser::release`] and
     /// [`Leaser::delete_process`].
     ///
+    /// One `run` at a time: a second, while one runs, is refused (two loops would each watch the
+    /// liveness deadline with their own watcher, and stopping one would blind the other).
+    /// [`Leaser::spawn`] runs it on a thread it owns.
+    ///
     /// # Errors
     ///
-    /// [`ErrorKind::Setup`](crate::ErrorKind::Setup) when the watcher thread cannot be started; a
-    /// permanent error at startup (see above); the last heartbeat error when the signal came before
-    /// any heartbeat succeeded (a loop that failed all along never returns `Ok`).
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) at once when this leaser's
+    /// `run` is already running; [`ErrorKind::Setup`](crate::ErrorKind::Setup) when the watcher
+    /// thread cannot be started; a permanent error at startup (see above); the last heartbeat error
+    /// when the signal came before any heartbeat succeeded (a loop that failed all along never
+    /// returns `Ok`).
     pub fn run(&self, shutdown: &Receiver<()>) -> Result<()> {
+        if self.running.swap(true, Ordering::AcqRel) {
+            return Err(Error::invalid_input(format!(
+                "process {}: run is already running for this leaser; one loop per leaser",
+                self.process_id
+            )));
+        }
+        struct Ran<'a>(&'a std::sync::atomic::AtomicBool);
+        impl Drop for Ran<'_> {
+            fn drop(&mut self) {
+                self.0.store(false, Ordering::Release);
+            }
+        }
+        let _ran = Ran(&self.running);
         let (wake, woken) = bounded::<()>(1);
         *self.watch.lock() = Some(wake);
         let result = std::thread::scope(|scope| {
@@ -55,6 +79,38 @@ impl Leaser {
             result
         });
         result
+    }
+
+    /// Runs [`Leaser::run`] on a thread of its own (`pgtenure-membership`) and returns the handle
+    /// that owns it: [`Running::stop`] ends the loop, gives the units back ([`Leaser::release`]),
+    /// deletes the process row ([`Leaser::delete_process`]) and joins the thread. The handle derefs
+    /// to the leaser ([`Leaser::owned`], [`Leaser::fence`] through it), and
+    /// [`Running::leaser`] shares it.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::Setup`](crate::ErrorKind::Setup) when the thread cannot be started.
+    pub fn spawn(self) -> Result<Running> {
+        Arc::new(self).spawn_shared()
+    }
+
+    /// Like [`Leaser::spawn`] for a leaser that other parts of the application already share.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::Setup`](crate::ErrorKind::Setup) when the thread cannot be started.
+    pub fn spawn_shared(self: Arc<Self>) -> Result<Running> {
+        let (stop, shutdown) = bounded::<()>(0);
+        let leaser = Arc::clone(&self);
+        let thread = std::thread::Builder::new()
+            .name("pgtenure-membership".into())
+            .spawn(move || leaser.run(&shutdown))
+            .map_err(|e| Error::setup("could not start the membership thread").with_source(e))?;
+        Ok(Running {
+            leaser: self,
+            stop: Some(stop),
+            thread: Some(thread),
+        })
     }
 
     /// Reports every owned unit lost at the local liveness deadline, even while the run loop is stuck
@@ -147,4 +203,90 @@ impl Leaser {
 /// Whether waiting cannot fix `e`: a missing table or privilege, refused credentials, bad input.
 fn permanent(e: &Error) -> bool {
     !matches!(e.kind(), ErrorKind::Connection | ErrorKind::Serialization)
+}
+
+/// A [`Leaser::run`] loop on a thread of its own ([`Leaser::spawn`]); derefs to the [`Leaser`].
+///
+/// Stopping ([`Running::stop`], or dropping the handle) ends the loop after the database call in
+/// progress, tells the reconciler every unit is lost ([`UnitLoss::Released`](super::UnitLoss)),
+/// gives the units back and deletes the process row, so the others take the units over at their
+/// next tick, and joins the thread. Bounded: each of the three steps waits at most the pool's
+/// connection timeout (10 s by default) for a connection plus one statement, whose duration the TCP
+/// timeouts bound when the network is dead (see [`Db`](crate::Db)).
+pub struct Running {
+    leaser: Arc<Leaser>,
+    stop: Option<Sender<()>>,
+    thread: Option<JoinHandle<Result<()>>>,
+}
+
+impl Running {
+    /// The leaser, to share with other threads (the reconciler's workers, to fence their writes).
+    pub fn leaser(&self) -> &Arc<Leaser> {
+        &self.leaser
+    }
+
+    /// Whether the loop has ended on its own (a permanent error at startup); [`Running::stop`]
+    /// then returns that error.
+    pub fn is_finished(&self) -> bool {
+        self.thread.as_ref().is_none_or(JoinHandle::is_finished)
+    }
+
+    /// Stops the loop and hands everything over (see [`Running`]); returns the first error of the
+    /// loop, the release and the delete.
+    ///
+    /// # Errors
+    ///
+    /// The loop's own error (as [`Leaser::run`] returns it), else that of [`Leaser::release`] or
+    /// [`Leaser::delete_process`]; the units then become claimable when the row expires.
+    pub fn stop(mut self) -> Result<()> {
+        self.shut_down()
+    }
+
+    fn shut_down(&mut self) -> Result<()> {
+        drop(self.stop.take());
+        let ran = match self.thread.take() {
+            Some(thread) => thread.join().unwrap_or_else(|_| {
+                Err(Error::new(
+                    ErrorKind::Setup,
+                    "the membership thread panicked (a reconciler or hook panicked?)",
+                ))
+            }),
+            None => Ok(()),
+        };
+        let released = self.leaser.release().map(drop);
+        let deleted = self.leaser.delete_process();
+        ran.and(released).and(deleted)
+    }
+}
+
+impl Deref for Running {
+    type Target = Leaser;
+
+    fn deref(&self) -> &Leaser {
+        &self.leaser
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if self.thread.is_none() {
+            return;
+        }
+        if let Err(e) = self.shut_down() {
+            log::warn!(
+                target: "pgtenure::membership",
+                "process {}: stopping on drop: {e}",
+                self.leaser.process_id
+            );
+        }
+    }
+}
+
+impl fmt::Debug for Running {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Running")
+            .field("process_id", &self.leaser.process_id)
+            .field("finished", &self.is_finished())
+            .finish()
+    }
 }

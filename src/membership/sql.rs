@@ -16,6 +16,7 @@ pub const DEFAULT_UNITS_TABLE: &str = "pgtenure_units";
 
 const CREATE_PROCESSES: &str = include_str!("../../sql/membership/create_processes.sql");
 const CREATE_UNITS: &str = include_str!("../../sql/membership/create_units.sql");
+const CREATE_SEQUENCE: &str = include_str!("../../sql/membership/create_sequence.sql");
 const CREATE_OWNER_INDEX: &str = include_str!("../../sql/membership/create_owner_index.sql");
 const CREATE_CLAIMABLE_INDEX: &str =
     include_str!("../../sql/membership/create_claimable_index.sql");
@@ -31,12 +32,15 @@ const ADD_UNITS: &str = include_str!("../../sql/membership/add_units.sql");
 const REMOVE_UNITS: &str = include_str!("../../sql/membership/remove_units.sql");
 const SET_WEIGHT: &str = include_str!("../../sql/membership/set_weight.sql");
 const BUMP_CHANGES: &str = include_str!("../../sql/membership/bump_changes.sql");
+const FENCE: &str = include_str!("../../sql/membership/fence.sql");
+const ASSIGNMENTS: &str = include_str!("../../sql/membership/assignments.sql");
+const PROCESSES: &str = include_str!("../../sql/membership/processes.sql");
 
 pub(super) struct Statements {
     pub(super) processes: TableName,
     pub(super) units: TableName,
     pub(super) create_processes: [String; 1],
-    pub(super) create_units: [String; 3],
+    pub(super) create_units: [String; 4],
     pub(super) heartbeat: Statement,
     pub(super) owned: Statement,
     pub(super) stats: Statement,
@@ -49,10 +53,16 @@ pub(super) struct Statements {
     pub(super) remove_units: Statement,
     pub(super) set_weight: Statement,
     pub(super) bump_changes: Statement,
+    /// Run on the caller's transaction, unprepared (see [`Leaser::fence`](super::Leaser::fence)).
+    pub(super) fence: String,
+    pub(super) assignments: Statement,
+    pub(super) processes_view: Statement,
 }
 
 /// The suffixes of the units table's indexes (`{index:owner}`, `{index:claimable}` in `sql/`).
 const UNIT_INDEXES: [&str; 2] = ["owner", "claimable"];
+/// The suffix of the units table's token sequence (`{units:token_seq}` in `sql/`).
+const TOKEN_SEQUENCE: &str = "token_seq";
 
 impl Statements {
     /// Renders the statements for two tables, refusing names that would collide: the units table's
@@ -64,12 +74,12 @@ impl Statements {
                 "the processes and units tables are both named {units}; give them different names"
             )));
         }
-        for suffix in UNIT_INDEXES {
+        for suffix in UNIT_INDEXES.into_iter().chain([TOKEN_SEQUENCE]) {
             if units.derived(suffix) == processes.quoted()
                 || units.derived_unqualified(suffix) == processes.quoted()
             {
                 return Err(Error::invalid_input(format!(
-                    "the units table {units} names its {suffix} index {}, which is the processes \
+                    "the units table {units} names its {suffix} {}, which is the processes \
                      table's name; choose other table names",
                     units.derived_unqualified(suffix)
                 )));
@@ -87,6 +97,7 @@ impl Statements {
             create_processes: [on(CREATE_PROCESSES, &processes)],
             create_units: [
                 on(CREATE_UNITS, &units),
+                on(CREATE_SEQUENCE, &units),
                 on(CREATE_OWNER_INDEX, &units),
                 on(CREATE_CLAIMABLE_INDEX, &units),
             ],
@@ -140,6 +151,9 @@ impl Statements {
             remove_units: dml(REMOVE_UNITS, &units_batch),
             set_weight: dml(SET_WEIGHT, &[Type::TEXT, Type::INT4, Type::INT4]),
             bump_changes: dml(BUMP_CHANGES, &[Type::TEXT_ARRAY]),
+            fence: render_tables(FENCE, &both),
+            assignments: dml(ASSIGNMENTS, &[]),
+            processes_view: dml(PROCESSES, &[]),
             processes,
             units,
         })
@@ -159,12 +173,17 @@ impl Statements {
             &self.create_processes,
             &[],
         )?;
-        let indexes = UNIT_INDEXES.map(|suffix| Companion::index(self.units.derived(suffix)));
+        let [owner, claimable] =
+            UNIT_INDEXES.map(|suffix| Companion::index(self.units.derived(suffix)));
         db.create_table(
             "create units table",
             &self.units,
             &self.create_units,
-            &indexes,
+            &[
+                owner,
+                claimable,
+                Companion::sequence(self.units.derived(TOKEN_SEQUENCE)),
+            ],
         )
     }
 }
@@ -186,9 +205,10 @@ mod tests {
             .text()
             .contains("FROM \"m\".\"procs\" WHERE process_id"));
         assert!(
-            sql.create_units[1].contains("INDEX IF NOT EXISTS \"units_owner\" ON \"m\".\"units\"")
+            sql.create_units[2].contains("INDEX IF NOT EXISTS \"units_owner\" ON \"m\".\"units\"")
         );
-        assert!(sql.create_units[2].contains("\"units_claimable\""));
+        assert!(sql.create_units[1].contains("SEQUENCE IF NOT EXISTS \"m\".\"units_token_seq\""));
+        assert!(sql.create_units[3].contains("\"units_claimable\""));
         assert!(!sql.claim.text().contains('{'));
     }
 }

@@ -11,7 +11,7 @@ use postgres::Row;
 use super::deliver::Delivery;
 use super::fair::{choose_shed, Facts, Held, Member, Step};
 use super::leaser::Leaser;
-use super::local::{weight_of, View};
+use super::local::{weight_of, Hold, Holds, View};
 use super::unit::Unit;
 use crate::db::Policy;
 use crate::error::Result;
@@ -58,13 +58,13 @@ struct Stats {
 
 /// The view a tick starts from, and the local state it was taken at.
 struct Start {
-    truth: Arc<BTreeMap<Unit, i32>>,
+    truth: Arc<Holds>,
     weight: i64,
     /// Whether it may differ from the local view (re-read; later also claims and sheds).
     changed: bool,
     generation: u64,
     /// Units being shed that are still this process's in the database.
-    shedding: BTreeMap<Unit, i32>,
+    shedding: Holds,
     /// Units being shed that a re-read found given back already.
     shed_landed: Vec<Unit>,
 }
@@ -148,7 +148,7 @@ impl Leaser {
         let mut shed = BTreeMap::new();
         if stats.live_self && live_locally {
             // Owned units whose weight is now 0, to give back (kept while this tick claims).
-            let disabled = view.truth.values().any(|w| *w <= 0);
+            let disabled = view.truth.values().any(|h| h.weight <= 0);
             match facts.decide(i64::from(self.config.max_claim_per_tick), disabled) {
                 Step::Claim(budget) => {
                     claimed = self.claim(&mut view.truth, budget, &view.shedding)?;
@@ -180,8 +180,9 @@ impl Leaser {
                 shed_landed: view.shed_landed,
                 changes: stats.changes,
             };
-            let (lost, gained) = local.adopt(adopted, live_now);
-            let told = self.outbox.push(Delivery::Lost(lost.clone()));
+            let (losses, gained) = local.adopt(adopted, live_now);
+            let lost = losses.units();
+            let told = self.outbox.push_losses(losses);
             self.outbox.push(Delivery::Gained(gained.clone()));
             if live_now {
                 for unit in shed_now {
@@ -253,7 +254,7 @@ impl Leaser {
         let (truth, weight, changed, shedding, shed_landed) = match known {
             Some((owned, weight)) => (owned, weight, false, shedding, Vec::new()),
             None => {
-                let mut read: BTreeMap<Unit, i32> = self
+                let mut read: Holds = self
                     .db
                     .query(
                         "read owned units",
@@ -266,7 +267,7 @@ impl Leaser {
                     .collect();
                 // Units being shed are still this process's in the database, but no longer its
                 // work; those the database no longer gives it were given back already.
-                let (pending, landed): (BTreeMap<Unit, i32>, BTreeMap<Unit, i32>) = shedding
+                let (pending, landed): (Holds, Holds) = shedding
                     .into_iter()
                     .partition(|(unit, _)| read.remove(unit).is_some());
                 let weight = weight_of(&read);
@@ -294,9 +295,9 @@ impl Leaser {
     /// batch whose answer was lost may have claimed units).
     fn claim(
         &self,
-        truth: &mut Arc<BTreeMap<Unit, i32>>,
+        truth: &mut Arc<Holds>,
         mut budget: i64,
-        shedding: &BTreeMap<Unit, i32>,
+        shedding: &Holds,
     ) -> Result<Vec<Unit>> {
         // What the process row reports: owned and still being shed.
         let mut weight = weight_of(truth) + weight_of(shedding);
@@ -323,10 +324,10 @@ impl Leaser {
                 break;
             }
             for row in &rows {
-                let (unit, w) = unit_row(row);
-                budget -= i64::from(w);
-                weight += i64::from(w.max(0));
-                Arc::make_mut(truth).insert(unit.clone(), w);
+                let (unit, hold) = unit_row(row);
+                budget -= i64::from(hold.weight);
+                weight += i64::from(hold.weight.max(0));
+                Arc::make_mut(truth).insert(unit.clone(), hold);
                 claimed.push(unit);
             }
         }
@@ -336,22 +337,18 @@ impl Leaser {
     /// Chooses what to shed down to `target` (see [`choose_shed`]; disabled units always) and takes
     /// it out of this tick's view: the adoption reports it lost, and [`Leaser::give_back`] sheds it
     /// in the database once that was delivered.
-    fn choose_shed(
-        &self,
-        truth: &mut Arc<BTreeMap<Unit, i32>>,
-        target: i64,
-    ) -> BTreeMap<Unit, i32> {
+    fn choose_shed(&self, truth: &mut Arc<Holds>, target: i64) -> Holds {
         let held: Vec<Held> = truth
             .iter()
-            .map(|(unit, weight)| Held {
+            .map(|(unit, hold)| Held {
                 unit: unit.clone(),
-                weight: *weight,
+                weight: hold.weight,
                 in_flight: self.reconciler.in_flight(unit),
             })
             .collect();
         let choice = choose_shed(&held, target);
         if choice.is_empty() {
-            return BTreeMap::new();
+            return Holds::new();
         }
         let map = Arc::make_mut(truth);
         choice
@@ -373,12 +370,12 @@ impl Leaser {
             let (count, weight) = local.reported();
             // Never a unit owned (and worked on) again, nor one whose loss is still being told (the
             // tick that chose it delivers on its own thread, perhaps after this one got here).
-            let shedding: BTreeMap<Unit, i32> = local
+            let shedding: Holds = local
                 .shedding
                 .iter()
                 .filter(|(unit, _)| !local.owned.contains_key(*unit))
                 .filter(|(unit, _)| self.told_to_shed(&local, unit))
-                .map(|(unit, weight)| (unit.clone(), *weight))
+                .map(|(unit, hold)| (unit.clone(), *hold))
                 .collect();
             (shedding, count, weight)
         };
@@ -423,13 +420,17 @@ impl Leaser {
     }
 }
 
-/// A unit and its weight, from a row of the owned or claim statement.
-fn unit_row(row: &Row) -> (Unit, i32) {
+/// A unit and what this process holds of it, from a row of the owned or claim statement.
+fn unit_row(row: &Row) -> (Unit, Hold) {
     (
         Unit {
             tenant: row.get("tenant"),
             shard: row.get("shard"),
         },
-        row.get("weight"),
+        Hold {
+            weight: row.get("weight"),
+            token: row.get::<_, Option<i64>>("token").unwrap_or_default(),
+            removed: row.get("removed"),
+        },
     )
 }

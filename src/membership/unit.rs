@@ -36,6 +36,43 @@ impl fmt::Display for Unit {
     }
 }
 
+/// Why units were lost ([`Reconciler::units_lost`]).
+///
+/// New reasons may be added in minor releases, so a `match` needs a wildcard arm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum UnitLoss {
+    /// This process gives the unit back: it owned more than its fair share, or the unit's weight
+    /// became 0 ([`Units::set_weight`](super::Units::set_weight)). Given back once this call
+    /// returned.
+    Shed,
+    /// This process's liveness deadline passed without a heartbeat (it was paused, or the database
+    /// was unreachable), or its row expired: another process may claim the unit now.
+    Expired,
+    /// The database no longer gives the unit to this process: another process claimed it (after
+    /// this process's row expired), or it was freed or deleted from under it.
+    Taken,
+    /// The unit was unregistered ([`Units::remove`](super::Units::remove)); it is deleted once this
+    /// call returned.
+    Removed,
+    /// [`Leaser::release`](super::Leaser::release) or
+    /// [`Leaser::delete_process`](super::Leaser::delete_process) gives every unit back (a graceful
+    /// shutdown).
+    Released,
+}
+
+impl fmt::Display for UnitLoss {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            UnitLoss::Shed => "shed",
+            UnitLoss::Expired => "expired",
+            UnitLoss::Taken => "taken",
+            UnitLoss::Removed => "removed",
+            UnitLoss::Released => "released",
+        })
+    }
+}
+
 /// What a [`Leaser`](super::Leaser) drives as ownership changes.
 ///
 /// Every call comes from one delivery point, one at a time, in the order the leaser decided (see
@@ -52,11 +89,10 @@ impl fmt::Display for Unit {
 pub trait Reconciler: Send + Sync {
     /// These units are now this process's: start their work.
     fn units_gained(&self, units: &[Unit]);
-    /// These units are no longer this process's (chosen to shed, released elsewhere, claimed by
-    /// another after this process's row expired, or removed), or may not be (the local liveness
-    /// deadline passed): stop their work before returning. Called before `units_gained` in a tick. A
-    /// unit chosen to shed stays this process's in the database until this call has returned.
-    fn units_lost(&self, units: &[Unit]);
+    /// These units are no longer this process's, or may not be, for `reason`: stop their work
+    /// before returning. Called before `units_gained` in a tick. A unit chosen to shed (or removed)
+    /// stays this process's in the database until this call has returned.
+    fn units_lost(&self, units: &[Unit], reason: UnitLoss);
     /// How many deliveries of `unit` are in flight; shedding skips units with work in flight.
     /// Defaults to 0.
     fn in_flight(&self, unit: &Unit) -> usize {

@@ -17,8 +17,8 @@ use crate::table_name::TableName;
 /// Cheap to clone, `Send` and `Sync`.
 #[derive(Clone)]
 pub struct Units {
-    db: Db,
-    sql: Arc<Statements>,
+    pub(super) db: Db,
+    pub(super) sql: Arc<Statements>,
 }
 
 impl Units {

@@ -338,5 +338,5 @@ pub struct Quiet;
 
 impl pgtenure::membership::Reconciler for Quiet {
     fn units_gained(&self, _: &[pgtenure::membership::Unit]) {}
-    fn units_lost(&self, _: &[pgtenure::membership::Unit]) {}
+    fn units_lost(&self, _: &[pgtenure::membership::Unit], _: pgtenure::membership::UnitLoss) {}
 }

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 
 use parking_lot::Mutex;
-use pgtenure::membership::{Leaser, Reconciler, Unit};
+use pgtenure::membership::{Leaser, Reconciler, Unit, UnitLoss};
 
 #[derive(Default)]
 pub struct Registry {
@@ -90,7 +90,7 @@ impl Reconciler for Worker {
         self.drain();
     }
 
-    fn units_lost(&self, units: &[Unit]) {
+    fn units_lost(&self, units: &[Unit], _reason: UnitLoss) {
         let mut active = self.registry.active.lock();
         for unit in units {
             if active.get(unit) == Some(&self.id) {

@@ -289,10 +289,14 @@ fn one_hundred_thousand_units_and_eight_leasers_converge_and_claims_use_the_inde
     // (the first five executions) and generic (every later one), with the planner's statistics as
     // the settled fleet leaves them, and then after many processes died (rows not yet swept: the
     // planner then expects many orphaned units, and must still look them up by index).
-    let claim = std::fs::read_to_string("sql/membership/claim.sql")
-        .unwrap()
-        .replace("{units}", &format!("\"{}\"", fleet.units_table))
-        .replace("{processes}", &format!("\"{}\"", fleet.processes));
+    let claim = pgtenure::testing::render_sql(
+        &std::fs::read_to_string("sql/membership/claim.sql").unwrap(),
+        &[
+            ("units", fleet.units_table.as_str()),
+            ("processes", fleet.processes.as_str()),
+        ],
+    )
+    .unwrap();
     let mut explain = client();
     explain
         .batch_execute(&format!(

@@ -9,7 +9,7 @@ use std::time::Duration;
 use crate::common::proxy::{database_addr, Proxy};
 use crate::common::{client, wait_for};
 use parking_lot::Mutex;
-use pgtenure::membership::{Config, Hooks, Leaser, NoHooks, Reconciler, Unit};
+use pgtenure::membership::{Config, Hooks, Leaser, NoHooks, Reconciler, Unit, UnitLoss};
 
 use super::{assert_disjoint, config, Fleet, Recorder};
 
@@ -86,7 +86,7 @@ impl Reconciler for SlowDrain {
     fn units_gained(&self, units: &[Unit]) {
         self.told.lock().push((true, units.to_vec()));
     }
-    fn units_lost(&self, units: &[Unit]) {
+    fn units_lost(&self, units: &[Unit], _reason: UnitLoss) {
         self.told.lock().push((false, units.to_vec()));
         let slow = self.slow.lock().take();
         if let Some((wait, hook)) = slow {
@@ -202,7 +202,7 @@ struct Gate {
 
 impl Reconciler for Gate {
     fn units_gained(&self, _: &[Unit]) {}
-    fn units_lost(&self, units: &[Unit]) {
+    fn units_lost(&self, units: &[Unit], _reason: UnitLoss) {
         let _ = self.calls.send(units.to_vec());
         let _ = self.go.recv_timeout(Duration::from_secs(10));
     }
@@ -277,7 +277,7 @@ impl Reconciler for CallsBack {
             *self.nested.lock() = Some(leaser.tick().map(|r| r.owned));
         }
     }
-    fn units_lost(&self, _units: &[Unit]) {}
+    fn units_lost(&self, _units: &[Unit], _reason: UnitLoss) {}
 }
 
 #[test]
@@ -317,7 +317,7 @@ struct TicksWhileDraining {
 
 impl Reconciler for TicksWhileDraining {
     fn units_gained(&self, _units: &[Unit]) {}
-    fn units_lost(&self, units: &[Unit]) {
+    fn units_lost(&self, units: &[Unit], _reason: UnitLoss) {
         let Some(leaser) = self.leaser.get().and_then(std::sync::Weak::upgrade) else {
             return;
         };

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use crate::common::proxy::{database_addr, Proxy};
 use crate::common::{client, db, wait_for, Tables};
-use pgtenure::membership::{Leaser, NoHooks, Unit, Units};
+use pgtenure::membership::{Leaser, NoHooks, Unit, UnitLoss, Units};
 
 use super::{assert_disjoint, config, round, Fleet, Recorder};
 
@@ -171,6 +171,7 @@ fn past_its_local_deadline_a_leaser_owns_nothing_and_a_late_heartbeat_reports_th
     leaser.heartbeat().unwrap();
     let lost = recorder.lost();
     assert_eq!(lost, 10, "the late heartbeat reported every unit lost");
+    assert_eq!(recorder.lost_for(UnitLoss::Expired), 10, "as expired");
     assert!(leaser.owned().is_empty());
     // Nobody took them meanwhile, so the next tick finds them still this process's.
     let report = leaser.tick().unwrap();
@@ -531,12 +532,11 @@ fn a_removed_unit_is_given_back_by_its_owner_and_then_gone() {
     assert_eq!(step.shed, 1);
     let rows = crate::common::count(&mut client(), &fleet.units_table);
     assert_eq!(rows, 2, "given back, and so gone");
-    let lost = recorder
-        .events
-        .lock()
-        .iter()
-        .any(|(kind, units)| *kind == "lost" && units.contains(&unit));
-    assert!(lost);
+    assert_eq!(
+        *recorder.losses.lock().last().unwrap(),
+        (UnitLoss::Removed, vec![unit.clone()]),
+        "told why"
+    );
 }
 
 /// A removal that waited for a lock judges each unit on its latest version: a unit that a new
@@ -703,4 +703,146 @@ fn run_ends_with_a_permanent_error_and_never_returns_ok_after_failing_all_along(
     drop(stop);
     let err = unreachable.run(&shutdown).unwrap_err();
     assert!(err.is_connection(), "{err}");
+}
+
+/// `units_lost` says why: units freed from under a live process read as taken, a graceful release
+/// as released.
+#[test]
+fn units_lost_says_taken_when_the_database_freed_them_and_released_at_shutdown() {
+    let fleet = Fleet::new(4);
+    let (a, recorder) = fleet.leaser(config(Duration::from_secs(30)));
+    a.heartbeat().unwrap();
+    assert_eq!(a.tick().unwrap().owned, 4);
+    // An operator frees two units and tells the owner (as `Units::remove` does for its owners).
+    let freed: Vec<Unit> = a.owned().into_iter().take(2).collect();
+    client()
+        .batch_execute(&format!(
+            "UPDATE {units} SET process_id = NULL WHERE (tenant, shard) IN (('{}', {}), ('{}', {}));
+             UPDATE {procs} SET changes = changes + 1",
+            freed[0].tenant,
+            freed[0].shard,
+            freed[1].tenant,
+            freed[1].shard,
+            units = fleet.units_table,
+            procs = fleet.processes,
+        ))
+        .unwrap();
+    let step = a.tick().unwrap();
+    assert_eq!(
+        recorder.losses.lock()[0],
+        (UnitLoss::Taken, freed.clone()),
+        "{step:?}"
+    );
+    // The same tick claims them back (the fleet has only this process): a new tenure, with new
+    // tokens, told as gained after the loss.
+    assert_eq!(step.gained, freed);
+    assert!(freed.iter().all(|u| a.token(u).is_some()));
+    a.release().unwrap();
+    let losses = recorder.losses.lock();
+    assert_eq!(losses.last().unwrap().0, UnitLoss::Released);
+    assert_eq!(losses.last().unwrap().1.len(), 4);
+}
+
+/// A unit's fence passes for its owner under the token of its claim, and fails once the unit was
+/// claimed anew by another process, even while the old owner's view still lists it.
+#[test]
+fn a_fenced_write_passes_for_the_owner_and_is_refused_once_the_unit_moved() {
+    let fleet = Fleet::new(1);
+    let (a, _) = fleet.leaser(config(Duration::from_secs(30)));
+    let (b, _) = fleet.leaser(config(Duration::from_secs(30)));
+    a.heartbeat().unwrap();
+    a.tick().unwrap();
+    let unit = a.owned()[0].clone();
+    let token = a.token(&unit).expect("a token for an owned unit");
+    let mut conn = db().connection().unwrap();
+    let mut tx = conn.transaction().unwrap();
+    assert!(a.fence(&mut tx, &unit).unwrap(), "the owner passes");
+    assert!(
+        !b.fence(&mut tx, &unit).unwrap(),
+        "another process does not"
+    );
+    tx.commit().unwrap();
+
+    // The unit moves under A's feet (its row made to look expired, then B claims), while A's own
+    // view, not yet re-read, still lists it under the old token.
+    client()
+        .batch_execute(&format!(
+            "UPDATE {} SET expires_at = now() - interval '1 s' WHERE process_id = '{}'",
+            fleet.processes,
+            a.process_id()
+        ))
+        .unwrap();
+    b.heartbeat().unwrap();
+    assert_eq!(b.tick().unwrap().claimed, 1);
+    assert!(
+        b.token(&unit).unwrap() > token,
+        "a later claim, a larger token"
+    );
+    assert_eq!(a.token(&unit), Some(token));
+    let mut tx = conn.transaction().unwrap();
+    assert!(
+        !a.fence(&mut tx, &unit).unwrap(),
+        "the old owner is refused"
+    );
+    assert!(b.fence(&mut tx, &unit).unwrap(), "the new one passes");
+    tx.commit().unwrap();
+}
+
+/// The operators' views: every unit with its owner and token, every process with what it reports.
+#[test]
+fn assignments_and_processes_show_who_owns_what() {
+    let fleet = Fleet::new(4);
+    let (a, _) = fleet.leaser(config(Duration::from_secs(30)));
+    let (b, _) = fleet.leaser(config(Duration::from_secs(30)));
+    for leaser in [&a, &b] {
+        leaser.heartbeat().unwrap();
+    }
+    round(&[&a, &b]);
+    round(&[&a, &b]);
+    let assignments = fleet.units.assignments().unwrap();
+    assert_eq!(assignments.len(), 4);
+    for row in &assignments {
+        let owner = row.owner.as_deref().expect("every unit is owned");
+        let leaser = if owner == a.process_id() { &a } else { &b };
+        assert_eq!(leaser.process_id(), owner);
+        assert!(row.owner_live && row.claimed_at.is_some() && row.weight == 1);
+        assert_eq!(row.token, leaser.token(&row.unit), "{row:?}");
+    }
+    let processes = fleet.units.processes().unwrap();
+    assert_eq!(processes.len(), 2);
+    for p in &processes {
+        assert!(p.live && p.expires_at > p.started_at, "{p:?}");
+        assert_eq!((p.units, p.weight), (2, 2), "{p:?}");
+        assert_eq!(p.hostname, a.config().hostname);
+    }
+}
+
+/// `spawn` owns the loop's thread: the units are claimed, a second `run` of the same leaser is
+/// refused, and `stop` hands every unit over and deletes the process row.
+#[test]
+fn a_spawned_leaser_runs_refuses_a_second_loop_and_hands_over_on_stop() {
+    let fleet = Fleet::new(6);
+    let mut fast = config(Duration::from_secs(3));
+    fast.heartbeat_interval = Duration::from_millis(200);
+    fast.rebalance_interval = Duration::from_millis(100);
+    let (a, recorder) = fleet.leaser(fast);
+    let running = a.spawn().unwrap();
+    wait_for("the spawned loop to claim", Duration::from_secs(10), || {
+        (running.owned().len() == 6).then_some(())
+    });
+    let (_never, shutdown) = pgtenure::crossbeam_channel::bounded::<()>(0);
+    let second = running.run(&shutdown).unwrap_err();
+    assert!(second.is_invalid_input(), "{second}");
+    assert!(second.to_string().contains("already running"), "{second}");
+    assert!(!running.is_finished());
+    let id = running.process_id().to_owned();
+    running.stop().unwrap();
+    assert_eq!(recorder.lost_for(UnitLoss::Released), 6);
+    let ownership = fleet.ownership();
+    assert_eq!(ownership[&None].len(), 6, "every unit handed over");
+    assert!(!ownership.contains_key(&Some(id.clone())));
+    assert!(
+        fleet.units.processes().unwrap().iter().all(|p| p.id != id),
+        "the process row is gone"
+    );
 }

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use crate::common::{client, db, Tables};
 use parking_lot::Mutex;
-use pgtenure::membership::{Config, Leaser, NoHooks, Reconciler, Unit, Units};
+use pgtenure::membership::{Config, Leaser, NoHooks, Reconciler, Unit, UnitLoss, Units};
 use pgtenure::postgres;
 use pgtenure::Db;
 
@@ -23,6 +23,8 @@ use pgtenure::Db;
 #[derive(Default)]
 struct Recorder {
     events: Mutex<Vec<(&'static str, Vec<Unit>)>>,
+    /// Each `units_lost` call's reason and units, in order.
+    losses: Mutex<Vec<(UnitLoss, Vec<Unit>)>>,
     busy: Mutex<BTreeSet<Unit>>,
 }
 
@@ -36,14 +38,25 @@ impl Recorder {
             .map(|(_, units)| units.len())
             .sum()
     }
+
+    /// How many units it was told it lost for `reason`, in all.
+    fn lost_for(&self, reason: UnitLoss) -> usize {
+        self.losses
+            .lock()
+            .iter()
+            .filter(|(r, _)| *r == reason)
+            .map(|(_, units)| units.len())
+            .sum()
+    }
 }
 
 impl Reconciler for Recorder {
     fn units_gained(&self, units: &[Unit]) {
         self.events.lock().push(("gained", units.to_vec()));
     }
-    fn units_lost(&self, units: &[Unit]) {
+    fn units_lost(&self, units: &[Unit], reason: UnitLoss) {
         self.events.lock().push(("lost", units.to_vec()));
+        self.losses.lock().push((reason, units.to_vec()));
     }
     fn in_flight(&self, unit: &Unit) -> usize {
         usize::from(self.busy.lock().contains(unit))
