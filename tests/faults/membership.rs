@@ -1,5 +1,7 @@
 //! Partitions and crashes during rebalancing: no unit worked by two processes.
 
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread;
@@ -7,9 +9,11 @@ use std::time::{Duration, Instant};
 
 use crate::common::proxy::{database_addr, Proxy};
 use crate::common::registry::{Registry, Worker};
-use crate::common::{db, wait_for, Running, Tables};
-use pgtenure::membership::{Config, Leaser, NoHooks, Unit, Units};
+use crate::common::{client, count, db, ledger, wait_for, Running, Tables};
+use pgtenure::membership::{Config, Leaser, NoHooks, Reconciler, Unit, UnitLoss, Units};
 use pgtenure::DbBuilder;
+
+use super::{Write, CHILD_ENV};
 
 #[test]
 fn partitions_and_crashes_during_rebalancing_never_let_two_processes_work_a_unit() {
@@ -109,4 +113,205 @@ fn partitions_and_crashes_during_rebalancing_never_let_two_processes_work_a_unit
         0,
         "a unit was worked on by two processes"
     );
+}
+
+/// A unit's fenced write: the ledger row is stamped with the unit's token, written only if the fence
+/// passed.
+fn fenced_unit_write(leaser: &Leaser, ledger: &str, unit: &Unit) -> Write {
+    let Ok(mut conn) = db().connection() else {
+        return Write::Failed;
+    };
+    let Ok(mut tx) = conn.transaction() else {
+        return Write::Failed;
+    };
+    let token = leaser.token(unit).unwrap_or(-1);
+    match leaser.fence(&mut tx, unit) {
+        Ok(true) => {}
+        Ok(false) => return Write::Refused,
+        Err(_) => return Write::Failed,
+    }
+    let insert = format!("INSERT INTO {ledger} (key, token, owner) VALUES ($1, $2, $3)");
+    let key = unit.to_string();
+    if tx
+        .execute(&insert, &[&key, &token, &leaser.process_id()])
+        .is_err()
+        || tx.commit().is_err()
+    {
+        return Write::Failed;
+    }
+    Write::Done
+}
+
+/// Prints every loss, so the parent sees the paused child learn it.
+struct Printer;
+
+impl Reconciler for Printer {
+    fn units_gained(&self, _: &[Unit]) {}
+    fn units_lost(&self, units: &[Unit], reason: UnitLoss) {
+        println!("LOST {} {reason:?}", units.len());
+    }
+}
+
+fn member_config() -> Config {
+    let mut config = Config::default();
+    config.ttl = Duration::from_millis(600);
+    config.heartbeat_interval = Duration::from_millis(150);
+    config.rebalance_interval = Duration::from_millis(100);
+    config.sweep_cutoff = Duration::from_secs(60);
+    config
+}
+
+/// The child side of the pause test: own the one unit and write through its fence, until told to
+/// stop by the clock.
+fn paused_member_child(procs: &str, units: &str, ledger: &str) {
+    let leaser = Leaser::new(&db(), Arc::new(Printer), member_config(), Arc::new(NoHooks))
+        .unwrap()
+        .with_tables(procs, units)
+        .unwrap();
+    let unit = Unit::new("t", 0).unwrap();
+    let running = leaser.spawn().unwrap();
+    let token = wait_for("the child to own its unit", Duration::from_secs(10), || {
+        running.token(&unit)
+    });
+    println!("TOKEN {token}");
+    let started = Instant::now();
+    let mut refused_after_loss = false;
+    while started.elapsed() < Duration::from_secs(30) && !refused_after_loss {
+        let write = fenced_unit_write(&running, ledger, &unit);
+        println!("WRITE {write:?}");
+        refused_after_loss = write == Write::Refused && running.token(&unit) != Some(token);
+        thread::sleep(Duration::from_millis(40));
+    }
+    // Not `stop`: the unit is the parent's now, and the release must not matter.
+    drop(running);
+    println!("DONE");
+}
+
+/// A member process paused past its TTL (SIGSTOP) while its unit moves to another process: every
+/// fenced write it attempts once resumed is refused, and it learns the loss.
+#[test]
+fn a_paused_member_process_is_refused_on_resume_and_learns_its_loss() {
+    if std::env::var(CHILD_ENV).is_ok_and(|m| m == "paused-member") {
+        let var = |name: &str| std::env::var(name).unwrap();
+        return paused_member_child(
+            &var("PGTENURE_CHILD_PROCS"),
+            &var("PGTENURE_CHILD_UNITS"),
+            &var("PGTENURE_CHILD_LEDGER"),
+        );
+    }
+    let mut tables = Tables::new();
+    let (procs, units_t) = (tables.name("procs"), tables.name("units"));
+    let units = Units::new(&db()).with_tables(&procs, &units_t).unwrap();
+    units.create_tables().unwrap();
+    let unit = Unit::new("t", 0).unwrap();
+    units.add(std::slice::from_ref(&unit)).unwrap();
+    let ledger = ledger::create(&mut tables);
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "membership::a_paused_member_process_is_refused_on_resume_and_learns_its_loss",
+            "--nocapture",
+        ])
+        .env(CHILD_ENV, "paused-member")
+        .env("PGTENURE_CHILD_PROCS", &procs)
+        .env("PGTENURE_CHILD_UNITS", &units_t)
+        .env("PGTENURE_CHILD_LEDGER", &ledger)
+        .env("DATABASE_URL", crate::common::url())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id().to_string();
+    let (lines_tx, lines) = pgtenure::crossbeam_channel::unbounded::<String>();
+    let out = child.stdout.take().unwrap();
+    let reader = thread::spawn(move || {
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            let _ = lines_tx.send(line);
+        }
+    });
+    let token: i64 = loop {
+        let line = lines
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the child reports its token");
+        if let Some((_, t)) = line.split_once("TOKEN ") {
+            break t.trim().parse().unwrap();
+        }
+    };
+    wait_for("the child's first writes", Duration::from_secs(5), || {
+        (count(&mut client(), &ledger) >= 2).then_some(())
+    });
+    let signal = |sig: &str| {
+        assert!(Command::new("kill")
+            .args([sig, &pid])
+            .status()
+            .unwrap()
+            .success())
+    };
+    signal("-STOP");
+    let paused_writes = count(&mut client(), &ledger);
+    // If the pause caught the child inside a fenced transaction, its lock on the unit's row makes
+    // every claimer skip the unit until it resumes and commits: that write was fenced before the
+    // pause, so that is safe, and the takeover comes after.
+    let (p, u, l) = (procs.clone(), units_t.clone(), ledger.clone());
+    let takeover = thread::spawn(move || {
+        let other = Leaser::new(&db(), Arc::new(Printer), member_config(), Arc::new(NoHooks))
+            .unwrap()
+            .with_tables(&p, &u)
+            .unwrap();
+        let unit = Unit::new("t", 0).unwrap();
+        let taken = wait_for("a takeover", Duration::from_secs(20), || {
+            other.heartbeat().unwrap();
+            other.tick().unwrap();
+            other.token(&unit)
+        });
+        let write = fenced_unit_write(&other, &l, &unit);
+        (taken, write, other)
+    });
+    let waited = Instant::now();
+    while !takeover.is_finished() && waited.elapsed() < Duration::from_secs(3) {
+        thread::sleep(Duration::from_millis(10));
+    }
+    let mid_transaction = !takeover.is_finished();
+    signal("-CONT");
+    let (taken, write, other) = takeover.join().unwrap();
+    assert!(
+        taken > token,
+        "the takeover's token {taken} follows {token}"
+    );
+    assert_eq!(write, Write::Done);
+
+    let mut after: Vec<String> = Vec::new();
+    loop {
+        let line = lines
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the child finishes");
+        if line.ends_with("DONE") {
+            break;
+        }
+        after.push(line);
+        // The child keeps its process row alive: keep ours too, and the unit.
+        other.heartbeat().unwrap();
+    }
+    child.wait().unwrap();
+    reader.join().unwrap();
+    let shown: Vec<&String> = after.iter().take(12).collect();
+    println!("member child after resume (paused mid-transaction: {mid_transaction}): {shown:?}");
+    assert!(
+        after
+            .iter()
+            .any(|l| l.contains("LOST 1 Expired") || l.contains("LOST 1 Taken")),
+        "{shown:?}"
+    );
+    assert!(
+        after.iter().any(|l| l.ends_with("WRITE Refused")),
+        "{shown:?}"
+    );
+    // Only a write already fenced when the pause came may commit after the resume.
+    let rows = ledger::rows(&ledger);
+    let child_rows = rows.iter().filter(|(_, t, _)| *t == token).count() as i64;
+    let allowed = paused_writes + i64::from(mid_transaction);
+    assert!(
+        child_rows <= allowed,
+        "the child wrote {child_rows} rows, {allowed} allowed"
+    );
+    ledger::assert_ordered(&ledger);
 }
