@@ -13,7 +13,7 @@ use pgtenure::Db;
 
 use crate::common::proxy::{database_addr, Proxy};
 use crate::common::registry::{Registry, Worker};
-use crate::common::{wait_for, Running, Tables};
+use crate::common::{ledger, wait_for, Running, Tables};
 use crate::harness::{inject_faults, proxied_url, run_for, Load};
 
 #[test]
@@ -109,6 +109,56 @@ fn membership_under_random_faults_never_works_a_unit_twice() {
             }
         })
     };
+    // Every process writes for the units it owns, through the unit's fence: per unit, the ledger's
+    // tokens never go down and each belongs to one process.
+    let ledger_t = ledger::create(&mut tables);
+    let fenced = Arc::new((AtomicU64::new(0), AtomicU64::new(0)));
+    let writer = {
+        let (leasers, done, fenced, ledger_t) = (
+            leasers.clone(),
+            done.clone(),
+            fenced.clone(),
+            ledger_t.clone(),
+        );
+        thread::spawn(move || {
+            let db = crate::common::db();
+            let insert = format!("INSERT INTO {ledger_t} (key, token, owner) VALUES ($1, $2, $3)");
+            let mut round = 0;
+            while !done.load(Ordering::SeqCst) {
+                round += 1;
+                for leaser in &leasers {
+                    let owned = leaser.owned();
+                    // A few units each round, a different few every round.
+                    let from = round * 4 % owned.len().max(1);
+                    for unit in owned.into_iter().cycle().skip(from).take(4) {
+                        let Ok(mut conn) = db.connection() else {
+                            continue;
+                        };
+                        let Ok(mut tx) = conn.transaction() else {
+                            continue;
+                        };
+                        let token = leaser.token(&unit).unwrap_or(-1);
+                        match leaser.fence(&mut tx, &unit) {
+                            Ok(true) => {
+                                let key = unit.to_string();
+                                let owner = leaser.process_id();
+                                if tx.execute(&insert, &[&key, &token, &owner]).is_ok()
+                                    && tx.commit().is_ok()
+                                {
+                                    fenced.0.fetch_add(1, Ordering::SeqCst);
+                                }
+                            }
+                            Ok(false) => {
+                                fenced.1.fetch_add(1, Ordering::SeqCst);
+                            }
+                            Err(_) => {}
+                        }
+                    }
+                }
+                thread::sleep(Duration::from_millis(20));
+            }
+        })
+    };
     let faults = inject_faults(&proxy, &app, &Mutex::new(Vec::new()), until, 3);
     crasher.join().unwrap();
     // Healed: the three survivors own every unit again.
@@ -127,13 +177,19 @@ fn membership_under_random_faults_never_works_a_unit_twice() {
     );
     done.store(true, Ordering::SeqCst);
     sampler.join().unwrap();
+    writer.join().unwrap();
+    let proof = ledger::assert_ordered(&ledger_t);
     for run in &mut running {
         run.stop();
     }
     let violations = registry.violations();
     println!(
-        "membership checker, {duration:?}: {} ownership samples, {violations} double-worked units; faults: {faults:?}",
-        samples.load(Ordering::SeqCst)
+        "membership checker, {duration:?}: {} ownership samples, {violations} double-worked units, {} fenced unit writes in {} tenures (in order), {} refused; faults: {faults:?}",
+        samples.load(Ordering::SeqCst),
+        proof.writes,
+        proof.tenures,
+        fenced.1.load(Ordering::SeqCst),
     );
+    assert!(proof.writes > 0, "no fenced write went through");
     assert_eq!(violations, 0, "a unit was worked on by two processes");
 }
