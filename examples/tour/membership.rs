@@ -1,18 +1,25 @@
 //! Part 5: membership, units shared fairly as processes join and crash.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use pgtenure::membership::{Config, Leaser, NoHooks, Reconciler, Unit, UnitLoss, Units};
 use pgtenure::Db;
 
-/// The tour's reconciler: it only counts.
-struct Quiet;
+/// The tour's reconciler: it counts the losses it hears, by reason.
+#[derive(Default)]
+struct Tally(Mutex<Vec<(UnitLoss, usize)>>);
 
-impl Reconciler for Quiet {
+impl Reconciler for Tally {
     fn units_gained(&self, _: &[Unit]) {}
-    fn units_lost(&self, _: &[Unit], _reason: UnitLoss) {}
+    fn units_lost(&self, units: &[Unit], reason: UnitLoss) {
+        let mut tally = self.0.lock().expect("the tally");
+        match tally.iter_mut().find(|(r, _)| *r == reason) {
+            Some((_, n)) => *n += units.len(),
+            None => tally.push((reason, units.len())),
+        }
+    }
 }
 
 /// Processes share (tenant, shard) units; one joins, one crashes; each round converges to fair share.
@@ -33,9 +40,10 @@ pub fn membership(db: &Db) -> Result<(), Box<dyn std::error::Error>> {
     let mut config = Config::default();
     config.ttl = ttl;
     config.heartbeat_interval = ttl / 4;
+    let tally = Arc::new(Tally::default());
     let leasers: Vec<Leaser> = (0..4)
         .map(|_| {
-            Leaser::new(db, Arc::new(Quiet), config.clone(), Arc::new(NoHooks))?
+            Leaser::new(db, tally.clone(), config.clone(), Arc::new(NoHooks))?
                 .with_tables(&processes, &units_table)
         })
         .collect::<Result<_, _>>()?;
@@ -77,6 +85,8 @@ pub fn membership(db: &Db) -> Result<(), Box<dyn std::error::Error>> {
     show("4", &alive)?;
     alive[1] = false;
     let crashed = Instant::now();
+    let p2_unit = leasers[1].owned()[0].clone();
+    let p2_token = leasers[1].token(&p2_unit).expect("p2 owns it");
     show("5: p2 crashes (silent)", &alive)?;
     let mut round = 6;
     while crashed.elapsed() < ttl + ttl / 2 {
@@ -96,10 +106,37 @@ pub fn membership(db: &Db) -> Result<(), Box<dyn std::error::Error>> {
     println!(
         "   the three live processes own {owned} of 48 units; p2's were claimed after its TTL"
     );
+    // p2 wakes up and tries to write for a unit it owned: its fence refuses; the new owner's passes.
+    let row = units
+        .assignments()?
+        .into_iter()
+        .find(|a| a.unit == p2_unit)
+        .expect("registered");
+    let new_owner = leasers
+        .iter()
+        .find(|l| Some(l.process_id()) == row.owner.as_deref())
+        .expect("a live owner");
+    let mut conn = db.connection()?;
+    let mut tx = conn.transaction()?;
+    println!(
+        "   unit {p2_unit}: p2's fence (token {p2_token}) passes: {}; its new owner's (token {:?}): {}",
+        leasers[1].fence(&mut tx, &p2_unit)?,
+        row.token,
+        new_owner.fence(&mut tx, &p2_unit)?
+    );
+    tx.commit()?;
     for (leaser, _) in leasers.iter().zip(&alive).filter(|(_, a)| **a) {
         leaser.release()?;
         leaser.delete_process()?;
     }
+    let told: Vec<String> = tally
+        .0
+        .lock()
+        .expect("the tally")
+        .iter()
+        .map(|(reason, n)| format!("{reason} {n}"))
+        .collect();
+    println!("   units_lost was told, by reason: {}", told.join(", "));
     db.connection()?
         .batch_execute(&format!("DROP TABLE {processes}; DROP TABLE {units_table}"))?;
     Ok(())

@@ -18,7 +18,7 @@
 //! operators who owns what.
 //!
 //! ```no_run
-//! # fn main() -> Result<(), pgtenure::Error> {
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! use std::sync::Arc;
 //! use pgtenure::membership::{Config, Leaser, NoHooks, Reconciler, Unit, UnitLoss, Units};
 //! use pgtenure::Db;
