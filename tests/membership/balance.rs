@@ -448,3 +448,188 @@ fn a_unit_disabled_while_its_owner_claims_is_given_back_later() {
     );
     assert_disjoint(&fleet, &[&a, &b]);
 }
+
+/// Units that changed owner between two snapshots of who owns what.
+fn moved(
+    before: &BTreeMap<Option<String>, BTreeSet<Unit>>,
+    after: &BTreeMap<Option<String>, BTreeSet<Unit>>,
+) -> usize {
+    let owner_of =
+        |map: &BTreeMap<Option<String>, BTreeSet<Unit>>| -> BTreeMap<Unit, Option<String>> {
+            map.iter()
+                .flat_map(|(owner, units)| units.iter().map(move |u| (u.clone(), owner.clone())))
+                .collect()
+        };
+    let (b, a) = (owner_of(before), owner_of(after));
+    a.iter()
+        .filter(|(u, owner)| b.get(*u) != Some(*owner))
+        .count()
+}
+
+/// Whether every process holds floor or ceil of `total / n`.
+fn exact(counts: &[usize], total: usize) -> bool {
+    let floor = total / counts.len();
+    counts.iter().sum::<usize>() == total && counts.iter().all(|c| *c == floor || *c == floor + 1)
+}
+
+/// Runs rounds until two in a row write nothing (at most `most`); returns the rounds' counts.
+fn converge(leasers: &[&Leaser], most: usize) -> Vec<Vec<usize>> {
+    let mut rounds = Vec::new();
+    for _ in 0..most {
+        rounds.push(round(leasers));
+    }
+    rounds
+}
+
+/// Exact balance, round by round, for totals that do not divide evenly, then no unit write.
+#[test]
+fn uneven_totals_settle_at_floor_or_ceil_round_by_round() {
+    for (total, n) in [(1, 2), (3, 2), (7, 2), (20, 9), (35, 10), (1001, 8)] {
+        let fleet = Fleet::new(total);
+        let made: Vec<(Leaser, Arc<Recorder>)> = (0..n)
+            .map(|_| fleet.leaser(config(Duration::from_secs(30))))
+            .collect();
+        let leasers: Vec<&Leaser> = made.iter().map(|(l, _)| l).collect();
+        for leaser in &leasers {
+            leaser.heartbeat().unwrap();
+        }
+        let rounds = converge(&leasers, 3);
+        println!("{total}/{n}, per round: {rounds:?}");
+        assert!(
+            exact(rounds.last().unwrap(), total),
+            "{total}/{n}: {rounds:?}"
+        );
+        let settled = fleet.ownership();
+        round(&leasers);
+        assert_eq!(
+            moved(&settled, &fleet.ownership()),
+            0,
+            "{total}/{n} moved after settling"
+        );
+        assert_disjoint(&fleet, &leasers);
+    }
+}
+
+/// After a join only units going to the newcomer move; after a graceful leave and after a crash,
+/// only the departed process's units move. Each time as few as possible, and exact balance within
+/// three rounds.
+#[test]
+fn a_join_a_leave_and_a_crash_move_only_the_units_that_must_move() {
+    let total = 1000;
+    let fleet = Fleet::new(total);
+    let ttl = Duration::from_secs(2);
+    let made: Vec<(Leaser, Arc<Recorder>)> = (0..10).map(|_| fleet.leaser(config(ttl))).collect();
+    let all: Vec<&Leaser> = made.iter().map(|(l, _)| l).collect();
+    let mut live: Vec<&Leaser> = all[..8].to_vec();
+    for leaser in &live {
+        leaser.heartbeat().unwrap();
+    }
+    converge(&live, 3);
+    assert!(exact(&round(&live), total));
+
+    // A ninth joins: it gets floor or ceil of 1000 / 9 (111 or 112), all from the others.
+    live.push(all[8]);
+    let before = fleet.ownership();
+    let rounds = converge(&live, 3);
+    let after = fleet.ownership();
+    println!("a ninth joins, per round: {rounds:?}");
+    assert!(exact(rounds.last().unwrap(), total), "{rounds:?}");
+    let newcomer = after[&Some(all[8].process_id().to_owned())].len();
+    assert_eq!(
+        moved(&before, &after),
+        newcomer,
+        "only the newcomer's units moved"
+    );
+
+    // One leaves gracefully: only its units move, to the others.
+    let leaving = live.remove(3);
+    let its = before_units(&fleet, leaving);
+    leaving.release().unwrap();
+    leaving.delete_process().unwrap();
+    let before = fleet.ownership();
+    let rounds = converge(&live, 3);
+    let after = fleet.ownership();
+    println!("one leaves, per round: {rounds:?}");
+    assert!(exact(rounds.last().unwrap(), total), "{rounds:?}");
+    assert_eq!(
+        moved(&before, &after),
+        its,
+        "only the leaver's {its} units moved"
+    );
+
+    // One crashes (stops heartbeating): after its TTL, only its units move.
+    let crashed = live.remove(0);
+    let its = before_units(&fleet, crashed);
+    expire_keeping_alive(&fleet, &[crashed], &live);
+    let before = fleet.ownership();
+    let rounds = converge(&live, 3);
+    let after = fleet.ownership();
+    println!("one crashes, per round: {rounds:?}");
+    assert!(exact(rounds.last().unwrap(), total), "{rounds:?}");
+    assert_eq!(
+        moved(&before, &after),
+        its,
+        "only the crashed process's {its} units moved"
+    );
+    assert_disjoint(&fleet, &live);
+}
+
+/// 310 units on 40 processes, 10 of which crash at once: the 30 survivors settle at 10 or 11 each
+/// within three rounds, moving only the departed units.
+#[test]
+fn ten_of_forty_processes_crashing_at_once_move_only_their_units() {
+    let total = 310;
+    let fleet = Fleet::new(total);
+    let made: Vec<(Leaser, Arc<Recorder>)> = (0..40)
+        .map(|_| fleet.leaser(config(Duration::from_secs(2))))
+        .collect();
+    let all: Vec<&Leaser> = made.iter().map(|(l, _)| l).collect();
+    for leaser in &all {
+        leaser.heartbeat().unwrap();
+    }
+    let rounds = converge(&all, 3);
+    assert!(exact(rounds.last().unwrap(), total), "{rounds:?}");
+    let (crashed, live) = all.split_at(10);
+    let departed: usize = crashed.iter().map(|l| before_units(&fleet, l)).sum();
+    expire_keeping_alive(&fleet, crashed, live);
+    let before = fleet.ownership();
+    let rounds = converge(live, 3);
+    let after = fleet.ownership();
+    println!("10 of 40 crash, per round: {rounds:?}");
+    assert!(exact(rounds.last().unwrap(), total), "{rounds:?}");
+    assert_eq!(
+        moved(&before, &after),
+        departed,
+        "only the {departed} departed units moved"
+    );
+    assert_disjoint(&fleet, live);
+}
+
+/// Waits until the `crashed` processes' rows expire, the `live` ones heartbeating meanwhile (as
+/// their loops would).
+fn expire_keeping_alive(fleet: &Fleet, crashed: &[&Leaser], live: &[&Leaser]) {
+    let ids: Vec<&str> = crashed.iter().map(|l| l.process_id()).collect();
+    let sql = format!(
+        "SELECT count(*) FROM {} WHERE process_id::text = ANY($1) AND expires_at > now()",
+        fleet.processes
+    );
+    crate::common::wait_for(
+        "the crashed rows to expire",
+        Duration::from_secs(10),
+        || {
+            for leaser in live {
+                leaser.heartbeat().unwrap();
+            }
+            let left: i64 = client().query_one(&sql, &[&ids]).unwrap().get(0);
+            (left == 0).then_some(())
+        },
+    );
+}
+
+/// How many units the database says `leaser` owns.
+fn before_units(fleet: &Fleet, leaser: &Leaser) -> usize {
+    fleet
+        .ownership()
+        .get(&Some(leaser.process_id().to_owned()))
+        .map_or(0, BTreeSet::len)
+}
