@@ -18,6 +18,7 @@ mod common;
 mod compare;
 mod pgbench;
 mod scenarios;
+mod shapes;
 
 use pgtenure::postgres::{Client, NoTls};
 use pgtenure::{DbBuilder, Elector, FireClaims, Leases, TickClaims};
@@ -158,7 +159,8 @@ fn main() -> Result<(), Error> {
         let failover = scenarios::failover(&leader_t, args.handovers)?;
         println!("\nelector failover: {failover:#}");
         results["elector_failover"] = failover;
-        let membership = scenarios::membership(&db, &mut admin, args.units, args.secs as f64)?;
+        let mut membership = scenarios::membership(&db, &mut admin, args.units, args.secs as f64)?;
+        membership["uneven"] = shapes::uneven(&db, &mut admin)?;
         println!("\nmembership: {membership:#}");
         results["membership"] = membership;
         for table in [&tick_t, &fire_t, &lease_t, &leader_t] {

@@ -322,13 +322,13 @@ fn convergence(
                 l.heartbeat()?;
                 reports.push(l.tick()?);
             }
-            let fair = reports.iter().map(|r| r.fair_share).max().unwrap_or(0);
+            // Exact: every process at floor or ceil of units / processes.
+            let floor = units as usize / fleet.len();
             let total: usize = reports.iter().map(|r| r.owned).sum();
             if total == units as usize
-                && reports.iter().all(|r| {
-                    (r.owned_weight as f64) <= fair as f64 * 1.2
-                        && r.owned_weight as f64 >= fair as f64 * 0.8 - 1.0
-                })
+                && reports
+                    .iter()
+                    .all(|r| r.owned == floor || r.owned == floor + 1)
             {
                 return Ok((round, started.elapsed().as_secs_f64()));
             }
