@@ -1,7 +1,5 @@
 //! Lease holders under faults: a blackholed network, a paused holder process, a restarted database.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread;
@@ -12,6 +10,7 @@ use crate::common::{client, count, db, lease_table, ledger, wait_for, Tables};
 use pgtenure::testing::TempPostgres;
 use pgtenure::{Db, DbBuilder, KeyRenewal, Leases, LossReason};
 
+use super::child::Child;
 use super::{fenced_write, Write, CHILD_ENV};
 
 #[test]
@@ -138,44 +137,20 @@ fn a_paused_holder_process_is_refused_on_resume_and_learns_its_loss() {
     let mut tables = Tables::new();
     let table = lease_table(&mut tables);
     let ledger = ledger::create(&mut tables);
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "leases::a_paused_holder_process_is_refused_on_resume_and_learns_its_loss",
-            "--nocapture",
-        ])
-        .env(CHILD_ENV, "paused-holder")
-        .env("PGTENURE_CHILD_TABLE", &table)
-        .env("PGTENURE_CHILD_LEDGER", &ledger)
-        .env("DATABASE_URL", crate::common::url())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = child.id().to_string();
-    let (lines_tx, lines) = pgtenure::crossbeam_channel::unbounded::<String>();
-    let out = child.stdout.take().unwrap();
-    let reader = thread::spawn(move || {
-        for line in BufReader::new(out).lines().map_while(Result::ok) {
-            let _ = lines_tx.send(line);
-        }
-    });
-    let token: i64 = loop {
-        let line = lines
-            .recv_timeout(Duration::from_secs(30))
-            .expect("the child reports its token");
-        if let Some((_, t)) = line.split_once("TOKEN ") {
-            break t.trim().parse().unwrap();
-        }
-    };
+    let child = Child::spawn(
+        "leases::a_paused_holder_process_is_refused_on_resume_and_learns_its_loss",
+        "paused-holder",
+        &[
+            ("PGTENURE_CHILD_TABLE", &table),
+            ("PGTENURE_CHILD_LEDGER", &ledger),
+        ],
+    );
+    let token = child.token();
     // Let it write a few times, then pause it past its TTL.
     wait_for("the child's first writes", Duration::from_secs(5), || {
         (count(&mut client(), &ledger) >= 2).then_some(())
     });
-    assert!(Command::new("kill")
-        .args(["-STOP", &pid])
-        .status()
-        .unwrap()
-        .success());
+    child.signal("-STOP");
     let paused_writes = count(&mut client(), &ledger);
     // If the pause caught the child inside a fenced transaction, its row lock makes every takeover
     // wait until it resumes and commits: the write was fenced before the pause, so that is safe.
@@ -193,27 +168,12 @@ fn a_paused_holder_process_is_refused_on_resume_and_learns_its_loss() {
         thread::sleep(Duration::from_millis(10));
     }
     let mid_transaction = !takeover.is_finished();
-    assert!(Command::new("kill")
-        .args(["-CONT", &pid])
-        .status()
-        .unwrap()
-        .success());
+    child.signal("-CONT");
     let (taken, write) = takeover.join().unwrap();
     assert!(taken > token);
     assert_eq!(write, Write::Done);
 
-    let mut after: Vec<String> = Vec::new();
-    loop {
-        let line = lines
-            .recv_timeout(Duration::from_secs(30))
-            .expect("the child finishes");
-        if line.ends_with("DONE") {
-            break;
-        }
-        after.push(line);
-    }
-    child.wait().unwrap();
-    reader.join().unwrap();
+    let after = child.finish(|_| {});
     println!("child after resume (paused mid-transaction: {mid_transaction}): {after:?}");
     assert!(
         after.iter().any(|l| l.ends_with("LOST Expired")),

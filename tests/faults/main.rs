@@ -7,6 +7,7 @@
 mod common;
 
 mod bad_input;
+mod child;
 mod isolation;
 mod leases;
 mod membership;

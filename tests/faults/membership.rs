@@ -1,7 +1,5 @@
 //! Partitions and crashes during rebalancing: no unit worked by two processes.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread;
@@ -13,6 +11,7 @@ use crate::common::{client, count, db, ledger, wait_for, Running, Tables};
 use pgtenure::membership::{Config, Leaser, NoHooks, Reconciler, Unit, UnitLoss, Units};
 use pgtenure::DbBuilder;
 
+use super::child::Child;
 use super::{Write, CHILD_ENV};
 
 #[test]
@@ -206,47 +205,20 @@ fn a_paused_member_process_is_refused_on_resume_and_learns_its_loss() {
     let unit = Unit::new("t", 0).unwrap();
     units.add(std::slice::from_ref(&unit)).unwrap();
     let ledger = ledger::create(&mut tables);
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "membership::a_paused_member_process_is_refused_on_resume_and_learns_its_loss",
-            "--nocapture",
-        ])
-        .env(CHILD_ENV, "paused-member")
-        .env("PGTENURE_CHILD_PROCS", &procs)
-        .env("PGTENURE_CHILD_UNITS", &units_t)
-        .env("PGTENURE_CHILD_LEDGER", &ledger)
-        .env("DATABASE_URL", crate::common::url())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = child.id().to_string();
-    let (lines_tx, lines) = pgtenure::crossbeam_channel::unbounded::<String>();
-    let out = child.stdout.take().unwrap();
-    let reader = thread::spawn(move || {
-        for line in BufReader::new(out).lines().map_while(Result::ok) {
-            let _ = lines_tx.send(line);
-        }
-    });
-    let token: i64 = loop {
-        let line = lines
-            .recv_timeout(Duration::from_secs(30))
-            .expect("the child reports its token");
-        if let Some((_, t)) = line.split_once("TOKEN ") {
-            break t.trim().parse().unwrap();
-        }
-    };
+    let child = Child::spawn(
+        "membership::a_paused_member_process_is_refused_on_resume_and_learns_its_loss",
+        "paused-member",
+        &[
+            ("PGTENURE_CHILD_PROCS", &procs),
+            ("PGTENURE_CHILD_UNITS", &units_t),
+            ("PGTENURE_CHILD_LEDGER", &ledger),
+        ],
+    );
+    let token = child.token();
     wait_for("the child's first writes", Duration::from_secs(5), || {
         (count(&mut client(), &ledger) >= 2).then_some(())
     });
-    let signal = |sig: &str| {
-        assert!(Command::new("kill")
-            .args([sig, &pid])
-            .status()
-            .unwrap()
-            .success())
-    };
-    signal("-STOP");
+    child.signal("-STOP");
     let paused_writes = count(&mut client(), &ledger);
     // If the pause caught the child inside a fenced transaction, its lock on the unit's row makes
     // every claimer skip the unit until it resumes and commits: that write was fenced before the
@@ -271,7 +243,7 @@ fn a_paused_member_process_is_refused_on_resume_and_learns_its_loss() {
         thread::sleep(Duration::from_millis(10));
     }
     let mid_transaction = !takeover.is_finished();
-    signal("-CONT");
+    child.signal("-CONT");
     let (taken, write, other) = takeover.join().unwrap();
     assert!(
         taken > token,
@@ -279,20 +251,8 @@ fn a_paused_member_process_is_refused_on_resume_and_learns_its_loss() {
     );
     assert_eq!(write, Write::Done);
 
-    let mut after: Vec<String> = Vec::new();
-    loop {
-        let line = lines
-            .recv_timeout(Duration::from_secs(30))
-            .expect("the child finishes");
-        if line.ends_with("DONE") {
-            break;
-        }
-        after.push(line);
-        // The child keeps its process row alive: keep ours too, and the unit.
-        other.heartbeat().unwrap();
-    }
-    child.wait().unwrap();
-    reader.join().unwrap();
+    // The child keeps its process row alive: keep the new owner's too.
+    let after = child.finish(|_| other.heartbeat().unwrap());
     let shown: Vec<&String> = after.iter().take(12).collect();
     println!("member child after resume (paused mid-transaction: {mid_transaction}): {shown:?}");
     assert!(

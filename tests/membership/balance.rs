@@ -481,6 +481,23 @@ fn converge(leasers: &[&Leaser], most: usize) -> Vec<Vec<usize>> {
     rounds
 }
 
+/// Three rounds of `live` after a change (`what`): asserts exact balance at the end and returns how
+/// many units changed owner, and who owns what then.
+fn settle(
+    fleet: &Fleet,
+    live: &[&Leaser],
+    total: usize,
+    what: &str,
+) -> (usize, BTreeMap<Option<String>, BTreeSet<Unit>>) {
+    let before = fleet.ownership();
+    let rounds = converge(live, 3);
+    let after = fleet.ownership();
+    println!("{what}, per round: {rounds:?}");
+    assert!(exact(rounds.last().unwrap(), total), "{what}: {rounds:?}");
+    assert_disjoint(fleet, live);
+    (moved(&before, &after), after)
+}
+
 /// Exact balance, round by round, for totals that do not divide evenly, then no unit write.
 #[test]
 fn uneven_totals_settle_at_floor_or_ceil_round_by_round() {
@@ -529,49 +546,27 @@ fn a_join_a_leave_and_a_crash_move_only_the_units_that_must_move() {
 
     // A ninth joins: it gets floor or ceil of 1000 / 9 (111 or 112), all from the others.
     live.push(all[8]);
-    let before = fleet.ownership();
-    let rounds = converge(&live, 3);
-    let after = fleet.ownership();
-    println!("a ninth joins, per round: {rounds:?}");
-    assert!(exact(rounds.last().unwrap(), total), "{rounds:?}");
+    let (moved_units, after) = settle(&fleet, &live, total, "a ninth joins");
     let newcomer = after[&Some(all[8].process_id().to_owned())].len();
-    assert_eq!(
-        moved(&before, &after),
-        newcomer,
-        "only the newcomer's units moved"
-    );
+    assert_eq!(moved_units, newcomer, "only the newcomer's units moved");
 
     // One leaves gracefully: only its units move, to the others.
     let leaving = live.remove(3);
     let its = before_units(&fleet, leaving);
     leaving.release().unwrap();
     leaving.delete_process().unwrap();
-    let before = fleet.ownership();
-    let rounds = converge(&live, 3);
-    let after = fleet.ownership();
-    println!("one leaves, per round: {rounds:?}");
-    assert!(exact(rounds.last().unwrap(), total), "{rounds:?}");
-    assert_eq!(
-        moved(&before, &after),
-        its,
-        "only the leaver's {its} units moved"
-    );
+    let (moved_units, _) = settle(&fleet, &live, total, "one leaves");
+    assert_eq!(moved_units, its, "only the leaver's {its} units moved");
 
     // One crashes (stops heartbeating): after its TTL, only its units move.
     let crashed = live.remove(0);
     let its = before_units(&fleet, crashed);
     expire_keeping_alive(&fleet, &[crashed], &live);
-    let before = fleet.ownership();
-    let rounds = converge(&live, 3);
-    let after = fleet.ownership();
-    println!("one crashes, per round: {rounds:?}");
-    assert!(exact(rounds.last().unwrap(), total), "{rounds:?}");
+    let (moved_units, _) = settle(&fleet, &live, total, "one crashes");
     assert_eq!(
-        moved(&before, &after),
-        its,
+        moved_units, its,
         "only the crashed process's {its} units moved"
     );
-    assert_disjoint(&fleet, &live);
 }
 
 /// 310 units on 40 processes, 10 of which crash at once: the 30 survivors settle at 10 or 11 each
@@ -592,17 +587,11 @@ fn ten_of_forty_processes_crashing_at_once_move_only_their_units() {
     let (crashed, live) = all.split_at(10);
     let departed: usize = crashed.iter().map(|l| before_units(&fleet, l)).sum();
     expire_keeping_alive(&fleet, crashed, live);
-    let before = fleet.ownership();
-    let rounds = converge(live, 3);
-    let after = fleet.ownership();
-    println!("10 of 40 crash, per round: {rounds:?}");
-    assert!(exact(rounds.last().unwrap(), total), "{rounds:?}");
+    let (moved_units, _) = settle(&fleet, live, total, "10 of 40 crash");
     assert_eq!(
-        moved(&before, &after),
-        departed,
+        moved_units, departed,
         "only the {departed} departed units moved"
     );
-    assert_disjoint(&fleet, live);
 }
 
 /// Waits until the `crashed` processes' rows expire, the `live` ones heartbeating meanwhile (as
