@@ -203,7 +203,8 @@ fn migrate_is_idempotent_and_safe_from_eight_threads_on_an_empty_database() {
             "pgtenure_units",
             "pgtenure_units_claimable",
             "pgtenure_units_owner",
-            "pgtenure_units_pkey"
+            "pgtenure_units_pkey",
+            "pgtenure_units_token_seq",
         ]
     );
     assert!(TickClaims::new(&fresh)
