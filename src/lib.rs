@@ -102,7 +102,9 @@ pub mod testing;
 pub mod tick_claims;
 
 pub use crate::db::{Connection, Db, DbBuilder, SslMode};
-pub use crate::elector::{Elector, LeaderInfo};
+pub use crate::elector::{
+    Elector, LeaderEvent, LeaderHooks, LeaderInfo, LeaderLoss, Leadership, NoLeaderHooks,
+};
 pub use crate::error::{Error, ErrorKind, Result};
 pub use crate::fire_claims::FireClaims;
 pub use crate::input::{MAX_DURATION, MAX_KEY_BYTES, MIN_DURATION};

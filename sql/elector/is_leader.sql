@@ -3,8 +3,13 @@
 -- elector renews only the tenure it won: another elector with the same holder name can never hand it
 -- a term silently, and an elector that knows no term only takes a free or expired row. Anyone else's
 -- poll while a leader is live matches nothing and skips the insert: no write. A renewal only ever
--- extends: one whose transaction began earlier (a resent poll) never cuts a later one's expiry. No row back: not the
--- leader. $1 name, $2 holder, $3 TTL in microseconds, $4 the term this elector holds, or null.
+-- extends: one whose transaction began earlier (a resent poll) never cuts a later one's expiry. A
+-- renewal that finds a resignation requested (Elector::request_resign) ends the tenure instead, in
+-- the same statement, so the next poll elsewhere wins at once.
+-- Returns at most one row: this holder's tenure (mine: it leads now; ended: it was asked to step
+-- down and did), or else the live leader as this statement's snapshot saw it; no row when nobody
+-- leads. holder, term, elected_at and expires_at describe the leader (NULL after an ended tenure).
+-- $1 name, $2 holder, $3 TTL in microseconds, $4 the term this elector holds, or null.
 WITH taken AS (
     UPDATE {table} AS e
        SET term = CASE WHEN e.holder = $2 AND e.term = $4 AND e.expires_at > now() THEN e.term
@@ -12,19 +17,35 @@ WITH taken AS (
            elected_at = CASE WHEN e.holder = $2 AND e.term = $4 AND e.expires_at > now()
                              THEN e.elected_at ELSE now() END,
            holder = $2,
-           expires_at = greatest(CASE WHEN e.expires_at > now() THEN e.expires_at END,
-                                 now() + $3::bigint * interval '1 microsecond')
+           expires_at = CASE WHEN e.holder = $2 AND e.term = $4 AND e.expires_at > now()
+                                  AND e.resign_requested THEN now()
+                             ELSE greatest(CASE WHEN e.expires_at > now() THEN e.expires_at END,
+                                           now() + $3::bigint * interval '1 microsecond') END,
+           resign_requested = false
      WHERE e.name = $1
        AND (e.expires_at <= now() OR (e.holder = $2 AND e.term = $4))
-    RETURNING e.term
+    RETURNING e.holder, e.term, e.elected_at, e.expires_at, e.expires_at > now() AS mine
 ),
 created AS (
     INSERT INTO {table} AS e (name, holder, expires_at, term, elected_at)
     SELECT $1, $2, now() + $3::bigint * interval '1 microsecond', nextval('{table:term_seq}'), now()
      WHERE NOT EXISTS (SELECT 1 FROM {table} WHERE name = $1)
     ON CONFLICT (name) DO NOTHING
-    RETURNING e.term
+    RETURNING e.holder, e.term, e.elected_at, e.expires_at, true AS mine
+),
+outcome AS (
+    SELECT holder, term, elected_at, expires_at, mine, NOT mine AS ended, 1 AS pick FROM taken
+    UNION ALL
+    SELECT holder, term, elected_at, expires_at, mine, false, 2 FROM created
+    UNION ALL
+    SELECT holder, term, elected_at, expires_at, false, false, 3
+      FROM {table} WHERE name = $1 AND expires_at > now()
 )
-SELECT term FROM taken
-UNION ALL
-SELECT term FROM created
+SELECT CASE WHEN ended THEN NULL ELSE holder END AS holder,
+       CASE WHEN ended THEN NULL ELSE term END AS term,
+       CASE WHEN ended THEN NULL ELSE elected_at END AS elected_at,
+       CASE WHEN ended THEN NULL ELSE expires_at END AS expires_at,
+       mine, ended, term AS my_term
+  FROM outcome
+ ORDER BY pick
+ LIMIT 1

@@ -54,12 +54,17 @@ pub const DEFAULT_NAME: &str = "default";
 /// The leadership TTL unless [`Elector::with_ttl`] says otherwise. Failover can take one TTL.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
 
-const CREATE_SEQUENCE: &str = include_str!("../sql/elector/create_sequence.sql");
-const CREATE_TABLE: &str = include_str!("../sql/elector/create_table.sql");
-const IS_LEADER: &str = include_str!("../sql/elector/is_leader.sql");
-const RESIGN: &str = include_str!("../sql/elector/resign.sql");
-const LEADER: &str = include_str!("../sql/elector/leader.sql");
-const FENCE: &str = include_str!("../sql/elector/fence.sql");
+const CREATE_SEQUENCE: &str = include_str!("../../sql/elector/create_sequence.sql");
+const CREATE_TABLE: &str = include_str!("../../sql/elector/create_table.sql");
+const IS_LEADER: &str = include_str!("../../sql/elector/is_leader.sql");
+const RESIGN: &str = include_str!("../../sql/elector/resign.sql");
+const LEADER: &str = include_str!("../../sql/elector/leader.sql");
+const FENCE: &str = include_str!("../../sql/elector/fence.sql");
+const REQUEST_RESIGN: &str = include_str!("../../sql/elector/request_resign.sql");
+
+mod campaign;
+
+pub use self::campaign::{LeaderEvent, LeaderHooks, LeaderLoss, Leadership, NoLeaderHooks};
 
 struct Statements {
     table: TableName,
@@ -67,6 +72,7 @@ struct Statements {
     is_leader: Statement,
     resign: Statement,
     leader: Statement,
+    request_resign: Statement,
     /// Sent unprepared: it runs inside the caller's transaction, where a missing prepared
     /// statement would abort it.
     fence: String,
@@ -88,6 +94,7 @@ impl Statements {
                 &[Type::TEXT, Type::TEXT, Type::INT8],
             ),
             leader: Statement::new(render(LEADER, &table), &[Type::TEXT]),
+            request_resign: Statement::new(render(REQUEST_RESIGN, &table), &[Type::TEXT]),
             fence: render(FENCE, &table),
             table,
         })
@@ -106,6 +113,17 @@ pub struct LeaderInfo {
     pub elected_at: SystemTime,
     /// When it expires unless renewed.
     pub expires_at: SystemTime,
+}
+
+/// What one poll found.
+#[derive(Debug, Clone)]
+struct Poll {
+    /// This elector leads, and the answer came before the tenure's local deadline.
+    leading: bool,
+    /// This elector's tenure was ended by a requested resignation.
+    ended: bool,
+    /// Who leads by the poll's statement (this elector included).
+    leader: Option<LeaderInfo>,
 }
 
 /// What an elector knows of its tenure.
@@ -139,6 +157,8 @@ pub struct Elector {
     holder: Arc<str>,
     ttl: Duration,
     ttl_us: i64,
+    /// How often `campaign` polls; `None`: a third of the TTL.
+    retry: Option<Duration>,
     sql: Arc<Statements>,
     tenure: Arc<Mutex<Tenure>>,
 }
@@ -155,6 +175,7 @@ impl Elector {
             ttl: DEFAULT_TTL,
             ttl_us: micros("leader ttl", DEFAULT_TTL, MIN_DURATION)
                 .expect("the default TTL is valid"),
+            retry: None,
             sql: Statements::new(table),
             tenure: Arc::default(),
         }
@@ -197,6 +218,24 @@ impl Elector {
         self.ttl_us = micros("leader ttl", ttl, MIN_DURATION)?;
         self.ttl = ttl;
         Ok(self)
+    }
+
+    /// How often [`Elector::campaign`]'s thread polls (and so renews while leading); it must be
+    /// below the TTL, checked by `campaign`. Defaults to a third of the TTL.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when `period` is under 1 ms or
+    /// over 100 years.
+    pub fn with_retry_period(mut self, period: Duration) -> Result<Elector> {
+        micros("retry period", period, MIN_DURATION)?;
+        self.retry = Some(period);
+        Ok(self)
+    }
+
+    /// The retry period [`Elector::campaign`] polls at.
+    pub fn retry_period(&self) -> Duration {
+        self.retry.unwrap_or(self.ttl / 3)
     }
 
     /// Names this instance. Defaults to `"{hostname}-{pid}-{random hex}"`, distinct for every
@@ -262,6 +301,13 @@ impl Elector {
     /// A database or connection error; leadership is dropped first, so [`Elector::term`] is `None`
     /// until a poll succeeds again. Treat an error as "not the leader".
     pub fn is_leader(&self) -> Result<bool> {
+        Ok(self.poll_keeping(false)?.leading)
+    }
+
+    /// One poll (the statement of [`Elector::is_leader`]), adopting its outcome into the shared
+    /// tenure; also says who leads by that statement's view. A failed poll drops the leadership at
+    /// once, unless `keep` (the campaign's loop: its watcher ends it at the local deadline).
+    fn poll_keeping(&self, keep: bool) -> Result<Poll> {
         let (guard, epoch) = {
             let tenure = self.tenure.lock();
             (tenure.term, tenure.resigned)
@@ -281,29 +327,50 @@ impl Elector {
         let rows = match result {
             Ok(rows) => rows,
             Err(e) => {
-                tenure.deadline = None;
+                if !keep {
+                    tenure.deadline = None;
+                }
                 return Err(e);
             }
+        };
+        let row = rows.first();
+        let leader = row.and_then(|row| {
+            Some(LeaderInfo {
+                holder: row.get::<_, Option<String>>("holder")?,
+                term: row.get("term"),
+                elected_at: row.get("elected_at"),
+                expires_at: row.get("expires_at"),
+            })
+        });
+        let ended = row.is_some_and(|row| row.get::<_, bool>("ended"));
+        let won = row
+            .filter(|row| row.get::<_, bool>("mine"))
+            .map(|row| row.get::<_, i64>("my_term"));
+        let not_leading = Poll {
+            leading: false,
+            ended,
+            leader: leader.clone(),
         };
         if tenure.resigned != epoch {
             // A clone resigned while this poll was in flight: whatever it renewed or won is being
             // given up (or already was); do not lead on it.
-            return Ok(false);
+            return Ok(not_leading);
         }
-        let Some(term) = rows.first().map(|row| row.get::<_, i64>("term")) else {
+        let Some(term) = won else {
             // Forget the term only if no other poll (on a clone) has moved it on meanwhile.
             if tenure.term == guard {
                 if let Some(lost) = tenure.term.take() {
                     log::info!(
                         target: "pgtenure::elector",
-                        "{} no longer leads fleet {:?} (term {lost} ended)",
+                        "{} no longer leads fleet {:?} (term {lost} ended{})",
                         self.holder,
-                        self.name
+                        self.name,
+                        if ended { ": asked to step down" } else { "" }
                     );
                 }
                 tenure.deadline = None;
             }
-            return Ok(false);
+            return Ok(not_leading);
         };
         let deadline = sent + self.ttl;
         if tenure.term != Some(term) {
@@ -317,7 +384,11 @@ impl Elector {
         // Keep the term even if the answer came too late: resign() then still targets this tenure.
         tenure.term = Some(term);
         tenure.deadline = Some(deadline);
-        Ok(Instant::now() < deadline)
+        Ok(Poll {
+            leading: Instant::now() < deadline,
+            ended: false,
+            leader,
+        })
     }
 
     /// The current tenure's term while this instance leads (by its last successful poll and the local
@@ -358,6 +429,33 @@ impl Elector {
             );
         }
         Ok(())
+    }
+
+    /// Asks the fleet's live leader to step down (a rolling deploy, moving leadership off a node):
+    /// its next renewal ends its tenure instead of extending it (a campaigning leader reports
+    /// [`LeaderLoss::ResignRequested`]), and the next poll elsewhere wins. Returns whether a live
+    /// leader was asked. Any member may ask, the leader too.
+    ///
+    /// # Errors
+    ///
+    /// A database or connection error.
+    pub fn request_resign(&self) -> Result<bool> {
+        let rows = self.db.query(
+            "request resignation",
+            Policy::IDEMPOTENT,
+            &self.sql.request_resign,
+            &[&&*self.name],
+        )?;
+        if let Some(row) = rows.first() {
+            log::info!(
+                target: "pgtenure::elector",
+                "asked {} to step down from fleet {:?} (term {})",
+                row.get::<_, String>("holder"),
+                self.name,
+                row.get::<_, i64>("term")
+            );
+        }
+        Ok(!rows.is_empty())
     }
 
     /// Who leads the fleet now by the database clock, or `None`.

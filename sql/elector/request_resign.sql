@@ -1,0 +1,8 @@
+-- Asks the fleet's live leader to step down: its next renewal ends its tenure instead of extending
+-- it (is_leader.sql), and the next poll elsewhere wins. Nothing when nobody leads. Returns the
+-- leader asked. $1 name.
+UPDATE {table}
+   SET resign_requested = true
+ WHERE name = $1
+   AND expires_at > now()
+RETURNING holder, term

@@ -1,0 +1,467 @@
+//! Leadership as a loop with events ([`Elector::campaign`]): a thread that polls every retry period
+//! and a watcher that signals the loss at the tenure's local deadline, even while a poll hangs.
+//!
+//! Every decision (elected, lost, who leads) is queued while its decider holds the campaign's state,
+//! and delivered in that order, to the events channel and the hooks alike: a loss is never
+//! overtaken by a later gain.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use crossbeam_channel::{at, bounded, never, select, unbounded, Receiver, Sender};
+use parking_lot::Mutex;
+
+use super::{Elector, LeaderInfo, Poll};
+use crate::error::{Error, ErrorKind, Result};
+
+/// What a campaign tells ([`Leadership::events`], [`LeaderHooks`]), in decision order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LeaderEvent {
+    /// This elector leads, with this term (a fencing token: [`Elector::fence`]).
+    Elected {
+        /// The tenure's term.
+        term: i64,
+    },
+    /// This elector no longer leads (or may not: see [`LeaderLoss::Expired`]): stop leader-only
+    /// work.
+    Lost {
+        /// The term that ended.
+        term: i64,
+        /// Why.
+        reason: LeaderLoss,
+    },
+    /// Who leads changed (another member, this one, or nobody), as a poll saw it.
+    Observed(Option<LeaderInfo>),
+}
+
+/// Why a campaigning elector stopped leading.
+///
+/// New reasons may be added in minor releases, so a `match` needs a wildcard arm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum LeaderLoss {
+    /// No renewal succeeded before the tenure's local deadline (the database was unreachable or
+    /// slow, or this process was paused): another member may lead now.
+    Expired,
+    /// A renewal found the tenure gone: another member took over (after this one's expiry by the
+    /// database clock), or the row was changed from outside.
+    Taken,
+    /// Another member (or an operator) asked it to step down ([`Elector::request_resign`]); its
+    /// renewal ended the tenure.
+    ResignRequested,
+    /// [`Leadership::stop`] (or dropping the handle) resigned it.
+    Stopped,
+}
+
+impl fmt::Display for LeaderLoss {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LeaderLoss::Expired => "expired",
+            LeaderLoss::Taken => "taken",
+            LeaderLoss::ResignRequested => "resign requested",
+            LeaderLoss::Stopped => "stopped",
+        })
+    }
+}
+
+/// Callbacks for those who prefer them to [`Leadership::events`]; every method defaults to doing
+/// nothing. They run on the campaign's threads (the poller, or the watcher for
+/// [`LeaderLoss::Expired`]), outside its locks, one at a time, in the order of the events: a loss
+/// always before any later gain. Keep them short; later events wait for them.
+pub trait LeaderHooks: Send + Sync {
+    /// This elector leads with `term`.
+    fn elected(&self, term: i64) {
+        let _ = term;
+    }
+    /// This elector's tenure `term` ended for `reason`.
+    fn lost(&self, term: i64, reason: LeaderLoss) {
+        let _ = (term, reason);
+    }
+    /// Who leads changed.
+    fn observed(&self, leader: Option<&LeaderInfo>) {
+        let _ = leader;
+    }
+    /// A poll failed (logged too: at `error` when waiting cannot fix it).
+    fn error(&self, error: &Error) {
+        let _ = error;
+    }
+}
+
+/// Hooks that do nothing.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoLeaderHooks;
+
+impl LeaderHooks for NoLeaderHooks {}
+
+/// A campaign: [`Elector::campaign`]'s thread, owned. Dropping it stops it as [`Leadership::stop`]
+/// does, and logs what fails.
+pub struct Leadership {
+    shared: Arc<Shared>,
+    stop: Option<Sender<()>>,
+    thread: Option<JoinHandle<Result<()>>>,
+    events: Receiver<LeaderEvent>,
+}
+
+/// What the poller, the watcher and the handle share.
+struct Shared {
+    elector: Elector,
+    hooks: Arc<dyn LeaderHooks>,
+    state: Mutex<State>,
+    /// Decisions not yet delivered, in decision order.
+    queue: Mutex<VecDeque<LeaderEvent>>,
+    /// Held while delivering, so deliveries never overlap or reorder.
+    delivering: Mutex<()>,
+    events: Sender<LeaderEvent>,
+}
+
+#[derive(Default)]
+struct State {
+    /// The term announced `Elected` and not yet `Lost`.
+    announced: Option<i64>,
+    /// After stepping down on request, it only observes until then, so another member wins.
+    observe_until: Option<Instant>,
+    /// Who leads, as last told (`Observed`).
+    observed: Option<(String, i64)>,
+}
+
+impl Elector {
+    /// Campaigns for the leadership on a thread of its own (`pgtenure-elector`), owned by the
+    /// returned handle: it polls every retry period ([`Elector::with_retry_period`], a third of the
+    /// TTL by default), renewing while it leads, and reports what changes on
+    /// [`Leadership::events`] (and to hooks: [`Elector::campaign_with_hooks`]). A watcher thread
+    /// (`pgtenure-elector-watch`) reports [`LeaderLoss::Expired`] at the tenure's local deadline
+    /// when no renewal succeeded by then, even while a poll hangs on the database.
+    ///
+    /// The first poll runs here, on the calling thread: an error that waiting cannot fix (a missing
+    /// table, a missing privilege) is returned at once; a connection error is retried by the loop.
+    /// [`Elector::is_leader`] keeps working beside it for callers with a loop of their own (not on
+    /// the same elector or its clones, which share the tenure).
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`] when the retry period is not below the TTL; the first poll's
+    /// error when waiting cannot fix it; [`ErrorKind::Setup`] when a thread cannot be started.
+    pub fn campaign(&self) -> Result<Leadership> {
+        self.campaign_with_hooks(Arc::new(NoLeaderHooks))
+    }
+
+    /// [`Elector::campaign`], also calling `hooks` for every event.
+    ///
+    /// # Errors
+    ///
+    /// As [`Elector::campaign`].
+    pub fn campaign_with_hooks(&self, hooks: Arc<dyn LeaderHooks>) -> Result<Leadership> {
+        let retry = self.retry_period();
+        if retry >= self.ttl {
+            return Err(Error::invalid_input(format!(
+                "retry period {retry:?} is not below the TTL {:?}: a leader would lose its tenure \
+                 between polls",
+                self.ttl
+            )));
+        }
+        let (events_tx, events) = unbounded();
+        let shared = Arc::new(Shared {
+            elector: self.clone(),
+            hooks,
+            state: Mutex::new(State::default()),
+            queue: Mutex::new(VecDeque::new()),
+            delivering: Mutex::new(()),
+            events: events_tx,
+        });
+        match shared.poll_once() {
+            Err(e) if permanent(&e) => return Err(e),
+            _ => {}
+        }
+        let (stop, stopped) = bounded::<()>(0);
+        let thread = {
+            let shared = Arc::clone(&shared);
+            std::thread::Builder::new()
+                .name("pgtenure-elector".into())
+                .spawn(move || shared.run(&stopped))
+                .map_err(|e| Error::setup("could not start the elector thread").with_source(e))?
+        };
+        Ok(Leadership {
+            shared,
+            stop: Some(stop),
+            thread: Some(thread),
+            events,
+        })
+    }
+}
+
+impl Shared {
+    /// The poller: polls every retry period until stopped, with the watcher beside it; then
+    /// steps down.
+    fn run(&self, stopped: &Receiver<()>) -> Result<()> {
+        let retry = self.elector.retry_period();
+        let (wake, woken) = bounded::<()>(1);
+        std::thread::scope(|scope| {
+            std::thread::Builder::new()
+                .name("pgtenure-elector-watch".into())
+                .spawn_scoped(scope, || self.watch(&woken))
+                .map_err(|e| Error::setup("could not start the elector watcher").with_source(e))?;
+            let mut next = Instant::now() + retry;
+            loop {
+                select! {
+                    recv(stopped) -> _ => break,
+                    recv(at(next)) -> _ => {}
+                }
+                next = Instant::now() + retry;
+                let observing = self
+                    .state
+                    .lock()
+                    .observe_until
+                    .is_some_and(|until| Instant::now() < until);
+                if observing {
+                    self.observe_once();
+                } else {
+                    let _ = self.poll_once();
+                }
+                // The deadline moved (or not): the watcher re-reads it.
+                let _ = wake.try_send(());
+            }
+            drop(wake);
+            Ok(())
+        })?;
+        self.step_down()
+    }
+
+    /// One poll, and the events it decides.
+    fn poll_once(&self) -> Result<Poll> {
+        let polled = self.elector.poll_keeping(true);
+        {
+            let mut state = self.state.lock();
+            match &polled {
+                Ok(poll) => {
+                    let leading = self.elector.term();
+                    match (state.announced, leading) {
+                        (None, Some(term)) => self.elected(&mut state, term),
+                        (Some(was), Some(term)) if was != term => {
+                            self.lost(&mut state, LeaderLoss::Taken);
+                            self.elected(&mut state, term);
+                        }
+                        (Some(_), None) => {
+                            let reason = if poll.ended {
+                                // Stand aside for a TTL, so that another member wins.
+                                state.observe_until = Some(Instant::now() + self.elector.ttl);
+                                LeaderLoss::ResignRequested
+                            } else if self.elector.tenure.lock().term.is_some() {
+                                // Renewed, but the answer came past the local deadline.
+                                LeaderLoss::Expired
+                            } else {
+                                LeaderLoss::Taken
+                            };
+                            self.lost(&mut state, reason);
+                        }
+                        _ => {}
+                    }
+                    self.observed(&mut state, poll.leader.clone());
+                }
+                Err(e) => {
+                    if permanent(e) {
+                        log::error!(target: "pgtenure::elector", "{} cannot campaign for fleet {:?}: {e}", self.elector.holder, self.elector.name);
+                    } else {
+                        log::warn!(target: "pgtenure::elector", "{} could not poll fleet {:?}: {e}", self.elector.holder, self.elector.name);
+                    }
+                }
+            }
+        }
+        if let Err(e) = &polled {
+            self.hooks.error(e);
+        }
+        self.flush();
+        polled
+    }
+
+    /// While standing aside: reads who leads, without campaigning.
+    fn observe_once(&self) {
+        match self.elector.leader() {
+            Ok(leader) => {
+                let mut state = self.state.lock();
+                self.observed(&mut state, leader);
+            }
+            Err(e) => {
+                log::warn!(target: "pgtenure::elector", "{} could not read who leads fleet {:?}: {e}", self.elector.holder, self.elector.name);
+                self.hooks.error(&e);
+            }
+        }
+        self.flush();
+    }
+
+    fn observed(&self, state: &mut State, leader: Option<LeaderInfo>) {
+        let seen = leader.as_ref().map(|l| (l.holder.clone(), l.term));
+        if seen != state.observed {
+            state.observed = seen;
+            self.queue.lock().push_back(LeaderEvent::Observed(leader));
+        }
+    }
+
+    /// Reports the loss at the tenure's local deadline if no renewal moved it (re-read after every
+    /// wake-up, so none is missed).
+    fn watch(&self, woken: &Receiver<()>) {
+        loop {
+            let deadline = {
+                let state = self.state.lock();
+                state
+                    .announced
+                    .and_then(|_| self.elector.tenure.lock().deadline)
+            };
+            select! {
+                recv(woken) -> msg => if msg.is_err() { return },
+                recv(deadline.map_or_else(never, at)) -> _ => {
+                    {
+                        let mut state = self.state.lock();
+                        if state.announced.is_some() && self.elector.term().is_none() {
+                            self.lost(&mut state, LeaderLoss::Expired);
+                        }
+                    }
+                    self.flush();
+                }
+            }
+        }
+    }
+
+    /// Resigns if leading (so the next poll elsewhere wins at once) and reports the loss.
+    fn step_down(&self) -> Result<()> {
+        let resigned = self.elector.resign();
+        {
+            let mut state = self.state.lock();
+            if state.announced.is_some() {
+                self.lost(&mut state, LeaderLoss::Stopped);
+            }
+        }
+        self.flush();
+        resigned
+    }
+
+    fn elected(&self, state: &mut State, term: i64) {
+        state.announced = Some(term);
+        self.queue.lock().push_back(LeaderEvent::Elected { term });
+    }
+
+    fn lost(&self, state: &mut State, reason: LeaderLoss) {
+        if let Some(term) = state.announced.take() {
+            log::info!(target: "pgtenure::elector", "{} lost the leadership of fleet {:?} (term {term}): {reason}", self.elector.holder, self.elector.name);
+            self.queue
+                .lock()
+                .push_back(LeaderEvent::Lost { term, reason });
+        }
+    }
+
+    /// Delivers every queued event, in order, to the channel and the hooks.
+    fn flush(&self) {
+        let _turn = self.delivering.lock();
+        loop {
+            let Some(event) = self.queue.lock().pop_front() else {
+                return;
+            };
+            match &event {
+                LeaderEvent::Elected { term } => self.hooks.elected(*term),
+                LeaderEvent::Lost { term, reason } => self.hooks.lost(*term, *reason),
+                LeaderEvent::Observed(leader) => self.hooks.observed(leader.as_ref()),
+            }
+            // The handle may be gone (a hook's clone outlives it): nobody listens then.
+            let _ = self.events.send(event);
+        }
+    }
+}
+
+impl Leadership {
+    /// Whether this elector leads now: between its `Elected` and its `Lost`, and never past the
+    /// tenure's local deadline (read from the clock, without a database call).
+    pub fn is_leading(&self) -> bool {
+        self.term().is_some()
+    }
+
+    /// The term while leading, else `None`.
+    pub fn term(&self) -> Option<i64> {
+        let state = self.shared.state.lock();
+        state
+            .announced
+            .filter(|term| self.shared.elector.term() == Some(*term))
+    }
+
+    /// The campaign's events, in decision order.
+    pub fn events(&self) -> &Receiver<LeaderEvent> {
+        &self.events
+    }
+
+    /// The elector campaigning (for [`Elector::fence`], [`Elector::leader`]).
+    pub fn elector(&self) -> &Elector {
+        &self.shared.elector
+    }
+
+    /// Whether the campaign's thread has ended on its own (it does not, short of a panic in a
+    /// hook).
+    pub fn is_finished(&self) -> bool {
+        self.thread.as_ref().is_none_or(JoinHandle::is_finished)
+    }
+
+    /// Stops campaigning: ends the loop after the poll in progress, resigns if leading (the next
+    /// poll elsewhere wins at once) and reports [`LeaderLoss::Stopped`], then joins the threads.
+    /// Bounded by one poll and one resignation: each the pool's connection timeout (10 s by
+    /// default) plus a statement, whose duration the TCP timeouts bound (see [`Db`](crate::Db)).
+    ///
+    /// # Errors
+    ///
+    /// The resignation's error (the tenure then expires at its TTL).
+    pub fn stop(mut self) -> Result<()> {
+        self.shut_down()
+    }
+
+    fn shut_down(&mut self) -> Result<()> {
+        drop(self.stop.take());
+        match self.thread.take() {
+            Some(thread) => thread.join().unwrap_or_else(|_| {
+                Err(Error::new(
+                    ErrorKind::Setup,
+                    "the elector thread panicked (a hook panicked?)",
+                ))
+            }),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for Leadership {
+    fn drop(&mut self) {
+        if self.thread.is_none() {
+            return;
+        }
+        if let Err(e) = self.shut_down() {
+            log::warn!(target: "pgtenure::elector", "{}: stopping the campaign on drop: {e}", self.shared.elector.holder);
+        }
+    }
+}
+
+impl fmt::Debug for Leadership {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Leadership")
+            .field("holder", &self.shared.elector.holder)
+            .field("name", &self.shared.elector.name)
+            .field("term", &self.term())
+            .finish()
+    }
+}
+
+/// Whether waiting cannot fix `e`: a missing table or privilege, refused credentials.
+fn permanent(e: &Error) -> bool {
+    !matches!(e.kind(), ErrorKind::Connection | ErrorKind::Serialization)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn handles_are_send_and_sync() {
+        fn check<T: Send + Sync>() {}
+        check::<Leadership>();
+        check::<LeaderEvent>();
+        check::<NoLeaderHooks>();
+    }
+}
