@@ -365,3 +365,25 @@ fn a_second_elector_with_the_same_holder_never_ends_or_adopts_the_first_ones_ter
     );
     assert!(second.is_leader().unwrap());
 }
+
+/// A requested resignation reaches a leader that polls with `is_leader` too: its next poll ends the
+/// tenure and answers `false`, and another elector's next poll wins.
+#[test]
+fn a_requested_resignation_ends_the_tenure_at_the_leaders_next_poll() {
+    let mut tables = Tables::new();
+    let table = table(&mut tables);
+    let ttl = Duration::from_secs(30);
+    let (a, b) = (elector(&table, "a", ttl), elector(&table, "b", ttl));
+    assert!(a.is_leader().unwrap());
+    let term = a.term().unwrap();
+    assert!(!b.is_leader().unwrap());
+    assert!(b.request_resign().unwrap(), "a live leader was asked");
+    assert!(a.term().is_some(), "it learns at its next poll");
+    assert!(!a.is_leader().unwrap(), "the poll ended the tenure");
+    assert_eq!(a.term(), None);
+    assert!(b.is_leader().unwrap(), "without waiting for the TTL");
+    assert!(b.term().unwrap() > term);
+    // Nobody to ask once nobody leads.
+    b.resign().unwrap();
+    assert!(!a.request_resign().unwrap());
+}

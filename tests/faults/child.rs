@@ -67,6 +67,14 @@ impl Child {
             .success());
     }
 
+    /// Waits for a child that was killed, and for its output's end.
+    pub fn reap(mut self) {
+        let _ = self.process.wait();
+        if let Some(reader) = self.reader.take() {
+            reader.join().unwrap();
+        }
+    }
+
     /// The lines the child reports until "DONE" (not read before), calling `each` per line; then
     /// waits for it to exit.
     pub fn finish(mut self, mut each: impl FnMut(&str)) -> Vec<String> {

@@ -8,6 +8,7 @@ mod common;
 
 mod bad_input;
 mod child;
+mod elector;
 mod isolation;
 mod leases;
 mod membership;
