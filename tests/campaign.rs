@@ -290,3 +290,47 @@ fn a_retry_period_not_below_the_ttl_is_refused_and_startup_errors_come_back_at_o
         Some(&pgtenure::postgres::error::SqlState::UNDEFINED_TABLE)
     );
 }
+
+/// A hook that panics ends the campaign's thread instead of hanging it: `stop` says so.
+#[test]
+fn a_panicking_hook_ends_the_campaign_and_stop_says_so() {
+    #[derive(Default)]
+    struct ThirdCallPanics(std::sync::atomic::AtomicUsize);
+    impl ThirdCallPanics {
+        fn call(&self) {
+            if self.0.fetch_add(1, Ordering::SeqCst) == 2 {
+                panic!("the hook's own bug");
+            }
+        }
+    }
+    impl LeaderHooks for ThirdCallPanics {
+        fn elected(&self, _: i64) {
+            self.call();
+        }
+        fn lost(&self, _: i64, _: LeaderLoss) {
+            self.call();
+        }
+        fn observed(&self, _: Option<&pgtenure::LeaderInfo>) {
+            self.call();
+        }
+    }
+    let mut tables = Tables::new();
+    let table = table(&mut tables);
+    // Elected and observed on the first poll; the loss at the requested resignation panics.
+    let campaign = elector_on(&db(), &table, "a")
+        .campaign_with_hooks(Arc::new(ThirdCallPanics::default()))
+        .unwrap();
+    assert!(campaign.is_leading());
+    assert!(campaign.elector().request_resign().unwrap());
+    let ended = (0..100).any(|_| {
+        thread::sleep(Duration::from_millis(50));
+        campaign.is_finished()
+    });
+    if !ended {
+        // Dropping it would wait for the hung thread.
+        std::mem::forget(campaign);
+        panic!("the campaign hung after its hook panicked");
+    }
+    let err = campaign.stop().unwrap_err();
+    assert!(err.to_string().contains("panicked"), "{err}");
+}

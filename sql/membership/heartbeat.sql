@@ -1,5 +1,6 @@
 -- The process's only steady-state write: extends its liveness and reports what it owns; hostname,
--- version and started_at are stored once. Also says whether the row had expired since the last beat.
+-- version and started_at are stored once. Also says whether the row had expired since the last beat,
+-- or was gone (swept, or deleted: its units may be elsewhere; also true at a process's first beat).
 -- It only ever extends: a heartbeat whose transaction began earlier (a late or resent one) must not
 -- cut the expiry below what a later one granted, since the process's local deadline follows that.
 -- $1 process id, $2 TTL in microseconds, $3 unit count, $4 owned weight, $5 hostname, $6 version.
@@ -15,5 +16,5 @@ beat AS (
            weight = EXCLUDED.weight
     RETURNING p.expires_at
 )
-SELECT coalesce((SELECT expires_at <= now() FROM previous), false) AS lapsed,
+SELECT coalesce((SELECT expires_at <= now() FROM previous), true) AS lapsed,
        (SELECT expires_at FROM beat) AS expires_at

@@ -1,7 +1,9 @@
 -- Gives back the listed units, guarded by owner and by the process's own liveness (a stale tick
 -- sheds nothing), deleting those removed meanwhile (see remove_units.sql), and updates its reported
 -- count and weight in the same statement. The units are locked first and freed or deleted by their
--- locked, latest version (see delete_process.sql).
+-- locked, latest version (see delete_process.sql). A unit still locked by a transaction (a fenced
+-- write left open) is skipped, not waited for: the shed runs on the membership loop, which must keep
+-- heartbeating; the process gives it back at a later tick.
 -- $1 process id, $2 tenants, $3 shards, $4 units owned, $5 weight owned.
 WITH me AS (
     SELECT 1 FROM {processes} WHERE process_id = $1::uuid AND expires_at > now()
@@ -13,7 +15,7 @@ mine AS MATERIALIZED (
         ON u.tenant = s.tenant AND u.shard = s.shard
      WHERE u.process_id = $1::uuid
        AND EXISTS (SELECT 1 FROM me)
-       FOR UPDATE OF u
+       FOR UPDATE OF u SKIP LOCKED
 ),
 shed AS (
     UPDATE {units} u

@@ -3,7 +3,10 @@
 -- their locked, latest version (see delete_process.sql). Also frees units whose process row is
 -- missing and that were claimed before the cutoff (a claim that was still running when its process
 -- deleted its row leaves them, and nothing else would ever free them); a unit claimed since then,
--- by a process newer than this statement's snapshot, is left alone.
+-- by a process newer than this statement's snapshot, is left alone. A unit locked by a transaction
+-- (a fenced write the dead process still holds open, say) is skipped, never waited for: the sweep
+-- runs on every process's membership loop, and one stuck transaction must not stall them all. Its
+-- row stays a stray, freed by a later sweep.
 -- $1 cutoff in microseconds.
 WITH dead AS (
     DELETE FROM {processes}
@@ -13,7 +16,7 @@ WITH dead AS (
 theirs AS MATERIALIZED (
     SELECT tenant, shard, removed FROM {units}
      WHERE process_id IN (SELECT process_id FROM dead)
-       FOR UPDATE
+       FOR UPDATE SKIP LOCKED
 ),
 strays AS MATERIALIZED (
     SELECT u.tenant, u.shard, u.removed FROM {units} u

@@ -198,11 +198,13 @@ impl Shared {
     /// steps down.
     fn run(&self, stopped: &Receiver<()>) -> Result<()> {
         let retry = self.elector.retry_period();
-        let (wake, woken) = bounded::<()>(1);
         std::thread::scope(|scope| {
+            // Dropping `wake` stops the watcher, which the scope joins: also when a hook panics
+            // here (the unwinding drops it), or the join would wait forever.
+            let (wake, woken) = bounded::<()>(1);
             std::thread::Builder::new()
                 .name("pgtenure-elector-watch".into())
-                .spawn_scoped(scope, || self.watch(&woken))
+                .spawn_scoped(scope, move || self.watch(&woken))
                 .map_err(|e| Error::setup("could not start the elector watcher").with_source(e))?;
             let mut next = Instant::now() + retry;
             loop {

@@ -143,7 +143,10 @@ impl Leaser {
     ///
     /// Returns `false` without a statement when this process does not own `unit` by its own
     /// account (the local view, or its liveness deadline passed). Keep fenced transactions short:
-    /// the lock also makes this process's give-back of the unit wait.
+    /// while one is open, this process's give-back of the unit (and the sweep, if the process dies)
+    /// skips the unit and comes back to it later. Fence in the transaction that commits the write,
+    /// not inside a savepoint that may be rolled back: rolling back to a savepoint taken before the
+    /// fence releases its lock.
     ///
     /// # Errors
     ///
@@ -206,7 +209,7 @@ impl Leaser {
         )?;
         let lapsed: bool = row.get("lapsed");
         let stop = stop_after(self.config.ttl);
-        let late = {
+        let warn = {
             let mut local = self.local.lock();
             // Answered after the previous beat's local deadline: the row may have expired before
             // this beat reached it, and another process may have claimed units meanwhile (the
@@ -214,15 +217,17 @@ impl Leaser {
             let late = local
                 .live_until
                 .is_some_and(|until| Instant::now() >= until);
+            // No beat before (a first beat finds no row, and says lapsed): nothing to warn of.
+            let first = local.live_until.is_none() && !local.ready;
             local.live_until = Some(sent + stop);
             if lapsed || late {
                 local.reread = true;
                 let lost = local.forget_all();
                 self.outbox.push(Delivery::Lost(lost, UnitLoss::Expired));
             }
-            late
+            (lapsed || late) && !first
         };
-        if lapsed || late {
+        if warn {
             log::warn!(
                 target: "pgtenure::membership",
                 "process {} heartbeat came after its row expired; its units may be elsewhere now",

@@ -51,34 +51,44 @@ impl Leaser {
     /// when the signal came before any heartbeat succeeded (a loop that failed all along never
     /// returns `Ok`).
     pub fn run(&self, shutdown: &Receiver<()>) -> Result<()> {
+        self.claim_loop()?;
+        let _ran = Ran(&self.running);
+        self.run_claimed(shutdown)
+    }
+
+    /// Marks the loop running, or refuses a second one.
+    fn claim_loop(&self) -> Result<()> {
         if self.running.swap(true, Ordering::AcqRel) {
             return Err(Error::invalid_input(format!(
                 "process {}: run is already running for this leaser; one loop per leaser",
                 self.process_id
             )));
         }
-        struct Ran<'a>(&'a std::sync::atomic::AtomicBool);
-        impl Drop for Ran<'_> {
-            fn drop(&mut self) {
-                self.0.store(false, Ordering::Release);
-            }
-        }
-        let _ran = Ran(&self.running);
+        Ok(())
+    }
+
+    /// The loop, once [`Leaser::claim_loop`] succeeded.
+    fn run_claimed(&self, shutdown: &Receiver<()>) -> Result<()> {
         let (wake, woken) = bounded::<()>(1);
         *self.watch.lock() = Some(wake);
-        let result = std::thread::scope(|scope| {
+        std::thread::scope(|scope| {
+            // Disconnecting the wake channel stops the watcher, which the scope joins: also when
+            // the loop unwinds (a reconciler or a hook panicked), or the join would wait forever.
+            struct StopWatcher<'a>(&'a parking_lot::Mutex<Option<Sender<()>>>);
+            impl Drop for StopWatcher<'_> {
+                fn drop(&mut self) {
+                    self.0.lock().take();
+                }
+            }
+            let _stop_watcher = StopWatcher(&self.watch);
             let watcher = std::thread::Builder::new()
                 .name("pgtenure-member".into())
                 .spawn_scoped(scope, || self.watch_liveness(&woken))
                 .map_err(|e| {
                     Error::setup("could not start the membership liveness watcher").with_source(e)
                 });
-            let result = watcher.and_then(|_| self.run_loop(shutdown));
-            // Disconnecting the wake channel stops the watcher; the scope joins it.
-            self.watch.lock().take();
-            result
-        });
-        result
+            watcher.and_then(|_| self.run_loop(shutdown))
+        })
     }
 
     /// Runs [`Leaser::run`] on a thread of its own (`pgtenure-membership`) and returns the handle
@@ -98,14 +108,26 @@ impl Leaser {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::Setup`](crate::ErrorKind::Setup) when the thread cannot be started.
+    /// [`ErrorKind::Setup`](crate::ErrorKind::Setup) when the thread cannot be started;
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when this leaser's loop runs
+    /// already: nothing is started (and no handle is made whose stop would release the running
+    /// loop's units).
     pub fn spawn_shared(self: Arc<Self>) -> Result<Running> {
+        // Claimed here, before the thread exists: a refused spawn returns no handle whose stop
+        // would release the running loop's units.
+        self.claim_loop()?;
         let (stop, shutdown) = bounded::<()>(0);
         let leaser = Arc::clone(&self);
         let thread = std::thread::Builder::new()
             .name("pgtenure-membership".into())
-            .spawn(move || leaser.run(&shutdown))
-            .map_err(|e| Error::setup("could not start the membership thread").with_source(e))?;
+            .spawn(move || {
+                let _ran = Ran(&leaser.running);
+                leaser.run_claimed(&shutdown)
+            })
+            .map_err(|e| {
+                self.running.store(false, Ordering::Release);
+                Error::setup("could not start the membership thread").with_source(e)
+            })?;
         Ok(Running {
             leaser: self,
             stop: Some(stop),
@@ -205,6 +227,15 @@ fn permanent(e: &Error) -> bool {
     !matches!(e.kind(), ErrorKind::Connection | ErrorKind::Serialization)
 }
 
+/// Marks the loop stopped when dropped (also on unwinding).
+struct Ran<'a>(&'a std::sync::atomic::AtomicBool);
+
+impl Drop for Ran<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
+}
+
 /// A [`Leaser::run`] loop on a thread of its own ([`Leaser::spawn`]); derefs to the [`Leaser`].
 ///
 /// Stopping ([`Running::stop`], or dropping the handle) ends the loop after the database call in
@@ -212,7 +243,9 @@ fn permanent(e: &Error) -> bool {
 /// gives the units back and deletes the process row, so the others take the units over at their
 /// next tick, and joins the thread. Bounded: each of the three steps waits at most the pool's
 /// connection timeout (10 s by default) for a connection plus one statement, whose duration the TCP
-/// timeouts bound when the network is dead (see [`Db`](crate::Db)).
+/// timeouts bound when the network is dead (see [`Db`](crate::Db)). A statement waiting for a row
+/// lock is not bounded that way: end this process's fenced transactions ([`Leaser::fence`]) before
+/// stopping, or the release waits for them.
 pub struct Running {
     leaser: Arc<Leaser>,
     stop: Option<Sender<()>>,

@@ -396,8 +396,14 @@ impl Leaser {
                 &weight,
             ],
         );
-        let given = match result {
-            Ok(rows) => rows.len(),
+        let given: Vec<Unit> = match result {
+            Ok(rows) => rows
+                .iter()
+                .map(|row| Unit {
+                    tenant: row.get("tenant"),
+                    shard: row.get("shard"),
+                })
+                .collect(),
             Err(e) => {
                 self.local.lock().reread = true;
                 return Err(e);
@@ -405,11 +411,18 @@ impl Leaser {
         };
         {
             let mut local = self.local.lock();
-            for unit in shedding.keys() {
+            for unit in &given {
                 local.shedding.remove(unit);
                 local.shed_told.remove(unit);
             }
+            if given.len() < shedding.len() {
+                // Skipped (a transaction still holds the row: given back at a later tick) or no
+                // longer this process's (a resend after the first attempt landed): the next tick
+                // re-reads, which tells the two apart.
+                local.reread = true;
+            }
         }
+        let given = given.len();
         log::debug!(
             target: "pgtenure::membership",
             "process {} gave back {given} of {} units chosen to shed",

@@ -1,4 +1,5 @@
-//! The elector under faults: pollers write term-fenced while leadership changes hands.
+//! The elector under faults: campaigning members write term-fenced while leadership changes hands
+//! (faults, resignation requests, a member stopping and campaigning again).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -48,15 +49,33 @@ fn electors_under_random_faults_never_have_two_leaders_writing() {
                     .with_holder(&holder)
                     .unwrap()
                     .with_ttl(Duration::from_millis(300))
+                    .unwrap()
+                    .with_retry_period(Duration::from_millis(100))
                     .unwrap();
                 let mut rng = Rng::new(i);
+                let mut campaign = e.campaign().ok();
                 while Instant::now() < until {
-                    if let (Ok(true), Some(term)) = (e.is_leader(), e.term()) {
+                    let Some(leading) = &campaign else {
+                        // The first poll failed for good (it does not: faults are transient).
+                        campaign = e.campaign().ok();
+                        thread::sleep(rng.millis(20, 80));
+                        continue;
+                    };
+                    if let Some(term) = leading.term() {
                         write(&db, &ledger, "leader", term, &holder, &counts, |tx| {
                             e.fence(tx, term)
                         });
-                        if rng.below(20) == 0 {
-                            let _ = e.resign();
+                        match rng.below(40) {
+                            // Ask to step down (this member, as leader), or stop and campaign
+                            // again.
+                            0 => {
+                                let _ = e.request_resign();
+                            }
+                            1 => {
+                                let _ = campaign.take().map(pgtenure::Leadership::stop);
+                                campaign = e.campaign().ok();
+                            }
+                            _ => {}
                         }
                         // Now and then, write again after a stall, possibly past the term.
                         if rng.below(4) == 0 {
@@ -68,6 +87,9 @@ fn electors_under_random_faults_never_have_two_leaders_writing() {
                     }
                     thread::sleep(rng.millis(20, 80));
                 }
+                if let Some(campaign) = campaign {
+                    let _ = campaign.stop();
+                }
             })
         })
         .collect();
@@ -77,7 +99,7 @@ fn electors_under_random_faults_never_have_two_leaders_writing() {
     }
     let proof = ledger::assert_ordered(&ledger);
     println!(
-        "elector checker, {duration:?}: {} term-fenced writes over {} terms, {} stale writes refused, {} failed by faults; faults: {faults:?}",
+        "elector checker (campaigns), {duration:?}: {} term-fenced writes over {} terms, {} stale writes refused, {} failed by faults; faults: {faults:?}",
         proof.writes,
         proof.tenures,
         counts.refused.load(Ordering::SeqCst),

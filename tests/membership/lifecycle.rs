@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use crate::common::proxy::{database_addr, Proxy};
 use crate::common::{client, db, wait_for, Tables};
-use pgtenure::membership::{Leaser, NoHooks, Unit, UnitLoss, Units};
+use pgtenure::membership::{Leaser, NoHooks, Reconciler, Unit, UnitLoss, Units};
 
 use super::{assert_disjoint, config, round, Fleet, Recorder};
 
@@ -844,5 +844,178 @@ fn a_spawned_leaser_runs_refuses_a_second_loop_and_hands_over_on_stop() {
     assert!(
         fleet.units.processes().unwrap().iter().all(|p| p.id != id),
         "the process row is gone"
+    );
+}
+
+/// Runs `f` on a thread and says whether it returned within `within` (a hung call is left behind).
+fn returns_within<T: Send + 'static>(
+    within: Duration,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Option<T> {
+    let (tx, rx) = pgtenure::crossbeam_channel::bounded(1);
+    thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(within).ok()
+}
+
+/// A transaction left open on a dead process's unit (a fenced write of a process that then
+/// stopped) never stalls the sweep, which every process's loop runs: the unit is skipped and freed by
+/// a later sweep once the transaction ends.
+#[test]
+fn a_transaction_left_open_on_a_dead_processs_unit_never_stalls_the_sweep() {
+    let fleet = Fleet::new(2);
+    let (a, _) = fleet.leaser(config(Duration::from_secs(30)));
+    let (b, _) = fleet.leaser(config(Duration::from_secs(30)));
+    a.heartbeat().unwrap();
+    a.tick().unwrap();
+    let held = a.owned()[0].clone();
+    client()
+        .batch_execute(&format!(
+            "UPDATE {} SET claimed_at = now() - interval '1 hour'",
+            fleet.units_table
+        ))
+        .unwrap();
+    let mut holder = client();
+    let mut tx = holder.transaction().unwrap();
+    assert!(a.fence(&mut tx, &held).unwrap());
+    // A dies long ago, by the database's account, its fenced transaction still open.
+    client()
+        .batch_execute(&format!(
+            "UPDATE {} SET expires_at = now() - interval '1 hour' WHERE process_id = '{}'",
+            fleet.processes,
+            a.process_id()
+        ))
+        .unwrap();
+    let b = Arc::new(b);
+    let sweeper = b.clone();
+    let swept = returns_within(Duration::from_secs(3), move || sweeper.sweep().unwrap())
+        .expect("the sweep waited for the open transaction");
+    assert_eq!(
+        (swept.processes, swept.units),
+        (1, 1),
+        "the other unit is freed"
+    );
+    assert!(fleet.ownership()[&Some(a.process_id().to_owned())].contains(&held));
+    tx.commit().unwrap();
+    assert_eq!(
+        b.sweep().unwrap().units,
+        1,
+        "freed once the transaction ended"
+    );
+    assert!(!fleet
+        .ownership()
+        .contains_key(&Some(a.process_id().to_owned())));
+}
+
+/// A transaction left open on a unit the process is shedding does not hold up its tick (which the
+/// membership loop runs between heartbeats): the give-back skips it and comes back to it later.
+#[test]
+fn a_transaction_left_open_on_a_unit_being_shed_never_holds_up_the_tick() {
+    let fleet = Fleet::new(2);
+    let (a, recorder) = fleet.leaser(config(Duration::from_secs(30)));
+    let (b, _) = fleet.leaser(config(Duration::from_secs(30)));
+    a.heartbeat().unwrap();
+    a.tick().unwrap();
+    b.heartbeat().unwrap();
+    let mut holder = client();
+    let mut tx = holder.transaction().unwrap();
+    for unit in a.owned() {
+        assert!(a.fence(&mut tx, &unit).unwrap());
+    }
+    let a = Arc::new(a);
+    let ticker = a.clone();
+    let step = returns_within(Duration::from_secs(3), move || ticker.tick().unwrap())
+        .expect("the tick waited for the open transaction");
+    assert_eq!(step.shed, 0, "nothing given back while the row is locked");
+    assert_eq!(
+        recorder.lost_for(UnitLoss::Shed),
+        1,
+        "but the unit was told lost"
+    );
+    tx.commit().unwrap();
+    let step = a.tick().unwrap();
+    assert_eq!(step.shed, 1, "given back at the next tick");
+    assert_eq!(step.owned, 1);
+    b.tick().unwrap();
+    assert_disjoint(&fleet, &[&a, &b]);
+}
+
+/// A process whose row was deleted (swept while it was away) learns at its next heartbeat that its
+/// units may be elsewhere, although it never saw the row expire.
+#[test]
+fn a_heartbeat_that_finds_its_row_gone_reports_every_unit_lost() {
+    let fleet = Fleet::new(3);
+    let (a, recorder) = fleet.leaser(config(Duration::from_secs(30)));
+    a.heartbeat().unwrap();
+    assert_eq!(a.tick().unwrap().owned, 3);
+    client()
+        .batch_execute(&format!(
+            "DELETE FROM {} WHERE process_id = '{}'; UPDATE {} SET process_id = NULL",
+            fleet.processes,
+            a.process_id(),
+            fleet.units_table
+        ))
+        .unwrap();
+    a.heartbeat().unwrap();
+    assert_eq!(recorder.lost_for(UnitLoss::Expired), 3);
+    assert!(a.owned().is_empty());
+    // It re-reads and claims them back, as a new tenure.
+    assert_eq!(a.tick().unwrap().owned, 3);
+}
+
+/// A reconciler that panics ends the loop instead of hanging it: `stop` returns an error and the
+/// leaser can run again.
+#[test]
+fn a_panicking_reconciler_ends_the_loop_and_stop_says_so() {
+    struct Panics;
+    impl Reconciler for Panics {
+        fn units_gained(&self, _: &[Unit]) {
+            panic!("the reconciler's own bug");
+        }
+        fn units_lost(&self, _: &[Unit], _: UnitLoss) {}
+    }
+    let fleet = Fleet::new(2);
+    let mut fast = config(Duration::from_secs(3));
+    fast.heartbeat_interval = Duration::from_millis(200);
+    fast.rebalance_interval = Duration::from_millis(100);
+    let running = fleet
+        .leaser_with(&db(), Arc::new(Panics), fast)
+        .spawn()
+        .unwrap();
+    let ended = (0..100).any(|_| {
+        thread::sleep(Duration::from_millis(50));
+        running.is_finished()
+    });
+    if !ended {
+        // Dropping it would wait for the hung loop.
+        std::mem::forget(running);
+        panic!("the loop hung after the reconciler panicked");
+    }
+    let err = running.stop().unwrap_err();
+    assert!(err.to_string().contains("panicked"), "{err}");
+}
+
+/// A second `spawn_shared` of a running leaser is refused before anything starts: the running
+/// loop keeps its units.
+#[test]
+fn a_second_spawn_of_a_running_leaser_is_refused_and_changes_nothing() {
+    let fleet = Fleet::new(2);
+    let mut fast = config(Duration::from_secs(3));
+    fast.heartbeat_interval = Duration::from_millis(200);
+    fast.rebalance_interval = Duration::from_millis(100);
+    let (a, _) = fleet.leaser(fast);
+    let a = Arc::new(a);
+    let running = a.clone().spawn_shared().unwrap();
+    wait_for("the loop to claim", Duration::from_secs(10), || {
+        (running.owned().len() == 2).then_some(())
+    });
+    let err = a.clone().spawn_shared().unwrap_err();
+    assert!(err.is_invalid_input(), "{err}");
+    assert_eq!(a.owned().len(), 2, "the running loop keeps its units");
+    running.stop().unwrap();
+    assert!(
+        a.clone().spawn_shared().is_ok(),
+        "stopped, it may run again"
     );
 }
