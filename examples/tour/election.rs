@@ -1,85 +1,99 @@
-//! Part 4: leader election.
+//! Part 4: leader election, as a campaign with events.
 
-use std::thread;
 use std::time::{Duration, Instant};
 
-use pgtenure::{Db, Elector};
+use pgtenure::{Db, Elector, LeaderEvent, Leadership};
 
 use crate::clock::round_ms;
 use crate::INSTANCES;
 
-/// Three electors poll; the leader resigns and the hand-over is immediate; then it crashes.
+/// Three members campaign; a follower asks the leader to step down; the new leader stops; each
+/// hand-over is told as events.
 pub fn election(db: &Db) -> Result<(), Box<dyn std::error::Error>> {
     let ttl = Duration::from_secs(1);
-    println!("\n4. Leader election: three electors poll every 100 ms, TTL {ttl:?}");
+    let retry = Duration::from_millis(100);
+    println!("\n4. Leader election: three members campaign, polling every {retry:?}, TTL {ttl:?}");
     let fleet = format!("tour-{}", std::process::id());
-    let electors: Vec<Elector> = INSTANCES
+    let mut members: Vec<Option<Leadership>> = INSTANCES
         .iter()
         .map(|name| {
-            Elector::new(db)
+            let elector = Elector::new(db)
                 .with_name(&fleet)?
                 .with_holder(name)?
-                .with_ttl(ttl)
+                .with_ttl(ttl)?
+                .with_retry_period(retry)?;
+            elector.campaign().map(Some)
         })
-        .collect::<Result<_, _>>()?;
-    let poll = |skip: Option<usize>| -> Result<Option<usize>, pgtenure::Error> {
-        let mut leader = None;
-        for (i, e) in electors.iter().enumerate() {
-            if Some(i) != skip && e.is_leader()? {
-                leader = Some(i);
-            }
-        }
-        Ok(leader)
+        .collect::<Result<_, pgtenure::Error>>()?;
+    let leader = |members: &[Option<Leadership>]| -> Option<usize> {
+        members
+            .iter()
+            .position(|m| m.as_ref().is_some_and(Leadership::is_leading))
     };
-    let first = poll(None)?.ok_or("nobody leads")?;
-    let info = electors[0].leader()?.ok_or("nobody leads")?;
-    println!("   {} leads with term {}", info.holder, info.term);
-    for _ in 0..3 {
-        thread::sleep(Duration::from_millis(100));
-        assert_eq!(
-            poll(None)?,
-            Some(first),
-            "leadership is stable while polled"
-        );
-    }
-    println!(
-        "   three more polls: still {} (term {})",
-        INSTANCES[first],
-        term(&electors[first])
-    );
+    let wait_for_leader = |members: &[Option<Leadership>], not: Option<usize>| -> Option<usize> {
+        let until = Instant::now() + ttl * 3;
+        while Instant::now() < until {
+            if let Some(i) = leader(members).filter(|i| Some(*i) != not) {
+                return Some(i);
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        None
+    };
+    let first = wait_for_leader(&members, None).ok_or("nobody leads")?;
+    show(&members, first);
 
-    electors[first].resign()?;
-    let resigned = Instant::now();
-    let next = poll(Some(first))?.ok_or("nobody took over")?;
+    // A follower asks the leader to step down (a rolling deploy): it does at its next renewal.
+    let follower = (first + 1) % members.len();
+    let asked = Instant::now();
+    members[follower]
+        .as_ref()
+        .ok_or("a follower")?
+        .elector()
+        .request_resign()?;
+    let next = wait_for_leader(&members, Some(first)).ok_or("nobody took over")?;
     println!(
-        "   {} resigns; on the next poll {} leads with term {}, {:.1?} later",
+        "   {} asked {} to step down: {} leads {:?} later",
+        INSTANCES[follower],
         INSTANCES[first],
         INSTANCES[next],
-        term(&electors[next]),
-        resigned.elapsed()
+        round_ms(asked.elapsed())
     );
+    show(&members, first);
 
-    // The new leader stops polling, as a crashed process would: the others wait out its TTL.
-    let crashed = Instant::now();
-    let third = loop {
-        thread::sleep(Duration::from_millis(100));
-        if let Some(i) = poll(Some(next))? {
-            break i;
-        }
-    };
+    // The new leader stops (a graceful shutdown): it resigns, and the next poll elsewhere wins.
+    let stopping = members[next].take().ok_or("the leader")?;
+    let stopped = Instant::now();
+    stopping.stop()?;
+    let third = wait_for_leader(&members, None).ok_or("nobody took over")?;
     println!(
-        "   {} stops polling (crash); {} leads with term {} after {:?} (TTL {ttl:?})",
+        "   {} stops: {} leads {:?} later",
         INSTANCES[next],
         INSTANCES[third],
-        term(&electors[third]),
-        round_ms(crashed.elapsed())
+        round_ms(stopped.elapsed())
     );
-    electors[third].resign()?;
+    for member in members.into_iter().flatten() {
+        member.stop()?;
+    }
     Ok(())
 }
 
-fn term(elector: &Elector) -> String {
-    elector
-        .term()
-        .map_or_else(|| "none".to_owned(), |t| t.to_string())
+/// Prints what each member has been told so far, and who leads.
+fn show(members: &[Option<Leadership>], leader: usize) {
+    for (i, member) in members.iter().enumerate() {
+        let Some(member) = member else { continue };
+        let told: Vec<String> = member
+            .events()
+            .try_iter()
+            .map(|event| match event {
+                LeaderEvent::Elected { term } => format!("elected (term {term})"),
+                LeaderEvent::Lost { term, reason } => format!("lost term {term}: {reason}"),
+                LeaderEvent::Observed(Some(info)) => format!("{} leads", info.holder),
+                LeaderEvent::Observed(None) => "nobody leads".to_owned(),
+                other => format!("{other:?}"),
+            })
+            .collect();
+        let mark = if i == leader { "*" } else { " " };
+        println!("   {mark} {:<8} told: {}", INSTANCES[i], told.join(", "));
+    }
 }
