@@ -11,6 +11,7 @@
 //! `PGTENURE_BENCH_CASES=name,name` keeps only the comparison's cases whose names contain one of
 //! them (`none`: only the driver-alone measurements).
 
+mod campaigns;
 mod cases;
 /// The test harness: the database URL, the protocol-counting proxy.
 #[path = "../../tests/common/mod.rs"]
@@ -159,6 +160,8 @@ fn main() -> Result<(), Error> {
         let failover = scenarios::failover(&leader_t, args.handovers)?;
         println!("\nelector failover: {failover:#}");
         results["elector_failover"] = failover;
+        let campaign = campaigns::failover(&leader_t, args.handovers)?;
+        results["campaign_failover"] = campaign;
         let mut membership = scenarios::membership(&db, &mut admin, args.units, args.secs as f64)?;
         membership["uneven"] = shapes::uneven(&db, &mut admin)?;
         println!("\nmembership: {membership:#}");
