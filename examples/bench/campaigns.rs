@@ -80,6 +80,10 @@ pub fn failover(leader_t: &str, handovers: usize) -> Result<Value, Error> {
             }
         }
         let kind = n % 3;
+        // Act at a spread of moments within the members' poll period, as a real stop or crash
+        // would, not right after the election that was just detected (when the followers' polls,
+        // started together, are due at once).
+        std::thread::sleep(RETRY * ((n as u32 * 37) % 100) / 100);
         let start = Instant::now();
         match kind {
             0 => members[leader].proxy.blackhole(),
