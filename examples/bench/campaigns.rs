@@ -31,7 +31,9 @@ fn next_elected(members: &[Member], old: usize) -> Result<(usize, Instant), Erro
     let until = Instant::now() + TTL * 5;
     while Instant::now() < until {
         for (i, m) in members.iter().enumerate() {
-            let Some(campaign) = &m.campaign else { continue };
+            let Some(campaign) = &m.campaign else {
+                continue;
+            };
             for event in campaign.events().try_iter() {
                 if i != old && matches!(event, LeaderEvent::Elected { .. }) {
                     return Ok((i, Instant::now()));

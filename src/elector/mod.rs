@@ -1,4 +1,4 @@
-//! Leader election: a blocking `is_leader` that renews.
+//! Leader election: a blocking `is_leader` that renews, and a campaign loop with events.
 //!
 //! Every instance of a fleet polls [`Elector::is_leader`] (say every few seconds, well inside the TTL).
 //! Each poll is one statement that renews the leadership when this instance holds it, or takes it
@@ -12,7 +12,12 @@
 //!   before the renewal was sent, so it never falls after the database's expiry;
 //! - [`Elector::resign`]: give up at once, so that the next poll elsewhere wins without waiting for
 //!   the TTL;
-//! - [`Elector::leader`]: who leads, since when and until when, for operators.
+//! - [`Elector::leader`]: who leads, since when and until when, for operators;
+//! - [`Elector::request_resign`]: ask the live leader to step down at its next renewal;
+//! - [`Elector::campaign`]: the poll as a loop on a thread of its own, with events ([`Leadership`]).
+//!
+//! Polling by hand suits a loop of your own; `campaign` is that loop, written once: it tells when
+//! this instance is elected and when it loses (and why), and who leads.
 //!
 //! Several fleets share one table: each is a row, named with [`Elector::with_name`].
 //!
@@ -290,6 +295,9 @@ impl Elector {
     /// never adopts another's tenure; it waits until that tenure is resigned or expires. Answers
     /// `false` when the answer arrives after the tenure's local deadline (the instant before the poll
     /// was sent, plus the TTL).
+    ///
+    /// A renewal that finds a resignation requested ([`Elector::request_resign`]) ends the tenure
+    /// instead, and answers `false`.
     ///
     /// When the connection fails after the poll was sent, it is sent once more on another
     /// connection: a renewal is idempotent. A new tenure won by a poll whose answer was lost is not
