@@ -40,7 +40,7 @@
 //! let mut conn = db.connection()?;
 //! let mut tx = conn.transaction()?;
 //! if running.fence(&mut tx, &unit)? {
-//!     tx.execute("UPDATE offsets SET position = position + 1 WHERE tenant = $1", &[&unit.tenant])?;
+//!     tx.execute("update offsets set position = position + 1 where tenant = $1", &[&unit.tenant])?;
 //! }
 //! tx.commit()?;
 //! // ... at shutdown: stop the loop, hand the units over, delete the process row.
