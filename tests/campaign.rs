@@ -19,13 +19,7 @@ const TTL: Duration = Duration::from_millis(900);
 const RETRY: Duration = Duration::from_millis(150);
 
 fn table(tables: &mut Tables) -> String {
-    let table = tables.name("leader");
-    Elector::new(&db())
-        .with_table(&table)
-        .unwrap()
-        .create_table()
-        .unwrap();
-    table
+    common::leader_table(tables)
 }
 
 fn elector_on(db: &Db, table: &str, holder: &str) -> Elector {

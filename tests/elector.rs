@@ -22,13 +22,7 @@ fn elector(table: &str, holder: &str, ttl: Duration) -> Elector {
 }
 
 fn table(tables: &mut Tables) -> String {
-    let table = tables.name("leader");
-    Elector::new(&db())
-        .with_table(&table)
-        .unwrap()
-        .create_table()
-        .unwrap();
-    table
+    common::leader_table(tables)
 }
 
 /// A span during which one elector believed it led: from the answer to the end of its belief.

@@ -210,6 +210,17 @@ pub fn lease_table(tables: &mut Tables) -> String {
     table
 }
 
+/// A fresh leader table, created.
+pub fn leader_table(tables: &mut Tables) -> String {
+    let table = tables.name("leader");
+    pgtenure::Elector::new(&db())
+        .with_table(&table)
+        .unwrap()
+        .create_table()
+        .unwrap();
+    table
+}
+
 /// The database clock.
 pub fn db_now(c: &mut postgres::Client) -> SystemTime {
     c.query_one("SELECT now()", &[]).unwrap().get(0)

@@ -40,12 +40,7 @@ fn a_killed_leader_process_is_replaced_within_a_ttl_and_a_retry_period() {
         return leader_child(&std::env::var("PGTENURE_CHILD_TABLE").unwrap());
     }
     let mut tables = Tables::new();
-    let table = tables.name("leader");
-    Elector::new(&db())
-        .with_table(&table)
-        .unwrap()
-        .create_table()
-        .unwrap();
+    let table = crate::common::leader_table(&mut tables);
     let child = Child::spawn(
         "elector::a_killed_leader_process_is_replaced_within_a_ttl_and_a_retry_period",
         "campaign-leader",
