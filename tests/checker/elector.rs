@@ -99,7 +99,7 @@ fn electors_under_random_faults_never_have_two_leaders_writing() {
     }
     let proof = ledger::assert_ordered(&ledger);
     println!(
-        "elector checker (campaigns), {duration:?}: {} term-fenced writes over {} terms, {} stale writes refused, {} failed by faults; faults: {faults:?}",
+        "elector checker, {duration:?}, through campaigns: {} term-fenced writes over {} terms, {} stale writes refused, {} failed by faults; faults: {faults:?}",
         proof.writes,
         proof.tenures,
         counts.refused.load(Ordering::SeqCst),
