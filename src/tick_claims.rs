@@ -57,6 +57,7 @@ pub const DEFAULT_TABLE: &str = "pgtenure_tick_claims";
 const CREATE_TABLE: &str = include_str!("../sql/tick_claims/create_table.sql");
 const CLAIM: &str = include_str!("../sql/tick_claims/claim.sql");
 const RELEASE: &str = include_str!("../sql/tick_claims/release.sql");
+const FENCE: &str = include_str!("../sql/tick_claims/fence.sql");
 
 /// The statements, rendered once for a table.
 struct Statements {
@@ -64,6 +65,9 @@ struct Statements {
     create_table: String,
     claim: Statement,
     release: Statement,
+    /// Sent unprepared: it runs inside the caller's transaction, where a missing prepared
+    /// statement would abort it.
+    fence: String,
 }
 
 impl Statements {
@@ -84,6 +88,7 @@ impl Statements {
                 render(RELEASE, &table),
                 &[Type::TEXT, Type::TEXT, Type::INT8],
             ),
+            fence: render(FENCE, &table),
             table,
         })
     }
@@ -261,6 +266,29 @@ impl TickClaim {
     /// never overlaps the next tick's run.
     pub fn deadline(&self) -> Instant {
         self.deadline
+    }
+
+    /// Checks, inside the caller's transaction, that this run is still the job's latest claim and
+    /// busy by `clock_timestamp()`, and locks the job's row `FOR SHARE` until the transaction ends,
+    /// so no later tick can be claimed before it commits (as [`Leases::fence`](crate::Leases::fence)
+    /// does for a lease). Make a write that only this run may make only when it returns `true`: a
+    /// run that outlived its busy period, or was released, is refused.
+    ///
+    /// # Errors
+    ///
+    /// A database or connection error (the transaction is then aborted).
+    pub fn fence(&self, tx: &mut postgres::Transaction<'_>) -> Result<bool> {
+        let rows = tx
+            .query_typed(
+                &self.claims.sql.fence,
+                &[
+                    (&self.job_id.as_str(), Type::TEXT),
+                    (&&*self.claims.owner, Type::TEXT),
+                    (&self.token, Type::INT8),
+                ],
+            )
+            .map_err(|e| Error::from_postgres("fence tick claim", e))?;
+        Ok(!rows.is_empty())
     }
 
     /// Ends the busy period now, so that the next tick can be claimed without waiting for `busy_for`

@@ -341,3 +341,43 @@ fn claiming_on_a_missing_table_says_what_to_do() {
     );
     assert!(err.to_string().contains("create_table"), "{err}");
 }
+
+/// A run's writes are fenced by its claim: refused once the busy period lapsed (a run that outlived
+/// it) and once a later tick was claimed.
+#[test]
+fn a_runs_fenced_writes_are_refused_once_its_busy_period_lapsed_or_a_later_tick_was_claimed() {
+    let mut tables = Tables::new();
+    let table = tables.name("ticks");
+    let claims = TickClaims::new(&db()).with_table(&table).unwrap();
+    claims.create_table().unwrap();
+    let tick = SystemTime::now() - Duration::from_secs(10);
+    let run = claims
+        .claim("job", tick, Duration::from_millis(300))
+        .unwrap()
+        .expect("won");
+    let mut conn = db().connection().unwrap();
+    let mut tx = conn.transaction().unwrap();
+    assert!(run.fence(&mut tx).unwrap(), "its own busy period");
+    tx.commit().unwrap();
+    // Lapsed: a run that outlived its busy period may not write.
+    wait_for("the busy period to lapse", Duration::from_secs(5), || {
+        let mut tx = conn.transaction().unwrap();
+        let fenced = run.fence(&mut tx).unwrap();
+        tx.rollback().unwrap();
+        (!fenced).then_some(())
+    });
+    // The same owner claims the next tick: only the token tells the two runs apart.
+    let next = claims
+        .claim(
+            "job",
+            tick + Duration::from_secs(1),
+            Duration::from_secs(30),
+        )
+        .unwrap()
+        .expect("the next tick");
+    let mut tx = conn.transaction().unwrap();
+    assert!(!run.fence(&mut tx).unwrap(), "a later tick was claimed");
+    assert!(next.fence(&mut tx).unwrap());
+    tx.commit().unwrap();
+    next.release().unwrap();
+}
