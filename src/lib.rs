@@ -8,6 +8,8 @@
 //! - [`Elector`]: one leader per fleet, with terms, resignation and who-leads.
 //! - [`membership`]: process heartbeats and fair-share ownership of (tenant, shard) units, a
 //!   [`membership::Leaser`] per process driven tick by tick or by its `run` loop.
+//! - [`schedule`]: recurring jobs on tick claims, each tick run on one instance when it is due by
+//!   the database clock.
 //!
 //! Every operation is one SQL statement in its own implicit transaction, prepared once per server
 //! connection under a name derived from its content and run with `EXECUTE`: one round trip, planned
@@ -95,6 +97,7 @@ mod input;
 mod instance;
 pub mod leases;
 pub mod membership;
+pub mod schedule;
 mod statement;
 mod table_name;
 #[cfg(feature = "testing")]

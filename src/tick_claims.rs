@@ -58,6 +58,7 @@ const CREATE_TABLE: &str = include_str!("../sql/tick_claims/create_table.sql");
 const CLAIM: &str = include_str!("../sql/tick_claims/claim.sql");
 const RELEASE: &str = include_str!("../sql/tick_claims/release.sql");
 const FENCE: &str = include_str!("../sql/tick_claims/fence.sql");
+const NOW: &str = include_str!("../sql/tick_claims/now.sql");
 
 /// The statements, rendered once for a table.
 struct Statements {
@@ -65,6 +66,7 @@ struct Statements {
     create_table: String,
     claim: Statement,
     release: Statement,
+    now: Statement,
     /// Sent unprepared: it runs inside the caller's transaction, where a missing prepared
     /// statement would abort it.
     fence: String,
@@ -89,6 +91,7 @@ impl Statements {
                 &[Type::TEXT, Type::TEXT, Type::INT8],
             ),
             fence: render(FENCE, &table),
+            now: Statement::new(NOW.to_owned(), &[]),
             table,
         })
     }
@@ -180,6 +183,28 @@ impl TickClaims {
         tick: SystemTime,
         busy_for: Duration,
     ) -> Result<Option<TickClaim>> {
+        self.claim_reporting(job_id, tick, busy_for)
+            .map(|(claim, _)| claim)
+    }
+
+    /// The database clock, in one round trip (a scheduler's first estimate of its host's offset).
+    pub(crate) fn db_now(&self) -> Result<SystemTime> {
+        let row = self.db.query_one(
+            "read the database clock",
+            Policy::IDEMPOTENT,
+            &self.sql.now,
+            &[],
+        )?;
+        Ok(row.get("db_now"))
+    }
+
+    /// [`TickClaims::claim`], also returning the database clock as the claim statement read it.
+    pub(crate) fn claim_reporting(
+        &self,
+        job_id: &str,
+        tick: SystemTime,
+        busy_for: Duration,
+    ) -> Result<(Option<TickClaim>, SystemTime)> {
         check_key("job id", job_id)?;
         check_tick(tick)?;
         let busy_us = micros("busy_for", busy_for, MIN_DURATION)?;
@@ -199,8 +224,8 @@ impl TickClaims {
         let row = one_row("claim tick", rows)?;
         let started = started.unwrap_or_else(Instant::now);
         let too_far: bool = row.get("too_far");
+        let db_now: SystemTime = row.get("db_now");
         if too_far {
-            let db_now: SystemTime = row.get("db_now");
             let ahead = tick.duration_since(db_now).unwrap_or_default();
             return Err(Error::invalid_input(format!(
                 "tick of job {job_id:?} is {ahead:.1?} ahead of the database clock; ticks more than one \
@@ -213,13 +238,14 @@ impl TickClaims {
             "claim of job {job_id:?} at {tick:?}: {}",
             if token.is_some() { "won" } else { "refused" }
         );
-        Ok(token.map(|token| TickClaim {
+        let claim = token.map(|token| TickClaim {
             claims: self.clone(),
             job_id: job_id.to_owned(),
             tick,
             token,
             deadline: started + busy_for,
-        }))
+        });
+        Ok((claim, db_now))
     }
 }
 
