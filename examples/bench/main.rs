@@ -19,6 +19,7 @@ mod common;
 mod compare;
 mod pgbench;
 mod scenarios;
+mod scheduler;
 mod shapes;
 
 use pgtenure::postgres::{Client, NoTls};
@@ -162,6 +163,7 @@ fn main() -> Result<(), Error> {
         results["elector_failover"] = failover;
         let campaign = campaigns::failover(&leader_t, args.handovers)?;
         results["campaign_failover"] = campaign;
+        results["scheduler"] = scheduler::lateness(&db, &mut admin, args.secs as f64 * 5.0)?;
         let mut membership = scenarios::membership(&db, &mut admin, args.units, args.secs as f64)?;
         membership["uneven"] = shapes::uneven(&db, &mut admin)?;
         println!("\nmembership: {membership:#}");
