@@ -174,6 +174,17 @@ impl Error {
         self.kind() == ErrorKind::Connection
     }
 
+    /// True when waiting cannot fix it (a missing table or privilege, refused credentials, bad
+    /// input): every kind but [`ErrorKind::Connection`] and [`ErrorKind::Serialization`]. The
+    /// loops (`Leaser::run`, `Elector::campaign`) end at startup on such an error instead of
+    /// retrying it.
+    pub fn is_permanent(&self) -> bool {
+        !matches!(
+            self.kind(),
+            ErrorKind::Connection | ErrorKind::Serialization
+        )
+    }
+
     /// True for a serialization failure (non-default isolation under contention) or a deadlock that
     /// outlasted the resends; the statement did not take effect.
     pub fn is_serialization(&self) -> bool {

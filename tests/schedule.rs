@@ -10,7 +10,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use common::{client, db, wait_for, Tables};
 use parking_lot::Mutex;
-use pgtenure::schedule::{Job, Misfire, Run, Schedule, ScheduleHooks, Scheduler};
+use pgtenure::schedule::{Job, Misfire, Run, RunResult, Schedule, ScheduleHooks, Scheduler};
 use pgtenure::{Error, TickClaims};
 
 fn claims_table(tables: &mut Tables) -> String {
@@ -35,10 +35,7 @@ fn runs_table(tables: &mut Tables) -> String {
     runs
 }
 
-fn record(
-    runs: &str,
-    instance: &str,
-) -> impl Fn(&Run) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+fn record(runs: &str, instance: &str) -> impl Fn(&Run) -> RunResult {
     let (runs, instance) = (runs.to_owned(), instance.to_owned());
     move |run| {
         db().connection()?.execute(

@@ -166,11 +166,7 @@ impl DbBuilder {
                 drop(client);
                 None
             }
-            Err(e) if e.as_db_error().is_some() && refused_for_good(&e) => {
-                return Err(Error::from_postgres("connect", e))
-            }
-            Err(e) if cannot_connect(&e) => return Err(refused(e)),
-            Err(e) => Some(e),
+            Err(e) => Some(for_good(e)?),
         };
         let pool = self
             .pool_builder()
@@ -284,30 +280,33 @@ impl DbBuilder {
     }
 }
 
-/// Whether a failed connection attempt is a refusal that waiting cannot fix: the server rejected
-/// the credentials (class 28: a wrong password, an unknown role) or does not have the database
-/// (3D000).
-fn refused_for_good(e: &postgres::Error) -> bool {
-    e.code().is_some_and(|code| {
-        code.code().starts_with("28") || *code == postgres::error::SqlState::INVALID_CATALOG_NAME
-    })
-}
-
-/// Whether a failed connection attempt without a server report is one that waiting cannot fix:
-/// the TLS handshake was refused (the server does not offer TLS, its certificate did not verify),
-/// or the settings lack what the server asks for (a password). A failure to reach the server, or
-/// a connection that broke, has an I/O error as its cause and may pass.
-fn cannot_connect(e: &postgres::Error) -> bool {
-    if e.as_db_error().is_some() || e.is_closed() {
-        return false;
+/// A failed connection attempt back as the error to report when waiting cannot fix it, else as
+/// itself, for the pool to retry. Waiting cannot fix the server's rejection of the credentials
+/// (class 28: a wrong password, an unknown role) or of the database (3D000); nor, without a server
+/// report, a TLS refusal (the server does not offer TLS, its certificate did not verify) or settings
+/// that lack what the server asks for (a password). A failure to reach the server, or a connection
+/// that broke, has a plain I/O error as its cause and may pass.
+fn for_good(e: postgres::Error) -> Result<postgres::Error> {
+    if let Some(code) = e.code() {
+        if code.code().starts_with("28") || *code == postgres::error::SqlState::INVALID_CATALOG_NAME
+        {
+            return Err(Error::from_postgres("connect", e));
+        }
+        return Ok(e);
     }
-    match std::error::Error::source(e) {
+    if e.is_closed() {
+        return Ok(e);
+    }
+    let permanent = match std::error::Error::source(&e) {
         None => false,
-        Some(cause) => match cause.downcast_ref::<std::io::Error>() {
-            // The TLS stack's refusal, wrapped in an I/O error.
-            Some(_) => tls_advice(e).is_some(),
-            None => true,
-        },
+        // The TLS stack's refusal comes wrapped in an I/O error.
+        Some(cause) if cause.is::<std::io::Error>() => tls_advice(&e).is_some(),
+        Some(_) => true,
+    };
+    if permanent {
+        Err(refused(e))
+    } else {
+        Ok(e)
     }
 }
 

@@ -173,7 +173,7 @@ impl Elector {
             events: events_tx,
         });
         match shared.poll_once() {
-            Err(e) if permanent(&e) => return Err(e),
+            Err(e) if e.is_permanent() => return Err(e),
             _ => {}
         }
         let (stop, stopped) = bounded::<()>(0);
@@ -264,7 +264,7 @@ impl Shared {
                     self.observed(&mut state, poll.leader.clone());
                 }
                 Err(e) => {
-                    if permanent(e) {
+                    if e.is_permanent() {
                         log::error!(target: "pgtenure::elector", "{} cannot campaign for fleet {:?}: {e}", self.elector.holder, self.elector.name);
                     } else {
                         log::warn!(target: "pgtenure::elector", "{} could not poll fleet {:?}: {e}", self.elector.holder, self.elector.name);
@@ -448,11 +448,6 @@ impl fmt::Debug for Leadership {
             .field("term", &self.term())
             .finish()
     }
-}
-
-/// Whether waiting cannot fix `e`: a missing table or privilege, refused credentials.
-fn permanent(e: &Error) -> bool {
-    !matches!(e.kind(), ErrorKind::Connection | ErrorKind::Serialization)
 }
 
 #[cfg(test)]

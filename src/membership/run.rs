@@ -152,7 +152,7 @@ impl Leaser {
         loop {
             match self.heartbeat() {
                 Ok(()) => break,
-                Err(e) if permanent(&e) => {
+                Err(e) if e.is_permanent() => {
                     log::error!(
                         target: "pgtenure::membership",
                         "process {} cannot start: {e}",
@@ -213,18 +213,13 @@ impl Leaser {
 
     /// Logs a loop error (at `error` when waiting cannot fix it) and tells the hooks.
     fn report(&self, what: &str, e: &Error) {
-        if permanent(e) {
+        if e.is_permanent() {
             log::error!(target: "pgtenure::membership", "process {}: {what}: {e}", self.process_id);
         } else {
             log::warn!(target: "pgtenure::membership", "process {}: {what}: {e}", self.process_id);
         }
         self.hooks.error(e);
     }
-}
-
-/// Whether waiting cannot fix `e`: a missing table or privilege, refused credentials, bad input.
-fn permanent(e: &Error) -> bool {
-    !matches!(e.kind(), ErrorKind::Connection | ErrorKind::Serialization)
 }
 
 /// Marks the loop stopped when dropped (also on unwinding).

@@ -62,9 +62,12 @@ pub enum Misfire {
     },
 }
 
+/// What a job's function returns: an error is logged and reported to
+/// [`ScheduleHooks::failed`]; the scheduler goes on.
+pub type RunResult = std::result::Result<(), Box<dyn std::error::Error + Send + Sync>>;
+
 /// The function a job runs for each tick won.
-type RunFn =
-    dyn Fn(&Run) -> std::result::Result<(), Box<dyn std::error::Error + Send + Sync>> + Send + Sync;
+type RunFn = dyn Fn(&Run) -> RunResult + Send + Sync;
 
 /// A job and its options, for [`Scheduler::with_job`](super::Scheduler::with_job).
 pub struct Job {
@@ -87,10 +90,7 @@ impl Job {
     pub fn new(
         id: &str,
         schedule: Schedule,
-        run: impl Fn(&Run) -> std::result::Result<(), Box<dyn std::error::Error + Send + Sync>>
-            + Send
-            + Sync
-            + 'static,
+        run: impl Fn(&Run) -> RunResult + Send + Sync + 'static,
     ) -> Result<Job> {
         check_key("job id", id)?;
         Ok(Job {

@@ -44,7 +44,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use parking_lot::Mutex;
 
-pub use self::job::{Job, Misfire, NoScheduleHooks, Run, Schedule, ScheduleHooks};
+pub use self::job::{Job, Misfire, NoScheduleHooks, Run, RunResult, Schedule, ScheduleHooks};
 pub use self::running::Scheduling;
 
 use self::job::JobState;
@@ -139,10 +139,7 @@ impl Scheduler {
         self,
         id: &str,
         schedule: Schedule,
-        run: impl Fn(&Run) -> std::result::Result<(), Box<dyn std::error::Error + Send + Sync>>
-            + Send
-            + Sync
-            + 'static,
+        run: impl Fn(&Run) -> RunResult + Send + Sync + 'static,
     ) -> Result<Scheduler> {
         self.with_job(Job::new(id, schedule, run)?)
     }
