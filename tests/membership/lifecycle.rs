@@ -437,15 +437,26 @@ fn a_give_back_that_landed_unseen_is_neither_counted_twice_nor_repeated() {
 /// An operator's statement that locks a unit and then its owner's row, against a leaser's that
 /// locks the row and then the unit: PostgreSQL rolls one back to break the deadlock. The leaser's
 /// did not run, so it is sent again and succeeds.
+///
+/// The server looks for a deadlock once, in the session whose `deadlock_timeout` runs out first
+/// while it waits, and rolls that session back. The leaser's sessions look after 5 s and the
+/// operator's after 60 s, so the operator's statement only has to start waiting within 5 s of the
+/// leaser's (1 s, the default, was too little on a loaded machine: the operator was rolled back).
 #[test]
 fn a_statement_rolled_back_to_break_a_deadlock_is_sent_again() {
     let fleet = Fleet::new(1);
     let app = format!("deadlocked_{}", std::process::id());
-    let (a, _) = fleet.leaser_named(&app, config(Duration::from_secs(30)));
+    let (a, _) = fleet.leaser_named_with(
+        &app,
+        Some("-c deadlock_timeout=5s"),
+        config(Duration::from_secs(30)),
+    );
     a.heartbeat().unwrap();
     assert_eq!(a.tick().unwrap().owned, 1);
     let mut operator = client();
     let mut tx = fleet.hold_units(&mut operator);
+    tx.batch_execute("SET LOCAL deadlock_timeout = '60s'")
+        .unwrap();
     thread::scope(|scope| {
         // Deletes the process row (locking it), then waits to free the unit.
         let deleting = scope.spawn(|| a.delete_process());

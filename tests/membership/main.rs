@@ -130,8 +130,21 @@ impl Fleet {
     /// A leaser on a pool of its own whose sessions carry `application_name`, so that a test can
     /// find its statements in `pg_stat_activity`.
     fn leaser_named(&self, application_name: &str, config: Config) -> (Leaser, Arc<Recorder>) {
+        self.leaser_named_with(application_name, None, config)
+    }
+
+    /// As [`Fleet::leaser_named`], with server settings (`-c name=value ...`) for its sessions.
+    fn leaser_named_with(
+        &self,
+        application_name: &str,
+        options: Option<&str>,
+        config: Config,
+    ) -> (Leaser, Arc<Recorder>) {
         let mut connect: pgtenure::postgres::Config = crate::common::direct_url().parse().unwrap();
         connect.application_name(application_name);
+        if let Some(options) = options {
+            connect.options(options);
+        }
         let db = pgtenure::DbBuilder::from_config(connect).build().unwrap();
         let recorder = Arc::new(Recorder::default());
         let leaser = Leaser::new(&db, recorder.clone(), config, Arc::new(NoHooks))
