@@ -120,6 +120,46 @@ fn a_fast_clock_neither_runs_early_nor_wins_every_tick() {
     assert!(fast < runs.len(), "the fast instance won every tick");
 }
 
+/// A cron job every second (six fields) on three instances: each tick, a whole second, runs once
+/// and not before it is due by the database clock.
+#[test]
+fn a_cron_job_runs_each_tick_once_across_instances() {
+    let mut tables = Tables::new();
+    let (table, runs_t) = (claims_table(&mut tables), runs_table(&mut tables));
+    let every_second = Schedule::cron("* * * * * *").unwrap();
+    let started: Vec<_> = (0..3)
+        .map(|i| {
+            let name = format!("instance-{i}");
+            Scheduler::new(&db())
+                .with_table(&table)
+                .unwrap()
+                .with_owner(&name)
+                .unwrap()
+                .job("cron", every_second.clone(), record(&runs_t, &name))
+                .unwrap()
+                .start()
+                .unwrap()
+        })
+        .collect();
+    wait_for("4 ticks to run", Duration::from_secs(20), || {
+        (count(&runs_t) >= 4).then_some(())
+    });
+    for scheduler in started {
+        scheduler.stop().unwrap();
+    }
+    let runs = runs(&runs_t);
+    let ticks: BTreeSet<SystemTime> = runs.iter().map(|(t, _, _)| *t).collect();
+    assert_eq!(ticks.len(), runs.len(), "a tick ran twice: {runs:?}");
+    for (tick, instance, started) in &runs {
+        let since = tick.duration_since(SystemTime::UNIX_EPOCH).unwrap();
+        assert_eq!(since.subsec_nanos(), 0, "{tick:?} is not a whole second");
+        assert!(
+            started >= tick,
+            "{instance} ran {tick:?} early, at {started:?}"
+        );
+    }
+}
+
 #[test]
 fn missed_ticks_are_skipped_or_the_latest_run_once() {
     let mut tables = Tables::new();
@@ -263,4 +303,9 @@ fn bad_schedules_and_jobs_are_refused() {
         .with_workers(0)
         .unwrap_err()
         .is_invalid_input());
+    for (expr, zone) in [("61 * * * *", "UTC"), ("* * * * *", "Nowhere/Atlantis")] {
+        let e = Schedule::cron_in(expr, zone).unwrap_err();
+        assert!(e.is_invalid_input(), "{expr} in {zone}: {e}");
+    }
+    assert!(Schedule::cron("0 0 30 2 *").unwrap_err().is_invalid_input());
 }

@@ -14,7 +14,14 @@ use crate::tick_claims::TickClaim;
 /// When a job's ticks fall.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Schedule {
-    period: Duration,
+    kind: Kind,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Kind {
+    Every(Duration),
+    #[cfg(feature = "cron")]
+    Cron(std::sync::Arc<super::cron::CronTicks>),
 }
 
 impl Schedule {
@@ -27,24 +34,80 @@ impl Schedule {
     /// over 100 years.
     pub fn every(period: Duration) -> Result<Schedule> {
         micros("schedule period", period, MIN_DURATION)?;
-        Ok(Schedule { period })
+        Ok(Schedule {
+            kind: Kind::Every(period),
+        })
     }
 
-    /// The time between ticks.
-    pub fn period(&self) -> Duration {
-        self.period
+    /// The ticks of a cron expression, read in UTC (feature `cron`): five fields (minute, hour,
+    /// day of month, month, day of week) as in crontab, or six with a leading seconds field;
+    /// `L`, `W` and `#` as in Quartz. A day of month and a day of week both given match either,
+    /// as in crontab.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when the expression does not
+    /// parse or never matches a time.
+    #[cfg(feature = "cron")]
+    pub fn cron(expr: &str) -> Result<Schedule> {
+        Schedule::cron_in(expr, "UTC")
     }
 
-    /// The latest tick at or before `t`.
-    pub(crate) fn at_or_before(&self, t: SystemTime) -> SystemTime {
-        let since = t.duration_since(UNIX_EPOCH).unwrap_or_default().as_micros();
-        let period = self.period.as_micros().max(1);
-        UNIX_EPOCH + Duration::from_micros((since / period * period) as u64)
+    /// The ticks of a cron expression read in the time zone `zone`, an IANA name such as
+    /// `"Europe/Paris"` looked up in the system's time zone database (feature `cron`). Across a
+    /// daylight-saving change the ticks follow the wall clock: a time skipped by the change does
+    /// not occur, and a time that occurs twice is a tick each time. Every instance of a fleet
+    /// must give the same zone, or they compute different ticks.
+    ///
+    /// # Errors
+    ///
+    /// As [`Schedule::cron`], and when the zone is not known here.
+    #[cfg(feature = "cron")]
+    pub fn cron_in(expr: &str, zone: &str) -> Result<Schedule> {
+        Ok(Schedule {
+            kind: Kind::Cron(std::sync::Arc::new(super::cron::CronTicks::parse(
+                expr, zone,
+            )?)),
+        })
     }
 
-    /// The first tick after `t`.
-    pub(crate) fn after(&self, t: SystemTime) -> SystemTime {
-        self.at_or_before(t) + self.period
+    /// The time between ticks of a schedule made by [`Schedule::every`]; `None` for a cron
+    /// schedule, whose gaps vary.
+    pub fn period(&self) -> Option<Duration> {
+        match &self.kind {
+            Kind::Every(period) => Some(*period),
+            #[cfg(feature = "cron")]
+            Kind::Cron(_) => None,
+        }
+    }
+
+    /// The latest tick at or before `t`, if there is one.
+    pub(crate) fn at_or_before(&self, t: SystemTime) -> Option<SystemTime> {
+        match &self.kind {
+            Kind::Every(period) => {
+                let since = t.duration_since(UNIX_EPOCH).unwrap_or_default().as_micros();
+                let period = period.as_micros().max(1);
+                Some(UNIX_EPOCH + Duration::from_micros((since / period * period) as u64))
+            }
+            #[cfg(feature = "cron")]
+            Kind::Cron(cron) => cron.at_or_before(t),
+        }
+    }
+
+    /// The first tick after `t`, if there is one.
+    pub(crate) fn after(&self, t: SystemTime) -> Option<SystemTime> {
+        match &self.kind {
+            Kind::Every(period) => Some(self.at_or_before(t)? + *period),
+            #[cfg(feature = "cron")]
+            Kind::Cron(cron) => cron.after(t),
+        }
+    }
+
+    /// The time from `tick` to the tick after it (a day when none follows).
+    pub(crate) fn gap_after(&self, tick: SystemTime) -> Duration {
+        self.after(tick)
+            .and_then(|next| next.duration_since(tick).ok())
+            .unwrap_or(Duration::from_secs(86_400))
     }
 }
 
@@ -75,13 +138,18 @@ pub struct Job {
     pub(super) schedule: Schedule,
     pub(super) run: Box<RunFn>,
     pub(super) misfire: Misfire,
-    pub(super) busy: Duration,
-    pub(super) grace: Duration,
+    /// `None`: until the next tick.
+    busy: Option<Duration>,
+    /// `None`: the time to the next tick or 1 s, whichever is shorter.
+    grace: Option<Duration>,
+    /// `None`: no jitter.
+    jitter: Option<Duration>,
 }
 
 impl Job {
     /// A job that calls `run` for every tick of `schedule` this instance wins; misfires skipped,
-    /// busy for its period, a grace of its period or 1 s, whichever is shorter.
+    /// busy until its next tick, a grace of the time to its next tick or 1 s, whichever is
+    /// shorter, and no jitter.
     ///
     /// # Errors
     ///
@@ -95,11 +163,12 @@ impl Job {
         check_key("job id", id)?;
         Ok(Job {
             id: id.to_owned(),
-            busy: schedule.period,
-            grace: schedule.period.min(Duration::from_secs(1)),
             schedule,
             run: Box::new(run),
             misfire: Misfire::Skip,
+            busy: None,
+            grace: None,
+            jitter: None,
         })
     }
 
@@ -111,7 +180,7 @@ impl Job {
 
     /// How long a won tick keeps the job busy fleet-wide unless its run ends first (then it is
     /// released): no later tick starts meanwhile. Make it longer than the longest run. Defaults to
-    /// the schedule's period.
+    /// the time until the job's next tick (its period, for [`Schedule::every`]).
     ///
     /// # Errors
     ///
@@ -119,12 +188,12 @@ impl Job {
     /// 100 years.
     pub fn with_busy(mut self, busy: Duration) -> Result<Job> {
         micros("busy period", busy, MIN_DURATION)?;
-        self.busy = busy;
+        self.busy = Some(busy);
         Ok(self)
     }
 
     /// How late a tick may be reached and still run as on time (later, it is a misfire). Defaults
-    /// to the schedule's period or 1 s, whichever is shorter.
+    /// to the time until the job's next tick or 1 s, whichever is shorter.
     ///
     /// # Errors
     ///
@@ -133,8 +202,49 @@ impl Job {
         if grace.is_zero() {
             return Err(Error::invalid_input("a job's grace is zero"));
         }
-        self.grace = grace;
+        self.grace = Some(grace);
         Ok(self)
+    }
+
+    /// Delays this instance's claim of each tick by a random time up to `jitter`, drawn anew per
+    /// tick: spreads the fleet's claims and the runs' start over that window (useful when many
+    /// jobs tick at once, at `:00`). The run's [`Run::tick`] stays the tick; the grace is counted
+    /// from the end of the window. Defaults to no jitter.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when it is under 1 ms or over
+    /// 100 years.
+    pub fn with_jitter(mut self, jitter: Duration) -> Result<Job> {
+        micros("jitter", jitter, MIN_DURATION)?;
+        self.jitter = Some(jitter);
+        Ok(self)
+    }
+
+    /// The busy period of `tick`'s claim.
+    pub(super) fn busy_for(&self, tick: SystemTime) -> Duration {
+        self.busy
+            .unwrap_or_else(|| self.schedule.gap_after(tick))
+            .max(MIN_DURATION)
+    }
+
+    /// How late `tick` may be reached and still run.
+    fn grace_for(&self, tick: SystemTime) -> Duration {
+        let grace = self
+            .grace
+            .unwrap_or_else(|| self.schedule.gap_after(tick).min(Duration::from_secs(1)));
+        grace + self.jitter.unwrap_or_default()
+    }
+
+    /// This instance's delay for one tick: up to the jitter.
+    fn draw_delay(&self) -> Duration {
+        match self.jitter {
+            Some(jitter) => {
+                let us = u64::try_from(jitter.as_micros()).unwrap_or(u64::MAX).max(1);
+                Duration::from_micros(crate::instance::random_u64() % us)
+            }
+            None => Duration::ZERO,
+        }
     }
 }
 
@@ -146,6 +256,7 @@ impl fmt::Debug for Job {
             .field("misfire", &self.misfire)
             .field("busy", &self.busy)
             .field("grace", &self.grace)
+            .field("jitter", &self.jitter)
             .finish()
     }
 }
@@ -228,53 +339,73 @@ impl ScheduleHooks for NoScheduleHooks {}
 /// A job and what the scheduler keeps of it.
 pub(super) struct JobState {
     pub(super) job: Job,
-    /// The next tick to consider (database time); `None` before the first look.
-    next: Mutex<Option<SystemTime>>,
+    next: Mutex<Next>,
     /// Whether this scheduler is running the job now.
     running: AtomicBool,
+}
+
+/// The job's next tick as this instance sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Next {
+    /// Not looked at yet: the latest tick is considered at the first look.
+    Unknown,
+    /// `tick`, to be claimed here from `at` (the tick plus this instance's jitter), both by the
+    /// database clock.
+    At { tick: SystemTime, at: SystemTime },
+    /// The schedule has no later tick.
+    Never,
 }
 
 impl JobState {
     pub(super) fn new(job: Job) -> JobState {
         JobState {
             job,
-            next: Mutex::new(None),
+            next: Mutex::new(Next::Unknown),
             running: AtomicBool::new(false),
         }
     }
 
-    /// When the job next needs a look (database time); `None`: at once.
+    /// When the job next needs a look (database time); `None`: never again.
     pub(super) fn next_due(&self) -> Option<SystemTime> {
-        *self.next.lock()
+        match *self.next.lock() {
+            Next::At { at, .. } => Some(at),
+            Next::Unknown => Some(UNIX_EPOCH),
+            Next::Never => None,
+        }
     }
 
     /// The tick to claim now (`now`: the database clock), if one is due, and moves on past it. A
     /// tick reached within the grace runs; a later one is missed: the current tick still runs if
     /// it is within the grace, else the misfire rule decides.
     pub(super) fn take_due(&self, now: SystemTime) -> Option<SystemTime> {
-        let schedule = &self.job.schedule;
+        let job = &self.job;
         let mut next = self.next.lock();
-        let latest = schedule.at_or_before(now);
         let candidate = match *next {
-            Some(due) if due > now => return None,
-            Some(due) => due,
-            None => latest,
+            Next::Never => return None,
+            Next::At { at, .. } if at > now => return None,
+            Next::At { tick, .. } => Some(tick),
+            Next::Unknown => None,
         };
+        let latest = job.schedule.at_or_before(now);
         let late = |tick: SystemTime| now.duration_since(tick).unwrap_or_default();
-        let tick = if late(candidate) <= self.job.grace {
-            Some(candidate)
-        } else if late(latest) <= self.job.grace {
-            Some(latest)
-        } else {
-            match self.job.misfire {
-                Misfire::RunOnce { within } if late(latest) <= within => Some(latest),
-                _ => {
-                    log::info!(target: "pgtenure::schedule", "job {:?}: skipped missed ticks up to {latest:?}", self.job.id);
-                    None
-                }
-            }
+        let on_time = |tick: &SystemTime| late(*tick) <= job.grace_for(*tick);
+        let tick = candidate
+            .filter(on_time)
+            .or_else(|| latest.filter(on_time))
+            .or_else(|| match job.misfire {
+                Misfire::RunOnce { within } => latest.filter(|t| late(*t) <= within),
+                _ => None,
+            });
+        if tick.is_none() && candidate.or(latest).is_some() {
+            log::info!(target: "pgtenure::schedule", "job {:?}: skipped missed ticks up to {latest:?}", job.id);
+        }
+        *next = match job.schedule.after(tick.or(latest).unwrap_or(now)) {
+            Some(following) => Next::At {
+                tick: following,
+                at: following + job.draw_delay(),
+            },
+            None => Next::Never,
         };
-        *next = Some(schedule.after(tick.unwrap_or(latest)));
         tick
     }
 
@@ -348,9 +479,10 @@ mod tests {
     #[test]
     fn ticks_fall_on_whole_multiples_of_the_period() {
         let every = Schedule::every(Duration::from_secs(60)).unwrap();
-        assert_eq!(every.at_or_before(at(125, 500)), at(120, 0));
-        assert_eq!(every.after(at(125, 500)), at(180, 0));
-        assert_eq!(every.after(at(120, 0)), at(180, 0));
+        assert_eq!(every.at_or_before(at(125, 500)), Some(at(120, 0)));
+        assert_eq!(every.after(at(125, 500)), Some(at(180, 0)));
+        assert_eq!(every.after(at(120, 0)), Some(at(180, 0)));
+        assert_eq!(every.period(), Some(Duration::from_secs(60)));
         assert!(Schedule::every(Duration::ZERO)
             .unwrap_err()
             .is_invalid_input());
@@ -391,6 +523,77 @@ mod tests {
         assert_eq!(j.take_due(at(10, 0)), Some(at(10, 0)));
         assert_eq!(j.take_due(at(15, 300)), Some(at(15, 0)));
         assert_eq!(j.next_due(), Some(at(16, 0)));
+    }
+
+    #[test]
+    fn busy_and_grace_default_to_the_time_until_the_next_tick() {
+        let j = job(250, Misfire::Skip).job;
+        assert_eq!(j.busy_for(at(10, 0)), Duration::from_millis(250));
+        assert_eq!(j.grace_for(at(10, 0)), Duration::from_millis(250));
+        let j = job(60_000, Misfire::Skip).job;
+        assert_eq!(j.grace_for(at(60, 0)), Duration::from_secs(1));
+        let j = j.with_busy(Duration::from_secs(5)).unwrap();
+        assert_eq!(j.busy_for(at(60, 0)), Duration::from_secs(5));
+    }
+
+    #[test]
+    fn jitter_delays_this_instances_claim_within_its_window_and_widens_the_grace() {
+        let schedule = Schedule::every(Duration::from_secs(10)).unwrap();
+        let jitter = Duration::from_secs(2);
+        let j = JobState::new(
+            Job::new("j", schedule, |_| Ok(()))
+                .unwrap()
+                .with_jitter(jitter)
+                .unwrap(),
+        );
+        assert_eq!(j.take_due(at(10, 0)), Some(at(10, 0)));
+        let mut delays = std::collections::BTreeSet::new();
+        for n in 2..40 {
+            let due = j.next_due().unwrap();
+            let tick = at(n * 10, 0);
+            assert!(due >= tick && due < tick + jitter, "{due:?} for {tick:?}");
+            delays.insert(due.duration_since(tick).unwrap());
+            // Not due before this instance's own moment, due at it; late by the grace plus the
+            // jitter still runs.
+            if due > tick {
+                assert_eq!(j.take_due(tick), None);
+            }
+            assert_eq!(
+                j.take_due(tick + jitter + Duration::from_millis(900)),
+                Some(tick)
+            );
+        }
+        assert!(delays.len() > 30, "the delay is drawn anew per tick");
+        assert!(Job::new(
+            "j",
+            Schedule::every(Duration::from_secs(1)).unwrap(),
+            |_| Ok(())
+        )
+        .unwrap()
+        .with_jitter(Duration::ZERO)
+        .is_err());
+    }
+
+    #[cfg(feature = "cron")]
+    #[test]
+    fn a_cron_job_is_due_at_its_ticks_and_busy_until_the_next() {
+        // At minute 0 and 30 of every hour.
+        let j = JobState::new(
+            Job::new("j", Schedule::cron("0,30 * * * *").unwrap(), |_| Ok(())).unwrap(),
+        );
+        assert_eq!(j.job.schedule.period(), None);
+        assert_eq!(
+            j.take_due(at(3600 + 10, 0)),
+            None,
+            "missed by 10 s: skipped"
+        );
+        assert_eq!(j.next_due(), Some(at(3600 + 1800, 0)));
+        assert_eq!(j.take_due(at(3600 + 1800, 400)), Some(at(3600 + 1800, 0)));
+        assert_eq!(
+            j.job.busy_for(at(3600 + 1800, 0)),
+            Duration::from_secs(1800)
+        );
+        assert_eq!(j.next_due(), Some(at(7200, 0)));
     }
 
     #[test]

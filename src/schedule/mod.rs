@@ -36,6 +36,8 @@
 //! # }
 //! ```
 
+#[cfg(feature = "cron")]
+mod cron;
 mod job;
 mod running;
 
@@ -211,9 +213,9 @@ impl Scheduler {
             return Ok(false);
         };
         let sent = (self.clock)();
-        let (claim, db_now) = self
-            .claims
-            .claim_reporting(&job.job.id, tick, job.job.busy)?;
+        let (claim, db_now) =
+            self.claims
+                .claim_reporting(&job.job.id, tick, job.job.busy_for(tick))?;
         self.learn(sent, db_now);
         let Some(claim) = claim else {
             self.hooks.refused(&job.job.id, tick);
