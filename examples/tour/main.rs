@@ -4,7 +4,9 @@
 //! default tables there), else a throwaway server it starts and removes. Its five parts:
 //!
 //! 1. Tick claims: three instances ask for every tick of one job; each tick runs once, and a late
-//!    instance's old tick and a fast clock's future tick are refused.
+//!    instance's old tick and a fast clock's future tick are refused. Then the same kind of job
+//!    with the scheduler (`schedule.rs`): ticks due by the database clock, so an instance whose
+//!    clock runs 1.5 s fast neither runs early nor wins every tick.
 //! 2. Fire claims: each fire, asked for by every instance, is won once; a live claim is refused to
 //!    its own holder too; expired claims are purged.
 //! 3. Keyed leases: one holder at a time, writes fenced by the tenure's token; a holder in another
@@ -13,7 +15,8 @@
 //!    poll and a crashed leader replaced after its TTL.
 //! 5. Membership: 48 units shared fairly by the live processes as one joins and another crashes.
 //!
-//! Each part is a file of its own here (`claims.rs`, `leases.rs`, `election.rs`, `membership.rs`),
+//! Each part is a file of its own here (`claims.rs`, `schedule.rs`, `leases.rs`, `election.rs`,
+//! `membership.rs`),
 //! with the schedule's clock helpers in `clock.rs`.
 
 mod claims;
@@ -21,6 +24,7 @@ mod clock;
 mod election;
 mod leases;
 mod membership;
+mod schedule;
 
 use pgtenure::Db;
 
@@ -46,6 +50,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
 
     claims::tick_claims(&db)?;
+    schedule::scheduler(&db)?;
     claims::fire_claims(&db)?;
     leases::leases(&db, &url)?;
     election::election(&db)?;
