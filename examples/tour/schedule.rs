@@ -15,6 +15,9 @@ const PERIOD: Duration = Duration::from_millis(250);
 /// How far ahead instance-a's clock runs.
 const FAST: Duration = Duration::from_millis(1500);
 
+/// A run: its tick, the instance, and the database clock when it started.
+type Ran = (SystemTime, &'static str, SystemTime);
+
 /// Three schedulers run a job every 250 ms; instance-a's clock runs 1.5 s fast, and still neither
 /// runs a tick early nor wins them all: ticks are due by the database's clock.
 pub fn scheduler(db: &Db) -> Result<(), Box<dyn std::error::Error>> {
@@ -23,8 +26,7 @@ pub fn scheduler(db: &Db) -> Result<(), Box<dyn std::error::Error>> {
          {FAST:?} fast"
     );
     let job = format!("report-{}", std::process::id());
-    // (tick, instance, the database clock when the run started)
-    let runs: Arc<Mutex<Vec<(SystemTime, &str, SystemTime)>>> = Arc::default();
+    let runs: Arc<Mutex<Vec<Ran>>> = Arc::default();
     let started = INSTANCES
         .iter()
         .map(|&name| {
