@@ -38,6 +38,8 @@
 //!
 //! - `tls`: TLS for [`Db::connect`] and [`DbBuilder`] (`sslmode=verify-full`, `sslrootcert`), with
 //!   rustls. Off by default; without it a mode that needs TLS is refused, naming the feature.
+//! - `cron`: cron schedules for the scheduler (`schedule::Schedule::cron`, `cron_in` with an IANA
+//!   time zone), with croner and jiff. Off by default.
 //! - `testing`: `testing::TempPostgres`, throwaway servers for tests.
 //!
 //! # Blocking
