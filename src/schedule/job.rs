@@ -526,6 +526,40 @@ mod tests {
     }
 
     #[test]
+    fn after_a_pause_of_the_fleet_the_missed_ticks_follow_the_misfire_rule() {
+        // Every 10 s (grace 1 s); the fleet runs the tick at 10 s, then is down until 45 s.
+        let every_10s = |misfire| {
+            let schedule = Schedule::every(Duration::from_secs(10)).unwrap();
+            JobState::new(
+                Job::new("j", schedule, |_| Ok(()))
+                    .unwrap()
+                    .with_misfire(misfire),
+            )
+        };
+        let skip = every_10s(Misfire::Skip);
+        assert_eq!(skip.take_due(at(10, 0)), Some(at(10, 0)));
+        assert_eq!(skip.take_due(at(45, 0)), None, "20, 30 and 40 missed");
+        assert_eq!(skip.next_due(), Some(at(50, 0)));
+        assert_eq!(skip.take_due(at(50, 100)), Some(at(50, 0)));
+        let once = every_10s(Misfire::RunOnce {
+            within: Duration::from_secs(10),
+        });
+        assert_eq!(once.take_due(at(10, 0)), Some(at(10, 0)));
+        assert_eq!(
+            once.take_due(at(45, 0)),
+            Some(at(40, 0)),
+            "the latest, once"
+        );
+        assert_eq!(once.take_due(at(45, 1)), None, "not again");
+        assert_eq!(once.next_due(), Some(at(50, 0)));
+        let too_long = every_10s(Misfire::RunOnce {
+            within: Duration::from_secs(3),
+        });
+        assert_eq!(too_long.take_due(at(10, 0)), Some(at(10, 0)));
+        assert_eq!(too_long.take_due(at(45, 0)), None, "the latest is 5 s old");
+    }
+
+    #[test]
     fn busy_and_grace_default_to_the_time_until_the_next_tick() {
         let j = job(250, Misfire::Skip).job;
         assert_eq!(j.busy_for(at(10, 0)), Duration::from_millis(250));
