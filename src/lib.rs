@@ -111,8 +111,10 @@ pub use crate::elector::{
 pub use crate::error::{Error, ErrorKind, Result};
 pub use crate::fire_claims::FireClaims;
 pub use crate::input::{MAX_DURATION, MAX_KEY_BYTES, MIN_DURATION};
-pub use crate::leases::{Grant, KeyRenewal, Lease, Leases, LossReason, Renewal};
-pub use crate::tick_claims::{TickClaim, TickClaims};
+pub use crate::leases::{
+    Grant, KeyRenewal, Lease, LeaseInfo, Leases, LossReason, Refusal, Renewal,
+};
+pub use crate::tick_claims::{JobInfo, TickClaim, TickClaims};
 
 /// The channel crate of [`Lease::lost`] and [`membership::Leaser::run`], re-exported.
 pub use crossbeam_channel;

@@ -68,6 +68,7 @@ mod renewer;
 mod schedule;
 mod sql;
 mod state;
+mod views;
 mod watcher;
 
 use std::collections::{HashMap, HashSet};
@@ -82,6 +83,7 @@ pub use self::grant::{Grant, KeyRenewal, Renewal};
 pub use self::lease::Lease;
 use self::schedule::MIN_MANAGED_TTL;
 pub use self::state::LossReason;
+pub use self::views::{LeaseInfo, Refusal};
 use crate::db::{Companion, Db, Policy};
 use crate::error::{Error, Result};
 use crate::input::{check_key, micros, MIN_DURATION};
