@@ -11,6 +11,11 @@
 //! - [`schedule`]: recurring jobs on tick claims, each tick run on one instance when it is due by
 //!   the database clock.
 //!
+//! Operators see what is held with the views (`Leases::holder`, `Leases::list`, `TickClaims::jobs`,
+//! `Elector::leaders`, `membership::Units::assignments` and `processes`), release a stuck lease
+//! with [`Leases::force_release`], and do both from a shell with the `pgtenure` command (the
+//! workspace's `pgtenure-cli` crate), which also runs a command under a lease (`pgtenure lease-run`).
+//!
 //! Every operation is one SQL statement in its own implicit transaction, prepared once per server
 //! connection under a name derived from its content and run with `EXECUTE`: one round trip, planned
 //! once, no session state a pooler could mix up, so it works through PgBouncer in transaction mode. Every expiry and busy deadline is computed by PostgreSQL's `now()`, so instances
