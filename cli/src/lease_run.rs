@@ -44,6 +44,11 @@ CMD runs with PGTENURE_LEASE_KEY and PGTENURE_LEASE_TOKEN (the fencing token) in
 The lease renews every third of --ttl while CMD runs; a failed renewal (a killed connection, a
 restarting database) is retried until the lease's local deadline. SIGINT and SIGTERM sent to
 pgtenure are forwarded to CMD (a terminal's Ctrl-C reaches CMD directly, and is not sent twice).
+Signals go to CMD itself, not to processes it starts: a shell wrapper should exec its last command.
+A loss is the key force-released (pgtenure lease release --force), taken after a lapse, asked for
+by a contender (Leases::supersede), or not renewed before the lease's local deadline. CMD can still
+run for up to a third of --ttl before the loss is seen, and for --grace after it: fence CMD's own
+writes with PGTENURE_LEASE_TOKEN where a second writer would do harm.
 
 Exit status:
   CMD's own status     CMD ran and exited (128+N when a signal N ended it); the lease is released

@@ -482,6 +482,44 @@ fn force_release_stops_the_command_and_exits_with_the_lost_status() {
 }
 
 #[test]
+fn a_command_that_ignores_sigterm_gets_sigkill_after_the_grace_period() {
+    let env = Env::new();
+    env.leases().create_table().unwrap();
+    let ready = env.file("ready");
+    let script = format!(
+        "trap '' TERM; echo ready > {}; while :; do sleep 0.1; done",
+        ready.display()
+    );
+    let child = env
+        .command(&[
+            "lease-run",
+            "k",
+            "--ttl",
+            "600ms",
+            "--grace",
+            "1s",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ])
+        .spawn()
+        .unwrap();
+    wait_for("the command to start", Duration::from_secs(10), || {
+        read(&ready)
+    });
+    assert!(env.leases().force_release("k").unwrap());
+    let released = Instant::now();
+    let (status, stderr) = finish(child, Duration::from_secs(10));
+    assert_eq!(status.code(), Some(LOST), "{stderr}");
+    assert!(stderr.contains("sending SIGKILL"), "{stderr}");
+    assert!(
+        released.elapsed() >= Duration::from_secs(1),
+        "SIGKILL only after the grace period"
+    );
+}
+
+#[test]
 fn a_killed_database_connection_does_not_stop_the_command() {
     let env = Env::new();
     env.leases().create_table().unwrap();
