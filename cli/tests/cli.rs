@@ -386,7 +386,8 @@ fn lease_run_twice_at_once_runs_the_command_once() {
     let env = Env::new();
     env.leases().create_table().unwrap();
     let file = env.file("runs");
-    let script = format!("echo run >> {}; sleep 3", file.display());
+    // Long enough that the second always starts while the first holds the lease.
+    let script = format!("echo run >> {}; sleep 5", file.display());
     let start = || {
         env.command(&["lease-run", "nightly", "--", "sh", "-c", &script])
             .spawn()

@@ -133,8 +133,11 @@ impl Leases {
     /// The row stays and gets a fresh token from the key's sequence that no holder has, so tokens
     /// stay monotonic and the ended tenure cannot come back: a managed holder learns
     /// [`LossReason::Refused`](crate::LossReason::Refused) at its next renewal (within a third of
-    /// its TTL), its [`Leases::fence`] fails from now on (also inside a transaction already open), a
-    /// raw holder's [`Leases::renew`] reports the key [`KeyRenewal::Lost`](crate::KeyRenewal::Lost).
+    /// its TTL; also a renewal already waiting for the row's lock, whose transaction began before
+    /// this one), its [`Leases::fence`] fails from now on, and a raw holder's [`Leases::renew`]
+    /// reports the key [`KeyRenewal::Lost`](crate::KeyRenewal::Lost). (Raw renewals are guarded by
+    /// owner only: one that was already waiting for the row's lock renews it under the new token,
+    /// which its [`KeyRenewal::Held`](crate::KeyRenewal::Held) shows.)
     /// The next acquire, by anyone, wins a new tenure at once.
     ///
     /// This cuts a tenure short: a holder that is paused (or cut off from the database) still
