@@ -9,6 +9,7 @@ mod lease_run;
 mod output;
 
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use pgtenure::membership::Units;
@@ -60,10 +61,10 @@ struct Global {
     #[arg(long, global = true, default_value = pgtenure::tick_claims::DEFAULT_TABLE)]
     ticks_table: String,
     /// The membership processes table.
-    #[arg(long, global = true, default_value = "pgtenure_processes")]
+    #[arg(long, global = true, default_value = pgtenure::membership::DEFAULT_PROCESSES_TABLE)]
     processes_table: String,
     /// The membership units table.
-    #[arg(long, global = true, default_value = "pgtenure_units")]
+    #[arg(long, global = true, default_value = pgtenure::membership::DEFAULT_UNITS_TABLE)]
     units_table: String,
 }
 
@@ -154,7 +155,12 @@ fn run(cli: Cli) -> Result<u8, Failure> {
                 .into(),
         );
     }
-    let db = Db::connect(url)?;
+    // A few connections suffice (lease-run's renewals and release, or one listing at a time), and an
+    // operator waits 5 s, not the library's 10 s, to hear that the database is unreachable.
+    let db = Db::builder(url)?
+        .max_size(4)?
+        .connection_timeout(Duration::from_secs(5))?
+        .build()?;
     match cli.command {
         Command::Status => status(&db, global),
         Command::Leases { prefix } => {
