@@ -80,7 +80,8 @@
 //! - [`tick_claims`]: [`TickClaims`] and [`TickClaim`], one row per job.
 //! - [`fire_claims`]: [`FireClaims`], one row per fire key.
 //! - [`leases`]: [`Leases`], [`Lease`] and its renewal thread, the deadline watcher that signals loss
-//!   at the local deadline, [`Leases::fence`].
+//!   at the local deadline, [`Leases::fence`], and what operators read and release
+//!   ([`Leases::holder`], [`Leases::list`], [`Leases::force_release`], [`Leases::refusal`]).
 //! - [`elector`]: [`Elector`], one row per fleet.
 //! - [`membership`]: [`membership::Leaser`], [`membership::Units`], the fair-share arithmetic.
 //! - `statement`: each statement prepared once per server connection under a name derived from

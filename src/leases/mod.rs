@@ -484,5 +484,7 @@ mod tests {
         check::<Lease>();
         check::<Grant>();
         check::<Renewal>();
+        check::<LeaseInfo>();
+        check::<Refusal>();
     }
 }
