@@ -11,6 +11,11 @@
 //! - [`schedule`]: recurring jobs on tick claims, each tick run on one instance when it is due by
 //!   the database clock.
 //!
+//! Operators see what is held with the views (`Leases::holder`, `Leases::list`, `TickClaims::jobs`,
+//! `Elector::leaders`, `membership::Units::assignments` and `processes`), release a stuck lease
+//! with [`Leases::force_release`], and do both from a shell with the `pgtenure` command (the
+//! workspace's `pgtenure-cli` crate), which also runs a command under a lease (`pgtenure lease-run`).
+//!
 //! Every operation is one SQL statement in its own implicit transaction, prepared once per server
 //! connection under a name derived from its content and run with `EXECUTE`: one round trip, planned
 //! once, no session state a pooler could mix up, so it works through PgBouncer in transaction mode. Every expiry and busy deadline is computed by PostgreSQL's `now()`, so instances
@@ -77,7 +82,8 @@
 //! - [`tick_claims`]: [`TickClaims`] and [`TickClaim`], one row per job.
 //! - [`fire_claims`]: [`FireClaims`], one row per fire key.
 //! - [`leases`]: [`Leases`], [`Lease`] and its renewal thread, the deadline watcher that signals loss
-//!   at the local deadline, [`Leases::fence`].
+//!   at the local deadline, [`Leases::fence`], and what operators read and release
+//!   ([`Leases::holder`], [`Leases::list`], [`Leases::force_release`], [`Leases::refusal`]).
 //! - [`elector`]: [`Elector`], one row per fleet.
 //! - [`membership`]: [`membership::Leaser`], [`membership::Units`], the fair-share arithmetic.
 //! - `statement`: each statement prepared once per server connection under a name derived from
@@ -113,8 +119,10 @@ pub use crate::elector::{
 pub use crate::error::{Error, ErrorKind, Result};
 pub use crate::fire_claims::FireClaims;
 pub use crate::input::{MAX_DURATION, MAX_KEY_BYTES, MIN_DURATION};
-pub use crate::leases::{Grant, KeyRenewal, Lease, Leases, LossReason, Renewal};
-pub use crate::tick_claims::{TickClaim, TickClaims};
+pub use crate::leases::{
+    Grant, KeyRenewal, Lease, LeaseInfo, Leases, LossReason, Refusal, Renewal,
+};
+pub use crate::tick_claims::{JobInfo, TickClaim, TickClaims};
 
 /// The channel crate of [`Lease::lost`] and [`membership::Leaser::run`], re-exported.
 pub use crossbeam_channel;

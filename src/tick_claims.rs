@@ -59,6 +59,7 @@ const CLAIM: &str = include_str!("../sql/tick_claims/claim.sql");
 const RELEASE: &str = include_str!("../sql/tick_claims/release.sql");
 const FENCE: &str = include_str!("../sql/tick_claims/fence.sql");
 const NOW: &str = include_str!("../sql/tick_claims/now.sql");
+const JOBS: &str = include_str!("../sql/tick_claims/jobs.sql");
 
 /// The statements, rendered once for a table.
 struct Statements {
@@ -67,6 +68,7 @@ struct Statements {
     claim: Statement,
     release: Statement,
     now: Statement,
+    jobs: Statement,
     /// Sent unprepared: it runs inside the caller's transaction, where a missing prepared
     /// statement would abort it.
     fence: String,
@@ -92,6 +94,7 @@ impl Statements {
             ),
             fence: render(FENCE, &table),
             now: Statement::new(NOW.to_owned(), &[]),
+            jobs: Statement::new(render(JOBS, &table), &[]),
             table,
         })
     }
@@ -187,6 +190,30 @@ impl TickClaims {
             .map(|(claim, _)| claim)
     }
 
+    /// Every job in this table, in job id order: its last claimed tick, who claimed it with which
+    /// token, and whether that run is busy now by the database clock. One statement that reads the
+    /// whole table (one row per job): an operator's view, not something to poll in a loop.
+    ///
+    /// # Errors
+    ///
+    /// A database or connection error (an undefined-table error when the table does not exist).
+    pub fn jobs(&self) -> Result<Vec<JobInfo>> {
+        let rows = self
+            .db
+            .query("read jobs", Policy::IDEMPOTENT, &self.sql.jobs, &[])?;
+        Ok(rows
+            .iter()
+            .map(|row| JobInfo {
+                job_id: row.get("job_id"),
+                tick: row.get("tick"),
+                owner: row.get("owner"),
+                token: row.get("token"),
+                busy_until: row.get("busy_until"),
+                busy: row.get("busy"),
+            })
+            .collect())
+    }
+
     /// The database clock, in one round trip (a scheduler's first estimate of its host's offset).
     pub(crate) fn db_now(&self) -> Result<SystemTime> {
         let row = self.db.query_one(
@@ -256,6 +283,24 @@ impl fmt::Debug for TickClaims {
             .field("owner", &self.owner)
             .finish()
     }
+}
+
+/// One job's row ([`TickClaims::jobs`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct JobInfo {
+    /// The job's id.
+    pub job_id: String,
+    /// The last tick claimed.
+    pub tick: SystemTime,
+    /// Who claimed it ([`TickClaims::with_owner`]).
+    pub owner: String,
+    /// Its claim counter ([`TickClaim::token`]).
+    pub token: i64,
+    /// Until when that run keeps the job busy (database time); `None` once released.
+    pub busy_until: Option<SystemTime>,
+    /// Whether the job is busy now by the database clock (later ticks are refused until then).
+    pub busy: bool,
 }
 
 /// A won tick: this instance runs it.

@@ -66,6 +66,7 @@ const RESIGN: &str = include_str!("../../sql/elector/resign.sql");
 const LEADER: &str = include_str!("../../sql/elector/leader.sql");
 const FENCE: &str = include_str!("../../sql/elector/fence.sql");
 const REQUEST_RESIGN: &str = include_str!("../../sql/elector/request_resign.sql");
+const LEADERS: &str = include_str!("../../sql/elector/leaders.sql");
 
 mod campaign;
 
@@ -78,6 +79,7 @@ struct Statements {
     resign: Statement,
     leader: Statement,
     request_resign: Statement,
+    leaders: Statement,
     /// Sent unprepared: it runs inside the caller's transaction, where a missing prepared
     /// statement would abort it.
     fence: String,
@@ -100,6 +102,7 @@ impl Statements {
             ),
             leader: Statement::new(render(LEADER, &table), &[Type::TEXT]),
             request_resign: Statement::new(render(REQUEST_RESIGN, &table), &[Type::TEXT]),
+            leaders: Statement::new(render(LEADERS, &table), &[]),
             fence: render(FENCE, &table),
             table,
         })
@@ -110,6 +113,8 @@ impl Statements {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct LeaderInfo {
+    /// The fleet's name ([`Elector::with_name`]).
+    pub name: String,
     /// The leader's holder name.
     pub holder: String,
     /// The tenure's term.
@@ -118,6 +123,14 @@ pub struct LeaderInfo {
     pub elected_at: SystemTime,
     /// When it expires unless renewed.
     pub expires_at: SystemTime,
+    /// Whether the tenure is live by the database clock. Always `true` from [`Elector::leader`] and
+    /// [`LeaderEvent::Observed`]; [`Elector::leaders`] also lists fleets whose last tenure expired
+    /// or was resigned (`false`: nobody leads that fleet now).
+    pub live: bool,
+    /// Whether the leader was asked to step down ([`Elector::request_resign`]) and has not renewed
+    /// since; it ends its tenure at its next renewal. Read by [`Elector::leader`] and
+    /// [`Elector::leaders`]; a campaign's poll does not read it (`false` there).
+    pub resign_requested: bool,
 }
 
 /// What one poll found.
@@ -344,10 +357,13 @@ impl Elector {
         let row = rows.first();
         let leader = row.and_then(|row| {
             Some(LeaderInfo {
+                name: self.name.to_string(),
                 holder: row.get::<_, Option<String>>("holder")?,
                 term: row.get("term"),
                 elected_at: row.get("elected_at"),
                 expires_at: row.get("expires_at"),
+                live: true,
+                resign_requested: false,
             })
         });
         let ended = row.is_some_and(|row| row.get::<_, bool>("ended"));
@@ -479,11 +495,40 @@ impl Elector {
             &[&&*self.name],
         )?;
         Ok(rows.first().map(|row| LeaderInfo {
+            name: self.name.to_string(),
             holder: row.get("holder"),
             term: row.get("term"),
             elected_at: row.get("elected_at"),
             expires_at: row.get("expires_at"),
+            live: true,
+            resign_requested: row.get("resign_requested"),
         }))
+    }
+
+    /// Every fleet in this elector's table, in name order, with its leader: live leaders, and the
+    /// last tenure of fleets nobody leads now ([`LeaderInfo::live`] false). Liveness is decided by
+    /// the database clock. One statement that reads the whole table (one row per fleet): an
+    /// operator's view, not something to poll in a loop. This elector's own name does not matter.
+    ///
+    /// # Errors
+    ///
+    /// A database or connection error (an undefined-table error when the table does not exist).
+    pub fn leaders(&self) -> Result<Vec<LeaderInfo>> {
+        let rows = self
+            .db
+            .query("read leaders", Policy::IDEMPOTENT, &self.sql.leaders, &[])?;
+        Ok(rows
+            .iter()
+            .map(|row| LeaderInfo {
+                name: row.get("name"),
+                holder: row.get("holder"),
+                term: row.get("term"),
+                elected_at: row.get("elected_at"),
+                expires_at: row.get("expires_at"),
+                live: row.get("live"),
+                resign_requested: row.get("resign_requested"),
+            })
+            .collect())
     }
 }
 

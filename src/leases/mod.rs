@@ -53,6 +53,16 @@
 //! [`KeyRenewal::Superseded`] from a raw renewal) and should stop and release. Two holders never hold
 //! a key together: the contender acquires only after the release or the lapse.
 //!
+//! # Operators
+//!
+//! [`Leases::holder`] reads a key's row (owner, token, until when, and whether it is live by the
+//! database clock), [`Leases::list`] every key under a prefix, and [`Leases::force_release`] ends
+//! whoever's tenure of a key (its holder learns [`LossReason::Refused`] at its next renewal; its
+//! fence fails at once). A refused acquire says why with [`Leases::refusal`] (or
+//! [`Leases::acquire_or_refusal`]): a managed lease of this family holds the key, this owner holds
+//! it elsewhere, another owner holds it, or nobody does any more. The `pgtenure` command shows these
+//! (`pgtenure leases`, `pgtenure lease show KEY`, `pgtenure lease release KEY --force`).
+//!
 //! # Isolation
 //!
 //! The statements assume READ COMMITTED ([`Db::connect`](crate::Db::connect) pins it). Under a
@@ -68,6 +78,7 @@ mod renewer;
 mod schedule;
 mod sql;
 mod state;
+mod views;
 mod watcher;
 
 use std::collections::{HashMap, HashSet};
@@ -82,6 +93,7 @@ pub use self::grant::{Grant, KeyRenewal, Renewal};
 pub use self::lease::Lease;
 use self::schedule::MIN_MANAGED_TTL;
 pub use self::state::LossReason;
+pub use self::views::{LeaseInfo, Refusal};
 use crate::db::{Companion, Db, Policy};
 use crate::error::{Error, Result};
 use crate::input::{check_key, micros, MIN_DURATION};
@@ -472,5 +484,7 @@ mod tests {
         check::<Lease>();
         check::<Grant>();
         check::<Renewal>();
+        check::<LeaseInfo>();
+        check::<Refusal>();
     }
 }

@@ -16,6 +16,9 @@ const RELEASE: &str = include_str!("../../sql/leases/release.sql");
 const RELEASE_AND_SWEEP: &str = include_str!("../../sql/leases/release_and_sweep.sql");
 const SUPERSEDE: &str = include_str!("../../sql/leases/supersede.sql");
 const FENCE: &str = include_str!("../../sql/leases/fence.sql");
+const HOLDER: &str = include_str!("../../sql/leases/holder.sql");
+const LIST: &str = include_str!("../../sql/leases/list.sql");
+const FORCE_RELEASE: &str = include_str!("../../sql/leases/force_release.sql");
 
 pub(crate) struct Statements {
     pub(super) table: TableName,
@@ -26,6 +29,9 @@ pub(crate) struct Statements {
     pub(super) release: Statement,
     pub(super) release_and_sweep: Statement,
     pub(super) supersede: Statement,
+    pub(super) holder: Statement,
+    pub(super) list: Statement,
+    pub(super) force_release: Statement,
     /// Sent unprepared: it runs inside the caller's transaction, where a missing prepared
     /// statement would abort it.
     pub(super) fence: String,
@@ -59,6 +65,9 @@ impl Statements {
                 &[Type::TEXT, Type::TEXT, Type::INT8],
             ),
             supersede: Statement::new(render(SUPERSEDE, &table), &[Type::TEXT]),
+            holder: Statement::new(render(HOLDER, &table), &[Type::TEXT]),
+            list: Statement::new(render(LIST, &table), &[Type::TEXT]),
+            force_release: Statement::new(render(FORCE_RELEASE, &table), &[Type::TEXT]),
             fence: render(FENCE, &table),
             table,
         })

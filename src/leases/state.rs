@@ -20,7 +20,9 @@ pub enum LossReason {
     /// expiry, which is never earlier.
     Expired,
     /// The database refused a renewal: the row is no longer this tenure's (taken after a lapse,
-    /// deleted, released by someone else, or acquired again as a new tenure by this owner).
+    /// deleted, released by someone else, force-released by an operator
+    /// ([`Leases::force_release`](crate::Leases::force_release)), or acquired again as a new tenure
+    /// by this owner).
     Refused,
     /// A contender asked for the key ([`Leases::supersede`](crate::Leases::supersede)). The row is
     /// still held; stop the work and release, and the contender acquires it.

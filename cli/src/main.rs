@@ -1,0 +1,564 @@
+//! `pgtenure`: see and fix what pgtenure holds in a database, and run a command under a lease.
+//!
+//! Listings print aligned tables, or JSON with `--json`, on stdout; errors go to stderr with the
+//! library's message, and the exit status is non-zero. See `pgtenure --help` and the README's
+//! "Operating it".
+
+mod duration;
+mod lease_run;
+mod output;
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use pgtenure::membership::Units;
+use pgtenure::postgres::error::SqlState;
+use pgtenure::{Db, Elector, Error, Leases, TickClaims};
+use serde_json::{json, Value};
+
+use crate::output::{json_time, opt_time, time, yes_no, Table};
+
+/// What a command can fail with: the library's errors, and the command's own (a missing URL, a
+/// command that cannot be started), each printed with its message.
+type Failure = Box<dyn std::error::Error>;
+
+/// Exit status when a listing or action failed (the error is on stderr).
+const EXIT_ERROR: u8 = 1;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "pgtenure",
+    version,
+    about = "See and fix what pgtenure holds in PostgreSQL (leases, leaders, members, units, jobs), \
+             and run a command under a lease",
+    after_help = "Times are the database's, in UTC. Liveness is decided by the database clock. \
+                  Exit status: 0 on success, 1 on an error (said on stderr), 2 on a usage error; \
+                  lease-run has its own (see pgtenure lease-run --help)."
+)]
+struct Cli {
+    #[command(flatten)]
+    global: Global,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Args, Debug)]
+struct Global {
+    /// The database: a postgres:// URL or key=value connection string.
+    #[arg(long, env = "DATABASE_URL", global = true, hide_env_values = true)]
+    url: Option<String>,
+    /// Print JSON instead of a table.
+    #[arg(long, global = true)]
+    json: bool,
+    /// The leases table.
+    #[arg(long, global = true, default_value = pgtenure::leases::DEFAULT_TABLE)]
+    leases_table: String,
+    /// The leader table.
+    #[arg(long, global = true, default_value = pgtenure::elector::DEFAULT_TABLE)]
+    leader_table: String,
+    /// The tick claims (jobs) table.
+    #[arg(long, global = true, default_value = pgtenure::tick_claims::DEFAULT_TABLE)]
+    ticks_table: String,
+    /// The membership processes table.
+    #[arg(long, global = true, default_value = pgtenure::membership::DEFAULT_PROCESSES_TABLE)]
+    processes_table: String,
+    /// The membership units table.
+    #[arg(long, global = true, default_value = pgtenure::membership::DEFAULT_UNITS_TABLE)]
+    units_table: String,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Everything at a glance: leases, leaders, members with their unit counts, jobs.
+    Status,
+    /// Every lease row, live or lapsed.
+    Leases {
+        /// Only keys that start with this text (% and _ are plain characters).
+        #[arg(long, default_value = "")]
+        prefix: String,
+    },
+    /// One lease: show it, or release it whoever holds it.
+    Lease {
+        #[command(subcommand)]
+        action: LeaseAction,
+    },
+    /// Who leads each fleet; or ask a leader to step down.
+    Leader {
+        /// Only this fleet.
+        #[arg(long)]
+        name: Option<String>,
+        #[command(subcommand)]
+        action: Option<LeaderAction>,
+    },
+    /// Every membership process, live or expired, with the units it owns.
+    Members,
+    /// Every registered unit and its owner.
+    Units {
+        /// Only units whose row names this process (its id, as `members` shows it).
+        #[arg(long)]
+        process: Option<String>,
+    },
+    /// Every recurring job's last tick, who claimed it and whether it is busy.
+    Jobs,
+    /// Run CMD only while holding the lease KEY (flock across machines).
+    #[command(after_help = lease_run::EXIT_HELP)]
+    LeaseRun(lease_run::LeaseRunArgs),
+}
+
+#[derive(Subcommand, Debug)]
+enum LeaseAction {
+    /// Who holds KEY, with which token, until when.
+    Show { key: String },
+    /// End KEY's tenure now, whoever holds it: its holder learns it at its next renewal (a
+    /// `lease-run` holder stops its command) and its fencing token no longer passes the fence.
+    Release {
+        key: String,
+        /// Required: this cuts another process's tenure short.
+        #[arg(long, required = true)]
+        force: bool,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum LeaderAction {
+    /// Ask the fleet's live leader to step down (Elector::request_resign): it ends its tenure at its
+    /// next renewal and another member wins the next poll. A leader that no longer renews keeps the
+    /// tenure until it expires.
+    Resign {
+        /// The fleet.
+        #[arg(long, default_value = pgtenure::elector::DEFAULT_NAME)]
+        name: String,
+        /// Required: this moves the leadership away from a running leader.
+        #[arg(long, required = true)]
+        force: bool,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            eprintln!("pgtenure: {e}");
+            ExitCode::from(EXIT_ERROR)
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<u8, Failure> {
+    let global = &cli.global;
+    let url = global.url.as_deref().unwrap_or_default();
+    if url.trim().is_empty() {
+        return Err(
+            "no database given; pass --url postgres://user@host:port/database or set DATABASE_URL"
+                .into(),
+        );
+    }
+    // A few connections suffice (lease-run's renewals and release, or one listing at a time), and an
+    // operator waits 5 s, not the library's 10 s, to hear that the database is unreachable.
+    let db = Db::builder(url)?
+        .max_size(4)?
+        .connection_timeout(Duration::from_secs(5))?
+        .build()?;
+    match cli.command {
+        Command::Status => status(&db, global),
+        Command::Leases { prefix } => {
+            let leases = Leases::new(&db).with_table(&global.leases_table)?;
+            let rows = leases.list(&prefix)?;
+            show(global, &leases_json(&rows), || leases_table(&rows))
+        }
+        Command::Lease { action } => {
+            let leases = Leases::new(&db).with_table(&global.leases_table)?;
+            match action {
+                LeaseAction::Show { key } => match leases.holder(&key)? {
+                    Some(row) => {
+                        let rows = [row];
+                        show(global, &leases_json(&rows)[0], || leases_table(&rows))
+                    }
+                    None => {
+                        if global.json {
+                            println!("null");
+                        } else {
+                            println!("lease {key:?} has no row: nobody holds it");
+                        }
+                        Ok(0)
+                    }
+                },
+                LeaseAction::Release { key, force: _ } => {
+                    let before = leases.holder(&key)?;
+                    let released = leases.force_release(&key)?;
+                    let owner = before.as_ref().map(|row| row.owner.as_str());
+                    if global.json {
+                        println!(
+                            "{}",
+                            json!({ "key": key, "released": released, "owner": owner })
+                        );
+                    } else if released {
+                        println!(
+                            "released lease {key:?} (held by {}); its holder learns it at its next \
+                             renewal",
+                            owner.unwrap_or("?")
+                        );
+                    } else {
+                        println!("lease {key:?} was not held: nothing to release");
+                    }
+                    Ok(0)
+                }
+            }
+        }
+        Command::Leader { name, action } => {
+            let elector = Elector::new(&db).with_table(&global.leader_table)?;
+            match action {
+                Some(LeaderAction::Resign { name, force: _ }) => {
+                    let elector = elector.with_name(&name)?;
+                    let leader = elector.leader()?;
+                    let asked = elector.request_resign()?;
+                    let holder = leader.as_ref().map(|l| l.holder.as_str());
+                    if global.json {
+                        println!(
+                            "{}",
+                            json!({ "name": name, "asked": asked, "holder": holder })
+                        );
+                    } else if asked {
+                        println!(
+                            "asked {} to step down from fleet {name:?}; it does at its next renewal",
+                            holder.unwrap_or("the leader")
+                        );
+                    } else {
+                        println!("nobody leads fleet {name:?}: nothing to resign");
+                    }
+                    Ok(0)
+                }
+                None => {
+                    let mut leaders = elector.leaders()?;
+                    if let Some(name) = &name {
+                        leaders.retain(|l| &l.name == name);
+                    }
+                    show(global, &leaders_json(&leaders), || leaders_table(&leaders))
+                }
+            }
+        }
+        Command::Members => {
+            let units = units(&db, global)?;
+            let members = units.processes()?;
+            show(global, &members_json(&members), || members_table(&members))
+        }
+        Command::Units { process } => {
+            let units = units(&db, global)?;
+            let mut assignments = units.assignments()?;
+            if let Some(process) = &process {
+                assignments.retain(|a| a.owner.as_deref() == Some(process.as_str()));
+            }
+            show(global, &units_json(&assignments), || {
+                units_table(&assignments)
+            })
+        }
+        Command::Jobs => {
+            let ticks = TickClaims::new(&db).with_table(&global.ticks_table)?;
+            let jobs = ticks.jobs()?;
+            show(global, &jobs_json(&jobs), || jobs_table(&jobs))
+        }
+        Command::LeaseRun(args) => {
+            let leases = Leases::new(&db).with_table(&global.leases_table)?;
+            lease_run::run(&leases, &args)
+        }
+    }
+}
+
+fn units(db: &Db, global: &Global) -> Result<Units, Error> {
+    Units::new(db).with_tables(&global.processes_table, &global.units_table)
+}
+
+/// Prints `json` with `--json`, else the table `text` makes.
+fn show(global: &Global, json: &Value, text: impl FnOnce() -> String) -> Result<u8, Failure> {
+    if global.json {
+        println!("{json}");
+    } else {
+        print!("{}", text());
+    }
+    Ok(0)
+}
+
+/// One section of `status`: its rows, or `None` when its table does not exist (that primitive is
+/// not used in this database).
+fn section<T>(result: Result<T, Error>) -> Result<Option<T>, Error> {
+    match result {
+        Ok(rows) => Ok(Some(rows)),
+        Err(e) if e.code() == Some(&SqlState::UNDEFINED_TABLE) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+fn status(db: &Db, global: &Global) -> Result<u8, Failure> {
+    let leases = section(Leases::new(db).with_table(&global.leases_table)?.list(""))?;
+    let leaders = section(Elector::new(db).with_table(&global.leader_table)?.leaders())?;
+    let units = units(db, global)?;
+    let members = section(units.processes())?;
+    let jobs = section(TickClaims::new(db).with_table(&global.ticks_table)?.jobs())?;
+    if global.json {
+        println!(
+            "{}",
+            json!({
+                "leases": leases.as_deref().map(leases_json),
+                "leaders": leaders.as_deref().map(leaders_json),
+                "members": members.as_deref().map(members_json),
+                "jobs": jobs.as_deref().map(jobs_json),
+            })
+        );
+        return Ok(0);
+    }
+    let heading = |what: &str, table: &str, summary: Option<String>| match summary {
+        Some(summary) => println!("{what} ({table}): {summary}"),
+        None => println!("{what} ({table}): no such table"),
+    };
+    heading(
+        "Leases",
+        &global.leases_table,
+        leases.as_ref().map(|rows| {
+            let live = rows.iter().filter(|r| r.live).count();
+            format!("{live} held, {} rows", rows.len())
+        }),
+    );
+    if let Some(rows) = &leases {
+        print!("{}", leases_table(rows));
+    }
+    println!();
+    heading(
+        "Leaders",
+        &global.leader_table,
+        leaders.as_ref().map(|rows| {
+            let live = rows.iter().filter(|r| r.live).count();
+            format!("{live} of {} fleets led", rows.len())
+        }),
+    );
+    if let Some(rows) = &leaders {
+        print!("{}", leaders_table(rows));
+    }
+    println!();
+    heading(
+        "Members",
+        &global.processes_table,
+        members.as_ref().map(|rows| {
+            let live = rows.iter().filter(|r| r.live).count();
+            let units: i64 = rows
+                .iter()
+                .filter(|r| r.live)
+                .map(|r| i64::from(r.units))
+                .sum();
+            format!(
+                "{live} live of {} processes, {units} units owned by live ones",
+                rows.len()
+            )
+        }),
+    );
+    if let Some(rows) = &members {
+        print!("{}", members_table(rows));
+    }
+    println!();
+    heading(
+        "Jobs",
+        &global.ticks_table,
+        jobs.as_ref().map(|rows| {
+            let busy = rows.iter().filter(|r| r.busy).count();
+            format!("{busy} busy of {} jobs", rows.len())
+        }),
+    );
+    if let Some(rows) = &jobs {
+        print!("{}", jobs_table(rows));
+    }
+    Ok(0)
+}
+
+fn leases_table(rows: &[pgtenure::LeaseInfo]) -> String {
+    let mut t = Table::new(&[
+        "KEY",
+        "OWNER",
+        "TOKEN",
+        "HELD",
+        "ACQUIRED_AT",
+        "HELD_UNTIL",
+        "SUPERSEDED",
+    ]);
+    for r in rows {
+        t.row(vec![
+            r.key.clone(),
+            r.owner.clone(),
+            r.token.to_string(),
+            yes_no(r.live),
+            time(r.acquired_at),
+            time(r.held_until),
+            yes_no(r.superseded),
+        ]);
+    }
+    t.render()
+}
+
+fn leases_json(rows: &[pgtenure::LeaseInfo]) -> Value {
+    rows.iter()
+        .map(|r| {
+            json!({
+                "key": r.key,
+                "owner": r.owner,
+                "token": r.token,
+                "held": r.live,
+                "acquired_at": time(r.acquired_at),
+                "held_until": time(r.held_until),
+                "superseded": r.superseded,
+            })
+        })
+        .collect()
+}
+
+fn leaders_table(rows: &[pgtenure::LeaderInfo]) -> String {
+    let mut t = Table::new(&[
+        "NAME",
+        "HOLDER",
+        "TERM",
+        "LEADS",
+        "ELECTED_AT",
+        "EXPIRES_AT",
+        "RESIGN_REQUESTED",
+    ]);
+    for r in rows {
+        t.row(vec![
+            r.name.clone(),
+            r.holder.clone(),
+            r.term.to_string(),
+            yes_no(r.live),
+            time(r.elected_at),
+            time(r.expires_at),
+            yes_no(r.resign_requested),
+        ]);
+    }
+    t.render()
+}
+
+fn leaders_json(rows: &[pgtenure::LeaderInfo]) -> Value {
+    rows.iter()
+        .map(|r| {
+            json!({
+                "name": r.name,
+                "holder": r.holder,
+                "term": r.term,
+                "leads": r.live,
+                "elected_at": time(r.elected_at),
+                "expires_at": time(r.expires_at),
+                "resign_requested": r.resign_requested,
+            })
+        })
+        .collect()
+}
+
+fn members_table(rows: &[pgtenure::membership::ProcessInfo]) -> String {
+    let mut t = Table::new(&[
+        "PROCESS",
+        "HOSTNAME",
+        "VERSION",
+        "LIVE",
+        "UNITS",
+        "WEIGHT",
+        "STARTED_AT",
+        "EXPIRES_AT",
+    ]);
+    for r in rows {
+        t.row(vec![
+            r.id.clone(),
+            r.hostname.clone(),
+            r.version.clone(),
+            yes_no(r.live),
+            r.units.to_string(),
+            r.weight.to_string(),
+            time(r.started_at),
+            time(r.expires_at),
+        ]);
+    }
+    t.render()
+}
+
+fn members_json(rows: &[pgtenure::membership::ProcessInfo]) -> Value {
+    rows.iter()
+        .map(|r| {
+            json!({
+                "process": r.id,
+                "hostname": r.hostname,
+                "version": r.version,
+                "live": r.live,
+                "units": r.units,
+                "weight": r.weight,
+                "started_at": time(r.started_at),
+                "expires_at": time(r.expires_at),
+            })
+        })
+        .collect()
+}
+
+fn units_table(rows: &[pgtenure::membership::Assignment]) -> String {
+    let mut t = Table::new(&[
+        "TENANT",
+        "SHARD",
+        "WEIGHT",
+        "OWNER",
+        "OWNER_LIVE",
+        "TOKEN",
+        "CLAIMED_AT",
+    ]);
+    for r in rows {
+        t.row(vec![
+            r.unit.tenant.clone(),
+            r.unit.shard.to_string(),
+            r.weight.to_string(),
+            r.owner.clone().unwrap_or_else(|| "-".into()),
+            yes_no(r.owner_live),
+            r.token.map_or_else(|| "-".into(), |t| t.to_string()),
+            opt_time(r.claimed_at),
+        ]);
+    }
+    t.render()
+}
+
+fn units_json(rows: &[pgtenure::membership::Assignment]) -> Value {
+    rows.iter()
+        .map(|r| {
+            json!({
+                "tenant": r.unit.tenant,
+                "shard": r.unit.shard,
+                "weight": r.weight,
+                "owner": r.owner,
+                "owner_live": r.owner_live,
+                "token": r.token,
+                "claimed_at": json_time(r.claimed_at),
+            })
+        })
+        .collect()
+}
+
+fn jobs_table(rows: &[pgtenure::JobInfo]) -> String {
+    let mut t = Table::new(&["JOB", "TICK", "OWNER", "TOKEN", "BUSY", "BUSY_UNTIL"]);
+    for r in rows {
+        t.row(vec![
+            r.job_id.clone(),
+            time(r.tick),
+            r.owner.clone(),
+            r.token.to_string(),
+            yes_no(r.busy),
+            opt_time(r.busy_until),
+        ]);
+    }
+    t.render()
+}
+
+fn jobs_json(rows: &[pgtenure::JobInfo]) -> Value {
+    rows.iter()
+        .map(|r| {
+            json!({
+                "job": r.job_id,
+                "tick": time(r.tick),
+                "owner": r.owner,
+                "token": r.token,
+                "busy": r.busy,
+                "busy_until": json_time(r.busy_until),
+            })
+        })
+        .collect()
+}

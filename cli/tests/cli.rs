@@ -1,0 +1,648 @@
+//! The built `pgtenure` binary against a real PostgreSQL (`DATABASE_URL`, or a throwaway server):
+//! its listings show what the library holds, `lease release --force` and `lease-run` do what they
+//! say. Each test uses tables of its own, passed with the table flags and dropped afterwards.
+
+use std::io::Read;
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::thread;
+use std::time::{Duration, Instant, UNIX_EPOCH};
+
+use pgtenure::membership::{Config, Leaser, NoHooks, Reconciler, Unit, UnitLoss, Units};
+use pgtenure::postgres::{Client, NoTls};
+use pgtenure::{Db, Elector, Leases, LossReason, TickClaims};
+use serde_json::Value;
+
+const NOT_ACQUIRED: i32 = 75;
+const LOST: i32 = 76;
+
+fn url() -> String {
+    static URL: OnceLock<String> = OnceLock::new();
+    URL.get_or_init(|| {
+        pgtenure::testing::database_url().unwrap_or_else(|e| panic!("no test database: {e}"))
+    })
+    .clone()
+}
+
+fn db() -> Db {
+    static DB: OnceLock<Db> = OnceLock::new();
+    DB.get_or_init(|| Db::connect(&url()).expect("the test database"))
+        .clone()
+}
+
+fn unique(what: &str) -> String {
+    static N: AtomicU32 = AtomicU32::new(0);
+    format!(
+        "t_cli_{what}_{}_{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// One test's tables (dropped with it) and a scratch directory.
+struct Env {
+    leases: String,
+    leader: String,
+    ticks: String,
+    processes: String,
+    units: String,
+    dir: PathBuf,
+}
+
+impl Env {
+    fn new() -> Env {
+        let dir = std::env::temp_dir().join(unique("dir"));
+        std::fs::create_dir_all(&dir).unwrap();
+        Env {
+            leases: unique("lease"),
+            leader: unique("leader"),
+            ticks: unique("tick"),
+            processes: unique("procs"),
+            units: unique("units"),
+            dir,
+        }
+    }
+
+    fn leases(&self) -> Leases {
+        Leases::new(&db()).with_table(&self.leases).unwrap()
+    }
+
+    /// The binary with the database and this test's tables.
+    fn command_with_url(&self, url: &str, args: &[&str]) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_pgtenure"));
+        command
+            .args(["--url", url])
+            .args(["--leases-table", &self.leases])
+            .args(["--leader-table", &self.leader])
+            .args(["--ticks-table", &self.ticks])
+            .args(["--processes-table", &self.processes])
+            .args(["--units-table", &self.units])
+            .args(args)
+            .env_remove("DATABASE_URL")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        command
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        self.command_with_url(&url(), args)
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        self.command(args).output().unwrap()
+    }
+
+    /// Runs a listing with `--json` and parses what it printed.
+    fn json(&self, args: &[&str]) -> Value {
+        let mut args = args.to_vec();
+        args.push("--json");
+        let out = self.run(&args);
+        assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
+        serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{args:?} printed no JSON ({e}): {}", text(&out.stdout)))
+    }
+
+    fn file(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+}
+
+impl Drop for Env {
+    fn drop(&mut self) {
+        if let Ok(mut c) = Client::connect(&url(), NoTls) {
+            let _ = c.batch_execute(&format!(
+                "DROP TABLE IF EXISTS {l}, {e}, {t}, {u}, {p} CASCADE;
+                 DROP SEQUENCE IF EXISTS {l}_token_seq, {e}_term_seq, {u}_token_seq",
+                l = self.leases,
+                e = self.leader,
+                t = self.ticks,
+                u = self.units,
+                p = self.processes,
+            ));
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Waits until `f` returns `Some`, polling every 20 ms, panicking after `timeout`.
+fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Waits for `child` to exit within `timeout` (killing it and panicking otherwise); its status and
+/// what it wrote to stderr.
+fn finish(mut child: Child, timeout: Duration) -> (ExitStatus, String) {
+    let deadline = Instant::now() + timeout;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("pgtenure did not exit within {timeout:?}");
+        }
+        thread::sleep(Duration::from_millis(20));
+    };
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    (status, stderr)
+}
+
+fn read(path: &PathBuf) -> Option<String> {
+    std::fs::read_to_string(path)
+        .ok()
+        .filter(|s| s.ends_with('\n'))
+}
+
+struct Quiet;
+
+impl Reconciler for Quiet {
+    fn units_gained(&self, _: &[Unit]) {}
+    fn units_lost(&self, _: &[Unit], _: UnitLoss) {}
+}
+
+#[test]
+fn listings_match_what_the_library_holds() {
+    let env = Env::new();
+    let ttl = Duration::from_secs(30);
+    let a = env.leases().with_owner("app-a").unwrap();
+    a.create_table().unwrap();
+    let b = env.leases().with_owner("app-b").unwrap();
+    let report = a.acquire("report%daily", ttl).unwrap().unwrap();
+    let cleanup = b.try_acquire("cleanup", ttl).unwrap().unwrap();
+
+    let elector = Elector::new(&db())
+        .with_table(&env.leader)
+        .unwrap()
+        .with_name("billing")
+        .unwrap()
+        .with_holder("node-1")
+        .unwrap();
+    elector.create_table().unwrap();
+    assert!(elector.is_leader().unwrap());
+
+    let ticks = TickClaims::new(&db())
+        .with_table(&env.ticks)
+        .unwrap()
+        .with_owner("worker-1")
+        .unwrap();
+    ticks.create_table().unwrap();
+    let tick = UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+    let claim = ticks.claim("rollup", tick, ttl).unwrap().unwrap();
+
+    let units = Units::new(&db())
+        .with_tables(&env.processes, &env.units)
+        .unwrap();
+    units.create_tables().unwrap();
+    let registered: Vec<Unit> = (0..3)
+        .map(|shard| Unit {
+            tenant: "acme".into(),
+            shard,
+        })
+        .collect();
+    units.add(&registered).unwrap();
+    let leaser = Leaser::new(&db(), Arc::new(Quiet), Config::default(), Arc::new(NoHooks))
+        .unwrap()
+        .with_tables(&env.processes, &env.units)
+        .unwrap();
+    leaser.heartbeat().unwrap();
+    leaser.tick().unwrap();
+    assert_eq!(leaser.owned().len(), 3);
+
+    // leases, with and without a prefix (a % in it is a plain character)
+    let leases = env.json(&["leases"]);
+    let leases = leases.as_array().unwrap();
+    assert_eq!(leases.len(), 2);
+    assert_eq!(leases[0]["key"], "cleanup");
+    assert_eq!(leases[0]["owner"], "app-b");
+    assert_eq!(leases[0]["token"], cleanup.token());
+    assert_eq!(leases[0]["held"], true);
+    assert_eq!(leases[1]["key"], "report%daily");
+    assert_eq!(leases[1]["owner"], "app-a");
+    assert_eq!(leases[1]["token"], report.token());
+    let prefixed = env.json(&["leases", "--prefix", "report%"]);
+    assert_eq!(prefixed.as_array().unwrap().len(), 1);
+    assert!(env
+        .json(&["leases", "--prefix", "report_"])
+        .as_array()
+        .unwrap()
+        .is_empty());
+
+    let shown = env.json(&["lease", "show", "cleanup"]);
+    assert_eq!(
+        (shown["owner"].clone(), shown["token"].clone()),
+        ("app-b".into(), cleanup.token().into())
+    );
+    assert_eq!(env.json(&["lease", "show", "nothing"]), Value::Null);
+
+    // leaders
+    let leaders = env.json(&["leader"]);
+    assert_eq!(leaders[0]["name"], "billing");
+    assert_eq!(leaders[0]["holder"], "node-1");
+    assert_eq!(leaders[0]["term"], elector.term().unwrap());
+    assert_eq!(leaders[0]["leads"], true);
+    assert!(env
+        .json(&["leader", "--name", "other"])
+        .as_array()
+        .unwrap()
+        .is_empty());
+
+    // jobs
+    let jobs = env.json(&["jobs"]);
+    assert_eq!(jobs[0]["job"], "rollup");
+    assert_eq!(jobs[0]["owner"], "worker-1");
+    assert_eq!(jobs[0]["token"], claim.token());
+    assert_eq!(jobs[0]["busy"], true);
+    assert_eq!(jobs[0]["tick"], "2023-11-14T22:13:20.000Z");
+
+    // members and units
+    let members = env.json(&["members"]);
+    assert_eq!(members.as_array().unwrap().len(), 1);
+    assert_eq!(members[0]["process"], leaser.process_id());
+    assert_eq!(members[0]["live"], true);
+    assert_eq!(members[0]["units"], 3);
+    let owned = env.json(&["units", "--process", leaser.process_id()]);
+    assert_eq!(owned.as_array().unwrap().len(), 3);
+    assert_eq!(owned[0]["tenant"], "acme");
+    assert_eq!(owned[0]["owner"], leaser.process_id());
+    assert!(env
+        .json(&["units", "--process", "00000000-0000-0000-0000-000000000000"])
+        .as_array()
+        .unwrap()
+        .is_empty());
+
+    // status, as JSON and as text
+    let status = env.json(&["status"]);
+    for section in ["leases", "leaders", "members", "jobs"] {
+        assert!(status[section].is_array(), "{section}: {status}");
+    }
+    assert_eq!(status["leases"], env.json(&["leases"]));
+    let out = env.run(&["status"]);
+    assert!(out.status.success());
+    let screen = text(&out.stdout);
+    for seen in [
+        "report%daily",
+        "app-b",
+        "billing",
+        "node-1",
+        leaser.process_id(),
+        "rollup",
+        "2 held, 2 rows",
+    ] {
+        assert!(screen.contains(seen), "{seen:?} missing from:\n{screen}");
+    }
+
+    claim.release().unwrap();
+    report.release().unwrap();
+    leaser.release().unwrap();
+    leaser.delete_process().unwrap();
+}
+
+#[test]
+fn status_says_which_tables_do_not_exist() {
+    let env = Env::new();
+    let out = env.run(&["status"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains(&format!("Leases ({}): no such table", env.leases)));
+    let status = env.json(&["status"]);
+    assert_eq!(status["jobs"], Value::Null);
+    // A listing of a missing table is an error, said on stderr with the library's message.
+    let out = env.run(&["jobs"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("does not exist"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn lease_release_needs_force_and_ends_a_library_holders_tenure() {
+    let env = Env::new();
+    let holder = env.leases().with_owner("stuck-worker").unwrap();
+    holder.create_table().unwrap();
+    let ttl = Duration::from_millis(900);
+    let lease = holder.acquire("export", ttl).unwrap().unwrap();
+
+    let out = env.run(&["lease", "release", "export"]);
+    assert_eq!(out.status.code(), Some(2), "usage error without --force");
+    assert!(lease.is_held());
+
+    let out = env.run(&["lease", "release", "export", "--force"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("stuck-worker"),
+        "{}",
+        text(&out.stdout)
+    );
+    assert_eq!(lease.lost().recv_timeout(ttl), Ok(LossReason::Refused));
+    let out = env.json(&["lease", "release", "export", "--force"]);
+    assert_eq!(out["released"], false);
+}
+
+#[test]
+fn leader_resign_force_asks_the_leader_to_step_down() {
+    let env = Env::new();
+    let elector = Elector::new(&db())
+        .with_table(&env.leader)
+        .unwrap()
+        .with_name("billing")
+        .unwrap();
+    elector.create_table().unwrap();
+    assert!(elector.is_leader().unwrap());
+    let asked = env.json(&["leader", "resign", "--name", "billing", "--force"]);
+    assert_eq!(asked["asked"], true);
+    assert_eq!(asked["holder"], elector.holder());
+    assert_eq!(env.json(&["leader"])[0]["resign_requested"], true);
+    assert!(!elector.is_leader().unwrap(), "its next renewal steps down");
+    assert_eq!(env.json(&["leader"])[0]["leads"], false);
+}
+
+#[test]
+fn lease_run_twice_at_once_runs_the_command_once() {
+    let env = Env::new();
+    env.leases().create_table().unwrap();
+    let file = env.file("runs");
+    // Long enough that the second always starts while the first holds the lease.
+    let script = format!("echo run >> {}; sleep 5", file.display());
+    let start = || {
+        env.command(&["lease-run", "nightly", "--", "sh", "-c", &script])
+            .spawn()
+            .unwrap()
+    };
+    let (first, second) = (start(), start());
+    let (a, a_err) = finish(first, Duration::from_secs(20));
+    let (b, b_err) = finish(second, Duration::from_secs(20));
+    let mut codes = [a.code().unwrap(), b.code().unwrap()];
+    codes.sort();
+    assert_eq!(codes, [0, NOT_ACQUIRED], "stderr: {a_err} / {b_err}");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "run\n");
+    let refused = if a.code() == Some(NOT_ACQUIRED) {
+        a_err
+    } else {
+        b_err
+    };
+    assert!(refused.contains("not acquired: held by"), "{refused}");
+    let row = env.leases().holder("nightly").unwrap().unwrap();
+    assert!(!row.live, "released after the command");
+}
+
+#[test]
+fn lease_run_with_wait_runs_after_the_holder_is_done_never_beside_it() {
+    let env = Env::new();
+    env.leases().create_table().unwrap();
+    let file = env.file("log");
+    let script = format!(
+        "echo start >> {f}; sleep 1; echo end >> {f}",
+        f = file.display()
+    );
+    let first = env
+        .command(&["lease-run", "k", "--", "sh", "-c", &script])
+        .spawn()
+        .unwrap();
+    wait_for("the first run to start", Duration::from_secs(10), || {
+        read(&file)
+    });
+    let second = env
+        .command(&["lease-run", "k", "--wait", "20s", "--", "sh", "-c", &script])
+        .spawn()
+        .unwrap();
+    let (a, a_err) = finish(first, Duration::from_secs(20));
+    let (b, b_err) = finish(second, Duration::from_secs(30));
+    assert!(a.success() && b.success(), "{a_err} / {b_err}");
+    assert_eq!(
+        std::fs::read_to_string(&file).unwrap(),
+        "start\nend\nstart\nend\n"
+    );
+}
+
+#[test]
+fn force_release_stops_the_command_and_exits_with_the_lost_status() {
+    let env = Env::new();
+    env.leases().create_table().unwrap();
+    let token_file = env.file("token");
+    let script = format!(
+        "echo $PGTENURE_LEASE_KEY $PGTENURE_LEASE_TOKEN > {}; exec sleep 30",
+        token_file.display()
+    );
+    let started = Instant::now();
+    let child = env
+        .command(&[
+            "lease-run",
+            "export",
+            "--ttl",
+            "1s",
+            "--grace",
+            "5s",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ])
+        .spawn()
+        .unwrap();
+    let seen = wait_for("the command to start", Duration::from_secs(10), || {
+        read(&token_file)
+    });
+    let row = env.leases().holder("export").unwrap().unwrap();
+    assert!(row.live);
+    assert_eq!(seen.trim(), format!("export {}", row.token));
+
+    let out = env.run(&["lease", "release", "export", "--force"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let (status, stderr) = finish(child, Duration::from_secs(10));
+    assert_eq!(status.code(), Some(LOST), "{stderr}");
+    assert!(stderr.contains("lost (refused"), "{stderr}");
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "stopped, not run to its end"
+    );
+}
+
+#[test]
+fn a_command_that_ignores_sigterm_gets_sigkill_after_the_grace_period() {
+    let env = Env::new();
+    env.leases().create_table().unwrap();
+    let ready = env.file("ready");
+    let script = format!(
+        "trap '' TERM; echo ready > {}; while :; do sleep 0.1; done",
+        ready.display()
+    );
+    let child = env
+        .command(&[
+            "lease-run",
+            "k",
+            "--ttl",
+            "600ms",
+            "--grace",
+            "1s",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ])
+        .spawn()
+        .unwrap();
+    wait_for("the command to start", Duration::from_secs(10), || {
+        read(&ready)
+    });
+    assert!(env.leases().force_release("k").unwrap());
+    let released = Instant::now();
+    let (status, stderr) = finish(child, Duration::from_secs(10));
+    assert_eq!(status.code(), Some(LOST), "{stderr}");
+    assert!(stderr.contains("sending SIGKILL"), "{stderr}");
+    assert!(
+        released.elapsed() >= Duration::from_secs(1),
+        "SIGKILL only after the grace period"
+    );
+}
+
+#[test]
+fn a_killed_database_connection_does_not_stop_the_command() {
+    let env = Env::new();
+    env.leases().create_table().unwrap();
+    let app = unique("app");
+    let joint = if url().contains('?') { '&' } else { '?' };
+    let url = format!("{}{joint}application_name={app}", url());
+    let (token_file, done) = (env.file("token"), env.file("done"));
+    let script = format!(
+        "echo $PGTENURE_LEASE_TOKEN > {}; sleep 3; echo done > {}",
+        token_file.display(),
+        done.display()
+    );
+    let child = env
+        .command_with_url(
+            &url,
+            &[
+                "lease-run",
+                "job",
+                "--ttl",
+                "1500ms",
+                "--",
+                "sh",
+                "-c",
+                &script,
+            ],
+        )
+        .spawn()
+        .unwrap();
+    let token = wait_for("the command to start", Duration::from_secs(10), || {
+        read(&token_file)
+    });
+    let mut killer = Client::connect(&crate::url(), NoTls).unwrap();
+    let mut killed = 0;
+    let until = Instant::now() + Duration::from_millis(2500);
+    while Instant::now() < until {
+        let n: i64 = killer
+            .query_one(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+                 WHERE application_name = $1",
+                &[&app],
+            )
+            .unwrap()
+            .get(0);
+        killed += n;
+        thread::sleep(Duration::from_millis(100));
+    }
+    let (status, stderr) = finish(child, Duration::from_secs(20));
+    assert!(killed > 0, "no connection was killed");
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    assert_eq!(std::fs::read_to_string(&done).unwrap(), "done\n");
+    let row = env.leases().holder("job").unwrap().unwrap();
+    assert_eq!(row.token.to_string(), token.trim(), "one tenure throughout");
+}
+
+#[test]
+fn sigterm_is_forwarded_and_the_command_status_returned() {
+    let env = Env::new();
+    env.leases().create_table().unwrap();
+    let (ready, got) = (env.file("ready"), env.file("got"));
+    let script = format!(
+        "trap 'echo term > {got}; exit 3' TERM; echo ready > {ready}; while :; do sleep 0.1; done",
+        got = got.display(),
+        ready = ready.display()
+    );
+    let child = env
+        .command(&["lease-run", "k", "--", "sh", "-c", &script])
+        .spawn()
+        .unwrap();
+    wait_for("the command to start", Duration::from_secs(10), || {
+        read(&ready)
+    });
+    // SAFETY: kill has no memory effects; the child is ours and not yet reaped.
+    unsafe {
+        libc::kill(child.id() as libc::pid_t, libc::SIGTERM);
+    }
+    let (status, stderr) = finish(child, Duration::from_secs(10));
+    assert_eq!(status.code(), Some(3), "{stderr}");
+    assert_eq!(std::fs::read_to_string(&got).unwrap(), "term\n");
+    assert!(!env.leases().holder("k").unwrap().unwrap().live, "released");
+}
+
+#[test]
+fn a_command_that_cannot_run_is_reported_and_the_lease_released() {
+    let env = Env::new();
+    env.leases().create_table().unwrap();
+    let out = env.run(&["lease-run", "k", "--", "/nonexistent/pgtenure-test-cmd"]);
+    assert_eq!(out.status.code(), Some(127));
+    assert!(
+        text(&out.stderr).contains("cannot run"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(!env.leases().holder("k").unwrap().unwrap().live);
+
+    let out = env.run(&["lease-run", "k", "--ttl", "30", "--", "true"]);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "a duration without a unit is a usage error"
+    );
+    assert!(
+        text(&out.stderr).contains("no unit"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = env.run(&["lease-run", "k", "--ttl", "10ms", "--", "true"]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "the library refuses a TTL under 30 ms"
+    );
+    assert!(
+        text(&out.stderr).contains("too short"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn the_first_lease_run_creates_the_leases_table() {
+    let env = Env::new();
+    let out = env.run(&["lease-run", "k", "--", "true"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(env.leases().list("").unwrap().len(), 1);
+}

@@ -1,0 +1,210 @@
+//! What operators and refused acquirers look at: who holds a key ([`Leases::holder`]), every key
+//! under a prefix ([`Leases::list`]), why an acquire was refused ([`Leases::refusal`]), and the
+//! operator's way out ([`Leases::force_release`]).
+
+use std::time::{Duration, SystemTime};
+
+use postgres::Row;
+
+use super::{Lease, Leases};
+use crate::db::Policy;
+use crate::error::{Error, Result};
+use crate::input::{check_key, MAX_KEY_BYTES};
+
+/// One lease row, live or lapsed ([`Leases::holder`], [`Leases::list`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LeaseInfo {
+    /// The key.
+    pub key: String,
+    /// The owner the row names ([`Leases::with_owner`]): the holder while [`LeaseInfo::live`], else
+    /// the last one.
+    pub owner: String,
+    /// The row's fencing token. After [`Leases::force_release`] it is a fresh token that no holder
+    /// has.
+    pub token: i64,
+    /// When the tenure began (database time).
+    pub acquired_at: SystemTime,
+    /// When the lease lapses unless renewed (database time); when it lapsed or was released, if past.
+    pub held_until: SystemTime,
+    /// Whether a contender asked for the key ([`Leases::supersede`]).
+    pub superseded: bool,
+    /// Whether the lease is held now, by the database clock.
+    pub live: bool,
+}
+
+impl LeaseInfo {
+    fn from_row(row: &Row) -> LeaseInfo {
+        LeaseInfo {
+            key: row.get("key"),
+            owner: row.get("owner"),
+            token: row.get("token"),
+            acquired_at: row.get("acquired_at"),
+            held_until: row.get("held_until"),
+            superseded: row.get("superseded"),
+            live: row.get("live"),
+        }
+    }
+}
+
+/// Why an acquire of a key was refused, as read just after ([`Leases::refusal`],
+/// [`Leases::acquire_or_refusal`]).
+///
+/// The row is read by a statement of its own after the refused acquire, so it can already be
+/// newer: [`Refusal::Vacant`] says the key was given up in between (try again).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Refusal {
+    /// A managed lease of this `Leases` family (this handle or a clone) holds the key, or is still
+    /// releasing it; its row as read, if any.
+    ThisFamily(Option<LeaseInfo>),
+    /// This owner holds the key live, outside this family: a raw grant ([`Leases::try_acquire`]),
+    /// or a managed lease of another `Leases` with the same owner name.
+    SameOwner(LeaseInfo),
+    /// Another owner holds the key live.
+    OtherOwner(LeaseInfo),
+    /// Nobody holds the key any more (released or lapsed since the refusal); the row as read, if
+    /// the key still has one.
+    Vacant(Option<LeaseInfo>),
+}
+
+impl Refusal {
+    /// The key's row as read, if it has one.
+    pub fn row(&self) -> Option<&LeaseInfo> {
+        match self {
+            Refusal::SameOwner(row) | Refusal::OtherOwner(row) => Some(row),
+            Refusal::ThisFamily(row) | Refusal::Vacant(row) => row.as_ref(),
+        }
+    }
+}
+
+impl Leases {
+    /// The row of `key`, live or lapsed ([`LeaseInfo::live`] says which, by the database clock), or
+    /// `None` when the key has no row. One statement.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput), before any statement, when the key
+    /// is blank, contains a NUL byte or is over 1,024 bytes; otherwise a database or connection error.
+    pub fn holder(&self, key: &str) -> Result<Option<LeaseInfo>> {
+        check_key("lease key", key)?;
+        let rows = self.shared.db.query(
+            "read lease holder",
+            Policy::IDEMPOTENT,
+            &self.shared.sql.holder,
+            &[&key],
+        )?;
+        Ok(rows.first().map(LeaseInfo::from_row))
+    }
+
+    /// Every row whose key starts with `prefix` (`""`: every key), live or lapsed, in key order.
+    /// `%` and `_` in `prefix` are plain characters. One statement that reads the whole table: an
+    /// operator's view, not something to poll in a loop. Lapsed rows stay until a release's cleanup
+    /// deletes them an hour after they lapsed.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput), before any statement, when the
+    /// prefix contains a NUL byte or is over 1,024 bytes; otherwise a database or connection error.
+    pub fn list(&self, prefix: &str) -> Result<Vec<LeaseInfo>> {
+        if prefix.contains('\0') {
+            return Err(Error::invalid_input(
+                "lease key prefix contains a NUL byte, which PostgreSQL text cannot store",
+            ));
+        }
+        if prefix.len() > MAX_KEY_BYTES {
+            return Err(Error::invalid_input(format!(
+                "lease key prefix is {} bytes long; keys are at most {MAX_KEY_BYTES} bytes",
+                prefix.len()
+            )));
+        }
+        let rows = self.shared.db.query(
+            "list leases",
+            Policy::IDEMPOTENT,
+            &self.shared.sql.list,
+            &[&prefix],
+        )?;
+        Ok(rows.iter().map(LeaseInfo::from_row).collect())
+    }
+
+    /// An operator's release: ends the live tenure of `key` now, whoever holds it (not guarded by
+    /// owner). Returns whether a live lease was ended.
+    ///
+    /// The row stays and gets a fresh token from the key's sequence that no holder has, so tokens
+    /// stay monotonic and the ended tenure cannot come back: a managed holder learns
+    /// [`LossReason::Refused`](crate::LossReason::Refused) at its next renewal (within a third of
+    /// its TTL; also a renewal already waiting for the row's lock, whose transaction began before
+    /// this one), its [`Leases::fence`] fails from now on, and a raw holder's [`Leases::renew`]
+    /// reports the key [`KeyRenewal::Lost`](crate::KeyRenewal::Lost). (Raw renewals are guarded by
+    /// owner only: one that was already waiting for the row's lock renews it under the new token,
+    /// which its [`KeyRenewal::Held`](crate::KeyRenewal::Held) shows.)
+    /// The next acquire, by anyone, wins a new tenure at once.
+    ///
+    /// This cuts a tenure short: a holder that is paused (or cut off from the database) still
+    /// believes it holds the key until its local deadline. Only writes fenced with
+    /// [`Leases::fence`] are safe from it; prefer [`Leases::supersede`] for a holder that is alive.
+    ///
+    /// Sent once: when the connection fails after sending, the error says the outcome is unknown;
+    /// read the row with [`Leases::holder`] (or call this again: a second release finds nothing live
+    /// and returns `false`).
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a bad key; otherwise a database
+    /// or connection error.
+    pub fn force_release(&self, key: &str) -> Result<bool> {
+        check_key("lease key", key)?;
+        let rows = self.shared.db.query(
+            "force release lease",
+            Policy::ONCE,
+            &self.shared.sql.force_release,
+            &[&key],
+        )?;
+        if let Some(row) = rows.first() {
+            log::info!(
+                target: "pgtenure::leases",
+                "force-released lease {key:?} held by {}",
+                row.get::<_, String>("owner")
+            );
+        }
+        Ok(!rows.is_empty())
+    }
+
+    /// Why an acquire of `key` by this family would be refused now: a managed lease of this family
+    /// holds it, this owner holds it outside the family, another owner holds it, or nobody does
+    /// (then acquire again). Call it after [`Leases::acquire`] or [`Leases::try_acquire`] returned
+    /// `None`; one statement (a read).
+    ///
+    /// # Errors
+    ///
+    /// As [`Leases::holder`].
+    pub fn refusal(&self, key: &str) -> Result<Refusal> {
+        check_key("lease key", key)?;
+        let family = self.shared.held.lock().contains(key);
+        let row = self.holder(key)?;
+        Ok(match row {
+            _ if family => Refusal::ThisFamily(row),
+            Some(row) if row.live && row.owner == self.owner() => Refusal::SameOwner(row),
+            Some(row) if row.live => Refusal::OtherOwner(row),
+            row => Refusal::Vacant(row),
+        })
+    }
+
+    /// [`Leases::acquire`], saying why when it is refused: `Ok(Ok(lease))` when acquired,
+    /// `Ok(Err(refusal))` when not ([`Leases::refusal`], read by a second statement right after the
+    /// refused acquire).
+    ///
+    /// # Errors
+    ///
+    /// As [`Leases::acquire`], and a database or connection error from reading the refusal.
+    pub fn acquire_or_refusal(
+        &self,
+        key: &str,
+        ttl: Duration,
+    ) -> Result<std::result::Result<Lease, Refusal>> {
+        match self.acquire(key, ttl)? {
+            Some(lease) => Ok(Ok(lease)),
+            None => Ok(Err(self.refusal(key)?)),
+        }
+    }
+}
