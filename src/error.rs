@@ -296,6 +296,13 @@ fn classify_db_error(db: &DbError) -> (ErrorKind, &'static str) {
             "grant the role the privilege it names, or create the tables with a role that has it",
         );
     }
+    if *code == SqlState::FEATURE_NOT_SUPPORTED {
+        return (
+            ErrorKind::Database,
+            "if the server refuses a WAL function (pg_current_wal_lsn; Aurora does), turn off \
+             timeline-folded tokens with Db::with_timeline_tokens(false)",
+        );
+    }
     if *code == SqlState::READ_ONLY_SQL_TRANSACTION {
         return (
             ErrorKind::Database,

@@ -86,6 +86,7 @@ impl Statements {
                     Type::INT8,
                     Type::TEXT,
                     Type::INT8,
+                    Type::BOOL,
                 ],
             ),
             release: Statement::new(
@@ -245,7 +246,14 @@ impl TickClaims {
                 self.db.run(
                     conn,
                     &self.sql.claim,
-                    &[&job_id, &tick, &busy_us, &&*self.owner, &claim_id],
+                    &[
+                        &job_id,
+                        &tick,
+                        &busy_us,
+                        &&*self.owner,
+                        &claim_id,
+                        &self.db.timeline_tokens(),
+                    ],
                 )
             })?;
         let row = one_row("claim tick", rows)?;

@@ -432,3 +432,46 @@ fn without_the_tls_feature_a_mode_needing_tls_is_refused_naming_it() {
         .get(0);
     assert!(!ssl, "prefer without the feature connects without TLS");
 }
+
+/// A server that refuses the WAL functions (as Amazon Aurora does; here the role may not call
+/// `pg_current_wal_lsn`) is found out by the connect probe: tokens then do not fold in the timeline,
+/// and every primitive still grants. Forced on, a grant fails with the server's refusal.
+#[test]
+fn a_server_that_refuses_wal_functions_still_grants_with_plain_tokens() {
+    let pg = pgtenure::testing::TempPostgres::start().unwrap();
+    postgres::Client::connect(pg.url(), NoTls)
+        .unwrap()
+        .batch_execute(
+            "CREATE ROLE app LOGIN;
+             GRANT CREATE ON SCHEMA public TO app;
+             REVOKE EXECUTE ON FUNCTION pg_current_wal_lsn() FROM PUBLIC",
+        )
+        .unwrap();
+    let url = format!("postgres://app@127.0.0.1:{}/postgres", pg.port());
+    let plain = Db::connect(&url).unwrap();
+    assert!(!plain.timeline_tokens(), "the probe saw the refusal");
+    pgtenure::migrate(&plain).unwrap();
+    let lease = pgtenure::Leases::new(&plain)
+        .try_acquire("k", Duration::from_secs(30))
+        .unwrap()
+        .expect("granted");
+    assert_eq!(lease.token(), 1);
+    let elector = pgtenure::Elector::new(&plain);
+    assert!(elector.is_leader().unwrap());
+    assert_eq!(elector.term(), Some(1));
+    let tick = SystemTime::UNIX_EPOCH + Duration::from_secs(60);
+    let claim = TickClaims::new(&plain)
+        .claim("job", tick, Duration::from_secs(1))
+        .unwrap()
+        .expect("won");
+    assert_eq!(claim.token(), 1);
+
+    let forced = Db::connect(&url).unwrap().with_timeline_tokens(true);
+    let err = pgtenure::Leases::new(&forced)
+        .try_acquire("other", Duration::from_secs(30))
+        .unwrap_err();
+    assert_eq!(err.code().map(|c| c.code()), Some("42501"), "{err}");
+
+    // A server that answers them: on, and tokens on the first timeline are the plain ones.
+    assert!(db().timeline_tokens());
+}

@@ -171,7 +171,14 @@ pub fn cases(db: &Db, id: u32) -> Result<Fixture, Error> {
             }),
             script: Script::one(
                 sql("tick_claims/claim.sql", &tick),
-                vec![v("job"), v("tick"), v("busy"), v("owner"), v("cid")],
+                vec![
+                    v("job"),
+                    v("tick"),
+                    v("busy"),
+                    v("owner"),
+                    v("cid"),
+                    Arg::True,
+                ],
             ),
             vars: Box::new(move |_| {
                 vars(&[
@@ -189,7 +196,7 @@ pub fn cases(db: &Db, id: u32) -> Result<Fixture, Error> {
         let it = iso_taken.clone();
         let mut script = Script::one(
             sql("tick_claims/claim.sql", &tick),
-            vec![v("r"), v("tick"), v("busy"), v("owner"), v("r")],
+            vec![v("r"), v("tick"), v("busy"), v("owner"), v("r"), Arg::True],
         );
         script.sets = random();
         cases.push(Case {
@@ -267,7 +274,7 @@ pub fn cases(db: &Db, id: u32) -> Result<Fixture, Error> {
             }),
             script: Script::one(
                 sql("leases/acquire.sql", &lease),
-                vec![v("key"), v("owner"), v("ttl"), v("keep")],
+                vec![v("key"), v("owner"), v("ttl"), v("keep"), Arg::True],
             ),
             vars: Box::new(|n| {
                 vars(&[
@@ -301,7 +308,7 @@ pub fn cases(db: &Db, id: u32) -> Result<Fixture, Error> {
                 steps: vec![
                     Step {
                         sql: sql("leases/acquire.sql", &lease),
-                        args: vec![v("key"), v("owner"), v("ttl"), v("keep")],
+                        args: vec![v("key"), v("owner"), v("ttl"), v("keep"), Arg::True],
                         gset: false,
                     },
                     Step {
@@ -385,7 +392,7 @@ pub fn cases(db: &Db, id: u32) -> Result<Fixture, Error> {
             }),
             script: Script::one(
                 sql("elector/is_leader.sql", &leader),
-                vec![v("name"), v("holder"), v("ttl"), Arg::Null],
+                vec![v("name"), v("holder"), v("ttl"), Arg::Null, Arg::True],
             ),
             vars: Box::new(|n| {
                 vars(&[
@@ -411,7 +418,7 @@ pub fn cases(db: &Db, id: u32) -> Result<Fixture, Error> {
             }),
             script: Script::one(
                 sql("elector/is_leader.sql", &leader),
-                vec![v("name"), v("holder"), v("ttl"), v("term")],
+                vec![v("name"), v("holder"), v("ttl"), v("term"), Arg::True],
             ),
             vars: Box::new(move |n| {
                 vars(&[
@@ -455,7 +462,7 @@ pub fn cases(db: &Db, id: u32) -> Result<Fixture, Error> {
                 steps: vec![
                     Step {
                         sql: sql("elector/is_leader.sql", &leader),
-                        args: vec![v("name"), v("holder"), v("ttl"), Arg::Null],
+                        args: vec![v("name"), v("holder"), v("ttl"), Arg::Null, Arg::True],
                         gset: true,
                     },
                     Step {

@@ -232,6 +232,7 @@ fn driver_limits(
         Type::INT8,
         Type::TEXT,
         Type::INT8,
+        Type::BOOL,
     ];
     let taken = SystemTime::UNIX_EPOCH + Duration::from_secs(1_750_000_000);
     let run = |clients: usize, protocol: bool| -> f64 {
@@ -244,16 +245,16 @@ fn driver_limits(
                         let mut c = Client::connect(url, NoTls).unwrap();
                         let named = c.prepare_typed(text, types).unwrap();
                         c.batch_execute(&format!(
-                            "PREPARE limit_claim (text, timestamptz, int8, text, int8) AS {text}"
+                            "PREPARE limit_claim (text, timestamptz, int8, text, int8, bool) AS {text}"
                         ))
                         .unwrap();
                         let execute = "EXECUTE limit_claim('contended', \
-                                       '2025-06-15 15:06:40+00', '60000000', 'x', '1')";
+                                       '2025-06-15 15:06:40+00', '60000000', 'x', '1', true)";
                         let once = |c: &mut Client| {
                             let rows = if protocol {
                                 c.query(
                                     &named,
-                                    &[&"contended", &taken, &60_000_000_i64, &"x", &1_i64],
+                                    &[&"contended", &taken, &60_000_000_i64, &"x", &1_i64, &true],
                                 )
                             } else {
                                 c.query_typed(execute, &[])

@@ -13,6 +13,9 @@ pub enum Arg {
     Var(&'static str),
     /// `NULL`, written into the script: pgbench sends a variable's value as text, never a null.
     Null,
+    /// `true`, written into the script: the switch the library passes as it is set by default
+    /// (tokens fold in the server's timeline).
+    True,
 }
 
 /// One statement of a script: the crate's statement (rendered by the crate's renderer), what each
@@ -84,6 +87,7 @@ fn substitute(sql: &str, args: &[Arg]) -> String {
                         out.push_str(name);
                     }
                     Arg::Null => out.push_str("NULL"),
+                    Arg::True => out.push_str("true"),
                 }
                 i += 1 + digits;
                 continue;

@@ -9,11 +9,24 @@
 -- Returns at most one row: this holder's tenure (mine: it leads now; ended: it was asked to step
 -- down and did), or else the live leader as this statement's snapshot saw it; no row when nobody
 -- leads. holder, term, elected_at and expires_at describe the leader (NULL after an ended tenure).
--- $1 name, $2 holder, $3 TTL in microseconds, $4 the term this elector holds, or null.
-WITH taken AS (
+-- $1 name, $2 holder, $3 TTL in microseconds, $4 the term this elector holds, or null, $5 fold the
+-- server's timeline into new tokens.
+-- epoch: with $5, tokens are (timeline - 1) * 2^48 + a sequence value. The server's timeline grows
+-- with every promotion of a standby, so every token drawn after one is above every token drawn
+-- before it, even those whose WAL an asynchronous standby never received (its sequence went back;
+-- the timeline did not). On the first timeline the epoch is 0. Without $5 (servers that refuse WAL
+-- functions, such as Aurora) the epoch is always 0.
+WITH epoch AS (
+    SELECT CASE WHEN $5::boolean
+                THEN (('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint - 1)
+                     << 48
+                ELSE 0 END AS base
+),
+taken AS (
     UPDATE {table} AS e
        SET term = CASE WHEN e.holder = $2 AND e.term = $4 AND e.expires_at > now() THEN e.term
-                       ELSE nextval('{table:term_seq}') END,
+                       ELSE greatest(e.term + 1, (SELECT base FROM epoch)
+                                                 + nextval('{table:term_seq}')) END,
            elected_at = CASE WHEN e.holder = $2 AND e.term = $4 AND e.expires_at > now()
                              THEN e.elected_at ELSE now() END,
            holder = $2,
@@ -28,7 +41,8 @@ WITH taken AS (
 ),
 created AS (
     INSERT INTO {table} AS e (name, holder, expires_at, term, elected_at)
-    SELECT $1, $2, now() + $3::bigint * interval '1 microsecond', nextval('{table:term_seq}'), now()
+    SELECT $1, $2, now() + $3::bigint * interval '1 microsecond',
+           (SELECT base FROM epoch) + nextval('{table:term_seq}'), now()
      WHERE NOT EXISTS (SELECT 1 FROM {table} WHERE name = $1)
     ON CONFLICT (name) DO NOTHING
     RETURNING e.holder, e.term, e.elected_at, e.expires_at, true AS mine

@@ -4,11 +4,24 @@
 -- every managed lease is a tenure of its own, and no other lease can share or shorten it. A refused
 -- acquire matches nothing and skips the insert: no write, no WAL flush. Racing acquirers of a lapsed
 -- key: the UPDATE re-checks the newest row version, so exactly one wins.
--- $1 key, $2 owner, $3 TTL in microseconds, $4 re-acquire this owner's live tenure.
-WITH taken AS (
+-- $1 key, $2 owner, $3 TTL in microseconds, $4 re-acquire this owner's live tenure, $5 fold the
+-- server's timeline into new tokens.
+-- epoch: with $5, tokens are (timeline - 1) * 2^48 + a sequence value. The server's timeline grows
+-- with every promotion of a standby, so every token drawn after one is above every token drawn
+-- before it, even those whose WAL an asynchronous standby never received (its sequence went back;
+-- the timeline did not). On the first timeline the epoch is 0. Without $5 (servers that refuse WAL
+-- functions, such as Aurora) the epoch is always 0.
+WITH epoch AS (
+    SELECT CASE WHEN $5::boolean
+                THEN (('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint - 1)
+                     << 48
+                ELSE 0 END AS base
+),
+taken AS (
     UPDATE {table} AS l
        SET token = CASE WHEN $4 AND l.owner = $2 AND l.held_until > now() THEN l.token
-                        ELSE nextval('{table:token_seq}') END,
+                        ELSE greatest(l.token + 1, (SELECT base FROM epoch)
+                                                   + nextval('{table:token_seq}')) END,
            acquired_at = CASE WHEN $4 AND l.owner = $2 AND l.held_until > now() THEN l.acquired_at
                               ELSE now() END,
            superseded = l.owner = $2 AND l.held_until > now() AND l.superseded,
@@ -21,7 +34,8 @@ WITH taken AS (
 ),
 created AS (
     INSERT INTO {table} AS l (key, owner, held_until, token, superseded, acquired_at)
-    SELECT $1, $2, now() + $3::bigint * interval '1 microsecond', nextval('{table:token_seq}'), false, now()
+    SELECT $1, $2, now() + $3::bigint * interval '1 microsecond',
+           (SELECT base FROM epoch) + nextval('{table:token_seq}'), false, now()
      WHERE NOT EXISTS (SELECT 1 FROM {table} WHERE key = $1)
     ON CONFLICT (key) DO NOTHING
     RETURNING l.token, l.superseded

@@ -16,8 +16,20 @@
 -- every plan assumes the same batch size and PostgreSQL keeps its generic plan (planned once, not
 -- per call).
 -- Every claimed unit gets a new fencing token from the sequence.
--- $1 process id, $2 most units, $3 weight budget, $4 random slot, $5 units owned, $6 weight owned.
-WITH me AS (
+-- $1 process id, $2 most units, $3 weight budget, $4 random slot, $5 units owned, $6 weight owned,
+-- $7 fold the server's timeline into new tokens.
+-- epoch: with $7, tokens are (timeline - 1) * 2^48 + a sequence value. The server's timeline grows
+-- with every promotion of a standby, so every token drawn after one is above every token drawn
+-- before it, even those whose WAL an asynchronous standby never received (its sequence went back;
+-- the timeline did not). On the first timeline the epoch is 0. Without $7 (servers that refuse WAL
+-- functions, such as Aurora) the epoch is always 0.
+WITH epoch AS (
+    SELECT CASE WHEN $7::boolean
+                THEN (('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint - 1)
+                     << 48
+                ELSE 0 END AS base
+),
+me AS (
     SELECT 1 FROM {processes} WHERE process_id = $1::uuid AND expires_at > now()
 ),
 expired AS MATERIALIZED (
@@ -82,7 +94,8 @@ picked AS (
 ),
 claimed AS (
     UPDATE {units} u
-       SET process_id = $1::uuid, claimed_at = now(), token = nextval('{units:token_seq}')
+       SET process_id = $1::uuid, claimed_at = now(),
+           token = greatest(u.token + 1, (SELECT base FROM epoch) + nextval('{units:token_seq}'))
       FROM unnest((SELECT tenants FROM picked), (SELECT shards FROM picked),
                   (SELECT previous FROM picked)) AS p (tenant, shard, previous)
      WHERE u.tenant = p.tenant AND u.shard = p.shard

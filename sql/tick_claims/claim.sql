@@ -5,8 +5,20 @@
 -- for the first tick. A tick more than a minute ahead of now() is reported and stored nowhere. $5 is
 -- a random id of this call: a claim sent again because the connection failed after sending (it may
 -- have committed) finds its own win by it (already), and writes nothing more.
--- $1 job_id, $2 tick, $3 busy period in microseconds, $4 owner, $5 claim id.
-WITH input AS (
+-- $1 job_id, $2 tick, $3 busy period in microseconds, $4 owner, $5 claim id, $6 fold the server's
+-- timeline into new tokens.
+-- epoch: with $6, tokens are (timeline - 1) * 2^48 + a sequence value. The server's timeline grows
+-- with every promotion of a standby, so every token drawn after one is above every token drawn
+-- before it, even those whose WAL an asynchronous standby never received (its sequence went back;
+-- the timeline did not). On the first timeline the epoch is 0. Without $6 (servers that refuse WAL
+-- functions, such as Aurora) the epoch is always 0.
+WITH epoch AS (
+    SELECT CASE WHEN $6::boolean
+                THEN (('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint - 1)
+                     << 48
+                ELSE 0 END AS base
+),
+input AS (
     SELECT $2::timestamptz > now() + interval '1 minute' AS too_far
 ),
 taken AS (
@@ -14,7 +26,7 @@ taken AS (
        SET tick = $2,
            busy_until = now() + $3::bigint * interval '1 microsecond',
            owner = $4,
-           token = c.token + 1,
+           token = greatest(c.token + 1, (SELECT base FROM epoch) + 1),
            claim_id = $5
       FROM input
      WHERE c.job_id = $1
@@ -25,7 +37,8 @@ taken AS (
 ),
 created AS (
     INSERT INTO {table} AS c (job_id, tick, busy_until, owner, token, claim_id)
-    SELECT $1, $2, now() + $3::bigint * interval '1 microsecond', $4, 1, $5
+    SELECT $1, $2, now() + $3::bigint * interval '1 microsecond', $4,
+           (SELECT base FROM epoch) + 1, $5
       FROM input
      WHERE NOT input.too_far
        AND NOT EXISTS (SELECT 1 FROM {table} WHERE job_id = $1)

@@ -161,12 +161,9 @@ impl DbBuilder {
                 (*t).min(self.connection_timeout)
             });
         probe.connect_timeout(connect_timeout);
-        let first = match probe.connect(tls.clone()) {
-            Ok(client) => {
-                drop(client);
-                None
-            }
-            Err(e) => Some(for_good(e)?),
+        let (first, mut probed) = match probe.connect(tls.clone()) {
+            Ok(client) => (None, Some(client)),
+            Err(e) => (Some(for_good(e)?), None),
         };
         let pool = self
             .pool_builder()
@@ -191,7 +188,11 @@ impl DbBuilder {
                 .with_source(e)
             })?;
         }
-        Ok(Db::from_source(Pooling::new(pool, tls)))
+        let db = Db::from_source(Pooling::new(pool, tls));
+        Ok(match probed.as_mut() {
+            Some(client) => db.probe_timeline(client),
+            None => db,
+        })
     }
 
     /// Builds the pool without connecting: the first operation opens the first connection. Use it

@@ -9,6 +9,7 @@ mod ssl;
 mod tls;
 
 use std::fmt;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -48,7 +49,19 @@ pub struct Db {
     lending: Arc<Lending>,
     cancel_on_deadline: bool,
     prepared_statements: bool,
+    /// Whether new fencing tokens fold in the server's timeline: [`TIMELINE_UNKNOWN`] (then yes),
+    /// [`TIMELINE_ON`] or [`TIMELINE_OFF`]. Shared by clones, set once by the connect probe.
+    timeline_tokens: Arc<AtomicU8>,
 }
+
+const TIMELINE_UNKNOWN: u8 = 0;
+const TIMELINE_ON: u8 = 1;
+const TIMELINE_OFF: u8 = 2;
+
+/// Whether the server folds its timeline into tokens: `Some(true)` when a primary answers the WAL
+/// functions, `Some(false)` when it refuses them, `None` when this connection cannot tell (a
+/// standby, a failure).
+const TIMELINE_PROBE: &str = include_str!("../../sql/schema/timeline.sql");
 
 impl Db {
     /// Connects to the database at `url` with pgtenure's defaults.
@@ -162,7 +175,49 @@ impl Db {
             pool: Arc::new(source),
             cancel_on_deadline: true,
             prepared_statements: true,
+            timeline_tokens: Arc::new(AtomicU8::new(TIMELINE_UNKNOWN)),
         }
+    }
+
+    /// Whether new fencing tokens and terms fold in the server's timeline, so that they only grow
+    /// across a promotion of a standby, even one that missed the last writes (asynchronous
+    /// replication): every token drawn after a promotion is then above every token drawn before
+    /// it. A token is `(timeline - 1) * 2^48` plus a sequence value: on a server that was never
+    /// promoted (timeline 1) tokens are the plain sequence values, and after the n-th promotion
+    /// they jump by n * 2^48.
+    ///
+    /// Defaults to `true`, except that [`Db::connect`] and [`DbBuilder::build`] turn it off when the
+    /// server refuses the WAL functions it needs (`pg_current_wal_lsn`; Amazon Aurora does, and
+    /// its storage does not lose acknowledged writes at a failover). Turn it off yourself for such
+    /// a server behind [`DbBuilder::build_lazy`] or [`Db::from_pool`], or every grant fails with
+    /// the server's refusal.
+    pub fn with_timeline_tokens(self, on: bool) -> Db {
+        let state = if on { TIMELINE_ON } else { TIMELINE_OFF };
+        Db {
+            timeline_tokens: Arc::new(AtomicU8::new(state)),
+            ..self
+        }
+    }
+
+    /// See [`Db::with_timeline_tokens`].
+    pub fn timeline_tokens(&self) -> bool {
+        self.timeline_tokens.load(Ordering::Relaxed) != TIMELINE_OFF
+    }
+
+    /// Records what the connect probe learned of the server (see [`Db::with_timeline_tokens`]).
+    pub(crate) fn probe_timeline(self, client: &mut postgres::Client) -> Db {
+        let learned = match client.query_one(TIMELINE_PROBE, &[]) {
+            Ok(row) => row.get::<_, Option<String>>(0).map(|_| TIMELINE_ON),
+            Err(e) if e.as_db_error().is_some() => {
+                log::info!(target: "pgtenure::db", "the server refuses WAL functions ({e}): fencing tokens do not fold in its timeline (Db::with_timeline_tokens)");
+                Some(TIMELINE_OFF)
+            }
+            Err(_) => None,
+        };
+        if let Some(state) = learned {
+            self.timeline_tokens.store(state, Ordering::Relaxed);
+        }
+        self
     }
 
     /// Whether each statement is prepared once per server connection (SQL `PREPARE` under a name
@@ -411,6 +466,7 @@ impl fmt::Debug for Db {
         f.debug_struct("Db")
             .field("cancel_on_deadline", &self.cancel_on_deadline)
             .field("prepared_statements", &self.prepared_statements)
+            .field("timeline_tokens", &self.timeline_tokens())
             .field("max_size", &self.pool.max_size())
             .field("connections", &state.connections)
             .field("idle_connections", &state.idle_connections)

@@ -94,7 +94,7 @@ impl Statements {
             ],
             is_leader: Statement::new(
                 render(IS_LEADER, &table),
-                &[Type::TEXT, Type::TEXT, Type::INT8, Type::INT8],
+                &[Type::TEXT, Type::TEXT, Type::INT8, Type::INT8, Type::BOOL],
             ),
             resign: Statement::new(
                 render(RESIGN, &table),
@@ -341,7 +341,13 @@ impl Elector {
                 self.db.run(
                     conn,
                     &self.sql.is_leader,
-                    &[&&*self.name, &&*self.holder, &self.ttl_us, &guard],
+                    &[
+                        &&*self.name,
+                        &&*self.holder,
+                        &self.ttl_us,
+                        &guard,
+                        &self.db.timeline_tokens(),
+                    ],
                 )
             });
         let mut tenure = self.tenure.lock();

@@ -320,7 +320,13 @@ impl Leases {
                 self.shared.db.run(
                     conn,
                     &self.shared.sql.acquire,
-                    &[&key, &&*self.shared.owner, &ttl_us, &keep],
+                    &[
+                        &key,
+                        &&*self.shared.owner,
+                        &ttl_us,
+                        &keep,
+                        &self.shared.db.timeline_tokens(),
+                    ],
                 )
             });
         self.shared.note(&rows);

@@ -46,7 +46,7 @@ impl Statements {
             ],
             acquire: Statement::new(
                 render(ACQUIRE, &table),
-                &[Type::TEXT, Type::TEXT, Type::INT8, Type::BOOL],
+                &[Type::TEXT, Type::TEXT, Type::INT8, Type::BOOL, Type::BOOL],
             ),
             renew: Statement::new(
                 render(RENEW, &table),
@@ -67,7 +67,7 @@ impl Statements {
             supersede: Statement::new(render(SUPERSEDE, &table), &[Type::TEXT]),
             holder: Statement::new(render(HOLDER, &table), &[Type::TEXT]),
             list: Statement::new(render(LIST, &table), &[Type::TEXT]),
-            force_release: Statement::new(render(FORCE_RELEASE, &table), &[Type::TEXT]),
+            force_release: Statement::new(render(FORCE_RELEASE, &table), &[Type::TEXT, Type::BOOL]),
             fence: render(FENCE, &table),
             table,
         })

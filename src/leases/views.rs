@@ -158,7 +158,7 @@ impl Leases {
             "force release lease",
             Policy::ONCE,
             &self.shared.sql.force_release,
-            &[&key],
+            &[&key, &self.shared.db.timeline_tokens()],
         )?;
         if let Some(row) = rows.first() {
             log::info!(

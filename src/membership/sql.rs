@@ -123,6 +123,7 @@ impl Statements {
                     Type::INT4,
                     Type::INT4,
                     Type::INT8,
+                    Type::BOOL,
                 ],
             ),
             shed: dml(

@@ -318,6 +318,7 @@ impl Leaser {
                     &slot,
                     &count,
                     &weight,
+                    &self.db.timeline_tokens(),
                 ],
             )?;
             if rows.is_empty() {

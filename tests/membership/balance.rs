@@ -300,11 +300,11 @@ fn one_hundred_thousand_units_and_eight_leasers_converge_and_claims_use_the_inde
     let mut explain = client();
     explain
         .batch_execute(&format!(
-            "PREPARE claim (text, int4, int8, int4, int4, int8) AS {claim}"
+            "PREPARE claim (text, int4, int8, int4, int4, int8, bool) AS {claim}"
         ))
         .unwrap();
     let execute = format!(
-        "EXPLAIN EXECUTE claim('{}', 64, 64, 12345, 12500, 12500)",
+        "EXPLAIN EXECUTE claim('{}', 64, 64, 12345, 12500, 12500, true)",
         all[0].process_id()
     );
     let claimable = format!("{}_claimable", fleet.units_table);
