@@ -309,3 +309,53 @@ fn bad_schedules_and_jobs_are_refused() {
     }
     assert!(Schedule::cron("0 0 30 2 *").unwrap_err().is_invalid_input());
 }
+
+/// A missing claims table is reported by `start` at once, before any thread runs; one dropped
+/// while the scheduler runs is reported to the hooks at every tick, and the scheduler goes on.
+#[test]
+fn a_permanent_error_ends_start_and_later_ones_reach_the_hooks() {
+    let mut tables = Tables::new();
+    let missing = tables.name("never_made");
+    let every = Schedule::every(Duration::from_millis(100)).unwrap();
+    let started = Instant::now();
+    let err = Scheduler::new(&db())
+        .with_table(&missing)
+        .unwrap()
+        .job("job", every.clone(), |_| Ok(()))
+        .unwrap()
+        .start()
+        .unwrap_err();
+    assert_eq!(err.code().map(|c| c.code()), Some("42P01"), "{err}");
+    assert!(err.is_permanent());
+    assert!(started.elapsed() < Duration::from_secs(5));
+
+    #[derive(Default)]
+    struct Errors(Mutex<Vec<String>>);
+    impl ScheduleHooks for Errors {
+        fn error(&self, job_id: &str, _tick: SystemTime, error: &Error) {
+            self.0.lock().push(format!("{job_id}: {error}"));
+        }
+    }
+    let table = claims_table(&mut tables);
+    let errors = Arc::new(Errors::default());
+    let running = Scheduler::new(&db())
+        .with_table(&table)
+        .unwrap()
+        .with_hooks(errors.clone())
+        .job("job", every, |_| Ok(()))
+        .unwrap()
+        .start()
+        .unwrap();
+    client()
+        .batch_execute(&format!("DROP TABLE {table}"))
+        .unwrap();
+    wait_for("an error at a tick", Duration::from_secs(10), || {
+        errors.0.lock().first().cloned()
+    });
+    running.stop().unwrap();
+    let first = errors.0.lock()[0].clone();
+    assert!(
+        first.starts_with("job: ") && first.contains("42P01"),
+        "{first}"
+    );
+}

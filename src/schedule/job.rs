@@ -328,6 +328,11 @@ pub trait ScheduleHooks: Send + Sync {
     fn refused(&self, job_id: &str, tick: SystemTime) {
         let _ = (job_id, tick);
     }
+    /// Claiming a due tick failed (logged too: at `error` when waiting cannot fix it, such as a
+    /// missing table or privilege); the scheduler goes on with the next tick.
+    fn error(&self, job_id: &str, tick: SystemTime, error: &Error) {
+        let _ = (job_id, tick, error);
+    }
 }
 
 /// Hooks that do nothing.

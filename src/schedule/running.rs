@@ -29,15 +29,27 @@ impl Scheduler {
     /// (`pgtenure-schedule-run`, [`Scheduler::with_workers`]) that claim the due ticks and run the
     /// ones won.
     ///
+    /// It first reads the claims table once: an error that waiting cannot fix (the table is
+    /// missing, the role lacks a privilege) is returned here, before any thread starts; a
+    /// transient one (the database is unreachable) is logged, and the timer keeps trying.
+    ///
     /// # Errors
     ///
     /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when no job was added;
-    /// [`ErrorKind::Setup`](crate::ErrorKind::Setup) when a thread cannot be started.
+    /// [`ErrorKind::Setup`](crate::ErrorKind::Setup) when a thread cannot be started; a
+    /// [permanent](crate::Error::is_permanent) database error of the first read.
     pub fn start(self) -> Result<Scheduling> {
         if self.jobs.is_empty() {
             return Err(Error::invalid_input(
                 "a scheduler with no jobs has nothing to run",
             ));
+        }
+        match self.claims.jobs() {
+            Err(e) if e.is_permanent() => return Err(e),
+            Err(e) => {
+                log::warn!(target: "pgtenure::schedule", "starting while the claims table cannot be read ({e}); the scheduler keeps trying");
+            }
+            Ok(_) => {}
         }
         let scheduler = Arc::new(self);
         let (work, queue) = unbounded::<(Arc<JobState>, SystemTime)>();
@@ -49,7 +61,12 @@ impl Scheduler {
                 .spawn(move || {
                     for (job, tick) in queue {
                         if let Err(e) = scheduler.run_tick(&job, tick) {
-                            log::warn!(target: "pgtenure::schedule", "job {:?}: could not claim tick {tick:?}: {e}", job.job.id);
+                            if e.is_permanent() {
+                                log::error!(target: "pgtenure::schedule", "job {:?}: could not claim tick {tick:?}: {e}", job.job.id);
+                            } else {
+                                log::warn!(target: "pgtenure::schedule", "job {:?}: could not claim tick {tick:?}: {e}", job.job.id);
+                            }
+                            scheduler.hooks.error(&job.job.id, tick, &e);
                         }
                     }
                 })
