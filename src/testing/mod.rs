@@ -28,6 +28,7 @@
 //! ```
 
 mod pgbouncer;
+mod replica;
 mod supervised;
 
 use std::ffi::OsStr;
@@ -41,6 +42,7 @@ use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 
 pub use self::pgbouncer::PgBouncer;
+pub use self::replica::{ReplicatedPostgres, Replication};
 use self::supervised::Supervised;
 use crate::error::{Error, Result};
 use crate::instance::random_u64;
