@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
 
 use super::supervised::Supervised;
 use super::{find_bindir, free_port, initdb, make_dir, retry_start, run_as, RunAs};
@@ -263,18 +263,18 @@ impl ReplicatedPostgres {
         &self.url
     }
 
-    /// Stops forwarding replication traffic: the standby receives no more WAL, and the primary
-    /// hears nothing from it, until [`thaw_replication`](Self::thaw_replication). In
+    /// Stops forwarding replication traffic: once it returns, the standby receives no more WAL, and
+    /// the primary hears nothing from it, until [`thaw_replication`](Self::thaw_replication). In
     /// [`Replication::Synchronous`] mode every commit on the primary then waits.
     pub fn freeze_replication(&self) {
-        self.forwarder.frozen.store(true, Ordering::SeqCst);
+        self.forwarder.freeze();
         log::info!(target: "pgtenure::testing", "replication frozen");
     }
 
     /// Forwards replication traffic again (see
     /// [`freeze_replication`](Self::freeze_replication)).
     pub fn thaw_replication(&self) {
-        self.forwarder.frozen.store(false, Ordering::SeqCst);
+        self.forwarder.thaw();
         log::info!(target: "pgtenure::testing", "replication thawed");
     }
 
@@ -476,7 +476,7 @@ fn base_backup(
 /// [`WRITE_TIMEOUT`] of [`Forwarder::stop`].
 struct Forwarder {
     port: u16,
-    frozen: Arc<AtomicBool>,
+    frozen: Arc<RwLock<bool>>,
     stopping: Arc<AtomicBool>,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
@@ -490,7 +490,7 @@ impl Forwarder {
             .local_addr()
             .map_err(|e| Error::setup("could not listen on 127.0.0.1").with_source(e))?
             .port();
-        let frozen = Arc::new(AtomicBool::new(false));
+        let frozen = Arc::new(RwLock::new(false));
         let stopping = Arc::new(AtomicBool::new(false));
         let (f, s) = (frozen.clone(), stopping.clone());
         let thread = std::thread::Builder::new()
@@ -503,6 +503,15 @@ impl Forwarder {
             stopping,
             thread: Mutex::new(Some(thread)),
         })
+    }
+
+    /// Stops moving bytes; returns once no write is under way (at most [`WRITE_TIMEOUT`]).
+    fn freeze(&self) {
+        *self.frozen.write() = true;
+    }
+
+    fn thaw(&self) {
+        *self.frozen.write() = false;
     }
 
     fn stop(&self) {
@@ -526,7 +535,7 @@ impl Drop for Forwarder {
 fn accept_loop(
     listener: &TcpListener,
     upstream: u16,
-    frozen: &Arc<AtomicBool>,
+    frozen: &Arc<RwLock<bool>>,
     stopping: &Arc<AtomicBool>,
 ) {
     let mut pumps: Vec<JoinHandle<()>> = Vec::new();
@@ -572,29 +581,42 @@ fn accept_loop(
     }
 }
 
-/// Moves bytes from `from` to `to` while not `frozen`, until either side closes or `stopping`;
-/// then closes both.
-fn pump(mut from: TcpStream, mut to: TcpStream, frozen: &AtomicBool, stopping: &AtomicBool) {
+/// Moves bytes from `from` to `to` until either side closes or `stopping`, then closes both. What
+/// it reads while `frozen` it holds until thawed; a write runs under the gate's read lock, so once
+/// [`Forwarder::freeze`] returns no byte moves.
+fn pump(mut from: TcpStream, mut to: TcpStream, frozen: &RwLock<bool>, stopping: &AtomicBool) {
     let configured = from
         .set_read_timeout(Some(POLL))
         .and_then(|()| to.set_write_timeout(Some(WRITE_TIMEOUT)));
     if configured.is_ok() {
         let mut buf = vec![0u8; 64 * 1024];
-        while !stopping.load(Ordering::SeqCst) {
-            if frozen.load(Ordering::SeqCst) {
-                std::thread::sleep(POLL);
-                continue;
-            }
-            match from.read(&mut buf) {
+        'moving: while !stopping.load(Ordering::SeqCst) {
+            let n = match from.read(&mut buf) {
                 Ok(0) => break,
-                Ok(n) => {
-                    if to.write_all(&buf[..n]).is_err() {
-                        break;
-                    }
+                Ok(n) => n,
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        IoErrorKind::WouldBlock | IoErrorKind::TimedOut | IoErrorKind::Interrupted
+                    ) =>
+                {
+                    continue
                 }
-                Err(e) if matches!(e.kind(), IoErrorKind::WouldBlock | IoErrorKind::TimedOut) => {}
-                Err(e) if e.kind() == IoErrorKind::Interrupted => {}
                 Err(_) => break,
+            };
+            loop {
+                if stopping.load(Ordering::SeqCst) {
+                    break 'moving;
+                }
+                let gate = frozen.read();
+                if !*gate {
+                    if to.write_all(&buf[..n]).is_err() {
+                        break 'moving;
+                    }
+                    break;
+                }
+                drop(gate);
+                std::thread::sleep(POLL);
             }
         }
     }
@@ -627,9 +649,7 @@ mod tests {
         client.read_exact(&mut buf).unwrap();
         assert_eq!(&buf, b"pong");
 
-        forwarder.frozen.store(true, Ordering::SeqCst);
-        // A pump may be inside a read when the flag turns: it forwards what that read returns.
-        std::thread::sleep(POLL * 3);
+        forwarder.freeze();
         client.write_all(b"held").unwrap();
         server
             .set_read_timeout(Some(Duration::from_millis(300)))
@@ -639,7 +659,7 @@ mod tests {
             matches!(err.kind(), IoErrorKind::WouldBlock | IoErrorKind::TimedOut),
             "{err}"
         );
-        forwarder.frozen.store(false, Ordering::SeqCst);
+        forwarder.thaw();
         server
             .set_read_timeout(Some(Duration::from_secs(5)))
             .unwrap();

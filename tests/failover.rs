@@ -1,0 +1,498 @@
+//! Failover to a streaming standby (issue 17): the harness itself, then what leases, leadership and
+//! fenced writes keep across a promotion, with a synchronous standby and with a lagging
+//! asynchronous one. Every test starts replicated servers of its own (never `DATABASE_URL`'s: it
+//! kills a server) and prints its trials (`--nocapture` shows them).
+
+use std::collections::BTreeSet;
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use pgtenure::postgres::{self, NoTls};
+use pgtenure::testing::{ReplicatedPostgres, Replication};
+use pgtenure::{Db, Elector, LeaderEvent, Leases};
+
+const CHILD_ENV: &str = "PGTENURE_TEST_CHILD";
+/// The key the holder leases, and the ledger key of the leader's writes.
+const KEY: &str = "job";
+const LEADER_KEY: &str = "leader";
+/// How often the holder writes, and the contender polls.
+const WRITE_EVERY: Duration = Duration::from_millis(20);
+const POLL_EVERY: Duration = Duration::from_millis(100);
+
+fn init_logs() {
+    let _ = env_logger::builder().is_test(true).try_init();
+}
+
+/// Waits until `f` returns `Some`, polling every 10 ms, panicking after `timeout`.
+fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn client(url: &str) -> postgres::Client {
+    postgres::Client::connect(url, NoTls).expect("a direct connection")
+}
+
+/// The application's pool: both servers, read-write only, a short checkout timeout so the threads
+/// see the outage instead of waiting it out in the pool.
+fn pool(pg: &ReplicatedPostgres) -> Db {
+    Db::builder(pg.url())
+        .and_then(|b| b.max_size(8))
+        .and_then(|b| b.connection_timeout(Duration::from_secs(3)))
+        .and_then(|b| b.build())
+        .expect("the two-host URL connects")
+}
+
+/// The lease and leader tables, and the ledger fenced writes go to.
+fn create_tables(db: &Db, url: &str) {
+    Leases::new(db).create_table().unwrap();
+    Elector::new(db).create_table().unwrap();
+    client(url)
+        .batch_execute(
+            "CREATE TABLE ledger (id bigserial PRIMARY KEY, key text NOT NULL,
+                                  token bigint NOT NULL, owner text NOT NULL)",
+        )
+        .unwrap();
+}
+
+/// `(id, key, token, owner)` of every ledger row, in ledger order.
+fn ledger(url: &str) -> Vec<(i64, String, i64, String)> {
+    client(url)
+        .query("SELECT id, key, token, owner FROM ledger ORDER BY id", &[])
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+        .collect()
+}
+
+/// Asserts that, per key, the ledger's tokens never go down and each token has one owner: no two
+/// tenures' fenced writes landed out of order.
+fn assert_ledger_ordered(rows: &[(i64, String, i64, String)]) {
+    let mut last: std::collections::BTreeMap<&str, (i64, &str)> = Default::default();
+    for (id, key, token, owner) in rows {
+        if let Some((t, o)) = last.get(key.as_str()) {
+            assert!(
+                token > t || (token == t && o == owner),
+                "ledger row {id}: {key} token {token} of {owner} after token {t} of {o}"
+            );
+        }
+        last.insert(key, (*token, owner));
+    }
+}
+
+/// What a fenced write came to.
+enum Write {
+    /// Committed: the commit returned Ok, with the row's id.
+    Acked(i64),
+    /// A fence said no: nothing written.
+    Refused,
+    /// An error (the outage): not acknowledged.
+    Failed,
+}
+
+/// One transaction: the fences of the lease tenure `token` of `KEY` and, when given, of the
+/// leadership `term`, then one ledger row per tenure.
+fn fenced_write(
+    db: &Db,
+    leases: &Leases,
+    token: i64,
+    leader: Option<(&Elector, i64)>,
+    owner: &str,
+) -> Write {
+    let attempt = || -> Result<Option<i64>, Box<dyn std::error::Error>> {
+        let mut conn = db.connection()?;
+        let mut tx = conn.transaction()?;
+        if !leases.fence(&mut tx, KEY, token)? {
+            return Ok(None);
+        }
+        let mut id: i64 = tx
+            .query_one(
+                "INSERT INTO ledger (key, token, owner) VALUES ($1, $2, $3) RETURNING id",
+                &[&KEY, &token, &owner],
+            )?
+            .get(0);
+        if let Some((elector, term)) = leader {
+            if !elector.fence(&mut tx, term)? {
+                return Ok(None);
+            }
+            id = tx
+                .query_one(
+                    "INSERT INTO ledger (key, token, owner) VALUES ($1, $2, $3) RETURNING id",
+                    &[&LEADER_KEY, &term, &owner],
+                )?
+                .get(0);
+        }
+        tx.commit()?;
+        Ok(Some(id))
+    };
+    match attempt() {
+        Ok(Some(id)) => Write::Acked(id),
+        Ok(None) => Write::Refused,
+        Err(_) => Write::Failed,
+    }
+}
+
+/// A thread that runs `step` every `every` until stopped; `stop` joins it.
+struct Looping {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Looping {
+    fn start(every: Duration, mut step: impl FnMut() + Send + 'static) -> Looping {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            while !flag.load(Ordering::SeqCst) {
+                step();
+                std::thread::sleep(every);
+            }
+        });
+        Looping {
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    fn stop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(thread) = self.thread.take() {
+            thread.join().expect("a test thread");
+        }
+    }
+}
+
+impl Drop for Looping {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// One trial's figures, a row of the printed table.
+#[derive(Debug, Default)]
+struct Trial {
+    outage: Duration,
+    lease_survived: bool,
+    leadership_survived: bool,
+    acked: usize,
+    lost_acked: usize,
+    contender_grants: usize,
+    token_before: i64,
+    token_after: i64,
+    term_before: i64,
+    term_after: i64,
+}
+
+fn print_table(title: &str, trials: &[Trial]) {
+    let mut out = format!(
+        "\n{title}\n trial | outage ms | lease kept | leadership kept | acked writes | lost acked \
+         | contender grants | token before -> after | term before -> after\n"
+    );
+    for (i, t) in trials.iter().enumerate() {
+        out.push_str(&format!(
+            " {:>5} | {:>9} | {:>10} | {:>15} | {:>12} | {:>10} | {:>16} | {:>8} -> {:<8} | {:>6} -> {}\n",
+            i + 1,
+            t.outage.as_millis(),
+            t.lease_survived,
+            t.leadership_survived,
+            t.acked,
+            t.lost_acked,
+            t.contender_grants,
+            t.token_before,
+            t.token_after,
+            t.term_before,
+            t.term_after,
+        ));
+    }
+    println!("{out}");
+}
+
+/// The harness: the standby follows, a frozen standby falls behind, a failover loses what it had
+/// not received and leaves a writable server behind the two-host URL, and `stop` cleans up.
+#[test]
+fn the_harness_streams_freezes_and_fails_over() {
+    init_logs();
+    let started = Instant::now();
+    let pg = ReplicatedPostgres::start(Replication::Asynchronous).unwrap();
+    let start_time = started.elapsed();
+    let mut primary = client(pg.primary_url());
+    primary
+        .batch_execute("CREATE TABLE t (v int); INSERT INTO t VALUES (1)")
+        .unwrap();
+    let mut standby = client(pg.standby_url());
+    wait_for(
+        "the standby to replay the row",
+        Duration::from_secs(10),
+        || {
+            let n: i64 = standby
+                .query_one("SELECT count(*) FROM t", &[])
+                .ok()?
+                .get(0);
+            (n == 1).then_some(())
+        },
+    );
+    assert!(standby.batch_execute("INSERT INTO t VALUES (9)").is_err());
+    wait_for("no lag", Duration::from_secs(10), || {
+        (pg.replication_lag().unwrap() == 0).then_some(())
+    });
+
+    pg.freeze_replication();
+    primary.batch_execute("INSERT INTO t VALUES (2)").unwrap();
+    assert!(pg.replication_lag().unwrap() > 0, "the standby is behind");
+    drop(primary);
+
+    let outage = pg.fail_over().unwrap();
+    let mut app = client(pg.url());
+    let values: Vec<i32> = app
+        .query("SELECT v FROM t ORDER BY v", &[])
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(
+        values,
+        [1],
+        "the row the frozen standby never received is lost"
+    );
+    app.batch_execute("INSERT INTO t VALUES (3)").unwrap();
+    assert!(pg.fail_over().unwrap_err().to_string().contains("already"));
+    assert!(client(pg.standby_url())
+        .query_one("SELECT NOT pg_is_in_recovery()", &[])
+        .unwrap()
+        .get::<_, bool>(0));
+    println!("harness: start {start_time:?}, failover outage {outage:?}");
+
+    let dirs: Vec<PathBuf> = own_dirs(std::process::id());
+    assert!(dirs.len() >= 2, "{dirs:?}");
+    pg.stop().unwrap();
+    assert!(dirs.iter().all(|d| !d.exists()), "{dirs:?}");
+}
+
+/// The `pgtenure-<pid>-*` directories of process `pid`.
+fn own_dirs(pid: u32) -> Vec<PathBuf> {
+    std::fs::read_dir(std::env::temp_dir())
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with(&format!("pgtenure-{pid}-")))
+        })
+        .collect()
+}
+
+fn accepts(port: u16) -> bool {
+    std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+}
+
+fn port_of(url: &str) -> u16 {
+    url.rsplit(':')
+        .next()
+        .and_then(|rest| rest.split('/').next())
+        .and_then(|p| p.parse().ok())
+        .expect("a port")
+}
+
+#[test]
+fn a_killed_process_leaves_neither_server_nor_directory_behind() {
+    if std::env::var(CHILD_ENV).is_ok() {
+        let pg = ReplicatedPostgres::start(Replication::Synchronous).unwrap();
+        println!(
+            "PORTS={},{}",
+            port_of(pg.primary_url()),
+            port_of(pg.standby_url())
+        );
+        println!("READY");
+        std::thread::sleep(Duration::from_secs(60));
+        return;
+    }
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "a_killed_process_leaves_neither_server_nor_directory_behind",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD_ENV, "kill")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let mut ports: Vec<u16> = Vec::new();
+    for line in BufReader::new(child.stdout.take().unwrap()).lines() {
+        let line = line.unwrap();
+        if let Some((_, list)) = line.split_once("PORTS=") {
+            ports = list.split(',').map(|p| p.trim().parse().unwrap()).collect();
+        }
+        if line.ends_with("READY") {
+            break;
+        }
+    }
+    assert_eq!(ports.len(), 2, "the child started both servers");
+    assert!(ports.iter().all(|p| accepts(*p)));
+    assert_eq!(own_dirs(pid).len(), 2);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    wait_for(
+        "both orphaned servers to stop and their directories to go",
+        Duration::from_secs(30),
+        || (ports.iter().all(|p| !accepts(*p)) && own_dirs(pid).is_empty()).then_some(()),
+    );
+}
+
+/// One synchronous trial: a holder with a managed lease and the leadership writes fenced rows every
+/// 20 ms through the two-host URL, a contender polls every 100 ms; the primary is killed and the
+/// standby promoted.
+fn synchronous_trial() -> Trial {
+    // Several seconds longer than the ~1-2 s failover measured here.
+    let ttl = Duration::from_secs(8);
+    let pg = ReplicatedPostgres::start(Replication::Synchronous).unwrap();
+    let db = pool(&pg);
+    create_tables(&db, pg.primary_url());
+
+    let holder = Leases::new(&db).with_owner("holder").unwrap();
+    let lease = Arc::new(holder.acquire(KEY, ttl).unwrap().expect("a free key"));
+    let token = lease.token();
+    let elector = Elector::new(&db)
+        .with_holder("holder")
+        .unwrap()
+        .with_ttl(ttl)
+        .unwrap()
+        .with_retry_period(Duration::from_millis(500))
+        .unwrap();
+    let leadership = elector.campaign().unwrap();
+    let term = match leadership
+        .events()
+        .recv_timeout(Duration::from_secs(10))
+        .unwrap()
+    {
+        LeaderEvent::Elected { term } => term,
+        other => panic!("expected to be elected, got {other:?}"),
+    };
+
+    let acked = Arc::new(Mutex::new(Vec::<i64>::new()));
+    let failed = Arc::new(AtomicUsize::new(0));
+    let refused = Arc::new(AtomicUsize::new(0));
+    let mut writer = {
+        let (db, holder, elector) = (db.clone(), holder.clone(), leadership.elector().clone());
+        let (acked, failed, refused) = (acked.clone(), failed.clone(), refused.clone());
+        Looping::start(WRITE_EVERY, move || {
+            match fenced_write(&db, &holder, token, Some((&elector, term)), "holder") {
+                Write::Acked(id) => acked.lock().unwrap().push(id),
+                Write::Refused => {
+                    refused.fetch_add(1, Ordering::SeqCst);
+                }
+                Write::Failed => {
+                    failed.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+        })
+    };
+    let grants = Arc::new(AtomicUsize::new(0));
+    let mut contender = {
+        let leases = Leases::new(&db).with_owner("contender").unwrap();
+        let elector = Elector::new(&db)
+            .with_holder("contender")
+            .unwrap()
+            .with_ttl(ttl)
+            .unwrap();
+        let grants = grants.clone();
+        Looping::start(POLL_EVERY, move || {
+            if let Ok(Some(_)) = leases.try_acquire(KEY, ttl) {
+                grants.fetch_add(1, Ordering::SeqCst);
+            }
+            if let Ok(true) = elector.is_leader() {
+                grants.fetch_add(1, Ordering::SeqCst);
+            }
+        })
+    };
+    let acks = || acked.lock().unwrap().len();
+    wait_for("20 fenced writes before", Duration::from_secs(20), || {
+        (acks() >= 20).then_some(())
+    });
+
+    let outage = pg.fail_over().unwrap();
+    let before = acks();
+    wait_for("20 fenced writes after", Duration::from_secs(30), || {
+        (acks() >= before + 20).then_some(())
+    });
+    writer.stop();
+    contender.stop();
+
+    let lease_survived = lease.is_held() && lease.loss().is_none();
+    let leadership_survived = leadership.term() == Some(term);
+    let acked = acked.lock().unwrap().clone();
+    let rows = ledger(pg.url());
+    let on_new: BTreeSet<i64> = rows.iter().map(|r| r.0).collect();
+    let lost_acked = acked.iter().filter(|id| !on_new.contains(id)).count();
+    assert_ledger_ordered(&rows);
+    let row = holder.holder(KEY).unwrap().expect("the lease row");
+    assert_eq!((row.owner.as_str(), row.token), ("holder", token));
+    assert_eq!(
+        refused.load(Ordering::SeqCst),
+        0,
+        "no fence refused the holder"
+    );
+
+    // New tenures after the promotion get larger tokens and terms.
+    Arc::into_inner(lease).unwrap().release().unwrap();
+    leadership.stop().unwrap();
+    let next = Leases::new(&db)
+        .with_owner("next")
+        .unwrap()
+        .try_acquire(KEY, ttl)
+        .unwrap()
+        .expect("the released key");
+    let next_elector = Elector::new(&db).with_holder("next").unwrap();
+    assert!(next_elector.is_leader().unwrap());
+    let trial = Trial {
+        outage,
+        lease_survived,
+        leadership_survived,
+        acked: acked.len(),
+        lost_acked,
+        contender_grants: grants.load(Ordering::SeqCst),
+        token_before: token,
+        token_after: next.token(),
+        term_before: term,
+        term_after: next_elector.term().unwrap(),
+    };
+    pg.stop().unwrap();
+    trial
+}
+
+#[test]
+fn a_synchronous_failover_keeps_every_acknowledged_write_the_lease_and_the_leadership() {
+    init_logs();
+    let trials: Vec<Trial> = (0..2).map(|_| synchronous_trial()).collect();
+    print_table(
+        "synchronous standby, primary killed and standby promoted",
+        &trials,
+    );
+    for t in &trials {
+        assert_eq!(t.lost_acked, 0, "{t:?}");
+        assert!(t.lease_survived && t.leadership_survived, "{t:?}");
+        assert_eq!(t.contender_grants, 0, "{t:?}");
+        assert!(t.token_after > t.token_before, "{t:?}");
+        assert!(t.term_after > t.term_before, "{t:?}");
+        assert!(t.acked >= 40, "{t:?}");
+    }
+}
