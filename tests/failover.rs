@@ -186,11 +186,14 @@ impl Drop for Looping {
 }
 
 /// One trial's figures, a row of the printed table.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 struct Trial {
     outage: Duration,
-    lease_survived: bool,
-    leadership_survived: bool,
+    /// `None` where the trial gives them up on purpose (the asynchronous one).
+    lease_survived: Option<bool>,
+    leadership_survived: Option<bool>,
+    /// From the promotion to a successor's grant of the key (the asynchronous trial).
+    successor_wait: Option<Duration>,
     acked: usize,
     lost_acked: usize,
     contender_grants: usize,
@@ -200,18 +203,26 @@ struct Trial {
     term_after: i64,
 }
 
+fn shown(b: Option<bool>) -> &'static str {
+    match b {
+        Some(true) => "yes",
+        Some(false) => "NO",
+        None => "-",
+    }
+}
+
 fn print_table(title: &str, trials: &[Trial]) {
     let mut out = format!(
         "\n{title}\n trial | outage ms | lease kept | leadership kept | acked writes | lost acked \
-         | contender grants | token before -> after | term before -> after\n"
+         | contender grants | token before -> after | term before -> after | successor after ms\n"
     );
     for (i, t) in trials.iter().enumerate() {
         out.push_str(&format!(
-            " {:>5} | {:>9} | {:>10} | {:>15} | {:>12} | {:>10} | {:>16} | {:>8} -> {:<8} | {:>6} -> {}\n",
+            " {:>5} | {:>9} | {:>10} | {:>15} | {:>12} | {:>10} | {:>16} | {:>8} -> {:<8} | {:>6} -> {:<9} | {}\n",
             i + 1,
             t.outage.as_millis(),
-            t.lease_survived,
-            t.leadership_survived,
+            shown(t.lease_survived),
+            shown(t.leadership_survived),
             t.acked,
             t.lost_acked,
             t.contender_grants,
@@ -219,6 +230,8 @@ fn print_table(title: &str, trials: &[Trial]) {
             t.token_after,
             t.term_before,
             t.term_after,
+            t.successor_wait
+                .map_or("-".to_owned(), |d| d.as_millis().to_string()),
         ));
     }
     println!("{out}");
@@ -279,8 +292,8 @@ fn the_harness_streams_freezes_and_fails_over() {
         .get::<_, bool>(0));
     println!("harness: start {start_time:?}, failover outage {outage:?}");
 
-    let dirs: Vec<PathBuf> = own_dirs(std::process::id());
-    assert!(dirs.len() >= 2, "{dirs:?}");
+    let dirs = [pg.primary_dir().to_owned(), pg.standby_dir().to_owned()];
+    assert!(dirs.iter().all(|d| d.join("data").is_dir()), "{dirs:?}");
     pg.stop().unwrap();
     assert!(dirs.iter().all(|d| !d.exists()), "{dirs:?}");
 }
@@ -465,8 +478,8 @@ fn synchronous_trial() -> Trial {
     assert!(next_elector.is_leader().unwrap());
     let trial = Trial {
         outage,
-        lease_survived,
-        leadership_survived,
+        lease_survived: Some(lease_survived),
+        leadership_survived: Some(leadership_survived),
         acked: acked.len(),
         lost_acked,
         contender_grants: grants.load(Ordering::SeqCst),
@@ -489,10 +502,272 @@ fn a_synchronous_failover_keeps_every_acknowledged_write_the_lease_and_the_leade
     );
     for t in &trials {
         assert_eq!(t.lost_acked, 0, "{t:?}");
-        assert!(t.lease_survived && t.leadership_survived, "{t:?}");
+        assert_eq!(t.lease_survived, Some(true), "{t:?}");
+        assert_eq!(t.leadership_survived, Some(true), "{t:?}");
         assert_eq!(t.contender_grants, 0, "{t:?}");
         assert!(t.token_after > t.token_before, "{t:?}");
         assert!(t.term_after > t.term_before, "{t:?}");
         assert!(t.acked >= 40, "{t:?}");
     }
+}
+
+/// What an asynchronous trial found beyond the table's figures.
+#[derive(Debug, Default)]
+struct Lagging {
+    trial: Trial,
+    /// Bytes of WAL the standby had not received when the primary was killed.
+    lag: u64,
+    /// Fenced writes of tenures the new primary never heard of, or of the old holder after a
+    /// successor took the key: refused, or (never) acknowledged.
+    stale_refused: usize,
+    stale_acked: usize,
+}
+
+/// Retries `write` while it fails (a pooled connection to the dead primary), up to 10 s.
+fn settled(mut write: impl FnMut() -> Write) -> Write {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match write() {
+            Write::Failed if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(20))
+            }
+            other => return other,
+        }
+    }
+}
+
+/// One asynchronous trial: the holder writes fenced rows while the standby follows; replication is
+/// frozen; on the primary alone the holder writes on, then releases and resigns, and 40 other
+/// owners take the key and the leadership in turn (each tenure a new token and term, each writing
+/// a fenced row), the last of them ("stale") still holding both; the primary is killed and the
+/// standby promoted; a successor takes over on the new primary.
+fn asynchronous_trial() -> Lagging {
+    let ttl = Duration::from_secs(3);
+    let pg = ReplicatedPostgres::start(Replication::Asynchronous).unwrap();
+    let db = pool(&pg);
+    create_tables(&db, pg.primary_url());
+
+    let holder = Leases::new(&db).with_owner("holder").unwrap();
+    let lease = holder.acquire(KEY, ttl).unwrap().expect("a free key");
+    let token = lease.token();
+    let elector = Elector::new(&db)
+        .with_holder("holder")
+        .unwrap()
+        .with_ttl(ttl)
+        .unwrap();
+    let leadership = elector.campaign().unwrap();
+    let term = match leadership
+        .events()
+        .recv_timeout(Duration::from_secs(10))
+        .unwrap()
+    {
+        LeaderEvent::Elected { term } => term,
+        other => panic!("expected to be elected, got {other:?}"),
+    };
+    let acked = Arc::new(Mutex::new(Vec::<i64>::new()));
+    let mut writer = {
+        let (db, holder, elector) = (db.clone(), holder.clone(), leadership.elector().clone());
+        let acked = acked.clone();
+        Looping::start(WRITE_EVERY, move || {
+            if let Write::Acked(id) =
+                fenced_write(&db, &holder, token, Some((&elector, term)), "holder")
+            {
+                acked.lock().unwrap().push(id);
+            }
+        })
+    };
+    let acks = || acked.lock().unwrap().len();
+    wait_for("20 fenced writes", Duration::from_secs(20), || {
+        (acks() >= 20).then_some(())
+    });
+
+    pg.freeze_replication();
+    let frozen_at = acks();
+    wait_for(
+        "10 fenced writes the standby never gets",
+        Duration::from_secs(20),
+        || (acks() >= frozen_at + 10).then_some(()),
+    );
+    writer.stop();
+    lease.release().unwrap();
+    leadership.stop().unwrap();
+    let (mut max_token, mut max_term) = (token, term);
+    let mut last = None;
+    for i in 0..40 {
+        let owner = if i == 39 {
+            "stale".to_owned()
+        } else {
+            format!("churn{i}")
+        };
+        let leases = Leases::new(&db).with_owner(&owner).unwrap();
+        let grant = leases
+            .try_acquire(KEY, Duration::from_secs(60))
+            .unwrap()
+            .expect("free");
+        let elector = Elector::new(&db)
+            .with_holder(&owner)
+            .unwrap()
+            .with_ttl(Duration::from_secs(60))
+            .unwrap();
+        assert!(elector.is_leader().unwrap(), "{owner} is elected");
+        let term = elector.term().unwrap();
+        assert!(grant.token() > max_token && term > max_term);
+        (max_token, max_term) = (grant.token(), term);
+        match fenced_write(&db, &leases, grant.token(), Some((&elector, term)), &owner) {
+            Write::Acked(id) => acked.lock().unwrap().push(id),
+            _ => panic!("{owner}'s fenced write on the primary"),
+        }
+        if i < 39 {
+            assert!(leases.release(KEY).unwrap());
+            elector.resign().unwrap();
+        } else {
+            last = Some((leases, grant.token(), elector, term));
+        }
+    }
+    let (stale, stale_token, stale_elector, stale_term) = last.unwrap();
+    let lag = pg.replication_lag().unwrap();
+    assert!(lag > 0, "the standby lags");
+
+    let outage = pg.fail_over().unwrap();
+    let promoted = Instant::now();
+    let mut result = Lagging {
+        lag,
+        ..Lagging::default()
+    };
+    let mut stale_write = |w: Write| match w {
+        Write::Acked(_) => result.stale_acked += 1,
+        Write::Refused => result.stale_refused += 1,
+        Write::Failed => panic!("a fenced write failed 10 s after the promotion"),
+    };
+    // The holder of the key on the old primary: its tenure never reached the new one.
+    stale_write(settled(|| {
+        fenced_write(
+            &db,
+            &stale,
+            stale_token,
+            Some((&stale_elector, stale_term)),
+            "stale",
+        )
+    }));
+    stale_write(settled(|| {
+        fenced_write(&db, &stale, stale_token, None, "stale")
+    }));
+
+    // A successor takes the key and the leadership once the tenures the new primary knows lapse.
+    let successor = Leases::new(&db).with_owner("successor").unwrap();
+    let grant = wait_for("the successor's grant", Duration::from_secs(15), || {
+        successor
+            .try_acquire(KEY, Duration::from_secs(60))
+            .ok()
+            .flatten()
+    });
+    let successor_wait = promoted.elapsed();
+    let successor_elector = Elector::new(&db)
+        .with_holder("successor")
+        .unwrap()
+        .with_ttl(Duration::from_secs(60))
+        .unwrap();
+    wait_for("the successor's election", Duration::from_secs(15), || {
+        successor_elector.is_leader().ok().filter(|l| *l)
+    });
+    let successor_term = successor_elector.term().unwrap();
+    for _ in 0..5 {
+        let w = fenced_write(
+            &db,
+            &successor,
+            grant.token(),
+            Some((&successor_elector, successor_term)),
+            "successor",
+        );
+        assert!(matches!(w, Write::Acked(_)), "the successor writes");
+    }
+    // The old holder and the stale one, now that a successor holds the key.
+    stale_write(fenced_write(
+        &db,
+        &holder,
+        token,
+        Some((&elector, term)),
+        "holder",
+    ));
+    stale_write(fenced_write(&db, &holder, token, None, "holder"));
+    stale_write(fenced_write(&db, &stale, stale_token, None, "stale"));
+
+    let rows = ledger(pg.url());
+    assert_ledger_ordered(&rows);
+    let on_new: BTreeSet<i64> = rows.iter().map(|r| r.0).collect();
+    let acked = acked.lock().unwrap().clone();
+    // The new primary's own history only grows.
+    assert!(grant.token() > token && successor_term > term);
+    result.trial = Trial {
+        outage,
+        acked: acked.len(),
+        lost_acked: acked.iter().filter(|id| !on_new.contains(id)).count(),
+        token_before: max_token,
+        token_after: grant.token(),
+        term_before: max_term,
+        term_after: successor_term,
+        successor_wait: Some(successor_wait),
+        ..Trial::default()
+    };
+    pg.stop().unwrap();
+    result
+}
+
+fn print_lagging(title: &str, trials: &[Lagging]) {
+    let table: Vec<Trial> = trials.iter().map(|t| t.trial.clone()).collect();
+    print_table(title, &table);
+    for (i, t) in trials.iter().enumerate() {
+        println!(
+            " trial {}: {} bytes of WAL unreplicated at the kill; stale fenced writes refused {}, \
+             acknowledged {}",
+            i + 1,
+            t.lag,
+            t.stale_refused,
+            t.stale_acked
+        );
+    }
+}
+
+#[test]
+fn an_asynchronous_failover_refuses_stale_fenced_writes_and_keeps_the_ledger_ordered() {
+    init_logs();
+    let trials: Vec<Lagging> = (0..2).map(|_| asynchronous_trial()).collect();
+    print_lagging(
+        "asynchronous standby, frozen, primary killed and standby promoted",
+        &trials,
+    );
+    for t in &trials {
+        assert_eq!(t.stale_acked, 0, "{t:?}");
+        assert_eq!(t.stale_refused, 5, "{t:?}");
+        assert!(
+            t.trial.lost_acked > 0,
+            "the frozen standby lost acknowledged writes: {t:?}"
+        );
+    }
+}
+
+/// Every token and term granted after the promotion is greater than every one handed out before it,
+/// those lost with the old primary included.
+#[test]
+#[ignore = "needs the timeline-folded tokens (issue 17, main)"]
+fn an_asynchronous_failover_never_hands_out_a_token_or_term_again() {
+    init_logs();
+    let lagging = asynchronous_trial();
+    let t = lagging.trial.clone();
+    print_lagging(
+        "asynchronous standby: tokens and terms across the promotion",
+        &[lagging],
+    );
+    assert!(
+        t.token_after > t.token_before,
+        "token {} granted after the promotion, {} already handed out before",
+        t.token_after,
+        t.token_before
+    );
+    assert!(
+        t.term_after > t.term_before,
+        "term {} granted after the promotion, {} already handed out before",
+        t.term_after,
+        t.term_before
+    );
 }

@@ -363,6 +363,16 @@ impl ReplicatedPostgres {
         Ok(outage)
     }
 
+    /// The primary's directory (data, socket and `server.log`), deleted when stopped.
+    pub fn primary_dir(&self) -> &Path {
+        self.primary.dir()
+    }
+
+    /// The standby's directory (data, socket and `server.log`), deleted when stopped.
+    pub fn standby_dir(&self) -> &Path {
+        self.standby.dir()
+    }
+
     /// Whether [`fail_over`](Self::fail_over) ran.
     pub fn has_failed_over(&self) -> bool {
         self.failed_over.load(Ordering::SeqCst)
