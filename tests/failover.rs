@@ -480,6 +480,7 @@ fn synchronous_trial() -> Trial {
         outage,
         lease_survived: Some(lease_survived),
         leadership_survived: Some(leadership_survived),
+        successor_wait: None,
         acked: acked.len(),
         lost_acked,
         contender_grants: grants.load(Ordering::SeqCst),
