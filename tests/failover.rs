@@ -194,6 +194,9 @@ struct Trial {
     leadership_survived: Option<bool>,
     /// From the promotion to a successor's grant of the key (the asynchronous trial).
     successor_wait: Option<Duration>,
+    /// The longest time between two acknowledged fenced writes of the holder (the synchronous
+    /// trial): what the application saw of the outage.
+    write_gap: Option<Duration>,
     acked: usize,
     lost_acked: usize,
     contender_grants: usize,
@@ -213,14 +216,16 @@ fn shown(b: Option<bool>) -> &'static str {
 
 fn print_table(title: &str, trials: &[Trial]) {
     let mut out = format!(
-        "\n{title}\n trial | outage ms | lease kept | leadership kept | acked writes | lost acked \
+        "\n{title}\n trial | outage ms | write gap ms | lease kept | leadership kept | acked writes | lost acked \
          | contender grants | token before -> after | term before -> after | successor after ms\n"
     );
     for (i, t) in trials.iter().enumerate() {
         out.push_str(&format!(
-            " {:>5} | {:>9} | {:>10} | {:>15} | {:>12} | {:>10} | {:>16} | {:>8} -> {:<8} | {:>6} -> {:<9} | {}\n",
+            " {:>5} | {:>9} | {:>12} | {:>10} | {:>15} | {:>12} | {:>10} | {:>16} | {:>8} -> {:<8} | {:>6} -> {:<9} | {}\n",
             i + 1,
             t.outage.as_millis(),
+            t.write_gap
+                .map_or("-".to_owned(), |d| d.as_millis().to_string()),
             shown(t.lease_survived),
             shown(t.leadership_survived),
             t.acked,
@@ -324,6 +329,56 @@ fn port_of(url: &str) -> u16 {
         .expect("a port")
 }
 
+/// In synchronous mode a frozen standby holds every commit up (the primary waits for its
+/// confirmation, `wait_event` `SyncRep`) until it is thawed.
+#[test]
+fn a_frozen_synchronous_standby_holds_commits_until_thawed() {
+    init_logs();
+    let pg = ReplicatedPostgres::start(Replication::Synchronous).unwrap();
+    let mut primary = client(pg.primary_url());
+    primary.batch_execute("CREATE TABLE t (v int)").unwrap();
+    pg.freeze_replication();
+    let url = pg.url().to_owned();
+    let insert = std::thread::spawn(move || {
+        client(&url)
+            .batch_execute("SET application_name = 'held'; INSERT INTO t VALUES (1)")
+            .map_err(|e| e.to_string())
+    });
+    wait_for(
+        "the commit to wait for the standby",
+        Duration::from_secs(10),
+        || {
+            let waiting: i64 = primary
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity
+                  WHERE application_name = 'held' AND wait_event = 'SyncRep'",
+                    &[],
+                )
+                .unwrap()
+                .get(0);
+            (waiting == 1).then_some(())
+        },
+    );
+    assert!(!insert.is_finished());
+    pg.thaw_replication();
+    wait_for("the held commit", Duration::from_secs(10), || {
+        insert.is_finished().then_some(())
+    });
+    insert
+        .join()
+        .unwrap()
+        .expect("the commit returns once thawed");
+    let rows: i64 = client(pg.standby_url())
+        .query_one("SELECT count(*) FROM t", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        rows, 1,
+        "a synchronous commit is on the standby when it returns"
+    );
+    pg.stop().unwrap();
+}
+
 #[test]
 fn a_killed_process_leaves_neither_server_nor_directory_behind() {
     if std::env::var(CHILD_ENV).is_ok() {
@@ -402,14 +457,19 @@ fn synchronous_trial() -> Trial {
     };
 
     let acked = Arc::new(Mutex::new(Vec::<i64>::new()));
+    let acked_at = Arc::new(Mutex::new(Vec::<Instant>::new()));
     let failed = Arc::new(AtomicUsize::new(0));
     let refused = Arc::new(AtomicUsize::new(0));
     let mut writer = {
         let (db, holder, elector) = (db.clone(), holder.clone(), leadership.elector().clone());
         let (acked, failed, refused) = (acked.clone(), failed.clone(), refused.clone());
+        let acked_at = acked_at.clone();
         Looping::start(WRITE_EVERY, move || {
             match fenced_write(&db, &holder, token, Some((&elector, term)), "holder") {
-                Write::Acked(id) => acked.lock().unwrap().push(id),
+                Write::Acked(id) => {
+                    acked.lock().unwrap().push(id);
+                    acked_at.lock().unwrap().push(Instant::now());
+                }
                 Write::Refused => {
                     refused.fetch_add(1, Ordering::SeqCst);
                 }
@@ -453,6 +513,13 @@ fn synchronous_trial() -> Trial {
     let lease_survived = lease.is_held() && lease.loss().is_none();
     let leadership_survived = leadership.term() == Some(term);
     let acked = acked.lock().unwrap().clone();
+    let write_gap = acked_at
+        .lock()
+        .unwrap()
+        .windows(2)
+        .map(|w| w[1] - w[0])
+        .max()
+        .unwrap_or_default();
     let rows = ledger(pg.url());
     let on_new: BTreeSet<i64> = rows.iter().map(|r| r.0).collect();
     let lost_acked = acked.iter().filter(|id| !on_new.contains(id)).count();
@@ -481,6 +548,7 @@ fn synchronous_trial() -> Trial {
         lease_survived: Some(lease_survived),
         leadership_survived: Some(leadership_survived),
         successor_wait: None,
+        write_gap: Some(write_gap),
         acked: acked.len(),
         lost_acked,
         contender_grants: grants.load(Ordering::SeqCst),
@@ -496,7 +564,7 @@ fn synchronous_trial() -> Trial {
 #[test]
 fn a_synchronous_failover_keeps_every_acknowledged_write_the_lease_and_the_leadership() {
     init_logs();
-    let trials: Vec<Trial> = (0..2).map(|_| synchronous_trial()).collect();
+    let trials: Vec<Trial> = (0..3).map(|_| synchronous_trial()).collect();
     print_table(
         "synchronous standby, primary killed and standby promoted",
         &trials,
@@ -732,7 +800,7 @@ fn print_lagging(title: &str, trials: &[Lagging]) {
 #[test]
 fn an_asynchronous_failover_refuses_stale_fenced_writes_and_keeps_the_ledger_ordered() {
     init_logs();
-    let trials: Vec<Lagging> = (0..2).map(|_| asynchronous_trial()).collect();
+    let trials: Vec<Lagging> = (0..3).map(|_| asynchronous_trial()).collect();
     print_lagging(
         "asynchronous standby, frozen, primary killed and standby promoted",
         &trials,
