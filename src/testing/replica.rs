@@ -66,6 +66,7 @@ rm -rf "$dir"
 
 /// How the standby of a [`ReplicatedPostgres`] confirms the primary's commits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Replication {
     /// The primary's `synchronous_standby_names` names the standby and `synchronous_commit` is
     /// `on`: a commit returns once the standby has flushed its WAL, so a failover loses no
@@ -379,7 +380,8 @@ impl ReplicatedPostgres {
     }
 
     /// Stops both servers and the forwarder and deletes the directories, waiting up to 30 s per
-    /// server. Dropping does the same and logs what fails.
+    /// server; the forwarder's threads are joined first, within about half a second (a write they
+    /// are blocked in times out after 500 ms). Dropping does the same and logs what fails.
     ///
     /// # Errors
     ///
