@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -64,26 +64,39 @@ fn create_tables(db: &Db, url: &str) {
     client(url)
         .batch_execute(
             "CREATE TABLE ledger (id bigserial PRIMARY KEY, key text NOT NULL,
-                                  token bigint NOT NULL, owner text NOT NULL)",
+                                  token bigint NOT NULL, owner text NOT NULL,
+                                  write bigint NOT NULL)",
         )
         .unwrap();
 }
 
-/// `(id, key, token, owner)` of every ledger row, in ledger order.
-fn ledger(url: &str) -> Vec<(i64, String, i64, String)> {
+/// A ledger row: `(id, key, token, owner, write)`.
+type Row = (i64, String, i64, String, i64);
+
+/// Every ledger row, in ledger order.
+fn ledger(url: &str) -> Vec<Row> {
     client(url)
-        .query("SELECT id, key, token, owner FROM ledger ORDER BY id", &[])
+        .query(
+            "SELECT id, key, token, owner, write FROM ledger ORDER BY id",
+            &[],
+        )
         .unwrap()
         .iter()
-        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4)))
         .collect()
+}
+
+/// The writes (transactions) a ledger holds. Not its row ids: after an asynchronous promotion the
+/// ledger's `bigserial` hands out the ids of lost rows again, as the token sequences do.
+fn writes(rows: &[Row]) -> BTreeSet<i64> {
+    rows.iter().map(|r| r.4).collect()
 }
 
 /// Asserts that, per key, the ledger's tokens never go down and each token has one owner: no two
 /// tenures' fenced writes landed out of order.
-fn assert_ledger_ordered(rows: &[(i64, String, i64, String)]) {
+fn assert_ledger_ordered(rows: &[Row]) {
     let mut last: std::collections::BTreeMap<&str, (i64, &str)> = Default::default();
-    for (id, key, token, owner) in rows {
+    for (id, key, token, owner, _) in rows {
         if let Some((t, o)) = last.get(key.as_str()) {
             assert!(
                 token > t || (token == t && o == owner),
@@ -96,7 +109,7 @@ fn assert_ledger_ordered(rows: &[(i64, String, i64, String)]) {
 
 /// What a fenced write came to.
 enum Write {
-    /// Committed: the commit returned Ok, with the row's id.
+    /// Committed: the commit returned Ok, with the write's number (its rows' `write`).
     Acked(i64),
     /// A fence said no: nothing written.
     Refused,
@@ -113,35 +126,28 @@ fn fenced_write(
     leader: Option<(&Elector, i64)>,
     owner: &str,
 ) -> Write {
-    let attempt = || -> Result<Option<i64>, Box<dyn std::error::Error>> {
+    static WRITES: AtomicI64 = AtomicI64::new(1);
+    let write = WRITES.fetch_add(1, Ordering::SeqCst);
+    let attempt = || -> Result<bool, Box<dyn std::error::Error>> {
         let mut conn = db.connection()?;
         let mut tx = conn.transaction()?;
+        let insert = "INSERT INTO ledger (key, token, owner, write) VALUES ($1, $2, $3, $4)";
         if !leases.fence(&mut tx, KEY, token)? {
-            return Ok(None);
+            return Ok(false);
         }
-        let mut id: i64 = tx
-            .query_one(
-                "INSERT INTO ledger (key, token, owner) VALUES ($1, $2, $3) RETURNING id",
-                &[&KEY, &token, &owner],
-            )?
-            .get(0);
+        tx.execute(insert, &[&KEY, &token, &owner, &write])?;
         if let Some((elector, term)) = leader {
             if !elector.fence(&mut tx, term)? {
-                return Ok(None);
+                return Ok(false);
             }
-            id = tx
-                .query_one(
-                    "INSERT INTO ledger (key, token, owner) VALUES ($1, $2, $3) RETURNING id",
-                    &[&LEADER_KEY, &term, &owner],
-                )?
-                .get(0);
+            tx.execute(insert, &[&LEADER_KEY, &term, &owner, &write])?;
         }
         tx.commit()?;
-        Ok(Some(id))
+        Ok(true)
     };
     match attempt() {
-        Ok(Some(id)) => Write::Acked(id),
-        Ok(None) => Write::Refused,
+        Ok(true) => Write::Acked(write),
+        Ok(false) => Write::Refused,
         Err(_) => Write::Failed,
     }
 }
@@ -521,7 +527,7 @@ fn synchronous_trial() -> Trial {
         .max()
         .unwrap_or_default();
     let rows = ledger(pg.url());
-    let on_new: BTreeSet<i64> = rows.iter().map(|r| r.0).collect();
+    let on_new = writes(&rows);
     let lost_acked = acked.iter().filter(|id| !on_new.contains(id)).count();
     assert_ledger_ordered(&rows);
     let row = holder.holder(KEY).unwrap().expect("the lease row");
@@ -763,8 +769,12 @@ fn asynchronous_trial() -> Lagging {
 
     let rows = ledger(pg.url());
     assert_ledger_ordered(&rows);
-    let on_new: BTreeSet<i64> = rows.iter().map(|r| r.0).collect();
+    let on_new = writes(&rows);
     let acked = acked.lock().unwrap().clone();
+    assert!(
+        acked[frozen_at..].iter().all(|w| !on_new.contains(w)),
+        "a write acknowledged after the freeze reached the standby"
+    );
     // The new primary's own history only grows.
     assert!(grant.token() > token && successor_term > term);
     result.trial = Trial {
