@@ -850,3 +850,124 @@ fn an_asynchronous_failover_never_hands_out_a_token_or_term_again() {
         t.term_before
     );
 }
+
+/// The issue's worst case, measured: replication frozen longer than the TTL while the holder renews
+/// its lease and leadership on the primary alone; after the promotion the new primary has them
+/// lapsed and grants them to a contender polling every 10 ms, while the old holder may still
+/// believe it holds them. Whatever the design, that belief ends by the holder's local deadline
+/// (invariant 3), and the old holder's fenced writes are refused as soon as the contender holds
+/// the key.
+#[test]
+fn an_asynchronous_failover_bounds_the_old_holders_belief_by_its_ttl() {
+    init_logs();
+    let ttl = Duration::from_secs(3);
+    let pg = ReplicatedPostgres::start(Replication::Asynchronous).unwrap();
+    let db = pool(&pg);
+    create_tables(&db, pg.primary_url());
+    let holder = Leases::new(&db).with_owner("holder").unwrap();
+    let lease = holder.acquire(KEY, ttl).unwrap().expect("a free key");
+    let leadership = Elector::new(&db)
+        .with_holder("holder")
+        .unwrap()
+        .with_ttl(ttl)
+        .unwrap()
+        .campaign()
+        .unwrap();
+    let term = match leadership
+        .events()
+        .recv_timeout(Duration::from_secs(10))
+        .unwrap()
+    {
+        LeaderEvent::Elected { term } => term,
+        other => panic!("expected to be elected, got {other:?}"),
+    };
+
+    pg.freeze_replication();
+    // The scenario itself: the standby misses every renewal for longer than the TTL.
+    std::thread::sleep(ttl + Duration::from_millis(500));
+    assert!(
+        lease.is_held() && leadership.is_leading(),
+        "renewed on the primary"
+    );
+    let outage = pg.fail_over().unwrap();
+
+    let contender = Leases::new(&db).with_owner("contender").unwrap();
+    let grant = wait_for("the contender's grant", Duration::from_secs(10), || {
+        contender.try_acquire(KEY, ttl).ok().flatten()
+    });
+    let granted = Instant::now();
+    let lease_believed = lease.is_held();
+    let lease_left = lease.deadline().saturating_duration_since(granted);
+    let contender_elector = Elector::new(&db)
+        .with_holder("contender")
+        .unwrap()
+        .with_ttl(ttl)
+        .unwrap();
+    wait_for("the contender's election", Duration::from_secs(10), || {
+        contender_elector.is_leader().ok().filter(|l| *l)
+    });
+    let elected = Instant::now();
+    let leadership_believed = leadership.is_leading();
+
+    // Writes stay safe: the old holder's fences fail, the contender's pass.
+    let holder_write = settled(|| {
+        fenced_write(
+            &db,
+            &holder,
+            lease.token(),
+            Some((leadership.elector(), term)),
+            "holder",
+        )
+    });
+    assert!(
+        matches!(holder_write, Write::Refused),
+        "the old holder's write"
+    );
+    let contender_write = fenced_write(
+        &db,
+        &contender,
+        grant.token(),
+        Some((&contender_elector, contender_elector.term().unwrap())),
+        "contender",
+    );
+    assert!(
+        matches!(contender_write, Write::Acked(_)),
+        "the contender's write"
+    );
+
+    // The beliefs end within a TTL of the contender's grant.
+    wait_for("the old holder to see its lease gone", ttl, || {
+        (!lease.is_held()).then_some(())
+    });
+    let lease_overlap = granted.elapsed();
+    wait_for("the old leader to see its leadership gone", ttl, || {
+        (!leadership.is_leading()).then_some(())
+    });
+    let leadership_overlap = elected.elapsed();
+    assert_ledger_ordered(&ledger(pg.url()));
+    println!(
+        "\nasynchronous standby frozen {} ms (TTL {} ms), primary killed: outage {} ms; contender \
+         granted the key while the old holder believed it held it: {lease_believed} ({} ms left, \
+         belief ended {} ms after the grant); elected while the old leader believed it led: \
+         {leadership_believed} (belief ended {} ms after); tokens {} -> {}",
+        (ttl + Duration::from_millis(500)).as_millis(),
+        ttl.as_millis(),
+        outage.as_millis(),
+        lease_left.as_millis(),
+        if lease_believed {
+            lease_overlap.as_millis()
+        } else {
+            0
+        },
+        if leadership_believed {
+            leadership_overlap.as_millis()
+        } else {
+            0
+        },
+        lease.token(),
+        grant.token(),
+    );
+    drop(lease);
+    drop(leadership);
+    pg.stop().unwrap();
+}
