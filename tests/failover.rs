@@ -296,6 +296,19 @@ fn the_harness_streams_freezes_and_fails_over() {
         "the row the frozen standby never received is lost"
     );
     app.batch_execute("INSERT INTO t VALUES (3)").unwrap();
+    // Db::connect takes both forms of a multi-host connection string, and reaches the server
+    // that accepts writes (the second host, now that the first is dead).
+    let pairs = format!(
+        "host=127.0.0.1,127.0.0.1 port={},{} user=postgres dbname=postgres \
+         target_session_attrs=read-write",
+        port_of(pg.primary_url()),
+        port_of(pg.standby_url())
+    );
+    for url in [pg.url(), pairs.as_str()] {
+        let db = Db::connect(url).unwrap();
+        let mut conn = db.connection().unwrap();
+        conn.batch_execute("INSERT INTO t VALUES (4)").unwrap();
+    }
     assert!(pg.fail_over().unwrap_err().to_string().contains("already"));
     assert!(client(pg.standby_url())
         .query_one("SELECT NOT pg_is_in_recovery()", &[])
