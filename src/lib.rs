@@ -45,7 +45,8 @@
 //!   rustls. Off by default; without it a mode that needs TLS is refused, naming the feature.
 //! - `cron`: cron schedules for the scheduler (`schedule::Schedule::cron`, `cron_in` with an IANA
 //!   time zone), with croner and jiff. Off by default.
-//! - `testing`: `testing::TempPostgres`, throwaway servers for tests.
+//! - `testing`: `testing::TempPostgres`, throwaway servers for tests, and
+//!   `testing::ReplicatedPostgres`, a primary with a streaming standby and a failover.
 //!
 //! # Blocking
 //!
@@ -91,7 +92,8 @@
 //! - `table_name`: table-name validation and quoting, the only text substituted into SQL.
 //! - `instance`: who an instance is (the default owner name, hostname, random ids).
 //! - `input`: checks on keys, durations and ticks, run before any statement.
-//! - [`testing`] (feature `testing`): [`testing::TempPostgres`], a throwaway server for tests.
+//! - [`testing`] (feature `testing`): [`testing::TempPostgres`], a throwaway server for tests;
+//!   [`testing::ReplicatedPostgres`], a primary with a streaming standby, for failover tests.
 //!
 //! The SQL lives in `sql/<module>/<operation>.sql`, one statement per file.
 

@@ -425,6 +425,34 @@ mod tests {
         assert_eq!(off.get_options(), None);
     }
 
+    /// A failover setup names the primary and its standby, and asks for the one that accepts
+    /// writes: both forms reach the driver whole.
+    #[test]
+    fn a_multi_host_url_keeps_every_host_and_the_session_target() {
+        use postgres::config::{Host, TargetSessionAttrs};
+        let tcp = |h: &str| Host::Tcp(h.to_owned());
+        for url in [
+            "postgres://postgres@127.0.0.1:5433,127.0.0.2:5434/postgres\
+             ?target_session_attrs=read-write&sslmode=disable",
+            "host=127.0.0.1,127.0.0.2 port=5433,5434 user=postgres dbname=postgres \
+             target_session_attrs=read-write sslmode=disable",
+        ] {
+            let config = Db::builder(url).unwrap().effective_config();
+            assert_eq!(
+                config.get_hosts(),
+                &[tcp("127.0.0.1"), tcp("127.0.0.2")],
+                "{url}"
+            );
+            assert_eq!(config.get_ports(), &[5433, 5434], "{url}");
+            assert_eq!(
+                config.get_target_session_attrs(),
+                TargetSessionAttrs::ReadWrite,
+                "{url}"
+            );
+            assert_eq!(config.get_dbname(), Some("postgres"));
+        }
+    }
+
     #[test]
     fn bad_builder_input_is_refused() {
         assert!(Db::builder("postgres://[::1")

@@ -18,6 +18,10 @@
 //! settings, files in the data directory (a certificate and key for `ssl = on`) and a
 //! `pg_hba.conf` of the test's own.
 //!
+//! [`ReplicatedPostgres`] is a primary with one streaming standby (synchronous or asynchronous),
+//! whose replication can be frozen, and a failover to the standby; it is supervised and cleaned up
+//! the same way.
+//!
 //! ```no_run
 //! # fn main() -> Result<(), pgtenure::Error> {
 //! let pg = pgtenure::testing::TempPostgres::start()?;
@@ -28,6 +32,7 @@
 //! ```
 
 mod pgbouncer;
+mod replica;
 mod supervised;
 
 use std::ffi::OsStr;
@@ -41,6 +46,7 @@ use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 
 pub use self::pgbouncer::PgBouncer;
+pub use self::replica::{ReplicatedPostgres, Replication};
 use self::supervised::Supervised;
 use crate::error::{Error, Result};
 use crate::instance::random_u64;

@@ -1,0 +1,694 @@
+//! A throwaway primary with one streaming standby, and a failover to it.
+
+use std::ffi::OsStr;
+use std::fmt;
+use std::fs;
+use std::io::{ErrorKind as IoErrorKind, Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Mutex, RwLock};
+
+use super::supervised::Supervised;
+use super::{find_bindir, free_port, initdb, make_dir, retry_start, run_as, RunAs};
+use crate::error::{Error, Result};
+
+/// The standby's `application_name`, named by the primary's `synchronous_standby_names` in
+/// synchronous mode, and its replication slot's name.
+const STANDBY_NAME: &str = "pgtenure_standby";
+
+/// How long a start waits for the standby to stream, and a failover for the promoted standby to
+/// accept a write.
+const WAIT: Duration = Duration::from_secs(60);
+
+/// How often the forwarder's threads look at their stop and freeze flags (and so how long a join
+/// waits at most, besides a blocked write's timeout).
+const POLL: Duration = Duration::from_millis(10);
+
+/// How long the forwarder waits to write a chunk before it drops the connection.
+const WRITE_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// The supervisor of each of the two servers: runs `postgres` with the extra arguments it is given,
+/// obeys `crash` (PostgreSQL's immediate shutdown, as `pg_ctl stop -m immediate`, answered
+/// `crashed`), and on end of input stops the server the same way and deletes the directory.
+/// Unlike a [`TempPostgres`](super::TempPostgres), `synchronous_commit` is left to the
+/// configuration: synchronous replication needs it.
+const SUPERVISOR: &str = r#"
+set -u
+bin=$1; dir=$2; port=$3
+shift 3
+"$bin/postgres" -D "$dir/data" -p "$port" -k "$dir" -c listen_addresses=127.0.0.1 \
+    -c fsync=off -c max_connections=200 -c log_min_messages=warning "$@" >>"$dir/server.log" 2>&1 &
+pid=$!
+echo "started $pid"
+crash() {
+    if [ -n "$pid" ]; then
+        "$bin/pg_ctl" -D "$dir/data" -m immediate stop >>"$dir/server.log" 2>&1 \
+            || kill -QUIT "$pid" 2>/dev/null
+        wait "$pid" 2>/dev/null
+        pid=
+    fi
+}
+while read -r cmd; do
+    case "$cmd" in
+        crash) crash; echo crashed ;;
+    esac
+done
+crash
+rm -rf "$dir"
+"#;
+
+/// How the standby of a [`ReplicatedPostgres`] confirms the primary's commits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Replication {
+    /// The primary's `synchronous_standby_names` names the standby and `synchronous_commit` is
+    /// `on`: a commit returns once the standby has flushed its WAL, so a failover loses no
+    /// acknowledged commit (and a standby that stops answering holds every commit up).
+    Synchronous,
+    /// A commit returns once the primary has it; the standby follows as fast as it can, and a
+    /// failover loses what it had not received yet
+    /// ([`ReplicatedPostgres::freeze_replication`] makes that window as wide as a test wants).
+    Asynchronous,
+}
+
+/// A throwaway primary with one streaming standby, for failover tests (feature `testing`).
+///
+/// [`ReplicatedPostgres::start`] runs `initdb` for the primary, starts it, makes the standby with
+/// `pg_basebackup -R` (a physical replication slot, WAL streamed during the copy), starts it, and
+/// returns once the primary sees the standby streaming (as a synchronous standby in
+/// [`Replication::Synchronous`]). It takes about 2–4 s on a small machine, most of it `initdb`.
+///
+/// The standby replicates through a small TCP forwarder inside this process (on 127.0.0.1), which
+/// [`freeze_replication`](ReplicatedPostgres::freeze_replication) stops: the standby then receives
+/// no WAL until [`thaw_replication`](ReplicatedPostgres::thaw_replication), so a failover meanwhile
+/// loses what the primary committed since. [`fail_over`](ReplicatedPostgres::fail_over) stops the
+/// primary as a crash would and promotes the standby. Applications use [`url`](Self::url), which
+/// names both servers with `target_session_attrs=read-write`, as they would in production.
+///
+/// Both servers run as [`TempPostgres`](super::TempPostgres) servers do (same user, `fsync = off`,
+/// each in a `pgtenure-*` directory of its own under a supervising process), and both are stopped
+/// and their directories deleted when this is dropped or the process exits, even by `SIGKILL`.
+/// The standby's configuration leaves `synchronous_standby_names` empty, so once promoted it
+/// accepts commits alone, as a failover tool would reconfigure it.
+///
+/// ```no_run
+/// # fn main() -> Result<(), pgtenure::Error> {
+/// use pgtenure::testing::{ReplicatedPostgres, Replication};
+///
+/// let pg = ReplicatedPostgres::start(Replication::Synchronous)?;
+/// let db = pgtenure::Db::connect(pg.url())?;
+/// pgtenure::migrate(&db)?;
+/// let outage = pg.fail_over()?;
+/// println!("writes were impossible for {outage:?}");
+/// # Ok(())
+/// # }
+/// ```
+pub struct ReplicatedPostgres {
+    replication: Replication,
+    primary_url: String,
+    standby_url: String,
+    url: String,
+    failed_over: AtomicBool,
+    // Dropped in this order: the forwarder's threads are joined, then the servers stopped.
+    forwarder: Forwarder,
+    primary: Supervised,
+    standby: Supervised,
+}
+
+impl ReplicatedPostgres {
+    /// Starts a primary and its standby (see the [type docs](ReplicatedPostgres)); blocks up to
+    /// about a minute per attempt, three attempts at most (another process may take a chosen
+    /// port).
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::Setup`](crate::ErrorKind::Setup) when the server binaries are missing (the
+    /// message names the package), `initdb` or `pg_basebackup` fails, a server does not start
+    /// (its log is quoted), or the standby does not stream within a minute.
+    pub fn start(replication: Replication) -> Result<ReplicatedPostgres> {
+        let bindir = find_bindir()?;
+        let run_as = run_as()?;
+        retry_start(|| ReplicatedPostgres::start_once(&bindir, run_as, replication))
+    }
+
+    fn start_once(
+        bindir: &Path,
+        run_as: Option<RunAs>,
+        replication: Replication,
+    ) -> Result<ReplicatedPostgres> {
+        let primary_dir = make_dir(run_as)?;
+        if let Err(e) = initdb(bindir, &primary_dir, run_as) {
+            let _ = fs::remove_dir_all(&primary_dir);
+            return Err(e);
+        }
+        let primary_port = free_port()?;
+        let mut extra: Vec<String> = Vec::new();
+        if replication == Replication::Synchronous {
+            // On the command line, not in postgresql.conf: pg_basebackup copies that file to the
+            // standby, which must not wait for a standby of its own once promoted.
+            for setting in [
+                format!("synchronous_standby_names={STANDBY_NAME}"),
+                "synchronous_commit=on".to_owned(),
+            ] {
+                extra.push("-c".to_owned());
+                extra.push(setting);
+            }
+        }
+        let primary = spawn(
+            "primary PostgreSQL server",
+            bindir,
+            primary_dir,
+            primary_port,
+            &extra,
+            run_as,
+        )?;
+        let primary_url = format!("postgres://postgres@127.0.0.1:{primary_port}/postgres");
+        primary.wait_ready(&primary_url)?;
+
+        let forwarder = Forwarder::start(primary_port)?;
+        let standby_dir = make_dir(run_as)?;
+        let standby_port = free_port()?;
+        if let Err(e) = base_backup(bindir, &standby_dir, primary_port, forwarder.port, run_as) {
+            let _ = fs::remove_dir_all(&standby_dir);
+            return Err(e);
+        }
+        let standby = spawn(
+            "standby PostgreSQL server",
+            bindir,
+            standby_dir,
+            standby_port,
+            &[],
+            run_as,
+        )?;
+        let standby_url = format!("postgres://postgres@127.0.0.1:{standby_port}/postgres");
+        standby.wait_ready(&standby_url)?;
+        let pg = ReplicatedPostgres {
+            replication,
+            url: format!(
+                "postgres://postgres@127.0.0.1:{primary_port},127.0.0.1:{standby_port}/postgres\
+                 ?target_session_attrs=read-write"
+            ),
+            primary_url,
+            standby_url,
+            failed_over: AtomicBool::new(false),
+            forwarder,
+            primary,
+            standby,
+        };
+        pg.wait_streaming()?;
+        log::info!(
+            target: "pgtenure::testing",
+            "primary on port {primary_port}, {replication:?} standby on port {standby_port}"
+        );
+        Ok(pg)
+    }
+
+    /// Waits until the primary reports the standby streaming (and synchronous, in that mode).
+    fn wait_streaming(&self) -> Result<()> {
+        let want = match self.replication {
+            Replication::Synchronous => "sync",
+            Replication::Asynchronous => "async",
+        };
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let state = connect(&self.primary_url).and_then(|mut client| {
+                client
+                    .query_opt(
+                        "SELECT state, sync_state FROM pg_stat_replication \
+                         WHERE application_name = $1",
+                        &[&STANDBY_NAME],
+                    )
+                    .map(|row| row.map(|r| (r.get::<_, String>(0), r.get::<_, String>(1))))
+            });
+            let last = match state {
+                Ok(Some((state, sync))) if state == "streaming" && sync == want => return Ok(()),
+                Ok(found) => format!("{found:?}"),
+                Err(e) => e.to_string(),
+            };
+            if Instant::now() >= deadline {
+                return Err(self.standby.failure(&format!(
+                    "the standby was not streaming ({want}) within {WAIT:?}; the primary's \
+                     pg_stat_replication said {last}"
+                )));
+            }
+            std::thread::sleep(POLL);
+        }
+    }
+
+    /// How the standby replicates.
+    pub fn replication(&self) -> Replication {
+        self.replication
+    }
+
+    /// The primary alone (`postgres` superuser, trust auth). Dead after
+    /// [`fail_over`](Self::fail_over).
+    pub fn primary_url(&self) -> &str {
+        &self.primary_url
+    }
+
+    /// The standby alone: read-only until [`fail_over`](Self::fail_over) promotes it.
+    pub fn standby_url(&self) -> &str {
+        &self.standby_url
+    }
+
+    /// The URL for the application: both servers, primary first, with
+    /// `target_session_attrs=read-write`, so a new connection reaches whichever accepts writes.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// Stops forwarding replication traffic: once it returns, the standby receives no more WAL, and
+    /// the primary hears nothing from it, until [`thaw_replication`](Self::thaw_replication). In
+    /// [`Replication::Synchronous`] mode every commit on the primary then waits.
+    pub fn freeze_replication(&self) {
+        self.forwarder.freeze();
+        log::info!(target: "pgtenure::testing", "replication frozen");
+    }
+
+    /// Forwards replication traffic again (see
+    /// [`freeze_replication`](Self::freeze_replication)).
+    pub fn thaw_replication(&self) {
+        self.forwarder.thaw();
+        log::info!(target: "pgtenure::testing", "replication thawed");
+    }
+
+    /// Bytes of WAL the primary has written and the standby has not received yet: the most a
+    /// failover now could lose. Two short connections, one to each server.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::Setup`](crate::ErrorKind::Setup) when a server cannot be reached (after
+    /// [`fail_over`](Self::fail_over), the old primary cannot).
+    pub fn replication_lag(&self) -> Result<u64> {
+        let received: Option<String> = connect(&self.standby_url)
+            .and_then(|mut c| c.query_one("SELECT pg_last_wal_receive_lsn()::text", &[]))
+            .map(|row| row.get(0))
+            .map_err(|e| {
+                Error::setup("could not ask the standby its WAL position").with_source(e)
+            })?;
+        let received = received.unwrap_or_else(|| "0/0".to_owned());
+        let lag: f64 = connect(&self.primary_url)
+            .and_then(|mut c| {
+                c.query_one(
+                    "SELECT greatest(pg_wal_lsn_diff(pg_current_wal_lsn(), $1::text::pg_lsn), 0)\
+                     ::float8",
+                    &[&received],
+                )
+            })
+            .map(|row| row.get(0))
+            .map_err(|e| {
+                Error::setup("could not ask the primary its WAL position").with_source(e)
+            })?;
+        Ok(lag as u64)
+    }
+
+    /// Fails over: stops the primary as `pg_ctl stop -m immediate` does (a crash: sessions are cut,
+    /// nothing is flushed or sent any more), promotes the standby (`pg_promote`), and waits until a
+    /// new connection through [`url`](Self::url) can write. Returns how long writes were
+    /// impossible: from the primary's stop to that first write. Blocks up to a minute.
+    ///
+    /// Replication is not thawed: in asynchronous mode, what the standby had not received when
+    /// the primary stopped is lost, as it would be with a real crash.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::Setup`](crate::ErrorKind::Setup) when it already failed over, the primary's
+    /// supervisor does not answer, the standby refuses the promotion, or no write succeeds within a
+    /// minute.
+    pub fn fail_over(&self) -> Result<Duration> {
+        if self.failed_over.swap(true, Ordering::SeqCst) {
+            return Err(Error::setup(
+                "this ReplicatedPostgres already failed over; it has no standby left",
+            ));
+        }
+        let stopped = Instant::now();
+        self.primary.send("crash")?;
+        self.primary.expect_reply("crashed")?;
+        let promoted: bool = connect(&self.standby_url)
+            .and_then(|mut c| c.query_one("SELECT pg_promote(true, 60)", &[]))
+            .map(|row| row.get(0))
+            .map_err(|e| {
+                self.standby
+                    .failure("the standby could not be promoted")
+                    .with_source(e)
+            })?;
+        if !promoted {
+            return Err(self
+                .standby
+                .failure("the standby was not promoted within 60 s"));
+        }
+        let deadline = stopped + WAIT;
+        loop {
+            let write = connect(&self.url)
+                .and_then(|mut c| c.simple_query("SELECT pg_current_xact_id()").map(drop));
+            match write {
+                Ok(()) => break,
+                Err(e) if Instant::now() >= deadline => {
+                    return Err(self
+                        .standby
+                        .failure("the promoted standby accepted no write within a minute")
+                        .with_source(e));
+                }
+                Err(_) => std::thread::sleep(POLL),
+            }
+        }
+        let outage = stopped.elapsed();
+        log::info!(target: "pgtenure::testing", "failed over; writes were impossible for {outage:?}");
+        Ok(outage)
+    }
+
+    /// The primary's directory (data, socket and `server.log`), deleted when stopped.
+    pub fn primary_dir(&self) -> &Path {
+        self.primary.dir()
+    }
+
+    /// The standby's directory (data, socket and `server.log`), deleted when stopped.
+    pub fn standby_dir(&self) -> &Path {
+        self.standby.dir()
+    }
+
+    /// Whether [`fail_over`](Self::fail_over) ran.
+    pub fn has_failed_over(&self) -> bool {
+        self.failed_over.load(Ordering::SeqCst)
+    }
+
+    /// Stops both servers and the forwarder and deletes the directories, waiting up to 30 s per
+    /// server; the forwarder's threads are joined first, within about half a second (a write they
+    /// are blocked in times out after 500 ms). Dropping does the same and logs what fails.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::Setup`](crate::ErrorKind::Setup) when a supervisor did not finish in time (it
+    /// and its server are then killed) or a directory is still there.
+    pub fn stop(self) -> Result<()> {
+        self.forwarder.stop();
+        let primary = self.primary.shutdown();
+        let standby = self.standby.shutdown();
+        primary.and(standby)
+    }
+}
+
+impl fmt::Debug for ReplicatedPostgres {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ReplicatedPostgres")
+            .field("replication", &self.replication)
+            .field("url", &self.url)
+            .field("primary_dir", &self.primary.dir())
+            .field("standby_dir", &self.standby.dir())
+            .field("failed_over", &self.has_failed_over())
+            .finish()
+    }
+}
+
+/// Starts one server under [`SUPERVISOR`] in `dir` (which holds `data`).
+fn spawn(
+    what: &'static str,
+    bindir: &Path,
+    dir: std::path::PathBuf,
+    port: u16,
+    extra: &[String],
+    run_as: Option<RunAs>,
+) -> Result<Supervised> {
+    let port_text = port.to_string();
+    let mut args: Vec<&OsStr> = vec![bindir.as_os_str(), dir.as_os_str(), OsStr::new(&port_text)];
+    args.extend(extra.iter().map(OsStr::new));
+    Supervised::spawn(what, SUPERVISOR, &args, dir.clone(), port, run_as)
+}
+
+/// A driver connection with a short connect timeout, for the harness's own checks.
+fn connect(url: &str) -> std::result::Result<postgres::Client, postgres::Error> {
+    let mut config: postgres::Config = url.parse()?;
+    config.connect_timeout(Duration::from_secs(2));
+    config.connect(postgres::NoTls)
+}
+
+/// Copies the primary into `dir/data` with `pg_basebackup -R` and points the standby's replication
+/// connection at the forwarder, under the standby's `application_name`.
+fn base_backup(
+    bindir: &Path,
+    dir: &Path,
+    primary_port: u16,
+    forwarder_port: u16,
+    run_as: Option<RunAs>,
+) -> Result<()> {
+    let data = dir.join("data");
+    let mut command = Command::new(bindir.join("pg_basebackup"));
+    command
+        .arg("-D")
+        .arg(&data)
+        .args(["-h", "127.0.0.1", "-p", &primary_port.to_string()])
+        .args([
+            "-U",
+            "postgres",
+            "-R",
+            "-X",
+            "stream",
+            "-C",
+            "-S",
+            STANDBY_NAME,
+        ])
+        .args(["--checkpoint=fast", "--no-sync"])
+        .current_dir(dir)
+        .stdin(Stdio::null());
+    if let Some(user) = run_as {
+        command.uid(user.uid).gid(user.gid);
+    }
+    let out = command.output().map_err(|e| {
+        Error::setup(format!("could not run {}/pg_basebackup", bindir.display())).with_source(e)
+    })?;
+    if !out.status.success() {
+        return Err(Error::setup(format!(
+            "pg_basebackup failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    // Later lines win: replicate through the forwarder, as the name synchronous mode waits for.
+    let auto = data.join("postgresql.auto.conf");
+    let lines = format!(
+        "\nprimary_conninfo = 'host=127.0.0.1 port={forwarder_port} user=postgres \
+         application_name={STANDBY_NAME}'\nprimary_slot_name = '{STANDBY_NAME}'\n"
+    );
+    fs::OpenOptions::new()
+        .append(true)
+        .open(&auto)
+        .and_then(|mut file| file.write_all(lines.as_bytes()))
+        .map_err(|e| Error::setup(format!("could not write {}", auto.display())).with_source(e))
+}
+
+/// A TCP forwarder on 127.0.0.1 to the primary's port, for the standby's replication connection,
+/// that can stop moving bytes (while `frozen`). Its threads end within [`POLL`] plus
+/// [`WRITE_TIMEOUT`] of [`Forwarder::stop`].
+struct Forwarder {
+    port: u16,
+    frozen: Arc<RwLock<bool>>,
+    stopping: Arc<AtomicBool>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Forwarder {
+    fn start(upstream: u16) -> Result<Forwarder> {
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.set_nonblocking(true).map(|()| l))
+            .map_err(|e| Error::setup("could not listen on 127.0.0.1").with_source(e))?;
+        let port = listener
+            .local_addr()
+            .map_err(|e| Error::setup("could not listen on 127.0.0.1").with_source(e))?
+            .port();
+        let frozen = Arc::new(RwLock::new(false));
+        let stopping = Arc::new(AtomicBool::new(false));
+        let (f, s) = (frozen.clone(), stopping.clone());
+        let thread = std::thread::Builder::new()
+            .name("pgtenure-forward".into())
+            .spawn(move || accept_loop(&listener, upstream, &f, &s))
+            .map_err(|e| Error::setup("could not start the forwarder's thread").with_source(e))?;
+        Ok(Forwarder {
+            port,
+            frozen,
+            stopping,
+            thread: Mutex::new(Some(thread)),
+        })
+    }
+
+    /// Stops moving bytes; returns once no write is under way (at most [`WRITE_TIMEOUT`]).
+    fn freeze(&self) {
+        *self.frozen.write() = true;
+    }
+
+    fn thaw(&self) {
+        *self.frozen.write() = false;
+    }
+
+    fn stop(&self) {
+        self.stopping.store(true, Ordering::SeqCst);
+        if let Some(thread) = self.thread.lock().take() {
+            if thread.join().is_err() {
+                log::error!(target: "pgtenure::testing", "the replication forwarder's thread panicked");
+            }
+        }
+    }
+}
+
+impl Drop for Forwarder {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Accepts connections until `stopping`, forwarding each to `upstream` on two threads of its own,
+/// and joins them all before it returns.
+fn accept_loop(
+    listener: &TcpListener,
+    upstream: u16,
+    frozen: &Arc<RwLock<bool>>,
+    stopping: &Arc<AtomicBool>,
+) {
+    let mut pumps: Vec<JoinHandle<()>> = Vec::new();
+    while !stopping.load(Ordering::SeqCst) {
+        match listener.accept() {
+            Ok((client, _)) => {
+                if client.set_nonblocking(false).is_err() {
+                    continue;
+                }
+                match TcpStream::connect(("127.0.0.1", upstream)) {
+                    Ok(server) => {
+                        for (from, to) in [(&client, &server), (&server, &client)] {
+                            let pair = from.try_clone().and_then(|a| Ok((a, to.try_clone()?)));
+                            let Ok((from, to)) = pair else { continue };
+                            let (f, s) = (frozen.clone(), stopping.clone());
+                            match std::thread::Builder::new()
+                                .name("pgtenure-forward".into())
+                                .spawn(move || pump(from, to, &f, &s))
+                            {
+                                Ok(handle) => pumps.push(handle),
+                                Err(e) => {
+                                    log::warn!(target: "pgtenure::testing", "no forwarding thread: {e}");
+                                    let _ = client.shutdown(Shutdown::Both);
+                                    let _ = server.shutdown(Shutdown::Both);
+                                }
+                            }
+                        }
+                    }
+                    // The primary is gone: the standby's connection ends at once.
+                    Err(_) => drop(client),
+                }
+            }
+            Err(e) if e.kind() == IoErrorKind::WouldBlock => std::thread::sleep(POLL),
+            Err(e) => {
+                log::warn!(target: "pgtenure::testing", "the replication forwarder could not accept: {e}");
+                std::thread::sleep(POLL);
+            }
+        }
+        pumps.retain(|p| !p.is_finished());
+    }
+    for pump in pumps {
+        let _ = pump.join();
+    }
+}
+
+/// Moves bytes from `from` to `to` until either side closes or `stopping`, then closes both. What
+/// it reads while `frozen` it holds until thawed; a write runs under the gate's read lock, so once
+/// [`Forwarder::freeze`] returns no byte moves.
+fn pump(mut from: TcpStream, mut to: TcpStream, frozen: &RwLock<bool>, stopping: &AtomicBool) {
+    let configured = from
+        .set_read_timeout(Some(POLL))
+        .and_then(|()| to.set_write_timeout(Some(WRITE_TIMEOUT)));
+    if configured.is_ok() {
+        let mut buf = vec![0u8; 64 * 1024];
+        'moving: while !stopping.load(Ordering::SeqCst) {
+            let n = match from.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        IoErrorKind::WouldBlock | IoErrorKind::TimedOut | IoErrorKind::Interrupted
+                    ) =>
+                {
+                    continue
+                }
+                Err(_) => break,
+            };
+            loop {
+                if stopping.load(Ordering::SeqCst) {
+                    break 'moving;
+                }
+                let gate = frozen.read();
+                if !*gate {
+                    if to.write_all(&buf[..n]).is_err() {
+                        break 'moving;
+                    }
+                    break;
+                }
+                drop(gate);
+                std::thread::sleep(POLL);
+            }
+        }
+    }
+    let _ = from.shutdown(Shutdown::Both);
+    let _ = to.shutdown(Shutdown::Both);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn handle_is_send_and_sync() {
+        fn check<T: Send + Sync>() {}
+        check::<ReplicatedPostgres>();
+    }
+
+    /// The forwarder moves bytes both ways, holds them while frozen, and its threads end on stop.
+    #[test]
+    fn the_forwarder_moves_holds_and_stops() {
+        let upstream = TcpListener::bind("127.0.0.1:0").unwrap();
+        let forwarder = Forwarder::start(upstream.local_addr().unwrap().port()).unwrap();
+        let mut client = TcpStream::connect(("127.0.0.1", forwarder.port)).unwrap();
+        let (mut server, _) = upstream.accept().unwrap();
+        client.write_all(b"ping").unwrap();
+        let mut buf = [0u8; 4];
+        server.read_exact(&mut buf).unwrap();
+        assert_eq!(&buf, b"ping");
+        server.write_all(b"pong").unwrap();
+        client.read_exact(&mut buf).unwrap();
+        assert_eq!(&buf, b"pong");
+
+        forwarder.freeze();
+        client.write_all(b"held").unwrap();
+        server
+            .set_read_timeout(Some(Duration::from_millis(300)))
+            .unwrap();
+        let err = server.read(&mut buf).unwrap_err();
+        assert!(
+            matches!(err.kind(), IoErrorKind::WouldBlock | IoErrorKind::TimedOut),
+            "{err}"
+        );
+        forwarder.thaw();
+        server
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        server.read_exact(&mut buf).unwrap();
+        assert_eq!(&buf, b"held");
+
+        let started = Instant::now();
+        forwarder.stop();
+        assert!(
+            started.elapsed() < POLL * 20 + WRITE_TIMEOUT,
+            "{:?}",
+            started.elapsed()
+        );
+        assert_eq!(
+            server.read(&mut buf).unwrap(),
+            0,
+            "the connection was closed"
+        );
+    }
+}
