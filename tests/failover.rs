@@ -841,7 +841,6 @@ fn an_asynchronous_failover_refuses_stale_fenced_writes_and_keeps_the_ledger_ord
 /// Every token and term granted after the promotion is greater than every one handed out before it,
 /// those lost with the old primary included.
 #[test]
-#[ignore = "needs the timeline-folded tokens (issue 17, main)"]
 fn an_asynchronous_failover_never_hands_out_a_token_or_term_again() {
     init_logs();
     let lagging = asynchronous_trial();
