@@ -21,6 +21,13 @@
 //!
 //! Several fleets share one table: each is a row, named with [`Elector::with_name`].
 //!
+//! Across a failover to a standby, terms only grow (they fold in the server's timeline,
+//! [`Db::with_timeline_tokens`](crate::Db::with_timeline_tokens)). With synchronous replication a
+//! failover shorter than the TTL keeps the leader and its term; with asynchronous replication the
+//! new primary may elect another member while the old leader still believes it leads, until its
+//! next renewal is refused (within a retry period for `campaign`): term-fenced writes stay safe,
+//! belief does not. Use synchronous replication where two members must never both act as leader.
+//!
 //! ```no_run
 //! # fn main() -> Result<(), pgtenure::Error> {
 //! use pgtenure::{Db, Elector};

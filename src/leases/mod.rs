@@ -20,6 +20,16 @@
 //! a takeover waits until that transaction ends and a paused, stale holder can never commit a write
 //! after another tenure began.
 //!
+//! # Replication and failover
+//!
+//! Lease rows live on the primary. Tokens only grow across a promotion of a standby, even one that
+//! missed the last writes: new tokens fold in the server's timeline ([`Db::with_timeline_tokens`]).
+//! With **synchronous** replication a failover shorter than the TTL keeps every lease, with its
+//! token. With **asynchronous** replication the new primary may have lost a holder's last renewal
+//! and grant the key to another owner while the old holder still believes it holds it, until its
+//! next renewal is refused (at most a third of the TTL later): fenced writes stay safe (the old
+//! holder's fence fails), belief does not. See the README's "High availability".
+//!
 //! ```no_run
 //! # fn main() -> Result<(), pgtenure::Error> {
 //! # fn export_invoices(_: &mut pgtenure::postgres::Transaction<'_>) -> Result<(), pgtenure::postgres::Error> { Ok(()) }
