@@ -475,3 +475,38 @@ fn a_server_that_refuses_wal_functions_still_grants_with_plain_tokens() {
     // A server that answers them: on, and tokens on the first timeline are the plain ones.
     assert!(db().timeline_tokens());
 }
+
+/// A pool whose server was down for 6 s is usable again soon after the server is back: r2d2 backs
+/// off between attempts to reconnect, up to half its connection timeout (5 s with the default
+/// 10 s, so a promoted standby or a restarted server went unused for seconds); pgtenure caps that
+/// back-off at 500 ms while checkouts still wait the whole timeout.
+#[test]
+fn a_pool_is_usable_again_soon_after_a_long_outage_ends() {
+    let pg = pgtenure::testing::TempPostgres::start().unwrap();
+    let db = Db::connect(pg.url()).unwrap();
+    let fires = FireClaims::new(&db);
+    fires.create_table().unwrap();
+    assert!(fires.claim("before@1").unwrap());
+    let back_at = thread::scope(|scope| {
+        let outage = scope.spawn(|| {
+            pg.restart_after(Duration::from_secs(6)).unwrap();
+            std::time::Instant::now()
+        });
+        // Keep asking through the outage, as a renewal thread would.
+        let mut n = 0;
+        let first_success = loop {
+            n += 1;
+            if fires.claim(&format!("during@{n}")).is_ok() && outage.is_finished() {
+                break std::time::Instant::now();
+            }
+            thread::sleep(Duration::from_millis(20));
+        };
+        let back_at = outage.join().unwrap();
+        first_success.saturating_duration_since(back_at)
+    });
+    println!("usable again {back_at:?} after the server was back");
+    assert!(
+        back_at < Duration::from_secs(2),
+        "the pool stayed unusable {back_at:?} after the server was back"
+    );
+}

@@ -15,6 +15,11 @@ use crate::error::{Error, ErrorKind, Result};
 const DEFAULT_MAX_SIZE: u32 = 16;
 const DEFAULT_POOL_TIMEOUT: Duration = Duration::from_secs(10);
 const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// The longest r2d2 waits between attempts to open a connection while the server is unreachable
+/// (its back-off doubles up to half the pool's connection timeout): so a pool is usable again
+/// within about this long of the server's return (a restart, a promoted standby), not seconds
+/// later. Checkouts still wait the whole connection timeout.
+const MAX_RECONNECT_BACKOFF: Duration = Duration::from_millis(500);
 /// The driver's default keepalive idle time (two hours), which pgtenure shortens.
 const DRIVER_KEEPALIVES_IDLE: Duration = Duration::from_secs(2 * 60 * 60);
 const KEEPALIVES_IDLE: Duration = Duration::from_secs(10);
@@ -188,7 +193,7 @@ impl DbBuilder {
                 .with_source(e)
             })?;
         }
-        let db = Db::from_source(Pooling::new(pool, tls));
+        let db = Db::from_source(Pooling::with_wait(pool, tls, self.connection_timeout));
         Ok(match probed.as_mut() {
             Some(client) => db.probe_timeline(client),
             None => db,
@@ -217,7 +222,7 @@ impl DbBuilder {
             self.effective_config(),
             tls.clone(),
         ));
-        Db::from_source(Pooling::new(pool, tls))
+        Db::from_source(Pooling::with_wait(pool, tls, self.connection_timeout))
     }
 
     /// The TLS connector the settings ask for: `None` for plain connections.
@@ -237,7 +242,7 @@ impl DbBuilder {
     fn pool_builder<T: MakeTls>(&self) -> r2d2::Builder<PostgresConnectionManager<T>> {
         Pool::builder()
             .max_size(self.max_size)
-            .connection_timeout(self.connection_timeout)
+            .connection_timeout(self.connection_timeout.min(MAX_RECONNECT_BACKOFF * 2))
             .test_on_check_out(false)
     }
 

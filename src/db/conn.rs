@@ -134,13 +134,28 @@ impl<T> MakeTls for T where
 pub(crate) struct Pooling<T: MakeTls> {
     pool: Pool<PostgresConnectionManager<T>>,
     canceller: Arc<dyn Canceller>,
+    /// How long a checkout waits for a connection (the pool's own setting may be shorter).
+    wait: Duration,
 }
 
 impl<T: MakeTls> Pooling<T> {
+    /// A pool whose checkouts wait for its own connection timeout.
     pub(crate) fn new(pool: Pool<PostgresConnectionManager<T>>, tls: T) -> Pooling<T> {
+        let wait = pool.connection_timeout();
+        Pooling::with_wait(pool, tls, wait)
+    }
+
+    /// A pool whose checkouts wait up to `wait`, longer than the pool's own connection timeout
+    /// (which also caps r2d2's back-off between attempts to reconnect: half of it).
+    pub(crate) fn with_wait(
+        pool: Pool<PostgresConnectionManager<T>>,
+        tls: T,
+        wait: Duration,
+    ) -> Pooling<T> {
         Pooling {
             pool,
             canceller: Arc::new(CancelWith(tls)),
+            wait,
         }
     }
 
@@ -163,7 +178,7 @@ impl<T: MakeTls> Source for Pooling<T> {
     }
 
     fn connection_timeout(&self) -> Duration {
-        self.pool.connection_timeout()
+        self.wait
     }
 
     fn max_size(&self) -> u32 {

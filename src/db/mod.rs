@@ -151,6 +151,11 @@ impl Db {
     /// operations can fail with [`ErrorKind::Serialization`](crate::ErrorKind::Serialization)
     /// (never granting two holders); pass `options=-c default_transaction_isolation=read\ committed`
     /// in the connection string to avoid that.
+    ///
+    /// r2d2 backs off between attempts to reconnect up to half the pool's `connection_timeout`,
+    /// so after an outage (a restart, a failover) a pool with r2d2's default 30 s can stay unusable
+    /// for up to 15 s after the server is back; checkouts wait the pool's timeout. Pools that
+    /// pgtenure builds cap the back-off at 500 ms and still wait the whole timeout.
     pub fn from_pool(pool: Pool<PostgresConnectionManager<NoTls>>) -> Db {
         Db::from_source(Pooling::new(pool, NoTls))
     }

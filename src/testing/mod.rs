@@ -44,6 +44,7 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
+use std::time::Duration;
 
 pub use self::pgbouncer::PgBouncer;
 pub use self::replica::{ReplicatedPostgres, Replication};
@@ -171,8 +172,19 @@ impl TempPostgres {
     ///
     /// [`ErrorKind::Setup`](crate::ErrorKind::Setup) when the server does not come back.
     pub fn restart(&self) -> Result<()> {
+        self.restart_after(Duration::ZERO)
+    }
+
+    /// As [`TempPostgres::restart`], with the server down for `downtime` in between: an outage of
+    /// a known length, for fault tests (how fast does a pool come back?).
+    ///
+    /// # Errors
+    ///
+    /// As [`TempPostgres::restart`].
+    pub fn restart_after(&self, downtime: Duration) -> Result<()> {
         self.server.send("stop")?;
         self.server.expect_reply("stopped")?;
+        std::thread::sleep(downtime);
         self.server.send("start")?;
         self.server.expect_reply("started")?;
         self.server.wait_ready(&self.url)
