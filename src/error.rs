@@ -152,11 +152,22 @@ impl Error {
 
     /// A pool checkout that timed out or could not open a connection; r2d2's message says what its
     /// last attempt met, when it knows.
-    pub(crate) fn from_pool(context: &str, err: r2d2::Error) -> Error {
-        Error::checkout(format!(
-            "{context} failed: no database connection could be had from the pool in time ({err})"
-        ))
-        .with_source(err)
+    pub(crate) fn from_pool(
+        context: &str,
+        err: r2d2::Error,
+        last_attempt: Option<String>,
+    ) -> Error {
+        let text = match last_attempt {
+            Some(cause) => format!(
+                "{context} failed: no database connection could be had from the pool in time; \
+                 the last attempt to connect: {cause}"
+            ),
+            None => format!(
+                "{context} failed: no database connection could be had from the pool in time \
+                 ({err})"
+            ),
+        };
+        Error::checkout(text).with_source(err)
     }
 
     /// The kind of error, to decide what to do.

@@ -510,3 +510,36 @@ fn a_pool_is_usable_again_soon_after_a_long_outage_ends() {
         "the pool stayed unusable {back_at:?} after the server was back"
     );
 }
+
+/// During an outage, an operation that found no connection in time says why the pool could not
+/// open one (the server's address refused it), not only that the wait timed out.
+#[test]
+fn an_operation_during_an_outage_says_why_no_connection_could_be_had() {
+    let pg = pgtenure::testing::TempPostgres::start().unwrap();
+    let db = Db::builder(pg.url())
+        .unwrap()
+        .connection_timeout(Duration::from_millis(700))
+        .unwrap()
+        .build()
+        .unwrap();
+    let fires = FireClaims::new(&db);
+    fires.create_table().unwrap();
+    thread::scope(|scope| {
+        let outage = scope.spawn(|| pg.restart_after(Duration::from_secs(4)).unwrap());
+        let n = std::cell::Cell::new(0);
+        let err = wait_for("an operation to fail", Duration::from_secs(10), || {
+            n.set(n.get() + 1);
+            fires.claim(&format!("during@{}", n.get())).err()
+        });
+        println!("{err}");
+        assert!(err.is_connection(), "{err}");
+        assert!(
+            err.to_string()
+                .contains("the last attempt to connect: error connecting to server: ")
+                && err.to_string().to_lowercase().contains("refused"),
+            "the cause is told: {err}"
+        );
+        outage.join().unwrap();
+    });
+    assert!(fires.claim("after@1").unwrap(), "usable again");
+}

@@ -7,7 +7,7 @@ use postgres::NoTls;
 use r2d2::Pool;
 use r2d2_postgres::PostgresConnectionManager;
 
-use super::conn::{MakeTls, Pooling};
+use super::conn::{ConnectAttempts, MakeTls, Pooling};
 use super::ssl::SslMode;
 use super::Db;
 use crate::error::{Error, ErrorKind, Result};
@@ -170,8 +170,9 @@ impl DbBuilder {
             Ok(client) => (None, Some(client)),
             Err(e) => (Some(for_good(e)?), None),
         };
+        let attempts = ConnectAttempts::default();
         let pool = self
-            .pool_builder()
+            .pool_builder(&attempts)
             .min_idle(Some(1))
             .build_unchecked(PostgresConnectionManager::new(config.clone(), tls.clone()));
         if let Some(first) = first {
@@ -193,7 +194,7 @@ impl DbBuilder {
                 .with_source(e)
             })?;
         }
-        let db = Db::from_source(Pooling::with_wait(pool, tls, self.connection_timeout));
+        let db = Db::from_source(Pooling::built(pool, tls, self.connection_timeout, attempts));
         Ok(match probed.as_mut() {
             Some(client) => db.probe_timeline(client),
             None => db,
@@ -217,12 +218,13 @@ impl DbBuilder {
     }
 
     fn build_lazy_with<T: MakeTls>(self, tls: T) -> Db {
-        let builder = self.pool_builder().min_idle(Some(0));
+        let attempts = ConnectAttempts::default();
+        let builder = self.pool_builder(&attempts).min_idle(Some(0));
         let pool = builder.build_unchecked(PostgresConnectionManager::new(
             self.effective_config(),
             tls.clone(),
         ));
-        Db::from_source(Pooling::with_wait(pool, tls, self.connection_timeout))
+        Db::from_source(Pooling::built(pool, tls, self.connection_timeout, attempts))
     }
 
     /// The TLS connector the settings ask for: `None` for plain connections.
@@ -239,11 +241,16 @@ impl DbBuilder {
         Ok(None)
     }
 
-    fn pool_builder<T: MakeTls>(&self) -> r2d2::Builder<PostgresConnectionManager<T>> {
+    fn pool_builder<T: MakeTls>(
+        &self,
+        attempts: &ConnectAttempts,
+    ) -> r2d2::Builder<PostgresConnectionManager<T>> {
         Pool::builder()
             .max_size(self.max_size)
             .connection_timeout(self.connection_timeout.min(MAX_RECONNECT_BACKOFF * 2))
             .test_on_check_out(false)
+            .error_handler(Box::new(attempts.clone()))
+            .event_handler(Box::new(attempts.clone()))
     }
 
     fn effective_config(&self) -> postgres::Config {

@@ -107,6 +107,8 @@ pub(crate) trait Source: Send + Sync {
     /// An idle connection, without waiting.
     fn try_get(&self) -> Option<Connection>;
     fn connection_timeout(&self) -> Duration;
+    /// The last failed attempt to connect, with its cause, when known.
+    fn last_connect_error(&self) -> Option<String>;
     fn max_size(&self) -> u32;
     fn state(&self) -> r2d2::State;
 }
@@ -136,26 +138,71 @@ pub(crate) struct Pooling<T: MakeTls> {
     canceller: Arc<dyn Canceller>,
     /// How long a checkout waits for a connection (the pool's own setting may be shorter).
     wait: Duration,
+    /// The pool's last failed attempt to connect, when pgtenure built the pool.
+    attempts: Option<ConnectAttempts>,
+}
+
+/// r2d2's error and event handler for the pools pgtenure builds: keeps the last failed attempt to
+/// open a connection with its whole cause ("error connecting to server: Connection refused (os
+/// error 111)"; r2d2 keeps only the first words) until a connection opens, so a checkout that times
+/// out meanwhile says why, and logs it under `pgtenure::db` at `warn` (r2d2 would log every attempt
+/// at `error`).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ConnectAttempts(Arc<parking_lot::Mutex<Option<String>>>);
+
+impl ConnectAttempts {
+    pub(crate) fn last(&self) -> Option<String> {
+        self.0.lock().clone()
+    }
+}
+
+impl r2d2::HandleError<postgres::Error> for ConnectAttempts {
+    fn handle_error(&self, error: postgres::Error) {
+        let mut text = error.to_string();
+        let mut cause = std::error::Error::source(&error);
+        while let Some(c) = cause {
+            text.push_str(": ");
+            text.push_str(&c.to_string());
+            cause = c.source();
+        }
+        log::warn!(target: "pgtenure::db", "opening a pool connection failed: {text}");
+        *self.0.lock() = Some(text);
+    }
+}
+
+/// A connection opened: the last failure is history, and no longer the reason for a wait.
+impl r2d2::HandleEvent for ConnectAttempts {
+    fn handle_acquire(&self, _event: r2d2::event::AcquireEvent) {
+        *self.0.lock() = None;
+    }
 }
 
 impl<T: MakeTls> Pooling<T> {
     /// A pool whose checkouts wait for its own connection timeout.
     pub(crate) fn new(pool: Pool<PostgresConnectionManager<T>>, tls: T) -> Pooling<T> {
         let wait = pool.connection_timeout();
-        Pooling::with_wait(pool, tls, wait)
+        Pooling {
+            pool,
+            canceller: Arc::new(CancelWith(tls)),
+            wait,
+            attempts: None,
+        }
     }
 
-    /// A pool whose checkouts wait up to `wait`, longer than the pool's own connection timeout
-    /// (which also caps r2d2's back-off between attempts to reconnect: half of it).
-    pub(crate) fn with_wait(
+    /// A pool pgtenure built: its checkouts wait up to `wait`, longer than the pool's own
+    /// connection timeout (which also caps r2d2's back-off between attempts to reconnect: half of
+    /// it), and `attempts` is its error handler.
+    pub(crate) fn built(
         pool: Pool<PostgresConnectionManager<T>>,
         tls: T,
         wait: Duration,
+        attempts: ConnectAttempts,
     ) -> Pooling<T> {
         Pooling {
             pool,
             canceller: Arc::new(CancelWith(tls)),
             wait,
+            attempts: Some(attempts),
         }
     }
 
@@ -179,6 +226,10 @@ impl<T: MakeTls> Source for Pooling<T> {
 
     fn connection_timeout(&self) -> Duration {
         self.wait
+    }
+
+    fn last_connect_error(&self) -> Option<String> {
+        self.attempts.as_ref().and_then(ConnectAttempts::last)
     }
 
     fn max_size(&self) -> u32 {

@@ -328,7 +328,7 @@ impl Db {
         }
         self.pool
             .get_timeout(wait)
-            .map_err(|e| Error::from_pool(context, e))
+            .map_err(|e| Error::from_pool(context, e, self.pool.last_connect_error()))
     }
 
     /// Runs `statement` on a pooled connection, sending it again on another connection only when
