@@ -19,6 +19,14 @@ fn sixteen_threads_contend_and_no_two_tenures_overlap_in_the_fenced_ledger() {
     let raw_grants = Arc::new(AtomicU64::new(0));
     let ttl = Duration::from_millis(300);
     let run_for = Duration::from_secs(4);
+    // A pool of its own: sixteen threads holding fenced transactions while their acquires wait
+    // for the row's lock can take every connection of a shared pool, and the other tests' leases
+    // (TTLs of 150 ms) then wait for one past their deadlines.
+    let stress = pgtenure::Db::builder(&crate::common::url())
+        .and_then(|b| b.max_size(40))
+        .and_then(|b| b.build())
+        .unwrap()
+        .with_cancel_on_deadline(!crate::common::through_pgbouncer());
     let (t, l, r, g) = (
         table.clone(),
         ledger.clone(),
@@ -26,9 +34,13 @@ fn sixteen_threads_contend_and_no_two_tenures_overlap_in_the_fenced_ledger() {
         raw_grants.clone(),
     );
     crate::common::race(16, move |i| {
-        let leases = other(&t).with_owner(&format!("worker-{i}")).unwrap();
+        let leases = pgtenure::Leases::new(&stress)
+            .with_table(&t)
+            .unwrap()
+            .with_owner(&format!("worker-{i}"))
+            .unwrap();
         let write = |token: i64| -> bool {
-            let mut conn = db().connection().unwrap();
+            let mut conn = stress.connection().unwrap();
             let mut tx = conn.transaction().unwrap();
             if !leases.fence(&mut tx, "hot", token).unwrap() {
                 return false;
