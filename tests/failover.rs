@@ -1,7 +1,9 @@
-//! Failover to a streaming standby (issue 17): the harness itself, then what leases, leadership and
+//! Failover to a streaming standby: the harness itself, then what leases, leadership and
 //! fenced writes keep across a promotion, with a synchronous standby and with a lagging
 //! asynchronous one. Every test starts replicated servers of its own (never `DATABASE_URL`'s: it
 //! kills a server) and prints its trials (`--nocapture` shows them).
+
+mod common;
 
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader};
@@ -12,6 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use common::wait_for;
 use pgtenure::postgres::{self, NoTls};
 use pgtenure::testing::{ReplicatedPostgres, Replication};
 use pgtenure::{Db, Elector, LeaderEvent, Leases};
@@ -26,21 +29,6 @@ const POLL_EVERY: Duration = Duration::from_millis(100);
 
 fn init_logs() {
     let _ = env_logger::builder().is_test(true).try_init();
-}
-
-/// Waits until `f` returns `Some`, polling every 10 ms, panicking after `timeout`.
-fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {timeout:?} waiting for {what}"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
 }
 
 fn client(url: &str) -> postgres::Client {

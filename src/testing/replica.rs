@@ -19,6 +19,11 @@ use super::supervised::Supervised;
 use super::{find_bindir, free_port, initdb, make_dir, retry_start, run_as, RunAs};
 use crate::error::{Error, Result};
 
+const STANDBY_STATE: &str = include_str!("../../sql/testing/standby_state.sql");
+const RECEIVED_LSN: &str = include_str!("../../sql/testing/received_lsn.sql");
+const LAG: &str = include_str!("../../sql/testing/lag.sql");
+const PROMOTE: &str = include_str!("../../sql/testing/promote.sql");
+
 /// The standby's `application_name`, named by the primary's `synchronous_standby_names` in
 /// synchronous mode, and its replication slot's name.
 const STANDBY_NAME: &str = "pgtenure_standby";
@@ -220,11 +225,7 @@ impl ReplicatedPostgres {
         loop {
             let state = connect(&self.primary_url).and_then(|mut client| {
                 client
-                    .query_opt(
-                        "SELECT state, sync_state FROM pg_stat_replication \
-                         WHERE application_name = $1",
-                        &[&STANDBY_NAME],
-                    )
+                    .query_opt(STANDBY_STATE, &[&STANDBY_NAME])
                     .map(|row| row.map(|r| (r.get::<_, String>(0), r.get::<_, String>(1))))
             });
             let last = match state {
@@ -288,20 +289,14 @@ impl ReplicatedPostgres {
     /// [`fail_over`](Self::fail_over), the old primary cannot).
     pub fn replication_lag(&self) -> Result<u64> {
         let received: Option<String> = connect(&self.standby_url)
-            .and_then(|mut c| c.query_one("SELECT pg_last_wal_receive_lsn()::text", &[]))
+            .and_then(|mut c| c.query_one(RECEIVED_LSN, &[]))
             .map(|row| row.get(0))
             .map_err(|e| {
                 Error::setup("could not ask the standby its WAL position").with_source(e)
             })?;
         let received = received.unwrap_or_else(|| "0/0".to_owned());
         let lag: f64 = connect(&self.primary_url)
-            .and_then(|mut c| {
-                c.query_one(
-                    "SELECT greatest(pg_wal_lsn_diff(pg_current_wal_lsn(), $1::text::pg_lsn), 0)\
-                     ::float8",
-                    &[&received],
-                )
-            })
+            .and_then(|mut c| c.query_one(LAG, &[&received]))
             .map(|row| row.get(0))
             .map_err(|e| {
                 Error::setup("could not ask the primary its WAL position").with_source(e)
@@ -332,7 +327,7 @@ impl ReplicatedPostgres {
         self.primary.send("crash")?;
         self.primary.expect_reply("crashed")?;
         let promoted: bool = connect(&self.standby_url)
-            .and_then(|mut c| c.query_one("SELECT pg_promote(true, 60)", &[]))
+            .and_then(|mut c| c.query_one(PROMOTE, &[]))
             .map(|row| row.get(0))
             .map_err(|e| {
                 self.standby
