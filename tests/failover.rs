@@ -7,14 +7,13 @@ mod common;
 
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use common::wait_for;
+use common::{accepts, temp_dirs_of, wait_for};
 use pgtenure::postgres::{self, NoTls};
 use pgtenure::testing::{ReplicatedPostgres, Replication};
 use pgtenure::{Db, Elector, LeaderEvent, Leases};
@@ -310,24 +309,6 @@ fn the_harness_streams_freezes_and_fails_over() {
     assert!(dirs.iter().all(|d| !d.exists()), "{dirs:?}");
 }
 
-/// The `pgtenure-<pid>-*` directories of process `pid`.
-fn own_dirs(pid: u32) -> Vec<PathBuf> {
-    std::fs::read_dir(std::env::temp_dir())
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with(&format!("pgtenure-{pid}-")))
-        })
-        .collect()
-}
-
-fn accepts(port: u16) -> bool {
-    std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
-}
-
 fn port_of(url: &str) -> u16 {
     url.rsplit(':')
         .next()
@@ -423,13 +404,13 @@ fn a_killed_process_leaves_neither_server_nor_directory_behind() {
     }
     assert_eq!(ports.len(), 2, "the child started both servers");
     assert!(ports.iter().all(|p| accepts(*p)));
-    assert_eq!(own_dirs(pid).len(), 2);
+    assert_eq!(temp_dirs_of(pid).len(), 2);
     child.kill().unwrap();
     child.wait().unwrap();
     wait_for(
         "both orphaned servers to stop and their directories to go",
         Duration::from_secs(30),
-        || (ports.iter().all(|p| !accepts(*p)) && own_dirs(pid).is_empty()).then_some(()),
+        || (ports.iter().all(|p| !accepts(*p)) && temp_dirs_of(pid).is_empty()).then_some(()),
     );
 }
 
@@ -454,14 +435,7 @@ fn synchronous_trial() -> Trial {
         .with_retry_period(Duration::from_millis(500))
         .unwrap();
     let leadership = elector.campaign().unwrap();
-    let term = match leadership
-        .events()
-        .recv_timeout(Duration::from_secs(10))
-        .unwrap()
-    {
-        LeaderEvent::Elected { term } => term,
-        other => panic!("expected to be elected, got {other:?}"),
-    };
+    let term = elected(&leadership);
 
     let acked = Arc::new(Mutex::new(Vec::<i64>::new()));
     let acked_at = Arc::new(Mutex::new(Vec::<Instant>::new()));
@@ -632,14 +606,7 @@ fn asynchronous_trial() -> Lagging {
         .with_ttl(ttl)
         .unwrap();
     let leadership = elector.campaign().unwrap();
-    let term = match leadership
-        .events()
-        .recv_timeout(Duration::from_secs(10))
-        .unwrap()
-    {
-        LeaderEvent::Elected { term } => term,
-        other => panic!("expected to be elected, got {other:?}"),
-    };
+    let term = elected(&leadership);
     let acked = Arc::new(Mutex::new(Vec::<i64>::new()));
     let mut writer = {
         let (db, holder, elector) = (db.clone(), holder.clone(), leadership.elector().clone());
@@ -873,14 +840,7 @@ fn an_asynchronous_failover_bounds_the_old_holders_belief_by_its_ttl() {
         .unwrap()
         .campaign()
         .unwrap();
-    let term = match leadership
-        .events()
-        .recv_timeout(Duration::from_secs(10))
-        .unwrap()
-    {
-        LeaderEvent::Elected { term } => term,
-        other => panic!("expected to be elected, got {other:?}"),
-    };
+    let term = elected(&leadership);
 
     pg.freeze_replication();
     // The scenario itself: the standby misses every renewal for longer than the TTL.
@@ -970,4 +930,16 @@ fn an_asynchronous_failover_bounds_the_old_holders_belief_by_its_ttl() {
     drop(lease);
     drop(leadership);
     pg.stop().unwrap();
+}
+
+/// The term of `leadership`'s first event, which must be its election (within 10 s).
+fn elected(leadership: &pgtenure::Leadership) -> i64 {
+    match leadership
+        .events()
+        .recv_timeout(Duration::from_secs(10))
+        .unwrap()
+    {
+        LeaderEvent::Elected { term } => term,
+        other => panic!("expected to be elected, got {other:?}"),
+    }
 }

@@ -3,32 +3,14 @@
 mod common;
 
 use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, SystemTime};
 
-use common::wait_for;
+use common::{accepts, temp_dirs_of, wait_for};
 use pgtenure::testing::TempPostgres;
 use pgtenure::{Db, TickClaims};
 
 const CHILD_ENV: &str = "PGTENURE_TEST_CHILD";
-
-fn accepts(port: u16) -> bool {
-    std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
-}
-
-fn leftovers(pid: u32) -> Vec<PathBuf> {
-    std::fs::read_dir(std::env::temp_dir())
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with(&format!("pgtenure-{pid}-")))
-        })
-        .collect()
-}
 
 #[test]
 fn a_server_survives_a_restart_and_the_pool_recovers() {
@@ -130,7 +112,7 @@ fn a_killed_process_leaves_no_server_or_directory_behind() {
     wait_for(
         "the orphaned server to stop",
         Duration::from_secs(30),
-        || (!accepts(ports[0]) && leftovers(pid).is_empty()).then_some(()),
+        || (!accepts(ports[0]) && temp_dirs_of(pid).is_empty()).then_some(()),
     );
 }
 
@@ -145,6 +127,6 @@ fn a_server_in_a_static_stops_when_the_process_exits() {
     );
     assert_eq!(ports.len(), 2, "{ports:?}");
     wait_for("both servers to stop", Duration::from_secs(30), || {
-        (ports.iter().all(|p| !accepts(*p)) && leftovers(pid).is_empty()).then_some(())
+        (ports.iter().all(|p| !accepts(*p)) && temp_dirs_of(pid).is_empty()).then_some(())
     });
 }

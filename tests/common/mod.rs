@@ -351,3 +351,23 @@ impl pgtenure::membership::Reconciler for Quiet {
     fn units_gained(&self, _: &[pgtenure::membership::Unit]) {}
     fn units_lost(&self, _: &[pgtenure::membership::Unit], _: pgtenure::membership::UnitLoss) {}
 }
+
+/// Whether something accepts TCP connections on this loopback port (a throwaway server still up).
+pub fn accepts(port: u16) -> bool {
+    std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+}
+
+/// The `pgtenure-<pid>-*` directories of process `pid` in the temporary directory: what its
+/// throwaway servers left, if anything.
+pub fn temp_dirs_of(pid: u32) -> Vec<std::path::PathBuf> {
+    std::fs::read_dir(std::env::temp_dir())
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with(&format!("pgtenure-{pid}-")))
+        })
+        .collect()
+}
