@@ -166,8 +166,10 @@ impl DbBuilder {
                 (*t).min(self.connection_timeout)
             });
         probe.connect_timeout(connect_timeout);
-        let (first, mut probed) = match probe.connect(tls.clone()) {
-            Ok(client) => (None, Some(client)),
+        // The first connection also tells whether tokens can fold in the timeline; it is closed
+        // before the pool opens its own.
+        let (first, timeline) = match probe.connect(tls.clone()) {
+            Ok(mut client) => (None, Db::probe_timeline(&mut client)),
             Err(e) => (Some(for_good(e)?), None),
         };
         let attempts = ConnectAttempts::default();
@@ -195,8 +197,8 @@ impl DbBuilder {
             })?;
         }
         let db = Db::from_source(Pooling::built(pool, tls, self.connection_timeout, attempts));
-        Ok(match probed.as_mut() {
-            Some(client) => db.probe_timeline(client),
+        Ok(match timeline {
+            Some(on) => db.with_timeline_tokens(on),
             None => db,
         })
     }

@@ -9,7 +9,6 @@ mod ssl;
 mod tls;
 
 use std::fmt;
-use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -49,14 +48,9 @@ pub struct Db {
     lending: Arc<Lending>,
     cancel_on_deadline: bool,
     prepared_statements: bool,
-    /// Whether new fencing tokens fold in the server's timeline: [`TIMELINE_UNKNOWN`] (then yes),
-    /// [`TIMELINE_ON`] or [`TIMELINE_OFF`]. Shared by clones, set once by the connect probe.
-    timeline_tokens: Arc<AtomicU8>,
+    /// Whether new fencing tokens fold in the server's timeline ([`Db::with_timeline_tokens`]).
+    timeline_tokens: bool,
 }
-
-const TIMELINE_UNKNOWN: u8 = 0;
-const TIMELINE_ON: u8 = 1;
-const TIMELINE_OFF: u8 = 2;
 
 /// Whether the server folds its timeline into tokens: `Some(true)` when a primary answers the WAL
 /// functions, `Some(false)` when it refuses them, `None` when this connection cannot tell (a
@@ -180,7 +174,7 @@ impl Db {
             pool: Arc::new(source),
             cancel_on_deadline: true,
             prepared_statements: true,
-            timeline_tokens: Arc::new(AtomicU8::new(TIMELINE_UNKNOWN)),
+            timeline_tokens: true,
         }
     }
 
@@ -196,33 +190,28 @@ impl Db {
     /// its storage does not lose acknowledged writes at a failover). Turn it off yourself for such
     /// a server behind [`DbBuilder::build_lazy`] or [`Db::from_pool`], or every grant fails with
     /// the server's refusal.
-    pub fn with_timeline_tokens(self, on: bool) -> Db {
-        let state = if on { TIMELINE_ON } else { TIMELINE_OFF };
-        Db {
-            timeline_tokens: Arc::new(AtomicU8::new(state)),
-            ..self
-        }
+    pub fn with_timeline_tokens(mut self, on: bool) -> Db {
+        self.timeline_tokens = on;
+        self
     }
 
     /// See [`Db::with_timeline_tokens`].
     pub fn timeline_tokens(&self) -> bool {
-        self.timeline_tokens.load(Ordering::Relaxed) != TIMELINE_OFF
+        self.timeline_tokens
     }
 
-    /// Records what the connect probe learned of the server (see [`Db::with_timeline_tokens`]).
-    pub(crate) fn probe_timeline(self, client: &mut postgres::Client) -> Db {
-        let learned = match client.query_one(TIMELINE_PROBE, &[]) {
-            Ok(row) => row.get::<_, Option<String>>(0).map(|_| TIMELINE_ON),
+    /// What a connection tells of the server: `Some(true)` when a primary answers the WAL
+    /// functions, `Some(false)` when it refuses them, `None` when it cannot tell (a standby, a
+    /// failure). See [`Db::with_timeline_tokens`].
+    pub(crate) fn probe_timeline(client: &mut postgres::Client) -> Option<bool> {
+        match client.query_one(TIMELINE_PROBE, &[]) {
+            Ok(row) => row.get::<_, Option<String>>(0).map(|_| true),
             Err(e) if e.as_db_error().is_some() => {
                 log::info!(target: "pgtenure::db", "the server refuses WAL functions ({e}): fencing tokens do not fold in its timeline (Db::with_timeline_tokens)");
-                Some(TIMELINE_OFF)
+                Some(false)
             }
             Err(_) => None,
-        };
-        if let Some(state) = learned {
-            self.timeline_tokens.store(state, Ordering::Relaxed);
         }
-        self
     }
 
     /// Whether each statement is prepared once per server connection (SQL `PREPARE` under a name
