@@ -381,3 +381,67 @@ fn a_requested_resignation_ends_the_tenure_at_the_leaders_next_poll() {
     b.resign().unwrap();
     assert!(!a.request_resign().unwrap());
 }
+
+/// The promotion record's hold-off, set by hand as the first poll after a promotion sets it: an
+/// election of a lapsed leadership waits for it, the live leader's renewal does not. (The promotion
+/// itself is `tests/failover.rs`'s.)
+#[test]
+fn a_hold_off_after_a_promotion_delays_the_next_election_but_not_the_leaders_renewal() {
+    let mut tables = Tables::new();
+    let table = table(&mut tables);
+    let a = elector(&table, "a", Duration::from_secs(30));
+    let b = elector(&table, "b", Duration::from_secs(30));
+    let other = elector(&table, "a", Duration::from_millis(300))
+        .with_name("other")
+        .unwrap();
+    assert!(a.is_leader().unwrap());
+    assert!(other.is_leader().unwrap());
+    let lapsed_term = other.term().unwrap();
+    let mut c = client();
+    wait_for(
+        "the short leadership to lapse",
+        Duration::from_secs(5),
+        || {
+            let live: bool = c
+                .query_one(
+                    &format!("SELECT expires_at > now() FROM {table} WHERE name = 'other'"),
+                    &[],
+                )
+                .unwrap()
+                .get(0);
+            (!live).then_some(())
+        },
+    );
+    c.batch_execute(&format!(
+        "UPDATE {table}_promotion SET grants_from = now() + interval '3 seconds'"
+    ))
+    .unwrap();
+    let held_off = Instant::now();
+    let b_other = elector(&table, "b", Duration::from_secs(1))
+        .with_name("other")
+        .unwrap();
+    assert!(!b_other.is_leader().unwrap(), "a lapsed leadership");
+    assert!(
+        !other.is_leader().unwrap(),
+        "its own lapsed leadership, re-elected"
+    );
+    assert!(
+        !elector(&table, "b", Duration::from_secs(1))
+            .with_name("new")
+            .unwrap()
+            .is_leader()
+            .unwrap(),
+        "a fleet nobody led"
+    );
+    assert!(a.is_leader().unwrap(), "the live leader's renewal");
+    assert!(!b.is_leader().unwrap());
+    wait_for("the hold-off to end", Duration::from_secs(10), || {
+        b_other.is_leader().unwrap().then_some(())
+    });
+    assert!(
+        held_off.elapsed() >= Duration::from_millis(2500),
+        "elected {} ms into a 3 s hold-off",
+        held_off.elapsed().as_millis()
+    );
+    assert!(b_other.term().unwrap() > lapsed_term);
+}

@@ -274,7 +274,14 @@ pub fn cases(db: &Db, id: u32) -> Result<Fixture, Error> {
             }),
             script: Script::one(
                 sql("leases/acquire.sql", &lease),
-                vec![v("key"), v("owner"), v("ttl"), v("keep"), Arg::True],
+                vec![
+                    v("key"),
+                    v("owner"),
+                    v("ttl"),
+                    v("keep"),
+                    Arg::True,
+                    Arg::True,
+                ],
             ),
             vars: Box::new(|n| {
                 vars(&[
@@ -308,7 +315,14 @@ pub fn cases(db: &Db, id: u32) -> Result<Fixture, Error> {
                 steps: vec![
                     Step {
                         sql: sql("leases/acquire.sql", &lease),
-                        args: vec![v("key"), v("owner"), v("ttl"), v("keep"), Arg::True],
+                        args: vec![
+                            v("key"),
+                            v("owner"),
+                            v("ttl"),
+                            v("keep"),
+                            Arg::True,
+                            Arg::True,
+                        ],
                         gset: false,
                     },
                     Step {
@@ -392,7 +406,14 @@ pub fn cases(db: &Db, id: u32) -> Result<Fixture, Error> {
             }),
             script: Script::one(
                 sql("elector/is_leader.sql", &leader),
-                vec![v("name"), v("holder"), v("ttl"), Arg::Null, Arg::True],
+                vec![
+                    v("name"),
+                    v("holder"),
+                    v("ttl"),
+                    Arg::Null,
+                    Arg::True,
+                    Arg::True,
+                ],
             ),
             vars: Box::new(|n| {
                 vars(&[
@@ -418,7 +439,14 @@ pub fn cases(db: &Db, id: u32) -> Result<Fixture, Error> {
             }),
             script: Script::one(
                 sql("elector/is_leader.sql", &leader),
-                vec![v("name"), v("holder"), v("ttl"), v("term"), Arg::True],
+                vec![
+                    v("name"),
+                    v("holder"),
+                    v("ttl"),
+                    v("term"),
+                    Arg::True,
+                    Arg::True,
+                ],
             ),
             vars: Box::new(move |n| {
                 vars(&[
@@ -462,7 +490,14 @@ pub fn cases(db: &Db, id: u32) -> Result<Fixture, Error> {
                 steps: vec![
                     Step {
                         sql: sql("elector/is_leader.sql", &leader),
-                        args: vec![v("name"), v("holder"), v("ttl"), Arg::Null, Arg::True],
+                        args: vec![
+                            v("name"),
+                            v("holder"),
+                            v("ttl"),
+                            Arg::Null,
+                            Arg::True,
+                            Arg::True,
+                        ],
                         gset: true,
                     },
                     Step {

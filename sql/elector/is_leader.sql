@@ -10,22 +10,51 @@
 -- down and did), or else the live leader as this statement's snapshot saw it; no row when nobody
 -- leads. holder, term, elected_at and expires_at describe the leader (NULL after an ended tenure).
 -- $1 name, $2 holder, $3 TTL in microseconds, $4 the term this elector holds, or null, $5 fold the
--- server's timeline into new tokens.
+-- server's timeline into new tokens, $6 hold grants off after a promotion.
 -- epoch: with $5, tokens are (timeline - 1) * 2^48 + a sequence value. The server's timeline grows
 -- with every promotion of a standby, so every token drawn after one is above every token drawn
 -- before it, even those whose WAL an asynchronous standby never received (its sequence went back;
 -- the timeline did not). On the first timeline the epoch is 0. Without $5 (servers that refuse WAL
 -- functions, such as Aurora) the epoch is always 0.
+-- promotion, gate: with $6, the first poll to see a new timeline records it and holds elections
+-- (of a lapsed or absent leadership) off for the longest TTL ever asked for ({table:promotion}). A
+-- leader whose last renewals the promoted standby never received believes it leads until its local
+-- deadline, at most one TTL after the old primary's last commit, and nobody else is elected before.
+-- A concurrent first sight that loses the row lock matches nothing (the re-checked row has the new
+-- timeline) and reads the old row from its snapshot: closed as well. A live tenure's renewal is not
+-- held off. Without $6 the record is kept but not obeyed.
 WITH epoch AS (
     SELECT CASE WHEN $5::boolean
-                THEN (('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint - 1)
-                     << 48
-                ELSE 0 END AS base
+                THEN ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint
+                ELSE 0 END AS timeline
+),
+promotion AS (
+    UPDATE {table:promotion} AS p
+       SET timeline = greatest(p.timeline, e.timeline),
+           grants_from = CASE WHEN e.timeline > p.timeline AND p.timeline > 0
+                              THEN greatest(p.grants_from,
+                                            now() + p.longest_ttl * interval '1 microsecond')
+                              ELSE p.grants_from END,
+           longest_ttl = greatest(p.longest_ttl, $3)
+      FROM epoch AS e
+     WHERE e.timeline > p.timeline OR $3 > p.longest_ttl
+    RETURNING p.grants_from
+),
+gate AS (
+    SELECT NOT $6::boolean
+        OR coalesce((SELECT grants_from <= now() FROM promotion),
+                    (SELECT p.grants_from <= now()
+                            AND NOT (e.timeline > p.timeline AND p.timeline > 0)
+                       FROM {table:promotion} AS p, epoch AS e),
+                    true) AS open
+),
+base AS (
+    SELECT CASE WHEN timeline > 0 THEN (timeline - 1) << 48 ELSE 0 END AS base FROM epoch
 ),
 taken AS (
     UPDATE {table} AS e
        SET term = CASE WHEN e.holder = $2 AND e.term = $4 AND e.expires_at > now() THEN e.term
-                       ELSE greatest(e.term + 1, (SELECT base FROM epoch)
+                       ELSE greatest(e.term + 1, (SELECT base FROM base)
                                                  + nextval('{table:term_seq}')) END,
            elected_at = CASE WHEN e.holder = $2 AND e.term = $4 AND e.expires_at > now()
                              THEN e.elected_at ELSE now() END,
@@ -36,14 +65,16 @@ taken AS (
                                            now() + $3::bigint * interval '1 microsecond') END,
            resign_requested = false
      WHERE e.name = $1
-       AND (e.expires_at <= now() OR (e.holder = $2 AND e.term = $4))
+       AND ((e.expires_at <= now() AND (SELECT open FROM gate))
+            OR (e.holder = $2 AND e.term = $4 AND e.expires_at > now()))
     RETURNING e.holder, e.term, e.elected_at, e.expires_at, e.expires_at > now() AS mine
 ),
 created AS (
     INSERT INTO {table} AS e (name, holder, expires_at, term, elected_at)
     SELECT $1, $2, now() + $3::bigint * interval '1 microsecond',
-           (SELECT base FROM epoch) + nextval('{table:term_seq}'), now()
+           (SELECT base FROM base) + nextval('{table:term_seq}'), now()
      WHERE NOT EXISTS (SELECT 1 FROM {table} WHERE name = $1)
+       AND (SELECT open FROM gate)
     ON CONFLICT (name) DO NOTHING
     RETURNING e.holder, e.term, e.elected_at, e.expires_at, true AS mine
 ),

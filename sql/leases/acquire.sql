@@ -5,22 +5,52 @@
 -- acquire matches nothing and skips the insert: no write, no WAL flush. Racing acquirers of a lapsed
 -- key: the UPDATE re-checks the newest row version, so exactly one wins.
 -- $1 key, $2 owner, $3 TTL in microseconds, $4 re-acquire this owner's live tenure, $5 fold the
--- server's timeline into new tokens.
+-- server's timeline into new tokens, $6 hold grants off after a promotion.
 -- epoch: with $5, tokens are (timeline - 1) * 2^48 + a sequence value. The server's timeline grows
 -- with every promotion of a standby, so every token drawn after one is above every token drawn
 -- before it, even those whose WAL an asynchronous standby never received (its sequence went back;
 -- the timeline did not). On the first timeline the epoch is 0. Without $5 (servers that refuse WAL
 -- functions, such as Aurora) the epoch is always 0.
+-- promotion, gate: with $6, the first grant to see a new timeline records it and holds grants of
+-- lapsed and absent keys off for the longest TTL ever asked for ({table:promotion}). A holder whose
+-- last renewals the promoted standby never received believes it holds the key until its local
+-- deadline, at most one TTL after the old primary's last commit, and nobody else is granted the key
+-- before. A concurrent first sight that loses the row lock matches nothing (the re-checked row has
+-- the new timeline) and reads the old row from its snapshot: closed as well. Live tenures are not
+-- held off: this owner's re-acquire of its live raw grant goes on, as renewals do. Without $6 the
+-- record is kept but not obeyed.
 WITH epoch AS (
     SELECT CASE WHEN $5::boolean
-                THEN (('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint - 1)
-                     << 48
-                ELSE 0 END AS base
+                THEN ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint
+                ELSE 0 END AS timeline
+),
+promotion AS (
+    UPDATE {table:promotion} AS p
+       SET timeline = greatest(p.timeline, e.timeline),
+           grants_from = CASE WHEN e.timeline > p.timeline AND p.timeline > 0
+                              THEN greatest(p.grants_from,
+                                            now() + p.longest_ttl * interval '1 microsecond')
+                              ELSE p.grants_from END,
+           longest_ttl = greatest(p.longest_ttl, $3)
+      FROM epoch AS e
+     WHERE e.timeline > p.timeline OR $3 > p.longest_ttl
+    RETURNING p.grants_from
+),
+gate AS (
+    SELECT NOT $6::boolean
+        OR coalesce((SELECT grants_from <= now() FROM promotion),
+                    (SELECT p.grants_from <= now()
+                            AND NOT (e.timeline > p.timeline AND p.timeline > 0)
+                       FROM {table:promotion} AS p, epoch AS e),
+                    true) AS open
+),
+base AS (
+    SELECT CASE WHEN timeline > 0 THEN (timeline - 1) << 48 ELSE 0 END AS base FROM epoch
 ),
 taken AS (
     UPDATE {table} AS l
        SET token = CASE WHEN $4 AND l.owner = $2 AND l.held_until > now() THEN l.token
-                        ELSE greatest(l.token + 1, (SELECT base FROM epoch)
+                        ELSE greatest(l.token + 1, (SELECT base FROM base)
                                                    + nextval('{table:token_seq}')) END,
            acquired_at = CASE WHEN $4 AND l.owner = $2 AND l.held_until > now() THEN l.acquired_at
                               ELSE now() END,
@@ -29,14 +59,16 @@ taken AS (
            held_until = greatest(CASE WHEN l.held_until > now() THEN l.held_until END,
                                  now() + $3::bigint * interval '1 microsecond')
      WHERE l.key = $1
-       AND (l.held_until <= now() OR ($4 AND l.owner = $2))
+       AND ((l.held_until <= now() AND (SELECT open FROM gate))
+            OR ($4 AND l.owner = $2 AND l.held_until > now()))
     RETURNING l.token, l.superseded
 ),
 created AS (
     INSERT INTO {table} AS l (key, owner, held_until, token, superseded, acquired_at)
     SELECT $1, $2, now() + $3::bigint * interval '1 microsecond',
-           (SELECT base FROM epoch) + nextval('{table:token_seq}'), false, now()
+           (SELECT base FROM base) + nextval('{table:token_seq}'), false, now()
      WHERE NOT EXISTS (SELECT 1 FROM {table} WHERE key = $1)
+       AND (SELECT open FROM gate)
     ON CONFLICT (key) DO NOTHING
     RETURNING l.token, l.superseded
 )

@@ -50,6 +50,8 @@ pub struct Db {
     prepared_statements: bool,
     /// Whether new fencing tokens fold in the server's timeline ([`Db::with_timeline_tokens`]).
     timeline_tokens: bool,
+    /// Whether grants wait out a promotion ([`Db::with_promotion_hold_off`]).
+    promotion_hold_off: bool,
 }
 
 /// Whether the server folds its timeline into tokens: `Some(true)` when a primary answers the WAL
@@ -175,6 +177,7 @@ impl Db {
             cancel_on_deadline: true,
             prepared_statements: true,
             timeline_tokens: true,
+            promotion_hold_off: true,
         }
     }
 
@@ -198,6 +201,33 @@ impl Db {
     /// See [`Db::with_timeline_tokens`].
     pub fn timeline_tokens(&self) -> bool {
         self.timeline_tokens
+    }
+
+    /// Whether a lease key or a leadership that has lapsed (or was never held) waits, after a
+    /// promotion of a standby, until one longest TTL has passed since a grant first saw the new
+    /// timeline. With asynchronous replication the promoted standby may have missed a holder's
+    /// last renewals, or its whole grant; that holder believes it holds the key until its local
+    /// deadline, at most one TTL after the old primary's last commit, so the wait keeps anyone
+    /// else from being granted what an old holder still believes it holds. Live tenures are not
+    /// held off: their renewals go on.
+    ///
+    /// The longest TTL is the longest ever asked of the table's grants, kept beside it (the table
+    /// `<table>_promotion`). A TTL first asked for within the replication lag before a failover
+    /// may be lost with that lag, and renewals with a longer TTL than the grants' (the raw
+    /// [`Leases::renew`](crate::Leases::renew)) do not count: keep each key's TTL fixed.
+    ///
+    /// Defaults to `true`. With synchronous replication the standby has every acknowledged
+    /// renewal, and the wait only delays new grants after a failover: turn it off there if that
+    /// matters more. It needs the timeline ([`Db::with_timeline_tokens`]): without it nothing is
+    /// held off. Tick claims, fire claims and membership units are not held off.
+    pub fn with_promotion_hold_off(mut self, on: bool) -> Db {
+        self.promotion_hold_off = on;
+        self
+    }
+
+    /// See [`Db::with_promotion_hold_off`].
+    pub fn promotion_hold_off(&self) -> bool {
+        self.promotion_hold_off
     }
 
     /// What a connection tells of the server: `Some(true)` when a primary answers the WAL
@@ -461,6 +491,7 @@ impl fmt::Debug for Db {
             .field("cancel_on_deadline", &self.cancel_on_deadline)
             .field("prepared_statements", &self.prepared_statements)
             .field("timeline_tokens", &self.timeline_tokens())
+            .field("promotion_hold_off", &self.promotion_hold_off())
             .field("max_size", &self.pool.max_size())
             .field("connections", &state.connections)
             .field("idle_connections", &state.idle_connections)

@@ -5,11 +5,13 @@ use postgres::types::Type;
 
 use super::Db;
 use crate::error::{Error, ErrorKind, Result};
-use crate::table_name::TableName;
+use crate::table_name::{render, TableName};
 
 const LOCK_SQL: &str = include_str!("../../sql/schema/lock.sql");
 const EXISTS_SQL: &str = include_str!("../../sql/schema/table_exists.sql");
 const COMPANION_SQL: &str = include_str!("../../sql/schema/companion.sql");
+const CREATE_PROMOTION: &str = include_str!("../../sql/schema/create_promotion.sql");
+const SEED_PROMOTION: &str = include_str!("../../sql/schema/seed_promotion.sql");
 
 /// The transaction-level advisory lock key every pgtenure `create_table` takes ("pgtenure" in ASCII).
 const DDL_LOCK_KEY: i64 = 0x7067_7465_6e75_7265;
@@ -49,18 +51,19 @@ impl Db {
             }
         }
         for companion in expected {
-            let rows = tx
-                .query_typed(
-                    COMPANION_SQL,
-                    &[(&companion.name, Type::TEXT), (&quoted, Type::TEXT)],
-                )
-                .map_err(fail)?;
-            let found = rows
-                .first()
-                .map(|row| (row.get::<_, String>("kind"), row.get::<_, bool>("on_table")));
+            let mut found = companion_of(&mut tx, companion, &quoted).map_err(fail)?;
+            if found.is_none() && !companion.create.is_empty() {
+                // A companion added in a later version: made for tables that predate it.
+                for statement in &companion.create {
+                    tx.batch_execute(statement).map_err(fail)?;
+                }
+                log::info!(target: "pgtenure::db", "{context}: created {} for {table}", companion.name);
+                found = companion_of(&mut tx, companion, &quoted).map_err(fail)?;
+            }
             let ok = match (companion.kind, &found) {
                 (CompanionKind::Index, Some((kind, on_table))) => kind == "i" && *on_table,
                 (CompanionKind::Sequence, Some((kind, _))) => kind == "S",
+                (CompanionKind::Table, Some((kind, _))) => kind == "r",
                 (_, None) => false,
             };
             if !ok {
@@ -91,11 +94,30 @@ impl Db {
     }
 }
 
-/// An index or sequence a table's statements rely on, by its quoted, schema-qualified name.
+/// What the relation a [`Companion`] names is (`pg_class.relkind`), and whether it is an index on
+/// the table `quoted`; `None` when no relation has the name.
+fn companion_of(
+    tx: &mut postgres::Transaction<'_>,
+    companion: &Companion,
+    quoted: &str,
+) -> std::result::Result<Option<(String, bool)>, postgres::Error> {
+    let rows = tx.query_typed(
+        COMPANION_SQL,
+        &[(&companion.name, Type::TEXT), (&quoted, Type::TEXT)],
+    )?;
+    Ok(rows
+        .first()
+        .map(|row| (row.get::<_, String>("kind"), row.get::<_, bool>("on_table"))))
+}
+
+/// An index, sequence or table a table's statements rely on, by its quoted, schema-qualified name.
 #[derive(Debug, Clone)]
 pub(crate) struct Companion {
     pub(crate) name: String,
     pub(crate) kind: CompanionKind,
+    /// The statements that make it when the table exists without it (a companion added in a later
+    /// version); empty for those the table's own statements make.
+    pub(crate) create: Vec<String>,
 }
 
 /// What a [`Companion`] is.
@@ -105,6 +127,8 @@ pub(crate) enum CompanionKind {
     Index,
     /// A sequence the statements draw tokens from.
     Sequence,
+    /// A table the statements read and write beside it.
+    Table,
 }
 
 impl CompanionKind {
@@ -112,6 +136,7 @@ impl CompanionKind {
         match self {
             CompanionKind::Index => "index",
             CompanionKind::Sequence => "sequence",
+            CompanionKind::Table => "table",
         }
     }
 }
@@ -121,6 +146,7 @@ impl Companion {
         Companion {
             name,
             kind: CompanionKind::Index,
+            create: Vec::new(),
         }
     }
 
@@ -128,6 +154,20 @@ impl Companion {
         Companion {
             name,
             kind: CompanionKind::Sequence,
+            create: Vec::new(),
+        }
+    }
+
+    /// The record of the last promotion `table`'s grants saw (`sql/schema/create_promotion.sql`),
+    /// made with its one row when missing, so tables made before it get it from `create_table`.
+    pub(crate) fn promotion(table: &TableName) -> Companion {
+        Companion {
+            name: table.derived("promotion"),
+            kind: CompanionKind::Table,
+            create: vec![
+                render(CREATE_PROMOTION, table),
+                render(SEED_PROMOTION, table),
+            ],
         }
     }
 }

@@ -101,7 +101,14 @@ impl Statements {
             ],
             is_leader: Statement::new(
                 render(IS_LEADER, &table),
-                &[Type::TEXT, Type::TEXT, Type::INT8, Type::INT8, Type::BOOL],
+                &[
+                    Type::TEXT,
+                    Type::TEXT,
+                    Type::INT8,
+                    Type::INT8,
+                    Type::BOOL,
+                    Type::BOOL,
+                ],
             ),
             resign: Statement::new(
                 render(RESIGN, &table),
@@ -303,7 +310,10 @@ impl Elector {
             "create leader table",
             &self.sql.table,
             &self.sql.create,
-            &[Companion::sequence(self.sql.table.derived("term_seq"))],
+            &[
+                Companion::sequence(self.sql.table.derived("term_seq")),
+                Companion::promotion(&self.sql.table),
+            ],
         )
     }
 
@@ -354,6 +364,7 @@ impl Elector {
                         &self.ttl_us,
                         &guard,
                         &self.db.timeline_tokens(),
+                        &self.db.promotion_hold_off(),
                     ],
                 )
             });

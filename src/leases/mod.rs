@@ -190,7 +190,10 @@ impl Leases {
             "create leases table",
             &sql.table,
             &sql.create,
-            &[Companion::sequence(sql.table.derived("token_seq"))],
+            &[
+                Companion::sequence(sql.table.derived("token_seq")),
+                Companion::promotion(&sql.table),
+            ],
         )
     }
 
@@ -336,6 +339,7 @@ impl Leases {
                         &ttl_us,
                         &keep,
                         &self.shared.db.timeline_tokens(),
+                        &self.shared.db.promotion_hold_off(),
                     ],
                 )
             });

@@ -46,7 +46,14 @@ impl Statements {
             ],
             acquire: Statement::new(
                 render(ACQUIRE, &table),
-                &[Type::TEXT, Type::TEXT, Type::INT8, Type::BOOL, Type::BOOL],
+                &[
+                    Type::TEXT,
+                    Type::TEXT,
+                    Type::INT8,
+                    Type::BOOL,
+                    Type::BOOL,
+                    Type::BOOL,
+                ],
             ),
             renew: Statement::new(
                 render(RENEW, &table),

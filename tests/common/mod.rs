@@ -189,9 +189,9 @@ impl Drop for Tables {
     fn drop(&mut self) {
         if let Ok(mut c) = postgres::Client::connect(&direct_url(), NoTls) {
             for name in &self.names {
-                // The table, and the sequences leases and electors create beside it.
+                // The table, and the sequences and promotion records leases and electors create beside it.
                 let _ = c.batch_execute(&format!(
-                    "DROP TABLE IF EXISTS {name} CASCADE;
+                    "DROP TABLE IF EXISTS {name}, {name}_promotion CASCADE;
                      DROP SEQUENCE IF EXISTS {name}_token_seq, {name}_term_seq"
                 ));
             }

@@ -12,7 +12,7 @@ fn a_serializable_default_makes_contended_acquires_fail_cleanly_never_twice() {
     let role = Role::new(&mut tables, "serializable");
     client()
         .batch_execute(&format!(
-            "GRANT ALL ON {table} TO {0}; GRANT USAGE, UPDATE ON SEQUENCE {table}_token_seq TO {0}",
+            "GRANT ALL ON {table}, {table}_promotion TO {0}; GRANT USAGE, UPDATE ON SEQUENCE {table}_token_seq TO {0}",
             role.name
         ))
         .unwrap();

@@ -359,3 +359,83 @@ fn bad_input_is_refused_before_any_statement_and_stores_nothing() {
         .is_some());
     assert!(row(&table, sqlish).is_some());
 }
+
+/// The promotion record's hold-off, set by hand as the first grant after a promotion sets it: grants
+/// of lapsed and absent keys wait for it, the live tenures' renewals and a raw holder's re-acquire
+/// do not. (The promotion itself is `tests/failover.rs`'s.)
+#[test]
+fn a_hold_off_after_a_promotion_refuses_new_grants_but_not_live_tenures() {
+    let mut tables = Tables::new();
+    let (leases, table) = leases(&mut tables);
+    let b = other(&table).with_owner("b").unwrap();
+    let live = leases
+        .acquire("live", Duration::from_secs(30))
+        .unwrap()
+        .unwrap();
+    let raw = leases
+        .try_acquire("raw", Duration::from_secs(30))
+        .unwrap()
+        .unwrap();
+    assert!(leases
+        .try_acquire("lapsed", Duration::from_millis(200))
+        .unwrap()
+        .is_some());
+    let longest: i64 = client()
+        .query_one(&format!("SELECT longest_ttl FROM {table}_promotion"), &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        longest, 30_000_000,
+        "the longest TTL asked for, in microseconds"
+    );
+    wait_for("the short grant to lapse", Duration::from_secs(5), || {
+        (!row(&table, "lapsed").unwrap().3).then_some(())
+    });
+    client()
+        .batch_execute(&format!(
+            "UPDATE {table}_promotion SET grants_from = now() + interval '3 seconds'"
+        ))
+        .unwrap();
+    let held_off = Instant::now();
+
+    for key in ["lapsed", "absent"] {
+        assert!(
+            b.try_acquire(key, Duration::from_secs(1))
+                .unwrap()
+                .is_none(),
+            "{key}"
+        );
+    }
+    assert_eq!(
+        row(&table, "lapsed").map(|r| r.0).as_deref(),
+        Some(leases.owner())
+    );
+    assert_eq!(row(&table, "absent"), None, "nothing is stored");
+    let again = leases
+        .try_acquire("raw", Duration::from_secs(30))
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        again.token(),
+        raw.token(),
+        "a raw holder's re-acquire of its live grant"
+    );
+    let renewed = leases.renew(&["raw"], Duration::from_secs(30)).unwrap();
+    assert_eq!(renewed.held().collect::<Vec<_>>(), ["raw"]);
+    assert!(live.is_held());
+
+    let grant = wait_for("the hold-off to end", Duration::from_secs(10), || {
+        b.try_acquire("lapsed", Duration::from_secs(1)).unwrap()
+    });
+    assert!(
+        held_off.elapsed() >= Duration::from_millis(2500),
+        "granted {} ms into a 3 s hold-off",
+        held_off.elapsed().as_millis()
+    );
+    assert!(grant.token() > raw.token());
+    assert!(b
+        .try_acquire("absent", Duration::from_secs(1))
+        .unwrap()
+        .is_some());
+    drop(live);
+}
