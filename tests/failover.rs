@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use common::{accepts, temp_dirs_of, wait_for};
 use pgtenure::postgres::{self, NoTls};
 use pgtenure::testing::{ReplicatedPostgres, Replication};
-use pgtenure::{Db, Elector, LeaderEvent, Leases};
+use pgtenure::{Db, Elector, LeaderEvent, Leases, Refusal};
 
 const CHILD_ENV: &str = "PGTENURE_TEST_CHILD";
 /// The key the holder leases, and the ledger key of the leader's writes.
@@ -876,14 +876,21 @@ fn an_asynchronous_failover_grants_nothing_the_old_holder_still_believes_it_hold
     let mut elected_at = None;
     let (mut lease_believed, mut leadership_believed) = (false, false);
     let mut lease_left = Duration::ZERO;
+    let mut first_refusal = None;
     let deadline = Instant::now() + Duration::from_secs(15);
     while (grant.is_none() || elected_at.is_none()) && Instant::now() < deadline {
         if grant.is_none() {
-            if let Ok(Some(g)) = contender.try_acquire(KEY, ttl) {
-                let now = Instant::now();
-                lease_believed = lease.is_held();
-                lease_left = lease.deadline().saturating_duration_since(now);
-                grant = Some((g, now));
+            match contender.try_acquire(KEY, ttl) {
+                Ok(Some(g)) => {
+                    let now = Instant::now();
+                    lease_believed = lease.is_held();
+                    lease_left = lease.deadline().saturating_duration_since(now);
+                    grant = Some((g, now));
+                }
+                Ok(None) if first_refusal.is_none() => {
+                    first_refusal = contender.refusal(KEY).ok();
+                }
+                _ => {}
             }
         }
         if elected_at.is_none() && contender_elector.is_leader().unwrap_or(false) {
@@ -902,6 +909,10 @@ fn an_asynchronous_failover_grants_nothing_the_old_holder_still_believes_it_hold
     assert!(
         !leadership_believed,
         "the contender was elected while the old leader believed it led"
+    );
+    assert!(
+        matches!(first_refusal, Some(Refusal::HeldOff { .. })),
+        "the contender's first refusal: {first_refusal:?}"
     );
 
     // Writes stay safe: the old holder's fences fail, the contender's pass.

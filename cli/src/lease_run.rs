@@ -218,6 +218,12 @@ fn describe(refusal: &Refusal) -> String {
             time(row.held_until)
         ),
         Refusal::ThisFamily(_) => "held by this process".to_owned(),
+        Refusal::HeldOff { until, .. } => format!(
+            "the server was promoted from a standby, and keys that lapsed or were released are \
+             granted again from {} (one longest TTL after the promotion, so that no holder whose \
+             last renewals the standby missed still believes it holds the key)",
+            time(*until)
+        ),
         _ => "it was released just after it was refused; try again".to_owned(),
     }
 }

@@ -23,10 +23,11 @@
 //!
 //! Across a failover to a standby, terms only grow (they fold in the server's timeline,
 //! [`Db::with_timeline_tokens`](crate::Db::with_timeline_tokens)). With synchronous replication a
-//! failover shorter than the TTL keeps the leader and its term; with asynchronous replication the
-//! new primary may elect another member while the old leader still believes it leads, until its
-//! next renewal is refused (within a retry period for `campaign`): term-fenced writes stay safe,
-//! belief does not. Use synchronous replication where two members must never both act as leader.
+//! failover shorter than the TTL keeps the leader and its term. With asynchronous replication the
+//! new primary may have lost the leader's last renewals while it still believes it leads; so after a
+//! promotion nobody is elected to a lapsed or absent leadership until one longest TTL has passed
+//! ([`Db::with_promotion_hold_off`](crate::Db::with_promotion_hold_off)), by when that belief has
+//! ended, and term-fenced writes of the old term are refused.
 //!
 //! ```no_run
 //! # fn main() -> Result<(), pgtenure::Error> {

@@ -25,10 +25,11 @@
 //! Lease rows live on the primary. Tokens only grow across a promotion of a standby, even one that
 //! missed the last writes: new tokens fold in the server's timeline ([`Db::with_timeline_tokens`]).
 //! With **synchronous** replication a failover shorter than the TTL keeps every lease, with its
-//! token. With **asynchronous** replication the new primary may have lost a holder's last renewal
-//! and grant the key to another owner while the old holder still believes it holds it, until its
-//! next renewal is refused (at most a third of the TTL later): fenced writes stay safe (the old
-//! holder's fence fails), belief does not. See the README's "High availability".
+//! token. With **asynchronous** replication the new primary may have lost a holder's last renewals
+//! (or its grant) while the holder still believes it holds the key; so after a promotion no lapsed
+//! or absent key is granted until one longest TTL has passed ([`Db::with_promotion_hold_off`]), by
+//! when every such belief has ended, and the old holder's fence fails. Live leases renew as usual.
+//! See the README's "High availability".
 //!
 //! ```no_run
 //! # fn main() -> Result<(), pgtenure::Error> {

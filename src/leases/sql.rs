@@ -17,6 +17,7 @@ const RELEASE_AND_SWEEP: &str = include_str!("../../sql/leases/release_and_sweep
 const SUPERSEDE: &str = include_str!("../../sql/leases/supersede.sql");
 const FENCE: &str = include_str!("../../sql/leases/fence.sql");
 const HOLDER: &str = include_str!("../../sql/leases/holder.sql");
+const REFUSAL: &str = include_str!("../../sql/leases/refusal.sql");
 const LIST: &str = include_str!("../../sql/leases/list.sql");
 const FORCE_RELEASE: &str = include_str!("../../sql/leases/force_release.sql");
 
@@ -30,6 +31,7 @@ pub(crate) struct Statements {
     pub(super) release_and_sweep: Statement,
     pub(super) supersede: Statement,
     pub(super) holder: Statement,
+    pub(super) refusal: Statement,
     pub(super) list: Statement,
     pub(super) force_release: Statement,
     /// Sent unprepared: it runs inside the caller's transaction, where a missing prepared
@@ -73,6 +75,7 @@ impl Statements {
             ),
             supersede: Statement::new(render(SUPERSEDE, &table), &[Type::TEXT]),
             holder: Statement::new(render(HOLDER, &table), &[Type::TEXT]),
+            refusal: Statement::new(render(REFUSAL, &table), &[Type::TEXT]),
             list: Statement::new(render(LIST, &table), &[Type::TEXT]),
             force_release: Statement::new(render(FORCE_RELEASE, &table), &[Type::TEXT, Type::BOOL]),
             fence: render(FENCE, &table),

@@ -66,6 +66,15 @@ pub enum Refusal {
     /// Nobody holds the key any more (released or lapsed since the refusal); the row as read, if
     /// the key still has one.
     Vacant(Option<LeaseInfo>),
+    /// Nobody holds the key, but the server was promoted from a standby and grants of lapsed and
+    /// absent keys wait until `until` (database time), one longest TTL after the promotion was
+    /// first seen ([`Db::with_promotion_hold_off`](crate::Db::with_promotion_hold_off)).
+    HeldOff {
+        /// The key's row as read, if it has one.
+        row: Option<LeaseInfo>,
+        /// When grants resume.
+        until: SystemTime,
+    },
 }
 
 impl Refusal {
@@ -73,7 +82,9 @@ impl Refusal {
     pub fn row(&self) -> Option<&LeaseInfo> {
         match self {
             Refusal::SameOwner(row) | Refusal::OtherOwner(row) => Some(row),
-            Refusal::ThisFamily(row) | Refusal::Vacant(row) => row.as_ref(),
+            Refusal::ThisFamily(row) | Refusal::Vacant(row) | Refusal::HeldOff { row, .. } => {
+                row.as_ref()
+            }
         }
     }
 }
@@ -171,8 +182,9 @@ impl Leases {
     }
 
     /// Why an acquire of `key` by this family would be refused now: a managed lease of this family
-    /// holds it, this owner holds it outside the family, another owner holds it, or nobody does
-    /// (then acquire again). Call it after [`Leases::acquire`] or [`Leases::try_acquire`] returned
+    /// holds it, this owner holds it outside the family, another owner holds it, nobody does (then
+    /// acquire again), or nobody does but grants wait out a promotion of the server (then acquire
+    /// again at the time it gives). Call it after [`Leases::acquire`] or [`Leases::try_acquire`] returned
     /// `None`; one statement (a read).
     ///
     /// # Errors
@@ -181,12 +193,25 @@ impl Leases {
     pub fn refusal(&self, key: &str) -> Result<Refusal> {
         check_key("lease key", key)?;
         let family = self.shared.held.lock().contains(key);
-        let row = self.holder(key)?;
-        Ok(match row {
-            _ if family => Refusal::ThisFamily(row),
-            Some(row) if row.live && row.owner == self.owner() => Refusal::SameOwner(row),
-            Some(row) if row.live => Refusal::OtherOwner(row),
-            row => Refusal::Vacant(row),
+        let rows = self.shared.db.query(
+            "read lease refusal",
+            Policy::IDEMPOTENT,
+            &self.shared.sql.refusal,
+            &[&key],
+        )?;
+        let read = rows.first();
+        let row = read
+            .filter(|r| r.get::<_, Option<String>>("owner").is_some())
+            .map(LeaseInfo::from_row);
+        let held_off = read
+            .and_then(|r| r.get::<_, Option<SystemTime>>("grants_from"))
+            .filter(|_| self.shared.db.promotion_hold_off());
+        Ok(match (row, held_off) {
+            (row, _) if family => Refusal::ThisFamily(row),
+            (Some(row), _) if row.live && row.owner == self.owner() => Refusal::SameOwner(row),
+            (Some(row), _) if row.live => Refusal::OtherOwner(row),
+            (row, Some(until)) => Refusal::HeldOff { row, until },
+            (row, None) => Refusal::Vacant(row),
         })
     }
 

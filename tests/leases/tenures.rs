@@ -6,7 +6,7 @@ use std::thread;
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::common::{client, count, db, wait_for, Tables};
-use pgtenure::{ErrorKind, KeyRenewal, Leases};
+use pgtenure::{ErrorKind, KeyRenewal, Leases, Refusal};
 
 use super::{fence_check, leases, other, row};
 
@@ -411,6 +411,31 @@ fn a_hold_off_after_a_promotion_refuses_new_grants_but_not_live_tenures() {
         Some(leases.owner())
     );
     assert_eq!(row(&table, "absent"), None, "nothing is stored");
+    for (key, has_row) in [("lapsed", true), ("absent", false)] {
+        match b.refusal(key).unwrap() {
+            Refusal::HeldOff { row, until } => {
+                assert_eq!(row.is_some(), has_row, "{key}");
+                let left = until.duration_since(SystemTime::now()).unwrap_or_default();
+                assert!(
+                    left > Duration::from_secs(1) && left < Duration::from_secs(4),
+                    "{left:?}"
+                );
+            }
+            other => panic!("{key}: {other:?}"),
+        }
+    }
+    // A Db that opts out grants at once.
+    let eager = Leases::new(&db().with_promotion_hold_off(false))
+        .with_table(&table)
+        .unwrap()
+        .with_owner("eager")
+        .unwrap();
+    let eager_grant = eager.try_acquire("eager", Duration::from_secs(1)).unwrap();
+    assert!(eager_grant.is_some(), "no hold-off when opted out");
+    assert!(matches!(
+        eager.refusal("absent").unwrap(),
+        Refusal::Vacant(None)
+    ));
     let again = leases
         .try_acquire("raw", Duration::from_secs(30))
         .unwrap()
