@@ -22,7 +22,10 @@
 -- deadline, at most one TTL after the old primary's last commit, and nobody else is elected before.
 -- A concurrent first sight that loses the row lock matches nothing (the re-checked row has the new
 -- timeline) and reads the old row from its snapshot: closed as well. A live tenure's renewal is not
--- held off. Without $6 the record is kept but not obeyed.
+-- held off. Without $6 the record is kept but not obeyed. The record is written only by the first
+-- poll to see a new timeline, leader's or not (once per promotion), and by a poll that may win or
+-- renew with a TTL longer than any before: a follower's poll while a leader is live still writes
+-- nothing.
 WITH epoch AS (
     SELECT CASE WHEN $5::boolean
                 THEN ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint
@@ -37,7 +40,11 @@ promotion AS (
                               ELSE p.grants_from END,
            longest_ttl = greatest(p.longest_ttl, $3)
       FROM epoch AS e
-     WHERE e.timeline > p.timeline OR $3 > p.longest_ttl
+     WHERE e.timeline > p.timeline
+        OR ($3 > p.longest_ttl
+            AND NOT EXISTS (SELECT 1 FROM {table} AS l
+                             WHERE l.name = $1 AND l.expires_at > now()
+                               AND NOT coalesce(l.holder = $2 AND l.term = $4, false)))
     RETURNING p.grants_from
 ),
 gate AS (

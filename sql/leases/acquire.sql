@@ -18,7 +18,9 @@
 -- before. A concurrent first sight that loses the row lock matches nothing (the re-checked row has
 -- the new timeline) and reads the old row from its snapshot: closed as well. Live tenures are not
 -- held off: this owner's re-acquire of its live raw grant goes on, as renewals do. Without $6 the
--- record is kept but not obeyed.
+-- record is kept but not obeyed. The record is written only by the first statement to see a new
+-- timeline, refused or not (once per promotion), and by a grant that may succeed with a TTL longer
+-- than any before: an acquire refused because the key is held still writes nothing.
 WITH epoch AS (
     SELECT CASE WHEN $5::boolean
                 THEN ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint
@@ -33,7 +35,10 @@ promotion AS (
                               ELSE p.grants_from END,
            longest_ttl = greatest(p.longest_ttl, $3)
       FROM epoch AS e
-     WHERE e.timeline > p.timeline OR $3 > p.longest_ttl
+     WHERE e.timeline > p.timeline
+        OR ($3 > p.longest_ttl
+            AND NOT EXISTS (SELECT 1 FROM {table} AS l
+                             WHERE l.key = $1 AND l.held_until > now() AND NOT ($4 AND l.owner = $2)))
     RETURNING p.grants_from
 ),
 gate AS (

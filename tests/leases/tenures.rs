@@ -388,6 +388,16 @@ fn a_hold_off_after_a_promotion_refuses_new_grants_but_not_live_tenures() {
         longest, 30_000_000,
         "the longest TTL asked for, in microseconds"
     );
+    // An acquire refused because the key is held writes nothing, the record included.
+    assert!(b
+        .try_acquire("raw", Duration::from_secs(60))
+        .unwrap()
+        .is_none());
+    let after_refusal: i64 = client()
+        .query_one(&format!("SELECT longest_ttl FROM {table}_promotion"), &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(after_refusal, 30_000_000);
     wait_for("the short grant to lapse", Duration::from_secs(5), || {
         (!row(&table, "lapsed").unwrap().3).then_some(())
     });
@@ -463,4 +473,46 @@ fn a_hold_off_after_a_promotion_refuses_new_grants_but_not_live_tenures() {
         .unwrap()
         .is_some());
     drop(live);
+}
+
+/// A lease table made before the promotion record existed (an earlier version): grants fail with
+/// the server's reason and the advice to call `create_table`, which makes the record beside the
+/// existing table; then grants work, and the record starts as of no grant.
+#[test]
+fn create_table_adds_the_promotion_record_to_a_table_made_without_it() {
+    let mut tables = Tables::new();
+    let (leases, table) = leases(&mut tables);
+    client()
+        .batch_execute(&format!("DROP TABLE {table}_promotion"))
+        .unwrap();
+    let err = leases
+        .try_acquire("k", Duration::from_secs(30))
+        .unwrap_err();
+    assert_eq!(err.code().map(|c| c.code()), Some("42P01"), "{err}");
+    assert!(err.to_string().contains("create_table()"), "{err}");
+    assert_eq!(row(&table, "k"), None, "nothing is stored");
+
+    leases.create_table().unwrap();
+    let (timeline, resumed): (i64, bool) = {
+        let r = client()
+            .query_one(
+                &format!("SELECT timeline, grants_from = '-infinity' FROM {table}_promotion"),
+                &[],
+            )
+            .unwrap();
+        (r.get(0), r.get(1))
+    };
+    assert_eq!((timeline, resumed), (0, true));
+    assert!(leases
+        .try_acquire("k", Duration::from_secs(30))
+        .unwrap()
+        .is_some());
+    let timeline: i64 = client()
+        .query_one(&format!("SELECT timeline FROM {table}_promotion"), &[])
+        .unwrap()
+        .get(0);
+    assert!(
+        timeline >= 1,
+        "the first grant recorded the server's timeline"
+    );
 }
