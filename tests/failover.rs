@@ -22,6 +22,13 @@ const CHILD_ENV: &str = "PGTENURE_TEST_CHILD";
 /// The key the holder leases, and the ledger key of the leader's writes.
 const KEY: &str = "job";
 const LEADER_KEY: &str = "leader";
+/// The fleet the holder leads (the elector's default name).
+const FLEET: &str = pgtenure::elector::DEFAULT_NAME;
+/// A key and a fleet the holder wins while the standby is frozen, in tables of their own made
+/// before: the standby never sees them, nor any TTL asked of those tables.
+const UNSEEN: &str = "unseen";
+const UNSEEN_LEASES: &str = "unseen_leases";
+const UNSEEN_LEADER: &str = "unseen_leader";
 /// How often the holder writes, and the contender polls.
 const WRITE_EVERY: Duration = Duration::from_millis(20);
 const POLL_EVERY: Duration = Duration::from_millis(100);
@@ -832,10 +839,11 @@ fn an_asynchronous_failover_never_hands_out_a_token_or_term_again() {
 }
 
 /// The issue's worst case: replication frozen longer than the TTL while the holder renews its lease
-/// and leadership on the primary alone, so the promoted standby has them lapsed, and a contender
-/// polling every 10 ms. The new primary holds grants of lapsed keys and leaderships off for one
-/// longest TTL after it first sees its new timeline, so the contender is granted nothing while the
-/// old holder still believes it holds it, and the old holder's fenced writes are refused.
+/// and leadership on the primary alone, so the promoted standby has them lapsed; and a key and a
+/// leadership won after the freeze, which the standby never sees at all. A contender polls all four
+/// every 10 ms from the promotion on. The new primary holds grants of lapsed and absent keys and
+/// leaderships off after it first sees its new timeline, so the contender is granted nothing while
+/// the old holder still believes it holds it, and the old holder's fenced writes are refused.
 #[test]
 fn an_asynchronous_failover_grants_nothing_the_old_holder_still_believes_it_holds() {
     init_logs();
@@ -844,48 +852,90 @@ fn an_asynchronous_failover_grants_nothing_the_old_holder_still_believes_it_hold
     let db = pool(&pg);
     create_tables(&db, pg.primary_url());
     let holder = Leases::new(&db).with_owner("holder").unwrap();
-    let lease = holder.acquire(KEY, ttl).unwrap().expect("a free key");
-    let leadership = Elector::new(&db)
-        .with_holder("holder")
+    let unseen_holder = Leases::new(&db)
+        .with_table(UNSEEN_LEASES)
         .unwrap()
-        .with_ttl(ttl)
-        .unwrap()
-        .campaign()
+        .with_owner("holder")
         .unwrap();
-    let term = elected(&leadership);
+    unseen_holder.create_table().unwrap();
+    let campaign = |table: &str, name: &str| {
+        let leadership = Elector::new(&db)
+            .with_table(table)
+            .unwrap()
+            .with_name(name)
+            .unwrap()
+            .with_holder("holder")
+            .unwrap()
+            .with_ttl(ttl)
+            .unwrap()
+            .campaign()
+            .unwrap();
+        let term = elected(&leadership);
+        (leadership, term)
+    };
+    let lease = holder.acquire(KEY, ttl).unwrap().expect("a free key");
+    let (leadership, term) = campaign(pgtenure::elector::DEFAULT_TABLE, FLEET);
+    Elector::new(&db)
+        .with_table(UNSEEN_LEADER)
+        .unwrap()
+        .create_table()
+        .unwrap();
+    wait_for("the standby to catch up", Duration::from_secs(10), || {
+        (pg.replication_lag().ok() == Some(0)).then_some(())
+    });
 
     pg.freeze_replication();
-    // The scenario itself: the standby misses every renewal for longer than the TTL.
+    let unseen = unseen_holder
+        .acquire(UNSEEN, ttl)
+        .unwrap()
+        .expect("a free key");
+    let (unseen_leadership, _) = campaign(UNSEEN_LEADER, UNSEEN);
+    // The standby misses every renewal for longer than the TTL.
     std::thread::sleep(ttl + Duration::from_millis(500));
     assert!(
-        lease.is_held() && leadership.is_leading(),
+        lease.is_held()
+            && unseen.is_held()
+            && leadership.is_leading()
+            && unseen_leadership.is_leading(),
         "renewed on the primary"
     );
     let outage = pg.fail_over().unwrap();
     let promoted = Instant::now();
 
     let contender = Leases::new(&db).with_owner("contender").unwrap();
-    let contender_elector = Elector::new(&db)
-        .with_holder("contender")
+    let unseen_contender = Leases::new(&db)
+        .with_table(UNSEEN_LEASES)
         .unwrap()
-        .with_ttl(ttl)
+        .with_owner("contender")
         .unwrap();
-    // Both polled every 10 ms from the promotion on; each records whether the old holder still
-    // believed it held what it was just granted.
-    let mut grant = None;
-    let mut elected_at = None;
-    let (mut lease_believed, mut leadership_believed) = (false, false);
-    let mut lease_left = Duration::ZERO;
+    let contender_elector = |table: &str, name: &str| {
+        Elector::new(&db)
+            .with_table(table)
+            .unwrap()
+            .with_name(name)
+            .unwrap()
+            .with_holder("contender")
+            .unwrap()
+            .with_ttl(ttl)
+            .unwrap()
+    };
+    let fleet_elector = contender_elector(pgtenure::elector::DEFAULT_TABLE, FLEET);
+    let unseen_elector = contender_elector(UNSEEN_LEADER, UNSEEN);
     let mut first_refusal = None;
+    let mut grant = None;
+    // (what, granted this many ms after the promotion, the old holder believing it held it)
+    let mut granted: Vec<(&str, u128, bool)> = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(15);
-    while (grant.is_none() || elected_at.is_none()) && Instant::now() < deadline {
-        if grant.is_none() {
+    while granted.len() < 4 && Instant::now() < deadline {
+        let done = |what: &str, granted: &Vec<(&str, u128, bool)>| {
+            granted.iter().any(|(w, _, _)| *w == what)
+        };
+        let ms = || promoted.elapsed().as_millis();
+        if !done("lease", &granted) {
             match contender.try_acquire(KEY, ttl) {
                 Ok(Some(g)) => {
-                    let now = Instant::now();
-                    lease_believed = lease.is_held();
-                    lease_left = lease.deadline().saturating_duration_since(now);
-                    grant = Some((g, now));
+                    granted.push(("lease", ms(), lease.is_held()));
+                    grant = Some(g);
                 }
                 Ok(None) if first_refusal.is_none() => {
                     first_refusal = contender.refusal(KEY).ok();
@@ -893,22 +943,35 @@ fn an_asynchronous_failover_grants_nothing_the_old_holder_still_believes_it_hold
                 _ => {}
             }
         }
-        if elected_at.is_none() && contender_elector.is_leader().unwrap_or(false) {
-            leadership_believed = leadership.is_leading();
-            elected_at = Some(Instant::now());
+        if !done("unseen lease", &granted) {
+            if let Ok(Some(_)) = unseen_contender.try_acquire(UNSEEN, ttl) {
+                granted.push(("unseen lease", ms(), unseen.is_held()));
+            }
+        }
+        if !done("leadership", &granted) && fleet_elector.is_leader().unwrap_or(false) {
+            granted.push(("leadership", ms(), leadership.is_leading()));
+        }
+        if !done("unseen leadership", &granted) && unseen_elector.is_leader().unwrap_or(false) {
+            granted.push(("unseen leadership", ms(), unseen_leadership.is_leading()));
         }
         std::thread::sleep(Duration::from_millis(10));
     }
-    let (grant, granted) = grant.expect("the contender's grant within 15 s");
-    let elected_at = elected_at.expect("the contender's election within 15 s");
-    assert!(
-        !lease_believed,
-        "the contender was granted the key while the old holder believed it held it ({} ms left)",
-        lease_left.as_millis()
+    println!(
+        "\nasynchronous standby frozen {} ms (TTL {} ms), primary killed: outage {} ms; granted \
+         to the contender (ms after the promotion, the old holder still believing it held it): \
+         {granted:?}",
+        (ttl + Duration::from_millis(500)).as_millis(),
+        ttl.as_millis(),
+        outage.as_millis(),
+    );
+    assert_eq!(
+        granted.len(),
+        4,
+        "everything granted within 15 s: {granted:?}"
     );
     assert!(
-        !leadership_believed,
-        "the contender was elected while the old leader believed it led"
+        granted.iter().all(|(_, _, believed)| !believed),
+        "granted while the old holder believed it held it: {granted:?}"
     );
     assert!(
         matches!(first_refusal, Some(Refusal::HeldOff { .. })),
@@ -916,6 +979,7 @@ fn an_asynchronous_failover_grants_nothing_the_old_holder_still_believes_it_hold
     );
 
     // Writes stay safe: the old holder's fences fail, the contender's pass.
+    let grant = grant.unwrap();
     let holder_write = settled(|| {
         fenced_write(
             &db,
@@ -933,28 +997,16 @@ fn an_asynchronous_failover_grants_nothing_the_old_holder_still_believes_it_hold
         &db,
         &contender,
         grant.token(),
-        Some((&contender_elector, contender_elector.term().unwrap())),
+        Some((&fleet_elector, fleet_elector.term().unwrap())),
         "contender",
     );
     assert!(
         matches!(contender_write, Write::Acked(_)),
         "the contender's write"
     );
+    assert!(grant.token() > lease.token().max(unseen.token()));
     assert_ledger_ordered(&ledger(pg.url()));
-    println!(
-        "\nasynchronous standby frozen {} ms (TTL {} ms), primary killed: outage {} ms; contender \
-         granted the key {} ms and elected {} ms after the promotion, the old holder believing it \
-         held them: {lease_believed}, {leadership_believed}; tokens {} -> {}",
-        (ttl + Duration::from_millis(500)).as_millis(),
-        ttl.as_millis(),
-        outage.as_millis(),
-        granted.duration_since(promoted).as_millis(),
-        elected_at.duration_since(promoted).as_millis(),
-        lease.token(),
-        grant.token(),
-    );
-    drop(lease);
-    drop(leadership);
+    drop((lease, unseen, leadership, unseen_leadership));
     pg.stop().unwrap();
 }
 

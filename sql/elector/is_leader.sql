@@ -16,11 +16,13 @@
 -- before it, even those whose WAL an asynchronous standby never received (its sequence went back;
 -- the timeline did not). On the first timeline the epoch is 0. Without $5 (servers that refuse WAL
 -- functions, such as Aurora) the epoch is always 0.
--- promotion, gate: with $6, the first poll to see a new timeline records it and holds elections
--- (of a lapsed or absent leadership) off for the longest TTL ever asked for ({table:promotion}). A
--- leader whose last renewals the promoted standby never received believes it leads until its local
--- deadline, at most one TTL after the old primary's last commit, and nobody else is elected before.
--- A concurrent first sight that loses the row lock matches nothing (the re-checked row has the new
+-- promotion, gate: with $6, the first poll to see a new timeline records when it did
+-- ({table:promotion}), and elections to a lapsed or absent leadership wait until both the longest
+-- TTL ever asked for (as the promoted server knows it) and this poll's own TTL have passed since. A
+-- leader whose last renewals, or whose election, the promoted standby never received believes it
+-- leads until its local deadline, at most one TTL after the old primary's last commit; the wait
+-- outlasts it when that TTL reached the standby, or when this poll asks for one as long. A
+-- concurrent first sight that loses the row lock matches nothing (the re-checked row has the new
 -- timeline) and reads the old row from its snapshot: closed as well. A live tenure's renewal is not
 -- held off. Without $6 the record is kept but not obeyed. The record is written only by the first
 -- poll to see a new timeline, leader's or not (once per promotion), and by a poll that may win or
@@ -34,7 +36,8 @@ WITH epoch AS (
 promotion AS (
     UPDATE {table:promotion} AS p
        SET timeline = greatest(p.timeline, e.timeline),
-           grants_from = CASE WHEN e.timeline > p.timeline AND p.timeline > 0
+           seen_at = CASE WHEN e.timeline > p.timeline THEN now() ELSE p.seen_at END,
+           grants_from = CASE WHEN e.timeline > p.timeline
                               THEN greatest(p.grants_from,
                                             now() + p.longest_ttl * interval '1 microsecond')
                               ELSE p.grants_from END,
@@ -45,13 +48,16 @@ promotion AS (
             AND NOT EXISTS (SELECT 1 FROM {table} AS l
                              WHERE l.name = $1 AND l.expires_at > now()
                                AND NOT coalesce(l.holder = $2 AND l.term = $4, false)))
-    RETURNING p.grants_from
+    RETURNING p.seen_at, p.grants_from
 ),
 gate AS (
     SELECT NOT $6::boolean
-        OR coalesce((SELECT grants_from <= now() FROM promotion),
+        OR coalesce((SELECT grants_from <= now()
+                            AND seen_at + $3::bigint * interval '1 microsecond' <= now()
+                       FROM promotion),
                     (SELECT p.grants_from <= now()
-                            AND NOT (e.timeline > p.timeline AND p.timeline > 0)
+                            AND p.seen_at + $3::bigint * interval '1 microsecond' <= now()
+                            AND e.timeline <= p.timeline
                        FROM {table:promotion} AS p, epoch AS e),
                     true) AS open
 ),

@@ -11,13 +11,15 @@
 -- before it, even those whose WAL an asynchronous standby never received (its sequence went back;
 -- the timeline did not). On the first timeline the epoch is 0. Without $5 (servers that refuse WAL
 -- functions, such as Aurora) the epoch is always 0.
--- promotion, gate: with $6, the first grant to see a new timeline records it and holds grants of
--- lapsed and absent keys off for the longest TTL ever asked for ({table:promotion}). A holder whose
--- last renewals the promoted standby never received believes it holds the key until its local
--- deadline, at most one TTL after the old primary's last commit, and nobody else is granted the key
--- before. A concurrent first sight that loses the row lock matches nothing (the re-checked row has
--- the new timeline) and reads the old row from its snapshot: closed as well. Live tenures are not
--- held off: this owner's re-acquire of its live raw grant goes on, as renewals do. Without $6 the
+-- promotion, gate: with $6, the first grant to see a new timeline records when it did
+-- ({table:promotion}), and grants of lapsed and absent keys wait until both the longest TTL ever
+-- asked for (as the promoted server knows it) and this grant's own TTL have passed since. A holder
+-- whose last renewals, or whose whole grant, the promoted standby never received believes it holds
+-- the key until its local deadline, at most one TTL after the old primary's last commit; the wait
+-- outlasts it when that TTL reached the standby, or when this grant asks for one as long. A
+-- concurrent first sight that loses the row lock matches nothing (the re-checked row has the new
+-- timeline) and reads the old row from its snapshot: closed as well. Live tenures are not held
+-- off: this owner's re-acquire of its live raw grant goes on, as renewals do. Without $6 the
 -- record is kept but not obeyed. The record is written only by the first statement to see a new
 -- timeline, refused or not (once per promotion), and by a grant that may succeed with a TTL longer
 -- than any before: an acquire refused because the key is held still writes nothing.
@@ -29,7 +31,8 @@ WITH epoch AS (
 promotion AS (
     UPDATE {table:promotion} AS p
        SET timeline = greatest(p.timeline, e.timeline),
-           grants_from = CASE WHEN e.timeline > p.timeline AND p.timeline > 0
+           seen_at = CASE WHEN e.timeline > p.timeline THEN now() ELSE p.seen_at END,
+           grants_from = CASE WHEN e.timeline > p.timeline
                               THEN greatest(p.grants_from,
                                             now() + p.longest_ttl * interval '1 microsecond')
                               ELSE p.grants_from END,
@@ -39,13 +42,16 @@ promotion AS (
         OR ($3 > p.longest_ttl
             AND NOT EXISTS (SELECT 1 FROM {table} AS l
                              WHERE l.key = $1 AND l.held_until > now() AND NOT ($4 AND l.owner = $2)))
-    RETURNING p.grants_from
+    RETURNING p.seen_at, p.grants_from
 ),
 gate AS (
     SELECT NOT $6::boolean
-        OR coalesce((SELECT grants_from <= now() FROM promotion),
+        OR coalesce((SELECT grants_from <= now()
+                            AND seen_at + $3::bigint * interval '1 microsecond' <= now()
+                       FROM promotion),
                     (SELECT p.grants_from <= now()
-                            AND NOT (e.timeline > p.timeline AND p.timeline > 0)
+                            AND p.seen_at + $3::bigint * interval '1 microsecond' <= now()
+                            AND e.timeline <= p.timeline
                        FROM {table:promotion} AS p, epoch AS e),
                     true) AS open
 ),

@@ -1,5 +1,9 @@
--- The promotion record's one row, as of no grant yet: the first grant records the timeline it sees
--- without holding anything off (no grant before it can have been lost).
-INSERT INTO {table:promotion} (timeline, grants_from, longest_ttl)
-VALUES (0, '-infinity', 0)
+-- The promotion record's one row, as of the table's creation: the server's timeline now (0 when
+-- tokens do not fold it in, {fold} false), and nothing held off. The next promotion is the first
+-- timeline a grant sees above it.
+INSERT INTO {table:promotion} (timeline, seen_at, grants_from, longest_ttl)
+SELECT CASE WHEN {fold}
+            THEN ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint
+            ELSE 0 END,
+       '-infinity', '-infinity', 0
 ON CONFLICT DO NOTHING

@@ -204,17 +204,19 @@ impl Db {
     }
 
     /// Whether a lease key or a leadership that has lapsed (or was never held) waits, after a
-    /// promotion of a standby, until one longest TTL has passed since a grant first saw the new
-    /// timeline. With asynchronous replication the promoted standby may have missed a holder's
-    /// last renewals, or its whole grant; that holder believes it holds the key until its local
-    /// deadline, at most one TTL after the old primary's last commit, so the wait keeps anyone
-    /// else from being granted what an old holder still believes it holds. Live tenures are not
-    /// held off: their renewals go on.
+    /// promotion of a standby, until both the longest TTL ever asked of its table and the asking
+    /// grant's own TTL have passed since a grant first saw the new timeline. With asynchronous
+    /// replication the promoted standby may have missed a holder's last renewals, or its whole
+    /// grant; that holder believes it holds the key until its local deadline, at most one TTL
+    /// after the old primary's last commit, so the wait keeps anyone else from being granted what
+    /// an old holder still believes it holds. Live tenures are not held off: their renewals go on.
+    /// A refused acquire says until when ([`Refusal::HeldOff`](crate::Refusal::HeldOff)).
     ///
-    /// The longest TTL is the longest ever asked of the table's grants, kept beside it (the table
-    /// `<table>_promotion`). A TTL first asked for within the replication lag before a failover
-    /// may be lost with that lag, and renewals with a longer TTL than the grants' (the raw
-    /// [`Leases::renew`](crate::Leases::renew)) do not count: keep each key's TTL fixed.
+    /// The record is a one-row table beside the lease or leader table (`<table>_promotion`). Not
+    /// covered: a holder whose TTL is longer than both the longest TTL the standby received and
+    /// the contender's own (a longer TTL first asked for within the replication lag, or the raw
+    /// [`Leases::renew`](crate::Leases::renew) with a longer TTL than the grant's): keep each
+    /// key's and each fleet's TTL the same everywhere.
     ///
     /// Defaults to `true`. With synchronous replication the standby has every acknowledged
     /// renewal, and the wait only delays new grants after a failover: turn it off there if that

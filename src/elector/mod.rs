@@ -313,7 +313,7 @@ impl Elector {
             &self.sql.create,
             &[
                 Companion::sequence(self.sql.table.derived("term_seq")),
-                Companion::promotion(&self.sql.table),
+                Companion::promotion(&self.sql.table, self.db.timeline_tokens()),
             ],
         )
     }

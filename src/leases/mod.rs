@@ -193,7 +193,7 @@ impl Leases {
             &sql.create,
             &[
                 Companion::sequence(sql.table.derived("token_seq")),
-                Companion::promotion(&sql.table),
+                Companion::promotion(&sql.table, self.shared.db.timeline_tokens()),
             ],
         )
     }
