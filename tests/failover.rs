@@ -540,7 +540,11 @@ fn synchronous_trial() -> Trial {
         next.try_acquire(KEY, ttl).ok().flatten()
     });
     let successor_wait = promoted.elapsed();
-    let next_elector = Elector::new(&db).with_holder("next").unwrap();
+    let next_elector = Elector::new(&db)
+        .with_holder("next")
+        .unwrap()
+        .with_ttl(ttl)
+        .unwrap();
     wait_for("the election's hold-off to pass", ttl, || {
         next_elector.is_leader().ok().filter(|l| *l)
     });
@@ -716,23 +720,28 @@ fn asynchronous_trial() -> Lagging {
         fenced_write(&db, &stale, stale_token, None, "stale")
     }));
 
-    // A successor takes the key and the leadership once the tenures the new primary knows lapse.
+    // A successor takes the key and the leadership once the tenures the new primary knows lapse
+    // and the hold-off after the promotion (the TTL, as it asks for the holder's) has passed.
     let successor = Leases::new(&db).with_owner("successor").unwrap();
-    let grant = wait_for("the successor's grant", Duration::from_secs(15), || {
-        successor
-            .try_acquire(KEY, Duration::from_secs(60))
-            .ok()
-            .flatten()
-    });
-    let successor_wait = promoted.elapsed();
     let successor_elector = Elector::new(&db)
         .with_holder("successor")
         .unwrap()
-        .with_ttl(Duration::from_secs(60))
+        .with_ttl(ttl)
         .unwrap();
-    wait_for("the successor's election", Duration::from_secs(15), || {
-        successor_elector.is_leader().ok().filter(|l| *l)
-    });
+    let (mut grant, mut elected) = (None, false);
+    wait_for(
+        "the successor's grant and election",
+        Duration::from_secs(15),
+        || {
+            if grant.is_none() {
+                grant = successor.try_acquire(KEY, ttl).ok().flatten();
+            }
+            elected = elected || successor_elector.is_leader().unwrap_or(false);
+            (grant.is_some() && elected).then_some(())
+        },
+    );
+    let grant = grant.unwrap();
+    let successor_wait = promoted.elapsed();
     let successor_term = successor_elector.term().unwrap();
     for _ in 0..5 {
         let w = fenced_write(
