@@ -382,15 +382,16 @@ fn a_requested_resignation_ends_the_tenure_at_the_leaders_next_poll() {
     assert!(!a.request_resign().unwrap());
 }
 
-/// The promotion record's hold-off, set by hand as the first poll after a promotion sets it: an
-/// election of a lapsed leadership waits for it, the live leader's renewal does not. (The promotion
-/// itself is `tests/failover.rs`'s.)
+/// A promotion as a poll finds it (the record names another timeline than the server's; the
+/// promotion itself is `tests/failover.rs`'s): the poll is answered `stale`, reads the record again
+/// and records the promotion, and an election of a lapsed or absent leadership waits one longest
+/// TTL; the live leader's renewal does not.
 #[test]
 fn a_hold_off_after_a_promotion_delays_the_next_election_but_not_the_leaders_renewal() {
     let mut tables = Tables::new();
     let table = table(&mut tables);
-    let a = elector(&table, "a", Duration::from_secs(30));
-    let b = elector(&table, "b", Duration::from_secs(30));
+    let a = elector(&table, "a", Duration::from_secs(3));
+    let b = elector(&table, "b", Duration::from_secs(3));
     let other = elector(&table, "a", Duration::from_millis(300))
         .with_name("other")
         .unwrap();
@@ -413,24 +414,32 @@ fn a_hold_off_after_a_promotion_delays_the_next_election_but_not_the_leaders_ren
         },
     );
     c.batch_execute(&format!(
-        "UPDATE {table}_promotion SET grants_from = now() + interval '3 seconds'"
+        "UPDATE {table}_promotion SET timeline = timeline + 1000"
     ))
     .unwrap();
     let held_off = Instant::now();
-    let b_other = elector(&table, "b", Duration::from_secs(1))
-        .with_name("other")
-        .unwrap();
+    // A process that starts now: it reads the record, finds another timeline than the server's,
+    // and records the promotion.
+    let after = common::fresh_db();
+    let elector_after = |holder: &str, name: &str| {
+        Elector::new(&after)
+            .with_table(&table)
+            .unwrap()
+            .with_name(name)
+            .unwrap()
+            .with_holder(holder)
+            .unwrap()
+            .with_ttl(Duration::from_secs(1))
+            .unwrap()
+    };
+    let b_other = elector_after("b", "other");
     assert!(!b_other.is_leader().unwrap(), "a lapsed leadership");
     assert!(
-        !other.is_leader().unwrap(),
-        "its own lapsed leadership, re-elected"
+        !elector_after("a", "other").is_leader().unwrap(),
+        "its old holder, elected again"
     );
     assert!(
-        !elector(&table, "b", Duration::from_secs(1))
-            .with_name("new")
-            .unwrap()
-            .is_leader()
-            .unwrap(),
+        !elector_after("b", "new").is_leader().unwrap(),
         "a fleet nobody led"
     );
     assert!(a.is_leader().unwrap(), "the live leader's renewal");

@@ -545,7 +545,7 @@ fn synchronous_trial() -> Trial {
         .unwrap()
         .with_ttl(ttl)
         .unwrap();
-    wait_for("the election's hold-off to pass", ttl, || {
+    wait_for("the election's hold-off to pass", ttl * 2, || {
         next_elector.is_leader().ok().filter(|l| *l)
     });
     let trial = Trial {

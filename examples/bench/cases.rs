@@ -12,6 +12,10 @@ use super::common::Quiet;
 use super::pgbench::{Arg, Script, Step};
 use super::Error;
 
+/// The promotion record's timeline as the grant statements take it: the bench's server was never
+/// promoted (on one that was, won grants would be answered `stale` and refused).
+const TIMELINE: Arg = Arg::Lit("1");
+
 /// Makes one client's operation: given the pool, the client's number and the measurement's number
 /// (for keys of its own), returns what one iteration does.
 pub type MakeOp = Box<dyn Fn(&Db, usize, u64) -> Box<dyn FnMut(u64) + Send> + Sync>;
@@ -281,6 +285,9 @@ pub fn cases(db: &Db, id: u32) -> Result<Fixture, Error> {
                     v("keep"),
                     Arg::True,
                     Arg::True,
+                    TIMELINE,
+                    Arg::Null,
+                    Arg::Null,
                 ],
             ),
             vars: Box::new(|n| {
@@ -322,6 +329,9 @@ pub fn cases(db: &Db, id: u32) -> Result<Fixture, Error> {
                             v("keep"),
                             Arg::True,
                             Arg::True,
+                            TIMELINE,
+                            Arg::Null,
+                            Arg::Null,
                         ],
                         gset: false,
                     },
@@ -413,6 +423,9 @@ pub fn cases(db: &Db, id: u32) -> Result<Fixture, Error> {
                     Arg::Null,
                     Arg::True,
                     Arg::True,
+                    TIMELINE,
+                    Arg::Null,
+                    Arg::Null,
                 ],
             ),
             vars: Box::new(|n| {
@@ -446,6 +459,9 @@ pub fn cases(db: &Db, id: u32) -> Result<Fixture, Error> {
                     v("term"),
                     Arg::True,
                     Arg::True,
+                    TIMELINE,
+                    Arg::Null,
+                    Arg::Null,
                 ],
             ),
             vars: Box::new(move |n| {
@@ -497,6 +513,9 @@ pub fn cases(db: &Db, id: u32) -> Result<Fixture, Error> {
                             Arg::Null,
                             Arg::True,
                             Arg::True,
+                            TIMELINE,
+                            Arg::Null,
+                            Arg::Null,
                         ],
                         gset: true,
                     },

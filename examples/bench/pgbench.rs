@@ -16,6 +16,9 @@ pub enum Arg {
     /// `true`, written into the script: the switch the library passes as it is set by default
     /// (tokens fold in the server's timeline).
     True,
+    /// A literal written into the script as it is (the promotion record's timeline, `1` on a
+    /// server never promoted).
+    Lit(&'static str),
 }
 
 /// One statement of a script: the crate's statement (rendered by the crate's renderer), what each
@@ -88,6 +91,7 @@ fn substitute(sql: &str, args: &[Arg]) -> String {
                     }
                     Arg::Null => out.push_str("NULL"),
                     Arg::True => out.push_str("true"),
+                    Arg::Lit(text) => out.push_str(text),
                 }
                 i += 1 + digits;
                 continue;

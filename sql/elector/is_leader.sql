@@ -8,58 +8,38 @@
 -- the same statement, so the next poll elsewhere wins at once.
 -- Returns at most one row: this holder's tenure (mine: it leads now; ended: it was asked to step
 -- down and did), or else the live leader as this statement's snapshot saw it; no row when nobody
--- leads. holder, term, elected_at and expires_at describe the leader (NULL after an ended tenure).
+-- leads; the stale row below. holder, term, elected_at and expires_at describe the leader (NULL
+-- after an ended tenure).
 -- $1 name, $2 holder, $3 TTL in microseconds, $4 the term this elector holds, or null, $5 fold the
--- server's timeline into new tokens, $6 hold grants off after a promotion.
+-- server's timeline into new tokens, $6 hold elections off after a promotion, $7 $8 $9 the table's
+-- promotion record as the caller last read it (sql/schema/promotion.sql): its timeline, when it was
+-- first seen, when elections resume.
 -- epoch: with $5, tokens are (timeline - 1) * 2^48 + a sequence value. The server's timeline grows
 -- with every promotion of a standby, so every token drawn after one is above every token drawn
 -- before it, even those whose WAL an asynchronous standby never received (its sequence went back;
 -- the timeline did not). On the first timeline the epoch is 0. Without $5 (servers that refuse WAL
 -- functions, such as Aurora) the epoch is always 0.
--- promotion, gate: with $6, the first poll to see a new timeline records when it did
--- ({table:promotion}), and elections to a lapsed or absent leadership wait until both the longest
--- TTL ever asked for (as the promoted server knows it) and this poll's own TTL have passed since. A
--- leader whose last renewals, or whose election, the promoted standby never received believes it
+-- gate: with $6, a lapsed or absent leadership is won only on the timeline the record names, from
+-- when elections resume, and once this poll's own TTL has passed since the timeline was first seen.
+-- A leader whose last renewals, or whose election, a promoted standby never received believes it
 -- leads until its local deadline, at most one TTL after the old primary's last commit; the wait
--- outlasts it when that TTL reached the standby, or when this poll asks for one as long. A
--- concurrent first sight that loses the row lock matches nothing (the re-checked row has the new
--- timeline) and reads the old row from its snapshot: closed as well. A live tenure's renewal is not
--- held off. Without $6 the record is kept but not obeyed. The record is written only by the first
--- poll to see a new timeline, leader's or not (once per promotion), and by a poll that may win or
--- renew with a TTL longer than any before: a follower's poll while a leader is live still writes
--- nothing.
+-- outlasts it when that TTL reached the standby, or when this poll asks for one as long. A live
+-- tenure's renewal is not held off.
+-- stale: on a server whose timeline is not $7, the answer says so (and when nobody leads it is
+-- only that): the caller reads the record again (recording the promotion if it is the first to see
+-- it) and, unless this poll renewed or won, polls again. So the first poll of any kind after a
+-- promotion starts the hold-off.
 WITH epoch AS (
     SELECT CASE WHEN $5::boolean
                 THEN ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint
                 ELSE 0 END AS timeline
 ),
-promotion AS (
-    UPDATE {table:promotion} AS p
-       SET timeline = greatest(p.timeline, e.timeline),
-           seen_at = CASE WHEN e.timeline > p.timeline THEN now() ELSE p.seen_at END,
-           grants_from = CASE WHEN e.timeline > p.timeline
-                              THEN greatest(p.grants_from,
-                                            now() + p.longest_ttl * interval '1 microsecond')
-                              ELSE p.grants_from END,
-           longest_ttl = greatest(p.longest_ttl, $3)
-      FROM epoch AS e
-     WHERE e.timeline > p.timeline
-        OR ($3 > p.longest_ttl
-            AND NOT EXISTS (SELECT 1 FROM {table} AS l
-                             WHERE l.name = $1 AND l.expires_at > now()
-                               AND NOT coalesce(l.holder = $2 AND l.term = $4, false)))
-    RETURNING p.seen_at, p.grants_from
-),
 gate AS (
     SELECT NOT $6::boolean
-        OR coalesce((SELECT grants_from <= now()
-                            AND seen_at + $3::bigint * interval '1 microsecond' <= now()
-                       FROM promotion),
-                    (SELECT p.grants_from <= now()
-                            AND p.seen_at + $3::bigint * interval '1 microsecond' <= now()
-                            AND e.timeline <= p.timeline
-                       FROM {table:promotion} AS p, epoch AS e),
-                    true) AS open
+        OR ((SELECT timeline FROM epoch) = $7::bigint
+            AND ($9::timestamptz IS NULL OR $9::timestamptz <= now())
+            AND ($8::timestamptz IS NULL
+                 OR $8::timestamptz + $3::bigint * interval '1 microsecond' <= now())) AS open
 ),
 base AS (
     SELECT CASE WHEN timeline > 0 THEN (timeline - 1) << 48 ELSE 0 END AS base FROM epoch
@@ -92,18 +72,23 @@ created AS (
     RETURNING e.holder, e.term, e.elected_at, e.expires_at, true AS mine
 ),
 outcome AS (
-    SELECT holder, term, elected_at, expires_at, mine, NOT mine AS ended, 1 AS pick FROM taken
+    SELECT holder, term, elected_at, expires_at, mine, NOT mine AS ended, false AS stale, 1 AS pick
+      FROM taken
     UNION ALL
-    SELECT holder, term, elected_at, expires_at, mine, false, 2 FROM created
+    SELECT holder, term, elected_at, expires_at, mine, false, false, 2 FROM created
     UNION ALL
-    SELECT holder, term, elected_at, expires_at, false, false, 3
+    SELECT holder, term, elected_at, expires_at, false, false, false, 3
       FROM {table} WHERE name = $1 AND expires_at > now()
+    UNION ALL
+    SELECT NULL, NULL, NULL, NULL, false, false, true, 4
+     WHERE $6::boolean
+       AND (SELECT timeline FROM epoch) <> $7::bigint
 )
 SELECT CASE WHEN ended THEN NULL ELSE holder END AS holder,
        CASE WHEN ended THEN NULL ELSE term END AS term,
        CASE WHEN ended THEN NULL ELSE elected_at END AS elected_at,
        CASE WHEN ended THEN NULL ELSE expires_at END AS expires_at,
-       mine, ended, term AS my_term
+       mine, ended, term AS my_term, EXISTS (SELECT 1 FROM outcome WHERE stale) AS stale
   FROM outcome
  ORDER BY pick
  LIMIT 1

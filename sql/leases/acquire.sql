@@ -5,55 +5,35 @@
 -- acquire matches nothing and skips the insert: no write, no WAL flush. Racing acquirers of a lapsed
 -- key: the UPDATE re-checks the newest row version, so exactly one wins.
 -- $1 key, $2 owner, $3 TTL in microseconds, $4 re-acquire this owner's live tenure, $5 fold the
--- server's timeline into new tokens, $6 hold grants off after a promotion.
+-- server's timeline into new tokens, $6 hold grants off after a promotion, $7 $8 $9 the table's
+-- promotion record as the caller last read it (sql/schema/promotion.sql): its timeline, when it was
+-- first seen, when grants resume.
 -- epoch: with $5, tokens are (timeline - 1) * 2^48 + a sequence value. The server's timeline grows
 -- with every promotion of a standby, so every token drawn after one is above every token drawn
 -- before it, even those whose WAL an asynchronous standby never received (its sequence went back;
 -- the timeline did not). On the first timeline the epoch is 0. Without $5 (servers that refuse WAL
 -- functions, such as Aurora) the epoch is always 0.
--- promotion, gate: with $6, the first grant to see a new timeline records when it did
--- ({table:promotion}), and grants of lapsed and absent keys wait until both the longest TTL ever
--- asked for (as the promoted server knows it) and this grant's own TTL have passed since. A holder
--- whose last renewals, or whose whole grant, the promoted standby never received believes it holds
--- the key until its local deadline, at most one TTL after the old primary's last commit; the wait
--- outlasts it when that TTL reached the standby, or when this grant asks for one as long. A
--- concurrent first sight that loses the row lock matches nothing (the re-checked row has the new
--- timeline) and reads the old row from its snapshot: closed as well. Live tenures are not held
--- off: this owner's re-acquire of its live raw grant goes on, as renewals do. Without $6 the
--- record is kept but not obeyed. The record is written only by the first statement to see a new
--- timeline, refused or not (once per promotion), and by a grant that may succeed with a TTL longer
--- than any before: an acquire refused because the key is held still writes nothing.
+-- gate: with $6, a lapsed or absent key is granted only on the timeline the record names, from
+-- when grants resume, and once this grant's own TTL has passed since the timeline was first seen. A
+-- holder whose last renewals, or whose whole grant, a promoted standby never received believes it
+-- holds the key until its local deadline, at most one TTL after the old primary's last commit; the
+-- wait outlasts it when that TTL reached the standby, or when this grant asks for one as long. Live
+-- tenures are not held off: this owner's re-acquire of its live raw grant goes on, as renewals do.
+-- stale: on a server whose timeline is not $7, the answer has one more row, with stale true and
+-- no token (and a refused grant has only that row): the caller reads the record again (recording
+-- the promotion if it is the first to see it) and sends the grant again. So the first grant of any
+-- kind after a promotion, refused ones included, starts the hold-off.
 WITH epoch AS (
     SELECT CASE WHEN $5::boolean
                 THEN ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint
                 ELSE 0 END AS timeline
 ),
-promotion AS (
-    UPDATE {table:promotion} AS p
-       SET timeline = greatest(p.timeline, e.timeline),
-           seen_at = CASE WHEN e.timeline > p.timeline THEN now() ELSE p.seen_at END,
-           grants_from = CASE WHEN e.timeline > p.timeline
-                              THEN greatest(p.grants_from,
-                                            now() + p.longest_ttl * interval '1 microsecond')
-                              ELSE p.grants_from END,
-           longest_ttl = greatest(p.longest_ttl, $3)
-      FROM epoch AS e
-     WHERE e.timeline > p.timeline
-        OR ($3 > p.longest_ttl
-            AND NOT EXISTS (SELECT 1 FROM {table} AS l
-                             WHERE l.key = $1 AND l.held_until > now() AND NOT ($4 AND l.owner = $2)))
-    RETURNING p.seen_at, p.grants_from
-),
 gate AS (
     SELECT NOT $6::boolean
-        OR coalesce((SELECT grants_from <= now()
-                            AND seen_at + $3::bigint * interval '1 microsecond' <= now()
-                       FROM promotion),
-                    (SELECT p.grants_from <= now()
-                            AND p.seen_at + $3::bigint * interval '1 microsecond' <= now()
-                            AND e.timeline <= p.timeline
-                       FROM {table:promotion} AS p, epoch AS e),
-                    true) AS open
+        OR ((SELECT timeline FROM epoch) = $7::bigint
+            AND ($9::timestamptz IS NULL OR $9::timestamptz <= now())
+            AND ($8::timestamptz IS NULL
+                 OR $8::timestamptz + $3::bigint * interval '1 microsecond' <= now())) AS open
 ),
 base AS (
     SELECT CASE WHEN timeline > 0 THEN (timeline - 1) << 48 ELSE 0 END AS base FROM epoch
@@ -83,6 +63,10 @@ created AS (
     ON CONFLICT (key) DO NOTHING
     RETURNING l.token, l.superseded
 )
-SELECT token, superseded FROM taken
+SELECT token, superseded, false AS stale FROM taken
 UNION ALL
-SELECT token, superseded FROM created
+SELECT token, superseded, false FROM created
+UNION ALL
+SELECT NULL, NULL, true
+ WHERE $6::boolean
+   AND (SELECT timeline FROM epoch) <> $7::bigint

@@ -3,6 +3,7 @@
 mod builder;
 pub(crate) mod conn;
 mod outcome;
+mod promotion;
 mod schema;
 mod ssl;
 #[cfg(feature = "tls")]
@@ -23,6 +24,7 @@ use crate::statement::{Failure, Statement, Value};
 pub use self::builder::DbBuilder;
 use self::outcome::connection_lost;
 pub(crate) use self::outcome::{deadlocked, discard, never_ran, outcome_unknown, Policy, Resend};
+use self::promotion::Promotions;
 pub(crate) use self::schema::Companion;
 pub use self::ssl::SslMode;
 
@@ -52,6 +54,8 @@ pub struct Db {
     timeline_tokens: bool,
     /// Whether grants wait out a promotion ([`Db::with_promotion_hold_off`]).
     promotion_hold_off: bool,
+    /// The promotion records read so far, by table.
+    promotions: Arc<Promotions>,
 }
 
 /// Whether the server folds its timeline into tokens: `Some(true)` when a primary answers the WAL
@@ -178,6 +182,7 @@ impl Db {
             prepared_statements: true,
             timeline_tokens: true,
             promotion_hold_off: true,
+            promotions: Arc::new(Promotions::default()),
         }
     }
 

@@ -70,6 +70,7 @@ pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
 const CREATE_SEQUENCE: &str = include_str!("../../sql/elector/create_sequence.sql");
 const CREATE_TABLE: &str = include_str!("../../sql/elector/create_table.sql");
 const IS_LEADER: &str = include_str!("../../sql/elector/is_leader.sql");
+const PROMOTION: &str = include_str!("../../sql/schema/promotion.sql");
 const RESIGN: &str = include_str!("../../sql/elector/resign.sql");
 const LEADER: &str = include_str!("../../sql/elector/leader.sql");
 const FENCE: &str = include_str!("../../sql/elector/fence.sql");
@@ -84,6 +85,8 @@ struct Statements {
     table: TableName,
     create: [String; 2],
     is_leader: Statement,
+    /// Reads (and records) the table's promotion record before polls that may win.
+    promotion: Statement,
     resign: Statement,
     leader: Statement,
     request_resign: Statement,
@@ -109,8 +112,12 @@ impl Statements {
                     Type::INT8,
                     Type::BOOL,
                     Type::BOOL,
+                    Type::INT8,
+                    Type::TIMESTAMPTZ,
+                    Type::TIMESTAMPTZ,
                 ],
             ),
+            promotion: Statement::new(render(PROMOTION, &table), &[Type::BOOL, Type::INT8]),
             resign: Statement::new(
                 render(RESIGN, &table),
                 &[Type::TEXT, Type::TEXT, Type::INT8],
@@ -352,23 +359,58 @@ impl Elector {
             (tenure.term, tenure.resigned)
         };
         let mut sent = Instant::now();
-        let result = self
-            .db
-            .with_conn("elect leader", Policy::IDEMPOTENT, |conn| {
-                sent = Instant::now();
-                self.db.run(
-                    conn,
-                    &self.sql.is_leader,
-                    &[
-                        &&*self.name,
-                        &&*self.holder,
-                        &self.ttl_us,
-                        &guard,
-                        &self.db.timeline_tokens(),
-                        &self.db.promotion_hold_off(),
-                    ],
-                )
-            });
+        let mut result;
+        // A poll sent with the promotion record of another timeline than the server's is answered
+        // `stale` (when nobody leads): read the record again (recording the promotion if first)
+        // and poll once more; a second stale answer counts as nobody leading.
+        let mut reread = false;
+        loop {
+            let promotion = match self.db.promotion(&self.sql.promotion, self.ttl_us, reread) {
+                Ok(promotion) => promotion,
+                Err(e) => {
+                    if !keep {
+                        self.tenure.lock().deadline = None;
+                    }
+                    return Err(e);
+                }
+            };
+            result = self
+                .db
+                .with_conn("elect leader", Policy::IDEMPOTENT, |conn| {
+                    sent = Instant::now();
+                    self.db.run(
+                        conn,
+                        &self.sql.is_leader,
+                        &[
+                            &&*self.name,
+                            &&*self.holder,
+                            &self.ttl_us,
+                            &guard,
+                            &self.db.timeline_tokens(),
+                            &self.db.promotion_hold_off(),
+                            &promotion.timeline,
+                            &promotion.seen_at,
+                            &promotion.grants_from,
+                        ],
+                    )
+                });
+            let (stale, mine) = match &result {
+                Ok(rows) => rows.first().map_or((false, false), |r| {
+                    (r.get::<_, bool>("stale"), r.get::<_, bool>("mine"))
+                }),
+                Err(_) => (false, false),
+            };
+            if stale && mine && !reread {
+                // Renewed or won: keep the answer, and only bring the record up to date.
+                if let Err(e) = self.db.promotion(&self.sql.promotion, self.ttl_us, true) {
+                    log::debug!(target: "pgtenure::elector", "reading the promotion record failed: {e}");
+                }
+            }
+            if !stale || mine || reread {
+                break;
+            }
+            reread = true;
+        }
         let mut tenure = self.tenure.lock();
         let rows = match result {
             Ok(rows) => rows,

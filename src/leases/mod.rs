@@ -325,13 +325,15 @@ impl Leases {
         tenure: Tenure,
     ) -> Result<Option<(i64, bool, Instant)>> {
         let keep = tenure == Tenure::Keep;
+        let db = &self.shared.db;
         let mut sent = Instant::now();
-        let rows = self
-            .shared
-            .db
-            .with_conn("acquire lease", Policy::IDEMPOTENT, |conn| {
+        // A grant sent with the promotion record of another timeline than the server's is answered
+        // `stale`: read the record again (recording the promotion if first) and send it once more.
+        for reread in [false, true] {
+            let promotion = db.promotion(&self.shared.sql.promotion, ttl_us, reread)?;
+            let rows = db.with_conn("acquire lease", Policy::IDEMPOTENT, |conn| {
                 sent = Instant::now();
-                self.shared.db.run(
+                db.run(
                     conn,
                     &self.shared.sql.acquire,
                     &[
@@ -339,15 +341,26 @@ impl Leases {
                         &&*self.shared.owner,
                         &ttl_us,
                         &keep,
-                        &self.shared.db.timeline_tokens(),
-                        &self.shared.db.promotion_hold_off(),
+                        &db.timeline_tokens(),
+                        &db.promotion_hold_off(),
+                        &promotion.timeline,
+                        &promotion.seen_at,
+                        &promotion.grants_from,
                     ],
                 )
             });
-        self.shared.note(&rows);
-        Ok(rows?
-            .first()
-            .map(|row| (row.get("token"), row.get("superseded"), sent)))
+            self.shared.note(&rows);
+            let rows = rows?;
+            let stale = |row: &&postgres::Row| row.get::<_, bool>("stale");
+            if let Some(row) = rows.iter().find(|row| !stale(row)) {
+                return Ok(Some((row.get("token"), row.get("superseded"), sent)));
+            }
+            if !rows.iter().any(|row| stale(&row)) {
+                return Ok(None);
+            }
+        }
+        // The record names another timeline still: another grant is recording the promotion.
+        Ok(None)
     }
 
     /// Renews this owner's live leases among `keys` for `ttl`, in one statement for the whole batch.

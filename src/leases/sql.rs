@@ -18,6 +18,7 @@ const SUPERSEDE: &str = include_str!("../../sql/leases/supersede.sql");
 const FENCE: &str = include_str!("../../sql/leases/fence.sql");
 const HOLDER: &str = include_str!("../../sql/leases/holder.sql");
 const REFUSAL: &str = include_str!("../../sql/leases/refusal.sql");
+const PROMOTION: &str = include_str!("../../sql/schema/promotion.sql");
 const LIST: &str = include_str!("../../sql/leases/list.sql");
 const FORCE_RELEASE: &str = include_str!("../../sql/leases/force_release.sql");
 
@@ -32,6 +33,8 @@ pub(crate) struct Statements {
     pub(super) supersede: Statement,
     pub(super) holder: Statement,
     pub(super) refusal: Statement,
+    /// Reads (and records) the table's promotion record before grants.
+    pub(super) promotion: Statement,
     pub(super) list: Statement,
     pub(super) force_release: Statement,
     /// Sent unprepared: it runs inside the caller's transaction, where a missing prepared
@@ -55,6 +58,9 @@ impl Statements {
                     Type::BOOL,
                     Type::BOOL,
                     Type::BOOL,
+                    Type::INT8,
+                    Type::TIMESTAMPTZ,
+                    Type::TIMESTAMPTZ,
                 ],
             ),
             renew: Statement::new(
@@ -76,6 +82,7 @@ impl Statements {
             supersede: Statement::new(render(SUPERSEDE, &table), &[Type::TEXT]),
             holder: Statement::new(render(HOLDER, &table), &[Type::TEXT]),
             refusal: Statement::new(render(REFUSAL, &table), &[Type::TEXT]),
+            promotion: Statement::new(render(PROMOTION, &table), &[Type::BOOL, Type::INT8]),
             list: Statement::new(render(LIST, &table), &[Type::TEXT]),
             force_release: Statement::new(render(FORCE_RELEASE, &table), &[Type::TEXT, Type::BOOL]),
             fence: render(FENCE, &table),

@@ -99,8 +99,7 @@ impl Statement {
         &self.text
     }
 
-    /// The name it is prepared under.
-    #[cfg(test)]
+    /// The name it is prepared under (unique to its text and types).
     pub(crate) fn name(&self) -> &str {
         &self.name
     }

@@ -176,17 +176,23 @@ fn every_operation_is_one_round_trip() {
     }
     for (name, trips) in &passes[0] {
         // The fence runs unprepared inside the caller's transaction; the managed lease's acquire
-        // and release ran their statements on this connection before (try_acquire, release).
+        // and release ran their statements on this connection before (try_acquire, release). The
+        // first grant of a table on a Db also reads its promotion record (prepared too): once.
+        let most = match *name {
+            "lease try_acquire" | "elector is_leader" => 4,
+            _ => 2,
+        };
         assert!(
-            *trips <= 2,
-            "{name} took {trips} round trips at first use: PREPARE and EXECUTE at most"
+            *trips <= most,
+            "{name} took {trips} round trips at first use: PREPARE and EXECUTE at most (and the \
+             promotion record's, at a table's first grant)"
         );
     }
     for (name, trips) in &passes[1] {
         assert_eq!(*trips, 1, "{name} took {trips} round trips");
     }
     // Every statement was prepared once on this one connection.
-    let prepares = passes[0].iter().filter(|(_, trips)| *trips == 2).count();
+    let prepares = passes[0].iter().filter(|(_, trips)| *trips >= 2).count();
     assert!(prepares >= 15, "only {prepares} statements were prepared");
     // A tick is several statements: owned, stats, and one per claim batch (each prepared at its
     // first use).

@@ -360,53 +360,55 @@ fn bad_input_is_refused_before_any_statement_and_stores_nothing() {
     assert!(row(&table, sqlish).is_some());
 }
 
-/// The promotion record's hold-off, set by hand as the first grant after a promotion sets it: grants
-/// of lapsed and absent keys wait for it, the live tenures' renewals and a raw holder's re-acquire
-/// do not. (The promotion itself is `tests/failover.rs`'s.)
+/// A promotion as a grant finds it (the record names another timeline than the server's; the
+/// promotion itself is `tests/failover.rs`'s): the grant is answered `stale`, reads the record
+/// again, records the promotion, and grants of lapsed and absent keys wait one longest TTL; the
+/// live tenures' renewals and a raw holder's re-acquire do not.
 #[test]
 fn a_hold_off_after_a_promotion_refuses_new_grants_but_not_live_tenures() {
     let mut tables = Tables::new();
     let (leases, table) = leases(&mut tables);
     let b = other(&table).with_owner("b").unwrap();
-    let live = leases
-        .acquire("live", Duration::from_secs(30))
-        .unwrap()
-        .unwrap();
-    let raw = leases
-        .try_acquire("raw", Duration::from_secs(30))
-        .unwrap()
-        .unwrap();
+    let ttl = Duration::from_secs(3);
+    let live = leases.acquire("live", ttl).unwrap().unwrap();
+    let raw = leases.try_acquire("raw", ttl).unwrap().unwrap();
     assert!(leases
         .try_acquire("lapsed", Duration::from_millis(200))
         .unwrap()
         .is_some());
-    let longest: i64 = client()
-        .query_one(&format!("SELECT longest_ttl FROM {table}_promotion"), &[])
-        .unwrap()
-        .get(0);
+    let record = |column: &str| -> i64 {
+        client()
+            .query_one(&format!("SELECT {column} FROM {table}_promotion"), &[])
+            .unwrap()
+            .get(0)
+    };
     assert_eq!(
-        longest, 30_000_000,
+        record("longest_ttl"),
+        3_000_000,
         "the longest TTL asked for, in microseconds"
     );
-    // An acquire refused because the key is held writes nothing, the record included.
-    assert!(b
-        .try_acquire("raw", Duration::from_secs(60))
-        .unwrap()
-        .is_none());
-    let after_refusal: i64 = client()
-        .query_one(&format!("SELECT longest_ttl FROM {table}_promotion"), &[])
-        .unwrap()
-        .get(0);
-    assert_eq!(after_refusal, 30_000_000);
+    // An acquire refused because the key is held, with a TTL the record knows, writes nothing.
+    let before = record("xmin::text::bigint");
+    assert!(b.try_acquire("raw", ttl).unwrap().is_none());
+    assert_eq!(record("xmin::text::bigint"), before);
     wait_for("the short grant to lapse", Duration::from_secs(5), || {
         (!row(&table, "lapsed").unwrap().3).then_some(())
     });
+    let timeline = record("timeline");
     client()
         .batch_execute(&format!(
-            "UPDATE {table}_promotion SET grants_from = now() + interval '3 seconds'"
+            "UPDATE {table}_promotion SET timeline = timeline + 1000"
         ))
         .unwrap();
     let held_off = Instant::now();
+    // A process that starts now: it reads the record, finds another timeline than the server's,
+    // and records the promotion.
+    let after = crate::common::fresh_db();
+    let b = Leases::new(&after)
+        .with_table(&table)
+        .unwrap()
+        .with_owner("b")
+        .unwrap();
 
     for key in ["lapsed", "absent"] {
         assert!(
@@ -416,6 +418,7 @@ fn a_hold_off_after_a_promotion_refuses_new_grants_but_not_live_tenures() {
             "{key}"
         );
     }
+    assert_eq!(record("timeline"), timeline, "the promotion recorded");
     assert_eq!(
         row(&table, "lapsed").map(|r| r.0).as_deref(),
         Some(leases.owner())
@@ -446,16 +449,13 @@ fn a_hold_off_after_a_promotion_refuses_new_grants_but_not_live_tenures() {
         eager.refusal("absent").unwrap(),
         Refusal::Vacant(None)
     ));
-    let again = leases
-        .try_acquire("raw", Duration::from_secs(30))
-        .unwrap()
-        .unwrap();
+    let again = leases.try_acquire("raw", ttl).unwrap().unwrap();
     assert_eq!(
         again.token(),
         raw.token(),
         "a raw holder's re-acquire of its live grant"
     );
-    let renewed = leases.renew(&["raw"], Duration::from_secs(30)).unwrap();
+    let renewed = leases.renew(&["raw"], ttl).unwrap();
     assert_eq!(renewed.held().collect::<Vec<_>>(), ["raw"]);
     assert!(live.is_held());
 
@@ -499,7 +499,7 @@ fn create_table_adds_the_promotion_record_to_a_table_made_without_it() {
                 &format!(
                     "SELECT timeline = ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))
                                        ::bit(32)::bigint,
-                            grants_from = '-infinity' AND seen_at = '-infinity'
+                            grants_from IS NULL AND seen_at IS NULL
                        FROM {table}_promotion"
                 ),
                 &[],
