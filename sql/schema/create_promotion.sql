@@ -3,7 +3,8 @@
 -- than any before it (sql/schema/promotion.sql); grants read it once per Db and table, and then
 -- pass what they read as parameters.
 -- timeline: the server timeline last seen (as of the table's creation until a grant sees another
--- one; always 0 when tokens do not fold in the timeline). seen_at: when a grant first saw it
+-- one; 0 when made by a Db whose tokens do not fold in the timeline, until one whose tokens do
+-- reads it, which holds nothing off for that). seen_at: when a grant first saw it
 -- (NULL: as of creation, nothing to wait for). grants_from: no key or leadership that has lapsed
 -- (or has no row) is granted before it, nor before seen_at plus the asking grant's own TTL; the
 -- first grant to see a new timeline sets it one longest TTL ahead, so that every holder that

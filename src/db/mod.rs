@@ -13,6 +13,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Instant;
 
+use postgres::error::SqlState;
 use postgres::tls::{MakeTlsConnect, TlsConnect};
 use postgres::{NoTls, Row, Socket};
 use r2d2::Pool;
@@ -219,8 +220,8 @@ impl Db {
     ///
     /// The record is a one-row table beside the lease or leader table (`<table>_promotion`), read
     /// once per `Db` and table (one more statement at the first grant, and after a promotion) and
-    /// passed to grants as parameters. Not covered: a holder whose TTL is longer than both the longest TTL the standby received and
-    /// the contender's own (a longer TTL first asked for within the replication lag, or the raw
+    /// passed to grants as parameters. Not covered: a holder whose TTL is longer than both the
+    /// longest TTL the standby received and the contender's own (a longer TTL first asked for within the replication lag, or the raw
     /// [`Leases::renew`](crate::Leases::renew) with a longer TTL than the grant's): keep each
     /// key's and each fleet's TTL the same everywhere.
     ///
@@ -244,11 +245,25 @@ impl Db {
     pub(crate) fn probe_timeline(client: &mut postgres::Client) -> Option<bool> {
         match client.query_one(TIMELINE_PROBE, &[]) {
             Ok(row) => row.get::<_, Option<String>>(0).map(|_| true),
-            Err(e) if e.as_db_error().is_some() => {
+            // Only a refusal of the functions themselves says so: any other error (a pooler's
+            // own, a busy server) tells nothing, and tokens stay folded.
+            Err(e)
+                if e.code().is_some_and(|code| {
+                    [
+                        SqlState::INSUFFICIENT_PRIVILEGE,
+                        SqlState::FEATURE_NOT_SUPPORTED,
+                        SqlState::UNDEFINED_FUNCTION,
+                    ]
+                    .contains(code)
+                }) =>
+            {
                 log::info!(target: "pgtenure::db", "the server refuses WAL functions ({e}): fencing tokens do not fold in its timeline (Db::with_timeline_tokens)");
                 Some(false)
             }
-            Err(_) => None,
+            Err(e) => {
+                log::debug!(target: "pgtenure::db", "the timeline probe failed ({e}); fencing tokens fold in the timeline");
+                None
+            }
         }
     }
 

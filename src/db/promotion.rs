@@ -40,7 +40,8 @@ impl Db {
         ttl_us: i64,
         reread: bool,
     ) -> Result<Promotion> {
-        if !self.promotion_hold_off() {
+        if !self.promotion_hold_off() || !self.timeline_tokens() {
+            // Nothing held off: the grant statements then neither gate nor answer `stale`.
             return Ok(Promotion::default());
         }
         let name = record.name();
@@ -55,7 +56,7 @@ impl Db {
             "read promotion record",
             Policy::IDEMPOTENT,
             record,
-            &[&self.timeline_tokens(), &ttl_us],
+            &[&ttl_us],
         )?;
         let Some(row) = rows.first() else {
             return Err(Error::new(

@@ -117,7 +117,7 @@ impl Statements {
                     Type::TIMESTAMPTZ,
                 ],
             ),
-            promotion: Statement::new(render(PROMOTION, &table), &[Type::BOOL, Type::INT8]),
+            promotion: Statement::new(render(PROMOTION, &table), &[Type::INT8]),
             resign: Statement::new(
                 render(RESIGN, &table),
                 &[Type::TEXT, Type::TEXT, Type::INT8],

@@ -82,7 +82,7 @@ impl Statements {
             supersede: Statement::new(render(SUPERSEDE, &table), &[Type::TEXT]),
             holder: Statement::new(render(HOLDER, &table), &[Type::TEXT]),
             refusal: Statement::new(render(REFUSAL, &table), &[Type::TEXT]),
-            promotion: Statement::new(render(PROMOTION, &table), &[Type::BOOL, Type::INT8]),
+            promotion: Statement::new(render(PROMOTION, &table), &[Type::INT8]),
             list: Statement::new(render(LIST, &table), &[Type::TEXT]),
             force_release: Statement::new(render(FORCE_RELEASE, &table), &[Type::TEXT, Type::BOOL]),
             fence: render(FENCE, &table),
