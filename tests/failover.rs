@@ -1030,3 +1030,60 @@ fn elected(leadership: &pgtenure::Leadership) -> i64 {
         other => panic!("expected to be elected, got {other:?}"),
     }
 }
+
+/// After a failover that nobody asks a grant of, the holder's own renewal tells the new primary's
+/// promotion record that it was promoted, so the hold-off starts then: a grant asked long after the
+/// promotion waits for nothing (it used to start the hold-off itself, and wait a whole TTL).
+#[test]
+fn a_renewal_starts_the_hold_off_so_a_later_grant_waits_for_nothing() {
+    init_logs();
+    let ttl = Duration::from_secs(3);
+    let pg = ReplicatedPostgres::start(Replication::Synchronous).unwrap();
+    let db = pool(&pg);
+    create_tables(&db, pg.primary_url());
+    let holder = Leases::new(&db).with_owner("holder").unwrap();
+    let lease = holder.acquire(KEY, ttl).unwrap().expect("a free key");
+    pg.fail_over().unwrap();
+    let promoted = Instant::now();
+
+    // Only the holder's renewals reach the new primary.
+    wait_for("the promotion recorded", ttl, || {
+        client(pg.url())
+            .query_one(
+                "SELECT seen_at IS NOT NULL AND grants_from <= now() + interval '3 seconds'
+                   FROM pgtenure_leases_promotion",
+                &[],
+            )
+            .ok()
+            .and_then(|row| row.get::<_, bool>(0).then_some(()))
+    });
+    let recorded_after = promoted.elapsed();
+    wait_for("the hold-off to pass", ttl * 2, || {
+        client(pg.url())
+            .query_one(
+                "SELECT grants_from <= now() FROM pgtenure_leases_promotion",
+                &[],
+            )
+            .ok()
+            .and_then(|row| row.get::<_, bool>(0).then_some(()))
+    });
+    let contender = Leases::new(&db).with_owner("contender").unwrap();
+    let grant = contender.try_acquire(UNSEEN, ttl).unwrap();
+    assert!(
+        grant.is_some(),
+        "the first grant after the hold-off passed is granted at once: {:?}",
+        contender.refusal(UNSEEN)
+    );
+    assert!(
+        lease.is_held(),
+        "the holder kept its lease across the failover"
+    );
+    println!(
+        "\nsynchronous standby: the holder's renewal recorded the promotion {} ms after it; the \
+         first grant, {} ms after the promotion, was granted at once",
+        recorded_after.as_millis(),
+        promoted.elapsed().as_millis()
+    );
+    drop(lease);
+    pg.stop().unwrap();
+}

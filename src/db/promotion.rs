@@ -29,6 +29,19 @@ pub(crate) struct Promotion {
 pub(crate) struct Promotions(Mutex<HashMap<String, Promotion>>);
 
 impl Db {
+    /// The timeline of the promotion record this `Db` read through `record`, for renewals to say
+    /// when the server is on another one; `None` when nothing is held off or nothing was read.
+    pub(crate) fn promotion_timeline(&self, record: &Statement) -> Option<i64> {
+        if !self.promotion_hold_off() || !self.timeline_tokens() {
+            return None;
+        }
+        self.promotions
+            .0
+            .lock()
+            .get(record.name())
+            .map(|known| known.timeline)
+    }
+
     /// The promotion record of the table whose record statement is `record`, as this `Db` last
     /// read it: read (one statement) the first time, when `reread` (a grant was answered that the
     /// server is on another timeline), and when `ttl_us` is longer than any TTL the record knows

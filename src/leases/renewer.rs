@@ -60,6 +60,10 @@ impl Renewer {
         let mut sent = Instant::now();
         // Waiting for a connection past the deadline cannot save the lease.
         let policy = Policy::IDEMPOTENT.until(state.deadline());
+        let timeline = self
+            .family
+            .db
+            .promotion_timeline(&self.family.sql.promotion);
         let rows = self.family.db.with_conn("renew lease", policy, |conn| {
             sent = Instant::now();
             // Prepared first: the cancel key then covers only the renewal itself.
@@ -75,12 +79,26 @@ impl Renewer {
                         &&*self.family.owner,
                         &state.token,
                         &state.ttl_us,
+                        &timeline,
                     ],
                 )
             })
         });
         self.family.note(&rows);
-        let outcome = rows.map(|rows| rows.first().map(|row| row.get::<_, bool>(0)));
+        if let Ok(rows) = &rows {
+            if rows.first().is_some_and(|row| row.get::<_, bool>("stale")) {
+                // The server was promoted: the first to read the record records it, starting the
+                // hold-off now rather than at the next grant.
+                if let Err(e) =
+                    self.family
+                        .db
+                        .promotion(&self.family.sql.promotion, state.ttl_us, true)
+                {
+                    log::debug!(target: "pgtenure::leases", "reading the promotion record failed: {e}");
+                }
+            }
+        }
+        let outcome = rows.map(|rows| rows.first().map(|row| row.get::<_, bool>("superseded")));
         (outcome, sent)
     }
 

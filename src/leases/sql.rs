@@ -69,7 +69,7 @@ impl Statements {
             ),
             renew_tenure: Statement::new(
                 render(RENEW_TENURE, &table),
-                &[Type::TEXT, Type::TEXT, Type::INT8, Type::INT8],
+                &[Type::TEXT, Type::TEXT, Type::INT8, Type::INT8, Type::INT8],
             ),
             release: Statement::new(
                 render(RELEASE, &table),
