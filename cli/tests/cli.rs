@@ -114,7 +114,7 @@ impl Drop for Env {
     fn drop(&mut self) {
         if let Ok(mut c) = Client::connect(&url(), NoTls) {
             let _ = c.batch_execute(&format!(
-                "DROP TABLE IF EXISTS {l}, {e}, {t}, {u}, {p} CASCADE;
+                "DROP TABLE IF EXISTS {l}, {e}, {t}, {u}, {p}, {l}_promotion, {e}_promotion CASCADE;
                  DROP SEQUENCE IF EXISTS {l}_token_seq, {e}_term_seq, {u}_token_seq",
                 l = self.leases,
                 e = self.leader,

@@ -207,7 +207,8 @@ pub fn run(
         admin.batch_execute(&format!("DROP TABLE IF EXISTS \"{table}\""))?;
     }
     admin.batch_execute(&format!(
-        "DROP SEQUENCE IF EXISTS \"{}_token_seq\", \"{}_term_seq\"",
+        "DROP SEQUENCE IF EXISTS \"{0}_token_seq\", \"{1}_term_seq\";
+         DROP TABLE IF EXISTS \"{0}_promotion\", \"{1}_promotion\"",
         tables.lease, tables.leader
     ))?;
     Ok(json!({ "operations": out, "driver": limits }))

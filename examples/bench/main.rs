@@ -172,7 +172,8 @@ fn main() -> Result<(), Error> {
             admin.batch_execute(&format!("DROP TABLE IF EXISTS \"{table}\""))?;
         }
         admin.batch_execute(&format!(
-            "DROP SEQUENCE IF EXISTS \"{lease_t}_token_seq\", \"{leader_t}_term_seq\""
+            "DROP SEQUENCE IF EXISTS \"{lease_t}_token_seq\", \"{leader_t}_term_seq\";
+             DROP TABLE IF EXISTS \"{lease_t}_promotion\", \"{leader_t}_promotion\""
         ))?;
     }
 
