@@ -3,7 +3,7 @@
 //! statement never reads another table (see [`Db::with_promotion_hold_off`]).
 
 use std::collections::HashMap;
-use std::time::SystemTime;
+use std::time::{Instant, SystemTime};
 
 use parking_lot::Mutex;
 
@@ -46,12 +46,15 @@ impl Db {
     /// read it: read (one statement) the first time, when `reread` (a grant was answered that the
     /// server is on another timeline), and when `ttl_us` is longer than any TTL the record knows
     /// (which it raises first, so that the hold-off after a promotion covers this grant's
-    /// holder). Without the hold-off ([`Db::with_promotion_hold_off`]) nothing is read.
+    /// holder). Without the hold-off ([`Db::with_promotion_hold_off`]) nothing is read. `until`
+    /// bounds the wait for a pool connection (a renewal thread's read must not delay its next
+    /// renewal).
     pub(crate) fn promotion(
         &self,
         record: &Statement,
         ttl_us: i64,
         reread: bool,
+        until: Option<Instant>,
     ) -> Result<Promotion> {
         if !self.promotion_hold_off() || !self.timeline_tokens() {
             // Nothing held off: the grant statements then neither gate nor answer `stale`.
@@ -65,12 +68,11 @@ impl Db {
                 }
             }
         }
-        let rows = self.query(
-            "read promotion record",
-            Policy::IDEMPOTENT,
-            record,
-            &[&ttl_us],
-        )?;
+        let policy = match until {
+            Some(until) => Policy::IDEMPOTENT.until(until),
+            None => Policy::IDEMPOTENT,
+        };
+        let rows = self.query("read promotion record", policy, record, &[&ttl_us])?;
         let Some(row) = rows.first() else {
             return Err(Error::new(
                 ErrorKind::Database,

@@ -365,7 +365,10 @@ impl Elector {
         // and poll once more; a second stale answer counts as nobody leading.
         let mut reread = false;
         loop {
-            let promotion = match self.db.promotion(&self.sql.promotion, self.ttl_us, reread) {
+            let promotion = match self
+                .db
+                .promotion(&self.sql.promotion, self.ttl_us, reread, None)
+            {
                 Ok(promotion) => promotion,
                 Err(e) => {
                     if !keep {
@@ -402,7 +405,12 @@ impl Elector {
             };
             if stale && mine && !reread {
                 // Renewed or won: keep the answer, and only bring the record up to date.
-                if let Err(e) = self.db.promotion(&self.sql.promotion, self.ttl_us, true) {
+                if let Err(e) = self.db.promotion(
+                    &self.sql.promotion,
+                    self.ttl_us,
+                    true,
+                    Some(Instant::now() + self.ttl / 6),
+                ) {
                     log::debug!(target: "pgtenure::elector", "reading the promotion record failed: {e}");
                 }
             }

@@ -330,7 +330,7 @@ impl Leases {
         // A grant sent with the promotion record of another timeline than the server's is answered
         // `stale`: read the record again (recording the promotion if first) and send it once more.
         for reread in [false, true] {
-            let promotion = db.promotion(&self.shared.sql.promotion, ttl_us, reread)?;
+            let promotion = db.promotion(&self.shared.sql.promotion, ttl_us, reread, None)?;
             let rows = db.with_conn("acquire lease", Policy::IDEMPOTENT, |conn| {
                 sent = Instant::now();
                 db.run(

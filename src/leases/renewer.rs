@@ -89,11 +89,15 @@ impl Renewer {
             if rows.first().is_some_and(|row| row.get::<_, bool>("stale")) {
                 // The server was promoted: the first to read the record records it, starting the
                 // hold-off now rather than at the next grant.
-                if let Err(e) =
-                    self.family
-                        .db
-                        .promotion(&self.family.sql.promotion, state.ttl_us, true)
-                {
+                // Within a sixth of the TTL: half the time to the next renewal.
+                let until = Instant::now()
+                    + Duration::from_micros(u64::try_from(state.ttl_us / 6).unwrap_or(0));
+                if let Err(e) = self.family.db.promotion(
+                    &self.family.sql.promotion,
+                    state.ttl_us,
+                    true,
+                    Some(until),
+                ) {
                     log::debug!(target: "pgtenure::leases", "reading the promotion record failed: {e}");
                 }
             }
