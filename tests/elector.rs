@@ -10,7 +10,11 @@ use common::{client, db, wait_for, Tables};
 use pgtenure::{Elector, ErrorKind};
 
 fn elector(table: &str, holder: &str, ttl: Duration) -> Elector {
-    Elector::new(&db())
+    elector_on(&db(), table, holder, ttl)
+}
+
+fn elector_on(db: &pgtenure::Db, table: &str, holder: &str, ttl: Duration) -> Elector {
+    Elector::new(db)
         .with_table(table)
         .unwrap()
         .with_name("fleet")
@@ -422,14 +426,8 @@ fn a_hold_off_after_a_promotion_delays_the_next_election_but_not_the_leaders_ren
     // and records the promotion.
     let after = common::fresh_db();
     let elector_after = |holder: &str, name: &str| {
-        Elector::new(&after)
-            .with_table(&table)
-            .unwrap()
+        elector_on(&after, &table, holder, Duration::from_secs(1))
             .with_name(name)
-            .unwrap()
-            .with_holder(holder)
-            .unwrap()
-            .with_ttl(Duration::from_secs(1))
             .unwrap()
     };
     let b_other = elector_after("b", "other");

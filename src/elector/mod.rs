@@ -365,44 +365,36 @@ impl Elector {
         // and poll once more; a second stale answer counts as nobody leading.
         let mut reread = false;
         loop {
-            let promotion = match self
-                .db
-                .promotion(&self.sql.promotion, self.ttl_us, reread, None)
-            {
-                Ok(promotion) => promotion,
-                Err(e) => {
-                    if !keep {
-                        self.tenure.lock().deadline = None;
-                    }
-                    return Err(e);
-                }
-            };
+            // A failed read of the record is the poll's failure: the same path below.
             result = self
                 .db
-                .with_conn("elect leader", Policy::IDEMPOTENT, |conn| {
-                    sent = Instant::now();
-                    self.db.run(
-                        conn,
-                        &self.sql.is_leader,
-                        &[
-                            &&*self.name,
-                            &&*self.holder,
-                            &self.ttl_us,
-                            &guard,
-                            &self.db.timeline_tokens(),
-                            &self.db.promotion_hold_off(),
-                            &promotion.timeline,
-                            &promotion.seen_at,
-                            &promotion.grants_from,
-                        ],
-                    )
+                .promotion(&self.sql.promotion, self.ttl_us, reread, None)
+                .and_then(|promotion| {
+                    self.db
+                        .with_conn("elect leader", Policy::IDEMPOTENT, |conn| {
+                            sent = Instant::now();
+                            self.db.run(
+                                conn,
+                                &self.sql.is_leader,
+                                &[
+                                    &&*self.name,
+                                    &&*self.holder,
+                                    &self.ttl_us,
+                                    &guard,
+                                    &self.db.timeline_tokens(),
+                                    &self.db.promotion_hold_off(),
+                                    &promotion.timeline,
+                                    &promotion.seen_at,
+                                    &promotion.grants_from,
+                                ],
+                            )
+                        })
                 });
-            let (stale, mine) = match &result {
-                Ok(rows) => rows.first().map_or((false, false), |r| {
-                    (r.get::<_, bool>("stale"), r.get::<_, bool>("mine"))
-                }),
-                Err(_) => (false, false),
-            };
+            let (stale, mine) = result
+                .as_ref()
+                .ok()
+                .and_then(|rows| rows.first())
+                .map_or((false, false), |r| (r.get("stale"), r.get("mine")));
             if stale && mine && !reread {
                 // Renewed or won: keep the answer, and only bring the record up to date.
                 if let Err(e) = self.db.promotion(

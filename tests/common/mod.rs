@@ -74,34 +74,34 @@ pub fn db() -> Db {
     static DB: OnceLock<Db> = OnceLock::new();
     DB.get_or_init(|| {
         let _ = env_logger::builder().is_test(true).try_init();
-        Db::builder(&url())
-            .and_then(|b| b.max_size(24))
-            .and_then(|b| b.build())
-            // Behind PgBouncer a cancel can hit another client's statement: the docs say turn it off.
-            .map(|db| db.with_cancel_on_deadline(!through_pgbouncer()))
-            .inspect(|db| {
-                if through_tls() {
-                    let mut conn = db.connection().unwrap();
-                    assert!(
-                        tls::encrypted(&mut conn),
-                        "PGTENURE_TEST_TLS=1: not encrypted"
-                    );
-                }
-            })
-            .unwrap_or_else(|e| panic!("cannot connect to the test database: {e}"))
+        let db = built(24);
+        if through_tls() {
+            let mut conn = db.connection().unwrap();
+            assert!(
+                tls::encrypted(&mut conn),
+                "PGTENURE_TEST_TLS=1: not encrypted"
+            );
+        }
+        db
     })
     .clone()
+}
+
+/// A pool of `max_size` on the test database, set up for the pooler and TLS modes.
+fn built(max_size: u32) -> Db {
+    Db::builder(&url())
+        .and_then(|b| b.max_size(max_size))
+        .and_then(|b| b.build())
+        // Behind PgBouncer a cancel can hit another client's statement: the docs say turn it off.
+        .map(|db| db.with_cancel_on_deadline(!through_pgbouncer()))
+        .unwrap_or_else(|e| panic!("cannot connect to the test database: {e}"))
 }
 
 /// A `Db` of its own (a small pool, nothing read yet), set up as [`db`] is: for a test that needs
 /// what a process starting now would see, such as a promotion record changed by hand.
 #[allow(dead_code)]
 pub fn fresh_db() -> Db {
-    Db::builder(&url())
-        .and_then(|b| b.max_size(4))
-        .and_then(|b| b.build())
-        .map(|db| db.with_cancel_on_deadline(!through_pgbouncer()))
-        .unwrap_or_else(|e| panic!("cannot connect to the test database: {e}"))
+    built(4)
 }
 
 /// `url` with `key=value` added to its query.
