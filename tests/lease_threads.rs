@@ -19,6 +19,20 @@ fn threads_named(name: &str) -> usize {
         .count()
 }
 
+/// Waits (up to 500 ms) until `threads_named(name)` is `n`, and returns the count then. A joined
+/// thread has ended, but the kernel may list its task in /proc for a moment after `join` returns
+/// (it wakes the joiner before it removes the task).
+fn settles_to(name: &str, n: usize) -> usize {
+    let until = std::time::Instant::now() + Duration::from_millis(500);
+    loop {
+        let count = threads_named(name);
+        if count == n || std::time::Instant::now() > until {
+            return count;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 fn live(table: &str, key: &str) -> bool {
     client()
         .query_one(
@@ -64,13 +78,13 @@ fn dropping_leases_joins_their_threads_and_releases_their_rows() {
     let mut held = held.into_iter();
     held.next().unwrap().release().unwrap();
     assert_eq!(
-        threads_named("pgtenure-renew"),
+        settles_to("pgtenure-renew", 2),
         2,
         "release joined its thread"
     );
     drop(held);
     assert_eq!(
-        threads_named("pgtenure-renew"),
+        settles_to("pgtenure-renew", 0),
         0,
         "drop joined the threads"
     );
@@ -86,7 +100,7 @@ fn dropping_leases_joins_their_threads_and_releases_their_rows() {
     );
     drop(leases);
     assert_eq!(
-        threads_named("pgtenure-watch"),
+        settles_to("pgtenure-watch", 0),
         0,
         "the last handle joined the watcher"
     );
