@@ -87,6 +87,7 @@ impl Statements {
                     Type::TEXT,
                     Type::INT8,
                     Type::BOOL,
+                    Type::INT8,
                 ],
             ),
             release: Statement::new(
@@ -187,8 +188,17 @@ impl TickClaims {
         tick: SystemTime,
         busy_for: Duration,
     ) -> Result<Option<TickClaim>> {
-        self.claim_reporting(job_id, tick, busy_for)
-            .map(|(claim, _)| claim)
+        match self.claim_reporting(job_id, tick, busy_for, RAW_LEAD)? {
+            (Claimed::Won(claim), _) => Ok(Some(claim)),
+            (Claimed::Refused, _) => Ok(None),
+            (Claimed::NotYetDue, db_now) => {
+                let ahead = tick.duration_since(db_now).unwrap_or_default();
+                Err(Error::invalid_input(format!(
+                    "tick of job {job_id:?} is {ahead:.1?} ahead of the database clock; ticks more \
+                     than one minute ahead are refused (check this host's clock)"
+                )))
+            }
+        }
     }
 
     /// Every job in this table, in job id order: its last claimed tick, who claimed it with which
@@ -226,16 +236,20 @@ impl TickClaims {
         Ok(row.get("db_now"))
     }
 
-    /// [`TickClaims::claim`], also returning the database clock as the claim statement read it.
+    /// Claims `tick` if it is at most `lead` ahead of the database clock (a minute for
+    /// [`TickClaims::claim`], none for a scheduler), also returning the database clock as the claim
+    /// statement read it.
     pub(crate) fn claim_reporting(
         &self,
         job_id: &str,
         tick: SystemTime,
         busy_for: Duration,
-    ) -> Result<(Option<TickClaim>, SystemTime)> {
+        lead: Duration,
+    ) -> Result<(Claimed, SystemTime)> {
         check_key("job id", job_id)?;
         check_tick(tick)?;
         let busy_us = micros("busy_for", busy_for, MIN_DURATION)?;
+        let lead_us = i64::try_from(lead.as_micros()).unwrap_or(i64::MAX);
         let claim_id = random_u64() as i64;
         let mut started = None;
         let rows = self
@@ -253,6 +267,7 @@ impl TickClaims {
                         &&*self.owner,
                         &claim_id,
                         &self.db.timeline_tokens(),
+                        &lead_us,
                     ],
                 )
             })?;
@@ -261,11 +276,7 @@ impl TickClaims {
         let too_far: bool = row.get("too_far");
         let db_now: SystemTime = row.get("db_now");
         if too_far {
-            let ahead = tick.duration_since(db_now).unwrap_or_default();
-            return Err(Error::invalid_input(format!(
-                "tick of job {job_id:?} is {ahead:.1?} ahead of the database clock; ticks more than one \
-                 minute ahead are refused (check this host's clock)"
-            )));
+            return Ok((Claimed::NotYetDue, db_now));
         }
         let token: Option<i64> = row.get("token");
         log::debug!(
@@ -273,15 +284,32 @@ impl TickClaims {
             "claim of job {job_id:?} at {tick:?}: {}",
             if token.is_some() { "won" } else { "refused" }
         );
-        let claim = token.map(|token| TickClaim {
-            claims: self.clone(),
-            job_id: job_id.to_owned(),
-            tick,
-            token,
-            deadline: started + busy_for,
-        });
-        Ok((claim, db_now))
+        let claimed = match token {
+            Some(token) => Claimed::Won(TickClaim {
+                claims: self.clone(),
+                job_id: job_id.to_owned(),
+                tick,
+                token,
+                deadline: started + busy_for,
+            }),
+            None => Claimed::Refused,
+        };
+        Ok((claimed, db_now))
     }
+}
+
+/// How far ahead of the database clock [`TickClaims::claim`] accepts a tick.
+const RAW_LEAD: Duration = Duration::from_secs(60);
+
+/// What a claim came to.
+#[derive(Debug)]
+pub(crate) enum Claimed {
+    /// Won: run it.
+    Won(TickClaim),
+    /// Refused: claimed already, not newer than the last claimed tick, or the job is busy.
+    Refused,
+    /// The tick is further ahead of the database clock than allowed; nothing was stored.
+    NotYetDue,
 }
 
 impl fmt::Debug for TickClaims {

@@ -182,6 +182,7 @@ pub fn cases(db: &Db, id: u32) -> Result<Fixture, Error> {
                     v("owner"),
                     v("cid"),
                     Arg::True,
+                    Arg::Lit("60000000"),
                 ],
             ),
             vars: Box::new(move |_| {
@@ -200,7 +201,15 @@ pub fn cases(db: &Db, id: u32) -> Result<Fixture, Error> {
         let it = iso_taken.clone();
         let mut script = Script::one(
             sql("tick_claims/claim.sql", &tick),
-            vec![v("r"), v("tick"), v("busy"), v("owner"), v("r"), Arg::True],
+            vec![
+                v("r"),
+                v("tick"),
+                v("busy"),
+                v("owner"),
+                v("r"),
+                Arg::True,
+                Arg::Lit("60000000"),
+            ],
         );
         script.sets = random();
         cases.push(Case {

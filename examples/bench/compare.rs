@@ -234,6 +234,7 @@ fn driver_limits(
         Type::TEXT,
         Type::INT8,
         Type::BOOL,
+        Type::INT8,
     ];
     let taken = SystemTime::UNIX_EPOCH + Duration::from_secs(1_750_000_000);
     let run = |clients: usize, protocol: bool| -> f64 {
@@ -246,16 +247,25 @@ fn driver_limits(
                         let mut c = Client::connect(url, NoTls).unwrap();
                         let named = c.prepare_typed(text, types).unwrap();
                         c.batch_execute(&format!(
-                            "PREPARE limit_claim (text, timestamptz, int8, text, int8, bool) AS {text}"
+                            "PREPARE limit_claim (text, timestamptz, int8, text, int8, bool, int8) AS {text}"
                         ))
                         .unwrap();
                         let execute = "EXECUTE limit_claim('contended', \
-                                       '2025-06-15 15:06:40+00', '60000000', 'x', '1', true)";
+                                       '2025-06-15 15:06:40+00', '60000000', 'x', '1', true, \
+                                       '60000000')";
                         let once = |c: &mut Client| {
                             let rows = if protocol {
                                 c.query(
                                     &named,
-                                    &[&"contended", &taken, &60_000_000_i64, &"x", &1_i64, &true],
+                                    &[
+                                        &"contended",
+                                        &taken,
+                                        &60_000_000_i64,
+                                        &"x",
+                                        &1_i64,
+                                        &true,
+                                        &60_000_000_i64,
+                                    ],
                                 )
                             } else {
                                 c.query_typed(execute, &[])

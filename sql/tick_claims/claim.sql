@@ -2,11 +2,12 @@
 -- database clock; creates it when absent. A refused claim matches nothing and skips the insert, so it
 -- writes nothing (no xid, no WAL flush). Concurrent claimers of one tick: the UPDATE's re-check of
 -- the newest row version (tick < $2) lets exactly one through; ON CONFLICT DO NOTHING does the same
--- for the first tick. A tick more than a minute ahead of now() is reported and stored nowhere. $5 is
+-- for the first tick. A tick more than $7 microseconds ahead of now() is reported and stored nowhere
+-- (a minute for raw claims; none for a scheduler, which claims a tick only once it is due). $5 is
 -- a random id of this call: a claim sent again because the connection failed after sending (it may
 -- have committed) finds its own win by it (already), and writes nothing more.
 -- $1 job_id, $2 tick, $3 busy period in microseconds, $4 owner, $5 claim id, $6 fold the server's
--- timeline into new tokens.
+-- timeline into new tokens, $7 how far ahead of now() a tick may be, in microseconds.
 -- epoch: with $6, tokens are (timeline - 1) * 2^48 + a sequence value. The server's timeline grows
 -- with every promotion of a standby, so every token drawn after one is above every token drawn
 -- before it, even those whose WAL an asynchronous standby never received (its sequence went back;
@@ -19,7 +20,7 @@ WITH epoch AS (
                 ELSE 0 END AS base
 ),
 input AS (
-    SELECT $2::timestamptz > now() + interval '1 minute' AS too_far
+    SELECT $2::timestamptz > now() + $7::bigint * interval '1 microsecond' AS too_far
 ),
 taken AS (
     UPDATE {table} AS c

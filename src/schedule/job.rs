@@ -3,12 +3,13 @@
 use std::fmt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use parking_lot::Mutex;
 
 use crate::error::{Error, Result};
-use crate::input::{check_key, micros, MIN_DURATION};
+use crate::input::{check_key, micros, MAX_DURATION, MIN_DURATION};
 use crate::tick_claims::TickClaim;
 
 /// When a job's ticks fall.
@@ -173,8 +174,15 @@ impl Job {
     }
 
     /// What to do with missed ticks. Defaults to [`Misfire::Skip`].
+    ///
+    /// A [`Misfire::RunOnce`] window over 100 years counts as 100 years.
     pub fn with_misfire(mut self, misfire: Misfire) -> Job {
-        self.misfire = misfire;
+        self.misfire = match misfire {
+            Misfire::RunOnce { within } => Misfire::RunOnce {
+                within: within.min(MAX_DURATION),
+            },
+            other => other,
+        };
         self
     }
 
@@ -192,16 +200,17 @@ impl Job {
         Ok(self)
     }
 
-    /// How late a tick may be reached and still run as on time (later, it is a misfire). Defaults
-    /// to the time until the job's next tick or 1 s, whichever is shorter.
+    /// How late by the database clock a tick may start and still run as on time (later, it is a
+    /// misfire, reported to [`ScheduleHooks::missed`]). Lateness is checked twice: when a worker
+    /// takes the tick, and against the clock the winning claim read. Defaults to the time until the
+    /// job's next tick or 1 s, whichever is shorter.
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when it is zero.
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when it is under 1 ms or over
+    /// 100 years.
     pub fn with_grace(mut self, grace: Duration) -> Result<Job> {
-        if grace.is_zero() {
-            return Err(Error::invalid_input("a job's grace is zero"));
-        }
+        micros("grace", grace, MIN_DURATION)?;
         self.grace = Some(grace);
         Ok(self)
     }
@@ -233,7 +242,15 @@ impl Job {
         let grace = self
             .grace
             .unwrap_or_else(|| self.schedule.gap_after(tick).min(Duration::from_secs(1)));
-        grace + self.jitter.unwrap_or_default()
+        grace.saturating_add(self.jitter.unwrap_or_default())
+    }
+
+    /// How late `tick` may start at all: its grace, or the misfire window when that is longer.
+    pub(super) fn allowed_lateness(&self, tick: SystemTime) -> Duration {
+        match self.misfire {
+            Misfire::RunOnce { within } => within.max(self.grace_for(tick)),
+            Misfire::Skip => self.grace_for(tick),
+        }
     }
 
     /// This instance's delay for one tick: up to the jitter.
@@ -329,9 +346,23 @@ pub trait ScheduleHooks: Send + Sync {
         let _ = (job_id, tick);
     }
     /// Claiming a due tick failed (logged too: at `error` when waiting cannot fix it, such as a
-    /// missing table or privilege); the scheduler goes on with the next tick.
+    /// missing table or privilege). The tick is looked at again a second later, under the job's
+    /// [`Misfire`] rule: tried again while within its grace, and a tick missed through an outage
+    /// is a misfire like any other.
     fn error(&self, job_id: &str, tick: SystemTime, error: &Error) {
         let _ = (job_id, tick, error);
+    }
+    /// Ticks of the job up to `tick` were missed and will not run here: reached later than the
+    /// job's grace (the fleet was down, this instance was paused or its workers were busy), or won
+    /// too late by the clock the claim read. Under [`Misfire::RunOnce`] the latest missed tick
+    /// may still run, and is then not reported.
+    fn missed(&self, job_id: &str, tick: SystemTime) {
+        let _ = (job_id, tick);
+    }
+    /// A scheduler thread caught a panic of its own code or of a hook (runs' panics go to
+    /// [`ScheduleHooks::failed`]). It is logged at `error`, and the thread goes on.
+    fn panicked(&self, error: &Error) {
+        let _ = error;
     }
 }
 
@@ -345,7 +376,7 @@ impl ScheduleHooks for NoScheduleHooks {}
 pub(super) struct JobState {
     pub(super) job: Job,
     next: Mutex<Next>,
-    /// Whether this scheduler is running the job now.
+    /// Whether this scheduler has handed the job to a worker (claiming or running it).
     running: AtomicBool,
 }
 
@@ -359,6 +390,15 @@ enum Next {
     At { tick: SystemTime, at: SystemTime },
     /// The schedule has no later tick.
     Never,
+}
+
+/// What one look at a job found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(super) struct Due {
+    /// The tick to claim now.
+    pub(super) run: Option<SystemTime>,
+    /// The latest tick skipped as missed, if any was.
+    pub(super) missed: Option<SystemTime>,
 }
 
 impl JobState {
@@ -379,44 +419,98 @@ impl JobState {
         }
     }
 
-    /// The tick to claim now (`now`: the database clock), if one is due, and moves on past it. A
-    /// tick reached within the grace runs; a later one is missed: the current tick still runs if
-    /// it is within the grace, else the misfire rule decides.
-    pub(super) fn take_due(&self, now: SystemTime) -> Option<SystemTime> {
+    /// Looks at the job at `now` (the database clock) and moves on past what it returns: the tick
+    /// to claim now, if one is due, and the latest tick skipped as missed. A tick reached within
+    /// the grace runs; a later one is missed: the current tick still runs if it is within the
+    /// grace, else the misfire rule decides.
+    pub(super) fn look(&self, now: SystemTime) -> Due {
         let job = &self.job;
         let mut next = self.next.lock();
         let candidate = match *next {
-            Next::Never => return None,
-            Next::At { at, .. } if at > now => return None,
+            Next::Never => return Due::default(),
+            Next::At { at, .. } if at > now => return Due::default(),
             Next::At { tick, .. } => Some(tick),
             Next::Unknown => None,
         };
         let latest = job.schedule.at_or_before(now);
         let late = |tick: SystemTime| now.duration_since(tick).unwrap_or_default();
         let on_time = |tick: &SystemTime| late(*tick) <= job.grace_for(*tick);
-        let tick = candidate
-            .filter(on_time)
-            .or_else(|| latest.filter(on_time))
-            .or_else(|| match job.misfire {
-                Misfire::RunOnce { within } => latest.filter(|t| late(*t) <= within),
-                _ => None,
-            });
-        if tick.is_none() && candidate.or(latest).is_some() {
-            log::info!(target: "pgtenure::schedule", "job {:?}: skipped missed ticks up to {latest:?}", job.id);
-        }
-        *next = match job.schedule.after(tick.or(latest).unwrap_or(now)) {
-            Some(following) => Next::At {
-                tick: following,
-                at: following + job.draw_delay(),
-            },
-            None => Next::Never,
+        let before = |tick: SystemTime| {
+            tick.checked_sub(Duration::from_micros(1))
+                .and_then(|t| job.schedule.at_or_before(t))
         };
-        tick
+        // The tick due now, if it is within its grace.
+        let current = latest.filter(on_time);
+        // Under RunOnce, a tick run to make up for missed ones; the current one then runs after it.
+        let mut make_up = false;
+        let tick = match (candidate.filter(on_time), job.misfire, candidate) {
+            (Some(tick), _, _) => Some(tick),
+            (None, Misfire::Skip, _) => current,
+            // Ticks were missed since the candidate: the latest of them runs once, then the
+            // current one.
+            (None, Misfire::RunOnce { within }, Some(first)) => {
+                let missed = match current {
+                    Some(current) => before(current).filter(|t| *t >= first),
+                    None => latest,
+                };
+                match missed.filter(|t| late(*t) <= within) {
+                    Some(missed) => {
+                        make_up = current.is_some();
+                        Some(missed)
+                    }
+                    None => current,
+                }
+            }
+            // The first look: the latest tick, on time or within the window.
+            (None, Misfire::RunOnce { within }, None) => {
+                current.or_else(|| latest.filter(|t| late(*t) <= within))
+            }
+        };
+        // Ticks passed over: from the candidate (or, at the first look, none) up to the latest.
+        let missed = match (tick, candidate) {
+            (None, Some(_)) => latest.or(candidate),
+            (Some(run), Some(first)) if run > first => before(run),
+            _ => None,
+        };
+        if let Some(missed) = missed {
+            log::info!(target: "pgtenure::schedule", "job {:?}: skipped missed ticks up to {missed:?}", job.id);
+        }
+        *next = match (make_up, current) {
+            (true, Some(current)) => Next::At {
+                tick: current,
+                at: current,
+            },
+            _ => match job.schedule.after(tick.or(latest).unwrap_or(now)) {
+                Some(following) => Next::At {
+                    tick: following,
+                    at: following.checked_add(job.draw_delay()).unwrap_or(following),
+                },
+                None => Next::Never,
+            },
+        };
+        Due { run: tick, missed }
     }
 
-    /// Marks the job running here, or `None` when it already is.
-    pub(super) fn start_running(&self) -> Option<Running<'_>> {
-        (!self.running.swap(true, Ordering::AcqRel)).then_some(Running(&self.running))
+    /// [`JobState::look`]'s tick to run.
+    #[cfg(test)]
+    fn take_due(&self, now: SystemTime) -> Option<SystemTime> {
+        self.look(now).run
+    }
+
+    /// Puts `tick` back, to be looked at again from `at` (database time): its claim failed, or it
+    /// was not yet due by the database clock.
+    pub(super) fn retry(&self, tick: SystemTime, at: SystemTime) {
+        *self.next.lock() = Next::At { tick, at };
+    }
+
+    /// Whether a worker has the job in hand.
+    pub(super) fn is_reserved(&self) -> bool {
+        self.running.load(Ordering::Acquire)
+    }
+
+    /// Reserves the job for one worker, or `None` when this scheduler already has it in hand.
+    pub(super) fn reserve(self: &Arc<Self>) -> Option<Reservation> {
+        (!self.running.swap(true, Ordering::AcqRel)).then(|| Reservation(Arc::clone(self)))
     }
 
     /// Runs a won tick: the hooks around it, its failure caught, the claim released after.
@@ -455,12 +549,18 @@ impl JobState {
     }
 }
 
-/// Marks a job not running when dropped.
-pub(super) struct Running<'a>(&'a AtomicBool);
+/// A job reserved for one worker ([`JobState::reserve`]); dropping it frees the job.
+pub(super) struct Reservation(Arc<JobState>);
 
-impl Drop for Running<'_> {
+impl Reservation {
+    pub(super) fn job(&self) -> &Arc<JobState> {
+        &self.0
+    }
+}
+
+impl Drop for Reservation {
     fn drop(&mut self) {
-        self.0.store(false, Ordering::Release);
+        self.0.running.store(false, Ordering::Release);
     }
 }
 
@@ -637,10 +737,92 @@ mod tests {
 
     #[test]
     fn a_job_runs_once_at_a_time_here() {
-        let j = job(1000, Misfire::Skip);
-        let first = j.start_running().expect("idle");
-        assert!(j.start_running().is_none());
+        // A refused reservation must not free the job (issue 23: it did, and a second worker
+        // started a later tick beside the run in progress).
+        let j = Arc::new(job(1000, Misfire::Skip));
+        let first = j.reserve().expect("idle");
+        assert!(j.reserve().is_none());
+        assert!(j.reserve().is_none(), "still reserved after a refusal");
         drop(first);
-        assert!(j.start_running().is_some());
+        assert!(j.reserve().is_some());
+    }
+
+    #[test]
+    fn the_longest_durations_neither_overflow_nor_panic() {
+        // Issue 23, defect 8: a grace of Duration::MAX with a jitter panicked.
+        assert!(job(1000, Misfire::Skip)
+            .job
+            .with_grace(Duration::MAX)
+            .unwrap_err()
+            .is_invalid_input());
+        let longest = Job::new("j", Schedule::every(MAX_DURATION).unwrap(), |_| Ok(()))
+            .unwrap()
+            .with_grace(MAX_DURATION)
+            .unwrap()
+            .with_jitter(MAX_DURATION)
+            .unwrap()
+            .with_busy(MAX_DURATION)
+            .unwrap()
+            .with_misfire(Misfire::RunOnce {
+                within: Duration::MAX,
+            });
+        let j = JobState::new(longest);
+        for now in [at(0, 0), at(10, 0), at(253_402_300_000, 0)] {
+            let _ = j.look(now);
+            let _ = j.next_due();
+        }
+        let _ = j.job.allowed_lateness(at(10, 0));
+    }
+
+    #[test]
+    fn a_look_reports_the_ticks_it_skipped() {
+        let j = job(1000, Misfire::Skip);
+        assert_eq!(j.look(at(10, 0)).run, Some(at(10, 0)));
+        // Reached at 15.3 s: 11 to 14 missed, 15 on time.
+        assert_eq!(
+            j.look(at(15, 300)),
+            Due {
+                run: Some(at(15, 0)),
+                missed: Some(at(14, 0))
+            }
+        );
+        // Reached 5 s late with no tick on time: all missed.
+        let j = job(10_000, Misfire::Skip);
+        assert_eq!(j.look(at(10, 0)).run, Some(at(10, 0)));
+        assert_eq!(
+            j.look(at(25, 0)),
+            Due {
+                run: None,
+                missed: Some(at(20, 0))
+            }
+        );
+        // A tick put back after a failed claim is looked at again, under the misfire rule.
+        let once = job(
+            2000,
+            Misfire::RunOnce {
+                within: Duration::from_secs(30),
+            },
+        );
+        assert_eq!(once.take_due(at(10, 0)), Some(at(10, 0)));
+        once.retry(at(10, 0), at(11, 0));
+        assert_eq!(once.take_due(at(10, 500)), None, "not before its time");
+        assert_eq!(
+            once.take_due(at(17, 500)),
+            Some(at(16, 0)),
+            "the latest, once"
+        );
+        assert_eq!(once.next_due(), Some(at(18, 0)));
+        // Back just as a tick falls due: the latest missed tick runs once, then the current one.
+        once.retry(at(18, 0), at(19, 0));
+        assert_eq!(once.take_due(at(22, 100)), Some(at(20, 0)), "made up");
+        assert_eq!(once.take_due(at(22, 150)), Some(at(22, 0)), "then on time");
+        assert_eq!(once.take_due(at(22, 200)), None);
+        assert_eq!(once.next_due(), Some(at(24, 0)));
+        // Under Skip, only the current one.
+        let skip = job(2000, Misfire::Skip);
+        assert_eq!(skip.take_due(at(10, 0)), Some(at(10, 0)));
+        skip.retry(at(10, 0), at(11, 0));
+        assert_eq!(skip.take_due(at(16, 100)), Some(at(16, 0)));
+        assert_eq!(skip.next_due(), Some(at(18, 0)));
     }
 }

@@ -42,7 +42,7 @@ mod job;
 mod running;
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use parking_lot::Mutex;
 
@@ -51,11 +51,20 @@ pub use self::running::Scheduling;
 
 use self::job::JobState;
 use crate::error::{Error, Result};
-use crate::tick_claims::TickClaims;
+use crate::input::{micros, MIN_DURATION};
+use crate::tick_claims::{Claimed, TickClaims};
 use crate::Db;
 
 /// The local clock a scheduler reads, replaceable for tests of hosts whose clocks are off.
 pub type Clock = Arc<dyn Fn() -> SystemTime + Send + Sync>;
+
+/// How far the local clock may move away from the monotonic clock between two measures of the
+/// database clock before the scheduler takes it for a step (NTP, a resumed VM, an operator's
+/// `date`) and measures again. NTP's slewing moves it by at most 0.5 ms a second.
+const CLOCK_STEP: Duration = Duration::from_millis(100);
+
+/// How long a tick whose claim failed waits before it is looked at again.
+const RETRY_CLAIM: Duration = Duration::from_secs(1);
 
 /// Runs recurring jobs on tick claims; see the [module docs](self).
 pub struct Scheduler {
@@ -64,8 +73,38 @@ pub struct Scheduler {
     clock: Clock,
     hooks: Arc<dyn ScheduleHooks>,
     workers: usize,
-    /// The database clock minus the local one, in microseconds, as last measured.
-    offset_us: Mutex<Option<i128>>,
+    stop_timeout: Duration,
+    /// The database clock as last measured against the local clocks.
+    estimate: Mutex<Option<Estimate>>,
+}
+
+/// The database clock minus the local one, and when (by both local clocks) it was measured.
+#[derive(Debug, Clone, Copy)]
+struct Estimate {
+    offset_us: i128,
+    local: SystemTime,
+    monotonic: Instant,
+}
+
+impl Estimate {
+    /// Whether the local clock moved by more than [`CLOCK_STEP`] against the monotonic clock since
+    /// this estimate was made: it stepped, and the offset is stale.
+    fn stepped(&self, local: SystemTime, monotonic: Instant) -> bool {
+        let by_local = micros_since_epoch(local) - micros_since_epoch(self.local);
+        let by_monotonic = monotonic
+            .saturating_duration_since(self.monotonic)
+            .as_micros() as i128;
+        (by_local - by_monotonic).unsigned_abs() > CLOCK_STEP.as_micros()
+    }
+}
+
+/// What an attempt at a tick came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    Ran,
+    Refused,
+    NotYetDue,
+    Missed,
 }
 
 impl Scheduler {
@@ -78,7 +117,8 @@ impl Scheduler {
             clock: Arc::new(SystemTime::now),
             hooks: Arc::new(NoScheduleHooks),
             workers: 2,
-            offset_us: Mutex::new(None),
+            stop_timeout: Duration::from_secs(30),
+            estimate: Mutex::new(None),
         }
     }
 
@@ -103,7 +143,8 @@ impl Scheduler {
         Ok(self)
     }
 
-    /// How many runs may go on at once (threads of the started scheduler). Defaults to 2.
+    /// How many runs may go on at once (threads of the started scheduler). A tick is claimed only
+    /// when one of them is free to run it. Defaults to 2.
     ///
     /// # Errors
     ///
@@ -118,6 +159,19 @@ impl Scheduler {
         Ok(self)
     }
 
+    /// How long [`Scheduling::stop`] waits for the runs in progress to end before it returns
+    /// without them. Defaults to 30 s.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when it is under 1 ms or over
+    /// 100 years.
+    pub fn with_stop_timeout(mut self, timeout: Duration) -> Result<Scheduler> {
+        micros("stop timeout", timeout, MIN_DURATION)?;
+        self.stop_timeout = timeout;
+        Ok(self)
+    }
+
     /// Observes runs ([`ScheduleHooks`]). Defaults to [`NoScheduleHooks`].
     pub fn with_hooks(mut self, hooks: Arc<dyn ScheduleHooks>) -> Scheduler {
         self.hooks = hooks;
@@ -125,7 +179,7 @@ impl Scheduler {
     }
 
     /// Reads the local time from `clock` instead of the system clock: for tests of a host whose
-    /// clock is off (the database's stays real). Defaults to [`SystemTime::now`].
+    /// clock is off or steps (the database's stays real). Defaults to [`SystemTime::now`].
     pub fn with_clock(mut self, clock: Clock) -> Scheduler {
         self.clock = clock;
         self
@@ -165,68 +219,110 @@ impl Scheduler {
 
     /// One step, on the calling thread (for tests, and for callers with a loop of their own):
     /// claims every job's tick that is due by the database clock and runs the ticks won, one after
-    /// the other. Returns how many ran.
+    /// the other. Returns how many ran. A job that a started scheduler is running is left alone.
     ///
     /// # Errors
     ///
-    /// A database or connection error reading the clock or claiming; runs' own errors go to the
-    /// hooks.
+    /// A database or connection error reading the clock or claiming (the tick is then looked at
+    /// again at the next step, under the job's [`Misfire`] rule); runs' own errors go to the hooks.
     pub fn run_pending(&self) -> Result<usize> {
         let now = self.db_now()?;
         let mut ran = 0;
         for job in &self.jobs {
-            if let Some(tick) = job.take_due(now) {
-                ran += usize::from(self.run_tick(job, tick)?);
+            let Some(_reserved) = job.reserve() else {
+                continue;
+            };
+            let due = job.look(now);
+            if let Some(missed) = due.missed {
+                self.hooks.missed(&job.job.id, missed);
+            }
+            if let Some(tick) = due.run {
+                match self.attempt(job, tick) {
+                    Ok(outcome) => ran += usize::from(outcome == Outcome::Ran),
+                    Err(e) => {
+                        job.retry(tick, self.later(RETRY_CLAIM));
+                        return Err(e);
+                    }
+                }
             }
         }
         Ok(ran)
     }
 
-    /// The database clock by this host's clock and the last measured offset; measured first if it
-    /// never was.
+    /// The database clock by this host's clock and the last measured offset; measured again when
+    /// it never was or the host's clock stepped since.
     fn db_now(&self) -> Result<SystemTime> {
-        let known = *self.offset_us.lock();
-        let offset = match known {
-            Some(offset) => offset,
-            None => {
-                let sent = (self.clock)();
-                let db_now = self.claims.db_now()?;
-                self.learn(sent, db_now);
-                self.offset_us.lock().unwrap_or_default()
+        let (local, monotonic) = ((self.clock)(), Instant::now());
+        let known = *self.estimate.lock();
+        if let Some(estimate) = known {
+            if !estimate.stepped(local, monotonic) {
+                return Ok(shift(local, estimate.offset_us));
             }
-        };
-        Ok(shift((self.clock)(), offset))
+            log::info!(target: "pgtenure::schedule", "this host's clock stepped; measuring the database clock again");
+        }
+        let sent = (self.clock)();
+        let db_now = self.claims.db_now()?;
+        let estimate = self.learn(sent, db_now);
+        Ok(shift((self.clock)(), estimate.offset_us))
+    }
+
+    /// The database clock `by` from now, as last measured, without a round trip (the tick itself
+    /// when nothing was measured yet: looked at again at once).
+    fn later(&self, by: Duration) -> SystemTime {
+        let estimate = *self.estimate.lock();
+        estimate
+            .map_or(UNIX_EPOCH, |e| shift((self.clock)(), e.offset_us))
+            .checked_add(by)
+            .unwrap_or(UNIX_EPOCH)
     }
 
     /// Records the offset from a database time read between `sent` and now (local).
-    fn learn(&self, sent: SystemTime, db_now: SystemTime) {
-        let received = (self.clock)();
+    fn learn(&self, sent: SystemTime, db_now: SystemTime) -> Estimate {
+        let (received, monotonic) = ((self.clock)(), Instant::now());
         let mid = micros_since_epoch(sent) / 2 + micros_since_epoch(received) / 2;
-        *self.offset_us.lock() = Some(micros_since_epoch(db_now) - mid);
+        let estimate = Estimate {
+            offset_us: micros_since_epoch(db_now) - mid,
+            local: received,
+            monotonic,
+        };
+        *self.estimate.lock() = Some(estimate);
+        estimate
     }
 
-    /// Claims `tick` of `job` and runs it if won. Returns whether it ran.
-    fn run_tick(&self, job: &JobState, tick: SystemTime) -> Result<bool> {
-        let Some(_running) = job.start_running() else {
-            // Still running the previous tick here: never twice at once.
-            self.hooks.refused(&job.job.id, tick);
-            return Ok(false);
-        };
+    /// Claims `tick` of `job` (reserved by the caller) and runs it if won, unless the claim read a
+    /// clock by which it is later than the job allows.
+    fn attempt(&self, job: &JobState, tick: SystemTime) -> Result<Outcome> {
+        let id = &job.job.id;
         let sent = (self.clock)();
-        let (claim, db_now) =
+        let (claimed, db_now) =
             self.claims
-                .claim_reporting(&job.job.id, tick, job.job.busy_for(tick))?;
+                .claim_reporting(id, tick, job.job.busy_for(tick), Duration::ZERO)?;
         self.learn(sent, db_now);
-        let Some(claim) = claim else {
-            self.hooks.refused(&job.job.id, tick);
-            return Ok(false);
-        };
-        // Won early by the database clock (the offset was off): wait until the tick is due.
-        if let Ok(early) = tick.duration_since(db_now) {
-            std::thread::sleep(early);
+        match claimed {
+            Claimed::Refused => {
+                self.hooks.refused(id, tick);
+                Ok(Outcome::Refused)
+            }
+            Claimed::NotYetDue => {
+                // This host's clock ran ahead of its estimate: look again when it is due.
+                log::info!(target: "pgtenure::schedule", "job {id:?}: tick {tick:?} is not yet due by the database clock; waiting for it");
+                job.retry(tick, tick);
+                Ok(Outcome::NotYetDue)
+            }
+            Claimed::Won(claim) => {
+                let late = db_now.duration_since(tick).unwrap_or_default();
+                if late > job.job.allowed_lateness(tick) {
+                    log::info!(target: "pgtenure::schedule", "job {id:?}: tick {tick:?} won {late:?} after it was due, later than the job allows: missed");
+                    if let Err(e) = claim.release() {
+                        log::warn!(target: "pgtenure::schedule", "job {id:?}: could not release its tick: {e}");
+                    }
+                    self.hooks.missed(id, tick);
+                    return Ok(Outcome::Missed);
+                }
+                job.run(claim, &*self.hooks);
+                Ok(Outcome::Ran)
+            }
         }
-        job.run(claim, &*self.hooks);
-        Ok(true)
     }
 }
 

@@ -1,27 +1,47 @@
-//! A started scheduler: a timer thread that hands due ticks to a bounded pool of workers.
+//! A started scheduler: a timer thread that hands due ticks to a bounded pool of workers, one tick
+//! to a free worker at a time.
 
 use std::fmt;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
-use crossbeam_channel::{after, bounded, select, unbounded, Receiver, Sender};
+use crossbeam_channel::{after, at, bounded, select, Receiver, Sender};
 
-use super::job::JobState;
+use super::job::Reservation;
 use super::Scheduler;
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 
 /// How long the timer waits before trying again when the database clock cannot be read.
 const RETRY_CLOCK: Duration = Duration::from_secs(1);
+
+/// The longest the timer sleeps without looking at the clocks again.
+const LONGEST_SLEEP: Duration = Duration::from_secs(60);
 
 /// A started [`Scheduler`] ([`Scheduler::start`]); dropping it stops it as
 /// [`Scheduling::stop`] does.
 pub struct Scheduling {
     scheduler: Arc<Scheduler>,
+    shared: Arc<Shared>,
     stop: Option<Sender<()>>,
     timer: Option<JoinHandle<()>>,
     workers: Vec<JoinHandle<()>>,
+    /// Wakes whoever waits for a worker to come free (the timer, then `stop`).
+    freed: Receiver<()>,
 }
+
+/// What the timer, the workers and the handle share.
+struct Shared {
+    /// Set by `stop`: no tick handed over is claimed any more.
+    stopping: AtomicBool,
+    /// Ticks handed to workers and not yet done with.
+    in_hand: AtomicUsize,
+}
+
+/// A tick handed to a worker, with its job reserved.
+type Work = (Reservation, SystemTime);
 
 impl Scheduler {
     /// Starts the scheduler: a timer thread (`pgtenure-schedule`) that wakes when the next tick is
@@ -29,9 +49,18 @@ impl Scheduler {
     /// (`pgtenure-schedule-run`, [`Scheduler::with_workers`]) that claim the due ticks and run the
     /// ones won.
     ///
+    /// A due tick is handed over only when a worker is free to run it at once and this scheduler is
+    /// not already running the job; nothing queues up. A tick reached later than the job's grace
+    /// (the workers were busy, the database was down) is a misfire under the job's [`Misfire`]
+    /// rule. A claim is sent only for a tick due by the database clock, and the claim statement
+    /// checks it again (`tick <= now()`), so a host clock that steps forward cannot claim a tick
+    /// early.
+    ///
     /// It first reads the claims table once: an error that waiting cannot fix (the table is
     /// missing, the role lacks a privilege) is returned here, before any thread starts; a
     /// transient one (the database is unreachable) is logged, and the timer keeps trying.
+    ///
+    /// [`Misfire`]: super::Misfire
     ///
     /// # Errors
     ///
@@ -52,82 +81,176 @@ impl Scheduler {
             Ok(_) => {}
         }
         let scheduler = Arc::new(self);
-        let (work, queue) = unbounded::<(Arc<JobState>, SystemTime)>();
-        let mut workers = Vec::new();
+        let shared = Arc::new(Shared {
+            stopping: AtomicBool::new(false),
+            in_hand: AtomicUsize::new(0),
+        });
+        // One slot per worker: the timer hands a tick over only when a worker is free, so neither
+        // channel ever blocks its sender.
+        let (work, queue) = bounded::<Work>(scheduler.workers);
+        let (free, freed) = bounded::<()>(scheduler.workers);
+        let mut handle = Scheduling {
+            scheduler: Arc::clone(&scheduler),
+            shared: Arc::clone(&shared),
+            stop: None,
+            timer: None,
+            workers: Vec::new(),
+            freed: freed.clone(),
+        };
         for _ in 0..scheduler.workers {
-            let (scheduler, queue) = (Arc::clone(&scheduler), queue.clone());
+            let (scheduler, shared, queue, free) = (
+                Arc::clone(&scheduler),
+                Arc::clone(&shared),
+                queue.clone(),
+                free.clone(),
+            );
             let worker = std::thread::Builder::new()
                 .name("pgtenure-schedule-run".into())
-                .spawn(move || {
-                    for (job, tick) in queue {
-                        if let Err(e) = scheduler.run_tick(&job, tick) {
-                            if e.is_permanent() {
-                                log::error!(target: "pgtenure::schedule", "job {:?}: could not claim tick {tick:?}: {e}", job.job.id);
-                            } else {
-                                log::warn!(target: "pgtenure::schedule", "job {:?}: could not claim tick {tick:?}: {e}", job.job.id);
-                            }
-                            scheduler.hooks.error(&job.job.id, tick, &e);
-                        }
-                    }
-                })
+                .spawn(move || scheduler.work(&shared, &queue, &free))
                 .map_err(|e| Error::setup("could not start a scheduler worker").with_source(e))?;
-            workers.push(worker);
+            handle.workers.push(worker);
         }
         let (stop, stopped) = bounded::<()>(0);
         let timer = {
-            let scheduler = Arc::clone(&scheduler);
+            let (scheduler, shared) = (Arc::clone(&scheduler), Arc::clone(&shared));
             std::thread::Builder::new()
                 .name("pgtenure-schedule".into())
-                .spawn(move || scheduler.time(&stopped, &work))
+                .spawn(move || scheduler.time(&shared, &stopped, &work, &freed))
                 .map_err(|e| Error::setup("could not start the scheduler's timer").with_source(e))?
         };
-        Ok(Scheduling {
-            scheduler,
-            stop: Some(stop),
-            timer: Some(timer),
-            workers,
-        })
+        handle.stop = Some(stop);
+        handle.timer = Some(timer);
+        Ok(handle)
     }
 
-    /// The timer: hands every due tick to the workers, then sleeps until the next one is due.
-    fn time(&self, stopped: &Receiver<()>, work: &Sender<(Arc<JobState>, SystemTime)>) {
+    /// The timer: hands due ticks to free workers, then sleeps until the next tick is due or a
+    /// worker comes free.
+    fn time(
+        &self,
+        shared: &Shared,
+        stopped: &Receiver<()>,
+        work: &Sender<Work>,
+        freed: &Receiver<()>,
+    ) {
         loop {
-            let wait = match self.db_now() {
-                Ok(now) => {
-                    for job in &self.jobs {
-                        if let Some(tick) = job.take_due(now) {
-                            let _ = work.send((Arc::clone(job), tick));
-                        }
-                    }
-                    self.jobs
-                        .iter()
-                        .filter_map(|job| job.next_due())
-                        .min()
-                        .map_or(RETRY_CLOCK, |due| {
-                            due.duration_since(now).unwrap_or_default()
-                        })
-                }
-                Err(e) => {
+            let wait = match catch_unwind(AssertUnwindSafe(|| self.hand_over(shared, work))) {
+                Ok(Ok(wait)) => wait,
+                Ok(Err(e)) => {
                     log::warn!(target: "pgtenure::schedule", "cannot read the database clock: {e}");
+                    RETRY_CLOCK
+                }
+                Err(panic) => {
+                    self.caught("the scheduler's timer", &*panic);
                     RETRY_CLOCK
                 }
             };
             select! {
                 recv(stopped) -> _ => return,
+                recv(freed) -> _ => {}
                 recv(after(wait)) -> _ => {}
             }
         }
     }
+
+    /// Hands every due job whose tick a worker can take now to the workers; returns how long to
+    /// sleep before the next job is due (a worker coming free wakes the timer sooner).
+    fn hand_over(&self, shared: &Shared, work: &Sender<Work>) -> Result<Duration> {
+        let now = self.db_now()?;
+        let mut wait = LONGEST_SLEEP;
+        for job in &self.jobs {
+            let Some(due) = job.next_due() else {
+                continue;
+            };
+            if let Ok(until) = due.duration_since(now) {
+                if !until.is_zero() {
+                    wait = wait.min(until);
+                    continue;
+                }
+            }
+            if shared.stopping.load(Ordering::Acquire)
+                || shared.in_hand.load(Ordering::Acquire) >= self.workers
+            {
+                // No worker free: the next one freed wakes the timer.
+                continue;
+            }
+            let Some(reserved) = job.reserve() else {
+                // Running here still: its end wakes the timer.
+                continue;
+            };
+            let look = job.look(now);
+            if let Some(missed) = look.missed {
+                self.hooks.missed(&job.job.id, missed);
+            }
+            if let Some(tick) = look.run {
+                shared.in_hand.fetch_add(1, Ordering::AcqRel);
+                if work.try_send((reserved, tick)).is_err() {
+                    shared.in_hand.fetch_sub(1, Ordering::AcqRel);
+                }
+            }
+            if let Some(due) = job.next_due() {
+                wait = wait.min(due.duration_since(now).unwrap_or_default());
+            }
+        }
+        Ok(wait)
+    }
+
+    /// A worker: claims each tick handed over and runs it if won; a failed claim puts the tick
+    /// back for a look a second later.
+    fn work(&self, shared: &Shared, queue: &Receiver<Work>, free: &Sender<()>) {
+        for (reserved, tick) in queue {
+            let job = Arc::clone(reserved.job());
+            if !shared.stopping.load(Ordering::Acquire) {
+                match catch_unwind(AssertUnwindSafe(|| self.attempt(&job, tick))) {
+                    Ok(Ok(_)) => {}
+                    Ok(Err(e)) => {
+                        job.retry(tick, self.later(super::RETRY_CLAIM));
+                        if e.is_permanent() {
+                            log::error!(target: "pgtenure::schedule", "job {:?}: could not claim tick {tick:?}: {e}", job.job.id);
+                        } else {
+                            log::warn!(target: "pgtenure::schedule", "job {:?}: could not claim tick {tick:?}: {e}", job.job.id);
+                        }
+                        self.hooks.error(&job.job.id, tick, &e);
+                    }
+                    Err(panic) => self.caught("a scheduler worker", &*panic),
+                }
+            }
+            // Free the job before the worker: the timer, woken, finds both free.
+            drop(reserved);
+            shared.in_hand.fetch_sub(1, Ordering::AcqRel);
+            let _ = free.try_send(());
+        }
+    }
+
+    /// Reports a panic caught in a scheduler thread (not a run's: those go to `failed`).
+    fn caught(&self, thread: &str, panic: &(dyn std::any::Any + Send)) {
+        let what = panic
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a panic".to_owned());
+        let error = Error::new(
+            ErrorKind::Setup,
+            format!(
+                "{thread} caught a panic ({what}); it goes on, but this is a bug: please report it"
+            ),
+        );
+        log::error!(target: "pgtenure::schedule", "{error}");
+        let _ = catch_unwind(AssertUnwindSafe(|| self.hooks.panicked(&error)));
+    }
 }
 
 impl Scheduling {
-    /// Stops: no new tick is claimed, the runs in progress finish (bounded by the jobs
-    /// themselves: make them honour [`Run::deadline`](super::Run::deadline)), and every thread is
-    /// joined.
+    /// Stops: no tick is claimed once it is called; the runs in progress are waited for up to
+    /// [`Scheduler::with_stop_timeout`] (30 s by default; make runs honour
+    /// [`Run::deadline`](super::Run::deadline)), and every thread is joined. Runs still going
+    /// then are left to finish on their own threads, and reported in the error. Before that, it
+    /// waits for the timer's read of the database clock when one is under way (at most the
+    /// pool's connection timeout).
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::Setup`](crate::ErrorKind::Setup) when a thread panicked.
+    /// [`ErrorKind::Setup`](crate::ErrorKind::Setup) when a thread panicked, or runs were still
+    /// going at the stop timeout (the error names their jobs).
     pub fn stop(mut self) -> Result<()> {
         self.shut_down()
     }
@@ -138,12 +261,37 @@ impl Scheduling {
     }
 
     fn shut_down(&mut self) -> Result<()> {
+        self.shared.stopping.store(true, Ordering::Release);
         drop(self.stop.take());
         let mut panicked = false;
         if let Some(timer) = self.timer.take() {
-            // The timer owns the work queue's sender: once it is joined, the workers drain the
-            // queue and end.
+            // The timer owns the work queue's sender: once it is joined, the workers end after
+            // what they have in hand.
             panicked |= timer.join().is_err();
+        }
+        let deadline = Instant::now() + self.scheduler.stop_timeout;
+        while self.shared.in_hand.load(Ordering::Acquire) > 0 {
+            select! {
+                recv(self.freed) -> _ => {}
+                recv(at(deadline)) -> _ => break,
+                recv(after(Duration::from_millis(50))) -> _ => {}
+            }
+        }
+        if self.shared.in_hand.load(Ordering::Acquire) > 0 {
+            let running: Vec<&str> = self
+                .scheduler
+                .jobs
+                .iter()
+                .filter(|job| job.is_reserved())
+                .map(|job| &*job.job.id)
+                .collect();
+            // Their threads end when the runs do; they are not joined.
+            self.workers.clear();
+            return Err(Error::setup(format!(
+                "stopped the scheduler with runs still going after {:?}: jobs {running:?} (they \
+                 finish on their own; make runs honour Run::deadline, or raise the stop timeout)",
+                self.scheduler.stop_timeout
+            )));
         }
         for worker in self.workers.drain(..) {
             panicked |= worker.join().is_err();
