@@ -42,6 +42,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
+use parking_lot::Mutex;
 use postgres::types::Type;
 
 use crate::db::{one_row, Db, Policy};
@@ -57,6 +58,7 @@ pub const DEFAULT_TABLE: &str = "pgtenure_tick_claims";
 const CREATE_TABLE: &str = include_str!("../sql/tick_claims/create_table.sql");
 const CLAIM: &str = include_str!("../sql/tick_claims/claim.sql");
 const RELEASE: &str = include_str!("../sql/tick_claims/release.sql");
+const EXTEND: &str = include_str!("../sql/tick_claims/extend.sql");
 const FENCE: &str = include_str!("../sql/tick_claims/fence.sql");
 const NOW: &str = include_str!("../sql/tick_claims/now.sql");
 const JOBS: &str = include_str!("../sql/tick_claims/jobs.sql");
@@ -67,6 +69,7 @@ struct Statements {
     create_table: String,
     claim: Statement,
     release: Statement,
+    extend: Statement,
     now: Statement,
     jobs: Statement,
     /// Sent unprepared: it runs inside the caller's transaction, where a missing prepared
@@ -93,6 +96,10 @@ impl Statements {
             release: Statement::new(
                 render(RELEASE, &table),
                 &[Type::TEXT, Type::TEXT, Type::INT8],
+            ),
+            extend: Statement::new(
+                render(EXTEND, &table),
+                &[Type::TEXT, Type::TEXT, Type::INT8, Type::INT8],
             ),
             fence: render(FENCE, &table),
             now: Statement::new(NOW.to_owned(), &[]),
@@ -290,7 +297,7 @@ impl TickClaims {
                 job_id: job_id.to_owned(),
                 tick,
                 token,
-                deadline: started + busy_for,
+                deadline: Mutex::new(started + busy_for),
             }),
             None => Claimed::Refused,
         };
@@ -349,7 +356,7 @@ pub struct TickClaim {
     job_id: String,
     tick: SystemTime,
     token: i64,
-    deadline: Instant,
+    deadline: Mutex<Instant>,
 }
 
 impl TickClaim {
@@ -369,10 +376,49 @@ impl TickClaim {
     }
 
     /// When the busy period ends at the latest, by this process's clock. It was taken before the
-    /// claim was sent, so it never falls after the database's own deadline: a run that stops by then
-    /// never overlaps the next tick's run.
+    /// claim (or the last [`TickClaim::extend`]) was sent, so it never falls after the database's
+    /// own deadline: a run that stops by then never overlaps the next tick's run.
     pub fn deadline(&self) -> Instant {
-        self.deadline
+        *self.deadline.lock()
+    }
+
+    /// Keeps the job busy for at least `busy_for` from now, while this claim is still the job's
+    /// latest and busy (owner and token guard it), and moves [`TickClaim::deadline`] accordingly.
+    /// Returns `false`, writing nothing, when the busy period has lapsed or the claim was
+    /// released: the run must then stop by its deadline. One statement; call it every third of
+    /// the busy period or so while a long run goes on (a scheduler's runs do this on their own).
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when `busy_for` is under 1 ms or
+    /// over 100 years; otherwise a database or connection error (the deadline is then unchanged).
+    pub fn extend(&self, busy_for: Duration) -> Result<bool> {
+        let busy_us = micros("busy_for", busy_for, MIN_DURATION)?;
+        let mut started = None;
+        let rows = self
+            .claims
+            .db
+            .with_conn("extend tick claim", Policy::IDEMPOTENT, |conn| {
+                // The first send starts the extension at the earliest.
+                started.get_or_insert_with(Instant::now);
+                self.claims.db.run(
+                    conn,
+                    &self.claims.sql.extend,
+                    &[
+                        &self.job_id.as_str(),
+                        &&*self.claims.owner,
+                        &self.token,
+                        &busy_us,
+                    ],
+                )
+            })?;
+        if rows.is_empty() {
+            return Ok(false);
+        }
+        let until = started.unwrap_or_else(Instant::now) + busy_for;
+        let mut deadline = self.deadline.lock();
+        *deadline = (*deadline).max(until);
+        Ok(true)
     }
 
     /// Checks, inside the caller's transaction, that this run is still the job's latest claim and
@@ -430,7 +476,7 @@ impl fmt::Debug for TickClaim {
             .field("job_id", &self.job_id)
             .field("tick", &self.tick)
             .field("token", &self.token)
-            .field("deadline", &self.deadline)
+            .field("deadline", &self.deadline())
             .finish()
     }
 }

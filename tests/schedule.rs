@@ -700,3 +700,42 @@ fn a_panic_in_the_schedulers_own_threads_is_reported_and_the_job_goes_on() {
     let panicked = hooks.seen.panicked.lock().clone();
     assert!(panicked[0].contains("a hook's bug"), "{panicked:?}");
 }
+
+#[test]
+fn a_run_longer_than_its_busy_period_keeps_the_job_busy_fleet_wide() {
+    // Issue 23: never two runs of one job at once anywhere. A job every 200 ms (busy for 200 ms by
+    // default) whose runs take 1 s, on two instances: each run extends its busy period while it
+    // goes on, so the other instance claims no later tick before it ends.
+    let mut tables = Tables::new();
+    let table = claims_table(&mut tables);
+    let spans: Spans = Arc::default();
+    let started: Vec<_> = (0..2)
+        .map(|i| {
+            Scheduler::new(&db())
+                .with_table(&table)
+                .unwrap()
+                .with_owner(&format!("instance-{i}"))
+                .unwrap()
+                .with_job(slow_job(
+                    "long",
+                    Duration::from_millis(200),
+                    Duration::from_secs(1),
+                    &spans,
+                ))
+                .unwrap()
+                .start()
+                .unwrap()
+        })
+        .collect();
+    wait_for("four runs", Duration::from_secs(20), || {
+        (spans.lock().len() >= 4).then_some(())
+    });
+    for scheduler in started {
+        scheduler.stop().unwrap();
+    }
+    let mut spans = spans.lock().clone();
+    spans.sort_by_key(|s| s.1);
+    for pair in spans.windows(2) {
+        assert!(pair[1].1 >= pair[0].2, "runs overlapped: {pair:?}");
+    }
+}

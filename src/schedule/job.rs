@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use crossbeam_channel::{after, bounded, select, Receiver};
 use parking_lot::Mutex;
 
 use crate::error::{Error, Result};
@@ -186,9 +187,12 @@ impl Job {
         self
     }
 
-    /// How long a won tick keeps the job busy fleet-wide unless its run ends first (then it is
-    /// released): no later tick starts meanwhile. Make it longer than the longest run. Defaults to
-    /// the time until the job's next tick (its period, for [`Schedule::every`]).
+    /// How long a won tick keeps the job busy fleet-wide: no later tick starts anywhere meanwhile.
+    /// The scheduler extends it every third of it while the run goes on and releases it when the
+    /// run ends, so a run may take longer than its busy period; the busy period bounds how long the
+    /// job stays blocked after this instance stops extending it (it crashed, paused or lost the
+    /// database), and [`Run::deadline`] is when the run must stop then. Defaults to the time until
+    /// the job's next tick (its period, for [`Schedule::every`]).
     ///
     /// # Errors
     ///
@@ -301,6 +305,8 @@ impl Run {
 
     /// When the job's busy period ends at the latest, by this process's clock: stop by then, or
     /// the next tick's run may start beside this one (and this one's fence refuses its writes).
+    /// The scheduler extends the busy period every third of it while the run goes on, so the
+    /// deadline moves later as long as the database can be reached: read it again as you go.
     pub fn deadline(&self) -> Instant {
         self.claim.deadline()
     }
@@ -514,11 +520,29 @@ impl JobState {
     }
 
     /// Runs a won tick: the hooks around it, its failure caught, the claim released after.
+    ///
+    /// While the run goes on, a thread of its own (`pgtenure-schedule-busy`) extends the claim's
+    /// busy period every third of it, so no instance claims a later tick of the job before this
+    /// run ends, however long it takes; it is joined when the run returns (at most one extension
+    /// statement later).
     pub(super) fn run(&self, claim: TickClaim, hooks: &dyn super::ScheduleHooks) {
+        let busy = self.job.busy_for(claim.tick());
         let run = Run { claim };
         hooks.started(&run);
         let started = Instant::now();
-        let outcome = catch_unwind(AssertUnwindSafe(|| (self.job.run)(&run)));
+        let outcome = std::thread::scope(|scope| {
+            let (done, finished) = bounded::<()>(0);
+            let claim = &run.claim;
+            let keeper = std::thread::Builder::new()
+                .name("pgtenure-schedule-busy".into())
+                .spawn_scoped(scope, move || keep_busy(claim, busy, &finished));
+            if let Err(e) = &keeper {
+                log::warn!(target: "pgtenure::schedule", "job {:?}: could not start the thread that keeps its run busy ({e}); the run is busy for {busy:?} only", self.job.id);
+            }
+            let outcome = catch_unwind(AssertUnwindSafe(|| (self.job.run)(&run)));
+            drop(done);
+            outcome
+        });
         let took = started.elapsed();
         let failure = match outcome {
             Ok(Ok(())) => None,
@@ -545,6 +569,30 @@ impl JobState {
         }
         if let Err(e) = run.claim.release() {
             log::warn!(target: "pgtenure::schedule", "job {:?}: could not release its tick: {e}", self.job.id);
+        }
+    }
+}
+
+/// Extends `claim`'s busy period every third of `busy` until `finished` disconnects, or until the
+/// claim is no longer busy (lapsed while this process could not reach the database, or taken).
+fn keep_busy(claim: &TickClaim, busy: Duration, finished: &Receiver<()>) {
+    let every = (busy / 3).max(MIN_DURATION);
+    let mut wait = every;
+    loop {
+        select! {
+            recv(finished) -> _ => return,
+            recv(after(wait)) -> _ => {}
+        }
+        match claim.extend(busy) {
+            Ok(true) => wait = every,
+            Ok(false) => {
+                log::warn!(target: "pgtenure::schedule", "job {:?}: the run of tick {:?} is no longer busy (its busy period lapsed, or it was released); it should stop by its deadline", claim.job_id(), claim.tick());
+                return;
+            }
+            Err(e) => {
+                log::warn!(target: "pgtenure::schedule", "job {:?}: could not extend the busy period of its run ({e}); trying again", claim.job_id());
+                wait = (every / 3).max(MIN_DURATION);
+            }
         }
     }
 }
