@@ -19,7 +19,8 @@
 //! `PGTENURE_CHECKER_SECS=3600 cargo test --release --test checker -- --nocapture --test-threads 3`
 //! (the three primitives side by side).
 //!
-//! One file per primitive (`leases`, `elector`, `membership`); what they share is in `harness`.
+//! One file per primitive (`leases`, `elector`, `membership`, `schedule`); what they share is in
+//! `harness`.
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -28,3 +29,4 @@ mod elector;
 mod harness;
 mod leases;
 mod membership;
+mod schedule;
