@@ -113,7 +113,7 @@ pub fn run(leases: &Leases, args: &LeaseRunArgs) -> Result<u8, Failure> {
         .env(ENV_KEY, &args.key)
         .env(ENV_TOKEN, lease.token().to_string())
         .process_group(0);
-    die_with_parent(&mut command);
+    prepare_child(&mut command);
     // Declared after `lease`, so dropped before it: a panic from here on kills CMD's group before
     // the lease's drop releases the key.
     let mut cmd = match command.spawn() {
@@ -170,42 +170,56 @@ pub fn run(leases: &Leases, args: &LeaseRunArgs) -> Result<u8, Failure> {
     }
 }
 
+/// What the child does between `fork` and `exec`: it puts SIGTTOU back to its default (pgtenure
+/// ignores it, and an ignored signal stays ignored across `exec`; SIGTSTP is caught, and a caught
+/// signal is reset by `exec`), and asks for the parent-death signal.
+fn prepare_child(command: &mut Command) {
+    let parent = std::process::id() as libc::pid_t;
+    // SAFETY: the closure runs in the forked child and calls only async-signal-safe functions
+    // (signal, prctl, getppid, _exit); it allocates nothing and takes no lock.
+    unsafe {
+        command.pre_exec(move || {
+            libc::signal(libc::SIGTTOU, libc::SIG_DFL);
+            die_with_parent(parent)
+        });
+    }
+}
+
 /// Makes the kernel kill CMD (SIGKILL) when pgtenure dies, however it dies: Linux's
-/// `PR_SET_PDEATHSIG`, set in the child between `fork` and `exec`.
+/// `PR_SET_PDEATHSIG`, called in the child between `fork` and `exec`.
 ///
 /// The signal fires when the *thread* that forked exits: CMD is spawned from the main thread, which
 /// lives as long as the process. pgtenure can die between `fork` and the `prctl`; then the child
 /// has been reparented already and no signal will come, so the child compares its parent with the
 /// pid recorded before the fork and exits instead of running CMD.
+///
+/// # Safety
+///
+/// Only in the child between `fork` and `exec`: it may end the process.
 #[cfg(target_os = "linux")]
-fn die_with_parent(command: &mut Command) {
-    let parent = std::process::id() as libc::pid_t;
-    // SAFETY: the closure runs in the forked child and calls only async-signal-safe functions
-    // (prctl, getppid, _exit); it allocates nothing and takes no lock.
-    unsafe {
-        command.pre_exec(move || {
-            if libc::prctl(
-                libc::PR_SET_PDEATHSIG,
-                libc::SIGKILL as libc::c_ulong,
-                0 as libc::c_ulong,
-                0 as libc::c_ulong,
-                0 as libc::c_ulong,
-            ) != 0
-            {
-                return Err(io::Error::last_os_error());
-            }
-            if libc::getppid() != parent {
-                libc::_exit(libc::EXIT_FAILURE);
-            }
-            Ok(())
-        });
+unsafe fn die_with_parent(parent: libc::pid_t) -> io::Result<()> {
+    if libc::prctl(
+        libc::PR_SET_PDEATHSIG,
+        libc::SIGKILL as libc::c_ulong,
+        0 as libc::c_ulong,
+        0 as libc::c_ulong,
+        0 as libc::c_ulong,
+    ) != 0
+    {
+        return Err(io::Error::last_os_error());
     }
+    if libc::getppid() != parent {
+        libc::_exit(libc::EXIT_FAILURE);
+    }
+    Ok(())
 }
 
 /// Elsewhere there is no parent-death signal: CMD still gets pgtenure's signals and is stopped on
 /// a loss, but a `kill -9` of pgtenure leaves it running.
 #[cfg(not(target_os = "linux"))]
-fn die_with_parent(_: &mut Command) {}
+unsafe fn die_with_parent(_: libc::pid_t) -> io::Result<()> {
+    Ok(())
+}
 
 /// Acquires the lease, trying again while `--wait` lasts: `None` when not acquired in time (said
 /// on stderr), `Some(Err(signal))` when a signal came first.
@@ -326,12 +340,17 @@ impl Cmd {
         }
     }
 
-    /// Sends `signal` to CMD's process group: CMD and whatever it started that stayed in its group.
+    /// Sends `signal` to CMD's process group (CMD and whatever it started that stayed in its
+    /// group), then SIGCONT, as a shell does for a stopped job: a CMD stopped by SIGSTOP, or by
+    /// SIGTTIN reading the terminal from its background group, acts on the signal at once.
     fn signal_group(&self, signal: i32) {
         if !self.reaped {
             // SAFETY: kill has no memory effects; the group's leader is our unreaped child.
             unsafe {
                 libc::kill(-self.pid, signal);
+                if signal != libc::SIGKILL {
+                    libc::kill(-self.pid, libc::SIGCONT);
+                }
             }
         }
     }
@@ -430,6 +449,23 @@ extern "C" fn on_signal(number: libc::c_int) {
     set_errno(saved);
 }
 
+extern "C" fn do_nothing(_: libc::c_int) {}
+
+/// Sets `number`'s handler (or `SIG_IGN`).
+fn set_disposition(number: libc::c_int, handler: libc::sighandler_t) -> io::Result<()> {
+    // SAFETY: a zeroed sigaction with a valid handler, an empty mask and valid flags.
+    unsafe {
+        let mut action: libc::sigaction = std::mem::zeroed();
+        action.sa_sigaction = handler;
+        action.sa_flags = libc::SA_RESTART;
+        libc::sigemptyset(&mut action.sa_mask);
+        if libc::sigaction(number, &action, std::ptr::null_mut()) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
 #[cfg(target_os = "linux")]
 fn errno() -> libc::c_int {
     // SAFETY: __errno_location returns this thread's errno.
@@ -486,19 +522,16 @@ impl Signals {
                     }
                 }
             })?;
+        let forward: extern "C" fn(libc::c_int) = on_signal;
         for number in FORWARDED {
-            // SAFETY: a zeroed sigaction with our handler, an empty mask and valid flags.
-            unsafe {
-                let mut action: libc::sigaction = std::mem::zeroed();
-                let handler: extern "C" fn(libc::c_int) = on_signal;
-                action.sa_sigaction = handler as libc::sighandler_t;
-                action.sa_flags = libc::SA_RESTART;
-                libc::sigemptyset(&mut action.sa_mask);
-                if libc::sigaction(number, &action, std::ptr::null_mut()) != 0 {
-                    return Err(io::Error::last_os_error());
-                }
-            }
+            set_disposition(number, forward as libc::sighandler_t)?;
         }
+        // Job control, which would stop pgtenure alone (CMD has a process group of its own) and
+        // let its lease lapse while CMD runs on: Ctrl-Z (SIGTSTP) is caught and does nothing, and
+        // writing to the terminal from the background with `stty tostop` (SIGTTOU) is allowed.
+        let nothing: extern "C" fn(libc::c_int) = do_nothing;
+        set_disposition(libc::SIGTSTP, nothing as libc::sighandler_t)?;
+        set_disposition(libc::SIGTTOU, libc::SIG_IGN)?;
         Ok(Signals { received })
     }
 }

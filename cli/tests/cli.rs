@@ -807,3 +807,46 @@ fn a_loss_while_stderr_is_a_dead_pipe_still_stops_the_command() {
     );
     assert_eq!(reap(child).code(), Some(LOST));
 }
+
+/// The state letter of `pid` in /proc (`T`: stopped).
+fn state(pid: libc::pid_t) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?.1.trim_start().chars().next()
+}
+
+#[test]
+fn ctrl_z_does_not_stop_lease_run_while_its_command_runs() {
+    let env = Env::new();
+    env.leases().create_table().unwrap();
+    let ttl = Duration::from_secs(1);
+    let (child, cmd) = run_sleep(&env, "k", "1s", "1s", "", Stdio::piped());
+    let pgtenure = child.id() as libc::pid_t;
+    let token = env.leases().holder("k").unwrap().unwrap().token;
+    // CMD has a process group of its own, so a stopped pgtenure would stop renewing while CMD ran.
+    send(pgtenure, libc::SIGTSTP);
+    let until = Instant::now() + ttl * 5 / 2;
+    while Instant::now() < until {
+        assert_ne!(state(pgtenure), Some('T'), "pgtenure was stopped");
+        let row = env.leases().holder("k").unwrap().unwrap();
+        assert!(row.live && row.token == token, "the lease lapsed: {row:?}");
+        thread::sleep(Duration::from_millis(20));
+    }
+    assert!(alive(cmd.0));
+    send(pgtenure, libc::SIGTERM);
+    assert_eq!(reap(child).code(), Some(128 + libc::SIGTERM));
+}
+
+#[test]
+fn a_stopped_command_still_gets_the_signal_passed_to_it() {
+    let env = Env::new();
+    env.leases().create_table().unwrap();
+    let (child, cmd) = run_sleep(&env, "k", "1s", "1s", "", Stdio::piped());
+    // Stopped, as reading the terminal from its background process group would stop it (SIGTTIN).
+    send(cmd.0, libc::SIGSTOP);
+    wait_for("the command to stop", Duration::from_secs(5), || {
+        (state(cmd.0) == Some('T')).then_some(())
+    });
+    send(child.id() as libc::pid_t, libc::SIGINT);
+    assert_eq!(reap(child).code(), Some(128 + libc::SIGINT));
+    assert!(!alive(cmd.0));
+}
