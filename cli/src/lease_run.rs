@@ -55,9 +55,14 @@ const RETRY: Duration = Duration::from_millis(250);
 pub const EXIT_HELP: &str = "\
 CMD runs with PGTENURE_LEASE_KEY and PGTENURE_LEASE_TOKEN (the fencing token) in its environment.
 The lease renews every third of --ttl while CMD runs; a failed renewal (a killed connection, a
-restarting database) is retried until the lease's local deadline. SIGINT and SIGTERM sent to
-pgtenure are forwarded to CMD (a terminal's Ctrl-C reaches CMD directly, and is not sent twice).
-Signals go to CMD itself, not to processes it starts: a shell wrapper should exec its last command.
+restarting database) is retried until the lease's local deadline.
+CMD never outlives the lease, however pgtenure ends. CMD runs in a process group of its own:
+SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to pgtenure (a terminal's Ctrl-C included) are passed to
+that group, and pgtenure keeps the lease until CMD exits. If pgtenure dies otherwise (kill -9, the
+OOM killer, a crash), the kernel kills CMD at once with SIGKILL (Linux's parent-death signal; CMD
+cannot clean up then, as nobody is left to renew the lease). That signal reaches CMD itself, not
+the processes it starts: a shell wrapper should exec its last command. CMD is a background job to a
+terminal: it cannot read from it, and Ctrl-Z does nothing. Give lease-run non-interactive commands.
 A loss is the key force-released (pgtenure lease release --force), taken after a lapse, asked for
 by a contender (Leases::supersede), or not renewed before the lease's local deadline. CMD can still
 run for up to a third of --ttl before the loss is seen, and for --grace after it: fence CMD's own
@@ -67,7 +72,8 @@ Exit status:
   CMD's own status     CMD ran and exited (128+N when a signal N ended it); the lease is released
   75                   the lease was not acquired within --wait (another holder has it)
   76                   the lease was lost while CMD ran (force-released, taken after a lapse, or not
-                       renewed in time); CMD was stopped with SIGTERM, then SIGKILL after --grace
+                       renewed in time); CMD's group got SIGTERM, then SIGKILL once CMD exited or
+                       after --grace
   126, 127             CMD could not be executed, or was not found
   1                    an error (said on stderr), e.g. the database could not be reached
   128+N                pgtenure got signal N while waiting for the lease (CMD never ran)";
