@@ -4,9 +4,22 @@
 //! while CMD runs, retrying a failed renewal (a killed connection, a restarting database) on a new
 //! connection until the lease's local deadline. Only a loss stops CMD: the database refusing a
 //! renewal (the key was force-released, or taken after a lapse) or the local deadline passing
-//! without a renewal. Then CMD gets SIGTERM, and SIGKILL after the grace period.
+//! without a renewal. Then CMD's process group gets SIGTERM, and SIGKILL after the grace period.
+//!
+//! CMD never outlives the lease, however `pgtenure` ends:
+//! - CMD runs in a process group of its own, which gets the signals `pgtenure` is sent (SIGINT,
+//!   SIGTERM, SIGHUP, SIGQUIT); `pgtenure` keeps the lease until CMD has exited, then releases it.
+//! - CMD is killed (SIGKILL) by the kernel when `pgtenure` dies in any other way (`kill -9`, the OOM
+//!   killer, a crash): Linux's parent-death signal, set in the child before `exec`. SIGKILL, not
+//!   SIGTERM: nobody is left to renew the lease or to enforce the grace period, and a CMD that
+//!   ignored SIGTERM would run on beside the key's next holder.
+//! - A panic in `pgtenure` kills CMD's group before the lease is released (CMD's handle is dropped
+//!   before the lease's).
+//! - Nothing on these paths can panic on a write: messages go to stderr through `say!`, which
+//!   ignores a failed write (a dead pipe), and only after CMD was signalled.
 
 use std::io;
+use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, ExitStatus};
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::thread;
@@ -42,9 +55,14 @@ const RETRY: Duration = Duration::from_millis(250);
 pub const EXIT_HELP: &str = "\
 CMD runs with PGTENURE_LEASE_KEY and PGTENURE_LEASE_TOKEN (the fencing token) in its environment.
 The lease renews every third of --ttl while CMD runs; a failed renewal (a killed connection, a
-restarting database) is retried until the lease's local deadline. SIGINT and SIGTERM sent to
-pgtenure are forwarded to CMD (a terminal's Ctrl-C reaches CMD directly, and is not sent twice).
-Signals go to CMD itself, not to processes it starts: a shell wrapper should exec its last command.
+restarting database) is retried until the lease's local deadline.
+CMD never outlives the lease, however pgtenure ends. CMD runs in a process group of its own:
+SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to pgtenure (a terminal's Ctrl-C included) are passed to
+that group, and pgtenure keeps the lease until CMD exits. If pgtenure dies otherwise (kill -9, the
+OOM killer, a crash), the kernel kills CMD at once with SIGKILL (Linux's parent-death signal; CMD
+cannot clean up then, as nobody is left to renew the lease). That signal reaches CMD itself, not
+the processes it starts: a shell wrapper should exec its last command. CMD is a background job to a
+terminal: it cannot read from it, and Ctrl-Z does nothing. Give lease-run non-interactive commands.
 A loss is the key force-released (pgtenure lease release --force), taken after a lapse, asked for
 by a contender (Leases::supersede), or not renewed before the lease's local deadline. CMD can still
 run for up to a third of --ttl before the loss is seen, and for --grace after it: fence CMD's own
@@ -54,7 +72,8 @@ Exit status:
   CMD's own status     CMD ran and exited (128+N when a signal N ended it); the lease is released
   75                   the lease was not acquired within --wait (another holder has it)
   76                   the lease was lost while CMD ran (force-released, taken after a lapse, or not
-                       renewed in time); CMD was stopped with SIGTERM, then SIGKILL after --grace
+                       renewed in time); CMD's group got SIGTERM, then SIGKILL once CMD exited or
+                       after --grace
   126, 127             CMD could not be executed, or was not found
   1                    an error (said on stderr), e.g. the database could not be reached
   128+N                pgtenure got signal N while waiting for the lease (CMD never ran)";
@@ -94,16 +113,20 @@ pub fn run(leases: &Leases, args: &LeaseRunArgs) -> Result<u8, Failure> {
         Err(signal) => return Ok(signal_status(signal)),
     };
     let program = &args.command[0];
-    let mut child = match Command::new(program)
+    let mut command = Command::new(program);
+    command
         .args(&args.command[1..])
         .env(ENV_KEY, &args.key)
         .env(ENV_TOKEN, lease.token().to_string())
-        .spawn()
-    {
-        Ok(child) => child,
+        .process_group(0);
+    prepare_child(&mut command);
+    // Declared after `lease`, so dropped before it: a panic from here on kills CMD's group before
+    // the lease's drop releases the key.
+    let mut cmd = match command.spawn() {
+        Ok(child) => Cmd::new(child),
         Err(e) => {
             release(lease);
-            eprintln!("pgtenure: cannot run {program:?}: {e}");
+            say!("pgtenure: cannot run {program:?}: {e}");
             return Ok(match e.kind() {
                 io::ErrorKind::NotFound => EXIT_NOT_FOUND,
                 io::ErrorKind::PermissionDenied => EXIT_CANNOT_EXECUTE,
@@ -111,12 +134,10 @@ pub fn run(leases: &Leases, args: &LeaseRunArgs) -> Result<u8, Failure> {
             });
         }
     };
-    let pid = child.id() as libc::pid_t;
-    let exited = match watch_exit(pid) {
+    let exited = match watch_exit(cmd.pid) {
         Ok(exited) => exited,
         Err(e) => {
-            kill(pid, libc::SIGKILL);
-            let _ = child.wait();
+            cmd.kill_group();
             release(lease);
             return Err(e.into());
         }
@@ -124,32 +145,86 @@ pub fn run(leases: &Leases, args: &LeaseRunArgs) -> Result<u8, Failure> {
     loop {
         select! {
             recv(exited) -> _ => {
-                let status = child.wait()?;
+                let status = cmd.reap();
                 release(lease);
-                return Ok(exit_status(status));
+                return Ok(status.map_or(crate::EXIT_ERROR, exit_status));
             }
             recv(lease.lost()) -> reason => {
+                // CMD first: nothing may delay or prevent its signal, a report least of all.
+                cmd.signal_group(libc::SIGTERM);
                 let reason = reason.map_or_else(
                     |_| "its renewal stopped".to_owned(),
                     |reason| reason.to_string(),
                 );
-                eprintln!(
+                say!(
                     "pgtenure: lease {:?} lost ({reason}); stopping {program:?} with SIGTERM, \
                      SIGKILL after {:?}",
                     args.key, args.grace
                 );
-                stop(&mut child, pid, &exited, args.grace);
+                cmd.stop(&exited, args.grace);
                 release(lease);
                 return Ok(EXIT_LOST);
             }
             recv(signals.received) -> signal => {
-                // A terminal's signal (Ctrl-C) went to CMD's process group already.
-                if let Ok(Signal { number, from_process: true }) = signal {
-                    kill(pid, number);
+                // CMD's group is not the terminal's foreground group, so a terminal's Ctrl-C reached
+                // only pgtenure: whoever sent it, it is passed on. The lease is kept until CMD exits.
+                if let Ok(signal) = signal {
+                    cmd.signal_group(signal);
                 }
             }
         }
     }
+}
+
+/// What the child does between `fork` and `exec`: it puts SIGTTOU back to its default (pgtenure
+/// ignores it, and an ignored signal stays ignored across `exec`; SIGTSTP is caught, and a caught
+/// signal is reset by `exec`), and asks for the parent-death signal.
+fn prepare_child(command: &mut Command) {
+    let parent = std::process::id() as libc::pid_t;
+    // SAFETY: the closure runs in the forked child and calls only async-signal-safe functions
+    // (signal, prctl, getppid, _exit); it allocates nothing and takes no lock.
+    unsafe {
+        command.pre_exec(move || {
+            libc::signal(libc::SIGTTOU, libc::SIG_DFL);
+            die_with_parent(parent)
+        });
+    }
+}
+
+/// Makes the kernel kill CMD (SIGKILL) when pgtenure dies, however it dies: Linux's
+/// `PR_SET_PDEATHSIG`, called in the child between `fork` and `exec`.
+///
+/// The signal fires when the *thread* that forked exits: CMD is spawned from the main thread, which
+/// lives as long as the process. pgtenure can die between `fork` and the `prctl`; then the child
+/// has been reparented already and no signal will come, so the child compares its parent with the
+/// pid recorded before the fork and exits instead of running CMD.
+///
+/// # Safety
+///
+/// Only in the child between `fork` and `exec`: it may end the process.
+#[cfg(target_os = "linux")]
+unsafe fn die_with_parent(parent: libc::pid_t) -> io::Result<()> {
+    if libc::prctl(
+        libc::PR_SET_PDEATHSIG,
+        libc::SIGKILL as libc::c_ulong,
+        0 as libc::c_ulong,
+        0 as libc::c_ulong,
+        0 as libc::c_ulong,
+    ) != 0
+    {
+        return Err(io::Error::last_os_error());
+    }
+    if libc::getppid() != parent {
+        libc::_exit(libc::EXIT_FAILURE);
+    }
+    Ok(())
+}
+
+/// Elsewhere there is no parent-death signal: CMD still gets pgtenure's signals and is stopped on
+/// a loss, but a `kill -9` of pgtenure leaves it running.
+#[cfg(not(target_os = "linux"))]
+unsafe fn die_with_parent(_: libc::pid_t) -> io::Result<()> {
+    Ok(())
 }
 
 /// Acquires the lease, trying again while `--wait` lasts: `None` when not acquired in time (said
@@ -175,7 +250,7 @@ fn acquire(
             }
             // A database that is briefly unreachable while we wait anyway: try again.
             Err(e) if e.is_connection() && !left.is_zero() => {
-                eprintln!(
+                say!(
                     "pgtenure: acquiring lease {:?} failed ({e}); trying again",
                     args.key
                 );
@@ -184,7 +259,7 @@ fn acquire(
             Err(e) => return Err(e.into()),
         };
         if left.is_zero() {
-            eprintln!(
+            say!(
                 "pgtenure: lease {:?} not acquired: {}",
                 args.key,
                 describe(&refusal)
@@ -194,7 +269,7 @@ fn acquire(
         select! {
             recv(signals.received) -> signal => {
                 if let Ok(signal) = signal {
-                    return Ok(Some(Err(signal.number)));
+                    return Ok(Some(Err(signal)));
                 }
             }
             default(left.min(RETRY)) => {}
@@ -232,7 +307,7 @@ fn describe(refusal: &Refusal) -> String {
 fn release(lease: Lease) {
     let key = lease.key().to_owned();
     if let Err(e) = lease.release() {
-        eprintln!("pgtenure: could not release lease {key:?} ({e}); it lapses at its TTL");
+        say!("pgtenure: could not release lease {key:?} ({e}); it lapses at its TTL");
     }
 }
 
@@ -250,23 +325,72 @@ fn signal_status(signal: i32) -> u8 {
     128u8.saturating_add(signal as u8)
 }
 
-/// SIGTERM, then SIGKILL after `grace`; returns once CMD has exited and been reaped.
-fn stop(child: &mut Child, pid: libc::pid_t, exited: &Receiver<io::Result<()>>, grace: Duration) {
-    kill(pid, libc::SIGTERM);
-    if exited.recv_timeout(grace).is_err() {
-        eprintln!("pgtenure: CMD did not exit within {grace:?} of SIGTERM; sending SIGKILL");
-        kill(pid, libc::SIGKILL);
-        let _ = exited.recv();
-    }
-    let _ = child.wait();
+/// CMD, the leader of its own process group (its pid is the group's id), killed with its group on
+/// drop unless it was reaped.
+///
+/// CMD is reaped only by [`Cmd::reap`], after its exit was seen (or after SIGKILL), so until then
+/// neither its pid nor its group id can name another process: every signal reaches CMD's group.
+struct Cmd {
+    child: Child,
+    pid: libc::pid_t,
+    reaped: bool,
 }
 
-/// Sends `signal` to CMD. CMD is reaped only by this thread (`Child::wait`), after its exit was
-/// seen, so until then `pid` cannot name another process.
-fn kill(pid: libc::pid_t, signal: i32) {
-    // SAFETY: kill has no memory effects; pid is our unreaped child.
-    unsafe {
-        libc::kill(pid, signal);
+impl Cmd {
+    fn new(child: Child) -> Cmd {
+        let pid = child.id() as libc::pid_t;
+        Cmd {
+            child,
+            pid,
+            reaped: false,
+        }
+    }
+
+    /// Sends `signal` to CMD's process group (CMD and whatever it started that stayed in its
+    /// group), then SIGCONT, as a shell does for a stopped job: a CMD stopped by SIGSTOP, or by
+    /// SIGTTIN reading the terminal from its background group, acts on the signal at once.
+    fn signal_group(&self, signal: i32) {
+        if !self.reaped {
+            // SAFETY: kill has no memory effects; the group's leader is our unreaped child.
+            unsafe {
+                libc::kill(-self.pid, signal);
+                if signal != libc::SIGKILL {
+                    libc::kill(-self.pid, libc::SIGCONT);
+                }
+            }
+        }
+    }
+
+    /// Waits for CMD and reaps it: its status, `None` if waiting failed.
+    fn reap(&mut self) -> Option<ExitStatus> {
+        let status = self.child.wait().ok();
+        self.reaped = true;
+        status
+    }
+
+    /// SIGKILL to CMD's group, then reaps CMD.
+    fn kill_group(&mut self) {
+        self.signal_group(libc::SIGKILL);
+        self.reap();
+    }
+
+    /// After a loss and SIGTERM: waits up to `grace` for CMD to exit, then SIGKILL to its group
+    /// (CMD itself if it is still running, and what it left in its group: none of it may run on
+    /// without the lease); returns once CMD has been reaped.
+    fn stop(&mut self, exited: &Receiver<io::Result<()>>, grace: Duration) {
+        let ignored = exited.recv_timeout(grace).is_err();
+        self.kill_group();
+        if ignored {
+            say!("pgtenure: CMD did not exit within {grace:?} of SIGTERM; sent SIGKILL");
+        }
+    }
+}
+
+impl Drop for Cmd {
+    fn drop(&mut self) {
+        if !self.reaped {
+            self.kill_group();
+        }
     }
 }
 
@@ -303,38 +427,49 @@ fn watch_exit(pid: libc::pid_t) -> io::Result<Receiver<io::Result<()>>> {
     Ok(rx)
 }
 
-/// A signal pgtenure received.
-#[derive(Debug, Clone, Copy)]
-struct Signal {
-    number: i32,
-    /// Sent by a process (`kill`), not by the kernel for a terminal (Ctrl-C goes to the whole
-    /// foreground process group, CMD included).
-    from_process: bool,
-}
+/// The signals pgtenure catches and passes to CMD's process group. Any other signal that ends
+/// pgtenure ends CMD through the parent-death signal.
+const FORWARDED: [libc::c_int; 4] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT];
 
-/// SIGINT and SIGTERM, caught and delivered on a channel (through a pipe the handler writes to).
+/// The signals of [`FORWARDED`], caught and delivered on a channel (through a pipe the handler
+/// writes to).
 struct Signals {
-    received: Receiver<Signal>,
+    received: Receiver<i32>,
 }
 
 /// The pipe's write end, for the handler (-1 until installed).
 static SIGNAL_PIPE: AtomicI32 = AtomicI32::new(-1);
 
-extern "C" fn on_signal(number: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
-    // Only async-signal-safe calls here: read si_code, write(2) two bytes, keep errno.
-    // SAFETY: the kernel passes a valid siginfo_t with SA_SIGINFO.
-    let from_process = !info.is_null() && unsafe { (*info).si_code } <= 0;
+extern "C" fn on_signal(number: libc::c_int) {
+    // Only async-signal-safe calls here: write(2) one byte, keep errno.
     let fd = SIGNAL_PIPE.load(Ordering::Relaxed);
     if fd < 0 {
         return;
     }
     let saved = errno();
-    let message = [number as u8, u8::from(from_process)];
-    // SAFETY: write from a valid two-byte buffer to the pipe; a full pipe drops the signal.
+    let message = [number as u8];
+    // SAFETY: write from a valid one-byte buffer to the pipe; a full pipe drops the signal.
     unsafe {
         libc::write(fd, message.as_ptr().cast(), message.len());
     }
     set_errno(saved);
+}
+
+extern "C" fn do_nothing(_: libc::c_int) {}
+
+/// Sets `number`'s handler (or `SIG_IGN`).
+fn set_disposition(number: libc::c_int, handler: libc::sighandler_t) -> io::Result<()> {
+    // SAFETY: a zeroed sigaction with a valid handler, an empty mask and valid flags.
+    unsafe {
+        let mut action: libc::sigaction = std::mem::zeroed();
+        action.sa_sigaction = handler;
+        action.sa_flags = libc::SA_RESTART;
+        libc::sigemptyset(&mut action.sa_mask);
+        if libc::sigaction(number, &action, std::ptr::null_mut()) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
 }
 
 #[cfg(target_os = "linux")]
@@ -376,16 +511,12 @@ impl Signals {
         thread::Builder::new()
             .name("pgtenure-signals".into())
             .spawn(move || {
-                let mut message = [0u8; 2];
+                let mut message = [0u8; 1];
                 loop {
-                    // SAFETY: read into a valid two-byte buffer.
-                    let n = unsafe { libc::read(read_fd, message.as_mut_ptr().cast(), 2) };
-                    if n == 2 {
-                        let signal = Signal {
-                            number: i32::from(message[0]),
-                            from_process: message[1] == 1,
-                        };
-                        if tx.send(signal).is_err() {
+                    // SAFETY: read into a valid one-byte buffer.
+                    let n = unsafe { libc::read(read_fd, message.as_mut_ptr().cast(), 1) };
+                    if n == 1 {
+                        if tx.send(i32::from(message[0])).is_err() {
                             return;
                         }
                     } else if n < 0
@@ -397,20 +528,16 @@ impl Signals {
                     }
                 }
             })?;
-        for number in [libc::SIGINT, libc::SIGTERM] {
-            // SAFETY: a zeroed sigaction with our handler, an empty mask and valid flags.
-            unsafe {
-                let mut action: libc::sigaction = std::mem::zeroed();
-                let handler: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =
-                    on_signal;
-                action.sa_sigaction = handler as libc::sighandler_t;
-                action.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
-                libc::sigemptyset(&mut action.sa_mask);
-                if libc::sigaction(number, &action, std::ptr::null_mut()) != 0 {
-                    return Err(io::Error::last_os_error());
-                }
-            }
+        let forward: extern "C" fn(libc::c_int) = on_signal;
+        for number in FORWARDED {
+            set_disposition(number, forward as libc::sighandler_t)?;
         }
+        // Job control, which would stop pgtenure alone (CMD has a process group of its own) and
+        // let its lease lapse while CMD runs on: Ctrl-Z (SIGTSTP) is caught and does nothing, and
+        // writing to the terminal from the background with `stty tostop` (SIGTTOU) is allowed.
+        let nothing: extern "C" fn(libc::c_int) = do_nothing;
+        set_disposition(libc::SIGTSTP, nothing as libc::sighandler_t)?;
+        set_disposition(libc::SIGTTOU, libc::SIG_IGN)?;
         Ok(Signals { received })
     }
 }

@@ -4,6 +4,16 @@
 //! library's message, and the exit status is non-zero. See `pgtenure --help` and the README's
 //! "Operating it".
 
+/// `eprintln!` that cannot panic: a failed write to stderr is ignored. Rust ignores SIGPIPE, so a
+/// write to a closed pipe (a log shipper that died) fails with EPIPE, and `eprintln!` would panic:
+/// `lease-run` must still signal its command and release its lease.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 mod duration;
 mod lease_run;
 mod output;
@@ -140,7 +150,7 @@ fn main() -> ExitCode {
     match run(cli) {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
-            eprintln!("pgtenure: {e}");
+            say!("pgtenure: {e}");
             ExitCode::from(EXIT_ERROR)
         }
     }

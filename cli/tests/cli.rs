@@ -513,7 +513,7 @@ fn a_command_that_ignores_sigterm_gets_sigkill_after_the_grace_period() {
     let released = Instant::now();
     let (status, stderr) = finish(child, Duration::from_secs(10));
     assert_eq!(status.code(), Some(LOST), "{stderr}");
-    assert!(stderr.contains("sending SIGKILL"), "{stderr}");
+    assert!(stderr.contains("sent SIGKILL"), "{stderr}");
     assert!(
         released.elapsed() >= Duration::from_secs(1),
         "SIGKILL only after the grace period"
@@ -645,4 +645,208 @@ fn the_first_lease_run_creates_the_leases_table() {
     let out = env.run(&["lease-run", "k", "--", "true"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(env.leases().list("").unwrap().len(), 1);
+}
+
+/// Whether `pid` runs: it exists and is not a zombie (an orphan whose reaper has not reaped it yet).
+fn alive(pid: libc::pid_t) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        // The state follows the command name's closing parenthesis.
+        let state = stat.rsplit_once(')').map(|(_, rest)| rest.trim_start());
+        !matches!(state.and_then(|s| s.chars().next()), Some('Z' | 'X') | None)
+    })
+}
+
+fn send(pid: libc::pid_t, signal: i32) {
+    // SAFETY: kill has no memory effects.
+    unsafe {
+        libc::kill(pid, signal);
+    }
+}
+
+/// A command started under `lease-run` (its pid read from the file it wrote), killed on drop if it
+/// is still running, so that a failing test leaves no `sleep 60` behind.
+struct Cmd(libc::pid_t);
+
+impl Drop for Cmd {
+    fn drop(&mut self) {
+        let comm = std::fs::read_to_string(format!("/proc/{}/comm", self.0)).unwrap_or_default();
+        if alive(self.0) && comm.trim() == "sleep" {
+            send(self.0, libc::SIGKILL);
+        }
+    }
+}
+
+/// `lease-run` of `sh -c 'echo $$ > FILE; exec sleep 60'` (`prelude` first) with `ttl` and `grace`,
+/// started with `stderr` as given; returns once the command runs: pgtenure and the command's pid.
+fn run_sleep(
+    env: &Env,
+    key: &str,
+    ttl: &str,
+    grace: &str,
+    prelude: &str,
+    stderr: Stdio,
+) -> (Child, Cmd) {
+    let pid_file = env.file(&format!("{key}.pid"));
+    let script = format!("{prelude} echo $$ > {}; exec sleep 60", pid_file.display());
+    let child = env
+        .command(&[
+            "lease-run",
+            key,
+            "--ttl",
+            ttl,
+            "--grace",
+            grace,
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ])
+        .stderr(stderr)
+        .spawn()
+        .unwrap();
+    let pid = wait_for("the command to start", Duration::from_secs(10), || {
+        read(&pid_file)
+    });
+    let cmd = Cmd(pid.trim().parse().unwrap());
+    assert!(alive(cmd.0));
+    (child, cmd)
+}
+
+/// Waits for pgtenure to exit (10 s at most) without reading its stderr, which a command that
+/// outlived it would keep open.
+fn reap(mut child: Child) -> ExitStatus {
+    wait_for("pgtenure to exit", Duration::from_secs(10), || {
+        child.try_wait().unwrap()
+    })
+}
+
+/// From `since` (pgtenure's end), a contender polls the key every 20 ms until it is granted: the
+/// command must be dead by then, and within `bound` of `since`. Returns when it died, as far as the
+/// polls saw.
+fn assert_dead_before_the_next_grant(
+    env: &Env,
+    key: &str,
+    cmd: &Cmd,
+    ttl: Duration,
+    since: Instant,
+    bound: Duration,
+) -> Duration {
+    let contender = env.leases().with_owner("next-holder").unwrap();
+    let mut died = None;
+    let grant = wait_for("the next holder's grant", ttl * 4, || {
+        if died.is_none() && !alive(cmd.0) {
+            died = Some(since.elapsed());
+        }
+        contender.try_acquire(key, ttl).unwrap()
+    });
+    assert!(
+        !alive(cmd.0),
+        "the command (pid {}) still runs {:?} after pgtenure ended, and another holder was granted \
+         the key (token {})",
+        cmd.0,
+        since.elapsed(),
+        grant.token()
+    );
+    let died = died.unwrap_or_else(|| since.elapsed());
+    assert!(
+        died <= bound,
+        "the command died {died:?} after pgtenure ended, beyond the bound {bound:?}"
+    );
+    died
+}
+
+#[test]
+fn a_command_dies_with_a_killed_lease_run_even_if_it_ignores_sigterm() {
+    use std::os::unix::process::ExitStatusExt;
+    let env = Env::new();
+    env.leases().create_table().unwrap();
+    let (ttl, grace) = (Duration::from_millis(1500), Duration::from_secs(1));
+    let (child, cmd) = run_sleep(&env, "k", "1500ms", "1s", "trap '' TERM;", Stdio::piped());
+    send(child.id() as libc::pid_t, libc::SIGKILL);
+    let killed = Instant::now();
+    assert_eq!(reap(child).signal(), Some(libc::SIGKILL));
+    assert_dead_before_the_next_grant(&env, "k", &cmd, ttl, killed, ttl / 3 + grace);
+}
+
+#[test]
+fn sighup_to_lease_run_is_passed_to_the_command_and_the_lease_released_after_it() {
+    let env = Env::new();
+    env.leases().create_table().unwrap();
+    let (ttl, grace) = (Duration::from_millis(1500), Duration::from_secs(1));
+    let (child, cmd) = run_sleep(&env, "k", "1500ms", "1s", "", Stdio::piped());
+    send(child.id() as libc::pid_t, libc::SIGHUP);
+    let hup = Instant::now();
+    assert_dead_before_the_next_grant(&env, "k", &cmd, ttl, hup, ttl / 3 + grace);
+    let (status, stderr) = finish(child, Duration::from_secs(10));
+    assert_eq!(
+        status.code(),
+        Some(128 + libc::SIGHUP),
+        "the command's status (killed by SIGHUP): {stderr}"
+    );
+}
+
+#[test]
+fn a_loss_while_stderr_is_a_dead_pipe_still_stops_the_command() {
+    let env = Env::new();
+    env.leases().create_table().unwrap();
+    let (ttl, grace) = (Duration::from_millis(1500), Duration::from_secs(1));
+    let (mut child, cmd) = run_sleep(&env, "k", "1500ms", "1s", "", Stdio::piped());
+    // A log shipper that died: every write to stderr now fails with EPIPE.
+    drop(child.stderr.take());
+    assert!(env.leases().force_release("k").unwrap());
+    let released = Instant::now();
+    // The force release frees the key at once, so the next grant can come before the command's
+    // stop: the documented bound is what holds (a third of the TTL to see the loss, then the grace).
+    let bound = ttl / 3 + grace;
+    let died = wait_for("the command to die", ttl * 4, || {
+        (!alive(cmd.0)).then(|| released.elapsed())
+    });
+    assert!(
+        died <= bound,
+        "the command died {died:?} after the force release, beyond the bound {bound:?}"
+    );
+    assert_eq!(reap(child).code(), Some(LOST));
+}
+
+/// The state letter of `pid` in /proc (`T`: stopped).
+fn state(pid: libc::pid_t) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?.1.trim_start().chars().next()
+}
+
+#[test]
+fn ctrl_z_does_not_stop_lease_run_while_its_command_runs() {
+    let env = Env::new();
+    env.leases().create_table().unwrap();
+    let ttl = Duration::from_secs(1);
+    let (child, cmd) = run_sleep(&env, "k", "1s", "1s", "", Stdio::piped());
+    let pgtenure = child.id() as libc::pid_t;
+    let token = env.leases().holder("k").unwrap().unwrap().token;
+    // CMD has a process group of its own, so a stopped pgtenure would stop renewing while CMD ran.
+    send(pgtenure, libc::SIGTSTP);
+    let until = Instant::now() + ttl * 5 / 2;
+    while Instant::now() < until {
+        assert_ne!(state(pgtenure), Some('T'), "pgtenure was stopped");
+        let row = env.leases().holder("k").unwrap().unwrap();
+        assert!(row.live && row.token == token, "the lease lapsed: {row:?}");
+        thread::sleep(Duration::from_millis(20));
+    }
+    assert!(alive(cmd.0));
+    send(pgtenure, libc::SIGTERM);
+    assert_eq!(reap(child).code(), Some(128 + libc::SIGTERM));
+}
+
+#[test]
+fn a_stopped_command_still_gets_the_signal_passed_to_it() {
+    let env = Env::new();
+    env.leases().create_table().unwrap();
+    let (child, cmd) = run_sleep(&env, "k", "1s", "1s", "", Stdio::piped());
+    // Stopped, as reading the terminal from its background process group would stop it (SIGTTIN).
+    send(cmd.0, libc::SIGSTOP);
+    wait_for("the command to stop", Duration::from_secs(5), || {
+        (state(cmd.0) == Some('T')).then_some(())
+    });
+    send(child.id() as libc::pid_t, libc::SIGINT);
+    assert_eq!(reap(child).code(), Some(128 + libc::SIGINT));
+    assert!(!alive(cmd.0));
 }
