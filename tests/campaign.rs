@@ -545,3 +545,56 @@ fn stop_delivers_its_loss_before_the_resignation_frees_the_leadership() {
     drop(slow.proxy);
     Arc::into_inner(contender).unwrap().stop().unwrap();
 }
+
+/// Regression (issue 23): a `stop()` whose resignation fails (here a statement timeout: another
+/// transaction holds the row) returns the error, and the elector keeps the term, so `resign()` on it
+/// afterwards frees the leadership at once instead of leaving the fleet leaderless for the TTL.
+#[test]
+fn a_stop_whose_resignation_failed_can_be_resigned_again() {
+    let mut tables = Tables::new();
+    let table = table(&mut tables);
+    let timing_out = Db::builder(&common::with_param(
+        &common::direct_url(),
+        "options",
+        "-c%20statement_timeout%3D300",
+    ))
+    .unwrap()
+    .build()
+    .unwrap();
+    let ttl = Duration::from_secs(30);
+    let elector = elector_on(&timing_out, &table, "leader")
+        .with_ttl(ttl)
+        .unwrap()
+        .with_retry_period(Duration::from_secs(10))
+        .unwrap();
+    let campaign = elector.campaign().unwrap();
+    let term = campaign.term().unwrap();
+    let events = campaign.events().clone();
+    let other = elector_on(&db(), &table, "other").with_ttl(ttl).unwrap();
+    let mut blocker = common::client();
+    blocker
+        .batch_execute(&format!(
+            "BEGIN; SELECT 1 FROM {table} WHERE name = 'fleet' FOR UPDATE"
+        ))
+        .unwrap();
+    let err = campaign.stop().unwrap_err();
+    assert_eq!(
+        err.code(),
+        Some(&pgtenure::postgres::error::SqlState::QUERY_CANCELED),
+        "{err}"
+    );
+    assert_eq!(
+        events.try_iter().last(),
+        Some(LeaderEvent::Lost {
+            term,
+            reason: LeaderLoss::Stopped
+        })
+    );
+    blocker.batch_execute("ROLLBACK").unwrap();
+    assert!(!other.is_leader().unwrap(), "the tenure is still live");
+    elector.resign().unwrap();
+    assert!(
+        other.is_leader().unwrap(),
+        "the resignation sent again freed it at once, not after the 30 s TTL"
+    );
+}
