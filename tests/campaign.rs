@@ -328,3 +328,273 @@ fn a_panicking_hook_ends_the_campaign_and_stop_says_so() {
     let err = campaign.stop().unwrap_err();
     assert!(err.to_string().contains("panicked"), "{err}");
 }
+
+/// Every `Elected` and `Lost` a campaign delivered, with the instant of delivery (hooks run as each
+/// event is delivered, before it goes to the channel).
+#[derive(Default)]
+struct Timeline(Mutex<Vec<(Instant, LeaderEvent)>>);
+
+impl LeaderHooks for Timeline {
+    fn elected(&self, term: i64) {
+        self.0
+            .lock()
+            .push((Instant::now(), LeaderEvent::Elected { term }));
+    }
+    fn lost(&self, term: i64, reason: LeaderLoss) {
+        self.0
+            .lock()
+            .push((Instant::now(), LeaderEvent::Lost { term, reason }));
+    }
+}
+
+impl Timeline {
+    /// When the first event `f` picks was delivered.
+    fn when(&self, f: impl Fn(&LeaderEvent) -> bool) -> Option<Instant> {
+        self.0.lock().iter().find(|(_, e)| f(e)).map(|(at, _)| *at)
+    }
+}
+
+/// Samples two beliefs about every 200 µs until stopped: `old` before and after reading `new`, so a
+/// sample counts as an overlap only when `old` held across the instant `new` was read. Returns the
+/// overlapping samples and the number of samples.
+fn sample_overlaps(
+    old: impl Fn() -> bool + Send + 'static,
+    new: impl Fn() -> bool + Send + 'static,
+    stop: Arc<AtomicBool>,
+) -> thread::JoinHandle<(usize, usize)> {
+    thread::spawn(move || {
+        let (mut overlaps, mut samples) = (0, 0);
+        while !stop.load(Ordering::SeqCst) {
+            let before = old();
+            let now_new = new();
+            if before && now_new && old() {
+                overlaps += 1;
+            }
+            samples += 1;
+            thread::sleep(Duration::from_micros(200));
+        }
+        (overlaps, samples)
+    })
+}
+
+/// A leader whose answers come back slowly (through a proxy adding latency) and a contender that
+/// polls every 20 ms; the TTL (8 s) leaves room for several slow round trips.
+struct SlowLeader {
+    proxy: Proxy,
+    leader: Leadership,
+    leader_log: Arc<Timeline>,
+    contender: Leadership,
+    contender_log: Arc<Timeline>,
+}
+
+const SLOW_TTL: Duration = Duration::from_secs(8);
+
+impl SlowLeader {
+    fn start(table: &str, latency: Duration) -> SlowLeader {
+        let proxy = Proxy::start(0, database_addr()).unwrap();
+        let via = DbBuilder::from_config(proxy.config()).build().unwrap();
+        let leader_log = Arc::new(Timeline::default());
+        let leader = elector_on(&via, table, "slow-leader")
+            .with_ttl(SLOW_TTL)
+            .unwrap()
+            .with_retry_period(SLOW_TTL / 4)
+            .unwrap()
+            .campaign_with_hooks(leader_log.clone())
+            .unwrap();
+        assert!(leader.is_leading(), "the first poll runs in campaign()");
+        let contender_log = Arc::new(Timeline::default());
+        let contender = elector_on(&db(), table, "fast-contender")
+            .with_ttl(SLOW_TTL)
+            .unwrap()
+            .with_retry_period(Duration::from_millis(20))
+            .unwrap()
+            .campaign_with_hooks(contender_log.clone())
+            .unwrap();
+        // From now on every chunk the leader's connection carries waits, both ways.
+        proxy.set_latency(latency);
+        SlowLeader {
+            proxy,
+            leader,
+            leader_log,
+            contender,
+            contender_log,
+        }
+    }
+}
+
+/// How `lost` lies relative to `elected`, for the messages.
+fn gap(lost: Instant, elected: Instant) -> String {
+    if lost < elected {
+        format!("{:?} before", elected - lost)
+    } else {
+        format!("{:?} after", lost - elected)
+    }
+}
+
+/// When the first event `f` picks was delivered (waiting for it).
+fn delivered(log: &Timeline, what: &str, f: impl Fn(&LeaderEvent) -> bool) -> Instant {
+    wait_for(what, SLOW_TTL * 3, || log.when(&f))
+}
+
+/// When the contender's first `Elected` was delivered (waiting for it).
+fn first_elected(log: &Timeline) -> Instant {
+    delivered(log, "the contender's Elected", |e| {
+        matches!(e, LeaderEvent::Elected { .. })
+    })
+}
+
+/// Regression (issue 23): the leader's own renewal ended its tenure when it found a resignation
+/// requested, so a contender polling meanwhile was elected while the leader, waiting for that
+/// renewal's answer, still said it led. Now the renewal leaves the tenure as it is, the leader
+/// stops leading and delivers `Lost`, and only then resigns.
+#[test]
+fn a_requested_resignation_frees_the_leadership_only_after_the_leader_stopped_leading() {
+    for latency in [Duration::from_millis(300), Duration::from_millis(1000)] {
+        let mut tables = Tables::new();
+        let table = table(&mut tables);
+        let slow = SlowLeader::start(&table, latency);
+        let term = slow.leader.term().unwrap();
+        let leader = Arc::new(slow.leader);
+        let contender = Arc::new(slow.contender);
+        let stop = Arc::new(AtomicBool::new(false));
+        let sampler = {
+            let (old, new) = (leader.clone(), contender.clone());
+            sample_overlaps(
+                move || old.is_leading(),
+                move || new.is_leading(),
+                stop.clone(),
+            )
+        };
+        assert!(contender.elector().request_resign().unwrap());
+        let elected = first_elected(&slow.contender_log);
+        let lost = delivered(&slow.leader_log, "the leader's Lost", |e| {
+            *e == LeaderEvent::Lost {
+                term,
+                reason: LeaderLoss::ResignRequested,
+            }
+        });
+        stop.store(true, Ordering::SeqCst);
+        let (overlaps, samples) = sampler.join().unwrap();
+        println!(
+            "latency {latency:?}: Lost(ResignRequested) delivered {} the contender's Elected; \
+             {overlaps} of {samples} samples had both leading",
+            gap(lost, elected)
+        );
+        assert!(
+            lost < elected,
+            "latency {latency:?}: the leader's Lost(ResignRequested) was delivered {} the \
+             contender's Elected",
+            gap(lost, elected)
+        );
+        assert_eq!(
+            overlaps, 0,
+            "latency {latency:?}: both said is_leading() at once"
+        );
+        assert!(!leader.is_leading());
+        assert!(contender.term().unwrap() > term);
+        // Quickly now: the leader may still be waiting for its resignation's answer.
+        slow.proxy.set_latency(Duration::ZERO);
+        Arc::into_inner(leader).unwrap().stop().unwrap();
+        Arc::into_inner(contender).unwrap().stop().unwrap();
+    }
+}
+
+/// Regression (issue 23): `stop()` resigned first and delivered `Lost(Stopped)` only when the
+/// resignation's answer came back, after the successor's `Elected`. Now it stops leading and
+/// delivers the loss before it sends the resignation.
+#[test]
+fn stop_delivers_its_loss_before_the_resignation_frees_the_leadership() {
+    let mut tables = Tables::new();
+    let table = table(&mut tables);
+    let slow = SlowLeader::start(&table, Duration::from_millis(300));
+    let term = slow.leader.term().unwrap();
+    let believes = slow.leader.elector().clone();
+    let contender = Arc::new(slow.contender);
+    let stop = Arc::new(AtomicBool::new(false));
+    let sampler = {
+        let new = contender.clone();
+        sample_overlaps(
+            move || believes.term().is_some(),
+            move || new.is_leading(),
+            stop.clone(),
+        )
+    };
+    let stopping = thread::spawn(move || slow.leader.stop());
+    let elected = first_elected(&slow.contender_log);
+    stopping.join().unwrap().unwrap();
+    let lost = delivered(&slow.leader_log, "the leader's Lost", |e| {
+        *e == LeaderEvent::Lost {
+            term,
+            reason: LeaderLoss::Stopped,
+        }
+    });
+    stop.store(true, Ordering::SeqCst);
+    let (overlaps, samples) = sampler.join().unwrap();
+    println!(
+        "Lost(Stopped) delivered {} the contender's Elected; {overlaps} of {samples} samples had \
+         both leading",
+        gap(lost, elected)
+    );
+    assert!(
+        lost < elected,
+        "the leader's Lost(Stopped) was delivered {} the contender's Elected",
+        gap(lost, elected)
+    );
+    assert_eq!(overlaps, 0, "both led at once");
+    assert!(contender.term().unwrap() > term);
+    drop(slow.proxy);
+    Arc::into_inner(contender).unwrap().stop().unwrap();
+}
+
+/// Regression (issue 23): a `stop()` whose resignation fails (here a statement timeout: another
+/// transaction holds the row) returns the error, and the elector keeps the term, so `resign()` on it
+/// afterwards frees the leadership at once instead of leaving the fleet leaderless for the TTL.
+#[test]
+fn a_stop_whose_resignation_failed_can_be_resigned_again() {
+    let mut tables = Tables::new();
+    let table = table(&mut tables);
+    let timing_out = Db::builder(&common::with_param(
+        &common::direct_url(),
+        "options",
+        "-c%20statement_timeout%3D300",
+    ))
+    .unwrap()
+    .build()
+    .unwrap();
+    let ttl = Duration::from_secs(30);
+    let elector = elector_on(&timing_out, &table, "leader")
+        .with_ttl(ttl)
+        .unwrap()
+        .with_retry_period(Duration::from_secs(10))
+        .unwrap();
+    let campaign = elector.campaign().unwrap();
+    let term = campaign.term().unwrap();
+    let events = campaign.events().clone();
+    let other = elector_on(&db(), &table, "other").with_ttl(ttl).unwrap();
+    let mut blocker = common::client();
+    blocker
+        .batch_execute(&format!(
+            "BEGIN; SELECT 1 FROM {table} WHERE name = 'fleet' FOR UPDATE"
+        ))
+        .unwrap();
+    let err = campaign.stop().unwrap_err();
+    assert_eq!(
+        err.code(),
+        Some(&pgtenure::postgres::error::SqlState::QUERY_CANCELED),
+        "{err}"
+    );
+    assert_eq!(
+        events.try_iter().last(),
+        Some(LeaderEvent::Lost {
+            term,
+            reason: LeaderLoss::Stopped
+        })
+    );
+    blocker.batch_execute("ROLLBACK").unwrap();
+    assert!(!other.is_leader().unwrap(), "the tenure is still live");
+    elector.resign().unwrap();
+    assert!(
+        other.is_leader().unwrap(),
+        "the resignation sent again freed it at once, not after the 30 s TTL"
+    );
+}

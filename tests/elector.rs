@@ -364,10 +364,11 @@ fn a_second_elector_with_the_same_holder_never_ends_or_adopts_the_first_ones_ter
     assert!(second.is_leader().unwrap());
 }
 
-/// A requested resignation reaches a leader that polls with `is_leader` too: its next poll ends the
-/// tenure and answers `false`, and another elector's next poll wins.
+/// A requested resignation reaches a leader that polls with `is_leader` too: its next poll answers
+/// `false` without extending or ending the tenure (the leader stops believing first), the poll after
+/// that resigns it and stands aside, and another elector's next poll wins.
 #[test]
-fn a_requested_resignation_ends_the_tenure_at_the_leaders_next_poll() {
+fn a_requested_resignation_ends_the_tenure_after_the_leader_stopped_believing() {
     let mut tables = Tables::new();
     let table = table(&mut tables);
     let ttl = Duration::from_secs(30);
@@ -377,8 +378,28 @@ fn a_requested_resignation_ends_the_tenure_at_the_leaders_next_poll() {
     assert!(!b.is_leader().unwrap());
     assert!(b.request_resign().unwrap(), "a live leader was asked");
     assert!(a.term().is_some(), "it learns at its next poll");
-    assert!(!a.is_leader().unwrap(), "the poll ended the tenure");
+    let before = b.leader().unwrap().unwrap();
+    assert!(before.resign_requested);
+    assert!(!a.is_leader().unwrap(), "the poll tells it to step down");
     assert_eq!(a.term(), None);
+    let after = b
+        .leader()
+        .unwrap()
+        .expect("the tenure is not ended by that poll");
+    assert_eq!(
+        (after.holder.as_str(), after.term, after.expires_at),
+        ("a", term, before.expires_at),
+        "nor extended"
+    );
+    assert!(
+        !b.is_leader().unwrap(),
+        "nobody else wins before the leader resigns"
+    );
+    assert!(
+        !a.is_leader().unwrap(),
+        "its next poll resigns and stands aside"
+    );
+    assert_eq!(a.leader().unwrap(), None);
     assert!(b.is_leader().unwrap(), "without waiting for the TTL");
     assert!(b.term().unwrap() > term);
     // Nobody to ask once nobody leads.
@@ -451,4 +472,81 @@ fn a_hold_off_after_a_promotion_delays_the_next_election_but_not_the_leaders_ren
         held_off.elapsed().as_millis()
     );
     assert!(b_other.term().unwrap() > lapsed_term);
+}
+
+/// A `resign` that fails (here a statement timeout: another transaction holds the row) stops the
+/// belief at once but keeps the term, so calling it again resigns that term and the next poll
+/// elsewhere wins at once, not after the TTL. An `is_leader` after the failure never renews the
+/// term: it sends the resignation first (failing as long as the row is locked) and stands aside.
+#[test]
+fn a_failed_resign_can_be_retried_and_frees_the_leadership_at_once() {
+    let mut tables = Tables::new();
+    let table = table(&mut tables);
+    let ttl = Duration::from_secs(30);
+    // Statements give up after 300 ms, as behind a statement timeout set by a role or an operator.
+    let timing_out = pgtenure::Db::builder(&common::with_param(
+        &common::direct_url(),
+        "options",
+        "-c%20statement_timeout%3D300",
+    ))
+    .unwrap()
+    .build()
+    .unwrap();
+    let a = elector_on(&timing_out, &table, "a", ttl);
+    let b = elector_on(&timing_out, &table, "b", ttl);
+    let lock = |table: &str| {
+        let mut blocker = client();
+        blocker
+            .batch_execute(&format!(
+                "BEGIN; SELECT 1 FROM {table} WHERE name = 'fleet' FOR UPDATE"
+            ))
+            .unwrap();
+        blocker
+    };
+    let canceled = |e: &pgtenure::Error| {
+        e.code() == Some(&pgtenure::postgres::error::SqlState::QUERY_CANCELED)
+    };
+
+    // resign() fails, then is called again.
+    assert!(a.is_leader().unwrap());
+    let first = a.term().unwrap();
+    assert!(!b.is_leader().unwrap());
+    let mut blocker = lock(&table);
+    let err = a.resign().unwrap_err();
+    assert!(canceled(&err), "{err}");
+    assert_eq!(a.term(), None, "it stops believing at once");
+    let polled = a.is_leader();
+    assert!(
+        polled.as_ref().is_err_and(canceled),
+        "is_leader resends the resignation first (failing while the row is locked): {polled:?}"
+    );
+    assert_eq!(a.term(), None, "and never renews the term it gave up");
+    blocker.batch_execute("ROLLBACK").unwrap();
+    assert!(
+        !b.is_leader().unwrap(),
+        "the tenure is live until it is resigned"
+    );
+    a.resign().unwrap();
+    assert_eq!(a.leader().unwrap(), None, "the retry resigned it");
+    assert!(
+        b.is_leader().unwrap(),
+        "b wins at once after the retried resign, not after the 30 s TTL"
+    );
+    let second = b.term().unwrap();
+    assert!(second > first);
+
+    // resign() fails, and the next is_leader() sends it again.
+    let mut blocker = lock(&table);
+    assert!(canceled(&b.resign().unwrap_err()));
+    assert_eq!(b.term(), None);
+    blocker.batch_execute("ROLLBACK").unwrap();
+    assert!(
+        !b.is_leader().unwrap(),
+        "it resigns and stands aside, without renewing"
+    );
+    assert_eq!(b.term(), None);
+    assert_eq!(b.leader().unwrap(), None, "is_leader resigned it");
+    assert!(a.is_leader().unwrap(), "a wins at once");
+    assert!(a.term().unwrap() > second);
+    assert!(b.is_leader().is_ok_and(|leads| !leads), "b campaigns again");
 }

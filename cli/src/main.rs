@@ -132,9 +132,9 @@ enum LeaseAction {
 
 #[derive(Subcommand, Debug)]
 enum LeaderAction {
-    /// Ask the fleet's live leader to step down (Elector::request_resign): it ends its tenure at its
-    /// next renewal and another member wins the next poll. A leader that no longer renews keeps the
-    /// tenure until it expires.
+    /// Ask the fleet's live leader to step down (Elector::request_resign): at its next renewal it
+    /// stops leading and then resigns, and another member wins the next poll. A leader that no
+    /// longer renews keeps the tenure until it expires.
     Resign {
         /// The fleet.
         #[arg(long, default_value = pgtenure::elector::DEFAULT_NAME)]

@@ -378,6 +378,10 @@ fn leader_resign_force_asks_the_leader_to_step_down() {
     assert_eq!(asked["holder"], elector.holder());
     assert_eq!(env.json(&["leader"])[0]["resign_requested"], true);
     assert!(!elector.is_leader().unwrap(), "its next renewal steps down");
+    assert!(
+        !elector.is_leader().unwrap(),
+        "and the poll after it resigns (a campaign resigns at once)"
+    );
     assert_eq!(env.json(&["leader"])[0]["leads"], false);
 }
 

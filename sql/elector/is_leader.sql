@@ -4,12 +4,14 @@
 -- a term silently, and an elector that knows no term only takes a free or expired row. Anyone else's
 -- poll while a leader is live matches nothing and skips the insert: no write. A renewal only ever
 -- extends: one whose transaction began earlier (a resent poll) never cuts a later one's expiry. A
--- renewal that finds a resignation requested (Elector::request_resign) ends the tenure instead, in
--- the same statement, so the next poll elsewhere wins at once.
+-- renewal that finds a resignation requested (Elector::request_resign) neither extends nor ends the
+-- tenure: it leaves the expiry (and the request) as they were and answers ended, so the leader
+-- stops believing first and then resigns with its term (resign.sql); if it dies in between, the old
+-- expiry frees the row. The database never frees a leadership its holder may still believe in.
 -- Returns at most one row: this holder's tenure (mine: it leads now; ended: it was asked to step
--- down and did), or else the live leader as this statement's snapshot saw it; no row when nobody
--- leads; the stale row below. holder, term, elected_at and expires_at describe the leader (NULL
--- after an ended tenure).
+-- down and must resign), or else the live leader as this statement's snapshot saw it; no row when
+-- nobody leads; the stale row below. holder, term, elected_at and expires_at describe the leader
+-- (NULL after an ended tenure; my_term is then the term to resign).
 -- $1 name, $2 holder, $3 TTL in microseconds, $4 the term this elector holds, or null, $5 fold the
 -- server's timeline into new tokens, $6 hold elections off after a promotion, $7 $8 $9 the table's
 -- promotion record as the caller last read it (sql/schema/promotion.sql): its timeline, when it was
@@ -53,14 +55,16 @@ taken AS (
                              THEN e.elected_at ELSE now() END,
            holder = $2,
            expires_at = CASE WHEN e.holder = $2 AND e.term = $4 AND e.expires_at > now()
-                                  AND e.resign_requested THEN now()
+                                  AND e.resign_requested THEN e.expires_at
                              ELSE greatest(CASE WHEN e.expires_at > now() THEN e.expires_at END,
                                            now() + $3::bigint * interval '1 microsecond') END,
-           resign_requested = false
+           resign_requested = coalesce(e.holder = $2 AND e.term = $4 AND e.expires_at > now()
+                                       AND e.resign_requested, false)
      WHERE e.name = $1
        AND ((e.expires_at <= now() AND (SELECT open FROM gate))
             OR (e.holder = $2 AND e.term = $4 AND e.expires_at > now()))
-    RETURNING e.holder, e.term, e.elected_at, e.expires_at, e.expires_at > now() AS mine
+    RETURNING e.holder, e.term, e.elected_at, e.expires_at,
+              NOT e.resign_requested AS mine, e.resign_requested AS ended
 ),
 created AS (
     INSERT INTO {table} AS e (name, holder, expires_at, term, elected_at)
@@ -72,7 +76,7 @@ created AS (
     RETURNING e.holder, e.term, e.elected_at, e.expires_at, true AS mine
 ),
 outcome AS (
-    SELECT holder, term, elected_at, expires_at, mine, NOT mine AS ended, false AS stale, 1 AS pick
+    SELECT holder, term, elected_at, expires_at, mine, ended, false AS stale, 1 AS pick
       FROM taken
     UNION ALL
     SELECT holder, term, elected_at, expires_at, mine, false, false, 2 FROM created

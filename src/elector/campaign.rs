@@ -50,10 +50,11 @@ pub enum LeaderLoss {
     /// A renewal found the tenure gone: another member took over (after this one's expiry by the
     /// database clock), or the row was changed from outside.
     Taken,
-    /// Another member (or an operator) asked it to step down ([`Elector::request_resign`]); its
-    /// renewal ended the tenure.
+    /// Another member (or an operator) asked it to step down ([`Elector::request_resign`]), as its
+    /// renewal found; it resigns right after this is delivered.
     ResignRequested,
-    /// [`Leadership::stop`] (or dropping the handle) resigned it.
+    /// [`Leadership::stop`] (or dropping the handle) ends it; it resigns right after this is
+    /// delivered.
     Stopped,
 }
 
@@ -213,6 +214,8 @@ impl Shared {
                     recv(at(next)) -> _ => {}
                 }
                 next = Instant::now() + retry;
+                // A resignation that failed is sent again before anything else.
+                self.finish_resign();
                 let observing = self
                     .state
                     .lock()
@@ -276,7 +279,22 @@ impl Shared {
             self.hooks.error(e);
         }
         self.flush();
+        // Asked to step down: the loss is told (and `is_leading` false) before the resignation
+        // frees the leadership for another member.
+        self.finish_resign();
         polled
+    }
+
+    /// Sends the resignation the elector stood down for, if one waits; a failure is logged and
+    /// told to the hooks, and the loop sends it again at its next turn.
+    fn finish_resign(&self) {
+        if !self.elector.resign_pending() {
+            return;
+        }
+        if let Err(e) = self.elector.finish_resign() {
+            log::warn!(target: "pgtenure::elector", "{} could not resign fleet {:?} (it tries again): {e}", self.elector.holder, self.elector.name);
+            self.hooks.error(&e);
+        }
     }
 
     /// While standing aside: reads who leads, without campaigning.
@@ -327,9 +345,10 @@ impl Shared {
         }
     }
 
-    /// Resigns if leading (so the next poll elsewhere wins at once) and reports the loss.
+    /// Stops believing, reports the loss, and only then resigns (so the next poll elsewhere wins
+    /// at once, and never while this handle still says it leads).
     fn step_down(&self) -> Result<()> {
-        let resigned = self.elector.resign();
+        self.elector.stand_down();
         {
             let mut state = self.state.lock();
             if state.announced.is_some() {
@@ -337,7 +356,7 @@ impl Shared {
             }
         }
         self.flush();
-        resigned
+        self.elector.finish_resign()
     }
 
     fn elected(&self, state: &mut State, term: i64) {
@@ -403,14 +422,17 @@ impl Leadership {
         self.thread.as_ref().is_none_or(JoinHandle::is_finished)
     }
 
-    /// Stops campaigning: ends the loop after the poll in progress, resigns if leading (the next
-    /// poll elsewhere wins at once) and reports [`LeaderLoss::Stopped`], then joins the threads.
-    /// Bounded by one poll and one resignation: each the pool's connection timeout (10 s by
-    /// default) plus a statement, whose duration the TCP timeouts bound (see [`Db`](crate::Db)).
+    /// Stops campaigning: ends the loop after the poll in progress; if leading, turns
+    /// [`Leadership::is_leading`] false and delivers [`LeaderLoss::Stopped`], and only then
+    /// resigns (the next poll elsewhere wins at once, never while this handle still leads); then
+    /// joins the threads. Bounded by one poll and one resignation: each the pool's connection
+    /// timeout (10 s by default) plus a statement, whose duration the TCP timeouts bound (see
+    /// [`Db`](crate::Db)).
     ///
     /// # Errors
     ///
-    /// The resignation's error (the tenure then expires at its TTL).
+    /// The resignation's error. The elector keeps the term: [`Elector::resign`] on it (or a clone)
+    /// sends the resignation again; otherwise the tenure expires at its TTL.
     pub fn stop(mut self) -> Result<()> {
         self.shut_down()
     }

@@ -149,8 +149,9 @@ pub struct LeaderInfo {
     /// [`LeaderEvent::Observed`]; [`Elector::leaders`] also lists fleets whose last tenure expired
     /// or was resigned (`false`: nobody leads that fleet now).
     pub live: bool,
-    /// Whether the leader was asked to step down ([`Elector::request_resign`]) and has not renewed
-    /// since; it ends its tenure at its next renewal. Read by [`Elector::leader`] and
+    /// Whether the leader was asked to step down ([`Elector::request_resign`]): at its next
+    /// renewal it stops believing, then resigns (or its tenure runs out at the expiry shown, which
+    /// that renewal does not extend). Read by [`Elector::leader`] and
     /// [`Elector::leaders`]; a campaign's poll does not read it (`false` there).
     pub resign_requested: bool,
 }
@@ -160,7 +161,8 @@ pub struct LeaderInfo {
 struct Poll {
     /// This elector leads, and the answer came before the tenure's local deadline.
     leading: bool,
-    /// This elector's tenure was ended by a requested resignation.
+    /// This elector was asked to step down ([`Elector::request_resign`]): the poll did not extend
+    /// its tenure, and it stopped believing in it; the term waits to be resigned.
     ended: bool,
     /// Who leads by the poll's statement (this elector included).
     leader: Option<LeaderInfo>,
@@ -174,6 +176,10 @@ struct Tenure {
     term: Option<i64>,
     /// Until when it leads by its last successful poll; `None` after a failed poll.
     deadline: Option<Instant>,
+    /// A term this elector stopped believing in (it resigned, or was asked to step down) and has
+    /// not yet seen resigned: kept until a resignation of it succeeds, so a failed one can be sent
+    /// again. Never renewed: polls are guarded by `term`, which no longer names it.
+    resigning: Option<i64>,
     /// Bumped by every `resign`, so a poll that was in flight meanwhile (on a clone) does not bring
     /// the resigned tenure back.
     resigned: u64,
@@ -334,8 +340,15 @@ impl Elector {
     /// `false` when the answer arrives after the tenure's local deadline (the instant before the poll
     /// was sent, plus the TTL).
     ///
-    /// A renewal that finds a resignation requested ([`Elector::request_resign`]) ends the tenure
-    /// instead, and answers `false`.
+    /// A renewal that finds a resignation requested ([`Elector::request_resign`]) answers `false`
+    /// and leaves the tenure as it was, neither extended nor ended, so that this instance stops
+    /// believing before anyone else can be elected. The next call resigns it (as after a
+    /// [`resign`](Elector::resign) that failed, below); until then it expires at its old expiry.
+    ///
+    /// After a [`resign`](Elector::resign) that failed, or a requested resignation, the next call
+    /// sends that resignation first (the tenure is never renewed again) and answers `false` without
+    /// campaigning, so that another member wins; the call after it campaigns again. When that
+    /// resignation fails, its error is returned and the next call tries again.
     ///
     /// When the connection fails after the poll was sent, it is sent once more on another
     /// connection: a renewal is idempotent. A new tenure won by a poll whose answer was lost is not
@@ -347,6 +360,10 @@ impl Elector {
     /// A database or connection error; leadership is dropped first, so [`Elector::term`] is `None`
     /// until a poll succeeds again. Treat an error as "not the leader".
     pub fn is_leader(&self) -> Result<bool> {
+        if self.tenure.lock().resigning.is_some() {
+            self.finish_resign()?;
+            return Ok(false);
+        }
         Ok(self.poll_keeping(false)?.leading)
     }
 
@@ -433,13 +450,15 @@ impl Elector {
                 resign_requested: false,
             })
         });
-        let ended = row.is_some_and(|row| row.get::<_, bool>("ended"));
+        let ended = row
+            .filter(|row| row.get::<_, bool>("ended"))
+            .map(|row| row.get::<_, i64>("my_term"));
         let won = row
             .filter(|row| row.get::<_, bool>("mine"))
             .map(|row| row.get::<_, i64>("my_term"));
         let not_leading = Poll {
             leading: false,
-            ended,
+            ended: ended.is_some(),
             leader: leader.clone(),
         };
         if tenure.resigned != epoch {
@@ -453,13 +472,22 @@ impl Elector {
                 if let Some(lost) = tenure.term.take() {
                     log::info!(
                         target: "pgtenure::elector",
-                        "{} no longer leads fleet {:?} (term {lost} ended{})",
+                        "{} no longer leads fleet {:?} (term {lost} {})",
                         self.holder,
                         self.name,
-                        if ended { ": asked to step down" } else { "" }
+                        if ended.is_some() {
+                            "asked to step down: it resigns next"
+                        } else {
+                            "ended"
+                        }
                     );
                 }
                 tenure.deadline = None;
+                if ended.is_some() {
+                    // Still live in the database, at its old expiry: resigned once this belief's
+                    // end has been told (the campaign's `Lost`, or is_leader's `false`).
+                    tenure.resigning = ended;
+                }
             }
             return Ok(not_leading);
         };
@@ -492,17 +520,46 @@ impl Elector {
     /// elsewhere wins without waiting for the TTL. Does nothing, and sends nothing, when this elector
     /// has won no term it has not seen end.
     ///
+    /// This elector stops believing before the statement is sent ([`Elector::term`] is `None`
+    /// from then on), but keeps the term until a resignation of it succeeds: a `resign` that failed
+    /// (a timeout, a lost connection) can be called again, and resigns the same term. Meanwhile the
+    /// term is never renewed: the next [`Elector::is_leader`] sends the resignation first (see
+    /// there). The statement is guarded by holder and term, so sending it again never ends a
+    /// newer tenure.
+    ///
     /// # Errors
     ///
-    /// A database or connection error; the tenure then expires at its TTL.
+    /// A database or connection error; call `resign` again (or let the tenure expire at its TTL).
     pub fn resign(&self) -> Result<()> {
-        let won = {
-            let mut tenure = self.tenure.lock();
-            tenure.resigned += 1;
-            tenure.deadline = None;
-            tenure.term.take()
-        };
-        let Some(term) = won else {
+        self.stand_down();
+        self.finish_resign()
+    }
+
+    /// Stops believing in the tenure at once: the term it won becomes the one to resign
+    /// ([`Elector::finish_resign`]), never renewed; a poll in flight (on a clone) does not bring it
+    /// back.
+    fn stand_down(&self) {
+        let mut tenure = self.tenure.lock();
+        tenure.resigned += 1;
+        tenure.deadline = None;
+        if let Some(term) = tenure.term.take() {
+            // A term still waiting to be resigned is older and over: this one was won (with no
+            // guard) only once that row was free or expired.
+            tenure.resigning = Some(term);
+        }
+    }
+
+    /// Whether a term waits to be resigned ([`Elector::finish_resign`]).
+    fn resign_pending(&self) -> bool {
+        self.tenure.lock().resigning.is_some()
+    }
+
+    /// Resigns the term this elector stood down from, if any; forgets it only once the statement
+    /// succeeded (it finds the tenure live and ends it, or finds it over). The statement is
+    /// idempotent (guarded by holder and term), so a failure, even one of unknown outcome, leaves
+    /// it to be sent again.
+    fn finish_resign(&self) -> Result<()> {
+        let Some(term) = self.tenure.lock().resigning else {
             return Ok(());
         };
         let rows = self.db.query(
@@ -511,6 +568,12 @@ impl Elector {
             &self.sql.resign,
             &[&&*self.name, &&*self.holder, &term],
         )?;
+        {
+            let mut tenure = self.tenure.lock();
+            if tenure.resigning == Some(term) {
+                tenure.resigning = None;
+            }
+        }
         if !rows.is_empty() {
             log::info!(
                 target: "pgtenure::elector",
@@ -523,9 +586,11 @@ impl Elector {
     }
 
     /// Asks the fleet's live leader to step down (a rolling deploy, moving leadership off a node):
-    /// its next renewal ends its tenure instead of extending it (a campaigning leader reports
-    /// [`LeaderLoss::ResignRequested`]), and the next poll elsewhere wins. Returns whether a live
-    /// leader was asked. Any member may ask, the leader too.
+    /// its next renewal does not extend its tenure; the leader stops believing (a campaigning
+    /// leader reports [`LeaderLoss::ResignRequested`], a polling one gets `false`), then resigns,
+    /// and the next poll elsewhere wins. The database frees the leadership only after its holder
+    /// has stopped believing in it: if the leader dies in between, its tenure expires at its old
+    /// expiry. Returns whether a live leader was asked. Any member may ask, the leader too.
     ///
     /// # Errors
     ///

@@ -16,15 +16,17 @@
 //! slow reconciler.
 //!
 //! Length: `PGTENURE_CHECKER_SECS` seconds (default 20), e.g. an hour:
-//! `PGTENURE_CHECKER_SECS=3600 cargo test --release --test checker -- --nocapture --test-threads 3`
-//! (the three primitives side by side).
+//! `PGTENURE_CHECKER_SECS=3600 cargo test --release --test checker -- --nocapture --test-threads 5`
+//! (every subject side by side).
 //!
-//! One file per primitive (`leases`, `elector`, `membership`, `schedule`); what they share is in
-//! `harness`.
+//! One file per primitive (`leases`, `elector`, `membership`, `schedule`), and `campaign` for the
+//! leadership loop (requested resignations, stops and slow answers: never two members leading at
+//! once, events in decision order); what they share is in `harness`.
 
 #[path = "../common/mod.rs"]
 mod common;
 
+mod campaign;
 mod elector;
 mod harness;
 mod leases;
