@@ -2,20 +2,33 @@
 //! due by the database clock.
 //!
 //! Every instance builds the same [`Scheduler`] (the same job ids and schedules) and starts it. At
-//! each tick of a job, every instance claims it ([`TickClaims`]); one wins and
-//! runs it. A tick is due when the *database's* clock reaches it: the scheduler learns its host's
-//! offset from the database clock (every claim returns it), so a host whose clock runs fast neither
-//! runs ticks early nor wins them all, and a slow one is not starved.
+//! each tick of a job, every instance claims it ([`TickClaims`]); one wins and runs it. What it
+//! promises:
 //!
-//! - A run still busy is never started twice: the claim's busy period (by default the job's
-//!   interval) refuses later ticks fleet-wide until the run releases it, and one scheduler never
-//!   starts a job that it is still running.
-//! - Ticks missed while the fleet was down follow the job's [`Misfire`]: skipped by default, or the
-//!   latest one run once.
+//! - **Each tick runs once fleet-wide, never before it is due by the database clock.** The
+//!   scheduler learns its host's offset from the database clock (every claim returns it) and
+//!   measures it again when the host's clock steps against the monotonic clock (NTP, a resumed VM);
+//!   the claim statement itself refuses a tick later than the database's `now()`. So a host whose
+//!   clock runs fast or jumps neither runs ticks early nor locks the others out, and a slow one is
+//!   not starved.
+//! - **Never two runs of one job at once.** One scheduler never starts a job while its own previous
+//!   run of it goes on, whatever the busy period says; and a run keeps the job busy fleet-wide while
+//!   it goes on: a thread per run (`pgtenure-schedule-busy`) extends the claim's busy period every
+//!   third of it ([`TickClaim::extend`](crate::TickClaim::extend)). If this instance crashes, pauses
+//!   or loses the database, the job is free one busy period after the last extension; a run must
+//!   then stop by [`Run::deadline`], and [`Run::fence`] refuses its writes after it.
+//! - **Nothing queues up.** A due tick is claimed only when a worker is free to run it at once. A
+//!   tick reached later than the job's grace (workers busy, the process paused, the database down)
+//!   is a misfire, reported to [`ScheduleHooks::missed`]: skipped by default, or under
+//!   [`Misfire::RunOnce`] the latest missed tick runs once, then the current one. A tick whose claim
+//!   failed is looked at again a second later under the same rule.
 //! - A run gets a [`Run`]: its job id, tick, fencing token and deadline, and [`Run::fence`] for its
 //!   writes.
 //! - A job that returns an error or panics is logged and reported to the [`ScheduleHooks`]; the
-//!   scheduler goes on.
+//!   scheduler goes on. A panic in the scheduler's own threads (or in a hook) is caught, logged and
+//!   reported to [`ScheduleHooks::panicked`].
+//! - [`Scheduling::stop`] claims nothing once called and waits for runs in progress up to
+//!   [`Scheduler::with_stop_timeout`].
 //!
 //! ```no_run
 //! # fn main() -> Result<(), pgtenure::Error> {

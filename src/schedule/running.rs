@@ -12,7 +12,7 @@ use crossbeam_channel::{after, at, bounded, select, Receiver, Sender};
 
 use super::job::Reservation;
 use super::Scheduler;
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{Error, Result};
 
 /// How long the timer waits before trying again when the database clock cannot be read.
 const RETRY_CLOCK: Duration = Duration::from_secs(1);
@@ -229,7 +229,7 @@ impl Scheduler {
             .or_else(|| panic.downcast_ref::<String>().cloned())
             .unwrap_or_else(|| "a panic".to_owned());
         let error = Error::new(
-            ErrorKind::Setup,
+            crate::ErrorKind::Setup,
             format!(
                 "{thread} caught a panic ({what}); it goes on, but this is a bug: please report it"
             ),
