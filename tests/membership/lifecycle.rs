@@ -757,6 +757,117 @@ fn units_lost_says_taken_when_the_database_freed_them_and_released_at_shutdown()
     assert_eq!(losses.last().unwrap().1.len(), 4);
 }
 
+/// An operator's plain `UPDATE` (no change counter moved) that hands one of A's units to another
+/// live process B, sets another unowned, and rewrites a third one's token in place is adopted at
+/// the next tick: A is told the first two were taken and stops owning them, the third is a new
+/// tenure (taken, then gained under the new token), and B gains the first. A steady tick stays one
+/// statement (one round trip), and the tick that finds the change adds only the re-read.
+#[test]
+fn units_changed_by_an_operators_update_are_taken_from_their_owner_at_its_next_tick() {
+    let fleet = Fleet::new(8);
+    let proxy = Proxy::start(0, database_addr()).unwrap();
+    let through_proxy = pgtenure::DbBuilder::from_config(proxy.config())
+        .max_size(1)
+        .unwrap()
+        .build()
+        .unwrap();
+    let (a_told, b_told) = (Arc::new(Recorder::default()), Arc::new(Recorder::default()));
+    let a = fleet.leaser_with(
+        &through_proxy,
+        a_told.clone(),
+        config(Duration::from_secs(30)),
+    );
+    let b = fleet.leaser_with(&db(), b_told.clone(), config(Duration::from_secs(30)));
+    a.heartbeat().unwrap();
+    a.tick().unwrap();
+    b.heartbeat().unwrap();
+    // Settle: A sheds half to B.
+    for _ in 0..3 {
+        round(&[&a, &b]);
+    }
+    assert_eq!((a.owned().len(), b.owned().len()), (4, 4));
+    let before = proxy.round_trips();
+    a.tick().unwrap();
+    assert_eq!(
+        proxy.round_trips() - before,
+        1,
+        "a steady tick is one statement"
+    );
+
+    let mine = a.owned();
+    let (moved, freed, retokened) = (&mine[0], &mine[1], &mine[2]);
+    let old_token = a.token(retokened).unwrap();
+    let moved_token = a.token(moved).unwrap();
+    let freed_token = a.token(freed).unwrap();
+    client()
+        .batch_execute(&format!(
+            "UPDATE {units} SET process_id = '{b}' WHERE tenant = '{}' AND shard = {};
+             UPDATE {units} SET process_id = NULL WHERE tenant = '{}' AND shard = {};
+             UPDATE {units} SET token = token + 1000 WHERE tenant = '{}' AND shard = {}",
+            moved.tenant,
+            moved.shard,
+            freed.tenant,
+            freed.shard,
+            retokened.tenant,
+            retokened.shard,
+            units = fleet.units_table,
+            b = b.process_id(),
+        ))
+        .unwrap();
+    a.heartbeat().unwrap();
+    let before = proxy.round_trips();
+    let step = a.tick().unwrap();
+    let owned = a.owned();
+    assert!(
+        !owned.contains(moved),
+        "A still owns what the operator moved: {owned:?} ({step:?})"
+    );
+    // The freed unit is claimable: A, below its share, may claim it back in the same tick, as a
+    // new tenure.
+    assert!(
+        !owned.contains(freed)
+            || (step.gained.contains(freed) && a.token(freed) > Some(freed_token)),
+        "A still owns the unit the operator freed under its old token: {step:?}"
+    );
+    let losses = a_told.losses.lock().clone();
+    let taken = losses.last().expect("A was told");
+    assert_eq!(taken.0, UnitLoss::Taken);
+    let mut expected = vec![moved.clone(), freed.clone(), retokened.clone()];
+    expected.sort();
+    assert_eq!(taken.1, expected, "{losses:?}");
+    assert!(
+        step.gained.contains(retokened),
+        "a token rewritten in place is a new tenure: {step:?}"
+    );
+    assert_eq!(a.token(retokened), Some(old_token + 1000));
+    // The statements: the stats read, the re-read; and the claim of the freed unit, if A took it
+    // back (it is below its share).
+    let trips = proxy.round_trips() - before;
+    assert!(
+        trips == 2 + u64::from(step.claimed > 0),
+        "{trips} round trips for {step:?}"
+    );
+    let mut conn = db().connection().unwrap();
+    let mut tx = conn.transaction().unwrap();
+    assert!(a.fence(&mut tx, retokened).unwrap(), "the new token passes");
+    assert!(!a.fence(&mut tx, moved).unwrap(), "a moved unit is refused");
+    tx.commit().unwrap();
+
+    b.heartbeat().unwrap();
+    let step = b.tick().unwrap();
+    assert!(
+        step.gained.contains(moved),
+        "B gains the moved unit: {step:?}"
+    );
+    assert_eq!(b.token(moved), Some(moved_token), "under the row's token");
+    let before = proxy.round_trips();
+    a.tick().unwrap();
+    let settled = proxy.round_trips() - before;
+    assert!(settled <= 2, "{settled} round trips once settled again");
+    assert_disjoint(&fleet, &[&a, &b]);
+    drop(b_told);
+}
+
 /// A unit's fence passes for its owner under the token of its claim, and fails once the unit was
 /// claimed anew by another process, even while the old owner's view still lists it.
 #[test]
