@@ -345,7 +345,12 @@ fn a_claim_that_began_while_a_process_was_expired_does_not_take_its_units_once_i
 fn a_heartbeat_held_up_by_a_takeover_forgets_the_units_taken() {
     let fleet = Fleet::new(3);
     let app = format!("held_up_{}", std::process::id());
-    let (a, recorder) = fleet.leaser_named(&app, config(Duration::from_secs(1)));
+    // Every margin below is a share of the TTL, not an assumption about a quiet machine: the
+    // heartbeat starts a tenth of the TTL before A's local deadline (three tenths before its row
+    // expires), and it sets a deadline 0.7 TTL after that one, which leaves 0.5 TTL after the
+    // row's expiry for the takeover to commit and the heartbeat to return (1.5 s under load).
+    let ttl = Duration::from_secs(3);
+    let (a, recorder) = fleet.leaser_named(&app, config(ttl));
     let (b, _) = fleet.leaser(config(Duration::from_secs(30)));
     a.heartbeat().unwrap();
     assert_eq!(a.tick().unwrap().owned, 3);
@@ -360,7 +365,7 @@ fn a_heartbeat_held_up_by_a_takeover_forgets_the_units_taken() {
     .unwrap();
     // The heartbeat goes late in A's term, so the deadline it sets is still ahead when it returns.
     let deadline = a.live_until().unwrap();
-    thread::sleep(deadline.saturating_duration_since(Instant::now() + Duration::from_millis(150)));
+    thread::sleep(deadline.saturating_duration_since(Instant::now() + ttl / 10));
     thread::scope(|scope| {
         let beat = scope.spawn(|| a.heartbeat());
         // The heartbeat has started and waits for the row; then the row expires, and the taker
@@ -382,7 +387,12 @@ fn a_heartbeat_held_up_by_a_takeover_forgets_the_units_taken() {
         tx.commit().unwrap();
         beat.join().unwrap().unwrap();
     });
-    assert!(a.live_until().unwrap() > Instant::now(), "A is live again");
+    let now = Instant::now();
+    assert!(
+        a.live_until().unwrap() > now,
+        "A is live again ({:?} past its new deadline)",
+        now.saturating_duration_since(a.live_until().unwrap())
+    );
     assert!(
         a.owned().is_empty(),
         "A still believes it owns {:?}, which B owns",
