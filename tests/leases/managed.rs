@@ -399,3 +399,34 @@ fn an_application_holding_every_connection_it_can_get_does_not_starve_renewals()
     drop(held);
     lease.release().unwrap();
 }
+
+/// A release that waits for its row past its bound (a transaction holds the row) is cancelled by
+/// pgtenure itself: the error is a `Timeout` that says pgtenure cancelled it and why, not that the
+/// server's `statement_timeout` ran out.
+#[test]
+fn a_release_pgtenure_cancelled_says_so_and_is_a_timeout() {
+    if crate::common::through_pgbouncer() {
+        // No cancels behind a pooler: the release just overruns its bound.
+        return;
+    }
+    let mut tables = Tables::new();
+    let (a, table) = leases(&mut tables);
+    let lease = a.acquire("held", Duration::from_secs(30)).unwrap().unwrap();
+    let mut operator = client();
+    let mut tx = operator.transaction().unwrap();
+    tx.execute(
+        &format!("SELECT 1 FROM {table} WHERE key = 'held' FOR UPDATE"),
+        &[],
+    )
+    .unwrap();
+    let err = lease.release().unwrap_err();
+    tx.rollback().unwrap();
+    assert_eq!(err.kind(), pgtenure::ErrorKind::Timeout, "{err}");
+    assert_eq!(err.code().map(|c| c.code()), Some("57014"), "{err}");
+    let text = err.to_string();
+    assert!(
+        text.starts_with("release lease failed: canceling statement due to user request (57014); pgtenure cancelled it after 4.5 s, the release's bound"),
+        "{text}"
+    );
+    assert!(!text.contains("statement_timeout"), "{text}");
+}
