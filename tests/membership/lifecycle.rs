@@ -14,7 +14,10 @@ use super::{assert_disjoint, config, round, Fleet, Recorder};
 #[test]
 fn a_crashed_leasers_units_are_claimed_after_its_ttl_and_its_stale_tick_does_nothing() {
     let fleet = Fleet::new(100);
-    let ttl = Duration::from_millis(600);
+    // A survivor's rounds (a heartbeat and a tick each) must keep it live while the others take
+    // their turns: a TTL of 2 s leaves 1.6 s between two of its heartbeats, not the 480 ms of a
+    // 600 ms TTL that a loaded machine can overrun.
+    let ttl = Duration::from_secs(2);
     let made: Vec<(Leaser, Arc<Recorder>)> = (0..4).map(|_| fleet.leaser(config(ttl))).collect();
     let all: Vec<&Leaser> = made.iter().map(|(l, _)| l).collect();
     for leaser in &all {
@@ -152,7 +155,10 @@ fn sweep_deletes_long_dead_processes_and_frees_their_units() {
 #[test]
 fn past_its_local_deadline_a_leaser_owns_nothing_and_a_late_heartbeat_reports_the_loss() {
     let fleet = Fleet::new(10);
-    let ttl = Duration::from_millis(400);
+    // The heartbeat and the first tick (three statements, prepared on first use) must end before
+    // the local deadline, four fifths of the TTL later: 1.6 s, not the 320 ms of a 400 ms TTL that
+    // a loaded machine can overrun.
+    let ttl = Duration::from_secs(2);
     let (leaser, recorder) = fleet.leaser(config(ttl));
     assert_eq!(leaser.live_until(), None);
     leaser.heartbeat().unwrap();
