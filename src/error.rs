@@ -20,9 +20,16 @@ pub enum ErrorKind {
     /// the database clock). Nothing was stored. Retrying the same call fails the same way.
     InvalidInput,
     /// The database could not be reached or the connection broke: the pool timed out, a connection
-    /// was refused or reset, the server is shutting down or restarting, or the statement was
-    /// cancelled. The operation may or may not have taken effect; retrying later is reasonable.
+    /// was refused or reset, the server is shutting down or restarting. The operation may or may
+    /// not have taken effect; retrying later is reasonable.
     Connection,
+    /// The statement was cancelled before it finished (SQLSTATE 57014): the server's
+    /// `statement_timeout` (set for the role, the database or the connection) ran out, someone
+    /// cancelled the backend, or pgtenure itself cancelled it (a lease's statement still running at
+    /// the lease's local deadline, or a release past its bound). `Display` says which it was when
+    /// pgtenure sent the cancel. The statement did not take effect (its transaction rolled back);
+    /// retrying later is reasonable.
+    Timeout,
     /// The statement failed because of a serialization failure or a deadlock, which happens when the
     /// database's or role's default isolation is `REPEATABLE READ` or `SERIALIZABLE` and callers race.
     /// Nothing was changed; retrying is safe.
@@ -40,6 +47,7 @@ impl fmt::Display for ErrorKind {
         f.write_str(match self {
             ErrorKind::InvalidInput => "invalid input",
             ErrorKind::Connection => "connection error",
+            ErrorKind::Timeout => "statement cancelled",
             ErrorKind::Serialization => "serialization failure",
             ErrorKind::Database => "database error",
             ErrorKind::Setup => "setup error",
@@ -138,6 +146,19 @@ impl Error {
         error
     }
 
+    /// A statement that pgtenure itself cancelled (`why`: when and what follows), answered 57014.
+    pub(crate) fn cancelled_by_pgtenure(context: &str, why: &str, err: postgres::Error) -> Error {
+        let reason = match err.as_db_error() {
+            Some(db) => format!("{} ({})", db.message(), db.code().code()),
+            None => driver_reason(&err),
+        };
+        Error::new(
+            ErrorKind::Timeout,
+            format!("{context} failed: {reason}; {why}"),
+        )
+        .with_source(err)
+    }
+
     /// A pool checkout that waited and failed.
     pub(crate) fn checkout(message: impl Into<String>) -> Error {
         let mut error = Error::new(ErrorKind::Connection, message);
@@ -185,14 +206,20 @@ impl Error {
         self.kind() == ErrorKind::Connection
     }
 
+    /// True when the statement was cancelled before it finished: a `statement_timeout`, or a
+    /// cancel request (see [`ErrorKind::Timeout`]).
+    pub fn is_timeout(&self) -> bool {
+        self.kind() == ErrorKind::Timeout
+    }
+
     /// True when waiting cannot fix it (a missing table or privilege, refused credentials, bad
-    /// input): every kind but [`ErrorKind::Connection`] and [`ErrorKind::Serialization`]. The
-    /// loops (`Leaser::run`, `Elector::campaign`) end at startup on such an error instead of
-    /// retrying it.
+    /// input): every kind but [`ErrorKind::Connection`], [`ErrorKind::Timeout`] and
+    /// [`ErrorKind::Serialization`]. The loops (`Leaser::run`, `Elector::campaign`) end at startup
+    /// on such an error instead of retrying it.
     pub fn is_permanent(&self) -> bool {
         !matches!(
             self.kind(),
-            ErrorKind::Connection | ErrorKind::Serialization
+            ErrorKind::Connection | ErrorKind::Timeout | ErrorKind::Serialization
         )
     }
 
@@ -272,11 +299,17 @@ fn classify_db_error(db: &DbError) -> (ErrorKind, &'static str) {
             "create the database, or fix its name in the URL",
         );
     }
+    // pgtenure's own cancels (a lease's deadline watcher) are told apart where they are sent
+    // (`Error::cancelled_by_pgtenure`): this one came from the server or from someone else.
     if *code == SqlState::QUERY_CANCELED {
         return (
-            ErrorKind::Connection,
-            "the statement was cancelled (statement_timeout, or a cancel request); retry, or raise \
-             the role's statement_timeout",
+            ErrorKind::Timeout,
+            "the server cancelled the statement: the statement_timeout set for the role, the \
+             database or the connection ran out, or someone cancelled the backend \
+             (pg_cancel_backend); it did not take effect, retry; pgtenure's statements are short, \
+             so one that outlasts a timeout usually waited for a row lock (a transaction left open \
+             on a row it needs) or an overloaded server; else raise statement_timeout for \
+             pgtenure's role (ALTER ROLE ... SET statement_timeout)",
         );
     }
     let class = &code.code()[..2];
@@ -307,11 +340,16 @@ fn classify_db_error(db: &DbError) -> (ErrorKind, &'static str) {
             "grant the role the privilege it names, or create the tables with a role that has it",
         );
     }
+    // A prepared statement whose table changed shape under it (altered, or dropped and created
+    // again) is also refused with 0A000 ("cached plan must not change result type"), but the
+    // statement layer never reports that one: it prepares the statement afresh, then sends it
+    // unprepared. So this one was refused as a statement planned for the call.
     if *code == SqlState::FEATURE_NOT_SUPPORTED {
         return (
             ErrorKind::Database,
-            "if the server refuses a WAL function (pg_current_wal_lsn; Aurora does), turn off \
-             timeline-folded tokens with Db::with_timeline_tokens(false)",
+            "the server does not support something the statement uses; if it refuses a WAL \
+             function (pg_current_wal_lsn, as Aurora does), turn off timeline-folded tokens with \
+             Db::with_timeline_tokens(false)",
         );
     }
     if *code == SqlState::READ_ONLY_SQL_TRANSACTION {

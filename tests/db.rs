@@ -280,9 +280,15 @@ fn create_table_needs_no_create_privilege_once_the_table_exists() {
         "{missing}"
     );
     drop(limited);
-    client()
-        .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
-        .unwrap();
+}
+
+/// Drops a schema of a test's own when dropped.
+struct DropSchema(String);
+
+impl Drop for DropSchema {
+    fn drop(&mut self) {
+        let _ = client().batch_execute(&format!("DROP SCHEMA IF EXISTS {} CASCADE", self.0));
+    }
 }
 
 /// What waiting cannot fix is reported at once, with the server's reason and SQLSTATE; bad URLs say
@@ -546,4 +552,98 @@ fn an_operation_during_an_outage_says_why_no_connection_could_be_had() {
         outage.join().unwrap();
     });
     assert!(fires.claim("after@1").unwrap(), "usable again");
+}
+
+/// A statement the server's `statement_timeout` cancels (here the role's, while an operator's
+/// transaction holds the table) is a `Timeout`, not a connection error, and says that the server
+/// cancelled it and why that happens to pgtenure's short statements, not that pgtenure did.
+#[test]
+fn a_statement_timeout_is_a_timeout_that_names_the_servers_setting() {
+    let mut tables = Tables::new();
+    let role = Role::new(&mut tables, "read committed");
+    let table = tables.name("fire");
+    FireClaims::new(&db())
+        .with_table(&table)
+        .unwrap()
+        .create_table()
+        .unwrap();
+    client()
+        .batch_execute(&format!(
+            "GRANT ALL ON {table} TO {role};
+             ALTER ROLE {role} SET statement_timeout = '200ms'",
+            role = role.name
+        ))
+        .unwrap();
+    let as_role = pgtenure::DbBuilder::from_config(role.config("timeout_test"))
+        .build()
+        .unwrap();
+    let fires = FireClaims::new(&as_role).with_table(&table).unwrap();
+    assert!(fires.claim("first").unwrap(), "the role can claim");
+    let mut operator = client();
+    let mut tx = operator.transaction().unwrap();
+    tx.batch_execute(&format!("LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE"))
+        .unwrap();
+    let err = fires.claim("second").unwrap_err();
+    tx.rollback().unwrap();
+    assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
+    assert!(err.is_timeout() && !err.is_connection() && !err.is_permanent());
+    assert_eq!(err.code().map(|c| c.code()), Some("57014"), "{err}");
+    let text = err.to_string();
+    assert!(
+        text.starts_with("claim fire failed: canceling statement due to statement timeout (57014); the server cancelled the statement: the statement_timeout set for the role, the database or the connection ran out"),
+        "{text}"
+    );
+    assert!(!text.contains("pgtenure cancelled"), "{text}");
+    assert!(
+        fires.claim("second").unwrap(),
+        "nothing was stored, and it can be retried"
+    );
+}
+
+/// A server that refuses a WAL function while the statement runs (as Aurora does: here a function
+/// of that name earlier in the role's search_path raises 0A000) fails the statement, prepared or
+/// not, with advice about WAL functions and timeline tokens; nothing about a stale plan.
+#[test]
+fn a_refused_wal_function_is_reported_as_unsupported_with_the_timeline_advice() {
+    let mut tables = Tables::new();
+    let role = Role::new(&mut tables, "read committed");
+    let schema = tables.name("shim");
+    let table = tables.name("lease");
+    pgtenure::Leases::new(&db())
+        .with_table(&table)
+        .unwrap()
+        .create_table()
+        .unwrap();
+    client()
+        .batch_execute(&format!(
+            "CREATE SCHEMA {schema};
+             CREATE FUNCTION {schema}.pg_current_wal_lsn() RETURNS pg_lsn LANGUAGE plpgsql AS
+               $$ BEGIN RAISE EXCEPTION 'pg_current_wal_lsn() is not supported here'
+                        USING ERRCODE = '0A000'; END $$;
+             GRANT USAGE ON SCHEMA {schema} TO {role};
+             GRANT ALL ON {table}, {table}_promotion TO {role};
+             ALTER ROLE {role} SET search_path = {schema}, pg_catalog, public",
+            role = role.name
+        ))
+        .unwrap();
+    let _shim = DropSchema(schema.clone());
+    for prepared in [true, false] {
+        let as_role = pgtenure::DbBuilder::from_config(role.config("wal_test"))
+            .build()
+            .unwrap()
+            .with_timeline_tokens(true)
+            .with_prepared_statements(prepared);
+        let err = pgtenure::Leases::new(&as_role)
+            .with_table(&table)
+            .unwrap()
+            .try_acquire("k", Duration::from_secs(30))
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Database, "{err}");
+        assert_eq!(err.code().map(|c| c.code()), Some("0A000"), "{err}");
+        let text = err.to_string();
+        assert!(
+            text.contains("is not supported here (0A000); the server does not support something the statement uses; if it refuses a WAL function (pg_current_wal_lsn, as Aurora does), turn off timeline-folded tokens"),
+            "prepared {prepared}: {text}"
+        );
+    }
 }

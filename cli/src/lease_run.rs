@@ -248,8 +248,9 @@ fn acquire(
                 created = true;
                 continue;
             }
-            // A database that is briefly unreachable while we wait anyway: try again.
-            Err(e) if e.is_connection() && !left.is_zero() => {
+            // A database that is briefly unreachable, or a statement its statement_timeout
+            // cancelled, while we wait anyway: try again.
+            Err(e) if (e.is_connection() || e.is_timeout()) && !left.is_zero() => {
                 say!(
                     "pgtenure: acquiring lease {:?} failed ({e}); trying again",
                     args.key

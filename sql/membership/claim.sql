@@ -15,7 +15,8 @@
 -- (with their change counters), are updated in the same statement. The limits are sub-SELECTs, so
 -- every plan assumes the same batch size and PostgreSQL keeps its generic plan (planned once, not
 -- per call).
--- Every claimed unit gets a new fencing token from the sequence.
+-- Every claimed unit gets a new fencing token from the sequence. mark is the row's part of the
+-- digest stats.sql reads (the same expression).
 -- $1 process id, $2 most units, $3 weight budget, $4 random slot, $5 units owned, $6 weight owned,
 -- $7 fold the server's timeline into new tokens.
 -- epoch: with $7, tokens are (timeline - 1) * 2^48 + a sequence value. The server's timeline grows
@@ -117,4 +118,6 @@ counted AS (
      WHERE process_id = $1::uuid
        AND EXISTS (SELECT 1 FROM claimed)
 )
-SELECT tenant, shard, weight, token, removed FROM claimed
+SELECT tenant, shard, weight, token, removed,
+       hashint8(coalesce(token, 0)) # hashtext(tenant) # shard # weight AS mark
+  FROM claimed

@@ -413,6 +413,7 @@ impl Db {
                 Err(Failure {
                     error,
                     before_sending,
+                    ..
                 }) if never_ran(&error) || (before_sending && connection_lost(&error)) => {
                     discard(&mut conn);
                     skipped += 1;
@@ -434,6 +435,13 @@ impl Db {
                 {
                     resent = true;
                     log::info!(target: "pgtenure::db", "{context}: the connection failed after the statement was sent ({error}); sending it again to find out (it is idempotent)");
+                }
+                Err(Failure {
+                    error,
+                    cancelled: Some(why),
+                    ..
+                }) if error.code() == Some(&SqlState::QUERY_CANCELED) => {
+                    return Err(Error::cancelled_by_pgtenure(context, why, error))
                 }
                 Err(Failure { error, .. }) => return Err(Error::from_postgres(context, error)),
             }

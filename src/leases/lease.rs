@@ -153,9 +153,11 @@ impl Lease {
     ///
     /// # Errors
     ///
-    /// A database or connection error from the release statement, or a
+    /// A database or connection error from the release statement; an
+    /// [`ErrorKind::Timeout`](crate::ErrorKind::Timeout) error when the statement was still waiting
+    /// (for the row, which a transaction holds) at 4.5 s and pgtenure cancelled it, saying so; or a
     /// [`ErrorKind::Connection`](crate::ErrorKind::Connection) error when it did not complete within
-    /// the bound (it goes on in the background); the row then lapses at its expiry.
+    /// the bound (it goes on in the background). The row then lapses at its expiry.
     pub fn release(mut self) -> Result<()> {
         self.finish()
     }

@@ -42,7 +42,7 @@ impl Renewer {
         if cancellable {
             state.set_in_flight(purpose, conn.cancel_key());
         }
-        let result = statement(conn);
+        let mut result = statement(conn);
         if cancellable && !state.clear_in_flight(purpose) {
             log::debug!(
                 target: "pgtenure::leases",
@@ -50,6 +50,21 @@ impl Renewer {
                 state.key
             );
             discard(conn);
+            // The watcher took the key to cancel this statement: a cancellation is its doing.
+            if let Err(failure) = &mut result {
+                failure.cancelled = Some(match purpose {
+                    Purpose::Renew => {
+                        "pgtenure cancelled it at the lease's local deadline, which passed before \
+                         the renewal answered (the database or the network was too slow): the \
+                         lease is lost; acquire it again"
+                    }
+                    Purpose::Release => {
+                        "pgtenure cancelled it after 4.5 s, the release's bound (it waited for \
+                         the lease's row, which a transaction still holds: a fenced write left \
+                         open?); the row lapses at its expiry"
+                    }
+                });
+            }
         }
         result
     }

@@ -6,13 +6,26 @@ use std::time::{Duration, Instant};
 
 use super::unit::{Unit, UnitLoss};
 
-/// What this process holds of one unit: its weight, the fencing token of its claim, and whether
-/// it was unregistered ([`Units::remove`](super::Units::remove)) while this process owned it.
+/// What this process holds of one unit: its weight, the fencing token of its claim, whether it
+/// was unregistered ([`Units::remove`](super::Units::remove)) while this process owned it, and the
+/// row's mark (its part of the digest the stats statement reads, see [`Local::digest`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Hold {
     pub(super) weight: i32,
     pub(super) token: i64,
     pub(super) removed: bool,
+    pub(super) mark: i32,
+}
+
+/// A digest of the unit rows that name a process: how many, and the sum of their marks (a hash of
+/// tenant, shard, token and weight, computed by the database). The stats statement reads it from
+/// the table at every tick; a tick whose local view has another digest re-reads its units, so a
+/// change made behind the leaser's back (an operator's `UPDATE` moving a unit, a token rewritten)
+/// is adopted at the next tick, without a statement more in steady state.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct Digest {
+    pub(super) units: i64,
+    pub(super) marks: i64,
 }
 
 /// Units and what this process holds of each.
@@ -121,6 +134,21 @@ impl Local {
         (lost, gained)
     }
 
+    /// The digest of what the database should say names this process: its units and those it is
+    /// shedding (still its own in the database until the give-back commits).
+    pub(super) fn digest(&self) -> Digest {
+        let shedding = self
+            .shedding
+            .iter()
+            .filter(|(unit, _)| !self.owned.contains_key(*unit));
+        let mut digest = Digest::default();
+        for (_, hold) in self.owned.iter().chain(shedding) {
+            digest.units += 1;
+            digest.marks += i64::from(hold.mark);
+        }
+        digest
+    }
+
     /// What the database says this process owns: its units and those it is shedding.
     pub(super) fn reported(&self) -> (i32, i64) {
         let count = self.owned.len() + self.shedding.len();
@@ -214,6 +242,7 @@ mod tests {
                     weight: 1,
                     token: i64::from(*s),
                     removed: false,
+                    mark: *s * 7,
                 };
                 (Unit::new("t", *s).unwrap(), hold)
             })

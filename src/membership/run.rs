@@ -26,7 +26,7 @@ impl Leaser {
     /// and the TCP timeouts (see [`Db`](crate::Db)).
     ///
     /// Errors that waiting cannot fix (a missing table or privilege, refused credentials: every kind
-    /// but [`Connection`](crate::ErrorKind::Connection) and
+    /// but [`Connection`](crate::ErrorKind::Connection), [`Timeout`](crate::ErrorKind::Timeout) and
     /// [`Serialization`](crate::ErrorKind::Serialization)) end the loop at startup, before the first
     /// successful heartbeat, with that error; later, every loop error is logged (those at `error`)
     /// and reported to [`Hooks::error`](super::Hooks::error), and the loop goes on.

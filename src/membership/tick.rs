@@ -11,7 +11,7 @@ use postgres::Row;
 use super::deliver::Delivery;
 use super::fair::{choose_shed, Facts, Held, Member, Step};
 use super::leaser::Leaser;
-use super::local::{weight_of, Hold, Holds, View};
+use super::local::{weight_of, Digest, Hold, Holds, View};
 use super::unit::Unit;
 use crate::db::Policy;
 use crate::error::Result;
@@ -54,6 +54,8 @@ struct Stats {
     claimable: i64,
     /// The process row's counter of changes others made to its units.
     changes: Option<i64>,
+    /// The digest of the unit rows that name this process.
+    digest: Digest,
 }
 
 /// The view a tick starts from, and the local state it was taken at.
@@ -70,8 +72,8 @@ struct Start {
 }
 
 impl Leaser {
-    /// One rebalance step: reads the units the database says this process owns (replacing the local
-    /// view), computes this process's target from the live processes and the claimable weight (see
+    /// One rebalance step: adopts the units the database says this process owns (replacing the
+    /// local view; see below), computes this process's target from the live processes and the claimable weight (see
     /// below), claims up to its deficit in batches, or (only when it claimed nothing) sheds what it
     /// owns above its target, lightest idle units first. Then reports lost units before gained ones
     /// to the [`Reconciler`](super::Reconciler), and calls the hooks. A process that is not live (its row expired by the
@@ -83,6 +85,14 @@ impl Leaser {
     /// first (they keep what they have), then by process id; every process computes the same targets.
     /// So with unit weights a settled fleet holds floor or ceil of `W / n` per process, and ticks
     /// then write nothing; only units that must move move.
+    ///
+    /// Adoption: every tick's first statement (read-only, the only one of a steady tick) also reads
+    /// a digest of the unit rows that name this process; when it differs from the local view's, or
+    /// the process row's change counter moved, the tick re-reads its units. So changes nobody told
+    /// this process of, such as an operator's `UPDATE` that hands a unit to another process or sets
+    /// it unowned, are adopted at the next tick: such a unit is reported lost with
+    /// [`UnitLoss::Taken`](super::UnitLoss::Taken). A unit whose token changed while its row still
+    /// names this process is a new tenure: reported `Taken`, then gained under the new token.
     ///
     /// # Errors
     ///
@@ -124,7 +134,7 @@ impl Leaser {
     fn tick_once(&self) -> Result<Rebalance> {
         let live_locally = self.local.lock().live_at(Instant::now());
         let stats = self.read_stats()?;
-        let mut view = self.starting_view(stats.changes)?;
+        let mut view = self.starting_view(stats.changes, stats.digest)?;
         let others: Vec<Member<'_>> = stats
             .others
             .iter()
@@ -235,16 +245,31 @@ impl Leaser {
             others: ids.into_iter().zip(weights).collect(),
             claimable: unowned + orphaned,
             changes: row.get("changes"),
+            digest: Digest {
+                units: row.get("owned_units"),
+                marks: row.get("owned_marks"),
+            },
         })
     }
 
     /// The view a tick starts from: the local one while it is known to match the database (the
-    /// process row's change counter has not moved since), else the database's truth, re-read (first
-    /// tick, a lapse, a failed tick, or another process or an operator changed its units).
-    fn starting_view(&self, changes: Option<i64>) -> Result<Start> {
+    /// process row's change counter has not moved since, and the rows naming this process have the
+    /// local view's digest), else the database's truth, re-read (first tick, a lapse, a failed
+    /// tick, or another process or an operator changed its units, through pgtenure or not).
+    fn starting_view(&self, changes: Option<i64>, digest: Digest) -> Result<Start> {
         let (known, generation, shedding) = {
             let local = self.local.lock();
-            let current = local.ready && !local.reread && local.seen_changes == changes;
+            let current = local.ready
+                && !local.reread
+                && local.seen_changes == changes
+                && local.digest() == digest;
+            if local.ready && !local.reread && local.seen_changes == changes && !current {
+                log::info!(
+                    target: "pgtenure::membership",
+                    "process {}: its units changed in the database behind its back; re-reading them",
+                    self.process_id
+                );
+            }
             (
                 current.then(|| (local.owned.clone(), local.owned_weight)),
                 local.generation,
@@ -445,6 +470,7 @@ fn unit_row(row: &Row) -> (Unit, Hold) {
             weight: row.get("weight"),
             token: row.get::<_, Option<i64>>("token").unwrap_or_default(),
             removed: row.get("removed"),
+            mark: row.get("mark"),
         },
     )
 }

@@ -130,13 +130,23 @@ impl Statement {
                 Err(e) if e.code() == Some(&SqlState::INVALID_SQL_STATEMENT_NAME) => {
                     log::debug!(target: "pgtenure::db", "statement {} was not prepared on this server connection; preparing it", self.name);
                 }
-                // The cached plan cannot be used any more (a table's columns changed type): the
-                // statement was refused before it ran. Prepare it afresh, once: a second refusal
-                // is the statement's own error.
+                // The cached plan cannot be used any more (a table's columns changed type, or the
+                // table was dropped and created again, while this connection kept the statement):
+                // it was refused before it ran. Prepare it afresh, once.
                 Err(e) if e.code() == Some(&SqlState::FEATURE_NOT_SUPPORTED) && !replanned => {
                     log::info!(target: "pgtenure::db", "statement {} must be prepared again: {e}", self.name);
                     replanned = true;
                     let _ = conn.batch_execute(&format!("DEALLOCATE {}", self.name));
+                }
+                // Refused again: behind a pooler the new `PREPARE` may have reached another server
+                // connection that still holds the old plan, or the server refuses something the
+                // statement itself uses (a WAL function on Aurora). Nothing ran; sent unprepared
+                // it is planned for this call only, so only the latter fails again, and that
+                // failure is the one reported.
+                Err(e) if e.code() == Some(&SqlState::FEATURE_NOT_SUPPORTED) => {
+                    log::info!(target: "pgtenure::db", "statement {} was refused again after being prepared afresh ({e}); sending it unprepared", self.name);
+                    remember(conn, &self.name, false);
+                    return self.unprepared(conn, values);
                 }
                 Err(e) => return Err(e.into()),
             }
@@ -174,6 +184,7 @@ impl Statement {
                 return Err(Failure {
                     error,
                     before_sending: true,
+                    cancelled: None,
                 })
             }
         }
@@ -221,6 +232,9 @@ pub(crate) struct Failure {
     pub(crate) error: postgres::Error,
     /// It failed while being prepared: the operation's statement itself was never sent.
     pub(crate) before_sending: bool,
+    /// pgtenure itself cancelled the statement, and why (a lease's deadline watcher sent the
+    /// connection's cancel request): a 57014 then is its own doing, not the server's timeout.
+    pub(crate) cancelled: Option<&'static str>,
 }
 
 impl From<postgres::Error> for Failure {
@@ -228,6 +242,7 @@ impl From<postgres::Error> for Failure {
         Failure {
             error,
             before_sending: false,
+            cancelled: None,
         }
     }
 }

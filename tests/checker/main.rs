@@ -13,7 +13,7 @@
 //! Leases add short TTLs (renewals finishing at their deadline race the watcher's cancel: any
 //! application statement cancelled is a failure), two threads of one family contending for a key
 //! (no lease may still say `is_held` after another lease of its key was granted); membership adds a
-//! slow reconciler.
+//! slow reconciler and an operator who moves units between live processes with plain `UPDATE`s.
 //!
 //! Length: `PGTENURE_CHECKER_SECS` seconds (default 20), e.g. an hour:
 //! `PGTENURE_CHECKER_SECS=3600 cargo test --release --test checker -- --nocapture --test-threads 5`

@@ -1,20 +1,155 @@
 //! Membership under faults: four processes share 150 units, one crashes half-way, a slow
-//! reconciler drains; no unit may be worked on by two processes at once.
+//! reconciler drains, and an operator now and then moves a unit from one live process to another
+//! (keeping its token, or giving it a new one) or sets it unowned with a plain `UPDATE`; no unit may
+//! be worked on by two processes at once, except that a unit the operator moved may be gained by its
+//! new owner before its old owner's next tick, which must stop the old owner's work on it.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use pgtenure::membership::{Config, Leaser, NoHooks, Unit, Units};
+use pgtenure::membership::{Config, Hooks, Leaser, Unit, Units};
 use pgtenure::Db;
 
 use crate::common::proxy::{database_addr, Proxy};
 use crate::common::registry::{Registry, Worker};
 use crate::common::{ledger, wait_for, Running, Tables};
-use crate::harness::{inject_faults, proxied_url, run_for, Load};
+use crate::harness::{inject_faults, proxied_url, run_for, Load, Rng};
+
+/// Counts a leaser's successful ticks, so the operator knows when its next tick has come and gone.
+#[derive(Default)]
+struct Ticks(AtomicU64);
+
+impl Hooks for Ticks {
+    fn rebalanced(&self, _took: Duration) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// What the operator did, and what it found.
+#[derive(Debug, Default)]
+struct Operator {
+    /// Units moved to another live process, keeping their token.
+    moved: u64,
+    /// Units moved to another live process with a new token.
+    moved_new_token: u64,
+    /// Units set unowned.
+    freed: u64,
+    /// Changes whose old owner ticked twice afterwards (the check ran).
+    checked: u64,
+    /// Old owners that still worked on the unit under its old token after two ticks.
+    late: u64,
+    /// Tokens handed to a new owner: `(unit, token, new owner)`, for the ledger.
+    handed: BTreeSet<(String, i64, String)>,
+}
+
+/// Until `until`, now and then changes a unit's owner behind the leasers' backs, as an operator's
+/// plain `UPDATE` would, and checks that its old owner stopped working on it by its second tick
+/// after the change (the first may have read the database before the change committed).
+fn operate(
+    leasers: &[Arc<Leaser>],
+    ticks: &[Arc<Ticks>],
+    registry: &Registry,
+    units_t: &str,
+    until: Instant,
+) -> Operator {
+    let mut rng = Rng::new(11);
+    let mut admin = crate::common::client();
+    let mut op = Operator::default();
+    let change = format!(
+        "UPDATE {units_t} SET process_id = $3::text::uuid,
+                token = CASE WHEN $4 THEN token + 1 ELSE token END
+          WHERE tenant = $1 AND shard = $2 AND process_id = $5::text::uuid
+         RETURNING token"
+    );
+    while Instant::now() < until {
+        thread::sleep(rng.millis(200, 700));
+        let live: Vec<usize> = {
+            let down = registry.down.lock();
+            (0..leasers.len()).filter(|i| !down.contains(i)).collect()
+        };
+        if live.len() < 2 {
+            continue;
+        }
+        let from = live[rng.below(live.len() as u64) as usize];
+        let owned = leasers[from].owned();
+        if owned.is_empty() {
+            continue;
+        }
+        let unit = owned[rng.below(owned.len() as u64) as usize].clone();
+        let Some(old_token) = leasers[from].token(&unit) else {
+            continue;
+        };
+        let others: Vec<usize> = live.iter().copied().filter(|i| *i != from).collect();
+        let to = others[rng.below(others.len() as u64) as usize];
+        let (new_owner, new_token) = match rng.below(3) {
+            0 => (None, false),
+            1 => (Some(leasers[to].process_id().to_owned()), false),
+            _ => (Some(leasers[to].process_id().to_owned()), true),
+        };
+        registry.in_transit.lock().insert(unit.clone(), from);
+        let before = ticks[from].0.load(Ordering::SeqCst);
+        let rows = admin.query(
+            &change,
+            &[
+                &unit.tenant,
+                &unit.shard,
+                &new_owner,
+                &new_token,
+                &leasers[from].process_id(),
+            ],
+        );
+        let token: Option<i64> = match rows {
+            Ok(rows) if !rows.is_empty() => rows[0].get(0),
+            // The row no longer names `from` (its units moved meanwhile), or the admin
+            // connection failed: nothing changed.
+            _ => {
+                registry.in_transit.lock().remove(&unit);
+                if admin.is_closed() {
+                    admin = crate::common::client();
+                }
+                continue;
+            }
+        };
+        match (&new_owner, new_token) {
+            (None, _) => op.freed += 1,
+            (Some(_), true) => op.moved_new_token += 1,
+            (Some(owner), false) => {
+                op.moved += 1;
+                if let Some(token) = token {
+                    op.handed.insert((unit.to_string(), token, owner.clone()));
+                }
+            }
+        }
+        // Its second successful tick after the change, if it comes (faults may keep it from
+        // ticking; it then expires, which stops its work as well).
+        let ticked = (0..200).any(|_| {
+            if ticks[from].0.load(Ordering::SeqCst) >= before + 2 {
+                return true;
+            }
+            thread::sleep(Duration::from_millis(25));
+            false
+        });
+        if ticked {
+            op.checked += 1;
+            // Claimed back since (the unit was freed, or its new owner shed it): a new token.
+            if leasers[from].token(&unit) == Some(old_token) {
+                op.late += 1;
+                eprintln!(
+                    "{unit}: process {from} still works on it under token {old_token} two ticks after an operator moved it"
+                );
+            }
+        }
+        let mut in_transit = registry.in_transit.lock();
+        if in_transit.get(&unit) == Some(&from) {
+            in_transit.remove(&unit);
+        }
+    }
+    op
+}
 
 #[test]
 fn membership_under_random_faults_never_works_a_unit_twice() {
@@ -40,6 +175,7 @@ fn membership_under_random_faults_never_works_a_unit_twice() {
     config.heartbeat_interval = Duration::from_millis(200);
     config.rebalance_interval = Duration::from_millis(100);
     config.sweep_cutoff = Duration::from_secs(5);
+    let ticks: Vec<Arc<Ticks>> = (0..4).map(|_| Arc::new(Ticks::default())).collect();
     let leasers: Vec<Arc<Leaser>> = (0..4)
         .map(|i| {
             let db = Db::builder(&url)
@@ -58,7 +194,7 @@ fn membership_under_random_faults_never_works_a_unit_twice() {
                         drain_ms: 60,
                     }),
                     config.clone(),
-                    Arc::new(NoHooks),
+                    ticks[i].clone(),
                 )
                 .unwrap()
                 .with_tables(&procs, &units_t)
@@ -86,19 +222,30 @@ fn membership_under_random_faults_never_works_a_unit_twice() {
     let samples = Arc::new(AtomicU64::new(0));
     let done = Arc::new(AtomicBool::new(false));
     let sampler = {
-        let (leasers, samples, done) = (leasers.clone(), samples.clone(), done.clone());
+        let (leasers, samples, done, registry) = (
+            leasers.clone(),
+            samples.clone(),
+            done.clone(),
+            registry.clone(),
+        );
         thread::spawn(move || {
             while !done.load(Ordering::SeqCst) {
                 // Local views of live processes never overlap. The views are read one after the
                 // other, twice: a unit is owned twice at once when a view held it in both of its
-                // reads and another view held it in a read made between those two.
+                // reads and another view held it in a read made between those two. A unit an
+                // operator is moving (before and after the reads) is the operator's to check.
+                let moving_before: BTreeMap<Unit, usize> = registry.in_transit.lock().clone();
                 let reads: Vec<BTreeSet<Unit>> = (0..2)
                     .flat_map(|_| leasers.iter().take(3))
                     .map(|l| l.owned().into_iter().collect())
                     .collect();
+                let moving_after: BTreeMap<Unit, usize> = registry.in_transit.lock().clone();
                 for i in 0..3 {
                     let both = reads[i].intersection(&reads[i + 3]);
                     for unit in both {
+                        if moving_before.contains_key(unit) || moving_after.contains_key(unit) {
+                            continue;
+                        }
                         if let Some(j) = (i + 1..i + 3).find(|j| reads[*j].contains(unit)) {
                             panic!("{unit} owned by {i} and {} at once", j % 3);
                         }
@@ -159,8 +306,18 @@ fn membership_under_random_faults_never_works_a_unit_twice() {
             }
         })
     };
+    let operator = {
+        let (leasers, ticks, registry, units_t) = (
+            leasers.clone(),
+            ticks.clone(),
+            registry.clone(),
+            units_t.clone(),
+        );
+        thread::spawn(move || operate(&leasers, &ticks, &registry, &units_t, until))
+    };
     let faults = inject_faults(&proxy, &app, &Mutex::new(Vec::new()), until, 3);
     crasher.join().unwrap();
+    let op = operator.join().unwrap();
     // Healed: the three survivors own every unit again.
     wait_for(
         "the survivors to own all 150 units",
@@ -178,18 +335,29 @@ fn membership_under_random_faults_never_works_a_unit_twice() {
     done.store(true, Ordering::SeqCst);
     sampler.join().unwrap();
     writer.join().unwrap();
-    let proof = ledger::assert_ordered(&ledger_t);
+    let proof = ledger::assert_ordered_handing(&ledger_t, &op.handed);
     for run in &mut running {
         run.stop();
     }
     let violations = registry.violations();
     println!(
-        "membership checker, {duration:?}: {} ownership samples, {violations} double-worked units, {} fenced unit writes in {} tenures (in order), {} refused; faults: {faults:?}",
+        "membership checker, {duration:?}: {} ownership samples, {violations} double-worked units, {} fenced unit writes in {} tenures (in order), {} refused; operator: {} moved keeping the token, {} moved with a new one, {} set unowned, {} checked at the old owner's second tick, {} still worked there, {} gained before the old owner's tick; faults: {faults:?}",
         samples.load(Ordering::SeqCst),
         proof.writes,
         proof.tenures,
         fenced.1.load(Ordering::SeqCst),
+        op.moved,
+        op.moved_new_token,
+        op.freed,
+        op.checked,
+        op.late,
+        registry.handed_over.load(Ordering::SeqCst),
     );
     assert!(proof.writes > 0, "no fenced write went through");
     assert_eq!(violations, 0, "a unit was worked on by two processes");
+    assert!(op.checked > 0, "no operator change was checked");
+    assert_eq!(
+        op.late, 0,
+        "an old owner kept working on a unit an operator moved past its next tick"
+    );
 }

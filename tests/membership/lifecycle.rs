@@ -14,7 +14,10 @@ use super::{assert_disjoint, config, round, Fleet, Recorder};
 #[test]
 fn a_crashed_leasers_units_are_claimed_after_its_ttl_and_its_stale_tick_does_nothing() {
     let fleet = Fleet::new(100);
-    let ttl = Duration::from_millis(600);
+    // A survivor's rounds (a heartbeat and a tick each) must keep it live while the others take
+    // their turns: a TTL of 2 s leaves 1.6 s between two of its heartbeats, not the 480 ms of a
+    // 600 ms TTL that a loaded machine can overrun.
+    let ttl = Duration::from_secs(2);
     let made: Vec<(Leaser, Arc<Recorder>)> = (0..4).map(|_| fleet.leaser(config(ttl))).collect();
     let all: Vec<&Leaser> = made.iter().map(|(l, _)| l).collect();
     for leaser in &all {
@@ -152,7 +155,10 @@ fn sweep_deletes_long_dead_processes_and_frees_their_units() {
 #[test]
 fn past_its_local_deadline_a_leaser_owns_nothing_and_a_late_heartbeat_reports_the_loss() {
     let fleet = Fleet::new(10);
-    let ttl = Duration::from_millis(400);
+    // The heartbeat and the first tick (three statements, prepared on first use) must end before
+    // the local deadline, four fifths of the TTL later: 1.6 s, not the 320 ms of a 400 ms TTL that
+    // a loaded machine can overrun.
+    let ttl = Duration::from_secs(2);
     let (leaser, recorder) = fleet.leaser(config(ttl));
     assert_eq!(leaser.live_until(), None);
     leaser.heartbeat().unwrap();
@@ -345,7 +351,12 @@ fn a_claim_that_began_while_a_process_was_expired_does_not_take_its_units_once_i
 fn a_heartbeat_held_up_by_a_takeover_forgets_the_units_taken() {
     let fleet = Fleet::new(3);
     let app = format!("held_up_{}", std::process::id());
-    let (a, recorder) = fleet.leaser_named(&app, config(Duration::from_secs(1)));
+    // Every margin below is a share of the TTL, not an assumption about a quiet machine: the
+    // heartbeat starts a tenth of the TTL before A's local deadline (three tenths before its row
+    // expires), and it sets a deadline 0.7 TTL after that one, which leaves 0.5 TTL after the
+    // row's expiry for the takeover to commit and the heartbeat to return (1.5 s under load).
+    let ttl = Duration::from_secs(3);
+    let (a, recorder) = fleet.leaser_named(&app, config(ttl));
     let (b, _) = fleet.leaser(config(Duration::from_secs(30)));
     a.heartbeat().unwrap();
     assert_eq!(a.tick().unwrap().owned, 3);
@@ -360,7 +371,7 @@ fn a_heartbeat_held_up_by_a_takeover_forgets_the_units_taken() {
     .unwrap();
     // The heartbeat goes late in A's term, so the deadline it sets is still ahead when it returns.
     let deadline = a.live_until().unwrap();
-    thread::sleep(deadline.saturating_duration_since(Instant::now() + Duration::from_millis(150)));
+    thread::sleep(deadline.saturating_duration_since(Instant::now() + ttl / 10));
     thread::scope(|scope| {
         let beat = scope.spawn(|| a.heartbeat());
         // The heartbeat has started and waits for the row; then the row expires, and the taker
@@ -382,7 +393,12 @@ fn a_heartbeat_held_up_by_a_takeover_forgets_the_units_taken() {
         tx.commit().unwrap();
         beat.join().unwrap().unwrap();
     });
-    assert!(a.live_until().unwrap() > Instant::now(), "A is live again");
+    let now = Instant::now();
+    assert!(
+        a.live_until().unwrap() > now,
+        "A is live again ({:?} past its new deadline)",
+        now.saturating_duration_since(a.live_until().unwrap())
+    );
     assert!(
         a.owned().is_empty(),
         "A still believes it owns {:?}, which B owns",
@@ -755,6 +771,117 @@ fn units_lost_says_taken_when_the_database_freed_them_and_released_at_shutdown()
     let losses = recorder.losses.lock();
     assert_eq!(losses.last().unwrap().0, UnitLoss::Released);
     assert_eq!(losses.last().unwrap().1.len(), 4);
+}
+
+/// An operator's plain `UPDATE` (no change counter moved) that hands one of A's units to another
+/// live process B, sets another unowned, and rewrites a third one's token in place is adopted at
+/// the next tick: A is told the first two were taken and stops owning them, the third is a new
+/// tenure (taken, then gained under the new token), and B gains the first. A steady tick stays one
+/// statement (one round trip), and the tick that finds the change adds only the re-read.
+#[test]
+fn units_changed_by_an_operators_update_are_taken_from_their_owner_at_its_next_tick() {
+    let fleet = Fleet::new(8);
+    let proxy = Proxy::start(0, database_addr()).unwrap();
+    let through_proxy = pgtenure::DbBuilder::from_config(proxy.config())
+        .max_size(1)
+        .unwrap()
+        .build()
+        .unwrap();
+    let (a_told, b_told) = (Arc::new(Recorder::default()), Arc::new(Recorder::default()));
+    let a = fleet.leaser_with(
+        &through_proxy,
+        a_told.clone(),
+        config(Duration::from_secs(30)),
+    );
+    let b = fleet.leaser_with(&db(), b_told.clone(), config(Duration::from_secs(30)));
+    a.heartbeat().unwrap();
+    a.tick().unwrap();
+    b.heartbeat().unwrap();
+    // Settle: A sheds half to B.
+    for _ in 0..3 {
+        round(&[&a, &b]);
+    }
+    assert_eq!((a.owned().len(), b.owned().len()), (4, 4));
+    let before = proxy.round_trips();
+    a.tick().unwrap();
+    assert_eq!(
+        proxy.round_trips() - before,
+        1,
+        "a steady tick is one statement"
+    );
+
+    let mine = a.owned();
+    let (moved, freed, retokened) = (&mine[0], &mine[1], &mine[2]);
+    let old_token = a.token(retokened).unwrap();
+    let moved_token = a.token(moved).unwrap();
+    let freed_token = a.token(freed).unwrap();
+    client()
+        .batch_execute(&format!(
+            "UPDATE {units} SET process_id = '{b}' WHERE tenant = '{}' AND shard = {};
+             UPDATE {units} SET process_id = NULL WHERE tenant = '{}' AND shard = {};
+             UPDATE {units} SET token = token + 1000 WHERE tenant = '{}' AND shard = {}",
+            moved.tenant,
+            moved.shard,
+            freed.tenant,
+            freed.shard,
+            retokened.tenant,
+            retokened.shard,
+            units = fleet.units_table,
+            b = b.process_id(),
+        ))
+        .unwrap();
+    a.heartbeat().unwrap();
+    let before = proxy.round_trips();
+    let step = a.tick().unwrap();
+    let owned = a.owned();
+    assert!(
+        !owned.contains(moved),
+        "A still owns what the operator moved: {owned:?} ({step:?})"
+    );
+    // The freed unit is claimable: A, below its share, may claim it back in the same tick, as a
+    // new tenure.
+    assert!(
+        !owned.contains(freed)
+            || (step.gained.contains(freed) && a.token(freed) > Some(freed_token)),
+        "A still owns the unit the operator freed under its old token: {step:?}"
+    );
+    let losses = a_told.losses.lock().clone();
+    let taken = losses.last().expect("A was told");
+    assert_eq!(taken.0, UnitLoss::Taken);
+    let mut expected = vec![moved.clone(), freed.clone(), retokened.clone()];
+    expected.sort();
+    assert_eq!(taken.1, expected, "{losses:?}");
+    assert!(
+        step.gained.contains(retokened),
+        "a token rewritten in place is a new tenure: {step:?}"
+    );
+    assert_eq!(a.token(retokened), Some(old_token + 1000));
+    // The statements: the stats read, the re-read; and the claim of the freed unit, if A took it
+    // back (it is below its share).
+    let trips = proxy.round_trips() - before;
+    assert!(
+        trips == 2 + u64::from(step.claimed > 0),
+        "{trips} round trips for {step:?}"
+    );
+    let mut conn = db().connection().unwrap();
+    let mut tx = conn.transaction().unwrap();
+    assert!(a.fence(&mut tx, retokened).unwrap(), "the new token passes");
+    assert!(!a.fence(&mut tx, moved).unwrap(), "a moved unit is refused");
+    tx.commit().unwrap();
+
+    b.heartbeat().unwrap();
+    let step = b.tick().unwrap();
+    assert!(
+        step.gained.contains(moved),
+        "B gains the moved unit: {step:?}"
+    );
+    assert_eq!(b.token(moved), Some(moved_token), "under the row's token");
+    let before = proxy.round_trips();
+    a.tick().unwrap();
+    let settled = proxy.round_trips() - before;
+    assert!(settled <= 2, "{settled} round trips once settled again");
+    assert_disjoint(&fleet, &[&a, &b]);
+    drop(b_told);
 }
 
 /// A unit's fence passes for its owner under the token of its claim, and fails once the unit was
