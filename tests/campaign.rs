@@ -598,3 +598,52 @@ fn a_stop_whose_resignation_failed_can_be_resigned_again() {
         "the resignation sent again freed it at once, not after the 30 s TTL"
     );
 }
+
+/// A loss at the local deadline is final: a renewal answered too late must not bring the same term
+/// back (work begun under it may still be winding down, and its term-fenced writes must stay
+/// refused); a later win is a new term. The checker found "elected with term 99 after term 99".
+#[test]
+fn a_term_lost_at_its_deadline_never_comes_back() {
+    let mut tables = Tables::new();
+    let table = table(&mut tables);
+    let proxy = Proxy::start(0, database_addr()).unwrap();
+    let via = DbBuilder::from_config(proxy.config())
+        .connection_timeout(Duration::from_secs(5))
+        .unwrap()
+        .build()
+        .unwrap();
+    let ttl = Duration::from_secs(2);
+    let a = elector_on(&via, &table, "slow")
+        .with_ttl(ttl)
+        .unwrap()
+        .with_retry_period(Duration::from_millis(100))
+        .unwrap();
+    let leading = a.campaign().unwrap();
+    let term = leading.term().expect("the first poll runs in campaign()");
+    // Answers slower than the TTL: a renewal commits (the row stays this elector's, live for a
+    // TTL after it arrives) but its answer comes past the local deadline.
+    proxy.set_latency(ttl * 6 / 10);
+    let lost = wait_for("the loss", ttl * 4, || {
+        leading.events().try_iter().find_map(|e| match e {
+            LeaderEvent::Lost { term, reason } => Some((term, reason)),
+            _ => None,
+        })
+    });
+    assert_eq!(lost, (term, LeaderLoss::Expired));
+    proxy.set_latency(Duration::ZERO);
+    let again = wait_for("leading again", ttl * 5, || {
+        leading.events().try_iter().find_map(|e| match e {
+            LeaderEvent::Elected { term } => Some(term),
+            _ => None,
+        })
+    });
+    assert!(again > term, "the lost term {term} came back as {again}");
+    let mut conn = db().connection().unwrap();
+    let mut tx = conn.transaction().unwrap();
+    assert!(
+        !a.fence(&mut tx, term).unwrap(),
+        "the lost term's writes are refused"
+    );
+    drop(tx);
+    leading.stop().unwrap();
+}

@@ -45,7 +45,9 @@ pub enum LeaderEvent {
 #[non_exhaustive]
 pub enum LeaderLoss {
     /// No renewal succeeded before the tenure's local deadline (the database was unreachable or
-    /// slow, or this process was paused): another member may lead now.
+    /// slow, or this process was paused): another member may lead now. The loss is final: the
+    /// campaign resigns that term (should it still be live) and never renews it, so a later win
+    /// is a new term and writes fenced by the lost one stay refused.
     Expired,
     /// A renewal found the tenure gone: another member took over (after this one's expiry by the
     /// database clock), or the row was changed from outside.
@@ -365,6 +367,12 @@ impl Shared {
     }
 
     fn lost(&self, state: &mut State, reason: LeaderLoss) {
+        if reason == LeaderLoss::Expired {
+            // The loss is final: the term is resigned, never renewed, so a later win is a new
+            // term and writes fenced by this one stay refused (work begun under it may still be
+            // winding down).
+            self.elector.stand_down();
+        }
         if let Some(term) = state.announced.take() {
             log::info!(target: "pgtenure::elector", "{} lost the leadership of fleet {:?} (term {term}): {reason}", self.elector.holder, self.elector.name);
             self.queue
