@@ -116,10 +116,18 @@ fn paused_holder_child(table: &str, ledger: &str) {
         println!("WRITE {write:?}");
         if let Ok(reason) = lease.lost().try_recv() {
             println!("LOST {reason:?}");
-            println!(
-                "WRITE {:?}",
-                fenced_write(&db, &leases, ledger, "k", lease.token())
-            );
+            // The local loss comes first; the database may still hold the row for this tenure (a
+            // renewal sent before the pause committed after it) until the takeover: write until
+            // refused.
+            let refusing = Instant::now();
+            while refusing.elapsed() < Duration::from_secs(20) {
+                let write = fenced_write(&db, &leases, ledger, "k", lease.token());
+                println!("WRITE {write:?}");
+                if matches!(write, Write::Refused) {
+                    break;
+                }
+                thread::sleep(Duration::from_millis(40));
+            }
             break;
         }
         thread::sleep(Duration::from_millis(40));
@@ -179,14 +187,26 @@ fn a_paused_holder_process_is_refused_on_resume_and_learns_its_loss() {
         after.iter().any(|l| l.ends_with("LOST Expired")),
         "{after:?}"
     );
-    // Every write the child attempted after its tenure ended was refused: the ledger proves it. Only
-    // a write already fenced when the pause came may commit after the resume.
+    // Every write the child attempted after its tenure ended in the database was refused: no row of
+    // its token follows the takeover's in the ledger. Writes between its local loss and the
+    // takeover may land (a renewal sent before the pause can commit after it and keep the row
+    // its own until then); they come before the takeover's.
     let rows = ledger::rows(&ledger);
-    let child_rows = rows.iter().filter(|(_, t, _)| *t == token).count() as i64;
-    let allowed = paused_writes + i64::from(mid_transaction);
+    let taken_at = rows
+        .iter()
+        .position(|(_, t, _)| *t == taken)
+        .expect("the takeover wrote");
     assert!(
-        child_rows <= allowed,
-        "the child wrote {child_rows} rows, {allowed} allowed"
+        rows[taken_at..].iter().all(|(_, t, _)| *t != token),
+        "the child wrote after the takeover: {rows:?}"
+    );
+    assert!(
+        rows[..taken_at]
+            .iter()
+            .filter(|(_, t, _)| *t == token)
+            .count() as i64
+            >= paused_writes,
+        "the child's writes before the pause are there"
     );
     assert!(
         after.iter().any(|l| l.ends_with("WRITE Refused")),
