@@ -739,3 +739,481 @@ fn a_run_longer_than_its_busy_period_keeps_the_job_busy_fleet_wide() {
         assert!(pair[1].1 >= pair[0].2, "runs overlapped: {pair:?}");
     }
 }
+
+// Found by an adversarial review: each test reproduced a defect against the contract before its fix.
+
+/// Runs `f` on a thread of its own and waits at most `within` for its answer; `None` if it did not
+/// answer in time (the thread is then left behind).
+fn within<T: Send + 'static>(
+    within: Duration,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Option<T> {
+    let (tx, rx) = pgtenure::crossbeam_channel::bounded(1);
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(within).ok()
+}
+
+#[test]
+fn a_missed_hook_that_blocks_neither_holds_stop_past_its_bound_nor_runs_on_the_timer() {
+    // ScheduleHooks says hooks are "called on the thread that runs the job", and stop() returns
+    // within the stop timeout (plus a clock read). `missed` is called on the timer thread: a hook
+    // that is slow there (say it writes a metric to a database that is down) stops every job's
+    // ticks and holds stop() for as long as it takes, however short the stop timeout.
+    struct SlowMissed {
+        entered: pgtenure::crossbeam_channel::Sender<()>,
+        release: pgtenure::crossbeam_channel::Receiver<()>,
+    }
+    impl ScheduleHooks for SlowMissed {
+        fn missed(&self, _: &str, _: SystemTime) {
+            let _ = self.entered.try_send(());
+            let _ = self.release.recv_timeout(Duration::from_secs(20));
+        }
+    }
+    let mut tables = Tables::new();
+    let table = claims_table(&mut tables);
+    let (entered_tx, entered) = pgtenure::crossbeam_channel::bounded(1);
+    let (release_tx, release) = pgtenure::crossbeam_channel::bounded::<()>(0);
+    let spans: Spans = Arc::default();
+    let scheduler = Scheduler::new(&db())
+        .with_table(&table)
+        .unwrap()
+        .with_workers(1)
+        .unwrap()
+        .with_stop_timeout(Duration::from_millis(500))
+        .unwrap()
+        .with_hooks(Arc::new(SlowMissed {
+            entered: entered_tx,
+            release,
+        }))
+        // Every 100 ms, taking 350 ms: ticks are missed all the time.
+        .with_job(slow_job(
+            "slow",
+            Duration::from_millis(100),
+            Duration::from_millis(350),
+            &spans,
+        ))
+        .unwrap()
+        .start()
+        .unwrap();
+    entered
+        .recv_timeout(Duration::from_secs(10))
+        .expect("a missed tick reported");
+    let stopping = Instant::now();
+    let stopped = within(Duration::from_secs(5), move || scheduler.stop());
+    drop(release_tx);
+    assert!(
+        stopped.is_some(),
+        "stop() with a 500 ms stop timeout had not returned after 5 s: it waits for a `missed` \
+         hook running on the timer thread"
+    );
+    assert!(stopping.elapsed() < Duration::from_secs(5));
+}
+
+#[test]
+fn run_pending_beside_a_started_scheduler_does_not_stall_it() {
+    // run_pending "leaves alone a job that a started scheduler is running"; the reverse: when the
+    // timer finds the job in hand of a run_pending call, it waits for a worker to come free, which
+    // never wakes it, and sleeps its longest sleep (60 s): a job every 200 ms ran nothing for a
+    // minute after one run_pending call.
+    let mut tables = Tables::new();
+    let table = claims_table(&mut tables);
+    let by_workers = Arc::new(AtomicUsize::new(0));
+    let by_caller = Arc::new(AtomicUsize::new(0));
+    let job = {
+        let (by_workers, by_caller) = (by_workers.clone(), by_caller.clone());
+        Job::new(
+            "shared",
+            Schedule::every(Duration::from_millis(200)).unwrap(),
+            move |_| {
+                if std::thread::current().name() == Some("pgtenure-schedule-run") {
+                    by_workers.fetch_add(1, Ordering::SeqCst);
+                } else {
+                    // The caller's step is slow: the next tick falls due meanwhile.
+                    std::thread::sleep(Duration::from_millis(600));
+                    by_caller.fetch_add(1, Ordering::SeqCst);
+                }
+                Ok(())
+            },
+        )
+        .unwrap()
+    };
+    let scheduler = Scheduler::new(&db())
+        .with_table(&table)
+        .unwrap()
+        .with_job(job)
+        .unwrap()
+        .start()
+        .unwrap();
+    wait_for("a run by a worker", Duration::from_secs(10), || {
+        (by_workers.load(Ordering::SeqCst) >= 1).then_some(())
+    });
+    // Step by hand around each tick until one step won it (the timer wins some of the races):
+    // spinning from just before the tick, the step looks first most of the time.
+    for _ in 0..30 {
+        let ms = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64;
+        let next = SystemTime::UNIX_EPOCH + Duration::from_millis(ms - ms % 200 + 200);
+        if let Ok(sleep) = (next - Duration::from_millis(20)).duration_since(SystemTime::now()) {
+            std::thread::sleep(sleep);
+        }
+        while SystemTime::now() < next + Duration::from_millis(20)
+            && by_caller.load(Ordering::SeqCst) == 0
+        {
+            scheduler.scheduler().run_pending().unwrap();
+        }
+        if by_caller.load(Ordering::SeqCst) > 0 {
+            break;
+        }
+    }
+    assert_eq!(
+        by_caller.load(Ordering::SeqCst),
+        1,
+        "run_pending won no tick"
+    );
+    let before = by_workers.load(Ordering::SeqCst);
+    let resumed = wait_until(Duration::from_secs(5), || {
+        by_workers.load(Ordering::SeqCst) >= before + 3
+    });
+    let after = by_workers.load(Ordering::SeqCst);
+    scheduler.stop().unwrap();
+    assert!(
+        resumed,
+        "a job every 200 ms ran {} times in the 5 s after a run_pending step",
+        after - before
+    );
+}
+
+#[test]
+fn too_many_workers_is_an_error_not_a_panic() {
+    // Invariant 6: nothing panics on bad input. with_workers accepts any non-zero count, and
+    // start() then panicked ("capacity overflow", a channel of one slot per worker) before any
+    // check; counts in between abort the process on the allocation.
+    let mut tables = Tables::new();
+    let table = claims_table(&mut tables);
+    let outcome = std::panic::catch_unwind(|| {
+        Scheduler::new(&db())
+            .with_table(&table)
+            .unwrap()
+            .with_workers(usize::MAX)
+            .and_then(|s| s.job("j", Schedule::every(Duration::from_secs(1))?, |_| Ok(())))
+            .and_then(Scheduler::start)
+            .map(|s| s.stop())
+    });
+    match outcome {
+        Ok(result) => assert!(
+            result.is_err(),
+            "usize::MAX workers were accepted and started"
+        ),
+        Err(_) => panic!("with_workers(usize::MAX) then start() panicked instead of an error"),
+    }
+}
+
+#[test]
+fn a_claim_in_flight_when_stop_is_called_starts_no_run_after_it() {
+    // stop() "claims nothing new once called", and no run may start after it was called (the
+    // busy-workers test asserts that too). A worker whose claim was on the wire when stop() was
+    // called runs the won tick after stop() was called: stop() then waits for that new run too, or
+    // (past its stop timeout) returns while the run starts behind it.
+    let mut tables = Tables::new();
+    let table = claims_table(&mut tables);
+    let proxy = Proxy::start(0, database_addr()).unwrap();
+    let via = DbBuilder::from_config(proxy.config()).build().unwrap();
+    let starts: Arc<Mutex<Vec<Instant>>> = Arc::default();
+    let job = {
+        let starts = starts.clone();
+        Job::new(
+            "inflight",
+            Schedule::every(Duration::from_secs(1)).unwrap(),
+            move |_| {
+                starts.lock().push(Instant::now());
+                Ok(())
+            },
+        )
+        .unwrap()
+        .with_grace(Duration::from_secs(10))
+        .unwrap()
+    };
+    let scheduler = Scheduler::new(&via)
+        .with_table(&table)
+        .unwrap()
+        .with_job(job)
+        .unwrap()
+        .start()
+        .unwrap();
+    wait_for("a first run", Duration::from_secs(10), || {
+        (!starts.lock().is_empty()).then_some(())
+    });
+    // Slow answers from now on: the next tick's claim takes about 1.4 s.
+    proxy.set_latency(Duration::from_millis(700));
+    let now = common::db_now(&mut client());
+    let ms = now
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let next = SystemTime::UNIX_EPOCH + Duration::from_millis(ms - ms % 1000 + 1000);
+    wait_for(
+        "the next tick's claim on the wire",
+        Duration::from_secs(5),
+        || (common::db_now(&mut client()) >= next + Duration::from_millis(300)).then_some(()),
+    );
+    let stopping = Instant::now();
+    let stopped = scheduler.stop();
+    let stop_took = stopping.elapsed();
+    // Leave time for a claim that stop() did not wait for to come back.
+    std::thread::sleep(Duration::from_secs(3));
+    let late: Vec<Duration> = starts
+        .lock()
+        .iter()
+        .filter(|from| **from >= stopping)
+        .map(|from| from.duration_since(stopping))
+        .collect();
+    drop(proxy);
+    assert!(
+        late.is_empty(),
+        "runs started {late:?} after stop() was called (stop took {stop_took:?}: {stopped:?})"
+    );
+}
+
+/// A Db through `proxy` whose waits are short: a 500 ms pool timeout, a 1 s TCP user timeout.
+fn short_waits(proxy: &Proxy) -> pgtenure::Db {
+    let mut config = proxy.config();
+    config.tcp_user_timeout(Duration::from_secs(1));
+    DbBuilder::from_config(config)
+        .connection_timeout(Duration::from_millis(500))
+        .unwrap()
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn stop_while_the_timer_reads_an_unanswering_database_returns_within_its_bound() {
+    // Scheduling::stop(): "before that, it waits for the timer's read of the database clock when
+    // one is under way (at most the pool's connection timeout)". The host clock steps while the
+    // database does not answer (the proxy's blackhole; a hung server or pooler looks the same):
+    // the timer measures the database clock again, its read hangs, and stop() joins the timer
+    // without bound.
+    let mut tables = Tables::new();
+    let table = claims_table(&mut tables);
+    let proxy = Proxy::start(0, database_addr()).unwrap();
+    let skew_ms = Arc::new(AtomicI64::new(0));
+    let ran = Arc::new(AtomicUsize::new(0));
+    let scheduler = {
+        let (skew_ms, ran) = (skew_ms.clone(), ran.clone());
+        Scheduler::new(&short_waits(&proxy))
+            .with_table(&table)
+            .unwrap()
+            .with_stop_timeout(Duration::from_secs(1))
+            .unwrap()
+            .with_clock(Arc::new(move || {
+                SystemTime::now() + Duration::from_millis(skew_ms.load(Ordering::SeqCst) as u64)
+            }))
+            .job(
+                "stepped",
+                Schedule::every(Duration::from_millis(500)).unwrap(),
+                move |_| {
+                    ran.fetch_add(1, Ordering::SeqCst);
+                    Ok(())
+                },
+            )
+            .unwrap()
+            .start()
+            .unwrap()
+    };
+    wait_for("a first run", Duration::from_secs(10), || {
+        (ran.load(Ordering::SeqCst) >= 1).then_some(())
+    });
+    proxy.blackhole();
+    skew_ms.store(5_000, Ordering::SeqCst);
+    // The timer wakes within a period, sees the step and reads the database clock.
+    std::thread::sleep(Duration::from_secs(2));
+    let started = Instant::now();
+    let stopped = within(Duration::from_secs(6), move || scheduler.stop());
+    let took = started.elapsed();
+    proxy.heal();
+    assert!(
+        stopped.is_some(),
+        "stop() had not returned after {took:?} (bound: the 500 ms pool timeout for the timer's \
+         read, then the 1 s stop timeout)"
+    );
+}
+
+#[test]
+fn dropping_many_schedulers_during_an_outage_does_not_multiply_the_bound() {
+    // Invariant 12: "dropping many handles during an outage must not multiply" a bound. Three
+    // schedulers whose claims hang on a database that does not answer: each stop() waits its whole
+    // stop timeout for a claim (not a run) in flight, one after the other.
+    let mut tables = Tables::new();
+    let table = claims_table(&mut tables);
+    let proxy = Proxy::start(0, database_addr()).unwrap();
+    let stop_timeout = Duration::from_secs(2);
+    let ran = Arc::new(AtomicUsize::new(0));
+    let schedulers: Vec<_> = (0..3)
+        .map(|i| {
+            let ran = ran.clone();
+            Scheduler::new(&short_waits(&proxy))
+                .with_table(&table)
+                .unwrap()
+                .with_stop_timeout(stop_timeout)
+                .unwrap()
+                .job(
+                    &format!("job-{i}"),
+                    Schedule::every(Duration::from_millis(300)).unwrap(),
+                    move |_| {
+                        ran.fetch_add(1, Ordering::SeqCst);
+                        Ok(())
+                    },
+                )
+                .unwrap()
+                .start()
+                .unwrap()
+        })
+        .collect();
+    wait_for("runs of every job", Duration::from_secs(10), || {
+        (ran.load(Ordering::SeqCst) >= 6).then_some(())
+    });
+    proxy.blackhole();
+    // Every scheduler's next claim is on the wire and hangs.
+    std::thread::sleep(Duration::from_secs(1));
+    let dropping = Instant::now();
+    drop(schedulers);
+    let took = dropping.elapsed();
+    proxy.heal();
+    assert!(
+        took < stop_timeout + Duration::from_millis(1500),
+        "dropping three schedulers during the outage took {took:?} (stop timeout {stop_timeout:?} \
+         each)"
+    );
+}
+
+#[test]
+fn a_hook_that_panics_after_a_run_still_releases_the_runs_tick() {
+    // A hook's panic is caught and reported (ScheduleHooks::panicked) "and the thread goes on"; but
+    // a panic in `finished` (or `failed`) unwinds past the release of the run's claim, so the job
+    // stays busy fleet-wide for its whole busy period: here the next two ticks are refused.
+    struct PanicsAfterFirst(AtomicUsize);
+    impl ScheduleHooks for PanicsAfterFirst {
+        fn finished(&self, _: &Run, _: Duration) {
+            if self.0.fetch_add(1, Ordering::SeqCst) == 0 {
+                panic!("a hook's bug");
+            }
+        }
+    }
+    let mut tables = Tables::new();
+    let table = claims_table(&mut tables);
+    let ticks: Arc<Mutex<Vec<SystemTime>>> = Arc::default();
+    let job = {
+        let ticks = ticks.clone();
+        Job::new(
+            "busy",
+            Schedule::every(Duration::from_secs(1)).unwrap(),
+            move |run| {
+                ticks.lock().push(run.tick());
+                Ok(())
+            },
+        )
+        .unwrap()
+        .with_busy(Duration::from_secs(3))
+        .unwrap()
+    };
+    let scheduler = Scheduler::new(&db())
+        .with_table(&table)
+        .unwrap()
+        .with_hooks(Arc::new(PanicsAfterFirst(AtomicUsize::new(0))))
+        .with_job(job)
+        .unwrap()
+        .start()
+        .unwrap();
+    wait_for("two runs", Duration::from_secs(10), || {
+        (ticks.lock().len() >= 2).then_some(())
+    });
+    scheduler.stop().unwrap();
+    let ticks = ticks.lock().clone();
+    assert_eq!(
+        ticks[1].duration_since(ticks[0]).unwrap(),
+        Duration::from_secs(1),
+        "the tick after the run whose `finished` hook panicked was refused: {ticks:?}"
+    );
+}
+
+#[test]
+fn an_error_hook_that_panics_does_not_kill_a_worker_silently() {
+    // "An internal thread that dies is reported through the hooks and the log, never silently",
+    // and panics in the scheduler's threads are caught and reported to `panicked`. A worker calls
+    // `error` outside its catch_unwind: a panic there kills the worker unreported, its tick stays
+    // counted as in hand, and with one worker nothing runs again (stop() then waits out its
+    // timeout for a run that does not exist).
+    struct PanicsOnError {
+        errors: AtomicUsize,
+        panicked: Mutex<Vec<String>>,
+    }
+    impl ScheduleHooks for PanicsOnError {
+        fn error(&self, _: &str, _: SystemTime, _: &Error) {
+            if self.errors.fetch_add(1, Ordering::SeqCst) == 0 {
+                panic!("a hook's bug");
+            }
+        }
+        fn panicked(&self, error: &Error) {
+            self.panicked.lock().push(error.to_string());
+        }
+    }
+    let mut tables = Tables::new();
+    let table = claims_table(&mut tables);
+    let hooks = Arc::new(PanicsOnError {
+        errors: AtomicUsize::new(0),
+        panicked: Mutex::default(),
+    });
+    let ran = Arc::new(AtomicUsize::new(0));
+    let scheduler = {
+        let ran = ran.clone();
+        Scheduler::new(&db())
+            .with_table(&table)
+            .unwrap()
+            .with_workers(1)
+            .unwrap()
+            .with_stop_timeout(Duration::from_secs(1))
+            .unwrap()
+            .with_hooks(hooks.clone())
+            .job(
+                "j",
+                Schedule::every(Duration::from_millis(200)).unwrap(),
+                move |_| {
+                    ran.fetch_add(1, Ordering::SeqCst);
+                    Ok(())
+                },
+            )
+            .unwrap()
+            .start()
+            .unwrap()
+    };
+    wait_for("a first run", Duration::from_secs(10), || {
+        (ran.load(Ordering::SeqCst) >= 1).then_some(())
+    });
+    // Claims fail while the table is gone: the error hook panics once.
+    client()
+        .batch_execute(&format!("DROP TABLE {table}"))
+        .unwrap();
+    wait_for("a failed claim reported", Duration::from_secs(10), || {
+        (hooks.errors.load(Ordering::SeqCst) >= 1).then_some(())
+    });
+    TickClaims::new(&db())
+        .with_table(&table)
+        .unwrap()
+        .create_table()
+        .unwrap();
+    let before = ran.load(Ordering::SeqCst);
+    let resumed = wait_until(Duration::from_secs(6), || {
+        ran.load(Ordering::SeqCst) > before
+    });
+    let stopped = scheduler.stop();
+    let panicked = hooks.panicked.lock().clone();
+    assert!(
+        resumed,
+        "nothing ran in the 6 s after the table was back (panics reported: {panicked:?}; stop: \
+         {stopped:?})"
+    );
+    assert!(!panicked.is_empty(), "the hook's panic was not reported");
+}

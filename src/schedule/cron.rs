@@ -137,6 +137,27 @@ mod tests {
     }
 
     #[test]
+    fn across_daylight_saving_changes_ticks_follow_cron() {
+        // On 2026-10-25 Paris goes back from 03:00 CEST to 02:00 CET (01:00 UTC): 02:30 occurs at
+        // 00:30 UTC and again at 01:30 UTC. A fixed time ticks once, at its first occurrence (as
+        // cron does: a daily job does not run twice); an hour wildcard ticks in both hours.
+        let daily = CronTicks::parse("30 2 * * *", "Europe/Paris").unwrap();
+        let first = at(1_792_888_200, 0); // 2026-10-25T00:30:00Z, 02:30 CEST
+        let second = at(1_792_891_800, 0); // 2026-10-25T01:30:00Z, 02:30 CET
+        assert_eq!(daily.after(first - Duration::from_secs(1)), Some(first));
+        assert_eq!(
+            daily.after(first),
+            Some(first + Duration::from_secs(86_400 + 3600))
+        );
+        let hourly = CronTicks::parse("30 * * * *", "Europe/Paris").unwrap();
+        assert_eq!(hourly.after(first), Some(second), "both 02:30s");
+        // On 2026-03-29 Paris skips from 02:00 CET to 03:00 CEST (01:00 UTC): 02:30 never occurs.
+        let night = at(1_774_742_400, 0); // 2026-03-29T00:00:00Z, 01:00 CET
+                                          // A fixed time skipped by the change ticks at the change, 03:00 CEST, as cron runs it.
+        assert_eq!(daily.after(night), Some(night + Duration::from_secs(3600)));
+    }
+
+    #[test]
     fn bad_expressions_zones_and_impossible_dates_are_refused() {
         for bad in ["", "* * *", "61 * * * *", "nonsense"] {
             let e = CronTicks::parse(bad, "UTC").unwrap_err();

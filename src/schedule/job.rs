@@ -3,10 +3,10 @@
 use std::fmt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crossbeam_channel::{after, bounded, select, Receiver};
+use crossbeam_channel::{after, bounded, select, Receiver, Sender};
 use parking_lot::Mutex;
 
 use crate::error::{Error, Result};
@@ -57,9 +57,11 @@ impl Schedule {
 
     /// The ticks of a cron expression read in the time zone `zone`, an IANA name such as
     /// `"Europe/Paris"` looked up in the system's time zone database (feature `cron`). Across a
-    /// daylight-saving change the ticks follow the wall clock: a time skipped by the change does
-    /// not occur, and a time that occurs twice is a tick each time. Every instance of a fleet
-    /// must give the same zone, or they compute different ticks.
+    /// daylight-saving change the ticks follow the wall clock as cron's do: a fixed time skipped by
+    /// the change ticks at the change (`30 2 * * *` at 03:00 on the spring night in Paris), a
+    /// fixed time that occurs twice ticks once, at its first occurrence (a daily job does not run
+    /// twice), and an expression whose hour is a wildcard or a step ticks in both hours. Every
+    /// instance of a fleet must give the same zone, or they compute different ticks.
     ///
     /// # Errors
     ///
@@ -332,8 +334,11 @@ impl fmt::Debug for Run {
     }
 }
 
-/// What a scheduler reports; every method defaults to doing nothing. Called on the thread that
-/// runs the job.
+/// What a scheduler reports; every method defaults to doing nothing. `started`, `finished`,
+/// `failed`, `refused` and `error` are called on the worker that claimed the tick; `missed` and
+/// `panicked` may be called on the timer thread, where a slow hook delays every job's next tick:
+/// keep them short (count, log, send on a channel). A hook that panics is caught and reported to
+/// `panicked`; the run's claim is released all the same.
 pub trait ScheduleHooks: Send + Sync {
     /// A won tick is about to run.
     fn started(&self, run: &Run) {
@@ -384,6 +389,8 @@ pub(super) struct JobState {
     next: Mutex<Next>,
     /// Whether this scheduler has handed the job to a worker (claiming or running it).
     running: AtomicBool,
+    /// Wakes a started scheduler's timer when the job is freed.
+    wake: OnceLock<Sender<()>>,
 }
 
 /// The job's next tick as this instance sees it.
@@ -413,6 +420,7 @@ impl JobState {
             job,
             next: Mutex::new(Next::Unknown),
             running: AtomicBool::new(false),
+            wake: OnceLock::new(),
         }
     }
 
@@ -509,6 +517,11 @@ impl JobState {
         *self.next.lock() = Next::At { tick, at };
     }
 
+    /// Has `wake` told whenever the job is freed (a started scheduler's timer).
+    pub(super) fn wake_on_free(&self, wake: Sender<()>) {
+        let _ = self.wake.set(wake);
+    }
+
     /// Whether a worker has the job in hand.
     pub(super) fn is_reserved(&self) -> bool {
         self.running.load(Ordering::Acquire)
@@ -525,50 +538,58 @@ impl JobState {
     /// busy period every third of it, so no instance claims a later tick of the job before this
     /// run ends, however long it takes; it is joined when the run returns (at most one extension
     /// statement later).
+    ///
+    /// The claim is released whatever happens, a panicking hook included; such a panic is then
+    /// resumed for the caller to report.
     pub(super) fn run(&self, claim: TickClaim, hooks: &dyn super::ScheduleHooks) {
         let busy = self.job.busy_for(claim.tick());
         let run = Run { claim };
-        hooks.started(&run);
-        let started = Instant::now();
-        let outcome = std::thread::scope(|scope| {
-            let (done, finished) = bounded::<()>(0);
-            let claim = &run.claim;
-            let keeper = std::thread::Builder::new()
-                .name("pgtenure-schedule-busy".into())
-                .spawn_scoped(scope, move || keep_busy(claim, busy, &finished));
-            if let Err(e) = &keeper {
-                log::warn!(target: "pgtenure::schedule", "job {:?}: could not start the thread that keeps its run busy ({e}); the run is busy for {busy:?} only", self.job.id);
+        let hooked = catch_unwind(AssertUnwindSafe(|| {
+            hooks.started(&run);
+            let started = Instant::now();
+            let outcome = std::thread::scope(|scope| {
+                let (done, finished) = bounded::<()>(0);
+                let claim = &run.claim;
+                let keeper = std::thread::Builder::new()
+                    .name("pgtenure-schedule-busy".into())
+                    .spawn_scoped(scope, move || keep_busy(claim, busy, &finished));
+                if let Err(e) = &keeper {
+                    log::warn!(target: "pgtenure::schedule", "job {:?}: could not start the thread that keeps its run busy ({e}); the run is busy for {busy:?} only", self.job.id);
+                }
+                let outcome = catch_unwind(AssertUnwindSafe(|| (self.job.run)(&run)));
+                drop(done);
+                outcome
+            });
+            let took = started.elapsed();
+            let failure = match outcome {
+                Ok(Ok(())) => None,
+                Ok(Err(e)) => Some(format!("returned an error: {e}")),
+                Err(_) => Some("panicked".to_owned()),
+            };
+            match failure {
+                None => {
+                    log::debug!(target: "pgtenure::schedule", "job {:?} ran tick {:?} in {took:?}", self.job.id, run.tick());
+                    hooks.finished(&run, took);
+                }
+                Some(why) => {
+                    let error = Error::new(
+                        crate::ErrorKind::Database,
+                        format!(
+                            "job {:?}, tick {:?}: the run {why}",
+                            self.job.id,
+                            run.tick()
+                        ),
+                    );
+                    log::error!(target: "pgtenure::schedule", "{error}");
+                    hooks.failed(&run, &error);
+                }
             }
-            let outcome = catch_unwind(AssertUnwindSafe(|| (self.job.run)(&run)));
-            drop(done);
-            outcome
-        });
-        let took = started.elapsed();
-        let failure = match outcome {
-            Ok(Ok(())) => None,
-            Ok(Err(e)) => Some(format!("returned an error: {e}")),
-            Err(_) => Some("panicked".to_owned()),
-        };
-        match failure {
-            None => {
-                log::debug!(target: "pgtenure::schedule", "job {:?} ran tick {:?} in {took:?}", self.job.id, run.tick());
-                hooks.finished(&run, took);
-            }
-            Some(why) => {
-                let error = Error::new(
-                    crate::ErrorKind::Database,
-                    format!(
-                        "job {:?}, tick {:?}: the run {why}",
-                        self.job.id,
-                        run.tick()
-                    ),
-                );
-                log::error!(target: "pgtenure::schedule", "{error}");
-                hooks.failed(&run, &error);
-            }
-        }
+        }));
         if let Err(e) = run.claim.release() {
             log::warn!(target: "pgtenure::schedule", "job {:?}: could not release its tick: {e}", self.job.id);
+        }
+        if let Err(panic) = hooked {
+            std::panic::resume_unwind(panic);
         }
     }
 }
@@ -609,6 +630,9 @@ impl Reservation {
 impl Drop for Reservation {
     fn drop(&mut self) {
         self.0.running.store(false, Ordering::Release);
+        if let Some(wake) = self.0.wake.get() {
+            let _ = wake.try_send(());
+        }
     }
 }
 

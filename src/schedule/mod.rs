@@ -54,6 +54,7 @@ mod cron;
 mod job;
 mod running;
 
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -79,6 +80,9 @@ const CLOCK_STEP: Duration = Duration::from_millis(100);
 /// How long a tick whose claim failed waits before it is looked at again.
 const RETRY_CLAIM: Duration = Duration::from_secs(1);
 
+/// The most workers a scheduler may have.
+const MAX_WORKERS: usize = 1024;
+
 /// Runs recurring jobs on tick claims; see the [module docs](self).
 pub struct Scheduler {
     claims: TickClaims,
@@ -89,6 +93,10 @@ pub struct Scheduler {
     stop_timeout: Duration,
     /// The database clock as last measured against the local clocks.
     estimate: Mutex<Option<Estimate>>,
+    /// Set by [`Scheduling::stop`]: a tick won from then on is released, not run.
+    stopping: AtomicBool,
+    /// Runs in progress (a won tick's function, its hooks and its release).
+    runs: AtomicUsize,
 }
 
 /// The database clock minus the local one, and when (by both local clocks) it was measured.
@@ -118,6 +126,8 @@ enum Outcome {
     Refused,
     NotYetDue,
     Missed,
+    /// Won as the scheduler was stopping: released, not run.
+    Stopping,
 }
 
 impl Scheduler {
@@ -132,6 +142,8 @@ impl Scheduler {
             workers: 2,
             stop_timeout: Duration::from_secs(30),
             estimate: Mutex::new(None),
+            stopping: AtomicBool::new(false),
+            runs: AtomicUsize::new(0),
         }
     }
 
@@ -161,12 +173,12 @@ impl Scheduler {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when it is zero.
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when it is zero or over 1,024.
     pub fn with_workers(mut self, workers: usize) -> Result<Scheduler> {
-        if workers == 0 {
-            return Err(Error::invalid_input(
-                "a scheduler needs at least one worker",
-            ));
+        if workers == 0 || workers > MAX_WORKERS {
+            return Err(Error::invalid_input(format!(
+                "a scheduler has 1 to {MAX_WORKERS} workers, not {workers}"
+            )));
         }
         self.workers = workers;
         Ok(self)
@@ -332,10 +344,35 @@ impl Scheduler {
                     self.hooks.missed(id, tick);
                     return Ok(Outcome::Missed);
                 }
+                let _running = Counted::new(&self.runs);
+                if self.stopping.load(Ordering::SeqCst) {
+                    // The claim was on its way when stop() was called: nothing starts after it.
+                    log::info!(target: "pgtenure::schedule", "job {id:?}: tick {tick:?} won while the scheduler stopped: released, not run");
+                    if let Err(e) = claim.release() {
+                        log::warn!(target: "pgtenure::schedule", "job {id:?}: could not release its tick: {e}");
+                    }
+                    return Ok(Outcome::Stopping);
+                }
                 job.run(claim, &*self.hooks);
                 Ok(Outcome::Ran)
             }
         }
+    }
+}
+
+/// Counts one in `counter` while it lives (also when a panic unwinds past it).
+struct Counted<'a>(&'a AtomicUsize);
+
+impl<'a> Counted<'a> {
+    fn new(counter: &'a AtomicUsize) -> Counted<'a> {
+        counter.fetch_add(1, Ordering::SeqCst);
+        Counted(counter)
+    }
+}
+
+impl Drop for Counted<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }
 

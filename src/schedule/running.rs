@@ -3,7 +3,7 @@
 
 use std::fmt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
@@ -34,8 +34,6 @@ pub struct Scheduling {
 
 /// What the timer, the workers and the handle share.
 struct Shared {
-    /// Set by `stop`: no tick handed over is claimed any more.
-    stopping: AtomicBool,
     /// Ticks handed to workers and not yet done with.
     in_hand: AtomicUsize,
 }
@@ -82,13 +80,15 @@ impl Scheduler {
         }
         let scheduler = Arc::new(self);
         let shared = Arc::new(Shared {
-            stopping: AtomicBool::new(false),
             in_hand: AtomicUsize::new(0),
         });
         // One slot per worker: the timer hands a tick over only when a worker is free, so neither
         // channel ever blocks its sender.
         let (work, queue) = bounded::<Work>(scheduler.workers);
         let (free, freed) = bounded::<()>(scheduler.workers);
+        for job in &scheduler.jobs {
+            job.wake_on_free(free.clone());
+        }
         let mut handle = Scheduling {
             scheduler: Arc::clone(&scheduler),
             shared: Arc::clone(&shared),
@@ -98,15 +98,11 @@ impl Scheduler {
             freed: freed.clone(),
         };
         for _ in 0..scheduler.workers {
-            let (scheduler, shared, queue, free) = (
-                Arc::clone(&scheduler),
-                Arc::clone(&shared),
-                queue.clone(),
-                free.clone(),
-            );
+            let (scheduler, shared, queue) =
+                (Arc::clone(&scheduler), Arc::clone(&shared), queue.clone());
             let worker = std::thread::Builder::new()
                 .name("pgtenure-schedule-run".into())
-                .spawn(move || scheduler.work(&shared, &queue, &free))
+                .spawn(move || scheduler.work(&shared, &queue))
                 .map_err(|e| Error::setup("could not start a scheduler worker").with_source(e))?;
             handle.workers.push(worker);
         }
@@ -167,14 +163,15 @@ impl Scheduler {
                     continue;
                 }
             }
-            if shared.stopping.load(Ordering::Acquire)
+            if self.stopping.load(Ordering::SeqCst)
                 || shared.in_hand.load(Ordering::Acquire) >= self.workers
             {
                 // No worker free: the next one freed wakes the timer.
                 continue;
             }
             let Some(reserved) = job.reserve() else {
-                // Running here still: its end wakes the timer.
+                // Claimed or run here still (by a worker or `run_pending`): its end wakes the
+                // timer.
                 continue;
             };
             let look = job.look(now);
@@ -196,13 +193,12 @@ impl Scheduler {
 
     /// A worker: claims each tick handed over and runs it if won; a failed claim puts the tick
     /// back for a look a second later.
-    fn work(&self, shared: &Shared, queue: &Receiver<Work>, free: &Sender<()>) {
+    fn work(&self, shared: &Shared, queue: &Receiver<Work>) {
         for (reserved, tick) in queue {
             let job = Arc::clone(reserved.job());
-            if !shared.stopping.load(Ordering::Acquire) {
-                match catch_unwind(AssertUnwindSafe(|| self.attempt(&job, tick))) {
-                    Ok(Ok(_)) => {}
-                    Ok(Err(e)) => {
+            if !self.stopping.load(Ordering::SeqCst) {
+                let attempt = catch_unwind(AssertUnwindSafe(|| {
+                    if let Err(e) = self.attempt(&job, tick) {
                         job.retry(tick, self.later(super::RETRY_CLAIM));
                         if e.is_permanent() {
                             log::error!(target: "pgtenure::schedule", "job {:?}: could not claim tick {tick:?}: {e}", job.job.id);
@@ -211,13 +207,15 @@ impl Scheduler {
                         }
                         self.hooks.error(&job.job.id, tick, &e);
                     }
-                    Err(panic) => self.caught("a scheduler worker", &*panic),
+                }));
+                if let Err(panic) = attempt {
+                    self.caught("a scheduler worker", &*panic);
                 }
             }
-            // Free the job before the worker: the timer, woken, finds both free.
-            drop(reserved);
+            // The worker is free before the job: freeing the job wakes the timer, which then finds
+            // both free.
             shared.in_hand.fetch_sub(1, Ordering::AcqRel);
-            let _ = free.try_send(());
+            drop(reserved);
         }
     }
 
@@ -240,12 +238,15 @@ impl Scheduler {
 }
 
 impl Scheduling {
-    /// Stops: no tick is claimed once it is called; the runs in progress are waited for up to
-    /// [`Scheduler::with_stop_timeout`] (30 s by default; make runs honour
-    /// [`Run::deadline`](super::Run::deadline)), and every thread is joined. Runs still going
-    /// then are left to finish on their own threads, and reported in the error. Before that, it
-    /// waits for the timer's read of the database clock when one is under way (at most the
-    /// pool's connection timeout).
+    /// Stops, within [`Scheduler::with_stop_timeout`] (30 s by default): no tick is claimed once
+    /// it is called, and a tick whose claim was already on its way is released, not run. It waits
+    /// for the runs in progress and for the timer (a clock read or a `missed` hook under way), at
+    /// most the stop timeout in all, then joins every thread that has ended. A worker still
+    /// waiting for a claim's answer is not waited for (so dropping many schedulers during an
+    /// outage takes no longer than dropping one): it ends when the answer comes or the
+    /// connection's timeouts end it, running nothing. Runs still going at the stop timeout are left
+    /// to finish on their own threads, and named in the error; make runs honour
+    /// [`Run::deadline`](super::Run::deadline).
     ///
     /// # Errors
     ///
@@ -261,45 +262,66 @@ impl Scheduling {
     }
 
     fn shut_down(&mut self) -> Result<()> {
-        self.shared.stopping.store(true, Ordering::Release);
+        self.scheduler.stopping.store(true, Ordering::SeqCst);
+        // The timer owns the work queue's sender: once it has returned, idle workers end.
         drop(self.stop.take());
-        let mut panicked = false;
-        if let Some(timer) = self.timer.take() {
-            // The timer owns the work queue's sender: once it is joined, the workers end after
-            // what they have in hand.
-            panicked |= timer.join().is_err();
-        }
         let deadline = Instant::now() + self.scheduler.stop_timeout;
-        while self.shared.in_hand.load(Ordering::Acquire) > 0 {
+        let settled = |this: &Scheduling| {
+            this.timer.as_ref().is_none_or(JoinHandle::is_finished)
+                && this.scheduler.runs.load(Ordering::SeqCst) == 0
+        };
+        while !settled(self) && Instant::now() < deadline {
             select! {
                 recv(self.freed) -> _ => {}
-                recv(at(deadline)) -> _ => break,
-                recv(after(Duration::from_millis(50))) -> _ => {}
+                recv(at(deadline)) -> _ => {}
+                recv(after(Duration::from_millis(20))) -> _ => {}
             }
         }
-        if self.shared.in_hand.load(Ordering::Acquire) > 0 {
-            let running: Vec<&str> = self
-                .scheduler
-                .jobs
-                .iter()
-                .filter(|job| job.is_reserved())
-                .map(|job| &*job.job.id)
-                .collect();
-            // Their threads end when the runs do; they are not joined.
-            self.workers.clear();
+        // Idle workers end as soon as the timer has: give them a moment (not the claims).
+        let idle_by =
+            (Instant::now() + Duration::from_millis(100)).min(deadline.max(Instant::now()));
+        while self.workers.iter().any(|w| !w.is_finished())
+            && self.timer.as_ref().is_none_or(JoinHandle::is_finished)
+            && self.shared.in_hand.load(Ordering::Acquire) < self.unfinished_workers()
+            && Instant::now() < idle_by
+        {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        let mut panicked = false;
+        let mut left = 0;
+        for thread in self.timer.take().into_iter().chain(self.workers.drain(..)) {
+            if thread.is_finished() {
+                panicked |= thread.join().is_err();
+            } else {
+                left += 1;
+            }
+        }
+        let running: Vec<&str> = self
+            .scheduler
+            .jobs
+            .iter()
+            .filter(|job| job.is_reserved())
+            .map(|job| &*job.job.id)
+            .collect();
+        if self.scheduler.runs.load(Ordering::SeqCst) > 0 {
             return Err(Error::setup(format!(
                 "stopped the scheduler with runs still going after {:?}: jobs {running:?} (they \
                  finish on their own; make runs honour Run::deadline, or raise the stop timeout)",
                 self.scheduler.stop_timeout
             )));
         }
-        for worker in self.workers.drain(..) {
-            panicked |= worker.join().is_err();
+        if left > 0 {
+            log::warn!(target: "pgtenure::schedule", "stopped the scheduler; {left} of its threads still wait for the database (claims of {running:?}, or a clock read) and end on their own, running nothing");
         }
         if panicked {
             return Err(Error::setup("a scheduler thread panicked"));
         }
         Ok(())
+    }
+
+    /// Workers that have not ended.
+    fn unfinished_workers(&self) -> usize {
+        self.workers.iter().filter(|w| !w.is_finished()).count()
     }
 }
 
