@@ -237,6 +237,8 @@ struct Run {
     ttl: Duration,
     grace: Duration,
     dead_stderr: bool,
+    /// When it was started (our clock, µs): pids are reused over a long run.
+    started: i64,
     /// When it exited (our clock, as seen by polling: a little late) and how.
     exited: Option<(i64, ExitStatus)>,
 }
@@ -317,6 +319,7 @@ fn worker(n: usize, url: &str, env_leases: &str, dir: &Path, runs: &Runs, until:
                 ttl,
                 grace,
                 dead_stderr,
+                started: now_us(),
                 exited: None,
             },
         );
@@ -509,11 +512,21 @@ fn lease_run_never_runs_its_command_beside_another_holder() {
         .map(|row| (row.get(0), row.get(1), row.get::<_, i64>(2) - offset))
         .collect();
     let runs = runs.lock().unwrap();
-    let by_pid: HashMap<libc::pid_t, &Run> = runs.values().map(|run| (run.pid, run)).collect();
+    // A command's parent: the run with that pid that was alive at the command's last beat (pids
+    // are reused over a long run).
+    let parent_of = |b: &Beats| {
+        runs.values().find(|run| {
+            run.pid == b.ppid
+                && run.started <= b.last
+                && run
+                    .exited
+                    .is_none_or(|(exited, _)| b.last <= exited + 1_000_000)
+        })
+    };
     let mut overlaps = Vec::new();
     let (mut beside_within_bound, mut worst_beside_us) = (0, 0);
     for b in beats.iter().filter(|b| b.ppid != 0) {
-        let Some(run) = by_pid.get(&b.ppid) else {
+        let Some(run) = parent_of(b) else {
             overlaps.push(format!(
                 "{}/{}: no pgtenure with pid {}",
                 b.key, b.token, b.ppid
