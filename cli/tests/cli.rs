@@ -854,3 +854,29 @@ fn a_stopped_command_still_gets_the_signal_passed_to_it() {
     assert_eq!(reap(child).code(), Some(128 + libc::SIGINT));
     assert!(!alive(cmd.0));
 }
+
+/// Adversarial (branch `attack`): "its arguments are checked before it connects; usage errors exit
+/// 2". lease-run's TTL (under the managed lease's 30 ms, over 100 years) and a blank key are found
+/// only by the acquire, after connecting: with the database down, the operator waits out the pool
+/// and hears "connect failed", exit 1, never what is wrong with the command line.
+#[test]
+fn lease_run_checks_its_arguments_before_it_connects() {
+    let env = Env::new();
+    let down = "postgres://postgres@127.0.0.1:1/nowhere";
+    for args in [
+        &["lease-run", "--ttl", "10ms", "k", "--", "true"][..],
+        &["lease-run", "--ttl", "1000000h", "k", "--", "true"],
+        &["lease-run", "  ", "--", "true"],
+    ] {
+        let started = Instant::now();
+        let out = env.command_with_url(down, args).output().unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{args:?} with the database down: exit {:?} after {:?}: {}",
+            out.status.code(),
+            started.elapsed(),
+            text(&out.stderr)
+        );
+    }
+}
