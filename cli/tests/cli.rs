@@ -880,3 +880,21 @@ fn lease_run_checks_its_arguments_before_it_connects() {
         );
     }
 }
+
+/// Adversarial (branch `attack`): a `--wait` long enough to overflow `Instant` panics (exit 101,
+/// a backtrace on stderr) instead of a usage error: lease-run adds it to `Instant::now()`.
+#[test]
+fn lease_run_with_an_overlong_wait_is_a_usage_error_not_a_panic() {
+    let env = Env::new();
+    let out = env.run(&[
+        "lease-run",
+        "--wait",
+        "4000000000000000h",
+        "k",
+        "--",
+        "true",
+    ]);
+    let stderr = text(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+}
