@@ -898,3 +898,74 @@ fn lease_run_with_an_overlong_wait_is_a_usage_error_not_a_panic() {
     assert!(!stderr.contains("panicked"), "{stderr}");
     assert_eq!(out.status.code(), Some(2), "{stderr}");
 }
+
+/// Adversarial (branch `attack`): the help says exit status 128+N is "pgtenure got signal N while
+/// waiting for the lease (CMD never ran)". A signal that comes while the acquire statement is on
+/// its way (here it waits on a row lock; a slow database does the same) is only looked at after
+/// the acquire succeeded: CMD is started anyway, and then gets the signal passed on. The test
+/// sees CMD's executable opened for `exec` (inotify) after pgtenure was sent SIGTERM.
+#[test]
+fn a_signal_while_the_acquire_is_on_its_way_runs_no_command() {
+    use std::ffi::CString;
+    use std::os::unix::ffi::OsStrExt;
+    let env = Env::new();
+    let leases = env.leases();
+    leases.create_table().unwrap();
+    // The key's row exists and is free.
+    assert!(leases
+        .try_acquire("k", Duration::from_secs(5))
+        .unwrap()
+        .is_some());
+    assert!(leases.release("k").unwrap());
+    let cmd = env.file("cmd");
+    std::fs::copy("/bin/true", &cmd).unwrap();
+    let path = CString::new(cmd.as_os_str().as_bytes()).unwrap();
+    // SAFETY: plain system calls on a descriptor this test owns.
+    let fd = unsafe { libc::inotify_init1(libc::IN_NONBLOCK) };
+    assert!(fd >= 0);
+    // SAFETY: as above; `path` is a valid C string.
+    assert!(unsafe { libc::inotify_add_watch(fd, path.as_ptr(), libc::IN_OPEN) } >= 0);
+    let mut blocker = Client::connect(&url(), NoTls).unwrap();
+    blocker
+        .batch_execute(&format!(
+            "BEGIN; SELECT 1 FROM {} WHERE key = 'k' FOR UPDATE",
+            env.leases
+        ))
+        .unwrap();
+    let child = env
+        .command(&["lease-run", "k", "--", cmd.to_str().unwrap()])
+        .spawn()
+        .unwrap();
+    let mut watcher = Client::connect(&url(), NoTls).unwrap();
+    wait_for(
+        "the acquire to wait on the row lock",
+        Duration::from_secs(10),
+        || {
+            let waiting: i64 = watcher
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity
+                  WHERE wait_event_type = 'Lock' AND application_name LIKE 'pgtenure%'",
+                    &[],
+                )
+                .unwrap()
+                .get(0);
+            (waiting > 0).then_some(())
+        },
+    );
+    send(child.id() as libc::pid_t, libc::SIGTERM);
+    thread::sleep(Duration::from_millis(300));
+    blocker.batch_execute("ROLLBACK").unwrap();
+    let (status, stderr) = finish(child, Duration::from_secs(10));
+    let mut events = [0u8; 4096];
+    // SAFETY: reads into a valid buffer from the inotify descriptor, then closes it.
+    let n = unsafe { libc::read(fd, events.as_mut_ptr().cast(), events.len()) };
+    // SAFETY: as above.
+    unsafe { libc::close(fd) };
+    assert!(
+        n <= 0,
+        "CMD was executed after pgtenure got SIGTERM while waiting for the lease (exit {:?}): \
+         {stderr}",
+        status.code()
+    );
+    assert_eq!(status.code(), Some(128 + libc::SIGTERM), "{stderr}");
+}
