@@ -99,6 +99,20 @@ pub struct LeaseRunArgs {
     command: Vec<String>,
 }
 
+impl LeaseRunArgs {
+    /// Checks the arguments before anything connects, with the library's own checks: the key (not
+    /// blank, no NUL byte, at most 1,024 bytes), the TTL (30 ms to 100 years, a managed lease's) and
+    /// the owner name. `--wait` and `--grace` (0 to 100 years) were bounded when parsed. The error
+    /// says what is wrong and what is accepted; it is a usage error.
+    pub fn check(&self) -> Result<(), String> {
+        pgtenure::leases::check_acquire(&self.key, self.ttl).map_err(|e| e.to_string())?;
+        if let Some(owner) = &self.owner {
+            pgtenure::leases::check_owner(owner).map_err(|e| format!("--owner: {e}"))?;
+        }
+        Ok(())
+    }
+}
+
 pub fn run(leases: &Leases, args: &LeaseRunArgs) -> Result<u8, Failure> {
     let leases = match &args.owner {
         Some(owner) => leases.clone().with_owner(owner)?,
