@@ -248,10 +248,13 @@ fn acquire(
     args: &LeaseRunArgs,
     signals: &Signals,
 ) -> Result<Option<Result<Lease, i32>>, Failure> {
-    let until = Instant::now() + args.wait;
+    // `--wait` is at most 100 years, yet a far `Instant` may not exist: then it waits without end.
+    let until = Instant::now().checked_add(args.wait);
     let mut created = false;
     loop {
-        let left = until.saturating_duration_since(Instant::now());
+        let left = until.map_or(args.wait, |until| {
+            until.saturating_duration_since(Instant::now())
+        });
         let refusal = match leases.acquire_or_refusal(&args.key, args.ttl) {
             Ok(Ok(lease)) => return Ok(Some(Ok(lease))),
             Ok(Err(refusal)) => refusal,
