@@ -633,8 +633,8 @@ fn a_command_that_cannot_run_is_reported_and_the_lease_released() {
     let out = env.run(&["lease-run", "k", "--ttl", "10ms", "--", "true"]);
     assert_eq!(
         out.status.code(),
-        Some(1),
-        "the library refuses a TTL under 30 ms"
+        Some(2),
+        "a TTL under 30 ms is a usage error (the library's check, before connecting)"
     );
     assert!(
         text(&out.stderr).contains("too short"),
