@@ -1,9 +1,11 @@
-//! Durations on the command line: `30s`, `500ms`, `2m`, `1h`, `1.5s`, `1m30s`.
+//! Durations on the command line: `30s`, `500ms`, `2m`, `1h`, `1.5s`, `1m30s`; at most 100 years,
+//! the library's longest duration ([`pgtenure::MAX_DURATION`]).
 
 use std::time::Duration;
 
 /// Parses a duration: one or more numbers, each followed by a unit (`ms`, `s`, `m`, `h`), such as
-/// `30s`, `500ms`, `2m`, `1.5s` or `1m30s`. `0` alone is zero.
+/// `30s`, `500ms`, `2m`, `1.5s` or `1m30s`. `0` alone is zero. Over 100 years is refused: no
+/// duration means more, and adding one to an `Instant` cannot overflow.
 pub fn parse(text: &str) -> Result<Duration, String> {
     let text = text.trim();
     if text == "0" {
@@ -54,6 +56,12 @@ pub fn parse(text: &str) -> Result<Duration, String> {
             .ok_or_else(|| format!("{text:?} is too long"))?;
         rest = tail;
     }
+    if total > pgtenure::MAX_DURATION {
+        return Err(format!(
+            "{text:?} is too long: at most 100 years ({}h) is accepted",
+            pgtenure::MAX_DURATION.as_secs() / 3600
+        ));
+    }
     Ok(total)
 }
 
@@ -87,5 +95,10 @@ mod tests {
         assert!(parse("99999999999999999999h")
             .unwrap_err()
             .contains("too long"));
+        assert!(parse("4000000000000000h")
+            .unwrap_err()
+            .contains("at most 100 years"));
+        assert_eq!(parse("876600h"), Ok(pgtenure::MAX_DURATION));
+        assert!(parse("876600h1ms").is_err());
     }
 }

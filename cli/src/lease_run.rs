@@ -76,7 +76,14 @@ Exit status:
                        after --grace
   126, 127             CMD could not be executed, or was not found
   1                    an error (said on stderr), e.g. the database could not be reached
-  128+N                pgtenure got signal N while waiting for the lease (CMD never ran)";
+  128+N                pgtenure got signal N while waiting for the lease (CMD never ran)
+  2                    a usage error, found before connecting (a blank KEY, --ttl under 30ms, ...)
+
+A signal (SIGINT, SIGTERM, SIGHUP, SIGQUIT) that comes while the acquire statement is on its way
+(waiting on a row lock, or on a slow database) means CMD will not run: pgtenure says so at once,
+waits for that statement to return, releases the lease if it was granted, and exits 128+N. A second
+signal makes it exit at once; a lease granted after that lapses at its TTL. A signal that comes
+after the lease was granted and before CMD started also runs no command.";
 
 #[derive(Args, Debug)]
 pub struct LeaseRunArgs {
@@ -99,6 +106,20 @@ pub struct LeaseRunArgs {
     command: Vec<String>,
 }
 
+impl LeaseRunArgs {
+    /// Checks the arguments before anything connects, with the library's own checks: the key (not
+    /// blank, no NUL byte, at most 1,024 bytes), the TTL (30 ms to 100 years, a managed lease's) and
+    /// the owner name. `--wait` and `--grace` (0 to 100 years) were bounded when parsed. The error
+    /// says what is wrong and what is accepted; it is a usage error.
+    pub fn check(&self) -> Result<(), String> {
+        pgtenure::leases::check_acquire(&self.key, self.ttl).map_err(|e| e.to_string())?;
+        if let Some(owner) = &self.owner {
+            pgtenure::leases::check_owner(owner).map_err(|e| format!("--owner: {e}"))?;
+        }
+        Ok(())
+    }
+}
+
 pub fn run(leases: &Leases, args: &LeaseRunArgs) -> Result<u8, Failure> {
     let leases = match &args.owner {
         Some(owner) => leases.clone().with_owner(owner)?,
@@ -112,6 +133,18 @@ pub fn run(leases: &Leases, args: &LeaseRunArgs) -> Result<u8, Failure> {
         Ok(lease) => lease,
         Err(signal) => return Ok(signal_status(signal)),
     };
+    // A signal caught before this point came while pgtenure waited for the lease, however close to
+    // the grant (the handler sets `first` itself, before the signal thread passes it on): CMD
+    // never runs then.
+    if let Some(signal) = signals.first() {
+        say!(
+            "pgtenure: got {} while acquiring lease {:?}; not running CMD, releasing the lease",
+            signal_name(signal),
+            args.key
+        );
+        release(lease);
+        return Ok(signal_status(signal));
+    }
     let program = &args.command[0];
     let mut command = Command::new(program);
     command
@@ -234,11 +267,21 @@ fn acquire(
     args: &LeaseRunArgs,
     signals: &Signals,
 ) -> Result<Option<Result<Lease, i32>>, Failure> {
-    let until = Instant::now() + args.wait;
+    // `--wait` is at most 100 years, yet a far `Instant` may not exist: then it waits without end.
+    let until = Instant::now().checked_add(args.wait);
     let mut created = false;
     loop {
-        let left = until.saturating_duration_since(Instant::now());
-        let refusal = match leases.acquire_or_refusal(&args.key, args.ttl) {
+        let left = until.map_or(args.wait, |until| {
+            until.saturating_duration_since(Instant::now())
+        });
+        if let Some(signal) = signals.first() {
+            return Ok(Some(Err(signal)));
+        }
+        let outcome = match attempt(leases, args, signals)? {
+            Ok(outcome) => outcome,
+            Err(signal) => return Ok(Some(Err(signal))),
+        };
+        let refusal = match outcome {
             Ok(Ok(lease)) => return Ok(Some(Ok(lease))),
             Ok(Err(refusal)) => refusal,
             // A first lease in this database: make its table (idempotent, safe from every
@@ -275,6 +318,79 @@ fn acquire(
             }
             default(left.min(RETRY)) => {}
         }
+    }
+}
+
+/// One acquire statement, sent from a thread of its own while this thread watches for signals:
+/// `Err(signal)` when one came while the statement was on its way (waiting on a row lock, or on a
+/// slow database).
+///
+/// A signal does not abandon the statement at once: a lease it grants is released here, rather
+/// than left to block the key until its TTL with nobody running CMD. A second signal stops the
+/// wait; the statement's thread is then left behind (pgtenure exits), and a lease it is granted
+/// lapses at its TTL, unrenewed. Otherwise the thread is joined before this returns.
+fn attempt(
+    leases: &Leases,
+    args: &LeaseRunArgs,
+    signals: &Signals,
+) -> Result<Result<pgtenure::Result<Result<Lease, Refusal>>, i32>, Failure> {
+    let (tx, done) = bounded(1);
+    let thread = {
+        let leases = leases.clone();
+        let key = args.key.clone();
+        let ttl = args.ttl;
+        thread::Builder::new()
+            .name("pgtenure-acquire".into())
+            .spawn(move || {
+                // Unsent when pgtenure stopped waiting: the lease, if any, is dropped (released).
+                let _ = tx.send(leases.acquire_or_refusal(&key, ttl));
+            })?
+    };
+    let finished = |outcome: Result<_, _>| -> Result<_, Failure> {
+        let _ = thread.join();
+        outcome.map_err(|_| "the acquire's thread ended without an answer".into())
+    };
+    let signal = select! {
+        recv(done) -> outcome => return finished(outcome).map(Ok),
+        recv(signals.received) -> signal => match signal {
+            Ok(signal) => signal,
+            // The signal thread is gone: only the statement is left to wait for.
+            Err(_) => return finished(done.recv()).map(Ok),
+        },
+    };
+    say!(
+        "pgtenure: got {} while acquiring lease {:?}; CMD will not run. Waiting for the acquire \
+         statement to return, to release the lease if it was granted (another signal exits at once)",
+        signal_name(signal),
+        args.key
+    );
+    let outcome = select! {
+        recv(done) -> outcome => outcome,
+        recv(signals.received) -> second => match second {
+            Ok(_) => {
+                say!(
+                    "pgtenure: exiting without waiting; a lease granted to the acquire still on \
+                     its way lapses at its TTL"
+                );
+                return Ok(Err(signal));
+            }
+            Err(_) => done.recv(),
+        },
+    };
+    if let Ok(Ok(Ok(lease))) = finished(outcome) {
+        release(lease);
+    }
+    Ok(Err(signal))
+}
+
+/// A forwarded signal's name, for messages.
+fn signal_name(signal: i32) -> String {
+    match signal {
+        libc::SIGINT => "SIGINT".into(),
+        libc::SIGTERM => "SIGTERM".into(),
+        libc::SIGHUP => "SIGHUP".into(),
+        libc::SIGQUIT => "SIGQUIT".into(),
+        other => format!("signal {other}"),
     }
 }
 
@@ -441,12 +557,18 @@ struct Signals {
 /// The pipe's write end, for the handler (-1 until installed).
 static SIGNAL_PIPE: AtomicI32 = AtomicI32::new(-1);
 
+/// The first signal caught (0 until one is): set by the handler itself, so it is seen at once,
+/// before the signal thread has passed the signal on.
+static FIRST_SIGNAL: AtomicI32 = AtomicI32::new(0);
+
 extern "C" fn on_signal(number: libc::c_int) {
     // Only async-signal-safe calls here: write(2) one byte, keep errno.
     let fd = SIGNAL_PIPE.load(Ordering::Relaxed);
     if fd < 0 {
         return;
     }
+    // An atomic compare-exchange is async-signal-safe.
+    let _ = FIRST_SIGNAL.compare_exchange(0, number, Ordering::SeqCst, Ordering::SeqCst);
     let saved = errno();
     let message = [number as u8];
     // SAFETY: write from a valid one-byte buffer to the pipe; a full pipe drops the signal.
@@ -494,6 +616,14 @@ fn errno() -> libc::c_int {
 fn set_errno(_: libc::c_int) {}
 
 impl Signals {
+    /// The first signal caught since [`Signals::install`], if any.
+    fn first(&self) -> Option<i32> {
+        match FIRST_SIGNAL.load(Ordering::SeqCst) {
+            0 => None,
+            signal => Some(signal),
+        }
+    }
+
     fn install() -> io::Result<Signals> {
         let mut fds = [0; 2];
         // SAFETY: fds has room for the two descriptors pipe writes.

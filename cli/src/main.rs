@@ -21,7 +21,7 @@ mod output;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, Parser, Subcommand};
 use pgtenure::membership::Units;
 use pgtenure::postgres::error::SqlState;
 use pgtenure::{Db, Elector, Error, Leases, TickClaims};
@@ -147,6 +147,19 @@ enum LeaderAction {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Arguments clap cannot check alone are checked before connecting: a usage error (exit 2).
+    if let Command::LeaseRun(args) = &cli.command {
+        if let Err(e) = args.check() {
+            let mut command = Cli::command();
+            command.build();
+            let subcommand = command
+                .find_subcommand_mut("lease-run")
+                .expect("lease-run is a subcommand");
+            subcommand
+                .error(clap::error::ErrorKind::ValueValidation, e)
+                .exit();
+        }
+    }
     match run(cli) {
         Ok(code) => ExitCode::from(code),
         Err(e) => {

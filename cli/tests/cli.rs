@@ -633,8 +633,8 @@ fn a_command_that_cannot_run_is_reported_and_the_lease_released() {
     let out = env.run(&["lease-run", "k", "--ttl", "10ms", "--", "true"]);
     assert_eq!(
         out.status.code(),
-        Some(1),
-        "the library refuses a TTL under 30 ms"
+        Some(2),
+        "a TTL under 30 ms is a usage error (the library's check, before connecting)"
     );
     assert!(
         text(&out.stderr).contains("too short"),
@@ -853,4 +853,217 @@ fn a_stopped_command_still_gets_the_signal_passed_to_it() {
     send(child.id() as libc::pid_t, libc::SIGINT);
     assert_eq!(reap(child).code(), Some(128 + libc::SIGINT));
     assert!(!alive(cmd.0));
+}
+
+/// Adversarial (branch `attack`): "its arguments are checked before it connects; usage errors exit
+/// 2". lease-run's TTL (under the managed lease's 30 ms, over 100 years) and a blank key are found
+/// only by the acquire, after connecting: with the database down, the operator waits out the pool
+/// and hears "connect failed", exit 1, never what is wrong with the command line.
+#[test]
+fn lease_run_checks_its_arguments_before_it_connects() {
+    let env = Env::new();
+    let down = "postgres://postgres@127.0.0.1:1/nowhere";
+    for args in [
+        &["lease-run", "--ttl", "10ms", "k", "--", "true"][..],
+        &["lease-run", "--ttl", "1000000h", "k", "--", "true"],
+        &["lease-run", "  ", "--", "true"],
+    ] {
+        let started = Instant::now();
+        let out = env.command_with_url(down, args).output().unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{args:?} with the database down: exit {:?} after {:?}: {}",
+            out.status.code(),
+            started.elapsed(),
+            text(&out.stderr)
+        );
+    }
+}
+
+/// Adversarial (branch `attack`): a `--wait` long enough to overflow `Instant` panics (exit 101,
+/// a backtrace on stderr) instead of a usage error: lease-run adds it to `Instant::now()`.
+#[test]
+fn lease_run_with_an_overlong_wait_is_a_usage_error_not_a_panic() {
+    let env = Env::new();
+    let out = env.run(&[
+        "lease-run",
+        "--wait",
+        "4000000000000000h",
+        "k",
+        "--",
+        "true",
+    ]);
+    let stderr = text(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+}
+
+/// Adversarial (branch `attack`): the help says exit status 128+N is "pgtenure got signal N while
+/// waiting for the lease (CMD never ran)". A signal that comes while the acquire statement is on
+/// its way (here it waits on a row lock; a slow database does the same) is only looked at after
+/// the acquire succeeded: CMD is started anyway, and then gets the signal passed on. The test
+/// sees CMD's executable opened for `exec` (inotify) after pgtenure was sent SIGTERM.
+#[test]
+fn a_signal_while_the_acquire_is_on_its_way_runs_no_command() {
+    use std::ffi::CString;
+    use std::os::unix::ffi::OsStrExt;
+    let env = Env::new();
+    let leases = env.leases();
+    leases.create_table().unwrap();
+    // The key's row exists and is free.
+    assert!(leases
+        .try_acquire("k", Duration::from_secs(5))
+        .unwrap()
+        .is_some());
+    assert!(leases.release("k").unwrap());
+    let cmd = env.file("cmd");
+    std::fs::copy("/bin/true", &cmd).unwrap();
+    let path = CString::new(cmd.as_os_str().as_bytes()).unwrap();
+    // SAFETY: plain system calls on a descriptor this test owns.
+    let fd = unsafe { libc::inotify_init1(libc::IN_NONBLOCK) };
+    assert!(fd >= 0);
+    // SAFETY: as above; `path` is a valid C string.
+    assert!(unsafe { libc::inotify_add_watch(fd, path.as_ptr(), libc::IN_OPEN) } >= 0);
+    let mut blocker = Client::connect(&url(), NoTls).unwrap();
+    let blocker_pid: i32 = blocker
+        .query_one("SELECT pg_backend_pid()", &[])
+        .unwrap()
+        .get(0);
+    blocker
+        .batch_execute(&format!(
+            "BEGIN; SELECT 1 FROM {} WHERE key = 'k' FOR UPDATE",
+            env.leases
+        ))
+        .unwrap();
+    let child = env
+        .command(&["lease-run", "k", "--", cmd.to_str().unwrap()])
+        .spawn()
+        .unwrap();
+    let mut watcher = Client::connect(&url(), NoTls).unwrap();
+    wait_for(
+        "the acquire to wait on the row lock",
+        Duration::from_secs(10),
+        || {
+            let waiting: i64 = watcher
+                .query_one(
+                    // This test's pgtenure: the one its blocker blocks (tests run in parallel).
+                    "SELECT count(*) FROM pg_stat_activity
+                  WHERE wait_event_type = 'Lock' AND application_name LIKE 'pgtenure%'
+                    AND $1 = ANY(pg_blocking_pids(pid))",
+                    &[&blocker_pid],
+                )
+                .unwrap()
+                .get(0);
+            (waiting > 0).then_some(())
+        },
+    );
+    send(child.id() as libc::pid_t, libc::SIGTERM);
+    thread::sleep(Duration::from_millis(300));
+    blocker.batch_execute("ROLLBACK").unwrap();
+    let (status, stderr) = finish(child, Duration::from_secs(10));
+    let mut events = [0u8; 4096];
+    // SAFETY: reads into a valid buffer from the inotify descriptor, then closes it.
+    let n = unsafe { libc::read(fd, events.as_mut_ptr().cast(), events.len()) };
+    // SAFETY: as above.
+    unsafe { libc::close(fd) };
+    assert!(
+        n <= 0,
+        "CMD was executed after pgtenure got SIGTERM while waiting for the lease (exit {:?}): \
+         {stderr}",
+        status.code()
+    );
+    assert_eq!(status.code(), Some(128 + libc::SIGTERM), "{stderr}");
+    // The grant that came after the signal was released, not left to block the key for its TTL.
+    let row = leases.holder("k").unwrap();
+    assert!(!row.as_ref().is_some_and(|r| r.live), "{row:?}\n{stderr}");
+}
+
+/// A second signal while the acquire statement is still on its way makes lease-run exit at once,
+/// without waiting for the statement (a grant after that lapses at its TTL); CMD never runs.
+#[test]
+fn a_second_signal_while_the_acquire_is_on_its_way_exits_at_once() {
+    use std::ffi::CString;
+    use std::os::unix::ffi::OsStrExt;
+    let env = Env::new();
+    let leases = env.leases();
+    leases.create_table().unwrap();
+    assert!(leases
+        .try_acquire("k", Duration::from_secs(5))
+        .unwrap()
+        .is_some());
+    assert!(leases.release("k").unwrap());
+    let cmd = env.file("cmd");
+    std::fs::copy("/bin/true", &cmd).unwrap();
+    let path = CString::new(cmd.as_os_str().as_bytes()).unwrap();
+    // SAFETY: plain system calls on a descriptor this test owns.
+    let fd = unsafe { libc::inotify_init1(libc::IN_NONBLOCK) };
+    assert!(fd >= 0);
+    // SAFETY: as above; `path` is a valid C string.
+    assert!(unsafe { libc::inotify_add_watch(fd, path.as_ptr(), libc::IN_OPEN) } >= 0);
+    let mut blocker = Client::connect(&url(), NoTls).unwrap();
+    let blocker_pid: i32 = blocker
+        .query_one("SELECT pg_backend_pid()", &[])
+        .unwrap()
+        .get(0);
+    blocker
+        .batch_execute(&format!(
+            "BEGIN; SELECT 1 FROM {} WHERE key = 'k' FOR UPDATE",
+            env.leases
+        ))
+        .unwrap();
+    let mut child = env
+        .command(&["lease-run", "--ttl", "1s", "k", "--", cmd.to_str().unwrap()])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut watcher = Client::connect(&url(), NoTls).unwrap();
+    wait_for(
+        "the acquire to wait on the row lock",
+        Duration::from_secs(10),
+        || {
+            let waiting: i64 = watcher
+                .query_one(
+                    // This test's pgtenure: the one its blocker blocks (tests run in parallel).
+                    "SELECT count(*) FROM pg_stat_activity
+                  WHERE wait_event_type = 'Lock' AND application_name LIKE 'pgtenure%'
+                    AND $1 = ANY(pg_blocking_pids(pid))",
+                    &[&blocker_pid],
+                )
+                .unwrap()
+                .get(0);
+            (waiting > 0).then_some(())
+        },
+    );
+    send(child.id() as libc::pid_t, libc::SIGTERM);
+    // The first signal is taken in: pgtenure says CMD will not run.
+    use std::io::BufRead;
+    let stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+    let (tx, lines) = std::sync::mpsc::channel();
+    let reader = thread::spawn(move || {
+        for line in stderr.lines() {
+            let _ = tx.send(line.unwrap_or_default());
+        }
+    });
+    let said = lines.recv_timeout(Duration::from_secs(10));
+    if said.is_err() {
+        let _ = child.kill();
+    }
+    let said = said.expect("pgtenure to say that the signal was taken in");
+    assert!(said.contains("CMD will not run"), "{said}");
+    send(child.id() as libc::pid_t, libc::SIGINT);
+    // The row lock is still held: only the second signal can end pgtenure now.
+    let status = wait_for("pgtenure to exit", Duration::from_secs(10), || {
+        child.try_wait().unwrap()
+    });
+    blocker.batch_execute("ROLLBACK").unwrap();
+    reader.join().unwrap();
+    let rest: Vec<String> = lines.try_iter().collect();
+    assert_eq!(status.code(), Some(128 + libc::SIGTERM), "{said}\n{rest:?}");
+    let mut events = [0u8; 4096];
+    // SAFETY: reads into a valid buffer from the inotify descriptor, then closes it.
+    let n = unsafe { libc::read(fd, events.as_mut_ptr().cast(), events.len()) };
+    // SAFETY: as above.
+    unsafe { libc::close(fd) };
+    assert!(n <= 0, "CMD was executed: {said}\n{rest:?}");
 }

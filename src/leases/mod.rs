@@ -102,7 +102,7 @@ use postgres::types::Type;
 use self::family::Shared;
 pub use self::grant::{Grant, KeyRenewal, Renewal};
 pub use self::lease::Lease;
-use self::schedule::MIN_MANAGED_TTL;
+pub use self::schedule::MIN_MANAGED_TTL;
 pub use self::state::LossReason;
 pub use self::views::{LeaseInfo, Refusal};
 use crate::db::{Companion, Db, Policy};
@@ -113,6 +113,29 @@ use crate::table_name::TableName;
 
 /// The table [`Leases::new`] uses unless [`Leases::with_table`] names another.
 pub const DEFAULT_TABLE: &str = "pgtenure_leases";
+
+/// Checks a managed lease's key and TTL as [`Leases::acquire`] does, without a database: a tool can
+/// refuse bad input before it connects.
+///
+/// # Errors
+///
+/// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when the key is blank, contains a
+/// NUL byte or is over 1,024 bytes, or `ttl` is under [`MIN_MANAGED_TTL`] (30 ms) or over 100 years;
+/// the message says what is wrong and what is accepted.
+pub fn check_acquire(key: &str, ttl: Duration) -> Result<()> {
+    check_key("lease key", key)?;
+    micros("managed lease ttl", ttl, MIN_MANAGED_TTL).map(drop)
+}
+
+/// Checks an owner name as [`Leases::with_owner`] does, without a database.
+///
+/// # Errors
+///
+/// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when `owner` is blank, contains a
+/// NUL byte or is longer than 1,024 bytes.
+pub fn check_owner(owner: &str) -> Result<()> {
+    check_key("owner", owner)
+}
 
 /// Keyed leases for one owner; see the [module docs](self).
 ///
@@ -167,7 +190,7 @@ impl Leases {
     /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when `owner` is blank, contains a
     /// NUL byte or is longer than 1,024 bytes.
     pub fn with_owner(self, owner: &str) -> Result<Leases> {
-        check_key("owner", owner)?;
+        check_owner(owner)?;
         let shared = &self.shared;
         Ok(Leases {
             shared: Shared::new(shared.db.clone(), owner.into(), shared.sql.table.clone()),
@@ -223,7 +246,7 @@ impl Leases {
     /// nobody renews it and it lapses at its TTL), or a [`ErrorKind::Setup`](crate::ErrorKind::Setup)
     /// error when a thread could not be started (the row is released again).
     pub fn acquire(&self, key: &str, ttl: Duration) -> Result<Option<Lease>> {
-        check_key("lease key", key)?;
+        check_acquire(key, ttl)?;
         let ttl_us = micros("managed lease ttl", ttl, MIN_MANAGED_TTL)?;
         if !self.shared.held.lock().insert(key.to_owned()) {
             log::debug!(target: "pgtenure::leases", "lease {key:?} is already held by this Leases family");
@@ -520,5 +543,26 @@ mod tests {
         check::<Renewal>();
         check::<LeaseInfo>();
         check::<Refusal>();
+    }
+
+    #[test]
+    fn checks_without_a_database_are_acquires_own() {
+        assert!(check_acquire("k", MIN_MANAGED_TTL).is_ok());
+        assert!(check_acquire("k", crate::MAX_DURATION).is_ok());
+        for (key, ttl) in [
+            ("", Duration::from_secs(1)),
+            (" \t", Duration::from_secs(1)),
+            ("a\0b", Duration::from_secs(1)),
+            ("k", Duration::from_millis(29)),
+            ("k", crate::MAX_DURATION + Duration::from_secs(1)),
+        ] {
+            let err = check_acquire(key, ttl).unwrap_err();
+            assert!(err.is_invalid_input(), "{key:?} {ttl:?}: {err}");
+        }
+        assert!(check_acquire(&"k".repeat(1025), Duration::from_secs(1)).is_err());
+        let err = check_acquire("k", Duration::from_millis(10)).unwrap_err();
+        assert!(err.to_string().contains("at least 30ms"), "{err}");
+        assert!(check_owner("host-a").is_ok());
+        assert!(check_owner(" ").unwrap_err().is_invalid_input());
     }
 }

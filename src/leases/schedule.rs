@@ -2,8 +2,9 @@
 
 use std::time::{Duration, Instant};
 
-/// Shortest TTL a managed lease accepts: it renews every third of it.
-pub(crate) const MIN_MANAGED_TTL: Duration = Duration::from_millis(30);
+/// Shortest TTL a managed lease ([`Leases::acquire`](super::Leases::acquire)) accepts: it renews
+/// every third of it.
+pub const MIN_MANAGED_TTL: Duration = Duration::from_millis(30);
 
 const MIN_RETRY: Duration = Duration::from_millis(5);
 const MAX_RETRY: Duration = Duration::from_secs(1);
