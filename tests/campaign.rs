@@ -647,3 +647,44 @@ fn a_term_lost_at_its_deadline_never_comes_back() {
     drop(tx);
     leading.stop().unwrap();
 }
+
+/// Adversarial (branch `attack`): `Leadership::stop()` is "bounded by one poll and one resignation:
+/// each the pool's connection timeout plus a statement, whose duration the TCP timeouts bound".
+/// A poll whose server never answers (the proxy's blackhole; a hung server or pooler, whose kernel
+/// still acknowledges, looks the same) is bounded by nothing: stop() waits for it forever, here
+/// with a 1 s TCP user timeout and a 500 ms pool timeout.
+#[test]
+fn stop_while_the_database_does_not_answer_returns_within_its_bound() {
+    let mut tables = Tables::new();
+    let table = table(&mut tables);
+    let proxy = Proxy::start(0, database_addr()).unwrap();
+    let mut config = proxy.config();
+    config.tcp_user_timeout(Duration::from_secs(1));
+    let via = DbBuilder::from_config(config)
+        .connection_timeout(Duration::from_millis(500))
+        .unwrap()
+        .build()
+        .unwrap();
+    let a = elector_on(&via, &table, "hung").campaign().unwrap();
+    assert!(a.is_leading());
+    proxy.blackhole();
+    wait_for("the loss at the deadline", TTL * 3, || {
+        a.events().try_iter().find_map(|e| match e {
+            LeaderEvent::Lost { reason, .. } => Some(reason),
+            _ => None,
+        })
+    });
+    let (tx, rx) = pgtenure::crossbeam_channel::bounded(1);
+    let started = Instant::now();
+    thread::spawn(move || {
+        let _ = tx.send(a.stop());
+    });
+    let stopped = rx.recv_timeout(Duration::from_secs(8));
+    let took = started.elapsed();
+    proxy.heal();
+    assert!(
+        stopped.is_ok(),
+        "stop() had not returned after {took:?} (bound: 2 x (500 ms pool timeout + a statement \
+         bounded by the 1 s TCP user timeout))"
+    );
+}
