@@ -686,5 +686,42 @@ fn stop_while_the_database_does_not_answer_returns_within_its_bound() {
         stopped.is_ok(),
         "stop() had not returned after {took:?} (bound: 2 x (500 ms pool timeout + a statement \
          bounded by the 1 s TCP user timeout))"
+
+/// Adversarial (branch `attack`): `Elector::resign()` on a campaigning elector (the handle's own
+/// `elector()`, or a clone kept beside it) frees the row before the campaign delivers its `Lost`.
+/// The design: "the database frees a leadership only after its holder has stopped believing in
+/// it". The campaign's consumer still holds `Elected` with no `Lost` while another member is
+/// elected; the `Lost` comes at the next poll (a retry period later) and says `Taken`.
+#[test]
+fn resigning_a_campaigning_elector_delivers_its_lost_before_the_row_is_freed() {
+    let mut tables = Tables::new();
+    let table = table(&mut tables);
+    let retry = Duration::from_secs(2);
+    let leader = elector_on(&db(), &table, "leader")
+        .with_ttl(Duration::from_secs(10))
+        .unwrap()
+        .with_retry_period(retry)
+        .unwrap();
+    let campaign = leader.campaign().unwrap();
+    let term = campaign.term().expect("elected by the first poll");
+    assert!(drain(&campaign).contains(&LeaderEvent::Elected { term }));
+    campaign.elector().resign().unwrap();
+    // The row is free now: another member wins at once.
+    let other = elector_on(&db(), &table, "other");
+    assert!(other.is_leader().unwrap(), "the resignation freed the row");
+    let told = drain(&campaign);
+    let lost_at_once = told
+        .iter()
+        .any(|e| matches!(e, LeaderEvent::Lost { term: t, .. } if *t == term));
+    let later = campaign
+        .events()
+        .recv_timeout(retry * 2)
+        .map(|e| format!("{e:?}"))
+        .unwrap_or_default();
+    campaign.stop().unwrap();
+    assert!(
+        lost_at_once,
+        "another member was elected while the campaign had told no Lost of term {term} (told so \
+         far: {told:?}; the next event, a retry period later: {later})"
     );
 }
