@@ -725,3 +725,40 @@ fn resigning_a_campaigning_elector_delivers_its_lost_before_the_row_is_freed() {
          far: {told:?}; the next event, a retry period later: {later})"
     );
 }
+
+/// Adversarial (branch `attack`): invariant 7, "channels are crossbeam, bounded where a producer
+/// could outrun a consumer". A campaign's events channel is unbounded, and an application that
+/// follows the leadership through `is_leading()` or hooks never reads it: every `Elected`, `Lost`
+/// and `Observed` of a long-running process stays queued (here 10 hand-overs and back, over 40
+/// events kept, growing for as long as the process runs).
+#[test]
+fn a_campaign_nobody_reads_the_events_of_does_not_queue_them_without_bound() {
+    let mut tables = Tables::new();
+    let table = table(&mut tables);
+    let quiet = elector_on(&db(), &table, "quiet")
+        .with_ttl(TTL)
+        .unwrap()
+        .with_retry_period(Duration::from_millis(20))
+        .unwrap()
+        .campaign()
+        .unwrap();
+    let other = elector_on(&db(), &table, "other").with_ttl(TTL).unwrap();
+    // Leadership moves back and forth; `quiet` never reads its events.
+    for _ in 0..10 {
+        quiet.elector().request_resign().unwrap();
+        wait_for("other to lead", Duration::from_secs(10), || {
+            other.is_leader().unwrap().then_some(())
+        });
+        other.resign().unwrap();
+        wait_for("quiet to lead again", Duration::from_secs(10), || {
+            quiet.is_leading().then_some(())
+        });
+    }
+    let queued = quiet.events().len();
+    let capacity = quiet.events().capacity();
+    quiet.stop().unwrap();
+    assert!(
+        capacity.is_some(),
+        "the events channel is unbounded: {queued} events queued unread after 10 hand-overs"
+    );
+}
