@@ -686,6 +686,8 @@ fn stop_while_the_database_does_not_answer_returns_within_its_bound() {
         stopped.is_ok(),
         "stop() had not returned after {took:?} (bound: 2 x (500 ms pool timeout + a statement \
          bounded by the 1 s TCP user timeout))"
+    );
+}
 
 /// Adversarial (branch `attack`): `Elector::resign()` on a campaigning elector (the handle's own
 /// `elector()`, or a clone kept beside it) frees the row before the campaign delivers its `Lost`.
