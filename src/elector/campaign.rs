@@ -7,15 +7,21 @@
 
 use std::collections::VecDeque;
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use crossbeam_channel::{at, bounded, never, select, unbounded, Receiver, Sender};
+use crossbeam_channel::{at, bounded, never, select, Receiver, Sender, TrySendError};
 use parking_lot::Mutex;
 
 use super::{Elector, LeaderInfo, Poll};
 use crate::error::{Error, ErrorKind, Result};
+
+/// How many events [`Leadership::events`] keeps unread; past that, the oldest are dropped (and
+/// counted: [`Leadership::dropped_events`]), so a campaign nobody reads the events of holds at most
+/// this many.
+pub const EVENTS_CAPACITY: usize = 64;
 
 /// What a campaign tells ([`Leadership::events`], [`LeaderHooks`]), in decision order.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -119,6 +125,10 @@ struct Shared {
     /// Held while delivering, so deliveries never overlap or reorder.
     delivering: Mutex<()>,
     events: Sender<LeaderEvent>,
+    /// The channel's other end, to drop the oldest event when it is full.
+    oldest: Receiver<LeaderEvent>,
+    /// How many events were dropped unread because the channel was full.
+    dropped: AtomicU64,
 }
 
 #[derive(Default)]
@@ -166,7 +176,7 @@ impl Elector {
                 self.ttl
             )));
         }
-        let (events_tx, events) = unbounded();
+        let (events_tx, events) = bounded(EVENTS_CAPACITY);
         let shared = Arc::new(Shared {
             elector: self.clone(),
             hooks,
@@ -174,6 +184,8 @@ impl Elector {
             queue: Mutex::new(VecDeque::new()),
             delivering: Mutex::new(()),
             events: events_tx,
+            oldest: events.clone(),
+            dropped: AtomicU64::new(0),
         });
         match shared.poll_once() {
             Err(e) if e.is_permanent() => return Err(e),
@@ -393,8 +405,28 @@ impl Shared {
                 LeaderEvent::Lost { term, reason } => self.hooks.lost(*term, *reason),
                 LeaderEvent::Observed(leader) => self.hooks.observed(leader.as_ref()),
             }
-            // The handle may be gone (a hook's clone outlives it): nobody listens then.
-            let _ = self.events.send(event);
+            self.send(event);
+        }
+    }
+
+    /// Puts `event` on the channel without waiting: when it is full, drops the oldest unread event
+    /// to make room, so the newest (the current truth) are the ones kept.
+    fn send(&self, mut event: LeaderEvent) {
+        loop {
+            match self.events.try_send(event) {
+                Ok(()) => return,
+                Err(TrySendError::Full(again)) => {
+                    event = again;
+                    // The reader may have taken one meanwhile: then nothing is dropped.
+                    if self.oldest.try_recv().is_ok()
+                        && self.dropped.fetch_add(1, Ordering::Relaxed) == 0
+                    {
+                        log::warn!(target: "pgtenure::elector", "{}: nobody reads the campaign's events for fleet {:?}; dropping the oldest (is_leading() and term() stay exact)", self.elector.holder, self.elector.name);
+                    }
+                }
+                // Only `Shared` itself keeps a receiver then: cannot happen, and nobody listens.
+                Err(TrySendError::Disconnected(_)) => return,
+            }
         }
     }
 }
@@ -414,9 +446,22 @@ impl Leadership {
             .filter(|term| self.shared.elector.term() == Some(*term))
     }
 
-    /// The campaign's events, in decision order.
+    /// The campaign's events, in decision order. The channel is bounded ([`EVENTS_CAPACITY`]):
+    /// when that many are unread, the oldest is dropped for each new one, so a campaign whose
+    /// events nobody reads (an application that follows [`Leadership::is_leading`] or hooks) keeps
+    /// no more than that, and a reader that falls behind still finds the latest events, the current
+    /// truth, last. A reader that keeps up (fewer than [`EVENTS_CAPACITY`] unread at any time; each
+    /// hand-over is a few events, at most one poll apart) sees every event, in order;
+    /// [`Leadership::dropped_events`] counts what was dropped. Hooks get every event regardless.
     pub fn events(&self) -> &Receiver<LeaderEvent> {
         &self.events
+    }
+
+    /// How many events were dropped from [`Leadership::events`] because [`EVENTS_CAPACITY`] were
+    /// unread (the oldest first). When it is not zero, the events read skip some: a `Lost` may come
+    /// without its `Elected`; [`Leadership::term`] is the truth.
+    pub fn dropped_events(&self) -> u64 {
+        self.shared.dropped.load(Ordering::Relaxed)
     }
 
     /// The elector campaigning (for [`Elector::fence`], [`Elector::leader`]).

@@ -79,7 +79,9 @@ const LEADERS: &str = include_str!("../../sql/elector/leaders.sql");
 
 mod campaign;
 
-pub use self::campaign::{LeaderEvent, LeaderHooks, LeaderLoss, Leadership, NoLeaderHooks};
+pub use self::campaign::{
+    LeaderEvent, LeaderHooks, LeaderLoss, Leadership, NoLeaderHooks, EVENTS_CAPACITY,
+};
 
 struct Statements {
     table: TableName,
