@@ -9,13 +9,13 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::thread::JoinHandle;
+use std::thread::{JoinHandle, ThreadId};
 use std::time::Instant;
 
 use crossbeam_channel::{at, bounded, never, select, Receiver, Sender, TrySendError};
 use parking_lot::Mutex;
 
-use super::{Elector, LeaderInfo, Poll};
+use super::{CampaignLink, Campaigning, Elector, LeaderInfo, Poll};
 use crate::error::{Error, ErrorKind, Result};
 
 /// How many events [`Leadership::events`] keeps unread; past that, the oldest are dropped (and
@@ -64,6 +64,9 @@ pub enum LeaderLoss {
     /// [`Leadership::stop`] (or dropping the handle) ends it; it resigns right after this is
     /// delivered.
     Stopped,
+    /// [`Elector::resign`] was called on the campaigning elector (or a clone of it): it resigns
+    /// right after this is delivered, stands aside for one TTL, then campaigns again.
+    Resigned,
 }
 
 impl fmt::Display for LeaderLoss {
@@ -73,6 +76,7 @@ impl fmt::Display for LeaderLoss {
             LeaderLoss::Taken => "taken",
             LeaderLoss::ResignRequested => "resign requested",
             LeaderLoss::Stopped => "stopped",
+            LeaderLoss::Resigned => "resigned",
         })
     }
 }
@@ -124,6 +128,8 @@ struct Shared {
     queue: Mutex<VecDeque<LeaderEvent>>,
     /// Held while delivering, so deliveries never overlap or reorder.
     delivering: Mutex<()>,
+    /// The thread delivering (and so running a hook), if any.
+    deliverer: Mutex<Option<ThreadId>>,
     events: Sender<LeaderEvent>,
     /// The channel's other end, to drop the oldest event when it is full.
     oldest: Receiver<LeaderEvent>,
@@ -183,10 +189,15 @@ impl Elector {
             state: Mutex::new(State::default()),
             queue: Mutex::new(VecDeque::new()),
             delivering: Mutex::new(()),
+            deliverer: Mutex::new(None),
             events: events_tx,
             oldest: events.clone(),
             dropped: AtomicU64::new(0),
         });
+        // A resign on this elector (or a clone) now goes through the campaign.
+        self.tenure.lock().campaign = CampaignLink(Some(
+            Arc::downgrade(&shared) as std::sync::Weak<dyn Campaigning>
+        ));
         match shared.poll_once() {
             Err(e) if e.is_permanent() => return Err(e),
             _ => {}
@@ -396,8 +407,10 @@ impl Shared {
     /// Delivers every queued event, in order, to the channel and the hooks.
     fn flush(&self) {
         let _turn = self.delivering.lock();
+        *self.deliverer.lock() = Some(std::thread::current().id());
         loop {
             let Some(event) = self.queue.lock().pop_front() else {
+                *self.deliverer.lock() = None;
                 return;
             };
             match &event {
@@ -428,6 +441,28 @@ impl Shared {
                 Err(TrySendError::Disconnected(_)) => return,
             }
         }
+    }
+}
+
+impl Campaigning for Shared {
+    /// [`Elector::resign`] on the campaigning elector: stops believing, tells the loss, and only
+    /// then resigns; stands aside for a TTL so that another member wins.
+    fn resign(&self) -> Result<()> {
+        let believed = self.elector.stand_down();
+        {
+            let mut state = self.state.lock();
+            if believed || state.announced.is_some() {
+                state.observe_until = Some(Instant::now() + self.elector.ttl);
+            }
+            self.lost(&mut state, LeaderLoss::Resigned);
+        }
+        if *self.deliverer.lock() == Some(std::thread::current().id()) {
+            // Called from a hook: the `Lost` is delivered once the hook returns, and the loop
+            // sends the resignation after it (`poll_once` and every turn do).
+            return Ok(());
+        }
+        self.flush();
+        self.elector.finish_resign()
     }
 }
 
