@@ -764,3 +764,67 @@ fn a_campaign_nobody_reads_the_events_of_does_not_queue_them_without_bound() {
         "the events channel is unbounded: {queued} events queued unread after 10 hand-overs"
     );
 }
+
+/// `stop()` past its bound (a poll stuck on a database that does not answer) leaves the loop's
+/// thread to end on its own: that thread tells nothing after `Lost(Stopped)`, and once its
+/// statement returns it resigns what that statement renewed, so another member wins well before
+/// the tenure's TTL instead of after it.
+#[test]
+fn a_stop_past_its_bound_tells_nothing_more_and_resigns_once_the_database_answers() {
+    let mut tables = Tables::new();
+    let table = table(&mut tables);
+    let ttl = Duration::from_secs(10);
+    let proxy = Proxy::start(0, database_addr()).unwrap();
+    let mut config = proxy.config();
+    config.tcp_user_timeout(Duration::from_secs(1));
+    let via = DbBuilder::from_config(config)
+        .connection_timeout(Duration::from_millis(500))
+        .unwrap()
+        .build()
+        .unwrap();
+    let a = elector_on(&via, &table, "hung")
+        .with_ttl(ttl)
+        .unwrap()
+        .campaign()
+        .unwrap();
+    let term = a.term().expect("elected by the first poll");
+    let events = a.events().clone();
+    proxy.blackhole();
+    // A poll holds a connection (and hangs) once the next retry period comes.
+    wait_for("a poll stuck on the database", ttl / 4, || {
+        let pool = via.pool_state();
+        (pool.connections > pool.idle_connections).then_some(())
+    });
+    let (tx, rx) = pgtenure::crossbeam_channel::bounded(1);
+    let started = Instant::now();
+    thread::spawn(move || {
+        let _ = tx.send(a.stop());
+    });
+    // The bound: 2 x 500 ms pool timeout + 2 s.
+    let stopped = rx.recv_timeout(ttl / 2);
+    let took = started.elapsed();
+    let told: Vec<LeaderEvent> = events.try_iter().collect();
+    proxy.heal();
+    let stopped = stopped.unwrap_or_else(|_| panic!("stop() had not returned after {took:?}"));
+    let error = stopped.expect_err("stop() says the thread was left behind");
+    assert_eq!(error.kind(), pgtenure::ErrorKind::Connection, "{error}");
+    assert_eq!(
+        told.last(),
+        Some(&LeaderEvent::Lost {
+            term,
+            reason: LeaderLoss::Stopped
+        }),
+        "told: {told:?}"
+    );
+    // The stuck poll goes through once healed (renewing the tenure for a TTL), then the thread
+    // resigns: another member wins long before that TTL ends.
+    let other = elector_on(&db(), &table, "other").with_ttl(ttl).unwrap();
+    wait_for("the left thread to resign", ttl / 2, || {
+        other.is_leader().unwrap().then_some(())
+    });
+    // The thread ends (the channel's sender goes with it) with nothing more told.
+    match events.recv_timeout(ttl / 2) {
+        Err(pgtenure::crossbeam_channel::RecvTimeoutError::Disconnected) => {}
+        other => panic!("after Lost(Stopped), the left thread told {other:?}"),
+    }
+}

@@ -7,12 +7,14 @@
 
 use std::collections::VecDeque;
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::{JoinHandle, ThreadId};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use crossbeam_channel::{at, bounded, never, select, Receiver, Sender, TrySendError};
+use crossbeam_channel::{
+    at, bounded, never, select, Receiver, RecvTimeoutError, Sender, TrySendError,
+};
 use parking_lot::Mutex;
 
 use super::{CampaignLink, Campaigning, Elector, LeaderInfo, Poll};
@@ -22,6 +24,10 @@ use crate::error::{Error, ErrorKind, Result};
 /// counted: [`Leadership::dropped_events`]), so a campaign nobody reads the events of holds at most
 /// this many.
 pub const EVENTS_CAPACITY: usize = 64;
+
+/// What [`Leadership::stop`] waits for the campaign's thread beyond two pool connection timeouts
+/// (its poll in progress and its resignation): the statements themselves.
+const STOP_GRACE: Duration = Duration::from_secs(2);
 
 /// What a campaign tells ([`Leadership::events`], [`LeaderHooks`]), in decision order.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -83,7 +89,8 @@ impl fmt::Display for LeaderLoss {
 
 /// Callbacks for those who prefer them to [`Leadership::events`]; every method defaults to doing
 /// nothing. They run on the campaign's threads (the poller, or the watcher for
-/// [`LeaderLoss::Expired`]), outside its locks, one at a time, in the order of the events: a loss
+/// [`LeaderLoss::Expired`]), or on the thread calling [`Leadership::stop`] (or dropping the handle)
+/// for [`LeaderLoss::Stopped`] and [`Elector::resign`] for [`LeaderLoss::Resigned`], outside its locks, one at a time, in the order of the events: a loss
 /// always before any later gain. Keep them short; later events wait for them.
 pub trait LeaderHooks: Send + Sync {
     /// This elector leads with `term`.
@@ -116,6 +123,8 @@ pub struct Leadership {
     shared: Arc<Shared>,
     stop: Option<Sender<()>>,
     thread: Option<JoinHandle<Result<()>>>,
+    /// Disconnects when the thread ends (the bounded join).
+    finished: Receiver<()>,
     events: Receiver<LeaderEvent>,
 }
 
@@ -135,6 +144,9 @@ struct Shared {
     oldest: Receiver<LeaderEvent>,
     /// How many events were dropped unread because the channel was full.
     dropped: AtomicU64,
+    /// Set (under `state`) by `stop`: nothing more is decided or told; the thread only finishes
+    /// its statement and resigns.
+    stopped: AtomicBool,
 }
 
 #[derive(Default)]
@@ -193,6 +205,7 @@ impl Elector {
             events: events_tx,
             oldest: events.clone(),
             dropped: AtomicU64::new(0),
+            stopped: AtomicBool::new(false),
         });
         // A resign on this elector (or a clone) now goes through the campaign.
         self.tenure.lock().campaign = CampaignLink(Some(
@@ -203,17 +216,23 @@ impl Elector {
             _ => {}
         }
         let (stop, stopped) = bounded::<()>(0);
+        let (finishing, finished) = bounded::<()>(0);
         let thread = {
             let shared = Arc::clone(&shared);
             std::thread::Builder::new()
                 .name("pgtenure-elector".into())
-                .spawn(move || shared.run(&stopped))
+                .spawn(move || {
+                    // Dropped when the thread ends, also by a panic.
+                    let _finishing = finishing;
+                    shared.run(&stopped)
+                })
                 .map_err(|e| Error::setup("could not start the elector thread").with_source(e))?
         };
         Ok(Leadership {
             shared,
             stop: Some(stop),
             thread: Some(thread),
+            finished,
             events,
         })
     }
@@ -237,6 +256,9 @@ impl Shared {
                 select! {
                     recv(stopped) -> _ => break,
                     recv(at(next)) -> _ => {}
+                }
+                if self.is_stopped() {
+                    break;
                 }
                 next = Instant::now() + retry;
                 // A resignation that failed is sent again before anything else.
@@ -301,7 +323,7 @@ impl Shared {
             }
         }
         if let Err(e) = &polled {
-            self.hooks.error(e);
+            self.error(e);
         }
         self.flush();
         // Asked to step down: the loss is told (and `is_leading` false) before the resignation
@@ -318,7 +340,7 @@ impl Shared {
         }
         if let Err(e) = self.elector.finish_resign() {
             log::warn!(target: "pgtenure::elector", "{} could not resign fleet {:?} (it tries again): {e}", self.elector.holder, self.elector.name);
-            self.hooks.error(&e);
+            self.error(&e);
         }
     }
 
@@ -331,13 +353,28 @@ impl Shared {
             }
             Err(e) => {
                 log::warn!(target: "pgtenure::elector", "{} could not read who leads fleet {:?}: {e}", self.elector.holder, self.elector.name);
-                self.hooks.error(&e);
+                self.error(&e);
             }
         }
         self.flush();
     }
 
+    /// Whether [`Leadership::stop`] was called: nothing is decided or told after it.
+    fn is_stopped(&self) -> bool {
+        self.stopped.load(Ordering::SeqCst)
+    }
+
+    /// Tells the hooks of a failure, unless stopped (the caller of `stop` gets its error).
+    fn error(&self, error: &Error) {
+        if !self.is_stopped() {
+            self.hooks.error(error);
+        }
+    }
+
     fn observed(&self, state: &mut State, leader: Option<LeaderInfo>) {
+        if self.is_stopped() {
+            return;
+        }
         let seen = leader.as_ref().map(|l| (l.holder.clone(), l.term));
         if seen != state.observed {
             state.observed = seen;
@@ -370,21 +407,34 @@ impl Shared {
         }
     }
 
-    /// Stops believing, reports the loss, and only then resigns (so the next poll elsewhere wins
-    /// at once, and never while this handle still says it leads).
-    fn step_down(&self) -> Result<()> {
-        self.elector.stand_down();
+    /// Stops believing and reports the loss (`stop`, on the caller's thread, so that a poll stuck
+    /// on the database cannot hold it up); nothing is decided or told after it.
+    fn stop_believing(&self) {
         {
             let mut state = self.state.lock();
+            self.stopped.store(true, Ordering::SeqCst);
+            // Under `state`: a decision either came before (and its events are told before the
+            // loss) or sees `stopped`.
+            self.elector.stand_down();
             if state.announced.is_some() {
                 self.lost(&mut state, LeaderLoss::Stopped);
             }
         }
-        self.flush();
+        self.flush_caught();
+    }
+
+    /// The loop's end: stops believing in anything a poll in flight at `stop` renewed or won, and
+    /// resigns (after the loss was told: `stop` told it before the loop ended).
+    fn step_down(&self) -> Result<()> {
+        self.stop_believing();
         self.elector.finish_resign()
     }
 
     fn elected(&self, state: &mut State, term: i64) {
+        if self.is_stopped() {
+            // Won by a poll in flight when `stop` was called: the loop resigns it.
+            return;
+        }
         state.announced = Some(term);
         self.queue.lock().push_back(LeaderEvent::Elected { term });
     }
@@ -419,6 +469,18 @@ impl Shared {
                 LeaderEvent::Observed(leader) => self.hooks.observed(leader.as_ref()),
             }
             self.send(event);
+        }
+    }
+
+    /// [`Shared::flush`] on a thread that is not the campaign's own (the caller of `stop`, of
+    /// `resign`, or a `Drop`): a hook that panics there is logged, not propagated into the caller
+    /// (a panic in `Drop` while unwinding would abort). The events after it wait for the next
+    /// delivery.
+    fn flush_caught(&self) {
+        let delivered = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.flush()));
+        if delivered.is_err() {
+            *self.deliverer.lock() = None;
+            log::error!(target: "pgtenure::elector", "{}: a campaign hook for fleet {:?} panicked", self.elector.holder, self.elector.name);
         }
     }
 
@@ -461,7 +523,7 @@ impl Campaigning for Shared {
             // sends the resignation after it (`poll_once` and every turn do).
             return Ok(());
         }
-        self.flush();
+        self.flush_caught();
         self.elector.finish_resign()
     }
 }
@@ -510,31 +572,66 @@ impl Leadership {
         self.thread.as_ref().is_none_or(JoinHandle::is_finished)
     }
 
-    /// Stops campaigning: ends the loop after the poll in progress; if leading, turns
-    /// [`Leadership::is_leading`] false and delivers [`LeaderLoss::Stopped`], and only then
-    /// resigns (the next poll elsewhere wins at once, never while this handle still leads); then
-    /// joins the threads. Bounded by one poll and one resignation: each the pool's connection
-    /// timeout (10 s by default) plus a statement, whose duration the TCP timeouts bound (see
-    /// [`Db`](crate::Db)).
+    /// Stops campaigning: at once, on the calling thread, turns [`Leadership::is_leading`] false
+    /// and, if leading, delivers [`LeaderLoss::Stopped`] (the last event: nothing is decided or
+    /// told after it); then ends the loop after the poll in progress, which resigns (the next poll
+    /// elsewhere wins at once, never while this handle still leads), and joins its threads.
+    ///
+    /// Bounded: it waits for the loop's thread at most twice the pool's connection timeout (10 s by
+    /// default; one poll in progress and the resignation, each waiting for a connection) plus 2 s
+    /// (their statements). A thread not done by then (a poll stuck on a database that does not
+    /// answer: a blackholed network, a hung server or pooler) is left to end on its own, and `stop`
+    /// returns an [`ErrorKind::Connection`] error. That thread tells nothing more and never polls
+    /// again: once its statement returns (the TCP timeouts, see [`Db`](crate::Db), or the network
+    /// coming back), it resigns whatever that statement renewed or won (guarded by holder and
+    /// term, so never a newer tenure), and ends; should it never return, the tenure expires at its
+    /// TTL.
     ///
     /// # Errors
     ///
     /// The resignation's error. The elector keeps the term: [`Elector::resign`] on it (or a clone)
-    /// sends the resignation again; otherwise the tenure expires at its TTL.
+    /// sends the resignation again; otherwise the tenure expires at its TTL. An
+    /// [`ErrorKind::Connection`] error when the thread was not done within the bound above.
     pub fn stop(mut self) -> Result<()> {
         self.shut_down()
     }
 
+    /// How long `stop` waits for the loop's thread.
+    fn stop_bound(&self) -> Duration {
+        self.shared
+            .elector
+            .db
+            .pool_timeout()
+            .saturating_mul(2)
+            .saturating_add(STOP_GRACE)
+    }
+
     fn shut_down(&mut self) -> Result<()> {
+        // Here, not on the loop's thread, which may be stuck in a poll.
+        self.shared.stop_believing();
         drop(self.stop.take());
-        match self.thread.take() {
-            Some(thread) => thread.join().unwrap_or_else(|_| {
+        let Some(thread) = self.thread.take() else {
+            return Ok(());
+        };
+        let bound = self.stop_bound();
+        match self.finished.recv_timeout(bound) {
+            Err(RecvTimeoutError::Disconnected) => thread.join().unwrap_or_else(|_| {
                 Err(Error::new(
                     ErrorKind::Setup,
                     "the elector thread panicked (a hook panicked?)",
                 ))
             }),
-            None => Ok(()),
+            _ => {
+                log::error!(target: "pgtenure::elector", "{}: the campaign for fleet {:?} did not stop within {bound:?} (a statement stuck on the database); leaving its thread to end on its own: it resigns once the statement returns", self.shared.elector.holder, self.shared.elector.name);
+                Err(Error::new(
+                    ErrorKind::Connection,
+                    format!(
+                        "the campaign did not stop within {bound:?}: its poll is stuck on the \
+                         database; its thread resigns once that returns, else the tenure \
+                         expires at its TTL"
+                    ),
+                ))
+            }
         }
     }
 }

@@ -484,8 +484,16 @@ impl Elector {
             leader: leader.clone(),
         };
         if tenure.resigned != epoch {
-            // A clone resigned while this poll was in flight: whatever it renewed or won is being
-            // given up (or already was); do not lead on it.
+            // A clone resigned (or a campaign stopped) while this poll was in flight: whatever it
+            // renewed or won is being given up (or already was); do not lead on it. A term it won
+            // anew is resigned like the one given up (the statement is guarded by holder and
+            // term), rather than left to expire.
+            if let Some(term) = won {
+                // Terms only grow: a newer term waiting to be resigned is not replaced.
+                if tenure.term.is_none() && tenure.resigning.is_none_or(|waiting| waiting <= term) {
+                    tenure.resigning = Some(term);
+                }
+            }
             return Ok(not_leading);
         }
         let Some(term) = won else {
