@@ -828,3 +828,51 @@ fn a_stop_past_its_bound_tells_nothing_more_and_resigns_once_the_database_answer
         other => panic!("after Lost(Stopped), the left thread told {other:?}"),
     }
 }
+
+/// The events channel keeps the newest `EVENTS_CAPACITY` unread: a reader that fell behind finds the
+/// oldest dropped (and counted) and the current truth last, never a stale `Elected` as its latest.
+#[test]
+fn a_reader_that_fell_behind_finds_the_latest_events_last() {
+    let mut tables = Tables::new();
+    let table = table(&mut tables);
+    let late = elector_on(&db(), &table, "late")
+        .with_retry_period(Duration::from_millis(20))
+        .unwrap()
+        .campaign()
+        .unwrap();
+    let other = elector_on(&db(), &table, "other");
+    let mut handovers = 0;
+    while late.dropped_events() == 0 {
+        assert!(
+            handovers < 40,
+            "nothing dropped after {handovers} hand-overs"
+        );
+        late.elector().request_resign().unwrap();
+        wait_for("other to lead", Duration::from_secs(10), || {
+            other.is_leader().unwrap().then_some(())
+        });
+        other.resign().unwrap();
+        wait_for("late to lead again", Duration::from_secs(10), || {
+            late.is_leading().then_some(())
+        });
+        handovers += 1;
+    }
+    let term = late.term();
+    let told = drain(&late);
+    let dropped = late.dropped_events();
+    late.stop().unwrap();
+    assert!(
+        told.len() <= pgtenure::elector::EVENTS_CAPACITY,
+        "{} events queued",
+        told.len()
+    );
+    let last_elected = told.iter().rev().find_map(|e| match e {
+        LeaderEvent::Elected { term } => Some(*term),
+        _ => None,
+    });
+    assert_eq!(
+        last_elected, term,
+        "after {handovers} hand-overs ({dropped} dropped), the latest Elected read is the term \
+         leading now; read: {told:?}"
+    );
+}
