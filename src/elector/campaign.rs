@@ -3,7 +3,8 @@
 //!
 //! Every decision (elected, lost, who leads) is queued while its decider holds the campaign's state,
 //! and delivered in that order, to the events channel and the hooks alike: a loss is never
-//! overtaken by a later gain.
+//! overtaken by a later gain. The channel is bounded ([`EVENTS_CAPACITY`]): when nobody reads it,
+//! the oldest events are dropped (counted), never the newest.
 
 use std::collections::VecDeque;
 use std::fmt;
