@@ -647,3 +647,232 @@ fn a_term_lost_at_its_deadline_never_comes_back() {
     drop(tx);
     leading.stop().unwrap();
 }
+
+/// Adversarial (branch `attack`): `Leadership::stop()` is "bounded by one poll and one resignation:
+/// each the pool's connection timeout plus a statement, whose duration the TCP timeouts bound".
+/// A poll whose server never answers (the proxy's blackhole; a hung server or pooler, whose kernel
+/// still acknowledges, looks the same) is bounded by nothing: stop() waits for it forever, here
+/// with a 1 s TCP user timeout and a 500 ms pool timeout.
+#[test]
+fn stop_while_the_database_does_not_answer_returns_within_its_bound() {
+    let mut tables = Tables::new();
+    let table = table(&mut tables);
+    let proxy = Proxy::start(0, database_addr()).unwrap();
+    let mut config = proxy.config();
+    config.tcp_user_timeout(Duration::from_secs(1));
+    let via = DbBuilder::from_config(config)
+        .connection_timeout(Duration::from_millis(500))
+        .unwrap()
+        .build()
+        .unwrap();
+    let a = elector_on(&via, &table, "hung").campaign().unwrap();
+    assert!(a.is_leading());
+    proxy.blackhole();
+    wait_for("the loss at the deadline", TTL * 3, || {
+        a.events().try_iter().find_map(|e| match e {
+            LeaderEvent::Lost { reason, .. } => Some(reason),
+            _ => None,
+        })
+    });
+    let (tx, rx) = pgtenure::crossbeam_channel::bounded(1);
+    let started = Instant::now();
+    thread::spawn(move || {
+        let _ = tx.send(a.stop());
+    });
+    let stopped = rx.recv_timeout(Duration::from_secs(8));
+    let took = started.elapsed();
+    proxy.heal();
+    assert!(
+        stopped.is_ok(),
+        "stop() had not returned after {took:?} (bound: 2 x (500 ms pool timeout + a statement \
+         bounded by the 1 s TCP user timeout))"
+    );
+}
+
+/// Adversarial (branch `attack`): `Elector::resign()` on a campaigning elector (the handle's own
+/// `elector()`, or a clone kept beside it) frees the row before the campaign delivers its `Lost`.
+/// The design: "the database frees a leadership only after its holder has stopped believing in
+/// it". The campaign's consumer still holds `Elected` with no `Lost` while another member is
+/// elected; the `Lost` comes at the next poll (a retry period later) and says `Taken`.
+#[test]
+fn resigning_a_campaigning_elector_delivers_its_lost_before_the_row_is_freed() {
+    let mut tables = Tables::new();
+    let table = table(&mut tables);
+    let retry = Duration::from_secs(2);
+    let leader = elector_on(&db(), &table, "leader")
+        .with_ttl(Duration::from_secs(10))
+        .unwrap()
+        .with_retry_period(retry)
+        .unwrap();
+    let campaign = leader.campaign().unwrap();
+    let term = campaign.term().expect("elected by the first poll");
+    assert!(drain(&campaign).contains(&LeaderEvent::Elected { term }));
+    campaign.elector().resign().unwrap();
+    // The row is free now: another member wins at once.
+    let other = elector_on(&db(), &table, "other");
+    assert!(other.is_leader().unwrap(), "the resignation freed the row");
+    let told = drain(&campaign);
+    let lost_at_once = told
+        .iter()
+        .any(|e| matches!(e, LeaderEvent::Lost { term: t, .. } if *t == term));
+    let later = campaign
+        .events()
+        .recv_timeout(retry * 2)
+        .map(|e| format!("{e:?}"))
+        .unwrap_or_default();
+    campaign.stop().unwrap();
+    assert!(
+        lost_at_once,
+        "another member was elected while the campaign had told no Lost of term {term} (told so \
+         far: {told:?}; the next event, a retry period later: {later})"
+    );
+}
+
+/// Adversarial (branch `attack`): invariant 7, "channels are crossbeam, bounded where a producer
+/// could outrun a consumer". A campaign's events channel is unbounded, and an application that
+/// follows the leadership through `is_leading()` or hooks never reads it: every `Elected`, `Lost`
+/// and `Observed` of a long-running process stays queued (here 10 hand-overs and back, over 40
+/// events kept, growing for as long as the process runs).
+#[test]
+fn a_campaign_nobody_reads_the_events_of_does_not_queue_them_without_bound() {
+    let mut tables = Tables::new();
+    let table = table(&mut tables);
+    let quiet = elector_on(&db(), &table, "quiet")
+        .with_ttl(TTL)
+        .unwrap()
+        .with_retry_period(Duration::from_millis(20))
+        .unwrap()
+        .campaign()
+        .unwrap();
+    let other = elector_on(&db(), &table, "other").with_ttl(TTL).unwrap();
+    // Leadership moves back and forth; `quiet` never reads its events.
+    for _ in 0..10 {
+        quiet.elector().request_resign().unwrap();
+        wait_for("other to lead", Duration::from_secs(10), || {
+            other.is_leader().unwrap().then_some(())
+        });
+        other.resign().unwrap();
+        wait_for("quiet to lead again", Duration::from_secs(10), || {
+            quiet.is_leading().then_some(())
+        });
+    }
+    let queued = quiet.events().len();
+    let capacity = quiet.events().capacity();
+    quiet.stop().unwrap();
+    assert!(
+        capacity.is_some(),
+        "the events channel is unbounded: {queued} events queued unread after 10 hand-overs"
+    );
+}
+
+/// `stop()` past its bound (a poll stuck on a database that does not answer) leaves the loop's
+/// thread to end on its own: that thread tells nothing after `Lost(Stopped)`, and once its
+/// statement returns it resigns what that statement renewed, so another member wins well before
+/// the tenure's TTL instead of after it.
+#[test]
+fn a_stop_past_its_bound_tells_nothing_more_and_resigns_once_the_database_answers() {
+    let mut tables = Tables::new();
+    let table = table(&mut tables);
+    let ttl = Duration::from_secs(10);
+    let proxy = Proxy::start(0, database_addr()).unwrap();
+    let mut config = proxy.config();
+    config.tcp_user_timeout(Duration::from_secs(1));
+    let via = DbBuilder::from_config(config)
+        .connection_timeout(Duration::from_millis(500))
+        .unwrap()
+        .build()
+        .unwrap();
+    let a = elector_on(&via, &table, "hung")
+        .with_ttl(ttl)
+        .unwrap()
+        .campaign()
+        .unwrap();
+    let term = a.term().expect("elected by the first poll");
+    let events = a.events().clone();
+    proxy.blackhole();
+    // A poll holds a connection (and hangs) once the next retry period comes.
+    wait_for("a poll stuck on the database", ttl / 4, || {
+        let pool = via.pool_state();
+        (pool.connections > pool.idle_connections).then_some(())
+    });
+    let (tx, rx) = pgtenure::crossbeam_channel::bounded(1);
+    let started = Instant::now();
+    thread::spawn(move || {
+        let _ = tx.send(a.stop());
+    });
+    // The bound: 2 x 500 ms pool timeout + 2 s.
+    let stopped = rx.recv_timeout(ttl / 2);
+    let took = started.elapsed();
+    let told: Vec<LeaderEvent> = events.try_iter().collect();
+    proxy.heal();
+    let stopped = stopped.unwrap_or_else(|_| panic!("stop() had not returned after {took:?}"));
+    let error = stopped.expect_err("stop() says the thread was left behind");
+    assert_eq!(error.kind(), pgtenure::ErrorKind::Connection, "{error}");
+    assert_eq!(
+        told.last(),
+        Some(&LeaderEvent::Lost {
+            term,
+            reason: LeaderLoss::Stopped
+        }),
+        "told: {told:?}"
+    );
+    // The stuck poll goes through once healed (renewing the tenure for a TTL), then the thread
+    // resigns: another member wins long before that TTL ends.
+    let other = elector_on(&db(), &table, "other").with_ttl(ttl).unwrap();
+    wait_for("the left thread to resign", ttl / 2, || {
+        other.is_leader().unwrap().then_some(())
+    });
+    // The thread ends (the channel's sender goes with it) with nothing more told.
+    match events.recv_timeout(ttl / 2) {
+        Err(pgtenure::crossbeam_channel::RecvTimeoutError::Disconnected) => {}
+        other => panic!("after Lost(Stopped), the left thread told {other:?}"),
+    }
+}
+
+/// The events channel keeps the newest `EVENTS_CAPACITY` unread: a reader that fell behind finds the
+/// oldest dropped (and counted) and the current truth last, never a stale `Elected` as its latest.
+#[test]
+fn a_reader_that_fell_behind_finds_the_latest_events_last() {
+    let mut tables = Tables::new();
+    let table = table(&mut tables);
+    let late = elector_on(&db(), &table, "late")
+        .with_retry_period(Duration::from_millis(20))
+        .unwrap()
+        .campaign()
+        .unwrap();
+    let other = elector_on(&db(), &table, "other");
+    let mut handovers = 0;
+    while late.dropped_events() == 0 {
+        assert!(
+            handovers < 40,
+            "nothing dropped after {handovers} hand-overs"
+        );
+        late.elector().request_resign().unwrap();
+        wait_for("other to lead", Duration::from_secs(10), || {
+            other.is_leader().unwrap().then_some(())
+        });
+        other.resign().unwrap();
+        wait_for("late to lead again", Duration::from_secs(10), || {
+            late.is_leading().then_some(())
+        });
+        handovers += 1;
+    }
+    let term = late.term();
+    let told = drain(&late);
+    let dropped = late.dropped_events();
+    late.stop().unwrap();
+    assert!(
+        told.len() <= pgtenure::elector::EVENTS_CAPACITY,
+        "{} events queued",
+        told.len()
+    );
+    let last_elected = told.iter().rev().find_map(|e| match e {
+        LeaderEvent::Elected { term } => Some(*term),
+        _ => None,
+    });
+    assert_eq!(
+        last_elected, term,
+        "after {handovers} hand-overs ({dropped} dropped), the latest Elected read is the term \
+         leading now; read: {told:?}"
+    );
+}

@@ -11,7 +11,7 @@ mod tls;
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use postgres::error::SqlState;
 use postgres::tls::{MakeTlsConnect, TlsConnect};
@@ -340,6 +340,11 @@ impl Db {
     /// The pool's connections: how many are open, and how many of them idle.
     pub fn pool_state(&self) -> r2d2::State {
         self.pool.state()
+    }
+
+    /// How long a statement waits for a pool connection at most.
+    pub(crate) fn pool_timeout(&self) -> Duration {
+        self.pool.connection_timeout()
     }
 
     /// The most connections the pool opens.

@@ -3,19 +3,32 @@
 //!
 //! Every decision (elected, lost, who leads) is queued while its decider holds the campaign's state,
 //! and delivered in that order, to the events channel and the hooks alike: a loss is never
-//! overtaken by a later gain.
+//! overtaken by a later gain. The channel is bounded ([`EVENTS_CAPACITY`]): when nobody reads it,
+//! the oldest events are dropped (counted), never the newest.
 
 use std::collections::VecDeque;
 use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::thread::JoinHandle;
-use std::time::Instant;
+use std::thread::{JoinHandle, ThreadId};
+use std::time::{Duration, Instant};
 
-use crossbeam_channel::{at, bounded, never, select, unbounded, Receiver, Sender};
+use crossbeam_channel::{
+    at, bounded, never, select, Receiver, RecvTimeoutError, Sender, TrySendError,
+};
 use parking_lot::Mutex;
 
-use super::{Elector, LeaderInfo, Poll};
+use super::{CampaignLink, Campaigning, Elector, LeaderInfo, Poll};
 use crate::error::{Error, ErrorKind, Result};
+
+/// How many events [`Leadership::events`] keeps unread; past that, the oldest are dropped (and
+/// counted: [`Leadership::dropped_events`]), so a campaign nobody reads the events of holds at most
+/// this many.
+pub const EVENTS_CAPACITY: usize = 64;
+
+/// What [`Leadership::stop`] waits for the campaign's thread beyond two pool connection timeouts
+/// (its poll in progress and its resignation): the statements themselves.
+const STOP_GRACE: Duration = Duration::from_secs(2);
 
 /// What a campaign tells ([`Leadership::events`], [`LeaderHooks`]), in decision order.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -58,6 +71,9 @@ pub enum LeaderLoss {
     /// [`Leadership::stop`] (or dropping the handle) ends it; it resigns right after this is
     /// delivered.
     Stopped,
+    /// [`Elector::resign`] was called on the campaigning elector (or a clone of it): it resigns
+    /// right after this is delivered, stands aside for one TTL, then campaigns again.
+    Resigned,
 }
 
 impl fmt::Display for LeaderLoss {
@@ -67,13 +83,15 @@ impl fmt::Display for LeaderLoss {
             LeaderLoss::Taken => "taken",
             LeaderLoss::ResignRequested => "resign requested",
             LeaderLoss::Stopped => "stopped",
+            LeaderLoss::Resigned => "resigned",
         })
     }
 }
 
 /// Callbacks for those who prefer them to [`Leadership::events`]; every method defaults to doing
 /// nothing. They run on the campaign's threads (the poller, or the watcher for
-/// [`LeaderLoss::Expired`]), outside its locks, one at a time, in the order of the events: a loss
+/// [`LeaderLoss::Expired`]), or on the thread calling [`Leadership::stop`] (or dropping the handle)
+/// for [`LeaderLoss::Stopped`] and [`Elector::resign`] for [`LeaderLoss::Resigned`], outside its locks, one at a time, in the order of the events: a loss
 /// always before any later gain. Keep them short; later events wait for them.
 pub trait LeaderHooks: Send + Sync {
     /// This elector leads with `term`.
@@ -106,6 +124,8 @@ pub struct Leadership {
     shared: Arc<Shared>,
     stop: Option<Sender<()>>,
     thread: Option<JoinHandle<Result<()>>>,
+    /// Disconnects when the thread ends (the bounded join).
+    finished: Receiver<()>,
     events: Receiver<LeaderEvent>,
 }
 
@@ -118,7 +138,16 @@ struct Shared {
     queue: Mutex<VecDeque<LeaderEvent>>,
     /// Held while delivering, so deliveries never overlap or reorder.
     delivering: Mutex<()>,
+    /// The thread delivering (and so running a hook), if any.
+    deliverer: Mutex<Option<ThreadId>>,
     events: Sender<LeaderEvent>,
+    /// The channel's other end, to drop the oldest event when it is full.
+    oldest: Receiver<LeaderEvent>,
+    /// How many events were dropped unread because the channel was full.
+    dropped: AtomicU64,
+    /// Set (under `state`) by `stop`: nothing more is decided or told; the thread only finishes
+    /// its statement and resigns.
+    stopped: AtomicBool,
 }
 
 #[derive(Default)]
@@ -166,31 +195,45 @@ impl Elector {
                 self.ttl
             )));
         }
-        let (events_tx, events) = unbounded();
+        let (events_tx, events) = bounded(EVENTS_CAPACITY);
         let shared = Arc::new(Shared {
             elector: self.clone(),
             hooks,
             state: Mutex::new(State::default()),
             queue: Mutex::new(VecDeque::new()),
             delivering: Mutex::new(()),
+            deliverer: Mutex::new(None),
             events: events_tx,
+            oldest: events.clone(),
+            dropped: AtomicU64::new(0),
+            stopped: AtomicBool::new(false),
         });
+        // A resign on this elector (or a clone) now goes through the campaign.
+        self.tenure.lock().campaign = CampaignLink(Some(
+            Arc::downgrade(&shared) as std::sync::Weak<dyn Campaigning>
+        ));
         match shared.poll_once() {
             Err(e) if e.is_permanent() => return Err(e),
             _ => {}
         }
         let (stop, stopped) = bounded::<()>(0);
+        let (finishing, finished) = bounded::<()>(0);
         let thread = {
             let shared = Arc::clone(&shared);
             std::thread::Builder::new()
                 .name("pgtenure-elector".into())
-                .spawn(move || shared.run(&stopped))
+                .spawn(move || {
+                    // Dropped when the thread ends, also by a panic.
+                    let _finishing = finishing;
+                    shared.run(&stopped)
+                })
                 .map_err(|e| Error::setup("could not start the elector thread").with_source(e))?
         };
         Ok(Leadership {
             shared,
             stop: Some(stop),
             thread: Some(thread),
+            finished,
             events,
         })
     }
@@ -214,6 +257,9 @@ impl Shared {
                 select! {
                     recv(stopped) -> _ => break,
                     recv(at(next)) -> _ => {}
+                }
+                if self.is_stopped() {
+                    break;
                 }
                 next = Instant::now() + retry;
                 // A resignation that failed is sent again before anything else.
@@ -278,7 +324,7 @@ impl Shared {
             }
         }
         if let Err(e) = &polled {
-            self.hooks.error(e);
+            self.error(e);
         }
         self.flush();
         // Asked to step down: the loss is told (and `is_leading` false) before the resignation
@@ -295,7 +341,7 @@ impl Shared {
         }
         if let Err(e) = self.elector.finish_resign() {
             log::warn!(target: "pgtenure::elector", "{} could not resign fleet {:?} (it tries again): {e}", self.elector.holder, self.elector.name);
-            self.hooks.error(&e);
+            self.error(&e);
         }
     }
 
@@ -308,13 +354,28 @@ impl Shared {
             }
             Err(e) => {
                 log::warn!(target: "pgtenure::elector", "{} could not read who leads fleet {:?}: {e}", self.elector.holder, self.elector.name);
-                self.hooks.error(&e);
+                self.error(&e);
             }
         }
         self.flush();
     }
 
+    /// Whether [`Leadership::stop`] was called: nothing is decided or told after it.
+    fn is_stopped(&self) -> bool {
+        self.stopped.load(Ordering::SeqCst)
+    }
+
+    /// Tells the hooks of a failure, unless stopped (the caller of `stop` gets its error).
+    fn error(&self, error: &Error) {
+        if !self.is_stopped() {
+            self.hooks.error(error);
+        }
+    }
+
     fn observed(&self, state: &mut State, leader: Option<LeaderInfo>) {
+        if self.is_stopped() {
+            return;
+        }
         let seen = leader.as_ref().map(|l| (l.holder.clone(), l.term));
         if seen != state.observed {
             state.observed = seen;
@@ -347,21 +408,34 @@ impl Shared {
         }
     }
 
-    /// Stops believing, reports the loss, and only then resigns (so the next poll elsewhere wins
-    /// at once, and never while this handle still says it leads).
-    fn step_down(&self) -> Result<()> {
-        self.elector.stand_down();
+    /// Stops believing and reports the loss (`stop`, on the caller's thread, so that a poll stuck
+    /// on the database cannot hold it up); nothing is decided or told after it.
+    fn stop_believing(&self) {
         {
             let mut state = self.state.lock();
+            self.stopped.store(true, Ordering::SeqCst);
+            // Under `state`: a decision either came before (and its events are told before the
+            // loss) or sees `stopped`.
+            self.elector.stand_down();
             if state.announced.is_some() {
                 self.lost(&mut state, LeaderLoss::Stopped);
             }
         }
-        self.flush();
+        self.flush_caught();
+    }
+
+    /// The loop's end: stops believing in anything a poll in flight at `stop` renewed or won, and
+    /// resigns (after the loss was told: `stop` told it before the loop ended).
+    fn step_down(&self) -> Result<()> {
+        self.stop_believing();
         self.elector.finish_resign()
     }
 
     fn elected(&self, state: &mut State, term: i64) {
+        if self.is_stopped() {
+            // Won by a poll in flight when `stop` was called: the loop resigns it.
+            return;
+        }
         state.announced = Some(term);
         self.queue.lock().push_back(LeaderEvent::Elected { term });
     }
@@ -384,8 +458,10 @@ impl Shared {
     /// Delivers every queued event, in order, to the channel and the hooks.
     fn flush(&self) {
         let _turn = self.delivering.lock();
+        *self.deliverer.lock() = Some(std::thread::current().id());
         loop {
             let Some(event) = self.queue.lock().pop_front() else {
+                *self.deliverer.lock() = None;
                 return;
             };
             match &event {
@@ -393,9 +469,63 @@ impl Shared {
                 LeaderEvent::Lost { term, reason } => self.hooks.lost(*term, *reason),
                 LeaderEvent::Observed(leader) => self.hooks.observed(leader.as_ref()),
             }
-            // The handle may be gone (a hook's clone outlives it): nobody listens then.
-            let _ = self.events.send(event);
+            self.send(event);
         }
+    }
+
+    /// [`Shared::flush`] on a thread that is not the campaign's own (the caller of `stop`, of
+    /// `resign`, or a `Drop`): a hook that panics there is logged, not propagated into the caller
+    /// (a panic in `Drop` while unwinding would abort). The events after it wait for the next
+    /// delivery.
+    fn flush_caught(&self) {
+        let delivered = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.flush()));
+        if delivered.is_err() {
+            *self.deliverer.lock() = None;
+            log::error!(target: "pgtenure::elector", "{}: a campaign hook for fleet {:?} panicked", self.elector.holder, self.elector.name);
+        }
+    }
+
+    /// Puts `event` on the channel without waiting: when it is full, drops the oldest unread event
+    /// to make room, so the newest (the current truth) are the ones kept.
+    fn send(&self, mut event: LeaderEvent) {
+        loop {
+            match self.events.try_send(event) {
+                Ok(()) => return,
+                Err(TrySendError::Full(again)) => {
+                    event = again;
+                    // The reader may have taken one meanwhile: then nothing is dropped.
+                    if self.oldest.try_recv().is_ok()
+                        && self.dropped.fetch_add(1, Ordering::Relaxed) == 0
+                    {
+                        log::warn!(target: "pgtenure::elector", "{}: nobody reads the campaign's events for fleet {:?}; dropping the oldest (is_leading() and term() stay exact)", self.elector.holder, self.elector.name);
+                    }
+                }
+                // Only `Shared` itself keeps a receiver then: cannot happen, and nobody listens.
+                Err(TrySendError::Disconnected(_)) => return,
+            }
+        }
+    }
+}
+
+impl Campaigning for Shared {
+    /// [`Elector::resign`] on the campaigning elector: stops believing, tells the loss, and only
+    /// then resigns; stands aside for a TTL so that another member wins.
+    fn resign(&self) -> Result<()> {
+        let believed = self.elector.stand_down();
+        {
+            let mut state = self.state.lock();
+            if believed || state.announced.is_some() {
+                state.observe_until = Some(Instant::now() + self.elector.ttl);
+            }
+            self.lost(&mut state, LeaderLoss::Resigned);
+        }
+        if *self.deliverer.lock() == Some(std::thread::current().id()) {
+            // Called from a hook: the `Lost` is delivered once the hook returns, and the loop
+            // sends the resignation after it (`poll_once` and every turn do).
+            return Ok(());
+        }
+        self.flush_caught();
+        self.elector.finish_resign()
     }
 }
 
@@ -414,9 +544,22 @@ impl Leadership {
             .filter(|term| self.shared.elector.term() == Some(*term))
     }
 
-    /// The campaign's events, in decision order.
+    /// The campaign's events, in decision order. The channel is bounded ([`EVENTS_CAPACITY`]):
+    /// when that many are unread, the oldest is dropped for each new one, so a campaign whose
+    /// events nobody reads (an application that follows [`Leadership::is_leading`] or hooks) keeps
+    /// no more than that, and a reader that falls behind still finds the latest events, the current
+    /// truth, last. A reader that keeps up (fewer than [`EVENTS_CAPACITY`] unread at any time; each
+    /// hand-over is a few events, at most one poll apart) sees every event, in order;
+    /// [`Leadership::dropped_events`] counts what was dropped. Hooks get every event regardless.
     pub fn events(&self) -> &Receiver<LeaderEvent> {
         &self.events
+    }
+
+    /// How many events were dropped from [`Leadership::events`] because [`EVENTS_CAPACITY`] were
+    /// unread (the oldest first). When it is not zero, the events read skip some: a `Lost` may come
+    /// without its `Elected`; [`Leadership::term`] is the truth.
+    pub fn dropped_events(&self) -> u64 {
+        self.shared.dropped.load(Ordering::Relaxed)
     }
 
     /// The elector campaigning (for [`Elector::fence`], [`Elector::leader`]).
@@ -430,31 +573,66 @@ impl Leadership {
         self.thread.as_ref().is_none_or(JoinHandle::is_finished)
     }
 
-    /// Stops campaigning: ends the loop after the poll in progress; if leading, turns
-    /// [`Leadership::is_leading`] false and delivers [`LeaderLoss::Stopped`], and only then
-    /// resigns (the next poll elsewhere wins at once, never while this handle still leads); then
-    /// joins the threads. Bounded by one poll and one resignation: each the pool's connection
-    /// timeout (10 s by default) plus a statement, whose duration the TCP timeouts bound (see
-    /// [`Db`](crate::Db)).
+    /// Stops campaigning: at once, on the calling thread, turns [`Leadership::is_leading`] false
+    /// and, if leading, delivers [`LeaderLoss::Stopped`] (the last event: nothing is decided or
+    /// told after it); then ends the loop after the poll in progress, which resigns (the next poll
+    /// elsewhere wins at once, never while this handle still leads), and joins its threads.
+    ///
+    /// Bounded: it waits for the loop's thread at most twice the pool's connection timeout (10 s by
+    /// default; one poll in progress and the resignation, each waiting for a connection) plus 2 s
+    /// (their statements). A thread not done by then (a poll stuck on a database that does not
+    /// answer: a blackholed network, a hung server or pooler) is left to end on its own, and `stop`
+    /// returns an [`ErrorKind::Connection`] error. That thread tells nothing more and never polls
+    /// again: once its statement returns (the TCP timeouts, see [`Db`](crate::Db), or the network
+    /// coming back), it resigns whatever that statement renewed or won (guarded by holder and
+    /// term, so never a newer tenure), and ends; should it never return, the tenure expires at its
+    /// TTL.
     ///
     /// # Errors
     ///
     /// The resignation's error. The elector keeps the term: [`Elector::resign`] on it (or a clone)
-    /// sends the resignation again; otherwise the tenure expires at its TTL.
+    /// sends the resignation again; otherwise the tenure expires at its TTL. An
+    /// [`ErrorKind::Connection`] error when the thread was not done within the bound above.
     pub fn stop(mut self) -> Result<()> {
         self.shut_down()
     }
 
+    /// How long `stop` waits for the loop's thread.
+    fn stop_bound(&self) -> Duration {
+        self.shared
+            .elector
+            .db
+            .pool_timeout()
+            .saturating_mul(2)
+            .saturating_add(STOP_GRACE)
+    }
+
     fn shut_down(&mut self) -> Result<()> {
+        // Here, not on the loop's thread, which may be stuck in a poll.
+        self.shared.stop_believing();
         drop(self.stop.take());
-        match self.thread.take() {
-            Some(thread) => thread.join().unwrap_or_else(|_| {
+        let Some(thread) = self.thread.take() else {
+            return Ok(());
+        };
+        let bound = self.stop_bound();
+        match self.finished.recv_timeout(bound) {
+            Err(RecvTimeoutError::Disconnected) => thread.join().unwrap_or_else(|_| {
                 Err(Error::new(
                     ErrorKind::Setup,
                     "the elector thread panicked (a hook panicked?)",
                 ))
             }),
-            None => Ok(()),
+            _ => {
+                log::error!(target: "pgtenure::elector", "{}: the campaign for fleet {:?} did not stop within {bound:?} (a statement stuck on the database); leaving its thread to end on its own: it resigns once the statement returns", self.shared.elector.holder, self.shared.elector.name);
+                Err(Error::new(
+                    ErrorKind::Connection,
+                    format!(
+                        "the campaign did not stop within {bound:?}: its poll is stuck on the \
+                         database; its thread resigns once that returns, else the tenure \
+                         expires at its TTL"
+                    ),
+                ))
+            }
         }
     }
 }

@@ -45,7 +45,7 @@
 //! ```
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant, SystemTime};
 
 use parking_lot::Mutex;
@@ -79,7 +79,9 @@ const LEADERS: &str = include_str!("../../sql/elector/leaders.sql");
 
 mod campaign;
 
-pub use self::campaign::{LeaderEvent, LeaderHooks, LeaderLoss, Leadership, NoLeaderHooks};
+pub use self::campaign::{
+    LeaderEvent, LeaderHooks, LeaderLoss, Leadership, NoLeaderHooks, EVENTS_CAPACITY,
+};
 
 struct Statements {
     table: TableName,
@@ -168,8 +170,26 @@ struct Poll {
     leader: Option<LeaderInfo>,
 }
 
+/// A campaign running on an elector's tenure ([`Elector::campaign`]): [`Elector::resign`] on that
+/// elector, or a clone, goes through it, so the campaign stops believing and tells its `Lost`
+/// before the resignation frees the row.
+trait Campaigning: Send + Sync {
+    /// Stops believing, tells the loss, then resigns.
+    fn resign(&self) -> Result<()>;
+}
+
+/// The campaign (if any) on a tenure; weak, so a campaign that ended is simply gone.
+#[derive(Default)]
+struct CampaignLink(Option<Weak<dyn Campaigning>>);
+
+impl fmt::Debug for CampaignLink {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(if self.0.is_some() { "Some(..)" } else { "None" })
+    }
+}
+
 /// What an elector knows of its tenure.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Default)]
 struct Tenure {
     /// The term this elector won and has not seen end: its renewals and its resignation are guarded
     /// by it. Kept through a failed poll (the tenure may still be live).
@@ -183,6 +203,8 @@ struct Tenure {
     /// Bumped by every `resign`, so a poll that was in flight meanwhile (on a clone) does not bring
     /// the resigned tenure back.
     resigned: u64,
+    /// The campaign running on this tenure, if any.
+    campaign: CampaignLink,
 }
 
 impl Tenure {
@@ -462,8 +484,16 @@ impl Elector {
             leader: leader.clone(),
         };
         if tenure.resigned != epoch {
-            // A clone resigned while this poll was in flight: whatever it renewed or won is being
-            // given up (or already was); do not lead on it.
+            // A clone resigned (or a campaign stopped) while this poll was in flight: whatever it
+            // renewed or won is being given up (or already was); do not lead on it. A term it won
+            // anew is resigned like the one given up (the statement is guarded by holder and
+            // term), rather than left to expire.
+            if let Some(term) = won {
+                // Terms only grow: a newer term waiting to be resigned is not replaced.
+                if tenure.term.is_none() && tenure.resigning.is_none_or(|waiting| waiting <= term) {
+                    tenure.resigning = Some(term);
+                }
+            }
             return Ok(not_leading);
         }
         let Some(term) = won else {
@@ -527,18 +557,38 @@ impl Elector {
     /// there). The statement is guarded by holder and term, so sending it again never ends a
     /// newer tenure.
     ///
+    /// On the elector of a running campaign ([`Elector::campaign`]: [`Leadership::elector`], or a
+    /// clone of the elector campaigning), the campaign stops believing first: its
+    /// [`Leadership::is_leading`] turns false and it delivers [`LeaderEvent::Lost`] with
+    /// [`LeaderLoss::Resigned`] (to the events and the hooks) before the resignation is sent, so the
+    /// database frees the leadership only after its holder stopped believing in it. The campaign
+    /// then stands aside for one TTL (it only observes who leads), so that another member wins, and
+    /// campaigns again. Called from one of that campaign's own hooks, the resignation is left to the
+    /// campaign's thread, which sends it once the hook returned and the `Lost` was delivered (at its
+    /// next poll at the latest); this call then returns `Ok` without sending it.
+    ///
     /// # Errors
     ///
     /// A database or connection error; call `resign` again (or let the tenure expire at its TTL).
     pub fn resign(&self) -> Result<()> {
+        let campaign = self
+            .tenure
+            .lock()
+            .campaign
+            .0
+            .as_ref()
+            .and_then(Weak::upgrade);
+        if let Some(campaign) = campaign {
+            return campaign.resign();
+        }
         self.stand_down();
         self.finish_resign()
     }
 
     /// Stops believing in the tenure at once: the term it won becomes the one to resign
     /// ([`Elector::finish_resign`]), never renewed; a poll in flight (on a clone) does not bring it
-    /// back.
-    fn stand_down(&self) {
+    /// back. Returns whether it believed in a term.
+    fn stand_down(&self) -> bool {
         let mut tenure = self.tenure.lock();
         tenure.resigned += 1;
         tenure.deadline = None;
@@ -546,7 +596,9 @@ impl Elector {
             // A term still waiting to be resigned is older and over: this one was won (with no
             // guard) only once that row was free or expired.
             tenure.resigning = Some(term);
+            return true;
         }
+        false
     }
 
     /// Whether a term waits to be resigned ([`Elector::finish_resign`]).

@@ -1,7 +1,9 @@
 //! Campaigns under faults: several campaigning members of one fleet, each with its own `Db` through
 //! its own proxy (its own latency), while resignations are requested from anywhere (often while the
-//! leader's answers are slow), members stop and campaign again, latency spikes, connections are cut
-//! or blackholed and backends killed. Leaders write term-fenced rows to a ledger.
+//! leader's answers are slow), leaders resign through their own elector (a clone of the campaigning
+//! one), members stop and campaign again (also while their database does not answer), latency
+//! spikes, connections are cut or blackholed and backends killed. Leaders write term-fenced rows to
+//! a ledger.
 //!
 //! What must hold:
 //! - never two members leading at once: a monitor samples every member's belief (its elector's
@@ -19,7 +21,9 @@
 //!   counted;
 //! - each campaign's events alternate `Elected`/`Lost` of the same term, terms growing, every
 //!   `Elected` lost by the end (each campaign is stopped);
-//! - term-fenced writes: the ledger never takes a write of a term after a larger term wrote.
+//! - term-fenced writes: the ledger never takes a write of a term after a larger term wrote;
+//! - `stop()` returns within its bound (twice the pool's 2 s connection timeout plus 2 s; a 2 s
+//!   margin for the load) even while the member's database does not answer.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -387,6 +391,9 @@ fn campaigns_with_resignations_stops_and_slow_answers_never_have_two_leaders() {
     let mut faults: BTreeMap<&'static str, u64> = BTreeMap::new();
     let mut admin_conn = client();
     let (mut asked, mut slow_asked) = (0_u64, 0_u64);
+    let (mut own_resigns, mut hung_stops, mut stops_left) = (0_u64, 0_u64, 0_u64);
+    let mut slowest_hung_stop = Duration::ZERO;
+    let stop_bound = Duration::from_secs(2 * 2 + 2);
     while Instant::now() < until {
         thread::sleep(rng.millis(150, 500));
         let some = rng.below(MEMBERS as u64) as usize;
@@ -403,7 +410,7 @@ fn campaigns_with_resignations_stops_and_slow_answers_never_have_two_leaders() {
                 .flatten()
                 .and_then(|l| (0..MEMBERS).find(|j| world.electors[*j].holder() == l.holder))
         };
-        let kind = match rng.below(7) {
+        let kind = match rng.below(9) {
             0 | 1 => {
                 // Slow down the leader's answers, then ask it to step down.
                 let Some(leader) = leader() else { continue };
@@ -433,6 +440,47 @@ fn campaigns_with_resignations_stops_and_slow_answers_never_have_two_leaders() {
                 drop(turn);
                 member.proxy.set_latency(member.base_latency);
                 "slow leader stopped"
+            }
+            7 => {
+                // Slow down the leader's answers, then resign through its own elector (a clone of
+                // the campaigning one): its Lost comes before the row is freed.
+                let Some(leader) = leader() else { continue };
+                members[leader].proxy.set_latency(rng.millis(60, 500));
+                if world.electors[leader].resign().is_ok() {
+                    own_resigns += 1;
+                }
+                thread::sleep(rng.millis(200, 1000));
+                members[leader]
+                    .proxy
+                    .set_latency(members[leader].base_latency);
+                "leader resigned through its own elector (slow answers)"
+            }
+            8 => {
+                // Stop a campaign while its database does not answer: stop() keeps its bound.
+                let member = &members[some];
+                member.proxy.blackhole();
+                thread::sleep(rng.millis(0, 400));
+                let turn = member.turn.lock();
+                let campaign = member.leadership.lock().take();
+                if let Some(campaign) = campaign {
+                    stops.fetch_add(1, Ordering::SeqCst);
+                    hung_stops += 1;
+                    let started = Instant::now();
+                    if campaign.stop().is_err() {
+                        stops_left += 1;
+                    }
+                    let took = started.elapsed();
+                    slowest_hung_stop = slowest_hung_stop.max(took);
+                    if took > stop_bound + Duration::from_secs(2) {
+                        world.violation(
+                            "stop() past its bound",
+                            format!("member {some}'s stop() took {took:?} (bound {stop_bound:?})"),
+                        );
+                    }
+                }
+                drop(turn);
+                member.proxy.heal();
+                "stop while blackholed"
             }
             2 => {
                 if asker(&mut rng).request_resign().unwrap_or(false) {
@@ -587,7 +635,9 @@ fn campaigns_with_resignations_stops_and_slow_answers_never_have_two_leaders() {
          {asked} resignations requested ({slow_asked} of a slow leader), {passes} monitor passes, \
          {} term-fenced writes ({} stale refused, {} failed by faults), {late_expiries} expiry \
          losses delivered after a successor's Elected (belief ended by the clock), {total} \
-         violations {found:?}; faults: {faults:?}",
+         violations {found:?}; {own_resigns} resigned through their own elector, {hung_stops} \
+         stops while blackholed ({stops_left} left their thread behind, the slowest took \
+         {slowest_hung_stop:?}); faults: {faults:?}",
         campaigns.load(Ordering::SeqCst),
         stops.load(Ordering::SeqCst),
         tenures.len(),
