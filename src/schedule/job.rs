@@ -541,7 +541,14 @@ impl JobState {
     ///
     /// The claim is released whatever happens, a panicking hook included; such a panic is then
     /// resumed for the caller to report.
-    pub(super) fn run(&self, claim: TickClaim, hooks: &dyn super::ScheduleHooks) {
+    /// `running` counts the run in progress until the job's function returns (not the release and
+    /// the hooks after it, which a stopping scheduler does not wait for).
+    pub(super) fn run(
+        &self,
+        claim: TickClaim,
+        hooks: &dyn super::ScheduleHooks,
+        running: super::Counted<'_>,
+    ) {
         let busy = self.job.busy_for(claim.tick());
         let run = Run { claim };
         let hooked = catch_unwind(AssertUnwindSafe(|| {
@@ -557,6 +564,7 @@ impl JobState {
                     log::warn!(target: "pgtenure::schedule", "job {:?}: could not start the thread that keeps its run busy ({e}); the run is busy for {busy:?} only", self.job.id);
                 }
                 let outcome = catch_unwind(AssertUnwindSafe(|| (self.job.run)(&run)));
+                drop(running);
                 drop(done);
                 outcome
             });

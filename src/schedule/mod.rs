@@ -344,7 +344,7 @@ impl Scheduler {
                     self.hooks.missed(id, tick);
                     return Ok(Outcome::Missed);
                 }
-                let _running = Counted::new(&self.runs);
+                let running = Counted::new(&self.runs);
                 if self.stopping.load(Ordering::SeqCst) {
                     // The claim was on its way when stop() was called: nothing starts after it.
                     log::info!(target: "pgtenure::schedule", "job {id:?}: tick {tick:?} won while the scheduler stopped: released, not run");
@@ -353,7 +353,7 @@ impl Scheduler {
                     }
                     return Ok(Outcome::Stopping);
                 }
-                job.run(claim, &*self.hooks);
+                job.run(claim, &*self.hooks, running);
                 Ok(Outcome::Ran)
             }
         }
@@ -361,7 +361,7 @@ impl Scheduler {
 }
 
 /// Counts one in `counter` while it lives (also when a panic unwinds past it).
-struct Counted<'a>(&'a AtomicUsize);
+pub(super) struct Counted<'a>(&'a AtomicUsize);
 
 impl<'a> Counted<'a> {
     fn new(counter: &'a AtomicUsize) -> Counted<'a> {

@@ -17,6 +17,9 @@ use crate::error::{Error, Result};
 /// How long the timer waits before trying again when the database clock cannot be read.
 const RETRY_CLOCK: Duration = Duration::from_secs(1);
 
+/// How long `stop` gives workers whose runs have returned to release their ticks and end.
+const SETTLE: Duration = Duration::from_millis(250);
+
 /// The longest the timer sleeps without looking at the clocks again.
 const LONGEST_SLEEP: Duration = Duration::from_secs(60);
 
@@ -24,7 +27,6 @@ const LONGEST_SLEEP: Duration = Duration::from_secs(60);
 /// [`Scheduling::stop`] does.
 pub struct Scheduling {
     scheduler: Arc<Scheduler>,
-    shared: Arc<Shared>,
     stop: Option<Sender<()>>,
     timer: Option<JoinHandle<()>>,
     workers: Vec<JoinHandle<()>>,
@@ -91,7 +93,7 @@ impl Scheduler {
         }
         let mut handle = Scheduling {
             scheduler: Arc::clone(&scheduler),
-            shared: Arc::clone(&shared),
+
             stop: None,
             timer: None,
             workers: Vec::new(),
@@ -277,13 +279,12 @@ impl Scheduling {
                 recv(after(Duration::from_millis(20))) -> _ => {}
             }
         }
-        // Idle workers end as soon as the timer has: give them a moment (not the claims).
-        let idle_by =
-            (Instant::now() + Duration::from_millis(100)).min(deadline.max(Instant::now()));
+        // Workers end once the timer has and their runs' releases and hooks are done: give them a
+        // moment (not a claim or a release waiting for an unanswering database).
+        let settle_by = (Instant::now() + SETTLE).min(deadline.max(Instant::now()));
         while self.workers.iter().any(|w| !w.is_finished())
             && self.timer.as_ref().is_none_or(JoinHandle::is_finished)
-            && self.shared.in_hand.load(Ordering::Acquire) < self.unfinished_workers()
-            && Instant::now() < idle_by
+            && Instant::now() < settle_by
         {
             std::thread::sleep(Duration::from_millis(2));
         }
@@ -317,11 +318,6 @@ impl Scheduling {
             return Err(Error::setup("a scheduler thread panicked"));
         }
         Ok(())
-    }
-
-    /// Workers that have not ended.
-    fn unfinished_workers(&self) -> usize {
-        self.workers.iter().filter(|w| !w.is_finished()).count()
     }
 }
 
