@@ -90,7 +90,8 @@ impl Leaser {
     /// a digest of the unit rows that name this process; when it differs from the local view's, or
     /// the process row's change counter moved, the tick re-reads its units. So changes nobody told
     /// this process of, such as an operator's `UPDATE` that hands a unit to another process or sets
-    /// it unowned, are adopted at the next tick: such a unit is reported lost with
+    /// it unowned, are adopted at the first tick that starts after they commit (an `UPDATE` still
+    /// waiting for a row lock has changed nothing yet): such a unit is reported lost with
     /// [`UnitLoss::Taken`](super::UnitLoss::Taken). A unit whose token changed while its row still
     /// names this process is a new tenure: reported `Taken`, then gained under the new token.
     ///

@@ -2,7 +2,8 @@
 //! reconciler drains, and an operator now and then moves a unit from one live process to another
 //! (keeping its token, or giving it a new one) or sets it unowned with a plain `UPDATE`; no unit may
 //! be worked on by two processes at once, except that a unit the operator moved may be gained by its
-//! new owner before its old owner's next tick, which must stop the old owner's work on it.
+//! new owner before its old owner's next tick, and the old owner's first tick that starts after the
+//! change committed must stop its work on it.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -19,13 +20,23 @@ use crate::common::registry::{Registry, Worker};
 use crate::common::{ledger, wait_for, Running, Tables};
 use crate::harness::{inject_faults, proxied_url, run_for, Load, Rng};
 
-/// Counts a leaser's successful ticks, so the operator knows when its next tick has come and gone.
+/// When a leaser's latest successful tick started, so the operator knows when a tick that started
+/// after its change has come and gone (a leaser's ticks run one after the other, on its loop).
 #[derive(Default)]
-struct Ticks(AtomicU64);
+struct Ticks(Mutex<Option<Instant>>);
+
+impl Ticks {
+    /// Whether a tick that started at or after `instant` has completed.
+    fn started_since(&self, instant: Instant) -> bool {
+        self.0.lock().is_some_and(|started| started >= instant)
+    }
+}
 
 impl Hooks for Ticks {
-    fn rebalanced(&self, _took: Duration) {
-        self.0.fetch_add(1, Ordering::SeqCst);
+    fn rebalanced(&self, took: Duration) {
+        // `took` runs from the tick's start to this call, so this is its start, or a few
+        // nanoseconds after it: never before the tick read the database.
+        *self.0.lock() = Some(Instant::now() - took);
     }
 }
 
@@ -38,17 +49,24 @@ struct Operator {
     moved_new_token: u64,
     /// Units set unowned.
     freed: u64,
-    /// Changes whose old owner ticked twice afterwards (the check ran).
+    /// Changes whose old owner completed a tick that started after the change committed (the check
+    /// ran).
     checked: u64,
-    /// Old owners that still worked on the unit under its old token after two ticks.
+    /// Old owners that still worked on the unit under its old token after that tick.
     late: u64,
+    /// The longest an operator's `UPDATE` took to commit (it may wait for a fenced write's lock).
+    slowest: Duration,
     /// Tokens handed to a new owner: `(unit, token, new owner)`, for the ledger.
     handed: BTreeSet<(String, i64, String)>,
 }
 
 /// Until `until`, now and then changes a unit's owner behind the leasers' backs, as an operator's
-/// plain `UPDATE` would, and checks that its old owner stopped working on it by its second tick
-/// after the change (the first may have read the database before the change committed).
+/// plain `UPDATE` would, and checks that its old owner stopped working on it by the end of its first
+/// tick that started after the change committed: every tick adopts the database's truth, and a tick
+/// that started before the commit may have read the database before it. (Counting ticks from before
+/// the `UPDATE` was sent is not enough: the `UPDATE` can take longer than two ticks, waiting for a
+/// fenced write's row lock or for the CPU, and then its old owner's second tick read the database
+/// before the change, too.)
 fn operate(
     leasers: &[Arc<Leaser>],
     ticks: &[Arc<Ticks>],
@@ -91,7 +109,7 @@ fn operate(
             _ => (Some(leasers[to].process_id().to_owned()), true),
         };
         registry.in_transit.lock().insert(unit.clone(), from);
-        let before = ticks[from].0.load(Ordering::SeqCst);
+        let sent = Instant::now();
         let rows = admin.query(
             &change,
             &[
@@ -102,6 +120,8 @@ fn operate(
                 &leasers[from].process_id(),
             ],
         );
+        // The change committed before its answer came back: every tick started from now on reads it.
+        let committed = Instant::now();
         let token: Option<i64> = match rows {
             Ok(rows) if !rows.is_empty() => rows[0].get(0),
             // The row no longer names `from` (its units moved meanwhile), or the admin
@@ -124,10 +144,11 @@ fn operate(
                 }
             }
         }
-        // Its second successful tick after the change, if it comes (faults may keep it from
-        // ticking; it then expires, which stops its work as well).
+        op.slowest = op.slowest.max(committed - sent);
+        // Its first successful tick started after the commit, if it comes (faults may keep it
+        // from ticking; it then expires, which stops its work as well).
         let ticked = (0..200).any(|_| {
-            if ticks[from].0.load(Ordering::SeqCst) >= before + 2 {
+            if ticks[from].started_since(committed) {
                 return true;
             }
             thread::sleep(Duration::from_millis(25));
@@ -139,7 +160,7 @@ fn operate(
             if leasers[from].token(&unit) == Some(old_token) {
                 op.late += 1;
                 eprintln!(
-                    "{unit}: process {from} still works on it under token {old_token} two ticks after an operator moved it"
+                    "{unit}: process {from} still works on it under token {old_token} after a tick that started after an operator moved it"
                 );
             }
         }
@@ -341,7 +362,7 @@ fn membership_under_random_faults_never_works_a_unit_twice() {
     }
     let violations = registry.violations();
     println!(
-        "membership checker, {duration:?}: {} ownership samples, {violations} double-worked units, {} fenced unit writes in {} tenures (in order), {} refused; operator: {} moved keeping the token, {} moved with a new one, {} set unowned, {} checked at the old owner's second tick, {} still worked there, {} gained before the old owner's tick; faults: {faults:?}",
+        "membership checker, {duration:?}: {} ownership samples, {violations} double-worked units, {} fenced unit writes in {} tenures (in order), {} refused; operator: {} moved keeping the token, {} moved with a new one, {} set unowned, {} checked at the old owner's first tick started after the change, {} still worked there (slowest change {:?}), {} gained before the old owner's tick; faults: {faults:?}",
         samples.load(Ordering::SeqCst),
         proof.writes,
         proof.tenures,
@@ -351,6 +372,7 @@ fn membership_under_random_faults_never_works_a_unit_twice() {
         op.freed,
         op.checked,
         op.late,
+        op.slowest,
         registry.handed_over.load(Ordering::SeqCst),
     );
     assert!(proof.writes > 0, "no fenced write went through");
@@ -358,6 +380,6 @@ fn membership_under_random_faults_never_works_a_unit_twice() {
     assert!(op.checked > 0, "no operator change was checked");
     assert_eq!(
         op.late, 0,
-        "an old owner kept working on a unit an operator moved past its next tick"
+        "an old owner kept working on a unit an operator moved past its first tick after the change"
     );
 }

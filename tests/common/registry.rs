@@ -20,7 +20,8 @@ pub struct Registry {
     /// Units an operator's `UPDATE` is taking from a process (unit -> that process): the new owner
     /// may be told it gained one before the old owner's next tick tells it the unit was taken (the
     /// `UPDATE` does not wait for it), so that overlap is counted in `handed_over`, not as a
-    /// violation. The operator checks that the old owner stopped at its next tick.
+    /// violation. The operator checks that the old owner stopped by the end of its first tick
+    /// that started after the change committed.
     pub in_transit: Mutex<BTreeMap<Unit, usize>>,
     /// Units gained while their old owner, from whom an operator moved them, still worked on them.
     pub handed_over: AtomicUsize,

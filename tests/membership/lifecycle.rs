@@ -884,6 +884,88 @@ fn units_changed_by_an_operators_update_are_taken_from_their_owner_at_its_next_t
     drop(b_told);
 }
 
+/// An operator's `UPDATE` changes nothing until it commits, however long ago it was sent: one that
+/// hands a unit of A's to B but waits for the row lock of A's fenced write, still open, leaves the
+/// unit A's through any number of A's ticks meanwhile (the database still says so), and A's first
+/// tick that starts after the commit reports the unit taken. So a check of "the old owner let go"
+/// counts ticks from the change's commit, not from when it was sent (the membership checker did
+/// the latter, and flagged ticks that had read the database before the commit).
+#[test]
+fn an_operators_update_is_adopted_by_the_first_tick_that_starts_after_it_commits() {
+    let fleet = Fleet::new(4);
+    let (a, told) = fleet.leaser(config(Duration::from_secs(30)));
+    let (b, _) = fleet.leaser(config(Duration::from_secs(30)));
+    wait_for(
+        "A and B to own 2 units each",
+        Duration::from_secs(10),
+        || (round(&[&a, &b]) == [2, 2]).then_some(()),
+    );
+    let unit = a.owned()[0].clone();
+    let token = a.token(&unit).unwrap();
+    // A fenced write of A's, left open: it holds the unit's row FOR SHARE.
+    let mut conn = db().connection().unwrap();
+    let mut tx = conn.transaction().unwrap();
+    assert!(a.fence(&mut tx, &unit).unwrap());
+    let update = {
+        let (units, owner, to, unit) = (
+            fleet.units_table.clone(),
+            a.process_id().to_owned(),
+            b.process_id().to_owned(),
+            unit.clone(),
+        );
+        thread::spawn(move || {
+            client().execute(
+                &format!(
+                    "UPDATE {units} SET process_id = $4::text::uuid
+                      WHERE tenant = $1 AND shard = $2 AND process_id = $3::text::uuid"
+                ),
+                &[&unit.tenant, &unit.shard, &owner, &to],
+            )
+        })
+    };
+    let marker = format!("%UPDATE {}%", fleet.units_table);
+    wait_for(
+        "the operator's UPDATE to wait for the fenced write",
+        Duration::from_secs(10),
+        || {
+            let waiting: i64 = client()
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity
+                      WHERE wait_event_type = 'Lock' AND query LIKE $1",
+                    &[&marker],
+                )
+                .unwrap()
+                .get(0);
+            (waiting == 1).then_some(())
+        },
+    );
+    let losses = told.losses.lock().len();
+    for _ in 0..2 {
+        round(&[&a]);
+        assert_eq!(
+            a.token(&unit),
+            Some(token),
+            "the UPDATE has not committed: the unit is still A's"
+        );
+    }
+    assert_eq!(told.losses.lock().len(), losses, "nothing was lost yet");
+    tx.commit().unwrap();
+    drop(conn);
+    assert_eq!(update.join().unwrap().unwrap(), 1, "the UPDATE committed");
+    round(&[&a]);
+    assert_eq!(
+        a.token(&unit),
+        None,
+        "A still holds the unit the operator moved"
+    );
+    let losses = told.losses.lock().clone();
+    assert_eq!(
+        losses.last(),
+        Some(&(UnitLoss::Taken, vec![unit.clone()])),
+        "{losses:?}"
+    );
+}
+
 /// A unit's fence passes for its owner under the token of its claim, and fails once the unit was
 /// claimed anew by another process, even while the old owner's view still lists it.
 #[test]
