@@ -204,10 +204,28 @@ fn is_leader_never_answers_true_past_the_local_deadline() {
         &[],
     )
     .unwrap();
+    let blocking: i32 = tx.query_one("SELECT pg_backend_pid()", &[]).unwrap().get(0);
     let poll = thread::spawn(move || {
         let answer = a.is_leader();
         (a, answer)
     });
+    // Once the poll waits on the row (on a loaded machine it may take a while to be sent), hold it
+    // past the TTL.
+    let mut watcher = client();
+    wait_for(
+        "the poll to wait on the row",
+        Duration::from_secs(20),
+        || {
+            let waiting: i64 = watcher
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))",
+                    &[&blocking],
+                )
+                .unwrap()
+                .get(0);
+            (waiting > 0).then_some(())
+        },
+    );
     thread::sleep(ttl + ttl / 2);
     tx.rollback().unwrap();
     let (a, answer) = poll.join().unwrap();
