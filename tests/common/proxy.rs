@@ -421,10 +421,21 @@ impl Drop for Proxy {
     }
 }
 
-/// The TCP address of the test database (the harness URL must use TCP).
+/// The TCP address of the test database as the library reaches it (the harness URL must use TCP):
+/// the PgBouncer in front of it with `PGTENURE_TEST_PGBOUNCER=1`.
 pub fn database_addr() -> SocketAddr {
+    tcp_addr(&super::url_config())
+}
+
+/// The TCP address of the database server itself, never a pooler: for a test that counts the
+/// library's own round trips (behind PgBouncer a session that moves to a server connection lacking
+/// a prepared statement pays two more, the pooler's cost and not the operation's).
+pub fn server_addr() -> SocketAddr {
+    tcp_addr(&super::direct_url().parse().unwrap())
+}
+
+fn tcp_addr(config: &pgtenure::postgres::Config) -> SocketAddr {
     use pgtenure::postgres::config::Host;
-    let config = super::url_config();
     let host = match config.get_hosts().first() {
         Some(Host::Tcp(host)) => host.clone(),
         other => panic!("the fault tests need a TCP database URL, not {other:?}"),
