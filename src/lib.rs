@@ -114,7 +114,7 @@ mod table_name;
 pub mod testing;
 pub mod tick_claims;
 
-pub use crate::db::{Connection, Db, DbBuilder, SslMode};
+pub use crate::db::{Connection, Db, DbBuilder, SslMode, StatementMode, StatementModes};
 pub use crate::elector::{
     Elector, LeaderEvent, LeaderHooks, LeaderInfo, LeaderLoss, Leadership, NoLeaderHooks,
 };

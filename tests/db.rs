@@ -627,12 +627,17 @@ fn a_refused_wal_function_is_reported_as_unsupported_with_the_timeline_advice() 
         ))
         .unwrap();
     let _shim = DropSchema(schema.clone());
-    for prepared in [true, false] {
+    for mode in [
+        pgtenure::StatementMode::Auto,
+        pgtenure::StatementMode::Protocol,
+        pgtenure::StatementMode::Sql,
+        pgtenure::StatementMode::Unprepared,
+    ] {
         let as_role = pgtenure::DbBuilder::from_config(role.config("wal_test"))
+            .statement_mode(mode)
             .build()
             .unwrap()
-            .with_timeline_tokens(true)
-            .with_prepared_statements(prepared);
+            .with_timeline_tokens(true);
         let err = pgtenure::Leases::new(&as_role)
             .with_table(&table)
             .unwrap()
@@ -643,7 +648,7 @@ fn a_refused_wal_function_is_reported_as_unsupported_with_the_timeline_advice() 
         let text = err.to_string();
         assert!(
             text.contains("is not supported here (0A000); the server does not support something the statement uses; if it refuses a WAL function (pg_current_wal_lsn, as Aurora does), turn off timeline-folded tokens"),
-            "prepared {prepared}: {text}"
+            "{mode}: {text}"
         );
     }
 }

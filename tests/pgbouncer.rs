@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime};
 use common::{client, Names, Tables};
 use pgtenure::postgres::{self, NoTls};
 use pgtenure::testing::PgBouncer;
-use pgtenure::{Db, Elector, FireClaims, Leases, TickClaims};
+use pgtenure::{Db, Elector, FireClaims, Leases, StatementMode, StatementModes, TickClaims};
 
 #[test]
 fn every_primitive_works_through_pgbouncer_in_transaction_mode() {
@@ -80,6 +80,31 @@ fn every_primitive_works_through_pgbouncer_in_transaction_mode() {
 
 #[test]
 fn prepared_statements_behind_pgbouncer_with_few_server_connections_never_fail_or_mix_up() {
+    // Auto finds no proof behind the pooler: SQL-level statements, and nothing to find.
+    for modes in few_server_connections(StatementMode::Auto) {
+        assert_eq!(
+            (modes.protocol, modes.pooler_found),
+            (0, false),
+            "Auto proved a connection through PgBouncer direct: {modes}"
+        );
+        assert!(modes.sql >= 1, "{modes}");
+    }
+}
+
+#[test]
+fn protocol_level_statements_forced_through_pgbouncer_find_the_pooler_before_anything_mixes_up() {
+    // Protocol skips the proof: the first statement missing on another backend proves the pooler,
+    // and every Db goes on with SQL-level statements; every operation still returns what it must.
+    for modes in few_server_connections(StatementMode::Protocol) {
+        assert!(modes.pooler_found, "{modes}");
+        assert!(modes.protocol >= 1, "{modes}");
+    }
+}
+
+/// Six clients in `mode`, each with a pool of three, through a PgBouncer with two server
+/// connections, beside a client that wipes prepared statements and one that uses the protocol's
+/// own: every operation returns what it must. Returns each client `Db`'s statement modes.
+fn few_server_connections(mode: StatementMode) -> Vec<StatementModes> {
     // Eighteen client connections over two server connections: a client's consecutive statements
     // land on either, whichever is free. A chaos client wipes the prepared statements of whichever
     // server connection it lands on, and a neighbour uses the driver's protocol-level statements
@@ -153,6 +178,7 @@ fn prepared_statements_behind_pgbouncer_with_few_server_connections_never_fail_o
             .unwrap()
             .max_size(3)
             .unwrap()
+            .statement_mode(mode)
             .build()
             .unwrap()
             .with_cancel_on_deadline(false);
@@ -203,8 +229,9 @@ fn prepared_statements_behind_pgbouncer_with_few_server_connections_never_fail_o
             elector.resign().unwrap();
             ops += 10;
         }
-        ops
+        (ops, db.statement_modes())
     });
+    let (ops, modes): (Vec<u64>, Vec<StatementModes>) = ops.into_iter().unzip();
     stop.store(true, Ordering::SeqCst);
     chaos.join().unwrap();
     neighbour.join().unwrap();
@@ -220,4 +247,5 @@ fn prepared_statements_behind_pgbouncer_with_few_server_connections_never_fail_o
         .get(0);
     assert_eq!(tokens, 6 * 60);
     assert_eq!(common::count(&mut client(), &fire_t), 6 * 60);
+    modes
 }

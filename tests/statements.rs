@@ -1,6 +1,7 @@
-//! Statements are prepared once per server connection and planned once: a generic plan after the
-//! first few executions, a missing or outdated prepared statement recovered before anything ran,
-//! and prepared statements off on request.
+//! Statements are prepared once per server connection and planned once, in each statement mode: a
+//! generic plan after the first few executions, a missing or outdated prepared statement recovered
+//! before anything ran, one round trip per operation in steady state, and prepared statements off
+//! on request; `Auto` proves a connection direct before it uses protocol-level statements.
 
 mod common;
 
@@ -10,7 +11,7 @@ use std::time::{Duration, SystemTime};
 use common::proxy::{database_addr, Proxy};
 use common::{client, Names, Quiet, Tables};
 use pgtenure::membership::{Config, Leaser, NoHooks, Unit, Units};
-use pgtenure::{Db, DbBuilder, Elector, FireClaims, Leases, TickClaims};
+use pgtenure::{Db, DbBuilder, Elector, FireClaims, Leases, StatementMode, TickClaims};
 
 /// Every primitive on its own tables, on one pool.
 struct Fleet {
@@ -130,26 +131,53 @@ impl Fleet {
 }
 
 /// A pool of one connection, so the test can read that connection's prepared statements.
-fn one_connection(url_or_proxy: pgtenure::postgres::Config, prepared: bool) -> Db {
+fn one_connection(url_or_proxy: pgtenure::postgres::Config, mode: StatementMode) -> Db {
     DbBuilder::from_config(url_or_proxy)
         .max_size(1)
         .unwrap()
+        .statement_mode(mode)
         .build()
         .unwrap()
-        .with_prepared_statements(prepared)
 }
 
-/// The prepared statements of the pool's one connection: (name, generic plans, custom plans).
+/// The prepared statements of the pool's one connection, SQL-level (named `pgt_…`) and
+/// protocol-level alike: (name, generic plans, custom plans, `PREPARE` statement). A
+/// protocol-level statement's `PREPARE` is made up from its text and parameter types. The query is
+/// sent unnamed, so that it is not one of them.
 fn prepared(db: &Db) -> Vec<(String, i64, i64, String)> {
+    prepared_with_arity(db)
+        .into_iter()
+        .map(|(name, generic, custom, prepare, _)| (name, generic, custom, prepare))
+        .collect()
+}
+
+fn prepared_with_arity(db: &Db) -> Vec<(String, i64, i64, String, usize)> {
     let mut conn = db.connection().unwrap();
-    conn.query(
-        "SELECT name, generic_plans, custom_plans, statement FROM pg_prepared_statements
-          WHERE name LIKE 'pgt\\_%' ORDER BY name",
+    conn.query_typed(
+        "SELECT name, generic_plans, custom_plans,
+                CASE WHEN from_sql THEN statement
+                     WHEN cardinality(parameter_types) = 0
+                     THEN format('PREPARE %s AS %s', name, statement)
+                     ELSE format('PREPARE %s (%s) AS %s', name,
+                                 array_to_string(parameter_types::text[], ', '), statement)
+                END,
+                cardinality(parameter_types)::int8
+           FROM pg_prepared_statements
+          WHERE name LIKE 'pgt\\_%' OR NOT from_sql
+          ORDER BY name",
         &[],
     )
     .unwrap()
     .iter()
-    .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+    .map(|r| {
+        (
+            r.get(0),
+            r.get(1),
+            r.get(2),
+            r.get(3),
+            r.get::<_, i64>(4) as usize,
+        )
+    })
     .collect()
 }
 
@@ -157,33 +185,25 @@ fn prepared(db: &Db) -> Vec<(String, i64, i64, String)> {
 /// generic plan with sequential scans priced out: the sequential scans left, by statement (its
 /// header's first line). A scan left there is one no index can replace.
 fn generic_scans(db: &Db) -> Vec<(String, String)> {
-    let statements: Vec<(String, i64, String)> = db
-        .connection()
-        .unwrap()
-        .query(
-            "SELECT name, cardinality(parameter_types)::int8, statement FROM pg_prepared_statements
-              WHERE name LIKE 'pgt\\_%'",
-            &[],
-        )
-        .unwrap()
-        .iter()
-        .map(|r| (r.get(0), r.get(1), r.get(2)))
-        .collect();
     let mut fresh = client();
     fresh
         .batch_execute("SET plan_cache_mode = force_generic_plan; SET enable_seqscan = off")
         .unwrap();
     let mut scans = Vec::new();
-    for (name, params, prepare) in statements {
-        fresh.batch_execute(&prepare).unwrap();
-        let nulls = vec!["NULL"; params as usize].join(", ");
+    for (i, (name, _, _, prepare, params)) in prepared_with_arity(db).into_iter().enumerate() {
+        // Under a name of its own in this session.
+        let checked = format!("checked_{i}");
+        fresh
+            .batch_execute(&prepare.replacen(&name, &checked, 1))
+            .unwrap();
+        let nulls = vec!["NULL"; params].join(", ");
         let args = if params == 0 {
             String::new()
         } else {
             format!("({nulls})")
         };
         let plan: Vec<String> = fresh
-            .query(&format!("EXPLAIN EXECUTE {name}{args}"), &[])
+            .query_typed(&format!("EXPLAIN EXECUTE {checked}{args}"), &[])
             .unwrap()
             .iter()
             .map(|r| r.get(0))
@@ -204,9 +224,31 @@ fn direct_config() -> pgtenure::postgres::Config {
 }
 
 #[test]
-fn every_statement_is_prepared_once_per_connection_and_settles_on_a_generic_plan() {
-    let db = one_connection(direct_config(), true);
-    let fleet = Fleet::new(&db);
+fn every_statement_is_prepared_once_per_connection_and_settles_on_a_generic_plan_at_protocol_level()
+{
+    // Auto, on a direct connection: proven, protocol-level.
+    let db = one_connection(direct_config(), StatementMode::Auto);
+    every_statement_settles_on_a_generic_plan(&db, false);
+    let modes = db.statement_modes();
+    assert_eq!(
+        (modes.protocol, modes.sql, modes.pooler_found),
+        (1, 0, false),
+        "{modes}"
+    );
+}
+
+#[test]
+fn every_statement_is_prepared_once_per_connection_and_settles_on_a_generic_plan_at_sql_level() {
+    let db = one_connection(direct_config(), StatementMode::Sql);
+    every_statement_settles_on_a_generic_plan(&db, true);
+    let modes = db.statement_modes();
+    assert_eq!((modes.protocol, modes.sql), (0, 1), "{modes}");
+}
+
+/// Every operation, then the plans of the statements prepared on `db`'s one connection (by SQL
+/// `PREPARE` when `sql_level`, else by the protocol).
+fn every_statement_settles_on_a_generic_plan(db: &Db, sql_level: bool) {
+    let fleet = Fleet::new(db);
     for n in 0..10 {
         fleet.exercise(n);
     }
@@ -217,7 +259,7 @@ fn every_statement_is_prepared_once_per_connection_and_settles_on_a_generic_plan
         .unwrap()
         .unwrap();
     common::wait_for("ten renewals", Duration::from_secs(20), || {
-        let runs: i64 = prepared(&db)
+        let runs: i64 = prepared(db)
             .iter()
             .filter(|(_, _, _, text)| text.contains("A managed lease's renewal"))
             .map(|(_, g, c, _)| g + c)
@@ -260,7 +302,7 @@ fn every_statement_is_prepared_once_per_connection_and_settles_on_a_generic_plan
         });
         other.delete_process().unwrap();
     }
-    let statements = prepared(&db);
+    let statements = prepared(db);
     for (name, generic, custom, text) in &statements {
         let first_line = text
             .lines()
@@ -269,7 +311,7 @@ fn every_statement_is_prepared_once_per_connection_and_settles_on_a_generic_plan
     }
     // Under the generic plan, with sequential scans priced out, which statements still scan a
     // table: those whose job is to scan (sweeps, counts over the processes table).
-    let scans = generic_scans(&db);
+    let scans = generic_scans(db);
     for (what, scan) in &scans {
         println!("{what}\n    {scan}");
         // The processes table holds a row per process (tens, not thousands): the fair-share stats
@@ -297,6 +339,11 @@ fn every_statement_is_prepared_once_per_connection_and_settles_on_a_generic_plan
             text.starts_with(&format!("PREPARE {name} ")),
             "{name} is not pgtenure's: {text}"
         );
+        assert_eq!(
+            name.starts_with("pgt_"),
+            sql_level,
+            "{name}: prepared in the other mode"
+        );
         // PostgreSQL plans the first five executions for their values, then keeps the generic
         // plan unless it costs clearly more: from then on nothing is planned again.
         let runs = generic + custom;
@@ -310,9 +357,9 @@ fn every_statement_is_prepared_once_per_connection_and_settles_on_a_generic_plan
 }
 
 #[test]
-fn a_statement_missing_on_its_connection_is_prepared_again_before_anything_ran() {
+fn a_statement_missing_on_its_connection_is_prepared_again_before_anything_ran_at_sql_level() {
     let proxy = Proxy::start(0, database_addr()).unwrap();
-    let db = one_connection(proxy.config(), true);
+    let db = one_connection(proxy.config(), StatementMode::Sql);
     let fleet = Fleet::new(&db);
     fleet.exercise(0);
     fleet.exercise(1);
@@ -344,31 +391,91 @@ fn a_statement_missing_on_its_connection_is_prepared_again_before_anything_ran()
 }
 
 #[test]
-fn a_statement_whose_table_changed_is_prepared_afresh() {
-    let db = one_connection(direct_config(), true);
+fn a_reset_session_prepares_its_protocol_level_statements_again_before_anything_ran() {
+    let proxy = Proxy::start(0, database_addr()).unwrap();
+    let db = one_connection(proxy.config(), StatementMode::Protocol);
     let fleet = Fleet::new(&db);
     fleet.exercise(0);
-    assert!(fleet.elector.is_leader().unwrap());
-    assert!(fleet.elector.leader().unwrap().is_some());
-    // The cached plan's result type changes: PostgreSQL refuses to run the old prepared statement
-    // (0A000) rather than return other columns.
-    client()
-        .batch_execute(&format!(
-            "ALTER TABLE {} ALTER COLUMN holder TYPE varchar(2000)",
-            fleet.leader_t
-        ))
-        .unwrap();
-    let leader = fleet.elector.leader().unwrap().expect("still led");
-    assert_eq!(leader.holder, fleet.elector.holder());
-    assert!(fleet.elector.is_leader().unwrap());
     fleet.exercise(1);
+    let before = proxy.round_trips();
+    assert!(fleet.elector.is_leader().unwrap());
+    assert_eq!(proxy.round_trips() - before, 1, "prepared: one round trip");
+    for (round, reset) in [(2, "DEALLOCATE ALL"), (3, "DISCARD ALL")] {
+        db.connection().unwrap().batch_execute(reset).unwrap();
+        let before = proxy.round_trips();
+        assert!(fleet.elector.is_leader().unwrap(), "still the leader");
+        assert_eq!(
+            proxy.round_trips() - before,
+            4,
+            "after {reset}: Bind refused (26000, nothing ran), the backend asked (the same one), \
+             Parse, Bind"
+        );
+        let before = proxy.round_trips();
+        assert!(fleet.elector.is_leader().unwrap());
+        assert_eq!(proxy.round_trips() - before, 1, "after {reset}");
+        // The term is kept: nothing ran twice, nothing was lost.
+        let term: i64 = client()
+            .query_one(&format!("SELECT term FROM {}", fleet.leader_t), &[])
+            .unwrap()
+            .get(0);
+        assert_eq!(Some(term), fleet.elector.term());
+        fleet.exercise(round);
+    }
+    let modes = db.statement_modes();
+    assert_eq!(
+        (modes.protocol, modes.pooler_found),
+        (1, false),
+        "a reset session is not a pooler: {modes}"
+    );
 }
 
 #[test]
-fn with_prepared_statements_off_nothing_is_prepared_and_each_operation_is_one_round_trip() {
+fn a_statement_whose_table_changed_is_prepared_afresh() {
+    for mode in [StatementMode::Auto, StatementMode::Sql] {
+        let db = one_connection(direct_config(), mode);
+        let fleet = Fleet::new(&db);
+        fleet.exercise(0);
+        assert!(fleet.elector.is_leader().unwrap());
+        assert!(fleet.elector.leader().unwrap().is_some());
+        // The cached plan's result type changes: PostgreSQL refuses to run the old prepared
+        // statement (0A000) rather than return other columns.
+        client()
+            .batch_execute(&format!(
+                "ALTER TABLE {} ALTER COLUMN holder TYPE varchar(2000)",
+                fleet.leader_t
+            ))
+            .unwrap();
+        let leader = fleet.elector.leader().unwrap().expect("still led");
+        assert_eq!(leader.holder, fleet.elector.holder(), "{mode}");
+        assert!(fleet.elector.is_leader().unwrap());
+        fleet.exercise(1);
+        let modes = db.statement_modes();
+        assert_eq!(
+            modes.protocol == 1,
+            mode == StatementMode::Auto,
+            "{mode}: {modes}"
+        );
+    }
+}
+
+#[test]
+fn unprepared_nothing_is_prepared_and_each_operation_is_one_round_trip() {
     let proxy = Proxy::start(0, database_addr()).unwrap();
-    let db = one_connection(proxy.config(), false);
-    assert!(!db.prepares_statements());
+    let config = proxy.config();
+    // The mode from the connection string, beside the driver's own settings.
+    let url = format!(
+        "host=127.0.0.1 port={} user={} dbname={} statement_mode=unprepared",
+        proxy.port(),
+        config.get_user().unwrap_or("postgres"),
+        config.get_dbname().unwrap_or("postgres"),
+    );
+    let db = Db::builder(&url)
+        .unwrap()
+        .max_size(1)
+        .unwrap()
+        .build()
+        .unwrap();
+    assert_eq!(db.statement_mode(), StatementMode::Unprepared);
     let fleet = Fleet::new(&db);
     fleet.exercise(0);
     let before = proxy.round_trips();
@@ -380,5 +487,69 @@ fn with_prepared_statements_off_nothing_is_prepared_and_each_operation_is_one_ro
     assert_eq!(proxy.round_trips() - before, 1, "no PREPARE at first use");
     fleet.exercise(1);
     assert!(prepared(&db).is_empty());
+    let modes = db.statement_modes();
+    assert_eq!((modes.unprepared, modes.protocol, modes.sql), (1, 0, 0));
     let _ = &fleet.lease_t;
+}
+
+/// `Auto` uses protocol-level statements only where the server itself accepted the connection at
+/// the configured host and port: a direct connection, not one through a proxy on another port.
+#[test]
+fn auto_proves_a_connection_direct_before_it_uses_protocol_level_statements() {
+    let direct = one_connection(direct_config(), StatementMode::Auto);
+    let fleet = Fleet::new(&direct);
+    fleet.exercise(0);
+    assert!(prepared(&direct)
+        .iter()
+        .all(|(name, ..)| !name.starts_with("pgt_")));
+    assert_eq!(direct.statement_modes().protocol, 1);
+
+    let proxy = Proxy::start(0, database_addr()).unwrap();
+    let proxied = one_connection(proxy.config(), StatementMode::Auto);
+    let fleet = Fleet::new(&proxied);
+    fleet.exercise(0);
+    fleet.exercise(1);
+    let statements = prepared(&proxied);
+    assert!(
+        !statements.is_empty() && statements.iter().all(|(name, ..)| name.starts_with("pgt_")),
+        "{statements:?}"
+    );
+    let modes = proxied.statement_modes();
+    assert_eq!((modes.protocol, modes.sql), (0, 1), "{modes}");
+    // Steady state: one round trip per operation.
+    let before = proxy.round_trips();
+    assert!(fleet.elector.is_leader().unwrap());
+    assert_eq!(proxy.round_trips() - before, 1);
+}
+
+/// Over a Unix socket, `Auto` proves a connection direct by the server's socket directory and
+/// port.
+#[test]
+fn auto_proves_a_unix_socket_connection_direct_in_the_servers_directory() {
+    let server = pgtenure::testing::TempPostgres::start().unwrap();
+    let url = format!(
+        "host={} port={} user=postgres dbname=postgres",
+        server.dir().display(),
+        server.port()
+    );
+    let db = Db::builder(&url)
+        .unwrap()
+        .max_size(1)
+        .unwrap()
+        .build()
+        .unwrap();
+    let fleet = Fleet::new(&db);
+    fleet.exercise(0);
+    let modes = db.statement_modes();
+    assert_eq!((modes.protocol, modes.sql), (1, 0), "{modes}");
+    // The same server by TCP on another port than the configured one (a mapped port) is unproven.
+    let proxy = Proxy::start(0, ([127, 0, 0, 1], server.port()).into()).unwrap();
+    let mut config = proxy.config();
+    config.dbname("postgres");
+    let proxied = one_connection(config, StatementMode::Auto);
+    assert!(proxied.connection().is_ok());
+    let fleet = Fleet::new(&proxied);
+    fleet.exercise(0);
+    let modes = proxied.statement_modes();
+    assert_eq!((modes.protocol, modes.sql), (0, 1), "{modes}");
 }

@@ -1,13 +1,14 @@
 //! Each operation side by side with `pgbench -M prepared` running the crate's own statement (the
-//! limit), and with the crate sending it unprepared (an unnamed statement, planned at every call:
-//! how pgtenure 0.1 sent everything), at each client count, in one run; the median of `runs` runs.
-//! Then the same through PgBouncer in transaction mode.
+//! limit), in each statement mode (`Auto`, which a direct connection proves: protocol-level; `Sql`;
+//! `Unprepared`: planned at every call, how pgtenure 0.1 sent everything), at each client count,
+//! in one run; the median of `runs` runs. Then `Auto` (which finds no proof there: SQL-level) and
+//! `Unprepared` through PgBouncer in transaction mode.
 
 use std::sync::Barrier;
 use std::thread;
 use std::time::{Duration, Instant, SystemTime};
 
-use pgtenure::Db;
+use pgtenure::{Db, StatementMode};
 use serde_json::{json, Value};
 
 use super::cases::{cases, sql, MakeOp};
@@ -48,15 +49,13 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-/// One cell of the table: medians over the runs.
+/// One cell of the table: medians over the runs, per column.
 struct Cell {
     name: &'static str,
     clients: usize,
-    lib: Vec<f64>,
-    unprepared: Vec<f64>,
     limit: Vec<f64>,
-    bouncer: Vec<f64>,
-    bouncer_unprepared: Vec<f64>,
+    /// Per column of `columns` (direct, then through PgBouncer): the runs.
+    columns: Vec<Vec<f64>>,
 }
 
 /// Runs the comparison; returns its JSON.
@@ -67,19 +66,33 @@ pub fn run(
     secs: u64,
     runs: usize,
 ) -> Result<Value, Error> {
-    let pool = |url: &str, prepared: bool, cancel: bool| -> Result<Db, Error> {
+    let pool = |url: &str, mode: StatementMode, cancel: bool| -> Result<Db, Error> {
         Ok(Db::builder(url)?
             .max_size(16)?
+            .statement_mode(mode)
             .build()?
-            .with_prepared_statements(prepared)
             .with_cancel_on_deadline(cancel))
     };
-    let db = pool(url, true, true)?;
-    let unprepared = pool(url, false, true)?;
-    let via = match bouncer_url {
-        Some(b) => Some((pool(b, true, false)?, pool(b, false, false)?)),
-        None => None,
-    };
+    let db = pool(url, StatementMode::Auto, true)?;
+    // Direct: Auto (proven direct: protocol-level), then SQL-level and unprepared forced.
+    let mut columns: Vec<(String, Db)> = vec![
+        ("auto".into(), db.clone()),
+        ("sql".into(), pool(url, StatementMode::Sql, true)?),
+        (
+            "unprepared".into(),
+            pool(url, StatementMode::Unprepared, true)?,
+        ),
+    ];
+    if let Some(b) = bouncer_url {
+        columns.push((
+            "pgbouncer auto".into(),
+            pool(b, StatementMode::Auto, false)?,
+        ));
+        columns.push((
+            "pgbouncer unprepared".into(),
+            pool(b, StatementMode::Unprepared, false)?,
+        ));
+    }
     let (mut cases, tables, leasers) = cases(&db, std::process::id())?;
     if let Ok(filter) = std::env::var("PGTENURE_BENCH_CASES") {
         cases.retain(|case| filter.split(',').any(|f| case.name.contains(f)));
@@ -90,11 +103,8 @@ pub fn run(
             cells.push(Cell {
                 name: case.name,
                 clients: c,
-                lib: Vec::new(),
-                unprepared: Vec::new(),
                 limit: Vec::new(),
-                bouncer: Vec::new(),
-                bouncer_unprepared: Vec::new(),
+                columns: vec![Vec::new(); columns.len()],
             });
         }
     }
@@ -105,93 +115,77 @@ pub fn run(
         for case in &cases {
             for &c in clients {
                 let cell = cell.next().unwrap();
-                measurement += 1;
-                cell.lib.push(measure(c, secs, &db, measurement, &case.lib));
-                measurement += 1;
-                cell.unprepared
-                    .push(measure(c, secs, &unprepared, measurement, &case.lib));
+                for (i, (_, column_db)) in columns.iter().enumerate() {
+                    measurement += 1;
+                    cell.columns[i].push(measure(c, secs, column_db, measurement, &case.lib));
+                }
                 cell.limit
                     .push(pgbench::run(url, &case.script, c, secs, &*case.vars)?);
-                if let Some((via, via_unprepared)) = &via {
-                    measurement += 1;
-                    cell.bouncer
-                        .push(measure(c, secs, via, measurement, &case.lib));
-                    measurement += 1;
-                    cell.bouncer_unprepared.push(measure(
-                        c,
-                        secs,
-                        via_unprepared,
-                        measurement,
-                        &case.lib,
-                    ));
-                }
                 eprintln!(
-                    "  {:<30} {c}: {:.0} / pgbench {:.0} / unprepared {:.0}",
+                    "  {:<30} {c}: pgbench {:.0} / {}",
                     case.name,
-                    cell.lib.last().unwrap(),
                     cell.limit.last().unwrap(),
-                    cell.unprepared.last().unwrap()
+                    columns
+                        .iter()
+                        .zip(&cell.columns)
+                        .map(|((name, _), runs)| format!("{name} {:.0}", runs.last().unwrap()))
+                        .collect::<Vec<_>>()
+                        .join(" / ")
                 );
             }
         }
     }
+    let modes: Vec<String> = columns
+        .iter()
+        .map(|(name, db)| format!("{name}: {}", db.statement_modes()))
+        .collect();
     println!(
-        "\nmedian of {runs} runs, {secs} s each; limit: pgbench -M prepared running the crate's statement"
+        "\nmedian of {runs} runs, {secs} s each; limit: pgbench -M prepared running the crate's \
+         statement; each column's ratio to it. What each column's connections used: {}",
+        modes.join("; ")
+    );
+    let header: Vec<&str> = columns.iter().map(|(name, _)| name.as_str()).collect();
+    println!(
+        "| operation | clients | pgbench prepared/s | {} |",
+        header
+            .iter()
+            .map(|h| format!("{h}/s | ratio"))
+            .collect::<Vec<_>>()
+            .join(" | ")
     );
     println!(
-        "| operation | clients | pgtenure/s | pgbench prepared/s | ratio | unprepared/s | speedup |"
+        "| --- | ---: | ---: |{}",
+        " ---: | ---: |".repeat(columns.len())
     );
-    println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: |");
     let mut out = Vec::new();
     for cell in &cells {
-        let (lib, limit, unprep) = (
-            median(cell.lib.clone()),
-            median(cell.limit.clone()),
-            median(cell.unprepared.clone()),
-        );
+        let limit = median(cell.limit.clone());
+        let medians: Vec<f64> = cell
+            .columns
+            .iter()
+            .map(|runs| median(runs.clone()))
+            .collect();
         println!(
-            "| {} | {} | {lib:.0} | {limit:.0} | {:.2} | {unprep:.0} | {:.1}x |",
+            "| {} | {} | {limit:.0} | {} |",
             cell.name,
             cell.clients,
-            lib / limit,
-            lib / unprep
+            medians
+                .iter()
+                .map(|m| format!("{m:.0} | {:.2}", m / limit))
+                .collect::<Vec<_>>()
+                .join(" | ")
         );
         let mut row = json!({
-            "operation": cell.name, "clients": cell.clients,
-            "pgtenure": lib, "pgbench_prepared": limit, "ratio": lib / limit,
-            "unprepared": unprep, "speedup": lib / unprep,
-            "runs": { "pgtenure": cell.lib, "pgbench_prepared": cell.limit, "unprepared": cell.unprepared },
+            "operation": cell.name, "clients": cell.clients, "pgbench_prepared": limit,
+            "runs": { "pgbench_prepared": cell.limit },
         });
-        if via.is_some() {
-            row["through_pgbouncer"] = json!({
-                "pgtenure": median(cell.bouncer.clone()),
-                "unprepared": median(cell.bouncer_unprepared.clone()),
-            });
+        for (i, (name, _)) in columns.iter().enumerate() {
+            let key = name.replace(' ', "_");
+            row[&key] = json!(medians[i]);
+            row[format!("{key}_ratio")] = json!(medians[i] / limit);
+            row["runs"][&key] = json!(cell.columns[i]);
         }
         out.push(row);
-    }
-    if via.is_some() {
-        println!(
-            "\nthrough PgBouncer (transaction mode, default configuration), median of {runs} runs"
-        );
-        println!(
-            "| operation | clients | pgtenure/s | unprepared/s | speedup | direct pgtenure/s | pooler's cost |"
-        );
-        println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: |");
-        for cell in &cells {
-            let (b, bu, lib) = (
-                median(cell.bouncer.clone()),
-                median(cell.bouncer_unprepared.clone()),
-                median(cell.lib.clone()),
-            );
-            println!(
-                "| {} | {} | {b:.0} | {bu:.0} | {:.1}x | {lib:.0} | {:.2} |",
-                cell.name,
-                cell.clients,
-                b / bu,
-                b / lib
-            );
-        }
     }
     let limits = driver_limits(url, &tables.tick, clients, secs, runs)?;
     drop(leasers);
@@ -237,7 +231,13 @@ fn driver_limits(
         Type::INT8,
     ];
     let taken = SystemTime::UNIX_EPOCH + Duration::from_secs(1_750_000_000);
-    let run = |clients: usize, protocol: bool| -> f64 {
+    #[derive(Clone, Copy, PartialEq)]
+    enum Send {
+        Protocol,
+        Execute,
+        SimpleExecute,
+    }
+    let run = |clients: usize, way: Send| -> f64 {
         let barrier = Barrier::new(clients);
         let counts: Vec<f64> = thread::scope(|s| {
             let handles: Vec<_> = (0..clients)
@@ -254,7 +254,17 @@ fn driver_limits(
                                        '2025-06-15 15:06:40+00', '60000000', 'x', '1', true, \
                                        '60000000')";
                         let once = |c: &mut Client| {
-                            let rows = if protocol {
+                            if way == Send::SimpleExecute {
+                                // One Query message, text results.
+                                let answer = c.simple_query(execute).unwrap();
+                                assert!(answer.iter().any(|m| matches!(
+                                    m,
+                                    pgtenure::postgres::SimpleQueryMessage::Row(row)
+                                        if row.get("token").is_none()
+                                )));
+                                return;
+                            }
+                            let rows = if way == Send::Protocol {
                                 c.query(
                                     &named,
                                     &[
@@ -329,18 +339,21 @@ fn driver_limits(
          claim, and SELECT 1 on a connection of its own or from an r2d2 pool"
     );
     println!(
-        "| clients | claim, protocol-level prepared/s (not pooler-safe) | claim, SQL-level \
-         EXECUTE/s | SELECT 1, own connection/s | SELECT 1, from an r2d2 pool/s |"
+        "| clients | claim, protocol-level prepared/s | claim, SQL-level EXECUTE (extended \
+         protocol)/s | claim, SQL-level EXECUTE (simple query)/s | SELECT 1, own connection/s | \
+         SELECT 1, from an r2d2 pool/s |"
     );
-    println!("| ---: | ---: | ---: | ---: | ---: |");
+    println!("| ---: | ---: | ---: | ---: | ---: | ---: |");
     for &c in clients {
-        let protocol = median((0..runs).map(|_| run(c, true)).collect());
-        let execute = median((0..runs).map(|_| run(c, false)).collect());
+        let protocol = median((0..runs).map(|_| run(c, Send::Protocol)).collect());
+        let execute = median((0..runs).map(|_| run(c, Send::Execute)).collect());
+        let simple = median((0..runs).map(|_| run(c, Send::SimpleExecute)).collect());
         let own = median((0..runs).map(|_| select(c, false)).collect());
         let pooled = median((0..runs).map(|_| select(c, true)).collect());
-        println!("| {c} | {protocol:.0} | {execute:.0} | {own:.0} | {pooled:.0} |");
+        println!("| {c} | {protocol:.0} | {execute:.0} | {simple:.0} | {own:.0} | {pooled:.0} |");
         out.push(json!({
             "clients": c, "protocol_prepared": protocol, "sql_execute": execute,
+            "sql_execute_simple_query": simple,
             "select_1_own_connection": own, "select_1_pooled": pooled,
         }));
     }

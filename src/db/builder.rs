@@ -8,6 +8,7 @@ use r2d2::Pool;
 use r2d2_postgres::PostgresConnectionManager;
 
 use super::conn::{ConnectAttempts, MakeTls, Pooling};
+use super::mode::{StatementMode, Targets};
 use super::ssl::SslMode;
 use super::Db;
 use crate::error::{Error, ErrorKind, Result};
@@ -32,9 +33,9 @@ const READ_COMMITTED_OPTION: &str = "-c default_transaction_isolation=read\\ com
 
 /// Builds a [`Db`]'s connection pool; every setter's default is pgtenure's (see [`Db::connect`]).
 ///
-/// It sets up connections only. What pgtenure does on them (cancelling stuck statements, preparing
-/// statements) is set on the [`Db`] it builds, the same for a pool of your own
-/// ([`Db::from_pool`]): [`Db::with_cancel_on_deadline`], [`Db::with_prepared_statements`].
+/// It sets up connections, and how statements are sent on them ([`DbBuilder::statement_mode`]).
+/// What else pgtenure does on them is set on the [`Db`] it builds, the same for a pool of your own
+/// ([`Db::from_pool`]): [`Db::with_cancel_on_deadline`].
 pub struct DbBuilder {
     config: postgres::Config,
     max_size: u32,
@@ -42,6 +43,7 @@ pub struct DbBuilder {
     read_committed: bool,
     ssl_mode: SslMode,
     root_cert: Option<String>,
+    statement_mode: StatementMode,
 }
 
 impl DbBuilder {
@@ -64,6 +66,7 @@ impl DbBuilder {
             read_committed: true,
             ssl_mode,
             root_cert: None,
+            statement_mode: StatementMode::Auto,
         }
     }
 
@@ -97,6 +100,14 @@ impl DbBuilder {
         }
         self.root_cert = Some(root_cert.to_owned());
         Ok(self)
+    }
+
+    /// How statements are sent (see [`StatementMode`]). Defaults to the connection string's
+    /// `statement_mode`, else [`StatementMode::Auto`]: protocol-level prepared statements on
+    /// connections proven to reach the server directly, SQL-level ones on any other.
+    pub fn statement_mode(mut self, mode: StatementMode) -> DbBuilder {
+        self.statement_mode = mode;
+        self
     }
 
     /// The most connections the pool opens. Defaults to 16.
@@ -196,7 +207,9 @@ impl DbBuilder {
                 .with_source(e)
             })?;
         }
-        let db = Db::from_source(Pooling::built(pool, tls, self.connection_timeout, attempts));
+        let db = Db::from_source(Pooling::built(pool, tls, self.connection_timeout, attempts))
+            .with_targets(Targets::of(&config))
+            .with_statement_mode(self.statement_mode);
         Ok(match timeline {
             Some(on) => db.with_timeline_tokens(on),
             None => db,
@@ -222,11 +235,12 @@ impl DbBuilder {
     fn build_lazy_with<T: MakeTls>(self, tls: T) -> Db {
         let attempts = ConnectAttempts::default();
         let builder = self.pool_builder(&attempts).min_idle(Some(0));
-        let pool = builder.build_unchecked(PostgresConnectionManager::new(
-            self.effective_config(),
-            tls.clone(),
-        ));
+        let config = self.effective_config();
+        let targets = Targets::of(&config);
+        let pool = builder.build_unchecked(PostgresConnectionManager::new(config, tls.clone()));
         Db::from_source(Pooling::built(pool, tls, self.connection_timeout, attempts))
+            .with_targets(targets)
+            .with_statement_mode(self.statement_mode)
     }
 
     /// The TLS connector the settings ask for: `None` for plain connections.
@@ -401,6 +415,7 @@ impl fmt::Debug for DbBuilder {
             .field("read_committed", &self.read_committed)
             .field("ssl_mode", &self.ssl_mode)
             .field("root_cert", &self.root_cert)
+            .field("statement_mode", &self.statement_mode)
             .finish()
     }
 }

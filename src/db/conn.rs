@@ -36,12 +36,8 @@ impl Connection {
         self
     }
 
-    /// The extensions r2d2 keeps with the pooled connection (pgtenure records there which
-    /// statements are prepared on it).
-    pub(crate) fn extensions(&self) -> &Extensions {
-        self.pooled.extensions()
-    }
-
+    /// The extensions r2d2 keeps with the pooled connection (pgtenure keeps there how statements
+    /// are sent on it, and those prepared on it).
     pub(crate) fn extensions_mut(&mut self) -> &mut Extensions {
         self.pooled.extensions_mut()
     }
@@ -245,7 +241,6 @@ impl<T: MakeTls> Source for Pooling<T> {
 trait Pooled: Send {
     fn client(&self) -> &Client;
     fn client_mut(&mut self) -> &mut Client;
-    fn extensions(&self) -> &Extensions;
     fn extensions_mut(&mut self) -> &mut Extensions;
 }
 
@@ -256,10 +251,6 @@ impl<T: MakeTls> Pooled for PooledConnection<PostgresConnectionManager<T>> {
 
     fn client_mut(&mut self) -> &mut Client {
         self
-    }
-
-    fn extensions(&self) -> &Extensions {
-        PooledConnection::extensions(self)
     }
 
     fn extensions_mut(&mut self) -> &mut Extensions {

@@ -2,6 +2,7 @@
 
 mod builder;
 pub(crate) mod conn;
+mod mode;
 mod outcome;
 mod promotion;
 mod schema;
@@ -20,7 +21,7 @@ use r2d2::Pool;
 use r2d2_postgres::PostgresConnectionManager;
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::statement::{Failure, Statement, Value};
+use crate::statement::{Cache, Failure, Statement, Value};
 
 pub use self::builder::DbBuilder;
 use self::outcome::connection_lost;
@@ -32,6 +33,9 @@ pub use self::ssl::SslMode;
 pub use self::conn::Connection;
 pub(crate) use self::conn::{CancelKey, Conn};
 use self::conn::{Lending, Pooling, Source};
+pub(crate) use self::mode::Way;
+use self::mode::{Seen, Targets, Ways};
+pub use self::mode::{StatementMode, StatementModes};
 
 /// A pool of PostgreSQL connections shared by every pgtenure primitive.
 ///
@@ -50,7 +54,13 @@ pub struct Db {
     pool: Arc<dyn Source>,
     lending: Arc<Lending>,
     cancel_on_deadline: bool,
-    prepared_statements: bool,
+    /// How statements are sent ([`Db::with_statement_mode`]).
+    statement_mode: StatementMode,
+    /// Where the configuration says the server is, for [`StatementMode::Auto`]'s proof: `None`
+    /// for a pool of the application's own.
+    targets: Option<Arc<Targets>>,
+    /// The ways the connections got, and whether a pooler was found.
+    ways: Arc<Ways>,
     /// Whether new fencing tokens fold in the server's timeline ([`Db::with_timeline_tokens`]).
     timeline_tokens: bool,
     /// Whether grants wait out a promotion ([`Db::with_promotion_hold_off`]).
@@ -141,6 +151,9 @@ impl Db {
         if let Some(root_cert) = &ssl.root_cert {
             builder = builder.ssl_root_cert(root_cert)?;
         }
+        if let Some(mode) = ssl.statement_mode {
+            builder = builder.statement_mode(mode);
+        }
         Ok(builder)
     }
 
@@ -180,7 +193,9 @@ impl Db {
             lending: Arc::new(Lending::new(source.max_size())),
             pool: Arc::new(source),
             cancel_on_deadline: true,
-            prepared_statements: true,
+            statement_mode: StatementMode::Auto,
+            targets: None,
+            ways: Arc::new(Ways::default()),
             timeline_tokens: true,
             promotion_hold_off: true,
             promotions: Arc::new(Promotions::default()),
@@ -267,30 +282,30 @@ impl Db {
         }
     }
 
-    /// Whether each statement is prepared once per server connection (SQL `PREPARE` under a name
-    /// derived from its text, then `EXECUTE` in one round trip) instead of being parsed and planned
-    /// on every call. Defaults to `true`.
-    ///
-    /// Safe behind PgBouncer in transaction mode with its default configuration: a name means the
-    /// same statement on every server connection, and a server connection that lacks it is detected
-    /// before anything runs (then it is prepared there, costing two more round trips once per
-    /// server connection and statement). Turn it off behind a proxy that pins a client to one
-    /// server session once it sees `PREPARE` (Amazon RDS Proxy does), and behind PgBouncer with
-    /// `server_reset_query_always = 1` (every transaction starts without prepared statements, so
-    /// each operation would prepare in vain before running unprepared).
-    ///
-    /// The names (`pgt_` and 32 hex digits of the statement's SHA-256) are not secret: a client
-    /// that shares the database role and the pooler's server connections could prepare a forged
-    /// statement under one. Such a client can already write pgtenure's tables; give pgtenure a role
-    /// of its own where that matters.
-    pub fn with_prepared_statements(mut self, on: bool) -> Db {
-        self.prepared_statements = on;
+    /// How statements are sent (see [`StatementMode`]): [`StatementMode::Auto`] by default, or
+    /// what the connection string's `statement_mode` or [`DbBuilder::statement_mode`] said.
+    /// Connections pgtenure already used switch at their next statement.
+    pub fn with_statement_mode(mut self, mode: StatementMode) -> Db {
+        self.statement_mode = mode;
         self
     }
 
-    /// See [`Db::with_prepared_statements`].
-    pub fn prepares_statements(&self) -> bool {
-        self.prepared_statements
+    /// See [`Db::with_statement_mode`].
+    pub fn statement_mode(&self) -> StatementMode {
+        self.statement_mode
+    }
+
+    /// How this `Db`'s connections have sent statements so far: how many got each way, and whether
+    /// a pooler was found (see [`StatementModes`]). Each connection's way is also logged once at
+    /// `info` under `pgtenure::db`.
+    pub fn statement_modes(&self) -> StatementModes {
+        self.ways.snapshot()
+    }
+
+    /// Sets where the configuration says the server is (a pool pgtenure built).
+    pub(crate) fn with_targets(mut self, targets: Targets) -> Db {
+        self.targets = Some(Arc::new(targets));
+        self
     }
 
     /// Whether a lease's statement that is still blocked at its local deadline is cancelled with the
@@ -478,15 +493,17 @@ impl Db {
         one_row(context, self.query(context, policy, statement, values)?)
     }
 
-    /// Runs `statement` once on `conn` (inside [`Db::with_conn`]): prepared once per server
-    /// connection unless turned off (see [`Db::with_prepared_statements`]).
+    /// Runs `statement` once on `conn` (inside [`Db::with_conn`]), in the way the connection's
+    /// statement mode decided.
     pub(crate) fn run(
         &self,
         conn: &mut Conn,
         statement: &Statement,
         values: &[Value<'_>],
     ) -> std::result::Result<Vec<Row>, Failure> {
-        statement.query(conn, self.prepared_statements, values)
+        self.on_conn(conn, |client, cache, way| {
+            statement.query(client, cache, way, values)
+        })
     }
 
     /// Prepares `statement` on `conn` if it is not known to be there, without running it (see
@@ -496,9 +513,140 @@ impl Db {
         conn: &mut Conn,
         statement: &Statement,
     ) -> std::result::Result<(), Failure> {
-        statement.prepare(conn, self.prepared_statements)
+        self.on_conn(conn, |client, cache, way| {
+            statement.prepare(client, cache, way)
+        })
+    }
+
+    /// Runs `f` with the connection's client, its [`Cache`] and its way, deciding the way first
+    /// if this connection has none yet; takes up a pooler the connection found.
+    fn on_conn<T>(
+        &self,
+        conn: &mut Conn,
+        f: impl FnOnce(&mut postgres::Client, &mut Cache, Way) -> std::result::Result<T, Failure>,
+    ) -> std::result::Result<T, Failure> {
+        let mut cache = conn.extensions_mut().remove::<Cache>().unwrap_or_default();
+        let client: &mut postgres::Client = conn;
+        let result = self
+            .way(client, &mut cache)
+            .and_then(|way| f(client, &mut cache, way));
+        if cache.pooler_found && self.ways.found_pooler() {
+            log::warn!(
+                target: "pgtenure::db",
+                "a pooler sits between pgtenure and the server (a protocol-level prepared statement \
+                 was missing on another backend than the session's own): this Db sends SQL-level \
+                 statements on every connection from now on; set statement_mode=sql for it"
+            );
+        }
+        conn.extensions_mut().insert(cache);
+        result
+    }
+
+    /// The way `client` sends statements: decided at its first statement under the `Db`'s mode
+    /// (with [`StatementMode::Auto`], by the proof), and again when the mode changed or a pooler
+    /// was found.
+    fn way(
+        &self,
+        client: &mut postgres::Client,
+        cache: &mut Cache,
+    ) -> std::result::Result<Way, Failure> {
+        let pooler = self.ways.pooler_found();
+        match cache.way {
+            Some(Way::Protocol) if pooler => {
+                cache.found_pooler();
+                return Ok(Way::Sql);
+            }
+            Some(way) if cache.mode == Some(self.statement_mode) => return Ok(way),
+            _ => {}
+        }
+        let protocol_allowed = matches!(
+            self.statement_mode,
+            StatementMode::Auto | StatementMode::Protocol
+        ) && !pooler;
+        let (way, why) = match self.statement_mode {
+            StatementMode::Unprepared => (Way::Unprepared, "statement_mode=unprepared".to_owned()),
+            StatementMode::Sql => (Way::Sql, "statement_mode=sql".to_owned()),
+            _ if !protocol_allowed => (Way::Sql, "a pooler was found earlier".to_owned()),
+            StatementMode::Auto if self.targets.is_none() => (
+                Way::Sql,
+                "a pool of the application's own: its configured host is unknown".to_owned(),
+            ),
+            mode => match session(client)? {
+                Some(seen) => {
+                    cache.pid = Some(seen.pid);
+                    match (&self.targets, mode) {
+                        (_, StatementMode::Protocol) => {
+                            (Way::Protocol, format!("statement_mode=protocol; {seen}"))
+                        }
+                        (Some(targets), _) if targets.direct(&seen) => (
+                            Way::Protocol,
+                            format!("proven direct: the server accepted it at {seen}"),
+                        ),
+                        (Some(targets), _) => (
+                            Way::Sql,
+                            format!(
+                                "not proven direct: the server accepted it at {seen}, not at \
+                                 {targets} where the configuration points"
+                            ),
+                        ),
+                        (None, _) => (Way::Sql, "unproven".to_owned()),
+                    }
+                }
+                None if mode == StatementMode::Protocol => {
+                    (Way::Protocol, "statement_mode=protocol".to_owned())
+                }
+                None => (Way::Sql, "the session did not say where it runs".to_owned()),
+            },
+        };
+        log::info!(
+            target: "pgtenure::db",
+            "a pool connection sends {} statements ({why})",
+            match way {
+                Way::Protocol => "protocol-level prepared",
+                Way::Sql => "SQL-level prepared",
+                Way::Unprepared => "unprepared",
+            }
+        );
+        if cache.mode.is_none() {
+            self.ways.count(way);
+        }
+        cache.mode = Some(self.statement_mode);
+        cache.way = Some(way);
+        Ok(way)
     }
 }
+
+/// What a new connection's session says of the server behind it (`sql/schema/session.sql`):
+/// `None` when the server refused the question (then nothing is proven); a broken connection is
+/// the failure, with nothing of the operation sent.
+fn session(client: &mut postgres::Client) -> std::result::Result<Option<Seen>, Failure> {
+    match client.query_typed(SESSION, &[]).map(|mut rows| rows.pop()) {
+        Ok(None) => Ok(None),
+        Ok(Some(row)) => Ok(Some(Seen {
+            pid: row.get("pid"),
+            addr: row
+                .get::<_, Option<String>>("addr")
+                .and_then(|a| a.parse().ok()),
+            addr_port: row
+                .get::<_, Option<i32>>("addr_port")
+                .and_then(|p| u16::try_from(p).ok()),
+            port: u16::try_from(row.get::<_, i32>("port")).unwrap_or(0),
+            socket_dirs: row.get("socket_dirs"),
+        })),
+        Err(error) if error.as_db_error().is_some() && !never_ran(&error) => {
+            log::debug!(target: "pgtenure::db", "the session probe failed ({error}); nothing is proven");
+            Ok(None)
+        }
+        Err(error) => Err(Failure {
+            error,
+            before_sending: true,
+            cancelled: None,
+        }),
+    }
+}
+
+/// The question a new connection answers once: its backend, and where the server accepted it.
+const SESSION: &str = include_str!("../../sql/schema/session.sql");
 
 /// How many times one operation is sent again after the server rolled it back to break a deadlock.
 const MAX_DEADLOCK_RESENDS: u32 = 3;
@@ -525,7 +673,8 @@ impl fmt::Debug for Db {
         let state = self.pool.state();
         f.debug_struct("Db")
             .field("cancel_on_deadline", &self.cancel_on_deadline)
-            .field("prepared_statements", &self.prepared_statements)
+            .field("statement_mode", &self.statement_mode)
+            .field("statement_modes", &self.ways.snapshot())
             .field("timeline_tokens", &self.timeline_tokens())
             .field("promotion_hold_off", &self.promotion_hold_off())
             .field("max_size", &self.pool.max_size())

@@ -1,9 +1,10 @@
-//! What a connection string says about TLS: `sslmode` and `sslrootcert`, taken out before the driver
-//! parses the rest (the driver knows only `disable`, `prefer` and `require`, and no root
-//! certificates).
+//! What a connection string says that the driver does not read: `sslmode` and `sslrootcert` (the
+//! driver knows only `disable`, `prefer` and `require`, and no root certificates), and pgtenure's
+//! own `statement_mode`, taken out before the driver parses the rest.
 
 use std::fmt;
 
+use super::mode::StatementMode;
 use crate::error::{Error, Result};
 
 /// How a connection uses TLS: libpq's `sslmode`, in the URL (`?sslmode=verify-full`), the
@@ -67,17 +68,19 @@ impl fmt::Display for SslMode {
     }
 }
 
-/// The TLS parameters of a connection string, and the string without them.
+/// The parameters of a connection string that pgtenure reads itself.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub(crate) struct SslParams {
     pub(crate) mode: Option<SslMode>,
     pub(crate) root_cert: Option<String>,
+    pub(crate) statement_mode: Option<StatementMode>,
 }
 
 /// Parameters pgtenure refuses rather than ignores: client certificates are not supported.
 const UNSUPPORTED: &[&str] = &["sslcert", "sslkey", "sslpassword", "sslcrl", "sslcrldir"];
 
-/// Takes `sslmode` and `sslrootcert` out of a `postgres://` URL's query or a `key=value` string.
+/// Takes `sslmode`, `sslrootcert` and `statement_mode` out of a `postgres://` URL's query or a
+/// `key=value` string.
 pub(crate) fn split(url: &str) -> Result<(String, SslParams)> {
     if url.contains("://") {
         split_url(url)
@@ -135,6 +138,7 @@ fn take(params: &mut SslParams, key: &str, value: impl FnOnce() -> Result<String
     match key {
         "sslmode" => params.mode = Some(SslMode::parse(&value()?)?),
         "sslrootcert" => params.root_cert = Some(value()?),
+        "statement_mode" => params.statement_mode = Some(StatementMode::parse(&value()?)?),
         key if UNSUPPORTED.contains(&key) => {
             return Err(Error::invalid_input(format!(
                 "the database URL sets {key}: client certificates and revocation lists are not \
@@ -226,7 +230,21 @@ mod tests {
         SslParams {
             mode,
             root_cert: root_cert.map(str::to_owned),
+            statement_mode: None,
         }
+    }
+
+    #[test]
+    fn the_statement_mode_is_taken_out_of_urls_and_connection_strings() {
+        let (rest, got) = split("postgres://db/app?statement_mode=sql&application_name=x").unwrap();
+        assert_eq!(rest, "postgres://db/app?application_name=x");
+        assert_eq!(got.statement_mode, Some(StatementMode::Sql));
+        let (rest, got) = split("host=db statement_mode=unprepared user=app").unwrap();
+        assert_eq!(rest, "host=db user=app");
+        assert_eq!(got.statement_mode, Some(StatementMode::Unprepared));
+        let err = split("host=db statement_mode=fast").unwrap_err();
+        assert!(err.is_invalid_input());
+        assert!(err.to_string().contains("statement_mode \"fast\""), "{err}");
     }
 
     #[test]

@@ -1,39 +1,45 @@
-//! Statements planned once per server connection, safely behind transaction poolers.
+//! Statements planned once per server connection, in the way the connection's statement mode
+//! decided (see [`StatementMode`](crate::StatementMode)): protocol-level, SQL-level or unprepared.
 //!
 //! Every operation's statement is a CTE whose planning costs several times its execution, so sending
-//! it as an unnamed statement (planned on every call) made refusals and follower polls run at a
-//! fraction of what PostgreSQL allows. Each [`Statement`] is instead prepared with SQL `PREPARE`
-//! under a name derived from its content, `pgt_` and 32 hex digits of the SHA-256 of its parameter
-//! types and text, and run as `EXECUTE pgt_…('value', …)` in one round trip, its values written as
-//! literals from their wire encoding (text escaped by the driver's `escape_literal`). The `EXECUTE`
-//! itself is sent as an unnamed statement, so rows come back in binary form as from any query.
+//! it as an unnamed statement (planned on every call) runs refusals and follower polls at a fraction
+//! of what PostgreSQL allows. Two ways plan it once per server connection:
 //!
-//! Why SQL-level names rather than the protocol's: the driver names protocol-level statements
-//! `s0, s1, …` per process, so behind a transaction pooler that does not track them (PgBouncer
-//! before 1.21, or later ones with `max_prepared_statements = 0`) a `Bind` could reach another
-//! client's statement of the same name on a shared server connection. A content-addressed name
-//! means the same statement wherever it exists, whoever prepared it. A server connection that lacks
-//! it answers 26000 before anything ran; one that already has it (prepared by another client behind
-//! the pooler) answers 42P05 to `PREPARE`. Either way nothing ran, and the statement is prepared or
-//! executed again, at most [`MAX_EXECUTES`] times in all before it is sent unprepared for that call.
+//! - **Protocol-level**: the driver's `prepare_typed` once per pooled connection, the statement kept
+//!   in the connection's [`Cache`], then `Bind`/`Execute` in one round trip. The driver names them
+//!   `s0, s1, …` from a counter of its process, so behind a pooler that does not track them a
+//!   `Bind` could reach another process's statement of the same name: used only where the mode
+//!   allows. A session that lost them (`DEALLOCATE ALL`, `DISCARD ALL`) answers 26000 before
+//!   anything ran; the backend's process id, asked then, tells a reset session (the same backend:
+//!   prepared again) from a pooler that moved it (another backend: the connection, and its `Db`,
+//!   use SQL-level statements from then on).
+//! - **SQL-level**: `PREPARE pgt_…` under a name derived from its content, `pgt_` and 32 hex digits
+//!   of the SHA-256 of its parameter types and text, and `EXECUTE pgt_…('value', …)` in one round
+//!   trip, its values written as literals from their wire encoding (text escaped by the driver's
+//!   `escape_literal`); the `EXECUTE` itself is sent as an unnamed statement, so rows come back in
+//!   binary form as from any query. A content-addressed name means the same statement wherever it
+//!   exists, whoever prepared it: safe behind any pooler. A server connection that lacks it answers
+//!   26000 before anything ran; one that already has it (prepared by another client behind the
+//!   pooler) answers 42P05 to `PREPARE`. Either way nothing ran, and the statement is prepared or
+//!   executed again, at most [`MAX_EXECUTES`] times in all before it is sent unprepared for that call.
 //!
-//! Which statements a pooled connection has prepared is remembered in its r2d2 extensions, so a
-//! direct connection pays one extra round trip (`PREPARE`) the first time it runs each statement;
-//! behind a pooler, a server connection that lacks one costs two more (the 26000, then `PREPARE`).
+//! A direct connection pays one extra round trip the first time it runs each statement (the
+//! prepare); behind a pooler, a server connection that lacks one costs two more (the 26000, then
+//! `PREPARE`). A changed result type (0A000: a table's column changed type) is prepared afresh once.
 
 mod literal;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
 
 use bytes::BytesMut;
 use postgres::error::SqlState;
 use postgres::types::{IsNull, ToSql, Type};
-use postgres::Row;
+use postgres::{Client, Row, SimpleQueryMessage};
 use sha2::{Digest, Sha256};
 
 use self::literal::{literal, renderable};
-use crate::db::conn::Conn;
+use crate::db::{StatementMode, Way};
 
 /// How many `EXECUTE`s one call tries before it sends its statement unprepared (a pooler that keeps
 /// moving the session between server connections that lack it).
@@ -104,26 +110,135 @@ impl Statement {
         &self.name
     }
 
-    /// Runs the statement on `conn` in one round trip in steady state: `EXECUTE` of the prepared
-    /// statement when `prepared`, else the statement itself, unnamed (planned for this call only).
+    /// Runs the statement on `client` in one round trip in steady state, in `way`: with the
+    /// protocol-level statement kept in `cache`, as `EXECUTE` of the SQL-level one, or unprepared
+    /// (planned for this call only).
     pub(crate) fn query(
         &self,
-        conn: &mut Conn,
-        prepared: bool,
+        client: &mut Client,
+        cache: &mut Cache,
+        way: Way,
         values: &[Value<'_>],
     ) -> Result<Vec<Row>, Failure> {
         debug_assert_eq!(values.len(), self.types.len(), "{}", self.name);
-        let execute = match (&self.prepare, prepared) {
-            (Some(prepare), true) => self.execute(values).map(|execute| (prepare, execute)),
-            _ => None,
-        };
+        match way {
+            Way::Protocol => self.protocol(client, cache, values),
+            Way::Sql => self.sql_level(client, cache, values),
+            Way::Unprepared => self.unprepared(client, values),
+        }
+    }
+
+    /// Prepares the statement on `client` in `way` unless `cache` says it is prepared there,
+    /// without running it. A lease runs this before handing out its cancel key: a cancel that
+    /// reaches a session between two statements is dropped, so the key must cover only the
+    /// statement that can block.
+    pub(crate) fn prepare(
+        &self,
+        client: &mut Client,
+        cache: &mut Cache,
+        way: Way,
+    ) -> Result<(), Failure> {
+        match way {
+            Way::Protocol => self.protocol_statement(client, cache).map(drop),
+            Way::Sql => match &self.prepare {
+                Some(prepare) => self.prepare_sql(client, cache, prepare),
+                None => Ok(()),
+            },
+            Way::Unprepared => Ok(()),
+        }
+    }
+
+    /// The protocol-level path: `Bind`/`Execute` of the statement prepared on this connection.
+    fn protocol(
+        &self,
+        client: &mut Client,
+        cache: &mut Cache,
+        values: &[Value<'_>],
+    ) -> Result<Vec<Row>, Failure> {
+        let mut replanned = false;
+        for _ in 0..MAX_EXECUTES {
+            let Some(statement) = self.protocol_statement(client, cache)? else {
+                // A pooler was found while preparing it.
+                return self.sql_level(client, cache, values);
+            };
+            match client.query(&statement, values) {
+                Ok(rows) => return Ok(rows),
+                // Not prepared in this session any more: nothing ran. A reset session (the same
+                // backend) prepares it again; another backend proves a pooler in between.
+                Err(e) if e.code() == Some(&SqlState::INVALID_SQL_STATEMENT_NAME) => {
+                    if !same_backend(client, cache)? {
+                        cache.found_pooler();
+                        return self.sql_level(client, cache, values);
+                    }
+                    log::debug!(target: "pgtenure::db", "the session lost its prepared statements (DEALLOCATE ALL or DISCARD ALL); preparing {} again", self.name);
+                    cache.lost_protocol();
+                }
+                // The cached plan cannot be used any more (a column changed type): refused before
+                // it ran. Prepared afresh, once; refused again, it is sent unprepared.
+                Err(e) if e.code() == Some(&SqlState::FEATURE_NOT_SUPPORTED) && !replanned => {
+                    log::info!(target: "pgtenure::db", "statement {} must be prepared again: {e}", self.name);
+                    replanned = true;
+                    cache.protocol.remove(&self.name);
+                }
+                Err(e) if e.code() == Some(&SqlState::FEATURE_NOT_SUPPORTED) => {
+                    log::info!(target: "pgtenure::db", "statement {} was refused again after being prepared afresh ({e}); sending it unprepared", self.name);
+                    return self.unprepared(client, values);
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        self.unprepared(client, values)
+    }
+
+    /// The protocol-level statement of this connection, prepared now if it is not yet; `None` when
+    /// preparing it found a pooler (the name is taken in the session: only another process's
+    /// statement can hold a name the driver gave out once in this one).
+    fn protocol_statement(
+        &self,
+        client: &mut Client,
+        cache: &mut Cache,
+    ) -> Result<Option<postgres::Statement>, Failure> {
+        if cache.way == Some(Way::Sql) {
+            return Ok(None);
+        }
+        if let Some(statement) = cache.protocol.get(&self.name) {
+            return Ok(Some(statement.clone()));
+        }
+        match client.prepare_typed(&self.text, &self.types) {
+            Ok(statement) => {
+                cache.protocol.insert(self.name.clone(), statement.clone());
+                Ok(Some(statement))
+            }
+            Err(e) if e.code() == Some(&SqlState::DUPLICATE_PSTATEMENT) => {
+                cache.found_pooler();
+                Ok(None)
+            }
+            Err(error) => Err(Failure {
+                error,
+                before_sending: true,
+                cancelled: None,
+            }),
+        }
+    }
+
+    /// The SQL-level path: `EXECUTE` of the statement prepared under its content's name.
+    fn sql_level(
+        &self,
+        client: &mut Client,
+        cache: &mut Cache,
+        values: &[Value<'_>],
+    ) -> Result<Vec<Row>, Failure> {
+        let execute = self
+            .prepare
+            .as_ref()
+            .and_then(|prepare| self.execute(values).map(|execute| (prepare, execute)));
         let Some((prepare, execute)) = execute else {
-            return self.unprepared(conn, values);
+            return self.unprepared(client, values);
         };
         let mut replanned = false;
         for _ in 0..MAX_EXECUTES {
-            self.prepare_with(conn, prepare)?;
-            match conn.query_typed(&execute, &[]) {
+            self.prepare_sql(client, cache, prepare)?;
+            match client.query_typed(&execute, &[]) {
                 Ok(rows) => return Ok(rows),
                 // Not prepared on this server connection (a pooler moved the session, or the
                 // session was reset): nothing ran.
@@ -136,7 +251,7 @@ impl Statement {
                 Err(e) if e.code() == Some(&SqlState::FEATURE_NOT_SUPPORTED) && !replanned => {
                     log::info!(target: "pgtenure::db", "statement {} must be prepared again: {e}", self.name);
                     replanned = true;
-                    let _ = conn.batch_execute(&format!("DEALLOCATE {}", self.name));
+                    let _ = client.batch_execute(&format!("DEALLOCATE {}", self.name));
                 }
                 // Refused again: behind a pooler the new `PREPARE` may have reached another server
                 // connection that still holds the old plan, or the server refuses something the
@@ -145,37 +260,27 @@ impl Statement {
                 // failure is the one reported.
                 Err(e) if e.code() == Some(&SqlState::FEATURE_NOT_SUPPORTED) => {
                     log::info!(target: "pgtenure::db", "statement {} was refused again after being prepared afresh ({e}); sending it unprepared", self.name);
-                    remember(conn, &self.name, false);
-                    return self.unprepared(conn, values);
+                    cache.sql.remove(&self.name);
+                    return self.unprepared(client, values);
                 }
                 Err(e) => return Err(e.into()),
             }
-            remember(conn, &self.name, false);
+            cache.sql.remove(&self.name);
         }
         log::debug!(target: "pgtenure::db", "statement {} is missing on every server connection tried; sending it unprepared", self.name);
-        self.unprepared(conn, values)
+        self.unprepared(client, values)
     }
 
-    /// Prepares the statement on `conn` unless it is known to be prepared there (or `prepared` is
-    /// off), without running it. A lease runs this before handing out its cancel key: a cancel
-    /// that reaches a session between two statements is dropped, so the key must cover only the
-    /// statement that can block.
-    pub(crate) fn prepare(&self, conn: &mut Conn, prepared: bool) -> Result<(), Failure> {
-        match &self.prepare {
-            Some(prepare) if prepared => self.prepare_with(conn, prepare),
-            _ => Ok(()),
-        }
-    }
-
-    fn prepare_with(&self, conn: &mut Conn, prepare: &str) -> Result<(), Failure> {
-        let known = conn
-            .extensions()
-            .get::<Prepared>()
-            .is_some_and(|p| p.0.contains(&self.name));
-        if known {
+    fn prepare_sql(
+        &self,
+        client: &mut Client,
+        cache: &mut Cache,
+        prepare: &str,
+    ) -> Result<(), Failure> {
+        if cache.sql.contains(&self.name) {
             return Ok(());
         }
-        match conn.batch_execute(prepare) {
+        match client.batch_execute(prepare) {
             Ok(()) => {}
             // This server connection has it already (behind a pooler: prepared by another client,
             // or by this one on a connection it was moved from).
@@ -188,18 +293,20 @@ impl Statement {
                 })
             }
         }
-        remember(conn, &self.name, true);
+        cache.sql.insert(self.name.clone());
         Ok(())
     }
 
     /// The statement itself, planned for this call.
-    fn unprepared(&self, conn: &mut Conn, values: &[Value<'_>]) -> Result<Vec<Row>, Failure> {
+    fn unprepared(&self, client: &mut Client, values: &[Value<'_>]) -> Result<Vec<Row>, Failure> {
         let params: Vec<(Value<'_>, Type)> = values
             .iter()
             .zip(&self.types)
             .map(|(value, ty)| (*value, ty.clone()))
             .collect();
-        conn.query_typed(&self.text, &params).map_err(Failure::from)
+        client
+            .query_typed(&self.text, &params)
+            .map_err(Failure::from)
     }
 
     /// `EXECUTE name('value', …)`, or `None` when a value cannot be written as a literal (a NUL
@@ -226,6 +333,26 @@ impl Statement {
     }
 }
 
+/// Whether the session still runs on the backend the connection was first seen on. Asked after a
+/// 26000 (nothing ran): an unknown backend counts as another.
+fn same_backend(client: &mut Client, cache: &Cache) -> Result<bool, Failure> {
+    let Some(pid) = cache.pid else {
+        return Ok(false);
+    };
+    let answer = client
+        .simple_query("SELECT pg_backend_pid()")
+        .map_err(|error| Failure {
+            error,
+            before_sending: true,
+            cancelled: None,
+        })?;
+    let now = answer.iter().find_map(|message| match message {
+        SimpleQueryMessage::Row(row) => row.get(0).and_then(|v| v.parse::<i32>().ok()),
+        _ => None,
+    });
+    Ok(now == Some(pid))
+}
+
 /// Why a statement failed on one connection.
 #[derive(Debug)]
 pub(crate) struct Failure {
@@ -247,19 +374,49 @@ impl From<postgres::Error> for Failure {
     }
 }
 
-/// The statements prepared on one pooled connection, kept in its r2d2 extensions.
-struct Prepared(HashSet<String>);
+/// What pgtenure keeps with each pooled connection (in its r2d2 extensions): how it sends
+/// statements, and those prepared on it.
+#[derive(Default)]
+pub(crate) struct Cache {
+    /// The mode the way was decided under: `None` until the first statement.
+    pub(crate) mode: Option<StatementMode>,
+    /// The way in force (`Sql` once a pooler was found on this connection).
+    pub(crate) way: Option<Way>,
+    /// The backend the session was first seen on, when it was asked.
+    pub(crate) pid: Option<i32>,
+    /// Set when this connection found a pooler; the `Db` takes it up.
+    pub(crate) pooler_found: bool,
+    /// The SQL-level statements prepared on the connection, by name.
+    sql: HashSet<String>,
+    /// The protocol-level statements prepared on the connection, by pgtenure's name.
+    protocol: HashMap<String, postgres::Statement>,
+    /// Protocol-level statements a reset session lost: dropped with the connection (dropping one
+    /// sends a `Close`, which a reset session does not need), or in a batch once there are many.
+    lost: Vec<postgres::Statement>,
+}
 
-fn remember(conn: &mut Conn, name: &str, prepared: bool) {
-    let extensions = conn.extensions_mut();
-    if extensions.get::<Prepared>().is_none() {
-        extensions.insert(Prepared(HashSet::new()));
+/// How many lost protocol-level statements a connection keeps before dropping them.
+const MAX_LOST: usize = 1024;
+
+impl Cache {
+    /// The session was reset: its protocol-level statements are gone.
+    fn lost_protocol(&mut self) {
+        self.lost.extend(self.protocol.drain().map(|(_, s)| s));
+        if self.lost.len() > MAX_LOST {
+            self.lost.clear();
+        }
     }
-    if let Some(Prepared(names)) = extensions.get_mut::<Prepared>() {
-        if prepared {
-            names.insert(name.to_owned());
-        } else {
-            names.remove(name);
+
+    /// A pooler is in between: SQL-level statements from now on. The protocol-level ones are
+    /// forgotten without a `Close`, which could close another client's statement of that name.
+    pub(crate) fn found_pooler(&mut self) {
+        self.pooler_found = true;
+        self.way = Some(Way::Sql);
+        for (_, statement) in self.protocol.drain() {
+            std::mem::forget(statement);
+        }
+        for statement in self.lost.drain(..) {
+            std::mem::forget(statement);
         }
     }
 }
