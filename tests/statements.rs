@@ -140,6 +140,16 @@ fn one_connection(url_or_proxy: pgtenure::postgres::Config, mode: StatementMode)
         .unwrap()
 }
 
+/// A pool of one connection to `url` (a connection string: its own statement mode, if any).
+fn one_connection_at(url: &str) -> Db {
+    Db::builder(url)
+        .unwrap()
+        .max_size(1)
+        .unwrap()
+        .build()
+        .unwrap()
+}
+
 /// The prepared statements of the pool's one connection, SQL-level (named `pgt_…`) and
 /// protocol-level alike: (name, generic plans, custom plans, `PREPARE` statement). A
 /// protocol-level statement's `PREPARE` is made up from its text and parameter types. The query is
@@ -469,12 +479,7 @@ fn unprepared_nothing_is_prepared_and_each_operation_is_one_round_trip() {
         config.get_user().unwrap_or("postgres"),
         config.get_dbname().unwrap_or("postgres"),
     );
-    let db = Db::builder(&url)
-        .unwrap()
-        .max_size(1)
-        .unwrap()
-        .build()
-        .unwrap();
+    let db = one_connection_at(&url);
     assert_eq!(db.statement_mode(), StatementMode::Unprepared);
     let fleet = Fleet::new(&db);
     fleet.exercise(0);
@@ -532,12 +537,7 @@ fn auto_proves_a_unix_socket_connection_direct_in_the_servers_directory() {
         server.dir().display(),
         server.port()
     );
-    let db = Db::builder(&url)
-        .unwrap()
-        .max_size(1)
-        .unwrap()
-        .build()
-        .unwrap();
+    let db = one_connection_at(&url);
     let fleet = Fleet::new(&db);
     fleet.exercise(0);
     let modes = db.statement_modes();

@@ -200,7 +200,7 @@ impl DbBuilder {
                 Error::checkout(format!(
                     "connect failed: could not connect to {} within {:?}: {}; check that the \
                      server runs and accepts connections there (the pool's last attempt: {e})",
-                    targets(&config),
+                    Targets::of(&config),
                     self.connection_timeout,
                     chain(&first),
                 ))
@@ -371,26 +371,6 @@ pub(super) fn check_available(mode: SslMode) -> Result<()> {
         )));
     }
     Ok(())
-}
-
-/// Where `config` connects, "db1:5432, db2:5433" (a socket directory as its path).
-fn targets(config: &postgres::Config) -> String {
-    let ports = config.get_ports();
-    let port = |i: usize| match ports {
-        [] => 5432,
-        [one] => *one,
-        many => many.get(i).copied().unwrap_or(5432),
-    };
-    config
-        .get_hosts()
-        .iter()
-        .enumerate()
-        .map(|(i, host)| match host {
-            postgres::config::Host::Tcp(name) => format!("{name}:{}", port(i)),
-            postgres::config::Host::Unix(dir) => format!("{} (port {})", dir.display(), port(i)),
-        })
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 /// An error with its causes, "error connecting to server: Connection refused (os error 111)".

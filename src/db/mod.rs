@@ -131,7 +131,7 @@ impl Db {
                 )));
             }
         }
-        let (url, ssl) = ssl::split(url)?;
+        let (url, params) = ssl::split(url)?;
         let config = url.parse::<postgres::Config>().map_err(|e| {
             Error::invalid_input(format!(
                 "the database URL does not parse ({e}); write postgres://user@host:port/database \
@@ -145,13 +145,13 @@ impl Db {
             ));
         }
         let mut builder = DbBuilder::from_config(config);
-        if let Some(mode) = ssl.mode {
+        if let Some(mode) = params.mode {
             builder = builder.ssl_mode(mode)?;
         }
-        if let Some(root_cert) = &ssl.root_cert {
+        if let Some(root_cert) = &params.root_cert {
             builder = builder.ssl_root_cert(root_cert)?;
         }
-        if let Some(mode) = ssl.statement_mode {
+        if let Some(mode) = params.statement_mode {
             builder = builder.statement_mode(mode);
         }
         Ok(builder)
@@ -525,7 +525,12 @@ impl Db {
         conn: &mut Conn,
         f: impl FnOnce(&mut postgres::Client, &mut Cache, Way) -> std::result::Result<T, Failure>,
     ) -> std::result::Result<T, Failure> {
-        let mut cache = conn.extensions_mut().remove::<Cache>().unwrap_or_default();
+        // Taken out and put back in place (no allocation on this path of every operation).
+        let mut cache = conn
+            .extensions_mut()
+            .get_mut::<Cache>()
+            .map(std::mem::take)
+            .unwrap_or_default();
         let client: &mut postgres::Client = conn;
         let result = self
             .way(client, &mut cache)
@@ -538,7 +543,12 @@ impl Db {
                  statements on every connection from now on; set statement_mode=sql for it"
             );
         }
-        conn.extensions_mut().insert(cache);
+        match conn.extensions_mut().get_mut::<Cache>() {
+            Some(slot) => *slot = cache,
+            None => {
+                conn.extensions_mut().insert(cache);
+            }
+        }
         result
     }
 
@@ -559,44 +569,11 @@ impl Db {
             Some(way) if cache.mode == Some(self.statement_mode) => return Ok(way),
             _ => {}
         }
-        let protocol_allowed = matches!(
-            self.statement_mode,
-            StatementMode::Auto | StatementMode::Protocol
-        ) && !pooler;
         let (way, why) = match self.statement_mode {
             StatementMode::Unprepared => (Way::Unprepared, "statement_mode=unprepared".to_owned()),
             StatementMode::Sql => (Way::Sql, "statement_mode=sql".to_owned()),
-            _ if !protocol_allowed => (Way::Sql, "a pooler was found earlier".to_owned()),
-            StatementMode::Auto if self.targets.is_none() => (
-                Way::Sql,
-                "a pool of the application's own: its configured host is unknown".to_owned(),
-            ),
-            mode => match session(client)? {
-                Some(seen) => {
-                    cache.pid = Some(seen.pid);
-                    match (&self.targets, mode) {
-                        (_, StatementMode::Protocol) => {
-                            (Way::Protocol, format!("statement_mode=protocol; {seen}"))
-                        }
-                        (Some(targets), _) if targets.direct(&seen) => (
-                            Way::Protocol,
-                            format!("proven direct: the server accepted it at {seen}"),
-                        ),
-                        (Some(targets), _) => (
-                            Way::Sql,
-                            format!(
-                                "not proven direct: the server accepted it at {seen}, not at \
-                                 {targets} where the configuration points"
-                            ),
-                        ),
-                        (None, _) => (Way::Sql, "unproven".to_owned()),
-                    }
-                }
-                None if mode == StatementMode::Protocol => {
-                    (Way::Protocol, "statement_mode=protocol".to_owned())
-                }
-                None => (Way::Sql, "the session did not say where it runs".to_owned()),
-            },
+            _ if pooler => (Way::Sql, "a pooler was found earlier".to_owned()),
+            mode => self.prove(client, cache, mode)?,
         };
         log::info!(
             target: "pgtenure::db",
@@ -613,6 +590,49 @@ impl Db {
         cache.mode = Some(self.statement_mode);
         cache.way = Some(way);
         Ok(way)
+    }
+}
+
+impl Db {
+    /// The way of a connection under `Auto` or `Protocol`, and why: the session asked where it
+    /// runs (its backend recorded for the backstop), then under `Auto` the proof.
+    fn prove(
+        &self,
+        client: &mut postgres::Client,
+        cache: &mut Cache,
+        mode: StatementMode,
+    ) -> std::result::Result<(Way, String), Failure> {
+        let Some(targets) = self
+            .targets
+            .as_deref()
+            .filter(|_| mode == StatementMode::Auto)
+        else {
+            if mode == StatementMode::Auto {
+                return Ok((
+                    Way::Sql,
+                    "a pool of the application's own: its configured host is unknown".to_owned(),
+                ));
+            }
+            cache.pid = session(client)?.map(|seen| seen.pid);
+            return Ok((Way::Protocol, "statement_mode=protocol".to_owned()));
+        };
+        Ok(match session(client)? {
+            None => (Way::Sql, "the session did not say where it runs".to_owned()),
+            Some(seen) if targets.direct(&seen) => {
+                cache.pid = Some(seen.pid);
+                (
+                    Way::Protocol,
+                    format!("proven direct: the server accepted it at {seen}"),
+                )
+            }
+            Some(seen) => (
+                Way::Sql,
+                format!(
+                    "not proven direct: the server accepted it at {seen}, not at {targets} where \
+                     the configuration points"
+                ),
+            ),
+        })
     }
 }
 
@@ -637,11 +657,7 @@ fn session(client: &mut postgres::Client) -> std::result::Result<Option<Seen>, F
             log::debug!(target: "pgtenure::db", "the session probe failed ({error}); nothing is proven");
             Ok(None)
         }
-        Err(error) => Err(Failure {
-            error,
-            before_sending: true,
-            cancelled: None,
-        }),
+        Err(error) => Err(Failure::before_sending(error)),
     }
 }
 

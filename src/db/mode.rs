@@ -241,6 +241,7 @@ impl Targets {
     }
 }
 
+/// Where the configuration connects, "db1:5432, db2:5433" (a socket directory as its path).
 impl fmt::Display for Targets {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         for (i, target) in self.0.iter().enumerate() {

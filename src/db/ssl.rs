@@ -70,7 +70,7 @@ impl fmt::Display for SslMode {
 
 /// The parameters of a connection string that pgtenure reads itself.
 #[derive(Debug, Default, PartialEq, Eq)]
-pub(crate) struct SslParams {
+pub(crate) struct UrlParams {
     pub(crate) mode: Option<SslMode>,
     pub(crate) root_cert: Option<String>,
     pub(crate) statement_mode: Option<StatementMode>,
@@ -81,7 +81,7 @@ const UNSUPPORTED: &[&str] = &["sslcert", "sslkey", "sslpassword", "sslcrl", "ss
 
 /// Takes `sslmode`, `sslrootcert` and `statement_mode` out of a `postgres://` URL's query or a
 /// `key=value` string.
-pub(crate) fn split(url: &str) -> Result<(String, SslParams)> {
+pub(crate) fn split(url: &str) -> Result<(String, UrlParams)> {
     if url.contains("://") {
         split_url(url)
     } else {
@@ -89,11 +89,11 @@ pub(crate) fn split(url: &str) -> Result<(String, SslParams)> {
     }
 }
 
-fn split_url(url: &str) -> Result<(String, SslParams)> {
+fn split_url(url: &str) -> Result<(String, UrlParams)> {
     let Some((base, query)) = url.split_once('?') else {
-        return Ok((url.to_owned(), SslParams::default()));
+        return Ok((url.to_owned(), UrlParams::default()));
     };
-    let mut params = SslParams::default();
+    let mut params = UrlParams::default();
     let mut kept = Vec::new();
     for pair in query.split('&').filter(|p| !p.is_empty()) {
         let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
@@ -111,8 +111,8 @@ fn split_url(url: &str) -> Result<(String, SslParams)> {
     Ok((rest, params))
 }
 
-fn split_pairs(text: &str) -> Result<(String, SslParams)> {
-    let mut params = SslParams::default();
+fn split_pairs(text: &str) -> Result<(String, UrlParams)> {
+    let mut params = UrlParams::default();
     let mut kept: Vec<&str> = Vec::new();
     let mut rest = text;
     loop {
@@ -122,7 +122,7 @@ fn split_pairs(text: &str) -> Result<(String, SslParams)> {
         }
         let Some((key, value, raw_len)) = next_pair(rest)? else {
             // Not a pair ("127.0.0.1:5432"): the driver says what is wrong with it.
-            return Ok((text.to_owned(), SslParams::default()));
+            return Ok((text.to_owned(), UrlParams::default()));
         };
         let raw = &rest[..raw_len];
         if !take(&mut params, key, || Ok(value.clone()))? {
@@ -134,7 +134,7 @@ fn split_pairs(text: &str) -> Result<(String, SslParams)> {
 }
 
 /// Records `key` when it is a TLS parameter pgtenure handles: `true` when it was taken.
-fn take(params: &mut SslParams, key: &str, value: impl FnOnce() -> Result<String>) -> Result<bool> {
+fn take(params: &mut UrlParams, key: &str, value: impl FnOnce() -> Result<String>) -> Result<bool> {
     match key {
         "sslmode" => params.mode = Some(SslMode::parse(&value()?)?),
         "sslrootcert" => params.root_cert = Some(value()?),
@@ -226,8 +226,8 @@ fn percent_decode(text: &str) -> Result<String> {
 mod tests {
     use super::*;
 
-    fn params(mode: Option<SslMode>, root_cert: Option<&str>) -> SslParams {
-        SslParams {
+    fn params(mode: Option<SslMode>, root_cert: Option<&str>) -> UrlParams {
+        UrlParams {
             mode,
             root_cert: root_cert.map(str::to_owned),
             statement_mode: None,
@@ -262,7 +262,7 @@ mod tests {
 
         let (rest, got) = split("postgres://db/app").unwrap();
         assert_eq!(rest, "postgres://db/app");
-        assert_eq!(got, SslParams::default());
+        assert_eq!(got, UrlParams::default());
     }
 
     #[test]
@@ -279,7 +279,7 @@ mod tests {
         // What is not a connection string is left to the driver, which says why.
         let (rest, got) = split("127.0.0.1:5432 sslmode=require").unwrap();
         assert_eq!(rest, "127.0.0.1:5432 sslmode=require");
-        assert_eq!(got, SslParams::default());
+        assert_eq!(got, UrlParams::default());
         let (rest, got) = split("sslmode=disable").unwrap();
         assert_eq!(rest, "");
         assert_eq!(got, params(Some(SslMode::Disable), None));

@@ -213,11 +213,7 @@ impl Statement {
                 cache.found_pooler();
                 Ok(None)
             }
-            Err(error) => Err(Failure {
-                error,
-                before_sending: true,
-                cancelled: None,
-            }),
+            Err(error) => Err(Failure::before_sending(error)),
         }
     }
 
@@ -285,13 +281,7 @@ impl Statement {
             // This server connection has it already (behind a pooler: prepared by another client,
             // or by this one on a connection it was moved from).
             Err(e) if e.code() == Some(&SqlState::DUPLICATE_PSTATEMENT) => {}
-            Err(error) => {
-                return Err(Failure {
-                    error,
-                    before_sending: true,
-                    cancelled: None,
-                })
-            }
+            Err(error) => return Err(Failure::before_sending(error)),
         }
         cache.sql.insert(self.name.clone());
         Ok(())
@@ -341,11 +331,7 @@ fn same_backend(client: &mut Client, cache: &Cache) -> Result<bool, Failure> {
     };
     let answer = client
         .simple_query("SELECT pg_backend_pid()")
-        .map_err(|error| Failure {
-            error,
-            before_sending: true,
-            cancelled: None,
-        })?;
+        .map_err(Failure::before_sending)?;
     let now = answer.iter().find_map(|message| match message {
         SimpleQueryMessage::Row(row) => row.get(0).and_then(|v| v.parse::<i32>().ok()),
         _ => None,
@@ -362,6 +348,18 @@ pub(crate) struct Failure {
     /// pgtenure itself cancelled the statement, and why (a lease's deadline watcher sent the
     /// connection's cancel request): a 57014 then is its own doing, not the server's timeout.
     pub(crate) cancelled: Option<&'static str>,
+}
+
+impl Failure {
+    /// A failure before the operation's own statement was sent (preparing it, or asking the
+    /// session a question first): nothing of the operation ran.
+    pub(crate) fn before_sending(error: postgres::Error) -> Failure {
+        Failure {
+            error,
+            before_sending: true,
+            cancelled: None,
+        }
+    }
 }
 
 impl From<postgres::Error> for Failure {
