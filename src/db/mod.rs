@@ -21,11 +21,12 @@ use r2d2::Pool;
 use r2d2_postgres::PostgresConnectionManager;
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::statement::{Cache, Failure, Statement, Value};
+use crate::statement::{Cache, Failure, Params, Statement};
 
 pub use self::builder::DbBuilder;
 use self::outcome::connection_lost;
 pub(crate) use self::outcome::{deadlocked, discard, never_ran, outcome_unknown, Policy, Resend};
+pub(crate) use self::promotion::Promotion;
 use self::promotion::Promotions;
 pub(crate) use self::schema::Companion;
 pub use self::ssl::SslMode;
@@ -472,49 +473,49 @@ impl Db {
     /// `policy` says whether it may be sent again when its outcome is unknown: [`Policy::ONCE`]
     /// unless the statement is idempotent by construction (reads, renewals keyed by token, claims
     /// keyed by their call id), then [`Policy::IDEMPOTENT`].
-    pub(crate) fn query(
+    pub(crate) fn query<P: Params>(
         &self,
         context: &str,
         policy: Policy,
         statement: &Statement,
-        values: &[Value<'_>],
+        params: &P,
     ) -> Result<Vec<Row>> {
-        self.with_conn(context, policy, |conn| self.run(conn, statement, values))
+        self.with_conn(context, policy, |conn| self.run(conn, statement, params))
     }
 
     /// Like [`Db::query`] for a statement that returns exactly one row.
-    pub(crate) fn query_one(
+    pub(crate) fn query_one<P: Params>(
         &self,
         context: &str,
         policy: Policy,
         statement: &Statement,
-        values: &[Value<'_>],
+        params: &P,
     ) -> Result<Row> {
-        one_row(context, self.query(context, policy, statement, values)?)
+        one_row(context, self.query(context, policy, statement, params)?)
     }
 
     /// Runs `statement` once on `conn` (inside [`Db::with_conn`]), in the way the connection's
     /// statement mode decided.
-    pub(crate) fn run(
+    pub(crate) fn run<P: Params>(
         &self,
         conn: &mut Conn,
         statement: &Statement,
-        values: &[Value<'_>],
+        params: &P,
     ) -> std::result::Result<Vec<Row>, Failure> {
         self.on_conn(conn, |client, cache, way| {
-            statement.query(client, cache, way, values)
+            statement.query(client, cache, way, params)
         })
     }
 
     /// Prepares `statement` on `conn` if it is not known to be there, without running it (see
     /// [`Statement::prepare`]).
-    pub(crate) fn prepare(
+    pub(crate) fn prepare<P: Params>(
         &self,
         conn: &mut Conn,
         statement: &Statement,
     ) -> std::result::Result<(), Failure> {
         self.on_conn(conn, |client, cache, way| {
-            statement.prepare(client, cache, way)
+            statement.prepare::<P>(client, cache, way)
         })
     }
 

@@ -24,6 +24,9 @@ pub(crate) struct Promotion {
     longest_ttl: i64,
 }
 
+/// The record statement's parameter: the longest TTL in microseconds (`sql/schema/promotion.sql`).
+type Record = (i64,);
+
 /// The records this `Db` has read, by table (the rendered name of the record).
 #[derive(Debug, Default)]
 pub(crate) struct Promotions(Mutex<HashMap<String, Promotion>>);
@@ -38,7 +41,7 @@ impl Db {
         self.promotions
             .0
             .lock()
-            .get(record.name())
+            .get(record.name::<Record>())
             .map(|known| known.timeline)
     }
 
@@ -60,7 +63,7 @@ impl Db {
             // Nothing held off: the grant statements then neither gate nor answer `stale`.
             return Ok(Promotion::default());
         }
-        let name = record.name();
+        let name = record.name::<Record>();
         if !reread {
             if let Some(known) = self.promotions.0.lock().get(name) {
                 if ttl_us <= known.longest_ttl {
@@ -72,7 +75,7 @@ impl Db {
             Some(until) => Policy::IDEMPOTENT.until(until),
             None => Policy::IDEMPOTENT,
         };
-        let rows = self.query("read promotion record", policy, record, &[&ttl_us])?;
+        let rows = self.query("read promotion record", policy, record, &(ttl_us,))?;
         let Some(row) = rows.first() else {
             return Err(Error::new(
                 ErrorKind::Database,

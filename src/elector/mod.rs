@@ -49,14 +49,13 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant, SystemTime};
 
 use parking_lot::Mutex;
-use postgres::types::Type;
 
-use crate::db::{Companion, Db, Policy};
+use self::sql::{PollAnswer, Statements};
+use crate::db::{Companion, Db};
 use crate::error::Result;
 use crate::input::{check_key, micros, MIN_DURATION};
 use crate::instance::default_owner;
-use crate::statement::Statement;
-use crate::table_name::{render, TableName};
+use crate::table_name::TableName;
 
 /// The table [`Elector::new`] uses unless [`Elector::with_table`] names another.
 pub const DEFAULT_TABLE: &str = "pgtenure_leader";
@@ -67,71 +66,12 @@ pub const DEFAULT_NAME: &str = "default";
 /// The leadership TTL unless [`Elector::with_ttl`] says otherwise. Failover can take one TTL.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
 
-const CREATE_SEQUENCE: &str = include_str!("../../sql/elector/create_sequence.sql");
-const CREATE_TABLE: &str = include_str!("../../sql/elector/create_table.sql");
-const IS_LEADER: &str = include_str!("../../sql/elector/is_leader.sql");
-const PROMOTION: &str = include_str!("../../sql/schema/promotion.sql");
-const RESIGN: &str = include_str!("../../sql/elector/resign.sql");
-const LEADER: &str = include_str!("../../sql/elector/leader.sql");
-const FENCE: &str = include_str!("../../sql/elector/fence.sql");
-const REQUEST_RESIGN: &str = include_str!("../../sql/elector/request_resign.sql");
-const LEADERS: &str = include_str!("../../sql/elector/leaders.sql");
-
 mod campaign;
+mod sql;
 
 pub use self::campaign::{
     LeaderEvent, LeaderHooks, LeaderLoss, Leadership, NoLeaderHooks, EVENTS_CAPACITY,
 };
-
-struct Statements {
-    table: TableName,
-    create: [String; 2],
-    is_leader: Statement,
-    /// Reads (and records) the table's promotion record before polls that may win.
-    promotion: Statement,
-    resign: Statement,
-    leader: Statement,
-    request_resign: Statement,
-    leaders: Statement,
-    /// Sent unprepared: it runs inside the caller's transaction, where a missing prepared
-    /// statement would abort it.
-    fence: String,
-}
-
-impl Statements {
-    fn new(table: TableName) -> Arc<Statements> {
-        Arc::new(Statements {
-            create: [
-                render(CREATE_SEQUENCE, &table),
-                render(CREATE_TABLE, &table),
-            ],
-            is_leader: Statement::new(
-                render(IS_LEADER, &table),
-                &[
-                    Type::TEXT,
-                    Type::TEXT,
-                    Type::INT8,
-                    Type::INT8,
-                    Type::BOOL,
-                    Type::BOOL,
-                    Type::INT8,
-                    Type::TIMESTAMPTZ,
-                    Type::TIMESTAMPTZ,
-                ],
-            ),
-            promotion: Statement::new(render(PROMOTION, &table), &[Type::INT8]),
-            resign: Statement::new(
-                render(RESIGN, &table),
-                &[Type::TEXT, Type::TEXT, Type::INT8],
-            ),
-            leader: Statement::new(render(LEADER, &table), &[Type::TEXT]),
-            request_resign: Statement::new(render(REQUEST_RESIGN, &table), &[Type::TEXT]),
-            leaders: Statement::new(render(LEADERS, &table), &[]),
-            fence: render(FENCE, &table),
-            table,
-        })
-    }
-}
 
 /// Who leads a fleet, by the database clock.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -397,7 +337,6 @@ impl Elector {
             let tenure = self.tenure.lock();
             (tenure.term, tenure.resigned)
         };
-        let mut sent = Instant::now();
         let mut result;
         // A poll sent with the promotion record of another timeline than the server's is answered
         // `stale` (when nobody leads): read the record again (recording the promotion if first)
@@ -409,31 +348,18 @@ impl Elector {
                 .db
                 .promotion(&self.sql.promotion, self.ttl_us, reread, None)
                 .and_then(|promotion| {
-                    self.db
-                        .with_conn("elect leader", Policy::IDEMPOTENT, |conn| {
-                            sent = Instant::now();
-                            self.db.run(
-                                conn,
-                                &self.sql.is_leader,
-                                &[
-                                    &&*self.name,
-                                    &&*self.holder,
-                                    &self.ttl_us,
-                                    &guard,
-                                    &self.db.timeline_tokens(),
-                                    &self.db.promotion_hold_off(),
-                                    &promotion.timeline,
-                                    &promotion.seen_at,
-                                    &promotion.grants_from,
-                                ],
-                            )
-                        })
+                    self.sql.is_leader(
+                        &self.db,
+                        &self.name,
+                        &self.holder,
+                        self.ttl_us,
+                        guard,
+                        promotion,
+                    )
                 });
             let (stale, mine) = result
                 .as_ref()
-                .ok()
-                .and_then(|rows| rows.first())
-                .map_or((false, false), |r| (r.get("stale"), r.get("mine")));
+                .map_or((false, false), |(answer, _)| (answer.stale, answer.mine));
             if stale && mine && !reread {
                 // Renewed or won: keep the answer, and only bring the record up to date.
                 if let Err(e) = self.db.promotion(
@@ -451,8 +377,8 @@ impl Elector {
             reread = true;
         }
         let mut tenure = self.tenure.lock();
-        let rows = match result {
-            Ok(rows) => rows,
+        let (answer, sent) = match result {
+            Ok(answered) => answered,
             Err(e) => {
                 if !keep {
                     tenure.deadline = None;
@@ -460,24 +386,15 @@ impl Elector {
                 return Err(e);
             }
         };
-        let row = rows.first();
-        let leader = row.and_then(|row| {
-            Some(LeaderInfo {
-                name: self.name.to_string(),
-                holder: row.get::<_, Option<String>>("holder")?,
-                term: row.get("term"),
-                elected_at: row.get("elected_at"),
-                expires_at: row.get("expires_at"),
-                live: true,
-                resign_requested: false,
-            })
-        });
-        let ended = row
-            .filter(|row| row.get::<_, bool>("ended"))
-            .map(|row| row.get::<_, i64>("my_term"));
-        let won = row
-            .filter(|row| row.get::<_, bool>("mine"))
-            .map(|row| row.get::<_, i64>("my_term"));
+        let PollAnswer {
+            leader,
+            mine,
+            ended,
+            my_term,
+            ..
+        } = answer;
+        let ended = my_term.filter(|_| ended);
+        let won = my_term.filter(|_| mine);
         let not_leading = Poll {
             leading: false,
             ended: ended.is_some(),
@@ -614,19 +531,14 @@ impl Elector {
         let Some(term) = self.tenure.lock().resigning else {
             return Ok(());
         };
-        let rows = self.db.query(
-            "resign leadership",
-            Policy::IDEMPOTENT,
-            &self.sql.resign,
-            &[&&*self.name, &&*self.holder, &term],
-        )?;
+        let resigned = self.sql.resign(&self.db, &self.name, &self.holder, term)?;
         {
             let mut tenure = self.tenure.lock();
             if tenure.resigning == Some(term) {
                 tenure.resigning = None;
             }
         }
-        if !rows.is_empty() {
+        if resigned {
             log::info!(
                 target: "pgtenure::elector",
                 "{} resigned the leadership of fleet {:?} (term {term})",
@@ -648,22 +560,15 @@ impl Elector {
     ///
     /// A database or connection error.
     pub fn request_resign(&self) -> Result<bool> {
-        let rows = self.db.query(
-            "request resignation",
-            Policy::IDEMPOTENT,
-            &self.sql.request_resign,
-            &[&&*self.name],
-        )?;
-        if let Some(row) = rows.first() {
+        let asked = self.sql.request_resign(&self.db, &self.name)?;
+        if let Some((holder, term)) = &asked {
             log::info!(
                 target: "pgtenure::elector",
-                "asked {} to step down from fleet {:?} (term {})",
-                row.get::<_, String>("holder"),
+                "asked {holder} to step down from fleet {:?} (term {term})",
                 self.name,
-                row.get::<_, i64>("term")
             );
         }
-        Ok(!rows.is_empty())
+        Ok(asked.is_some())
     }
 
     /// Who leads the fleet now by the database clock, or `None`.
@@ -672,21 +577,7 @@ impl Elector {
     ///
     /// A database or connection error.
     pub fn leader(&self) -> Result<Option<LeaderInfo>> {
-        let rows = self.db.query(
-            "read leader",
-            Policy::IDEMPOTENT,
-            &self.sql.leader,
-            &[&&*self.name],
-        )?;
-        Ok(rows.first().map(|row| LeaderInfo {
-            name: self.name.to_string(),
-            holder: row.get("holder"),
-            term: row.get("term"),
-            elected_at: row.get("elected_at"),
-            expires_at: row.get("expires_at"),
-            live: true,
-            resign_requested: row.get("resign_requested"),
-        }))
+        self.sql.leader(&self.db, &self.name)
     }
 
     /// Every fleet in this elector's table, in name order, with its leader: live leaders, and the
@@ -698,21 +589,7 @@ impl Elector {
     ///
     /// A database or connection error (an undefined-table error when the table does not exist).
     pub fn leaders(&self) -> Result<Vec<LeaderInfo>> {
-        let rows = self
-            .db
-            .query("read leaders", Policy::IDEMPOTENT, &self.sql.leaders, &[])?;
-        Ok(rows
-            .iter()
-            .map(|row| LeaderInfo {
-                name: row.get("name"),
-                holder: row.get("holder"),
-                term: row.get("term"),
-                elected_at: row.get("elected_at"),
-                expires_at: row.get("expires_at"),
-                live: row.get("live"),
-                resign_requested: row.get("resign_requested"),
-            })
-            .collect())
+        self.sql.leaders(&self.db)
     }
 }
 
@@ -728,17 +605,7 @@ impl Elector {
     ///
     /// A database or connection error (the transaction is then aborted).
     pub fn fence(&self, tx: &mut postgres::Transaction<'_>, term: i64) -> Result<bool> {
-        let rows = tx
-            .query_typed(
-                &self.sql.fence,
-                &[
-                    (&&*self.name, Type::TEXT),
-                    (&&*self.holder, Type::TEXT),
-                    (&term, Type::INT8),
-                ],
-            )
-            .map_err(|e| crate::Error::from_postgres("fence leadership", e))?;
-        Ok(!rows.is_empty())
+        self.sql.fence(tx, &self.name, &self.holder, term)
     }
 }
 

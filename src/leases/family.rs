@@ -9,9 +9,8 @@ use parking_lot::Mutex;
 
 use super::sql::Statements;
 use super::watcher::{Watch, Watcher};
-use crate::db::{Conn, Db};
+use crate::db::Db;
 use crate::error::Result;
-use crate::statement::{Failure, Statement};
 use crate::table_name::TableName;
 
 /// How often [`Leases::release`](super::Leases::release) also deletes rows that lapsed over an hour ago (a table scan).
@@ -68,38 +67,6 @@ impl Family {
                 true
             }
         }
-    }
-
-    /// The release statement for this release: once a minute, the one that also sweeps.
-    pub(super) fn release_statement(&self) -> &Statement {
-        if self.sweep_due() {
-            &self.sql.release_and_sweep
-        } else {
-            &self.sql.release
-        }
-    }
-
-    /// Runs `statement` (from [`Family::release_statement`]) on `conn`: whether a live lease was
-    /// released.
-    pub(super) fn release_with(
-        &self,
-        conn: &mut Conn,
-        statement: &Statement,
-        key: &str,
-        token: Option<i64>,
-    ) -> std::result::Result<bool, Failure> {
-        let rows = self
-            .db
-            .run(conn, statement, &[&key, &&*self.owner, &token])?;
-        // A SELECT without FROM: always exactly one row.
-        let Some(row) = rows.first() else {
-            return Ok(false);
-        };
-        let swept: i64 = row.get("swept");
-        if swept > 0 {
-            log::info!(target: "pgtenure::leases", "deleted {swept} lease rows that lapsed over an hour ago");
-        }
-        Ok(row.get("released"))
     }
 }
 

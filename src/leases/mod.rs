@@ -97,8 +97,6 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use postgres::types::Type;
-
 use self::family::Shared;
 pub use self::grant::{Grant, KeyRenewal, Renewal};
 pub use self::lease::Lease;
@@ -106,7 +104,7 @@ pub use self::schedule::MIN_MANAGED_TTL;
 pub use self::state::LossReason;
 pub use self::views::{LeaseInfo, Refusal};
 use crate::db::{Companion, Db, Policy};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::input::{check_key, micros, MIN_DURATION};
 use crate::instance::default_owner;
 use crate::table_name::TableName;
@@ -349,36 +347,20 @@ impl Leases {
     ) -> Result<Option<(i64, bool, Instant)>> {
         let keep = tenure == Tenure::Keep;
         let db = &self.shared.db;
-        let mut sent = Instant::now();
         // A grant sent with the promotion record of another timeline than the server's is answered
         // `stale`: read the record again (recording the promotion if first) and send it once more.
         for reread in [false, true] {
             let promotion = db.promotion(&self.shared.sql.promotion, ttl_us, reread, None)?;
-            let rows = db.with_conn("acquire lease", Policy::IDEMPOTENT, |conn| {
-                sent = Instant::now();
-                db.run(
-                    conn,
-                    &self.shared.sql.acquire,
-                    &[
-                        &key,
-                        &&*self.shared.owner,
-                        &ttl_us,
-                        &keep,
-                        &db.timeline_tokens(),
-                        &db.promotion_hold_off(),
-                        &promotion.timeline,
-                        &promotion.seen_at,
-                        &promotion.grants_from,
-                    ],
-                )
-            });
-            self.shared.note(&rows);
-            let rows = rows?;
-            let stale = |row: &&postgres::Row| row.get::<_, bool>("stale");
-            if let Some(row) = rows.iter().find(|row| !stale(row)) {
-                return Ok(Some((row.get("token"), row.get("superseded"), sent)));
+            let answered =
+                self.shared
+                    .sql
+                    .acquire(db, key, &self.shared.owner, ttl_us, keep, promotion);
+            self.shared.note(&answered);
+            let (answer, sent) = answered?;
+            if let Some((token, superseded)) = answer.granted {
+                return Ok(Some((token, superseded, sent)));
             }
-            if !rows.iter().any(|row| stale(&row)) {
+            if !answer.stale {
                 return Ok(None);
             }
         }
@@ -413,28 +395,25 @@ impl Leases {
             return Ok(Renewal::default());
         }
         let sent = Instant::now();
-        let rows = self.shared.db.query(
-            "renew leases",
-            Policy::IDEMPOTENT,
-            &self.shared.sql.renew,
-            &[&distinct, &&*self.shared.owner, &ttl_us],
-        )?;
-        let mut renewed: HashMap<&str, KeyRenewal> = HashMap::with_capacity(rows.len());
-        for row in &rows {
-            let token = row.get("token");
-            let outcome = if row.get("superseded") {
+        let rows = self
+            .shared
+            .sql
+            .renew(&self.shared.db, &distinct, &self.shared.owner, ttl_us)?;
+        let mut renewed: HashMap<String, KeyRenewal> = HashMap::with_capacity(rows.len());
+        for (key, token, superseded) in rows {
+            let outcome = if superseded {
                 KeyRenewal::Superseded { token }
             } else {
                 KeyRenewal::Held { token }
             };
-            renewed.insert(row.get("key"), outcome);
+            renewed.insert(key, outcome);
         }
         let outcomes = distinct
             .iter()
             .map(|key| {
                 (
                     (*key).to_owned(),
-                    renewed.get(key).copied().unwrap_or(KeyRenewal::Lost),
+                    renewed.get(*key).copied().unwrap_or(KeyRenewal::Lost),
                 )
             })
             .collect();
@@ -470,8 +449,11 @@ impl Leases {
         self.shared
             .db
             .with_conn("release lease", Policy::ONCE, |conn| {
-                let statement = self.shared.release_statement();
-                self.shared.release_with(conn, statement, key, token)
+                let shared = &self.shared;
+                let sweep = shared.sweep_due();
+                shared
+                    .sql
+                    .release(&shared.db, conn, sweep, key, &shared.owner, token)
             })
     }
 
@@ -484,13 +466,7 @@ impl Leases {
     /// or connection error.
     pub fn supersede(&self, key: &str) -> Result<bool> {
         check_key("lease key", key)?;
-        let row = self.shared.db.query_one(
-            "supersede lease",
-            Policy::IDEMPOTENT,
-            &self.shared.sql.supersede,
-            &[&key],
-        )?;
-        Ok(row.get(0))
+        self.shared.sql.supersede(&self.shared.db, key)
     }
 
     /// Checks, inside the caller's transaction, that this owner's tenure `token` of `key` is live by
@@ -506,17 +482,7 @@ impl Leases {
     /// or connection error (the transaction is then aborted).
     pub fn fence(&self, tx: &mut postgres::Transaction<'_>, key: &str, token: i64) -> Result<bool> {
         check_key("lease key", key)?;
-        let rows = tx
-            .query_typed(
-                &self.shared.sql.fence,
-                &[
-                    (&key, Type::TEXT),
-                    (&&*self.shared.owner, Type::TEXT),
-                    (&token, Type::INT8),
-                ],
-            )
-            .map_err(|e| Error::from_postgres("fence", e))?;
-        Ok(!rows.is_empty())
+        self.shared.sql.fence(tx, key, &self.shared.owner, token)
     }
 }
 

@@ -81,27 +81,24 @@ impl Renewer {
             .promotion_timeline(&self.family.sql.promotion);
         let rows = self.family.db.with_conn("renew lease", policy, |conn| {
             sent = Instant::now();
+            let family = &self.family;
             // Prepared first: the cancel key then covers only the renewal itself.
-            self.family
-                .db
-                .prepare(conn, &self.family.sql.renew_tenure)?;
+            family.sql.prepare_renew_tenure(&family.db, conn)?;
             self.run_cancellable(state, Purpose::Renew, conn, |conn| {
-                self.family.db.run(
+                family.sql.renew_tenure(
+                    &family.db,
                     conn,
-                    &self.family.sql.renew_tenure,
-                    &[
-                        &state.key.as_str(),
-                        &&*self.family.owner,
-                        &state.token,
-                        &state.ttl_us,
-                        &timeline,
-                    ],
+                    &state.key,
+                    &family.owner,
+                    state.token,
+                    state.ttl_us,
+                    timeline,
                 )
             })
         });
         self.family.note(&rows);
-        if let Ok(rows) = &rows {
-            if rows.first().is_some_and(|row| row.get::<_, bool>("stale")) {
+        if let Ok(renewed) = &rows {
+            if renewed.as_ref().is_some_and(|renewed| renewed.stale) {
                 // The server was promoted: the first to read the record records it, starting the
                 // hold-off now rather than at the next grant.
                 // Within a sixth of the TTL: half the time to the next renewal.
@@ -117,7 +114,7 @@ impl Renewer {
                 }
             }
         }
-        let outcome = rows.map(|rows| rows.first().map(|row| row.get::<_, bool>("superseded")));
+        let outcome = rows.map(|renewed| renewed.map(|renewed| renewed.superseded));
         (outcome, sent)
     }
 
@@ -135,12 +132,16 @@ impl Renewer {
             self.family
                 .db
                 .with_conn("release lease", Policy::ONCE.until(until), |conn| {
-                    let statement = self.family.release_statement();
+                    let family = &self.family;
+                    let sweep = family.sweep_due();
                     // Prepared first: the cancel key then covers only the release itself.
-                    self.family.db.prepare(conn, statement)?;
+                    family.sql.prepare_release(&family.db, conn, sweep)?;
                     self.run_cancellable(state, Purpose::Release, conn, |conn| {
-                        self.family
-                            .release_with(conn, statement, &state.key, Some(state.token))
+                        let owner = &family.owner;
+                        let token = Some(state.token);
+                        family
+                            .sql
+                            .release(&family.db, conn, sweep, &state.key, owner, token)
                     })
                 });
         self.family.note(&released);

@@ -1,10 +1,14 @@
-//! The lease statements, rendered once for a table.
+//! The lease statements, rendered once for a table, and one function per operation.
 
 use std::sync::Arc;
+use std::time::{Instant, SystemTime};
 
-use postgres::types::Type;
+use postgres::Row;
 
-use crate::statement::Statement;
+use super::LeaseInfo;
+use crate::db::{Conn, Db, Policy, Promotion};
+use crate::error::{Error, Result};
+use crate::statement::{in_transaction, Failure, Statement};
 use crate::table_name::{render, TableName};
 
 const CREATE_SEQUENCE: &str = include_str!("../../sql/leases/create_sequence.sql");
@@ -25,22 +29,46 @@ const FORCE_RELEASE: &str = include_str!("../../sql/leases/force_release.sql");
 pub(crate) struct Statements {
     pub(super) table: TableName,
     pub(super) create: [String; 2],
-    pub(super) acquire: Statement,
-    pub(super) renew: Statement,
-    pub(super) renew_tenure: Statement,
-    pub(super) release: Statement,
-    pub(super) release_and_sweep: Statement,
-    pub(super) supersede: Statement,
-    pub(super) holder: Statement,
-    pub(super) refusal: Statement,
+    acquire: Statement,
+    renew: Statement,
+    renew_tenure: Statement,
+    release: Statement,
+    release_and_sweep: Statement,
+    supersede: Statement,
+    holder: Statement,
+    refusal: Statement,
     /// Reads (and records) the table's promotion record before grants.
     pub(super) promotion: Statement,
-    pub(super) list: Statement,
-    pub(super) force_release: Statement,
+    list: Statement,
+    force_release: Statement,
     /// Sent unprepared: it runs inside the caller's transaction, where a missing prepared
     /// statement would abort it.
-    pub(super) fence: String,
+    fence: String,
 }
+
+/// What an acquire's statement answered (`sql/leases/acquire.sql`).
+#[derive(Debug, Default)]
+pub(super) struct AcquireAnswer {
+    /// `(token, superseded)` when granted.
+    pub(super) granted: Option<(i64, bool)>,
+    /// The server is on another timeline than the promotion record sent.
+    pub(super) stale: bool,
+}
+
+/// What a managed lease's renewal answered (`sql/leases/renew_tenure.sql`), when it was renewed.
+#[derive(Debug)]
+pub(super) struct Renewed {
+    pub(super) superseded: bool,
+    /// The server is on another timeline than the promotion record this `Db` read.
+    pub(super) stale: bool,
+}
+
+/// A renewal's parameters (`sql/leases/renew_tenure.sql`): key, owner, token, TTL in
+/// microseconds, the timeline of the promotion record read.
+type RenewTenure<'a> = (&'a str, &'a str, i64, i64, Option<i64>);
+
+/// A release's parameters (`sql/leases/release.sql`): key, owner, token.
+type Release<'a> = (&'a str, &'a str, Option<i64>);
 
 impl Statements {
     pub(super) fn new(table: TableName) -> Arc<Statements> {
@@ -49,45 +77,239 @@ impl Statements {
                 render(CREATE_SEQUENCE, &table),
                 render(CREATE_TABLE, &table),
             ],
-            acquire: Statement::new(
-                render(ACQUIRE, &table),
-                &[
-                    Type::TEXT,
-                    Type::TEXT,
-                    Type::INT8,
-                    Type::BOOL,
-                    Type::BOOL,
-                    Type::BOOL,
-                    Type::INT8,
-                    Type::TIMESTAMPTZ,
-                    Type::TIMESTAMPTZ,
-                ],
-            ),
-            renew: Statement::new(
-                render(RENEW, &table),
-                &[Type::TEXT_ARRAY, Type::TEXT, Type::INT8],
-            ),
-            renew_tenure: Statement::new(
-                render(RENEW_TENURE, &table),
-                &[Type::TEXT, Type::TEXT, Type::INT8, Type::INT8, Type::INT8],
-            ),
-            release: Statement::new(
-                render(RELEASE, &table),
-                &[Type::TEXT, Type::TEXT, Type::INT8],
-            ),
-            release_and_sweep: Statement::new(
-                render(RELEASE_AND_SWEEP, &table),
-                &[Type::TEXT, Type::TEXT, Type::INT8],
-            ),
-            supersede: Statement::new(render(SUPERSEDE, &table), &[Type::TEXT]),
-            holder: Statement::new(render(HOLDER, &table), &[Type::TEXT]),
-            refusal: Statement::new(render(REFUSAL, &table), &[Type::TEXT]),
-            promotion: Statement::new(render(PROMOTION, &table), &[Type::INT8]),
-            list: Statement::new(render(LIST, &table), &[Type::TEXT]),
-            force_release: Statement::new(render(FORCE_RELEASE, &table), &[Type::TEXT, Type::BOOL]),
+            acquire: Statement::new(render(ACQUIRE, &table)),
+            renew: Statement::new(render(RENEW, &table)),
+            renew_tenure: Statement::new(render(RENEW_TENURE, &table)),
+            release: Statement::new(render(RELEASE, &table)),
+            release_and_sweep: Statement::new(render(RELEASE_AND_SWEEP, &table)),
+            supersede: Statement::new(render(SUPERSEDE, &table)),
+            holder: Statement::new(render(HOLDER, &table)),
+            refusal: Statement::new(render(REFUSAL, &table)),
+            promotion: Statement::new(render(PROMOTION, &table)),
+            list: Statement::new(render(LIST, &table)),
+            force_release: Statement::new(render(FORCE_RELEASE, &table)),
             fence: render(FENCE, &table),
             table,
         })
+    }
+
+    /// Grants `key` to `owner` for `ttl_us` when free, expired, or held by this owner and `keep`;
+    /// also returns the instant before the statement that answered was sent.
+    pub(super) fn acquire(
+        &self,
+        db: &Db,
+        key: &str,
+        owner: &str,
+        ttl_us: i64,
+        keep: bool,
+        promotion: Promotion,
+    ) -> Result<(AcquireAnswer, Instant)> {
+        let params = (
+            key,
+            owner,
+            ttl_us,
+            keep,
+            db.timeline_tokens(),
+            db.promotion_hold_off(),
+            promotion.timeline,
+            promotion.seen_at,
+            promotion.grants_from,
+        );
+        let mut sent = Instant::now();
+        let rows = db.with_conn("acquire lease", Policy::IDEMPOTENT, |conn| {
+            sent = Instant::now();
+            db.run(conn, &self.acquire, &params)
+        })?;
+        let stale = |row: &&Row| row.get::<_, bool>("stale");
+        let answer = AcquireAnswer {
+            granted: rows
+                .iter()
+                .find(|row| !stale(row))
+                .map(|row| (row.get("token"), row.get("superseded"))),
+            stale: rows.iter().any(|row| stale(&row)),
+        };
+        Ok((answer, sent))
+    }
+
+    /// Renews `owner`'s live leases among `keys` for `ttl_us`: `(key, token, superseded)` of each
+    /// renewed.
+    pub(super) fn renew(
+        &self,
+        db: &Db,
+        keys: &[&str],
+        owner: &str,
+        ttl_us: i64,
+    ) -> Result<Vec<(String, i64, bool)>> {
+        let params = (keys, owner, ttl_us);
+        let rows = db.query("renew leases", Policy::IDEMPOTENT, &self.renew, &params)?;
+        Ok(rows
+            .iter()
+            .map(|row| (row.get("key"), row.get("token"), row.get("superseded")))
+            .collect())
+    }
+
+    /// Prepares the managed renewal on `conn` without running it (before its cancel key is handed
+    /// out).
+    pub(super) fn prepare_renew_tenure(
+        &self,
+        db: &Db,
+        conn: &mut Conn,
+    ) -> std::result::Result<(), Failure> {
+        db.prepare::<RenewTenure<'_>>(conn, &self.renew_tenure)
+    }
+
+    /// Renews `owner`'s tenure `token` of `key` for `ttl_us` on `conn`; `None` when it is not live
+    /// any more.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn renew_tenure(
+        &self,
+        db: &Db,
+        conn: &mut Conn,
+        key: &str,
+        owner: &str,
+        token: i64,
+        ttl_us: i64,
+        timeline: Option<i64>,
+    ) -> std::result::Result<Option<Renewed>, Failure> {
+        let params: RenewTenure<'_> = (key, owner, token, ttl_us, timeline);
+        let rows = db.run(conn, &self.renew_tenure, &params)?;
+        Ok(rows.first().map(|row| Renewed {
+            superseded: row.get("superseded"),
+            stale: row.get("stale"),
+        }))
+    }
+
+    /// The release statement, or once a minute (`sweep`) the one that also deletes long-lapsed
+    /// rows.
+    fn release_statement(&self, sweep: bool) -> &Statement {
+        if sweep {
+            &self.release_and_sweep
+        } else {
+            &self.release
+        }
+    }
+
+    /// Prepares the release on `conn` without running it (before its cancel key is handed out).
+    pub(super) fn prepare_release(
+        &self,
+        db: &Db,
+        conn: &mut Conn,
+        sweep: bool,
+    ) -> std::result::Result<(), Failure> {
+        db.prepare::<Release<'_>>(conn, self.release_statement(sweep))
+    }
+
+    /// Releases `owner`'s live lease on `key` (and tenure `token`, when given) on `conn`: whether
+    /// one was released. With `sweep`, also deletes rows that lapsed over an hour ago.
+    pub(super) fn release(
+        &self,
+        db: &Db,
+        conn: &mut Conn,
+        sweep: bool,
+        key: &str,
+        owner: &str,
+        token: Option<i64>,
+    ) -> std::result::Result<bool, Failure> {
+        let params: Release<'_> = (key, owner, token);
+        let rows = db.run(conn, self.release_statement(sweep), &params)?;
+        // A SELECT without FROM: always exactly one row.
+        let Some(row) = rows.first() else {
+            return Ok(false);
+        };
+        let swept: i64 = row.get("swept");
+        if swept > 0 {
+            log::info!(target: "pgtenure::leases", "deleted {swept} lease rows that lapsed over an hour ago");
+        }
+        Ok(row.get("released"))
+    }
+
+    /// Flags the live lease on `key` as superseded: whether there was one.
+    pub(super) fn supersede(&self, db: &Db, key: &str) -> Result<bool> {
+        let row = db.query_one(
+            "supersede lease",
+            Policy::IDEMPOTENT,
+            &self.supersede,
+            &(key,),
+        )?;
+        Ok(row.get(0))
+    }
+
+    /// The row of `key`, live or lapsed.
+    pub(super) fn holder(&self, db: &Db, key: &str) -> Result<Option<LeaseInfo>> {
+        let rows = db.query(
+            "read lease holder",
+            Policy::IDEMPOTENT,
+            &self.holder,
+            &(key,),
+        )?;
+        Ok(rows.first().map(lease_info))
+    }
+
+    /// Every row whose key starts with `prefix`, in key order.
+    pub(super) fn list(&self, db: &Db, prefix: &str) -> Result<Vec<LeaseInfo>> {
+        let rows = db.query("list leases", Policy::IDEMPOTENT, &self.list, &(prefix,))?;
+        Ok(rows.iter().map(lease_info).collect())
+    }
+
+    /// Ends the live tenure of `key`, whoever holds it: its owner when there was one.
+    pub(super) fn force_release(&self, db: &Db, key: &str) -> Result<Option<String>> {
+        let params = (key, db.timeline_tokens());
+        let rows = db.query(
+            "force release lease",
+            Policy::ONCE,
+            &self.force_release,
+            &params,
+        )?;
+        Ok(rows.first().map(|row| row.get("owner")))
+    }
+
+    /// The row of `key` (`None` when it has none) and, when grants wait out a promotion, from
+    /// when they resume.
+    pub(super) fn refusal(
+        &self,
+        db: &Db,
+        key: &str,
+    ) -> Result<(Option<LeaseInfo>, Option<SystemTime>)> {
+        let rows = db.query(
+            "read lease refusal",
+            Policy::IDEMPOTENT,
+            &self.refusal,
+            &(key,),
+        )?;
+        let Some(read) = rows.first() else {
+            return Ok((None, None));
+        };
+        let row = read
+            .get::<_, Option<String>>("owner")
+            .map(|_| lease_info(read));
+        Ok((row, read.get("grants_from")))
+    }
+
+    /// Whether, inside `tx`, `owner`'s tenure `token` of `key` is live (its row then locked
+    /// `FOR SHARE` until `tx` ends).
+    pub(super) fn fence(
+        &self,
+        tx: &mut postgres::Transaction<'_>,
+        key: &str,
+        owner: &str,
+        token: i64,
+    ) -> Result<bool> {
+        let rows = in_transaction(tx, &self.fence, &(key, owner, token))
+            .map_err(|e| Error::from_postgres("fence", e))?;
+        Ok(!rows.is_empty())
+    }
+}
+
+/// A lease row as the operator views read it.
+fn lease_info(row: &Row) -> LeaseInfo {
+    LeaseInfo {
+        key: row.get("key"),
+        owner: row.get("owner"),
+        token: row.get("token"),
+        acquired_at: row.get("acquired_at"),
+        held_until: row.get("held_until"),
+        superseded: row.get("superseded"),
+        live: row.get("live"),
     }
 }
 

@@ -4,10 +4,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use postgres::Row;
-
 use super::{Lease, Leases};
-use crate::db::Policy;
 use crate::error::{Error, Result};
 use crate::input::{check_key, MAX_KEY_BYTES};
 
@@ -31,20 +28,6 @@ pub struct LeaseInfo {
     pub superseded: bool,
     /// Whether the lease is held now, by the database clock.
     pub live: bool,
-}
-
-impl LeaseInfo {
-    fn from_row(row: &Row) -> LeaseInfo {
-        LeaseInfo {
-            key: row.get("key"),
-            owner: row.get("owner"),
-            token: row.get("token"),
-            acquired_at: row.get("acquired_at"),
-            held_until: row.get("held_until"),
-            superseded: row.get("superseded"),
-            live: row.get("live"),
-        }
-    }
 }
 
 /// Why an acquire of a key was refused, as read just after ([`Leases::refusal`],
@@ -99,13 +82,7 @@ impl Leases {
     /// is blank, contains a NUL byte or is over 1,024 bytes; otherwise a database or connection error.
     pub fn holder(&self, key: &str) -> Result<Option<LeaseInfo>> {
         check_key("lease key", key)?;
-        let rows = self.shared.db.query(
-            "read lease holder",
-            Policy::IDEMPOTENT,
-            &self.shared.sql.holder,
-            &[&key],
-        )?;
-        Ok(rows.first().map(LeaseInfo::from_row))
+        self.shared.sql.holder(&self.shared.db, key)
     }
 
     /// Every row whose key starts with `prefix` (`""`: every key), live or lapsed, in key order.
@@ -129,13 +106,7 @@ impl Leases {
                 prefix.len()
             )));
         }
-        let rows = self.shared.db.query(
-            "list leases",
-            Policy::IDEMPOTENT,
-            &self.shared.sql.list,
-            &[&prefix],
-        )?;
-        Ok(rows.iter().map(LeaseInfo::from_row).collect())
+        self.shared.sql.list(&self.shared.db, prefix)
     }
 
     /// An operator's release: ends the live tenure of `key` now, whoever holds it (not guarded by
@@ -165,20 +136,11 @@ impl Leases {
     /// or connection error.
     pub fn force_release(&self, key: &str) -> Result<bool> {
         check_key("lease key", key)?;
-        let rows = self.shared.db.query(
-            "force release lease",
-            Policy::ONCE,
-            &self.shared.sql.force_release,
-            &[&key, &self.shared.db.timeline_tokens()],
-        )?;
-        if let Some(row) = rows.first() {
-            log::info!(
-                target: "pgtenure::leases",
-                "force-released lease {key:?} held by {}",
-                row.get::<_, String>("owner")
-            );
+        let ended = self.shared.sql.force_release(&self.shared.db, key)?;
+        if let Some(owner) = &ended {
+            log::info!(target: "pgtenure::leases", "force-released lease {key:?} held by {owner}");
         }
-        Ok(!rows.is_empty())
+        Ok(ended.is_some())
     }
 
     /// Why an acquire of `key` by this family would be refused now: a managed lease of this family
@@ -193,19 +155,8 @@ impl Leases {
     pub fn refusal(&self, key: &str) -> Result<Refusal> {
         check_key("lease key", key)?;
         let family = self.shared.held.lock().contains(key);
-        let rows = self.shared.db.query(
-            "read lease refusal",
-            Policy::IDEMPOTENT,
-            &self.shared.sql.refusal,
-            &[&key],
-        )?;
-        let read = rows.first();
-        let row = read
-            .filter(|r| r.get::<_, Option<String>>("owner").is_some())
-            .map(LeaseInfo::from_row);
-        let held_off = read
-            .and_then(|r| r.get::<_, Option<SystemTime>>("grants_from"))
-            .filter(|_| self.shared.db.promotion_hold_off());
+        let (row, grants_from) = self.shared.sql.refusal(&self.shared.db, key)?;
+        let held_off = grants_from.filter(|_| self.shared.db.promotion_hold_off());
         Ok(match (row, held_off) {
             (row, _) if family => Refusal::ThisFamily(row),
             (Some(row), _) if row.live && row.owner == self.owner() => Refusal::SameOwner(row),

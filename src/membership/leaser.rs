@@ -7,14 +7,13 @@ use std::time::Instant;
 
 use crossbeam_channel::Sender;
 use parking_lot::Mutex;
-use postgres::types::Type;
 
 use super::config::{Config, Hooks};
 use super::deliver::{Delivery, Outbox};
 use super::local::{stop_after, Local};
-use super::sql::Statements;
+use super::sql::{Batch, Statements};
 use super::unit::{Reconciler, Unit, UnitLoss};
-use crate::db::{Db, Policy};
+use crate::db::Db;
 use crate::error::{Error, ErrorKind, Result};
 use crate::input::{micros, MIN_DURATION};
 use crate::table_name::TableName;
@@ -155,18 +154,7 @@ impl Leaser {
         let Some(token) = self.token(unit) else {
             return Ok(false);
         };
-        let rows = tx
-            .query_typed(
-                &self.sql.fence,
-                &[
-                    (&self.process_id.as_str(), Type::TEXT),
-                    (&unit.tenant.as_str(), Type::TEXT),
-                    (&unit.shard, Type::INT4),
-                    (&token, Type::INT8),
-                ],
-            )
-            .map_err(|e| Error::from_postgres("fence unit", e))?;
-        Ok(!rows.is_empty())
+        self.sql.fence(tx, &self.process_id, unit, token)
     }
 
     /// The local liveness deadline, if a heartbeat has succeeded: the instant before it was sent,
@@ -192,22 +180,16 @@ impl Leaser {
     ///
     /// A database or connection error.
     pub fn heartbeat(&self) -> Result<()> {
-        let (count, weight) = self.local.lock().reported();
+        let reported = self.local.lock().reported();
         let sent = Instant::now();
-        let row = self.db.query_one(
-            "heartbeat",
-            Policy::ONCE,
-            &self.sql.heartbeat,
-            &[
-                &self.process_id.as_str(),
-                &self.ttl_us,
-                &count,
-                &weight,
-                &self.config.hostname.as_str(),
-                &self.config.version.as_str(),
-            ],
+        let lapsed = self.sql.heartbeat(
+            &self.db,
+            &self.process_id,
+            self.ttl_us,
+            reported,
+            &self.config.hostname,
+            &self.config.version,
         )?;
-        let lapsed: bool = row.get("lapsed");
         let stop = stop_after(self.config.ttl);
         let warn = {
             let mut local = self.local.lock();
@@ -270,16 +252,7 @@ impl Leaser {
     ///
     /// A database or connection error.
     pub fn sweep(&self) -> Result<Sweep> {
-        let row = self.db.query_one(
-            "sweep processes",
-            Policy::ONCE,
-            &self.sql.sweep,
-            &[&self.cutoff_us],
-        )?;
-        let sweep = Sweep {
-            processes: u64::try_from(row.get::<_, i64>("processes")).unwrap_or_default(),
-            units: u64::try_from(row.get::<_, i64>("units")).unwrap_or_default(),
-        };
+        let sweep = self.sql.sweep(&self.db, self.cutoff_us)?;
         if sweep.processes > 0 {
             log::info!(
                 target: "pgtenure::membership",
@@ -304,10 +277,10 @@ impl Leaser {
     pub fn release(&self) -> Result<Vec<Unit>> {
         self.tell_everything_lost();
         let _one_at_a_time = self.ticking.lock();
-        let (tenants, shards, count, weight) = {
+        let (keep, reported) = {
             let local = self.local.lock();
             // Also units a concurrent tick chose to shed and is still telling about.
-            let keep: Vec<&Unit> = local
+            let keep: Vec<Unit> = local
                 .owned
                 .keys()
                 .chain(
@@ -316,31 +289,12 @@ impl Leaser {
                         .keys()
                         .filter(|u| !self.told_to_shed(&local, u)),
                 )
+                .cloned()
                 .collect();
-            let tenants: Vec<String> = keep.iter().map(|u| u.tenant.clone()).collect();
-            let shards: Vec<i32> = keep.iter().map(|u| u.shard).collect();
-            let (count, weight) = local.reported();
-            (tenants, shards, count, weight)
+            (keep, local.reported())
         };
-        let rows = self.db.query(
-            "release units",
-            Policy::ONCE,
-            &self.sql.release,
-            &[
-                &self.process_id.as_str(),
-                &tenants,
-                &shards,
-                &count,
-                &weight,
-            ],
-        )?;
-        Ok(rows
-            .iter()
-            .map(|row| Unit {
-                tenant: row.get("tenant"),
-                shard: row.get("shard"),
-            })
-            .collect())
+        self.sql
+            .release(&self.db, &self.process_id, &Batch::of(&keep), reported)
     }
 
     /// Removes the process row (the last step of a graceful shutdown), freeing any unit it still
@@ -364,12 +318,7 @@ impl Leaser {
                     continue;
                 }
             }
-            self.db.query_one(
-                "delete process",
-                Policy::ONCE,
-                &self.sql.delete_process,
-                &[&self.process_id.as_str()],
-            )?;
+            self.sql.delete_process(&self.db, &self.process_id)?;
             let mut local = self.local.lock();
             local.forget_all();
             local.live_until = None;

@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::sql::Reported;
 use super::unit::{Unit, UnitLoss};
 
 /// What this process holds of one unit: its weight, the fencing token of its claim, whether it
@@ -150,9 +151,12 @@ impl Local {
     }
 
     /// What the database says this process owns: its units and those it is shedding.
-    pub(super) fn reported(&self) -> (i32, i64) {
+    pub(super) fn reported(&self) -> Reported {
         let count = self.owned.len() + self.shedding.len();
-        (count as i32, self.owned_weight + weight_of(&self.shedding))
+        Reported {
+            count: count as i32,
+            weight: self.owned_weight + weight_of(&self.shedding),
+        }
     }
 }
 
@@ -356,7 +360,10 @@ mod tests {
         assert_eq!(local.shedding.len(), 1);
         assert_eq!(
             local.reported(),
-            (3, 3),
+            Reported {
+                count: 3,
+                weight: 3
+            },
             "the row still counts the unit being shed"
         );
     }
@@ -375,7 +382,13 @@ mod tests {
             local.shedding.is_empty(),
             "unit 3 is worked on again: it must not be given back"
         );
-        assert_eq!(local.reported(), (3, 3));
+        assert_eq!(
+            local.reported(),
+            Reported {
+                count: 3,
+                weight: 3
+            }
+        );
     }
 
     #[test]
@@ -389,6 +402,13 @@ mod tests {
         reread.shed_landed = vec![Unit::new("t", 3).unwrap()];
         assert_eq!(local.adopt(reread, true), (Losses::default(), vec![]));
         assert!(local.shedding.is_empty());
-        assert_eq!(local.reported(), (2, 2), "the row no longer counts unit 3");
+        assert_eq!(
+            local.reported(),
+            Reported {
+                count: 2,
+                weight: 2
+            },
+            "the row no longer counts unit 3"
+        );
     }
 }

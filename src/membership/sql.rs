@@ -1,12 +1,17 @@
-//! The membership statements, rendered once for a pair of tables, and the tables' creation.
+//! The membership statements, rendered once for a pair of tables, one function per operation, and
+//! the tables' creation.
 
 use std::sync::Arc;
 
-use postgres::types::Type;
+use postgres::Row;
 
-use crate::db::{Companion, Db};
+use super::leaser::Sweep;
+use super::local::{Digest, Hold};
+use super::unit::Unit;
+use super::views::{Assignment, ProcessInfo};
+use crate::db::{Companion, Db, Policy};
 use crate::error::{Error, Result};
-use crate::statement::Statement;
+use crate::statement::{in_transaction, Statement};
 use crate::table_name::{render_tables, TableName};
 
 /// The processes table unless [`Leaser::with_tables`](super::Leaser::with_tables) names another.
@@ -41,22 +46,61 @@ pub(super) struct Statements {
     pub(super) units: TableName,
     pub(super) create_processes: [String; 1],
     pub(super) create_units: [String; 4],
-    pub(super) heartbeat: Statement,
-    pub(super) owned: Statement,
-    pub(super) stats: Statement,
-    pub(super) claim: Statement,
-    pub(super) shed: Statement,
-    pub(super) release: Statement,
-    pub(super) delete_process: Statement,
-    pub(super) sweep: Statement,
-    pub(super) add_units: Statement,
-    pub(super) remove_units: Statement,
-    pub(super) set_weight: Statement,
-    pub(super) bump_changes: Statement,
+    heartbeat: Statement,
+    owned: Statement,
+    stats: Statement,
+    claim: Statement,
+    shed: Statement,
+    release: Statement,
+    delete_process: Statement,
+    sweep: Statement,
+    add_units: Statement,
+    remove_units: Statement,
+    set_weight: Statement,
+    bump_changes: Statement,
     /// Run on the caller's transaction, unprepared (see [`Leaser::fence`](super::Leaser::fence)).
-    pub(super) fence: String,
-    pub(super) assignments: Statement,
-    pub(super) processes_view: Statement,
+    fence: String,
+    assignments: Statement,
+    processes_view: Statement,
+}
+
+/// The stats statement's answer (`sql/membership/stats.sql`).
+pub(super) struct Stats {
+    /// Live processes, this one included if live.
+    pub(super) live: i64,
+    /// Whether this process's row is live, by the database clock.
+    pub(super) live_self: bool,
+    /// The other live processes and the weight each reports, by process id.
+    pub(super) others: Vec<(String, i64)>,
+    /// Weight nobody live owns: unowned units and those of expired processes.
+    pub(super) claimable: i64,
+    /// The process row's counter of changes others made to its units.
+    pub(super) changes: Option<i64>,
+    /// The digest of the unit rows that name this process.
+    pub(super) digest: Digest,
+}
+
+/// What a process row reports with a write: the units it owns (and is shedding), and their weight.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Reported {
+    pub(super) count: i32,
+    pub(super) weight: i64,
+}
+
+/// Which units a batch names, as the statements take them: tenants and shards, in the same order.
+pub(super) struct Batch<'a> {
+    pub(super) tenants: Vec<&'a str>,
+    pub(super) shards: Vec<i32>,
+}
+
+impl<'a> Batch<'a> {
+    pub(super) fn of(units: impl IntoIterator<Item = &'a Unit>) -> Batch<'a> {
+        let (tenants, shards) = units
+            .into_iter()
+            .map(|unit| (unit.tenant.as_str(), unit.shard))
+            .unzip();
+        Batch { tenants, shards }
+    }
 }
 
 /// The suffixes of the units table's indexes (`{index:owner}`, `{index:claimable}` in `sql/`).
@@ -90,9 +134,8 @@ impl Statements {
 
     pub(super) fn render(processes: TableName, units: TableName) -> Arc<Statements> {
         let both = [("units", &units), ("processes", &processes)];
-        let dml = |sql: &str, types: &[Type]| Statement::new(render_tables(sql, &both), types);
+        let dml = |sql: &str| Statement::new(render_tables(sql, &both));
         let on = |sql: &str, table: &TableName| render_tables(sql, &[("table", table)]);
-        let units_batch = [Type::TEXT_ARRAY, Type::INT4_ARRAY];
         Arc::new(Statements {
             create_processes: [on(CREATE_PROCESSES, &processes)],
             create_units: [
@@ -101,60 +144,21 @@ impl Statements {
                 on(CREATE_OWNER_INDEX, &units),
                 on(CREATE_CLAIMABLE_INDEX, &units),
             ],
-            heartbeat: dml(
-                HEARTBEAT,
-                &[
-                    Type::TEXT,
-                    Type::INT8,
-                    Type::INT4,
-                    Type::INT8,
-                    Type::TEXT,
-                    Type::TEXT,
-                ],
-            ),
-            owned: dml(OWNED, &[Type::TEXT]),
-            stats: dml(STATS, &[Type::TEXT]),
-            claim: dml(
-                CLAIM,
-                &[
-                    Type::TEXT,
-                    Type::INT4,
-                    Type::INT8,
-                    Type::INT4,
-                    Type::INT4,
-                    Type::INT8,
-                    Type::BOOL,
-                ],
-            ),
-            shed: dml(
-                SHED,
-                &[
-                    Type::TEXT,
-                    Type::TEXT_ARRAY,
-                    Type::INT4_ARRAY,
-                    Type::INT4,
-                    Type::INT8,
-                ],
-            ),
-            release: dml(
-                RELEASE,
-                &[
-                    Type::TEXT,
-                    Type::TEXT_ARRAY,
-                    Type::INT4_ARRAY,
-                    Type::INT4,
-                    Type::INT8,
-                ],
-            ),
-            delete_process: dml(DELETE_PROCESS, &[Type::TEXT]),
-            sweep: dml(SWEEP, &[Type::INT8]),
-            add_units: dml(ADD_UNITS, &units_batch),
-            remove_units: dml(REMOVE_UNITS, &units_batch),
-            set_weight: dml(SET_WEIGHT, &[Type::TEXT, Type::INT4, Type::INT4]),
-            bump_changes: dml(BUMP_CHANGES, &[Type::TEXT_ARRAY]),
+            heartbeat: dml(HEARTBEAT),
+            owned: dml(OWNED),
+            stats: dml(STATS),
+            claim: dml(CLAIM),
+            shed: dml(SHED),
+            release: dml(RELEASE),
+            delete_process: dml(DELETE_PROCESS),
+            sweep: dml(SWEEP),
+            add_units: dml(ADD_UNITS),
+            remove_units: dml(REMOVE_UNITS),
+            set_weight: dml(SET_WEIGHT),
+            bump_changes: dml(BUMP_CHANGES),
             fence: render_tables(FENCE, &both),
-            assignments: dml(ASSIGNMENTS, &[]),
-            processes_view: dml(PROCESSES, &[]),
+            assignments: dml(ASSIGNMENTS),
+            processes_view: dml(PROCESSES),
             processes,
             units,
         })
@@ -187,6 +191,257 @@ impl Statements {
             ],
         )
     }
+}
+
+impl Statements {
+    /// Upserts `process`'s row, live for `ttl_us`, reporting `reported` and who runs it: whether
+    /// the row had lapsed (or was absent).
+    pub(super) fn heartbeat(
+        &self,
+        db: &Db,
+        process: &str,
+        ttl_us: i64,
+        reported: Reported,
+        hostname: &str,
+        version: &str,
+    ) -> Result<bool> {
+        let params = (
+            process,
+            ttl_us,
+            reported.count,
+            reported.weight,
+            hostname,
+            version,
+        );
+        let row = db.query_one("heartbeat", Policy::ONCE, &self.heartbeat, &params)?;
+        Ok(row.get("lapsed"))
+    }
+
+    /// What a tick decides from, without scanning units.
+    pub(super) fn stats(&self, db: &Db, process: &str) -> Result<Stats> {
+        let context = "read membership stats";
+        let row = db.query_one(context, Policy::IDEMPOTENT, &self.stats, &(process,))?;
+        let ids: Vec<String> = row.get("others");
+        let weights: Vec<i64> = row.get("others_weights");
+        let unowned: i64 = row.get("unowned_weight");
+        let orphaned: i64 = row.get("orphaned_weight");
+        Ok(Stats {
+            live: row.get("live"),
+            live_self: row.get("live_self"),
+            others: ids.into_iter().zip(weights).collect(),
+            claimable: unowned + orphaned,
+            changes: row.get("changes"),
+            digest: Digest {
+                units: row.get("owned_units"),
+                marks: row.get("owned_marks"),
+            },
+        })
+    }
+
+    /// The unit rows that name `process`.
+    pub(super) fn owned(&self, db: &Db, process: &str) -> Result<Vec<(Unit, Hold)>> {
+        let rows = db.query(
+            "read owned units",
+            Policy::IDEMPOTENT,
+            &self.owned,
+            &(process,),
+        )?;
+        Ok(rows.iter().map(unit_hold).collect())
+    }
+
+    /// Claims at most `limit` claimable units, up to `budget` weight, starting from `slot` of the
+    /// key space; the row then reports `reported` plus what was claimed.
+    pub(super) fn claim(
+        &self,
+        db: &Db,
+        process: &str,
+        limit: i32,
+        budget: i64,
+        slot: i32,
+        reported: Reported,
+    ) -> Result<Vec<(Unit, Hold)>> {
+        let params = (
+            process,
+            limit,
+            budget,
+            slot,
+            reported.count,
+            reported.weight,
+            db.timeline_tokens(),
+        );
+        let rows = db.query("claim units", Policy::ONCE, &self.claim, &params)?;
+        Ok(rows.iter().map(unit_hold).collect())
+    }
+
+    /// Gives back `units` (owner-guarded, only while live), the row then reporting `reported`:
+    /// the units given back.
+    pub(super) fn shed(
+        &self,
+        db: &Db,
+        process: &str,
+        units: &Batch<'_>,
+        reported: Reported,
+    ) -> Result<Vec<Unit>> {
+        let params = (
+            process,
+            &units.tenants,
+            &units.shards,
+            reported.count,
+            reported.weight,
+        );
+        let rows = db.query("shed units", Policy::IDEMPOTENT, &self.shed, &params)?;
+        Ok(rows.iter().map(unit).collect())
+    }
+
+    /// Gives back every unit of `process` but `keep`, the row then reporting `reported`: the units
+    /// released.
+    pub(super) fn release(
+        &self,
+        db: &Db,
+        process: &str,
+        keep: &Batch<'_>,
+        reported: Reported,
+    ) -> Result<Vec<Unit>> {
+        let params = (
+            process,
+            &keep.tenants,
+            &keep.shards,
+            reported.count,
+            reported.weight,
+        );
+        let rows = db.query("release units", Policy::ONCE, &self.release, &params)?;
+        Ok(rows.iter().map(unit).collect())
+    }
+
+    /// Deletes `process`'s row, freeing its units.
+    pub(super) fn delete_process(&self, db: &Db, process: &str) -> Result<()> {
+        let context = "delete process";
+        db.query_one(context, Policy::ONCE, &self.delete_process, &(process,))?;
+        Ok(())
+    }
+
+    /// Deletes process rows expired for longer than `cutoff_us` and frees their units.
+    pub(super) fn sweep(&self, db: &Db, cutoff_us: i64) -> Result<Sweep> {
+        let row = db.query_one("sweep processes", Policy::ONCE, &self.sweep, &(cutoff_us,))?;
+        Ok(Sweep {
+            processes: u64::try_from(row.get::<_, i64>("processes")).unwrap_or_default(),
+            units: u64::try_from(row.get::<_, i64>("units")).unwrap_or_default(),
+        })
+    }
+
+    /// Registers `units` (`remove`: unregisters them): how many changed, and the live owners
+    /// whose units changed.
+    pub(super) fn add_or_remove(
+        &self,
+        db: &Db,
+        context: &str,
+        remove: bool,
+        units: &Batch<'_>,
+    ) -> Result<(u64, Vec<String>)> {
+        let statement = if remove {
+            &self.remove_units
+        } else {
+            &self.add_units
+        };
+        let params = (&units.tenants, &units.shards);
+        let row = db.query_one(context, Policy::ONCE, statement, &params)?;
+        let changed = u64::try_from(row.get::<_, i64>(0)).unwrap_or_default();
+        Ok((changed, row.get(1)))
+    }
+
+    /// Sets `unit`'s weight: `None` when it is not registered, else its owner, if any.
+    pub(super) fn set_weight(
+        &self,
+        db: &Db,
+        unit: &Unit,
+        weight: i32,
+    ) -> Result<Option<Option<String>>> {
+        let params = (unit.tenant.as_str(), unit.shard, weight);
+        let rows = db.query("set unit weight", Policy::ONCE, &self.set_weight, &params)?;
+        Ok(rows.first().map(|row| row.get("owner")))
+    }
+
+    /// Moves the change counters of `owners`.
+    pub(super) fn bump_changes(&self, db: &Db, context: &str, owners: &[String]) -> Result<()> {
+        db.query(context, Policy::IDEMPOTENT, &self.bump_changes, &(owners,))?;
+        Ok(())
+    }
+
+    /// Whether, inside `tx`, `process` still owns `unit` under `token` while live (the row then
+    /// locked `FOR SHARE` until `tx` ends).
+    pub(super) fn fence(
+        &self,
+        tx: &mut postgres::Transaction<'_>,
+        process: &str,
+        unit: &Unit,
+        token: i64,
+    ) -> Result<bool> {
+        let params = (process, unit.tenant.as_str(), unit.shard, token);
+        let rows = in_transaction(tx, &self.fence, &params)
+            .map_err(|e| Error::from_postgres("fence unit", e))?;
+        Ok(!rows.is_empty())
+    }
+
+    /// Every registered unit, in unit order.
+    pub(super) fn assignments(&self, db: &Db) -> Result<Vec<Assignment>> {
+        let rows = db.query(
+            "read assignments",
+            Policy::IDEMPOTENT,
+            &self.assignments,
+            &(),
+        )?;
+        Ok(rows
+            .iter()
+            .map(|row| Assignment {
+                unit: unit(row),
+                weight: row.get("weight"),
+                owner: row.get("owner"),
+                owner_live: row.get("owner_live"),
+                token: row.get("token"),
+                claimed_at: row.get("claimed_at"),
+            })
+            .collect())
+    }
+
+    /// Every process row, oldest first.
+    pub(super) fn processes(&self, db: &Db) -> Result<Vec<ProcessInfo>> {
+        let context = "read processes";
+        let rows = db.query(context, Policy::IDEMPOTENT, &self.processes_view, &())?;
+        Ok(rows
+            .iter()
+            .map(|row| ProcessInfo {
+                id: row.get("process_id"),
+                hostname: row.get("hostname"),
+                version: row.get("version"),
+                started_at: row.get("started_at"),
+                expires_at: row.get("expires_at"),
+                live: row.get("live"),
+                units: row.get("unit_count"),
+                weight: row.get("weight"),
+            })
+            .collect())
+    }
+}
+
+/// A row's unit.
+fn unit(row: &Row) -> Unit {
+    Unit {
+        tenant: row.get("tenant"),
+        shard: row.get("shard"),
+    }
+}
+
+/// A row's unit and how this process holds it.
+fn unit_hold(row: &Row) -> (Unit, Hold) {
+    (
+        unit(row),
+        Hold {
+            weight: row.get("weight"),
+            token: row.get::<_, Option<i64>>("token").unwrap_or_default(),
+            removed: row.get("removed"),
+            mark: row.get("mark"),
+        },
+    )
 }
 
 #[cfg(test)]

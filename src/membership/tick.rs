@@ -6,14 +6,12 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use postgres::Row;
-
 use super::deliver::Delivery;
 use super::fair::{choose_shed, Facts, Held, Member, Step};
 use super::leaser::Leaser;
-use super::local::{weight_of, Digest, Hold, Holds, View};
+use super::local::{weight_of, Digest, Holds, View};
+use super::sql::{Batch, Reported, Stats};
 use super::unit::Unit;
-use crate::db::Policy;
 use crate::error::Result;
 use crate::instance::random_u64;
 
@@ -40,22 +38,6 @@ pub struct Rebalance {
     pub live_processes: i64,
     /// Whether this process's own row was live (a process that is not live claims and sheds nothing).
     pub live: bool,
-}
-
-/// The stats statement's answer.
-struct Stats {
-    /// Live processes, this one included if live.
-    live: i64,
-    /// Whether this process's row is live, by the database clock.
-    live_self: bool,
-    /// The other live processes and the weight each reports, by process id.
-    others: Vec<(String, i64)>,
-    /// Weight nobody live owns: unowned units and those of expired processes.
-    claimable: i64,
-    /// The process row's counter of changes others made to its units.
-    changes: Option<i64>,
-    /// The digest of the unit rows that name this process.
-    digest: Digest,
 }
 
 /// The view a tick starts from, and the local state it was taken at.
@@ -230,27 +212,7 @@ impl Leaser {
 
     /// What a tick decides from, in one statement that never scans units.
     fn read_stats(&self) -> Result<Stats> {
-        let row = self.db.query_one(
-            "read membership stats",
-            Policy::IDEMPOTENT,
-            &self.sql.stats,
-            &[&self.process_id.as_str()],
-        )?;
-        let ids: Vec<String> = row.get("others");
-        let weights: Vec<i64> = row.get("others_weights");
-        let unowned: i64 = row.get("unowned_weight");
-        let orphaned: i64 = row.get("orphaned_weight");
-        Ok(Stats {
-            live: row.get("live"),
-            live_self: row.get("live_self"),
-            others: ids.into_iter().zip(weights).collect(),
-            claimable: unowned + orphaned,
-            changes: row.get("changes"),
-            digest: Digest {
-                units: row.get("owned_units"),
-                marks: row.get("owned_marks"),
-            },
-        })
+        self.sql.stats(&self.db, &self.process_id)
     }
 
     /// The view a tick starts from: the local one while it is known to match the database (the
@@ -281,15 +243,9 @@ impl Leaser {
             Some((owned, weight)) => (owned, weight, false, shedding, Vec::new()),
             None => {
                 let mut read: Holds = self
-                    .db
-                    .query(
-                        "read owned units",
-                        Policy::IDEMPOTENT,
-                        &self.sql.owned,
-                        &[&self.process_id.as_str()],
-                    )?
-                    .iter()
-                    .map(unit_row)
+                    .sql
+                    .owned(&self.db, &self.process_id)?
+                    .into_iter()
                     .collect();
                 // Units being shed are still this process's in the database, but no longer its
                 // work; those the database no longer gives it were given back already.
@@ -333,25 +289,14 @@ impl Leaser {
                 i32::try_from(budget.min(i64::from(self.config.claim_batch))).unwrap_or(i32::MAX);
             let slot = (random_u64() % (i32::MAX as u64)) as i32;
             let count = (truth.len() + shedding.len()) as i32;
-            let rows = self.db.query(
-                "claim units",
-                Policy::ONCE,
-                &self.sql.claim,
-                &[
-                    &self.process_id.as_str(),
-                    &limit,
-                    &budget,
-                    &slot,
-                    &count,
-                    &weight,
-                    &self.db.timeline_tokens(),
-                ],
-            )?;
+            let reported = Reported { count, weight };
+            let rows = self
+                .sql
+                .claim(&self.db, &self.process_id, limit, budget, slot, reported)?;
             if rows.is_empty() {
                 break;
             }
-            for row in &rows {
-                let (unit, hold) = unit_row(row);
+            for (unit, hold) in rows {
                 budget -= i64::from(hold.weight);
                 weight += i64::from(hold.weight.max(0));
                 Arc::make_mut(truth).insert(unit.clone(), hold);
@@ -388,13 +333,13 @@ impl Leaser {
     /// lost); returns how many the database gave back. A failure keeps them to give back at the next
     /// tick (they stay this process's in the database meanwhile, and nobody works on them).
     fn give_back(&self) -> Result<usize> {
-        let (shedding, count, weight) = {
+        let (shedding, reported) = {
             let local = self.local.lock();
             if local.shedding.is_empty() {
                 return Ok(0);
             }
             // The shed statement reports what remains: it is given what the row counts now.
-            let (count, weight) = local.reported();
+            let reported = local.reported();
             // Never a unit owned (and worked on) again, nor one whose loss is still being told (the
             // tick that chose it delivers on its own thread, perhaps after this one got here).
             let shedding: Holds = local
@@ -404,33 +349,15 @@ impl Leaser {
                 .filter(|(unit, _)| self.told_to_shed(&local, unit))
                 .map(|(unit, hold)| (unit.clone(), *hold))
                 .collect();
-            (shedding, count, weight)
+            (shedding, reported)
         };
         if shedding.is_empty() {
             return Ok(0);
         }
-        let tenants: Vec<&str> = shedding.keys().map(|u| u.tenant.as_str()).collect();
-        let shards: Vec<i32> = shedding.keys().map(|u| u.shard).collect();
-        let result = self.db.query(
-            "shed units",
-            Policy::IDEMPOTENT,
-            &self.sql.shed,
-            &[
-                &self.process_id.as_str(),
-                &tenants,
-                &shards,
-                &count,
-                &weight,
-            ],
-        );
+        let units = Batch::of(shedding.keys());
+        let result = self.sql.shed(&self.db, &self.process_id, &units, reported);
         let given: Vec<Unit> = match result {
-            Ok(rows) => rows
-                .iter()
-                .map(|row| Unit {
-                    tenant: row.get("tenant"),
-                    shard: row.get("shard"),
-                })
-                .collect(),
+            Ok(given) => given,
             Err(e) => {
                 self.local.lock().reread = true;
                 return Err(e);
@@ -458,20 +385,4 @@ impl Leaser {
         );
         Ok(given)
     }
-}
-
-/// A unit and what this process holds of it, from a row of the owned or claim statement.
-fn unit_row(row: &Row) -> (Unit, Hold) {
-    (
-        Unit {
-            tenant: row.get("tenant"),
-            shard: row.get("shard"),
-        },
-        Hold {
-            weight: row.get("weight"),
-            token: row.get::<_, Option<i64>>("token").unwrap_or_default(),
-            removed: row.get("removed"),
-            mark: row.get("mark"),
-        },
-    )
 }

@@ -4,12 +4,11 @@ use std::collections::BTreeSet;
 use std::fmt;
 use std::sync::Arc;
 
-use super::sql::Statements;
+use super::sql::{Batch, Statements};
 use super::unit::Unit;
-use crate::db::{Db, Policy};
+use crate::db::Db;
 use crate::error::{Error, Result};
 use crate::input::check_key;
-use crate::statement::Statement;
 use crate::table_name::TableName;
 
 /// Registers the units a fleet shares and sets their weights.
@@ -61,7 +60,7 @@ impl Units {
     /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput), before any statement, when a
     /// tenant is bad; otherwise a database or connection error.
     pub fn add(&self, units: &[Unit]) -> Result<u64> {
-        self.batch("add units", &self.sql.add_units, units)
+        self.batch("add units", false, units)
     }
 
     /// Unregisters units (one statement, then one that tells their owners). An owned unit is
@@ -75,10 +74,10 @@ impl Units {
     /// As [`Units::add`]. A failure after the units were removed (telling their owners) is reported
     /// too; calling `remove` again tells them again.
     pub fn remove(&self, units: &[Unit]) -> Result<u64> {
-        self.batch("remove units", &self.sql.remove_units, units)
+        self.batch("remove units", true, units)
     }
 
-    fn batch(&self, context: &str, sql: &Statement, units: &[Unit]) -> Result<u64> {
+    fn batch(&self, context: &str, remove: bool, units: &[Unit]) -> Result<u64> {
         for unit in units {
             check_key("tenant", &unit.tenant)?;
         }
@@ -88,14 +87,11 @@ impl Units {
         // In key order, once each: concurrent batches lock their rows in the same order, and a unit
         // named twice is one unit.
         let units: BTreeSet<&Unit> = units.iter().collect();
-        let tenants: Vec<&str> = units.iter().map(|u| u.tenant.as_str()).collect();
-        let shards: Vec<i32> = units.iter().map(|u| u.shard).collect();
-        let row = self
-            .db
-            .query_one(context, Policy::ONCE, sql, &[&tenants, &shards])?;
-        let owners: Vec<String> = row.get(1);
+        let (changed, owners) =
+            self.sql
+                .add_or_remove(&self.db, context, remove, &Batch::of(units))?;
         self.tell_owners(context, &owners)?;
-        Ok(u64::try_from(row.get::<_, i64>(0)).unwrap_or_default())
+        Ok(changed)
     }
 
     /// Moves the change counters of `owners`, so each re-reads its units at its next tick; a
@@ -105,13 +101,7 @@ impl Units {
             return Ok(());
         }
         let context = format!("{context}: tell their owners");
-        self.db.query(
-            &context,
-            Policy::IDEMPOTENT,
-            &self.sql.bump_changes,
-            &[&owners],
-        )?;
-        Ok(())
+        self.sql.bump_changes(&self.db, &context, owners)
     }
 
     /// Sets a unit's weight: its share of a process's fair share. 0 disables it: it is never claimed,
@@ -130,18 +120,12 @@ impl Units {
                 "weight {weight} of unit {unit} is negative; use 0 to disable a unit"
             )));
         }
-        let rows = self.db.query(
-            "set unit weight",
-            Policy::ONCE,
-            &self.sql.set_weight,
-            &[&unit.tenant.as_str(), &unit.shard, &weight],
-        )?;
-        let owners: Vec<String> = rows
-            .iter()
-            .filter_map(|row| row.get::<_, Option<String>>("owner"))
-            .collect();
+        let Some(owner) = self.sql.set_weight(&self.db, unit, weight)? else {
+            return Ok(false);
+        };
+        let owners: Vec<String> = owner.into_iter().collect();
         self.tell_owners("set unit weight", &owners)?;
-        Ok(!rows.is_empty())
+        Ok(true)
     }
 }
 

@@ -5,7 +5,6 @@ use std::time::SystemTime;
 
 use super::unit::Unit;
 use super::units::Units;
-use crate::db::Policy;
 use crate::error::Result;
 
 /// One registered unit and who owns it ([`Units::assignments`]).
@@ -56,26 +55,7 @@ impl Units {
     ///
     /// A database or connection error.
     pub fn assignments(&self) -> Result<Vec<Assignment>> {
-        let rows = self.db.query(
-            "read assignments",
-            Policy::IDEMPOTENT,
-            &self.sql.assignments,
-            &[],
-        )?;
-        Ok(rows
-            .iter()
-            .map(|row| Assignment {
-                unit: Unit {
-                    tenant: row.get("tenant"),
-                    shard: row.get("shard"),
-                },
-                weight: row.get("weight"),
-                owner: row.get("owner"),
-                owner_live: row.get("owner_live"),
-                token: row.get("token"),
-                claimed_at: row.get("claimed_at"),
-            })
-            .collect())
+        self.sql.assignments(&self.db)
     }
 
     /// Every process row, live or expired (until the sweep deletes it), oldest first.
@@ -84,24 +64,6 @@ impl Units {
     ///
     /// A database or connection error.
     pub fn processes(&self) -> Result<Vec<ProcessInfo>> {
-        let rows = self.db.query(
-            "read processes",
-            Policy::IDEMPOTENT,
-            &self.sql.processes_view,
-            &[],
-        )?;
-        Ok(rows
-            .iter()
-            .map(|row| ProcessInfo {
-                id: row.get("process_id"),
-                hostname: row.get("hostname"),
-                version: row.get("version"),
-                started_at: row.get("started_at"),
-                expires_at: row.get("expires_at"),
-                live: row.get("live"),
-                units: row.get("unit_count"),
-                weight: row.get("weight"),
-            })
-            .collect())
+        self.sql.processes(&self.db)
     }
 }

@@ -28,32 +28,39 @@
 //! `PREPARE`). A changed result type (0A000: a table's column changed type) is prepared afresh once.
 
 mod literal;
+mod params;
 
 use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
+use std::sync::OnceLock;
 
 use bytes::BytesMut;
 use postgres::error::SqlState;
-use postgres::types::{IsNull, ToSql, Type};
+use postgres::types::{IsNull, Type};
 use postgres::{Client, Row, SimpleQueryMessage};
 use sha2::{Digest, Sha256};
 
 use self::literal::{literal, renderable};
+pub(crate) use self::params::{Params, Value};
 use crate::db::{StatementMode, Way};
 
 /// How many `EXECUTE`s one call tries before it sends its statement unprepared (a pooler that keeps
 /// moving the session between server connections that lack it).
 const MAX_EXECUTES: usize = 3;
 
-/// A bind value, typed by its [`Statement`].
-pub(crate) type Value<'a> = &'a (dyn ToSql + Sync);
-
-/// One of the crate's statements with its tables substituted, its parameter types, and the name it
-/// is prepared under.
+/// One of the crate's statements with its tables substituted. Its parameter types are those of
+/// the operation that runs it (a [`Params`] tuple), known at its first use, and so is the name it is
+/// prepared under.
 #[derive(Debug)]
 pub(crate) struct Statement {
     text: String,
-    types: Vec<Type>,
+    typed: OnceLock<Typed>,
+}
+
+/// What a statement's parameter types decide.
+#[derive(Debug)]
+struct Typed {
+    types: &'static [Type],
     /// `pgt_` and 32 hex digits of the SHA-256 of the types and the text.
     name: String,
     /// `PREPARE name (types) AS text`, or `None` when a parameter type cannot be written as a
@@ -61,11 +68,10 @@ pub(crate) struct Statement {
     prepare: Option<String>,
 }
 
-impl Statement {
-    /// `text` with `$1 … $n` typed by `types`.
-    pub(crate) fn new(text: String, types: &[Type]) -> Statement {
+impl Typed {
+    fn new(text: &str, types: &'static [Type]) -> Typed {
         debug_assert_eq!(
-            highest_parameter(&text),
+            highest_parameter(text),
             types.len(),
             "parameter types do not match the statement:\n{text}"
         );
@@ -91,11 +97,27 @@ impl Statement {
                 format!("PREPARE {name} ({}) AS {text}", list.join(", "))
             }
         });
-        Statement {
-            text,
-            types: types.to_vec(),
+        Typed {
+            types,
             name,
             prepare,
+        }
+    }
+}
+
+/// A statement bound to its parameters for one call.
+struct Call<'s, 'v> {
+    text: &'s str,
+    typed: &'s Typed,
+    values: Vec<Value<'v>>,
+}
+
+impl Statement {
+    /// `text`, whose `$1 … $n` are typed by the operation that runs it.
+    pub(crate) fn new(text: String) -> Statement {
+        Statement {
+            text,
+            typed: OnceLock::new(),
         }
     }
 
@@ -105,89 +127,102 @@ impl Statement {
         &self.text
     }
 
-    /// The name it is prepared under (unique to its text and types).
-    pub(crate) fn name(&self) -> &str {
-        &self.name
+    /// What `P`'s types decide for this statement (every operation runs it with the same types).
+    fn typed<P: Params>(&self) -> &Typed {
+        let typed = self.typed.get_or_init(|| Typed::new(&self.text, P::TYPES));
+        debug_assert_eq!(typed.types, P::TYPES, "{}", self.text);
+        typed
     }
 
-    /// Runs the statement on `client` in one round trip in steady state, in `way`: with the
-    /// protocol-level statement kept in `cache`, as `EXECUTE` of the SQL-level one, or unprepared
-    /// (planned for this call only).
-    pub(crate) fn query(
+    /// The name it is prepared under with `P`'s types (unique to its text and types).
+    pub(crate) fn name<P: Params>(&self) -> &str {
+        &self.typed::<P>().name
+    }
+
+    /// Runs the statement with `params` on `client` in one round trip in steady state, in `way`:
+    /// with the protocol-level statement kept in `cache`, as `EXECUTE` of the SQL-level one, or
+    /// unprepared (planned for this call only).
+    pub(crate) fn query<P: Params>(
         &self,
         client: &mut Client,
         cache: &mut Cache,
         way: Way,
-        values: &[Value<'_>],
+        params: &P,
     ) -> Result<Vec<Row>, Failure> {
-        debug_assert_eq!(values.len(), self.types.len(), "{}", self.name);
+        let call = Call {
+            text: &self.text,
+            typed: self.typed::<P>(),
+            values: params.values(),
+        };
         match way {
-            Way::Protocol => self.protocol(client, cache, values),
-            Way::Sql => self.sql_level(client, cache, values),
-            Way::Unprepared => self.unprepared(client, values),
+            Way::Protocol => call.protocol(client, cache),
+            Way::Sql => call.sql_level(client, cache),
+            Way::Unprepared => call.unprepared(client),
         }
     }
 
-    /// Prepares the statement on `client` in `way` unless `cache` says it is prepared there,
-    /// without running it. A lease runs this before handing out its cancel key: a cancel that
-    /// reaches a session between two statements is dropped, so the key must cover only the
-    /// statement that can block.
-    pub(crate) fn prepare(
+    /// Prepares the statement with `P`'s types on `client` in `way` unless `cache` says it is
+    /// prepared there, without running it. A lease runs this before handing out its cancel key: a
+    /// cancel that reaches a session between two statements is dropped, so the key must cover only
+    /// the statement that can block.
+    pub(crate) fn prepare<P: Params>(
         &self,
         client: &mut Client,
         cache: &mut Cache,
         way: Way,
     ) -> Result<(), Failure> {
+        let call = Call {
+            text: &self.text,
+            typed: self.typed::<P>(),
+            values: Vec::new(),
+        };
         match way {
-            Way::Protocol => self.protocol_statement(client, cache).map(drop),
-            Way::Sql => match &self.prepare {
-                Some(prepare) => self.prepare_sql(client, cache, prepare),
+            Way::Protocol => call.protocol_statement(client, cache).map(drop),
+            Way::Sql => match &call.typed.prepare {
+                Some(prepare) => call.prepare_sql(client, cache, prepare),
                 None => Ok(()),
             },
             Way::Unprepared => Ok(()),
         }
     }
+}
 
+impl Call<'_, '_> {
     /// The protocol-level path: `Bind`/`Execute` of the statement prepared on this connection.
-    fn protocol(
-        &self,
-        client: &mut Client,
-        cache: &mut Cache,
-        values: &[Value<'_>],
-    ) -> Result<Vec<Row>, Failure> {
+    fn protocol(&self, client: &mut Client, cache: &mut Cache) -> Result<Vec<Row>, Failure> {
         let mut replanned = false;
         for _ in 0..MAX_EXECUTES {
             let Some(statement) = self.protocol_statement(client, cache)? else {
                 // A pooler was found while preparing it.
-                return self.sql_level(client, cache, values);
+                return self.sql_level(client, cache);
             };
-            match client.query(&statement, values) {
+            match client.query(&statement, &self.values) {
                 Ok(rows) => return Ok(rows),
                 // Not prepared in this session any more: nothing ran. A reset session (the same
                 // backend) prepares it again; another backend proves a pooler in between.
                 Err(e) if e.code() == Some(&SqlState::INVALID_SQL_STATEMENT_NAME) => {
                     if !same_backend(client, cache)? {
                         cache.found_pooler();
-                        return self.sql_level(client, cache, values);
+                        return self.sql_level(client, cache);
                     }
-                    log::debug!(target: "pgtenure::db", "the session lost its prepared statements (DEALLOCATE ALL or DISCARD ALL); preparing {} again", self.name);
+                    log::debug!(target: "pgtenure::db", "the session lost its prepared statements (DEALLOCATE ALL or DISCARD ALL); preparing {} again", self.typed.name);
                     cache.lost_protocol();
                 }
                 // The cached plan cannot be used any more (a column changed type): refused before
                 // it ran. Prepared afresh, once; refused again, it is sent unprepared.
                 Err(e) if e.code() == Some(&SqlState::FEATURE_NOT_SUPPORTED) && !replanned => {
-                    log::info!(target: "pgtenure::db", "statement {} must be prepared again: {e}", self.name);
+                    log::info!(target: "pgtenure::db", "statement {} must be prepared again: {e}", self.typed.name);
                     replanned = true;
-                    cache.protocol.remove(&self.name);
+                    cache.protocol.remove(&self.typed.name);
                 }
                 Err(e) if e.code() == Some(&SqlState::FEATURE_NOT_SUPPORTED) => {
-                    log::info!(target: "pgtenure::db", "statement {} was refused again after being prepared afresh ({e}); sending it unprepared", self.name);
-                    return self.unprepared(client, values);
+                    log::info!(target: "pgtenure::db", "statement {} was refused again after being prepared afresh ({e}); sending it unprepared", self.typed.name);
+                    return self.unprepared(client);
                 }
                 Err(e) => return Err(e.into()),
             }
         }
-        self.unprepared(client, values)
+        self.unprepared(client)
     }
 
     /// The protocol-level statement of this connection, prepared now if it is not yet; `None` when
@@ -201,12 +236,14 @@ impl Statement {
         if cache.way == Some(Way::Sql) {
             return Ok(None);
         }
-        if let Some(statement) = cache.protocol.get(&self.name) {
+        if let Some(statement) = cache.protocol.get(&self.typed.name) {
             return Ok(Some(statement.clone()));
         }
-        match client.prepare_typed(&self.text, &self.types) {
+        match client.prepare_typed(self.text, self.typed.types) {
             Ok(statement) => {
-                cache.protocol.insert(self.name.clone(), statement.clone());
+                cache
+                    .protocol
+                    .insert(self.typed.name.clone(), statement.clone());
                 Ok(Some(statement))
             }
             Err(e) if e.code() == Some(&SqlState::DUPLICATE_PSTATEMENT) => {
@@ -218,18 +255,14 @@ impl Statement {
     }
 
     /// The SQL-level path: `EXECUTE` of the statement prepared under its content's name.
-    fn sql_level(
-        &self,
-        client: &mut Client,
-        cache: &mut Cache,
-        values: &[Value<'_>],
-    ) -> Result<Vec<Row>, Failure> {
+    fn sql_level(&self, client: &mut Client, cache: &mut Cache) -> Result<Vec<Row>, Failure> {
         let execute = self
+            .typed
             .prepare
             .as_ref()
-            .and_then(|prepare| self.execute(values).map(|execute| (prepare, execute)));
+            .and_then(|prepare| self.execute().map(|execute| (prepare, execute)));
         let Some((prepare, execute)) = execute else {
-            return self.unprepared(client, values);
+            return self.unprepared(client);
         };
         let mut replanned = false;
         for _ in 0..MAX_EXECUTES {
@@ -239,15 +272,15 @@ impl Statement {
                 // Not prepared on this server connection (a pooler moved the session, or the
                 // session was reset): nothing ran.
                 Err(e) if e.code() == Some(&SqlState::INVALID_SQL_STATEMENT_NAME) => {
-                    log::debug!(target: "pgtenure::db", "statement {} was not prepared on this server connection; preparing it", self.name);
+                    log::debug!(target: "pgtenure::db", "statement {} was not prepared on this server connection; preparing it", self.typed.name);
                 }
                 // The cached plan cannot be used any more (a table's columns changed type, or the
                 // table was dropped and created again, while this connection kept the statement):
                 // it was refused before it ran. Prepare it afresh, once.
                 Err(e) if e.code() == Some(&SqlState::FEATURE_NOT_SUPPORTED) && !replanned => {
-                    log::info!(target: "pgtenure::db", "statement {} must be prepared again: {e}", self.name);
+                    log::info!(target: "pgtenure::db", "statement {} must be prepared again: {e}", self.typed.name);
                     replanned = true;
-                    let _ = client.batch_execute(&format!("DEALLOCATE {}", self.name));
+                    let _ = client.batch_execute(&format!("DEALLOCATE {}", self.typed.name));
                 }
                 // Refused again: behind a pooler the new `PREPARE` may have reached another server
                 // connection that still holds the old plan, or the server refuses something the
@@ -255,16 +288,16 @@ impl Statement {
                 // it is planned for this call only, so only the latter fails again, and that
                 // failure is the one reported.
                 Err(e) if e.code() == Some(&SqlState::FEATURE_NOT_SUPPORTED) => {
-                    log::info!(target: "pgtenure::db", "statement {} was refused again after being prepared afresh ({e}); sending it unprepared", self.name);
-                    cache.sql.remove(&self.name);
-                    return self.unprepared(client, values);
+                    log::info!(target: "pgtenure::db", "statement {} was refused again after being prepared afresh ({e}); sending it unprepared", self.typed.name);
+                    cache.sql.remove(&self.typed.name);
+                    return self.unprepared(client);
                 }
                 Err(e) => return Err(e.into()),
             }
-            cache.sql.remove(&self.name);
+            cache.sql.remove(&self.typed.name);
         }
-        log::debug!(target: "pgtenure::db", "statement {} is missing on every server connection tried; sending it unprepared", self.name);
-        self.unprepared(client, values)
+        log::debug!(target: "pgtenure::db", "statement {} is missing on every server connection tried; sending it unprepared", self.typed.name);
+        self.unprepared(client)
     }
 
     fn prepare_sql(
@@ -273,7 +306,7 @@ impl Statement {
         cache: &mut Cache,
         prepare: &str,
     ) -> Result<(), Failure> {
-        if cache.sql.contains(&self.name) {
+        if cache.sql.contains(&self.typed.name) {
             return Ok(());
         }
         match client.batch_execute(prepare) {
@@ -283,34 +316,36 @@ impl Statement {
             Err(e) if e.code() == Some(&SqlState::DUPLICATE_PSTATEMENT) => {}
             Err(error) => return Err(Failure::before_sending(error)),
         }
-        cache.sql.insert(self.name.clone());
+        cache.sql.insert(self.typed.name.clone());
         Ok(())
     }
 
     /// The statement itself, planned for this call.
-    fn unprepared(&self, client: &mut Client, values: &[Value<'_>]) -> Result<Vec<Row>, Failure> {
-        let params: Vec<(Value<'_>, Type)> = values
+    fn unprepared(&self, client: &mut Client) -> Result<Vec<Row>, Failure> {
+        let params: Vec<(Value<'_>, Type)> = self
+            .values
             .iter()
-            .zip(&self.types)
+            .zip(self.typed.types)
             .map(|(value, ty)| (*value, ty.clone()))
             .collect();
         client
-            .query_typed(&self.text, &params)
+            .query_typed(self.text, &params)
             .map_err(Failure::from)
     }
 
     /// `EXECUTE name('value', …)`, or `None` when a value cannot be written as a literal (a NUL
     /// byte in text, a type it does not know): then the call is sent unprepared, and the server or
     /// the driver reports what is wrong with the value.
-    fn execute(&self, values: &[Value<'_>]) -> Option<String> {
-        let mut sql = String::with_capacity(self.name.len() + 16 + 24 * values.len());
+    fn execute(&self) -> Option<String> {
+        let name = &self.typed.name;
+        let mut sql = String::with_capacity(name.len() + 16 + 24 * self.values.len());
         sql.push_str("EXECUTE ");
-        sql.push_str(&self.name);
-        if values.is_empty() {
+        sql.push_str(name);
+        if self.values.is_empty() {
             return Some(sql);
         }
         let mut buf = BytesMut::new();
-        for (i, (value, ty)) in values.iter().zip(&self.types).enumerate() {
+        for (i, (value, ty)) in self.values.iter().zip(self.typed.types).enumerate() {
             sql.push_str(if i == 0 { "(" } else { ", " });
             buf.clear();
             match value.to_sql_checked(ty, &mut buf).ok()? {
@@ -321,6 +356,22 @@ impl Statement {
         sql.push(')');
         Some(sql)
     }
+}
+
+/// Runs `text` with `params` unprepared inside the caller's transaction (a fence: a missing
+/// prepared statement there would abort the transaction).
+pub(crate) fn in_transaction<P: Params>(
+    tx: &mut postgres::Transaction<'_>,
+    text: &str,
+    params: &P,
+) -> Result<Vec<Row>, postgres::Error> {
+    let values = params.values();
+    let typed: Vec<(Value<'_>, Type)> = values
+        .iter()
+        .zip(P::TYPES)
+        .map(|(value, ty)| (*value, ty.clone()))
+        .collect();
+    tx.query_typed(text, &typed)
 }
 
 /// Whether the session still runs on the backend the connection was first seen on. Asked after a
@@ -442,24 +493,33 @@ mod tests {
 
     #[test]
     fn names_are_content_addressed_by_text_and_types() {
-        let a = Statement::new("SELECT $1".into(), &[Type::TEXT]);
-        let same = Statement::new("SELECT $1".into(), &[Type::TEXT]);
-        let other_type = Statement::new("SELECT $1".into(), &[Type::INT8]);
-        let other_text = Statement::new("SELECT $1 ".into(), &[Type::TEXT]);
-        assert_eq!(a.name(), same.name());
-        assert_ne!(a.name(), other_type.name());
-        assert_ne!(a.name(), other_text.name());
-        assert!(a.name().starts_with("pgt_") && a.name().len() == 36);
-        assert!(a.name().len() <= 63, "PostgreSQL truncates longer names");
+        let a = Typed::new("SELECT $1", &[Type::TEXT]);
+        let same = Typed::new("SELECT $1", &[Type::TEXT]);
+        let other_type = Typed::new("SELECT $1", &[Type::INT8]);
+        let other_text = Typed::new("SELECT $1 ", &[Type::TEXT]);
+        assert_eq!(a.name, same.name);
+        assert_ne!(a.name, other_type.name);
+        assert_ne!(a.name, other_text.name);
+        assert!(a.name.starts_with("pgt_") && a.name.len() == 36);
+        assert!(a.name.len() <= 63, "PostgreSQL truncates longer names");
         assert_eq!(
             a.prepare.as_deref(),
-            Some(format!("PREPARE {} (pg_catalog.text) AS SELECT $1", a.name()).as_str())
+            Some(format!("PREPARE {} (pg_catalog.text) AS SELECT $1", a.name).as_str())
+        );
+    }
+
+    #[test]
+    fn a_statement_is_typed_by_the_operation_that_runs_it() {
+        let s = Statement::new("SELECT $1, $2".into());
+        assert_eq!(
+            s.name::<(&str, i64)>(),
+            Typed::new("SELECT $1, $2", &[Type::TEXT, Type::INT8]).name
         );
     }
 
     #[test]
     fn statements_without_literal_types_are_never_prepared() {
-        let s = Statement::new("SELECT $1".into(), &[Type::UUID]);
+        let s = Typed::new("SELECT $1", &[Type::UUID]);
         assert!(s.prepare.is_none());
         assert_eq!(highest_parameter("SELECT $12, $3 -- $1"), 12);
         assert_eq!(highest_parameter("SELECT 1"), 0);

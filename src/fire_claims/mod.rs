@@ -34,46 +34,20 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use postgres::types::Type;
-
-use crate::db::{Companion, Db, Policy};
+use self::sql::Statements;
+use crate::db::{Companion, Db};
 use crate::error::Result;
 use crate::input::{check_key, micros, MIN_DURATION};
 use crate::instance::{default_owner, random_u64};
-use crate::statement::Statement;
-use crate::table_name::{render, TableName};
+use crate::table_name::TableName;
+
+mod sql;
 
 /// The table [`FireClaims::new`] uses unless [`FireClaims::with_table`] names another.
 pub const DEFAULT_TABLE: &str = "pgtenure_fire_claims";
 
 /// How long a fire claim stays reserved unless [`FireClaims::with_ttl`] says otherwise.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(10 * 60);
-
-const CREATE_TABLE: &str = include_str!("../sql/fire_claims/create_table.sql");
-const CREATE_INDEX: &str = include_str!("../sql/fire_claims/create_index.sql");
-const CLAIM: &str = include_str!("../sql/fire_claims/claim.sql");
-const PURGE: &str = include_str!("../sql/fire_claims/purge.sql");
-
-struct Statements {
-    table: TableName,
-    create: [String; 2],
-    claim: Statement,
-    purge: Statement,
-}
-
-impl Statements {
-    fn new(table: TableName) -> Arc<Statements> {
-        Arc::new(Statements {
-            create: [render(CREATE_TABLE, &table), render(CREATE_INDEX, &table)],
-            claim: Statement::new(
-                render(CLAIM, &table),
-                &[Type::TEXT, Type::TEXT, Type::INT8, Type::INT8],
-            ),
-            purge: Statement::new(render(PURGE, &table), &[Type::INT8]),
-            table,
-        })
-    }
-}
 
 /// Claims fire keys for a TTL; see the [module docs](self).
 ///
@@ -197,13 +171,9 @@ impl FireClaims {
     pub fn claim(&self, fire_key: &str) -> Result<bool> {
         check_key("fire key", fire_key)?;
         let claim_id = random_u64() as i64;
-        let row = self.db.query_one(
-            "claim fire",
-            Policy::IDEMPOTENT,
-            &self.sql.claim,
-            &[&fire_key, &&*self.owner, &self.ttl_us, &claim_id],
-        )?;
-        let won: bool = row.get("won");
+        let won = self
+            .sql
+            .claim(&self.db, fire_key, &self.owner, self.ttl_us, claim_id)?;
         log::debug!(
             target: "pgtenure::fire_claims",
             "claim of fire {fire_key:?}: {}",
@@ -222,13 +192,7 @@ impl FireClaims {
     /// years. Otherwise a database or connection error.
     pub fn purge(&self, older_than: Duration) -> Result<u64> {
         let older_us = micros("purge older_than", older_than, Duration::ZERO)?;
-        let row = self.db.query_one(
-            "purge fire claims",
-            Policy::ONCE,
-            &self.sql.purge,
-            &[&older_us],
-        )?;
-        let purged: i64 = row.get(0);
+        let purged = self.sql.purge(&self.db, older_us)?;
         log::debug!(target: "pgtenure::fire_claims", "purged {purged} expired fire claims");
         Ok(u64::try_from(purged).unwrap_or_default())
     }
@@ -252,13 +216,5 @@ mod tests {
     fn handles_are_send_and_sync() {
         fn check<T: Send + Sync>() {}
         check::<FireClaims>();
-    }
-
-    #[test]
-    fn index_name_is_unqualified_and_table_is_qualified() {
-        let sql = Statements::new(TableName::parse("ops.fires").unwrap());
-        assert!(
-            sql.create[1].contains("INDEX IF NOT EXISTS \"fires_expires_at\" ON \"ops\".\"fires\"")
-        );
     }
 }

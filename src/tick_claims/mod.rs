@@ -43,71 +43,18 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use parking_lot::Mutex;
-use postgres::types::Type;
 
-use crate::db::{one_row, Db, Policy};
+use self::sql::{ClaimAnswer, Statements};
+use crate::db::Db;
 use crate::error::{Error, Result};
 use crate::input::{check_key, check_tick, micros, MIN_DURATION};
 use crate::instance::{default_owner, random_u64};
-use crate::statement::Statement;
-use crate::table_name::{render, TableName};
+use crate::table_name::TableName;
+
+mod sql;
 
 /// The table [`TickClaims::new`] uses unless [`TickClaims::with_table`] names another.
 pub const DEFAULT_TABLE: &str = "pgtenure_tick_claims";
-
-const CREATE_TABLE: &str = include_str!("../sql/tick_claims/create_table.sql");
-const CLAIM: &str = include_str!("../sql/tick_claims/claim.sql");
-const RELEASE: &str = include_str!("../sql/tick_claims/release.sql");
-const EXTEND: &str = include_str!("../sql/tick_claims/extend.sql");
-const FENCE: &str = include_str!("../sql/tick_claims/fence.sql");
-const NOW: &str = include_str!("../sql/tick_claims/now.sql");
-const JOBS: &str = include_str!("../sql/tick_claims/jobs.sql");
-
-/// The statements, rendered once for a table.
-struct Statements {
-    table: TableName,
-    create_table: String,
-    claim: Statement,
-    release: Statement,
-    extend: Statement,
-    now: Statement,
-    jobs: Statement,
-    /// Sent unprepared: it runs inside the caller's transaction, where a missing prepared
-    /// statement would abort it.
-    fence: String,
-}
-
-impl Statements {
-    fn new(table: TableName) -> Arc<Statements> {
-        Arc::new(Statements {
-            create_table: render(CREATE_TABLE, &table),
-            claim: Statement::new(
-                render(CLAIM, &table),
-                &[
-                    Type::TEXT,
-                    Type::TIMESTAMPTZ,
-                    Type::INT8,
-                    Type::TEXT,
-                    Type::INT8,
-                    Type::BOOL,
-                    Type::INT8,
-                ],
-            ),
-            release: Statement::new(
-                render(RELEASE, &table),
-                &[Type::TEXT, Type::TEXT, Type::INT8],
-            ),
-            extend: Statement::new(
-                render(EXTEND, &table),
-                &[Type::TEXT, Type::TEXT, Type::INT8, Type::INT8],
-            ),
-            fence: render(FENCE, &table),
-            now: Statement::new(NOW.to_owned(), &[]),
-            jobs: Statement::new(render(JOBS, &table), &[]),
-            table,
-        })
-    }
-}
 
 /// Claims ticks of recurring jobs; see the [module docs](self).
 ///
@@ -216,31 +163,12 @@ impl TickClaims {
     ///
     /// A database or connection error (an undefined-table error when the table does not exist).
     pub fn jobs(&self) -> Result<Vec<JobInfo>> {
-        let rows = self
-            .db
-            .query("read jobs", Policy::IDEMPOTENT, &self.sql.jobs, &[])?;
-        Ok(rows
-            .iter()
-            .map(|row| JobInfo {
-                job_id: row.get("job_id"),
-                tick: row.get("tick"),
-                owner: row.get("owner"),
-                token: row.get("token"),
-                busy_until: row.get("busy_until"),
-                busy: row.get("busy"),
-            })
-            .collect())
+        self.sql.jobs(&self.db)
     }
 
     /// The database clock, in one round trip (a scheduler's first estimate of its host's offset).
     pub(crate) fn db_now(&self) -> Result<SystemTime> {
-        let row = self.db.query_one(
-            "read the database clock",
-            Policy::IDEMPOTENT,
-            &self.sql.now,
-            &[],
-        )?;
-        Ok(row.get("db_now"))
+        self.sql.now(&self.db)
     }
 
     /// Claims `tick` if it is at most `lead` ahead of the database clock (a minute for
@@ -258,34 +186,19 @@ impl TickClaims {
         let busy_us = micros("busy_for", busy_for, MIN_DURATION)?;
         let lead_us = i64::try_from(lead.as_micros()).unwrap_or(i64::MAX);
         let claim_id = random_u64() as i64;
-        let mut started = None;
-        let rows = self
-            .db
-            .with_conn("claim tick", Policy::IDEMPOTENT, |conn| {
-                // The first send starts the busy period at the earliest.
-                started.get_or_insert_with(Instant::now);
-                self.db.run(
-                    conn,
-                    &self.sql.claim,
-                    &[
-                        &job_id,
-                        &tick,
-                        &busy_us,
-                        &&*self.owner,
-                        &claim_id,
-                        &self.db.timeline_tokens(),
-                        &lead_us,
-                    ],
-                )
-            })?;
-        let row = one_row("claim tick", rows)?;
-        let started = started.unwrap_or_else(Instant::now);
-        let too_far: bool = row.get("too_far");
-        let db_now: SystemTime = row.get("db_now");
-        if too_far {
-            return Ok((Claimed::NotYetDue, db_now));
-        }
-        let token: Option<i64> = row.get("token");
+        let (answer, started) = self.sql.claim(
+            &self.db,
+            job_id,
+            tick,
+            busy_us,
+            &self.owner,
+            claim_id,
+            lead_us,
+        )?;
+        let (token, db_now) = match answer {
+            ClaimAnswer::TooFar { db_now } => return Ok((Claimed::NotYetDue, db_now)),
+            ClaimAnswer::Claimed { token, db_now } => (token, db_now),
+        };
         log::debug!(
             target: "pgtenure::tick_claims",
             "claim of job {job_id:?} at {tick:?}: {}",
@@ -394,28 +307,15 @@ impl TickClaim {
     /// over 100 years; otherwise a database or connection error (the deadline is then unchanged).
     pub fn extend(&self, busy_for: Duration) -> Result<bool> {
         let busy_us = micros("busy_for", busy_for, MIN_DURATION)?;
-        let mut started = None;
-        let rows = self
-            .claims
-            .db
-            .with_conn("extend tick claim", Policy::IDEMPOTENT, |conn| {
-                // The first send starts the extension at the earliest.
-                started.get_or_insert_with(Instant::now);
-                self.claims.db.run(
-                    conn,
-                    &self.claims.sql.extend,
-                    &[
-                        &self.job_id.as_str(),
-                        &&*self.claims.owner,
-                        &self.token,
-                        &busy_us,
-                    ],
-                )
-            })?;
-        if rows.is_empty() {
+        let claims = &self.claims;
+        let Some(started) =
+            claims
+                .sql
+                .extend(&claims.db, &self.job_id, &claims.owner, self.token, busy_us)?
+        else {
             return Ok(false);
-        }
-        let until = started.unwrap_or_else(Instant::now) + busy_for;
+        };
+        let until = started + busy_for;
         let mut deadline = self.deadline.lock();
         *deadline = (*deadline).max(until);
         Ok(true)
@@ -431,17 +331,10 @@ impl TickClaim {
     ///
     /// A database or connection error (the transaction is then aborted).
     pub fn fence(&self, tx: &mut postgres::Transaction<'_>) -> Result<bool> {
-        let rows = tx
-            .query_typed(
-                &self.claims.sql.fence,
-                &[
-                    (&self.job_id.as_str(), Type::TEXT),
-                    (&&*self.claims.owner, Type::TEXT),
-                    (&self.token, Type::INT8),
-                ],
-            )
-            .map_err(|e| Error::from_postgres("fence tick claim", e))?;
-        Ok(!rows.is_empty())
+        let claims = &self.claims;
+        claims
+            .sql
+            .fence(tx, &self.job_id, &claims.owner, self.token)
     }
 
     /// Ends the busy period now, so that the next tick can be claimed without waiting for `busy_for`
@@ -452,13 +345,11 @@ impl TickClaim {
     ///
     /// A database or connection error; the busy period then lapses on its own.
     pub fn release(self) -> Result<()> {
-        let rows = self.claims.db.query(
-            "release tick claim",
-            Policy::IDEMPOTENT,
-            &self.claims.sql.release,
-            &[&self.job_id.as_str(), &&*self.claims.owner, &self.token],
-        )?;
-        if rows.is_empty() {
+        let claims = &self.claims;
+        let released = claims
+            .sql
+            .release(&claims.db, &self.job_id, &claims.owner, self.token)?;
+        if !released {
             log::debug!(
                 target: "pgtenure::tick_claims",
                 "release of job {:?} token {}: busy period had already ended",
@@ -490,13 +381,5 @@ mod tests {
         fn check<T: Send + Sync>() {}
         check::<TickClaims>();
         check::<TickClaim>();
-    }
-
-    #[test]
-    fn statements_are_rendered_for_the_table() {
-        let sql = Statements::new(TableName::parse("ops.ticks").unwrap());
-        assert!(sql.claim.text().contains("UPDATE \"ops\".\"ticks\" AS c"));
-        assert!(!sql.claim.text().contains("{table"));
-        assert!(sql.create_table.contains("\"ops\".\"ticks\""));
     }
 }

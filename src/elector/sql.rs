@@ -1,0 +1,187 @@
+//! The elector's statements, rendered once for a table, and one function per operation.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::LeaderInfo;
+use crate::db::{Db, Policy, Promotion};
+use crate::error::{Error, Result};
+use crate::statement::{in_transaction, Statement};
+use crate::table_name::{render, TableName};
+
+const CREATE_SEQUENCE: &str = include_str!("../../sql/elector/create_sequence.sql");
+const CREATE_TABLE: &str = include_str!("../../sql/elector/create_table.sql");
+const IS_LEADER: &str = include_str!("../../sql/elector/is_leader.sql");
+const PROMOTION: &str = include_str!("../../sql/schema/promotion.sql");
+const RESIGN: &str = include_str!("../../sql/elector/resign.sql");
+const LEADER: &str = include_str!("../../sql/elector/leader.sql");
+const FENCE: &str = include_str!("../../sql/elector/fence.sql");
+const REQUEST_RESIGN: &str = include_str!("../../sql/elector/request_resign.sql");
+const LEADERS: &str = include_str!("../../sql/elector/leaders.sql");
+
+pub(super) struct Statements {
+    pub(super) table: TableName,
+    pub(super) create: [String; 2],
+    is_leader: Statement,
+    /// Reads (and records) the table's promotion record before polls that may win.
+    pub(super) promotion: Statement,
+    resign: Statement,
+    leader: Statement,
+    request_resign: Statement,
+    leaders: Statement,
+    /// Sent unprepared: it runs inside the caller's transaction, where a missing prepared
+    /// statement would abort it.
+    fence: String,
+}
+
+/// What a poll's statement answered (`sql/elector/is_leader.sql`).
+#[derive(Debug, Default)]
+pub(super) struct PollAnswer {
+    /// Who leads by the statement's view (this elector included); `None` after an ended tenure.
+    pub(super) leader: Option<LeaderInfo>,
+    /// This elector leads now under `my_term`.
+    pub(super) mine: bool,
+    /// This elector was asked to step down: `my_term` waits to be resigned.
+    pub(super) ended: bool,
+    pub(super) my_term: Option<i64>,
+    /// The server is on another timeline than the promotion record sent.
+    pub(super) stale: bool,
+}
+
+impl Statements {
+    pub(super) fn new(table: TableName) -> Arc<Statements> {
+        Arc::new(Statements {
+            create: [
+                render(CREATE_SEQUENCE, &table),
+                render(CREATE_TABLE, &table),
+            ],
+            is_leader: Statement::new(render(IS_LEADER, &table)),
+            promotion: Statement::new(render(PROMOTION, &table)),
+            resign: Statement::new(render(RESIGN, &table)),
+            leader: Statement::new(render(LEADER, &table)),
+            request_resign: Statement::new(render(REQUEST_RESIGN, &table)),
+            leaders: Statement::new(render(LEADERS, &table)),
+            fence: render(FENCE, &table),
+            table,
+        })
+    }
+
+    /// Renews `name`'s leadership for `holder` under `term`, or wins it when free; also returns
+    /// the instant before the statement that answered was sent.
+    pub(super) fn is_leader(
+        &self,
+        db: &Db,
+        name: &str,
+        holder: &str,
+        ttl_us: i64,
+        term: Option<i64>,
+        promotion: Promotion,
+    ) -> Result<(PollAnswer, Instant)> {
+        let params = (
+            name,
+            holder,
+            ttl_us,
+            term,
+            db.timeline_tokens(),
+            db.promotion_hold_off(),
+            promotion.timeline,
+            promotion.seen_at,
+            promotion.grants_from,
+        );
+        let mut sent = Instant::now();
+        let rows = db.with_conn("elect leader", Policy::IDEMPOTENT, |conn| {
+            sent = Instant::now();
+            db.run(conn, &self.is_leader, &params)
+        })?;
+        let Some(row) = rows.first() else {
+            return Ok((PollAnswer::default(), sent));
+        };
+        let leader = row
+            .get::<_, Option<String>>("holder")
+            .map(|holder| LeaderInfo {
+                name: name.to_owned(),
+                holder,
+                term: row.get("term"),
+                elected_at: row.get("elected_at"),
+                expires_at: row.get("expires_at"),
+                live: true,
+                resign_requested: false,
+            });
+        let answer = PollAnswer {
+            leader,
+            mine: row.get("mine"),
+            ended: row.get("ended"),
+            my_term: row.get("my_term"),
+            stale: row.get("stale"),
+        };
+        Ok((answer, sent))
+    }
+
+    /// Ends `holder`'s tenure `term` of `name`: whether it was live.
+    pub(super) fn resign(&self, db: &Db, name: &str, holder: &str, term: i64) -> Result<bool> {
+        let params = (name, holder, term);
+        let rows = db.query(
+            "resign leadership",
+            Policy::IDEMPOTENT,
+            &self.resign,
+            &params,
+        )?;
+        Ok(!rows.is_empty())
+    }
+
+    /// Asks `name`'s live leader to step down: its holder and term, when there is one.
+    pub(super) fn request_resign(&self, db: &Db, name: &str) -> Result<Option<(String, i64)>> {
+        let rows = db.query(
+            "request resignation",
+            Policy::IDEMPOTENT,
+            &self.request_resign,
+            &(name,),
+        )?;
+        Ok(rows.first().map(|row| (row.get("holder"), row.get("term"))))
+    }
+
+    /// `name`'s live leader.
+    pub(super) fn leader(&self, db: &Db, name: &str) -> Result<Option<LeaderInfo>> {
+        let rows = db.query("read leader", Policy::IDEMPOTENT, &self.leader, &(name,))?;
+        Ok(rows.first().map(|row| LeaderInfo {
+            name: name.to_owned(),
+            holder: row.get("holder"),
+            term: row.get("term"),
+            elected_at: row.get("elected_at"),
+            expires_at: row.get("expires_at"),
+            live: true,
+            resign_requested: row.get("resign_requested"),
+        }))
+    }
+
+    /// Every fleet's row, in name order.
+    pub(super) fn leaders(&self, db: &Db) -> Result<Vec<LeaderInfo>> {
+        let rows = db.query("read leaders", Policy::IDEMPOTENT, &self.leaders, &())?;
+        Ok(rows
+            .iter()
+            .map(|row| LeaderInfo {
+                name: row.get("name"),
+                holder: row.get("holder"),
+                term: row.get("term"),
+                elected_at: row.get("elected_at"),
+                expires_at: row.get("expires_at"),
+                live: row.get("live"),
+                resign_requested: row.get("resign_requested"),
+            })
+            .collect())
+    }
+
+    /// Whether, inside `tx`, `holder`'s tenure `term` of `name` is live (its row then locked
+    /// `FOR SHARE` until `tx` ends).
+    pub(super) fn fence(
+        &self,
+        tx: &mut postgres::Transaction<'_>,
+        name: &str,
+        holder: &str,
+        term: i64,
+    ) -> Result<bool> {
+        let rows = in_transaction(tx, &self.fence, &(name, holder, term))
+            .map_err(|e| Error::from_postgres("fence leadership", e))?;
+        Ok(!rows.is_empty())
+    }
+}

@@ -1,0 +1,185 @@
+//! The tick-claim statements, rendered once for a table, and one function per operation.
+
+use std::sync::Arc;
+use std::time::{Instant, SystemTime};
+
+use super::JobInfo;
+use crate::db::{one_row, Db, Policy};
+use crate::error::{Error, Result};
+use crate::statement::{in_transaction, Statement};
+use crate::table_name::{render, TableName};
+
+const CREATE_TABLE: &str = include_str!("../../sql/tick_claims/create_table.sql");
+const CLAIM: &str = include_str!("../../sql/tick_claims/claim.sql");
+const RELEASE: &str = include_str!("../../sql/tick_claims/release.sql");
+const EXTEND: &str = include_str!("../../sql/tick_claims/extend.sql");
+const FENCE: &str = include_str!("../../sql/tick_claims/fence.sql");
+const NOW: &str = include_str!("../../sql/tick_claims/now.sql");
+const JOBS: &str = include_str!("../../sql/tick_claims/jobs.sql");
+
+/// The statements, rendered once for a table.
+pub(super) struct Statements {
+    pub(super) table: TableName,
+    pub(super) create_table: String,
+    claim: Statement,
+    release: Statement,
+    extend: Statement,
+    now: Statement,
+    jobs: Statement,
+    /// Sent unprepared: it runs inside the caller's transaction, where a missing prepared
+    /// statement would abort it.
+    fence: String,
+}
+
+/// What the claim statement answered.
+pub(super) enum ClaimAnswer {
+    /// The tick is further ahead of the database clock than allowed: nothing stored.
+    TooFar { db_now: SystemTime },
+    /// `token` when won, `None` when refused.
+    Claimed {
+        token: Option<i64>,
+        db_now: SystemTime,
+    },
+}
+
+impl Statements {
+    pub(super) fn new(table: TableName) -> Arc<Statements> {
+        Arc::new(Statements {
+            create_table: render(CREATE_TABLE, &table),
+            claim: Statement::new(render(CLAIM, &table)),
+            release: Statement::new(render(RELEASE, &table)),
+            extend: Statement::new(render(EXTEND, &table)),
+            fence: render(FENCE, &table),
+            now: Statement::new(NOW.to_owned()),
+            jobs: Statement::new(render(JOBS, &table)),
+            table,
+        })
+    }
+
+    /// Claims `tick` of `job_id` for `owner`, busy for `busy_us`, unless it is more than `lead_us`
+    /// ahead of the database clock; also returns the instant of the first send (the busy period
+    /// starts no earlier). `claim_id` finds its own win when the claim is sent again.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn claim(
+        &self,
+        db: &Db,
+        job_id: &str,
+        tick: SystemTime,
+        busy_us: i64,
+        owner: &str,
+        claim_id: i64,
+        lead_us: i64,
+    ) -> Result<(ClaimAnswer, Instant)> {
+        let params = (
+            job_id,
+            tick,
+            busy_us,
+            owner,
+            claim_id,
+            db.timeline_tokens(),
+            lead_us,
+        );
+        let mut started = None;
+        let rows = db.with_conn("claim tick", Policy::IDEMPOTENT, |conn| {
+            started.get_or_insert_with(Instant::now);
+            db.run(conn, &self.claim, &params)
+        })?;
+        let row = one_row("claim tick", rows)?;
+        let started = started.unwrap_or_else(Instant::now);
+        let db_now = row.get("db_now");
+        let answer = if row.get("too_far") {
+            ClaimAnswer::TooFar { db_now }
+        } else {
+            ClaimAnswer::Claimed {
+                token: row.get("token"),
+                db_now,
+            }
+        };
+        Ok((answer, started))
+    }
+
+    /// Keeps the claim `token` busy for at least `busy_us` from now: the instant of the first send
+    /// when it is still the job's latest and busy, `None` (nothing written) otherwise.
+    pub(super) fn extend(
+        &self,
+        db: &Db,
+        job_id: &str,
+        owner: &str,
+        token: i64,
+        busy_us: i64,
+    ) -> Result<Option<Instant>> {
+        let params = (job_id, owner, token, busy_us);
+        let mut started = None;
+        let rows = db.with_conn("extend tick claim", Policy::IDEMPOTENT, |conn| {
+            started.get_or_insert_with(Instant::now);
+            db.run(conn, &self.extend, &params)
+        })?;
+        Ok((!rows.is_empty()).then(|| started.unwrap_or_else(Instant::now)))
+    }
+
+    /// Whether, inside `tx`, the claim `token` is still the job's latest and busy (its row then
+    /// locked `FOR SHARE` until `tx` ends).
+    pub(super) fn fence(
+        &self,
+        tx: &mut postgres::Transaction<'_>,
+        job_id: &str,
+        owner: &str,
+        token: i64,
+    ) -> Result<bool> {
+        let rows = in_transaction(tx, &self.fence, &(job_id, owner, token))
+            .map_err(|e| Error::from_postgres("fence tick claim", e))?;
+        Ok(!rows.is_empty())
+    }
+
+    /// Ends the claim `token`'s busy period: whether it was still busy.
+    pub(super) fn release(&self, db: &Db, job_id: &str, owner: &str, token: i64) -> Result<bool> {
+        let params = (job_id, owner, token);
+        let rows = db.query(
+            "release tick claim",
+            Policy::IDEMPOTENT,
+            &self.release,
+            &params,
+        )?;
+        Ok(!rows.is_empty())
+    }
+
+    /// The database clock.
+    pub(super) fn now(&self, db: &Db) -> Result<SystemTime> {
+        let row = db.query_one(
+            "read the database clock",
+            Policy::IDEMPOTENT,
+            &self.now,
+            &(),
+        )?;
+        Ok(row.get("db_now"))
+    }
+
+    /// Every job's row, in job id order.
+    pub(super) fn jobs(&self, db: &Db) -> Result<Vec<JobInfo>> {
+        let rows = db.query("read jobs", Policy::IDEMPOTENT, &self.jobs, &())?;
+        Ok(rows
+            .iter()
+            .map(|row| JobInfo {
+                job_id: row.get("job_id"),
+                tick: row.get("tick"),
+                owner: row.get("owner"),
+                token: row.get("token"),
+                busy_until: row.get("busy_until"),
+                busy: row.get("busy"),
+            })
+            .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statements_are_rendered_for_the_table() {
+        let sql = Statements::new(TableName::parse("ops.ticks").unwrap());
+        assert!(sql.claim.text().contains("UPDATE \"ops\".\"ticks\" AS c"));
+        assert!(!sql.claim.text().contains("{table"));
+        assert!(sql.create_table.contains("\"ops\".\"ticks\""));
+    }
+}
