@@ -34,9 +34,10 @@ pub use self::ssl::SslMode;
 pub use self::conn::Connection;
 pub(crate) use self::conn::{CancelKey, Conn};
 use self::conn::{Lending, Pooling, Source};
+pub(crate) use self::mode::Seen;
 pub(crate) use self::mode::Way;
-use self::mode::{Seen, Targets, Ways};
 pub use self::mode::{StatementMode, StatementModes};
+use self::mode::{Targets, Ways};
 
 /// A pool of PostgreSQL connections shared by every pgtenure primitive.
 ///
@@ -614,10 +615,10 @@ impl Db {
                     "a pool of the application's own: its configured host is unknown".to_owned(),
                 ));
             }
-            cache.pid = session(client)?.map(|seen| seen.pid);
+            cache.pid = asked(client, cache)?.map(|seen| seen.pid);
             return Ok((Way::Protocol, "statement_mode=protocol".to_owned()));
         };
-        Ok(match session(client)? {
+        Ok(match asked(client, cache)? {
             None => (Way::Sql, "the session did not say where it runs".to_owned()),
             Some(seen) if targets.direct(&seen) => {
                 cache.pid = Some(seen.pid);
@@ -635,6 +636,18 @@ impl Db {
             ),
         })
     }
+}
+
+/// What the connection's session said of the server, asked at its first statement only: a way
+/// decided again (another mode, a clone of the `Db` in another mode) does not ask again.
+fn asked(
+    client: &mut postgres::Client,
+    cache: &mut Cache,
+) -> std::result::Result<Option<Seen>, Failure> {
+    if cache.seen.is_none() {
+        cache.seen = session(client)?;
+    }
+    Ok(cache.seen.clone())
 }
 
 /// What a new connection's session says of the server behind it (`sql/schema/session.sql`):

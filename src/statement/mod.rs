@@ -42,7 +42,7 @@ use sha2::{Digest, Sha256};
 
 use self::literal::{literal, renderable};
 pub(crate) use self::params::{Params, Value};
-use crate::db::{StatementMode, Way};
+use crate::db::{Seen, StatementMode, Way};
 
 /// How many `EXECUTE`s one call tries before it sends its statement unprepared (a pooler that keeps
 /// moving the session between server connections that lack it).
@@ -433,6 +433,8 @@ pub(crate) struct Cache {
     pub(crate) way: Option<Way>,
     /// The backend the session was first seen on, when it was asked.
     pub(crate) pid: Option<i32>,
+    /// What the session said of the server when it was asked (once per connection).
+    pub(crate) seen: Option<Seen>,
     /// Set when this connection found a pooler; the `Db` takes it up.
     pub(crate) pooler_found: bool,
     /// The SQL-level statements prepared on the connection, by name.
