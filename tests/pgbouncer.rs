@@ -249,3 +249,49 @@ fn few_server_connections(mode: StatementMode) -> Vec<StatementModes> {
     assert_eq!(common::count(&mut client(), &fire_t), 6 * 60);
     modes
 }
+
+#[test]
+fn auto_does_not_prove_a_pooler_listed_before_the_server_it_forwards_to() {
+    // A "pooler, else the database" list: the pooler answers, and the server behind it reports its
+    // own address and port, which the list names too. Only the host the driver tries first may
+    // prove a connection direct.
+    let server: postgres::Config = common::direct_url().parse().unwrap();
+    let host = match server.get_hosts().first() {
+        Some(postgres::config::Host::Tcp(host)) => host.clone(),
+        other => panic!("a TCP server is needed, not {other:?}"),
+    };
+    let port = server.get_ports().first().copied().unwrap_or(5432);
+    let (user, dbname) = (server.get_user().unwrap(), server.get_dbname().unwrap());
+    let bouncer = PgBouncer::start(&common::direct_url()).unwrap();
+    let mut tables = Tables::new();
+    let Names { tick: tick_t, .. } = tables.every_primitive();
+    let modes = |hosts: String, ports: String| {
+        let db = Db::connect(&format!(
+            "host={hosts} port={ports} user={user} dbname={dbname}"
+        ))
+        .unwrap();
+        let ticks = TickClaims::new(&db).with_table(&tick_t).unwrap();
+        ticks.create_table().unwrap();
+        ticks.jobs().unwrap();
+        db.statement_modes()
+    };
+    let pooler_first = modes(
+        format!("127.0.0.1,{host}"),
+        format!("{},{port}", bouncer.port()),
+    );
+    assert_eq!(
+        (pooler_first.protocol, pooler_first.sql),
+        (0, 1),
+        "a connection through the pooler listed first was proven direct: {pooler_first}"
+    );
+    // The server first: the driver reaches it, and the proof holds.
+    let server_first = modes(
+        format!("{host},127.0.0.1"),
+        format!("{port},{}", bouncer.port()),
+    );
+    assert_eq!(
+        (server_first.protocol, server_first.sql),
+        (1, 0),
+        "{server_first}"
+    );
+}

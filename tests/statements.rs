@@ -553,3 +553,82 @@ fn auto_proves_a_unix_socket_connection_direct_in_the_servers_directory() {
     let modes = proxied.statement_modes();
     assert_eq!((modes.protocol, modes.sql), (0, 1), "{modes}");
 }
+
+/// Clones of one `Db` in different modes share its pool: a connection that passes from one to the
+/// other has its way decided again, without asking the session again where it runs (one more
+/// round trip at every switch).
+#[test]
+fn clones_in_different_modes_share_connections_at_one_round_trip_per_operation() {
+    let proxy = Proxy::start(0, database_addr()).unwrap();
+    let mut tables = Tables::new();
+    let Names {
+        lease: lease_t,
+        leader: other_t,
+        ..
+    } = tables.every_primitive();
+    let protocol = one_connection(proxy.config(), StatementMode::Protocol);
+    let sql = protocol.clone().with_statement_mode(StatementMode::Sql);
+    let a = Leases::new(&protocol).with_table(&lease_t).unwrap();
+    let b = Leases::new(&sql).with_table(&other_t).unwrap();
+    a.create_table().unwrap();
+    b.create_table().unwrap();
+    let ttl = Duration::from_secs(60);
+    let _held_a = a.try_acquire("k", ttl).unwrap().expect("free");
+    let _held_b = b.try_acquire("k", ttl).unwrap().expect("free");
+    for _ in 0..2 {
+        a.renew(&["k"], ttl).unwrap();
+        b.renew(&["k"], ttl).unwrap();
+    }
+    let before = proxy.round_trips();
+    for _ in 0..10 {
+        assert_eq!(a.renew(&["k"], ttl).unwrap().held().count(), 1);
+        assert_eq!(b.renew(&["k"], ttl).unwrap().held().count(), 1);
+    }
+    assert_eq!(
+        proxy.round_trips() - before,
+        20,
+        "one round trip per renewal, whichever clone's mode the connection last served"
+    );
+}
+
+/// A pooler that resets every server connection after each transaction (PgBouncer with
+/// `server_reset_query_always`) takes every prepared statement away before its next use: each
+/// call would pay three or four round trips, then seven behind a pooler. Three calls in a row that
+/// find theirs gone make the connection send its statements unprepared: one round trip again.
+#[test]
+fn statements_that_keep_vanishing_are_sent_unprepared_after_three_calls() {
+    for mode in [StatementMode::Sql, StatementMode::Protocol] {
+        let proxy = Proxy::start(0, database_addr()).unwrap();
+        let db = one_connection(proxy.config(), mode);
+        let fleet = Fleet::new(&db);
+        fleet.exercise(0);
+        let reset_then_poll = || {
+            db.connection()
+                .unwrap()
+                .batch_execute("DISCARD ALL")
+                .unwrap();
+            let before = proxy.round_trips();
+            assert!(
+                fleet.elector.is_leader().unwrap(),
+                "{mode}: still the leader"
+            );
+            proxy.round_trips() - before
+        };
+        for call in 1..=3 {
+            assert!(reset_then_poll() >= 3, "{mode}: call {call} found it gone");
+            assert_eq!(
+                db.statement_modes().vanishing_found,
+                call == 3,
+                "{mode}: after call {call}"
+            );
+        }
+        assert_eq!(reset_then_poll(), 1, "{mode}: sent unprepared");
+        let before = proxy.round_trips();
+        assert!(fleet.elector.is_leader().unwrap());
+        assert_eq!(proxy.round_trips() - before, 1, "{mode}");
+        assert!(prepared(&db).is_empty(), "{mode}: {:?}", prepared(&db));
+        let modes = db.statement_modes();
+        assert!(!modes.pooler_found, "{mode}: a reset is not a pooler");
+        fleet.exercise(1);
+    }
+}

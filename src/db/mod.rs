@@ -537,7 +537,16 @@ impl Db {
         let result = self
             .way(client, &mut cache)
             .and_then(|way| f(client, &mut cache, way));
-        if cache.pooler_found && self.ways.found_pooler() {
+        if std::mem::take(&mut cache.vanishing_found) && self.ways.found_vanishing() {
+            log::warn!(
+                target: "pgtenure::db",
+                "prepared statements keep vanishing from this Db's server connections (a pooler \
+                 that resets them after every transaction, such as PgBouncer with \
+                 server_reset_query_always): connections where they do send statements unprepared \
+                 from now on; set statement_mode=unprepared for it"
+            );
+        }
+        if std::mem::take(&mut cache.pooler_found) && self.ways.found_pooler() {
             log::warn!(
                 target: "pgtenure::db",
                 "a pooler sits between pgtenure and the server (a protocol-level prepared statement \
@@ -562,6 +571,9 @@ impl Db {
         client: &mut postgres::Client,
         cache: &mut Cache,
     ) -> std::result::Result<Way, Failure> {
+        if cache.vanishing {
+            return Ok(Way::Unprepared);
+        }
         let pooler = self.ways.pooler_found();
         match cache.way {
             Some(Way::Protocol) if pooler => {

@@ -7,7 +7,8 @@ use std::net::{IpAddr, ToSocketAddrs};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use postgres::config::Host;
+use parking_lot::Mutex;
+use postgres::config::{Host, LoadBalanceHosts};
 
 use crate::error::{Error, Result};
 
@@ -24,15 +25,19 @@ pub enum StatementMode {
     /// `Protocol` on a pooled connection proven to reach the server directly, `Sql` on any other.
     /// The proof, once per new connection (one statement): the server's own address and port, as
     /// its backend accepted the connection (`inet_server_addr()`, `inet_server_port()`; over a
-    /// Unix socket, the server's socket directories and port), are an address the configured
-    /// host resolves to and the configured port. A pooler, a NAT or a port mapping in between
-    /// fails it. A pool of your own ([`Db::from_pool`](crate::Db::from_pool)) has no configured
-    /// host that pgtenure can read: its connections get `Sql`.
+    /// Unix socket, the server's socket directories and port), are the address the driver tries
+    /// first (the first host's `hostaddr`, its address, or the first address its name resolves
+    /// to) and the configured port. A pooler, a NAT or a port mapping in between fails it; so
+    /// does a connection made to a later host or address, which may have come through a pooler
+    /// at an earlier one. A pool of your own ([`Db::from_pool`](crate::Db::from_pool)) has no
+    /// configured host that pgtenure can read: its connections get `Sql`.
     ///
     /// Backstop: a protocol-level statement that the session no longer has (SQLSTATE 26000) while
     /// the backend's process id differs from the one the connection was proven with proves a
     /// pooler in between: the `Db` then uses `Sql` on every connection for good, and logs a
-    /// warning once.
+    /// warning once. In every mode that prepares, three calls in a row on one connection that
+    /// find their statement gone (a pooler that resets server connections after every
+    /// transaction) make that connection send its statements unprepared.
     #[default]
     Auto,
     /// The protocol's own prepared statements (the driver's `prepare_typed`), once per pooled
@@ -99,6 +104,10 @@ pub struct StatementModes {
     pub unprepared: u64,
     /// Whether the backstop found a pooler: every connection then uses SQL-level statements.
     pub pooler_found: bool,
+    /// Whether prepared statements kept vanishing from a connection's server connection (three
+    /// calls in a row found theirs gone: a pooler that resets server connections after every
+    /// transaction): such connections send their statements unprepared from then on.
+    pub vanishing_found: bool,
 }
 
 impl fmt::Display for StatementModes {
@@ -110,6 +119,9 @@ impl fmt::Display for StatementModes {
         )?;
         if self.pooler_found {
             f.write_str(" (a pooler was found: sql from then on)")?;
+        }
+        if self.vanishing_found {
+            f.write_str(" (prepared statements kept vanishing: unprepared where they did)")?;
         }
         Ok(())
     }
@@ -130,6 +142,7 @@ pub(crate) struct Ways {
     sql: AtomicU64,
     unprepared: AtomicU64,
     pooler_found: AtomicBool,
+    vanishing_found: AtomicBool,
 }
 
 impl Ways {
@@ -147,6 +160,11 @@ impl Ways {
         !self.pooler_found.swap(true, Ordering::SeqCst)
     }
 
+    /// Records that prepared statements kept vanishing; `true` the first time.
+    pub(crate) fn found_vanishing(&self) -> bool {
+        !self.vanishing_found.swap(true, Ordering::SeqCst)
+    }
+
     pub(crate) fn pooler_found(&self) -> bool {
         self.pooler_found.load(Ordering::SeqCst)
     }
@@ -157,13 +175,24 @@ impl Ways {
             sql: self.sql.load(Ordering::Relaxed),
             unprepared: self.unprepared.load(Ordering::Relaxed),
             pooler_found: self.pooler_found(),
+            vanishing_found: self.vanishing_found.load(Ordering::SeqCst),
         }
     }
 }
 
-/// Where the configuration says the server is: each host with its port.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Targets(Vec<Target>);
+/// Where the configuration says the server is: each host with its port, in the order the driver
+/// tries them.
+#[derive(Debug)]
+pub(crate) struct Targets {
+    list: Vec<Target>,
+    /// `load_balance_hosts=random`: the driver tries hosts, and each host's addresses, in a random
+    /// order.
+    random: bool,
+    /// The first host's first address as last resolved: a proof resolves the name only when it
+    /// has none yet or the server reports another address (not at every new connection: a
+    /// connection opened before a name server failed would wait for it).
+    resolved: Mutex<Option<IpAddr>>,
+}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Target {
@@ -191,42 +220,74 @@ pub(crate) struct Seen {
 }
 
 impl Targets {
-    /// The hosts and ports of `config`, as the driver pairs them (one port for all, or one each).
+    /// The hosts and ports of `config`, as the driver pairs them (one port for all, or one each;
+    /// a `hostaddr` with its host, or alone).
     pub(crate) fn of(config: &postgres::Config) -> Targets {
-        let ports = config.get_ports();
-        let addrs = config.get_hostaddrs();
+        let (hosts, addrs, ports) = (
+            config.get_hosts(),
+            config.get_hostaddrs(),
+            config.get_ports(),
+        );
         let port = |i: usize| match ports {
             [] => 5432,
             [one] => *one,
             many => many.get(i).copied().unwrap_or(5432),
         };
-        Targets(
-            config
-                .get_hosts()
-                .iter()
-                .enumerate()
-                .map(|(i, host)| match host {
-                    Host::Tcp(name) => Target::Tcp {
-                        host: name.clone(),
-                        addr: addrs.get(i).copied(),
-                        port: port(i),
+        let list = (0..hosts.len().max(addrs.len()))
+            .map(|i| match (hosts.get(i), addrs.get(i)) {
+                (Some(Host::Unix(dir)), _) => Target::Unix {
+                    dir: dir.to_string_lossy().into_owned(),
+                    port: port(i),
+                },
+                (host, addr) => Target::Tcp {
+                    host: match host {
+                        Some(Host::Tcp(name)) => name.clone(),
+                        _ => addr.map(IpAddr::to_string).unwrap_or_default(),
                     },
-                    Host::Unix(dir) => Target::Unix {
-                        dir: dir.to_string_lossy().into_owned(),
-                        port: port(i),
-                    },
-                })
-                .collect(),
-        )
+                    addr: addr.copied(),
+                    port: port(i),
+                },
+            })
+            .collect();
+        let random = config.get_load_balance_hosts() == LoadBalanceHosts::Random;
+        Targets {
+            list,
+            random,
+            resolved: Mutex::new(None),
+        }
     }
 
-    /// Whether `seen` is the server itself at one of the targets: its own address and port (or
-    /// socket directory and port) are one that target names. With several hosts, the one that
-    /// answered is the one whose address the server reports.
+    /// Whether `seen` is the server itself at the address the driver tries first: the first
+    /// host's first address (its `hostaddr`, the address it is, or the first its name resolves
+    /// to) and port, or the first host's socket directory and port. A connection the server
+    /// accepted anywhere else may have come through whatever answered at an earlier address, a
+    /// pooler included (a pooler listed before the server it forwards to, or a name that resolves
+    /// to a pooler's address and then the server's): unproven. With `load_balance_hosts=random`
+    /// there is no first: proven only where the configuration names one host with one address.
     pub(crate) fn direct(&self, seen: &Seen) -> bool {
-        self.0.iter().any(|target| match (target, seen.addr) {
+        let Some(first) = self.list.first() else {
+            return false;
+        };
+        if self.random && self.list.len() > 1 {
+            return false;
+        }
+        match (first, seen.addr) {
             (Target::Tcp { host, addr, port }, Some(server)) => {
-                seen.addr_port == Some(*port) && resolves_to(host, *addr, *port, server)
+                if seen.addr_port != Some(*port) {
+                    return false;
+                }
+                if let Some(fixed) = addr.or_else(|| host.parse().ok()) {
+                    return same_ip(fixed, server);
+                }
+                let known = *self.resolved.lock();
+                if known.is_some_and(|first| same_ip(first, server)) {
+                    return true;
+                }
+                let first = first_address(host, *port, self.random);
+                if first.is_some() {
+                    *self.resolved.lock() = first;
+                }
+                first.is_some_and(|first| same_ip(first, server))
             }
             (Target::Unix { dir, port }, None) => {
                 seen.port == *port
@@ -237,14 +298,14 @@ impl Targets {
                         .any(|d| same_dir(d, dir))
             }
             _ => false,
-        })
+        }
     }
 }
 
 /// Where the configuration connects, "db1:5432, db2:5433" (a socket directory as its path).
 impl fmt::Display for Targets {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for (i, target) in self.0.iter().enumerate() {
+        for (i, target) in self.list.iter().enumerate() {
             if i > 0 {
                 f.write_str(", ")?;
             }
@@ -271,19 +332,20 @@ impl fmt::Display for Seen {
     }
 }
 
-/// Whether `host` (or its `hostaddr`) names `server`.
-fn resolves_to(host: &str, hostaddr: Option<IpAddr>, port: u16, server: IpAddr) -> bool {
-    if let Some(addr) = hostaddr {
-        return same_ip(addr, server);
-    }
-    if let Ok(addr) = host.parse::<IpAddr>() {
-        return same_ip(addr, server);
-    }
+/// The address the driver tries first for the name `host`: `None` when it does not resolve, or
+/// resolves to several addresses tried in a random order.
+fn first_address(host: &str, port: u16, random: bool) -> Option<IpAddr> {
     match (host, port).to_socket_addrs() {
-        Ok(mut addrs) => addrs.any(|a| same_ip(a.ip(), server)),
+        Ok(addrs) => {
+            let addrs: Vec<IpAddr> = addrs.map(|a| a.ip()).collect();
+            if random && addrs.len() > 1 {
+                return None;
+            }
+            addrs.first().copied()
+        }
         Err(e) => {
             log::debug!(target: "pgtenure::db", "resolving {host} to prove a direct connection failed: {e}");
-            false
+            None
         }
     }
 }
@@ -332,18 +394,33 @@ mod tests {
         assert!(!local.direct(&seen(Some("10.0.0.5"), Some(5432))));
         // Over a Unix socket, where the URL names TCP.
         assert!(!local.direct(&seen(None, None)));
-        // A host name resolves; IPv4-mapped IPv6 is the same address.
-        assert!(
-            targets("postgres://u@localhost:5432/db").direct(&seen(Some("127.0.0.1"), Some(5432)))
-        );
+        // A host name resolves: the first address it resolves to; IPv4-mapped IPv6 is the same
+        // address.
+        let first = ("localhost", 5432)
+            .to_socket_addrs()
+            .unwrap()
+            .next()
+            .unwrap();
+        let first = first.ip().to_string();
+        assert!(targets("postgres://u@localhost:5432/db").direct(&seen(Some(&first), Some(5432))));
         assert!(local.direct(&seen(Some("::ffff:127.0.0.1"), Some(5432))));
-        // Several hosts: whichever answered.
-        let two = targets("host=10.9.9.9,127.0.0.1 port=5432,5432 user=u");
+        // Several hosts: only the first, which the driver tries first. A later one may be the
+        // server that a pooler at an earlier one forwards to.
+        let two = targets("host=127.0.0.1,10.9.9.9 port=5432,5432 user=u");
         assert!(two.direct(&seen(Some("127.0.0.1"), Some(5432))));
-        assert!(!two.direct(&seen(Some("127.0.0.2"), Some(5432))));
-        // hostaddr wins over the name.
+        assert!(!two.direct(&seen(Some("10.9.9.9"), Some(5432))));
+        let pooler_first = targets("host=::1,127.0.0.1 port=5432 user=u");
+        assert!(!pooler_first.direct(&seen(Some("127.0.0.1"), Some(5432))));
+        // Hosts tried in a random order: none is first.
+        let random = "host=127.0.0.1,10.9.9.9 port=5432 load_balance_hosts=random user=u";
+        assert!(!targets(random).direct(&seen(Some("127.0.0.1"), Some(5432))));
+        let one = "host=127.0.0.1 port=5432 load_balance_hosts=random user=u";
+        assert!(targets(one).direct(&seen(Some("127.0.0.1"), Some(5432))));
+        // hostaddr wins over the name, and may stand alone.
         let by_addr = targets("host=db.invalid hostaddr=127.0.0.1 port=5432 user=u");
         assert!(by_addr.direct(&seen(Some("127.0.0.1"), Some(5432))));
+        let addr_only = targets("hostaddr=127.0.0.1 port=5432 user=u");
+        assert!(addr_only.direct(&seen(Some("127.0.0.1"), Some(5432))));
     }
 
     #[test]

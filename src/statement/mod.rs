@@ -154,11 +154,13 @@ impl Statement {
             typed: self.typed::<P>(),
             values: params.values(),
         };
-        match way {
+        let result = match way {
             Way::Protocol => call.protocol(client, cache),
             Way::Sql => call.sql_level(client, cache),
             Way::Unprepared => call.unprepared(client),
-        }
+        };
+        cache.end_call();
+        result
     }
 
     /// Prepares the statement with `P`'s types on `client` in `way` unless `cache` says it is
@@ -207,6 +209,7 @@ impl Call<'_, '_> {
                     }
                     log::debug!(target: "pgtenure::db", "the session lost its prepared statements (DEALLOCATE ALL or DISCARD ALL); preparing {} again", self.typed.name);
                     cache.lost_protocol();
+                    cache.missed = true;
                 }
                 // The cached plan cannot be used any more (a column changed type): refused before
                 // it ran. Prepared afresh, once; refused again, it is sent unprepared.
@@ -273,6 +276,7 @@ impl Call<'_, '_> {
                 // session was reset): nothing ran.
                 Err(e) if e.code() == Some(&SqlState::INVALID_SQL_STATEMENT_NAME) => {
                     log::debug!(target: "pgtenure::db", "statement {} was not prepared on this server connection; preparing it", self.typed.name);
+                    cache.missed = true;
                 }
                 // The cached plan cannot be used any more (a table's columns changed type, or the
                 // table was dropped and created again, while this connection kept the statement):
@@ -437,6 +441,15 @@ pub(crate) struct Cache {
     pub(crate) seen: Option<Seen>,
     /// Set when this connection found a pooler; the `Db` takes it up.
     pub(crate) pooler_found: bool,
+    /// This call found its prepared statement gone from the server connection (26000).
+    missed: bool,
+    /// How many calls in a row found it gone.
+    misses: u32,
+    /// Prepared statements keep vanishing from this connection's server connections (a pooler
+    /// that resets them after every transaction): its statements are sent unprepared for good.
+    pub(crate) vanishing: bool,
+    /// Set when this connection found that; the `Db` takes it up.
+    pub(crate) vanishing_found: bool,
     /// The SQL-level statements prepared on the connection, by name.
     sql: HashSet<String>,
     /// The protocol-level statements prepared on the connection, by pgtenure's name.
@@ -449,7 +462,25 @@ pub(crate) struct Cache {
 /// How many lost protocol-level statements a connection keeps before dropping them.
 const MAX_LOST: usize = 1024;
 
+/// How many calls in a row that find their prepared statement gone make a connection send its
+/// statements unprepared: each such call paid up to seven round trips instead of one.
+const MISSES_BEFORE_UNPREPARED: u32 = 3;
+
 impl Cache {
+    /// A call ended: it found its statement gone, or not.
+    fn end_call(&mut self) {
+        if !std::mem::take(&mut self.missed) {
+            self.misses = 0;
+            return;
+        }
+        self.misses += 1;
+        if self.misses >= MISSES_BEFORE_UNPREPARED && !self.vanishing {
+            self.vanishing = true;
+            self.vanishing_found = true;
+            self.way = Some(Way::Unprepared);
+        }
+    }
+
     /// The session was reset: its protocol-level statements are gone.
     fn lost_protocol(&mut self) {
         self.lost.extend(self.protocol.drain().map(|(_, s)| s));
