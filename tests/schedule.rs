@@ -12,6 +12,7 @@ use common::proxy::{database_addr, Proxy};
 use common::{client, db, wait_for, Tables};
 use parking_lot::Mutex;
 use pgtenure::schedule::{Job, Misfire, Run, RunResult, Schedule, ScheduleHooks, Scheduler};
+use pgtenure::postgres::types::Type;
 use pgtenure::{DbBuilder, Error, TickClaims};
 
 fn claims_table(tables: &mut Tables) -> String {
@@ -39,9 +40,12 @@ fn runs_table(tables: &mut Tables) -> String {
 fn record(runs: &str, instance: &str) -> impl Fn(&Run) -> RunResult {
     let (runs, instance) = (runs.to_owned(), instance.to_owned());
     move |run| {
-        db().connection()?.execute(
+        // Unnamed, typed here: through PgBouncer in transaction mode, a statement the driver
+        // prepares under a name in one transaction may be missing on the server connection that
+        // runs it (the lost runs of a clock-step test in the PgBouncer pass: "db error").
+        db().connection()?.query_typed(
             &format!("INSERT INTO {runs} (tick, instance) VALUES ($1, $2)"),
-            &[&run.tick(), &instance],
+            &[(&run.tick(), Type::TIMESTAMPTZ), (&instance, Type::TEXT)],
         )?;
         Ok(())
     }
