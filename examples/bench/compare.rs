@@ -93,6 +93,10 @@ pub fn run(
             pool(b, StatementMode::Unprepared, false)?,
         ));
     }
+    // `PGTENURE_BENCH_COLUMNS=auto`: only those columns (a profile of one way).
+    if let Ok(keep) = std::env::var("PGTENURE_BENCH_COLUMNS") {
+        columns.retain(|(name, _)| keep.split(',').any(|k| k == name));
+    }
     let (mut cases, tables, leasers) = cases(&db, std::process::id())?;
     if let Ok(filter) = std::env::var("PGTENURE_BENCH_CASES") {
         cases.retain(|case| filter.split(',').any(|f| case.name.contains(f)));
@@ -333,26 +337,93 @@ fn driver_limits(
         });
         counts.iter().sum()
     };
+    // The refused tick claim, protocol-level, each call on a connection from the r2d2 pool (its
+    // statement prepared once per pooled connection, kept in the connection's extensions, as the
+    // library does): what the pool adds to the driver on the library's own statement.
+    let claim_pool = r2d2::Pool::builder()
+        .max_size(16)
+        .test_on_check_out(false)
+        .build(r2d2_postgres::PostgresConnectionManager::new(
+            url.parse()?,
+            NoTls,
+        ))?;
+    let pooled_claim = |clients: usize| -> f64 {
+        let counts: Vec<f64> = thread::scope(|s| {
+            let handles: Vec<_> = (0..clients)
+                .map(|_| {
+                    let (pool, text, types) = (&claim_pool, &text, &types);
+                    s.spawn(move || {
+                        let once = || {
+                            let mut conn = pool.get().unwrap();
+                            let named = match r2d2::PooledConnection::extensions(&conn)
+                                .get::<pgtenure::postgres::Statement>()
+                            {
+                                Some(named) => named.clone(),
+                                None => {
+                                    let named = conn.prepare_typed(text, types).unwrap();
+                                    r2d2::PooledConnection::extensions_mut(&mut conn)
+                                        .insert(named.clone());
+                                    named
+                                }
+                            };
+                            let rows = conn
+                                .query(
+                                    &named,
+                                    &[
+                                        &"contended",
+                                        &taken,
+                                        &60_000_000_i64,
+                                        &"x",
+                                        &1_i64,
+                                        &true,
+                                        &60_000_000_i64,
+                                    ],
+                                )
+                                .unwrap();
+                            assert!(rows[0].get::<_, Option<i64>>("token").is_none());
+                        };
+                        for _ in 0..20 {
+                            once();
+                        }
+                        let start = Instant::now();
+                        let mut n = 0_u64;
+                        while start.elapsed() < Duration::from_secs(secs) {
+                            once();
+                            n += 1;
+                        }
+                        n as f64 / start.elapsed().as_secs_f64()
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        counts.iter().sum()
+    };
     let mut out = Vec::new();
     println!(
         "\nthe driver alone, one connection per client, median of {runs} runs: the refused tick \
          claim, and SELECT 1 on a connection of its own or from an r2d2 pool"
     );
     println!(
-        "| clients | claim, protocol-level prepared/s | claim, SQL-level EXECUTE (extended \
-         protocol)/s | claim, SQL-level EXECUTE (simple query)/s | SELECT 1, own connection/s | \
-         SELECT 1, from an r2d2 pool/s |"
+        "| clients | claim, protocol-level prepared/s | claim, protocol-level prepared, from an r2d2 \
+         pool/s | claim, SQL-level EXECUTE (extended protocol)/s | claim, SQL-level EXECUTE \
+         (simple query)/s | SELECT 1, own connection/s | SELECT 1, from an r2d2 pool/s |"
     );
-    println!("| ---: | ---: | ---: | ---: | ---: | ---: |");
+    println!("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
     for &c in clients {
         let protocol = median((0..runs).map(|_| run(c, Send::Protocol)).collect());
+        let protocol_pooled = median((0..runs).map(|_| pooled_claim(c)).collect());
         let execute = median((0..runs).map(|_| run(c, Send::Execute)).collect());
         let simple = median((0..runs).map(|_| run(c, Send::SimpleExecute)).collect());
         let own = median((0..runs).map(|_| select(c, false)).collect());
         let pooled = median((0..runs).map(|_| select(c, true)).collect());
-        println!("| {c} | {protocol:.0} | {execute:.0} | {simple:.0} | {own:.0} | {pooled:.0} |");
+        println!(
+            "| {c} | {protocol:.0} | {protocol_pooled:.0} | {execute:.0} | {simple:.0} | {own:.0} \
+             | {pooled:.0} |"
+        );
         out.push(json!({
-            "clients": c, "protocol_prepared": protocol, "sql_execute": execute,
+            "clients": c, "protocol_prepared": protocol,
+            "protocol_prepared_pooled": protocol_pooled, "sql_execute": execute,
             "sql_execute_simple_query": simple,
             "select_1_own_connection": own, "select_1_pooled": pooled,
         }));

@@ -9,7 +9,8 @@
 //! protocol level; the cost of holding managed leases; elector failover; membership tick cost by
 //! units and convergence. Prints tables and writes a JSON results file (not committed).
 //! `PGTENURE_BENCH_CASES=name,name` keeps only the comparison's cases whose names contain one of
-//! them (`none`: only the driver-alone measurements).
+//! them (`none`: only the driver-alone measurements); `PGTENURE_BENCH_COLUMNS=auto,sql` keeps only
+//! those columns of the library (to profile one way).
 
 mod campaigns;
 mod cases;
