@@ -11,8 +11,8 @@ use std::time::{Duration, Instant, SystemTime};
 use common::proxy::{database_addr, Proxy};
 use common::{client, db, wait_for, Tables};
 use parking_lot::Mutex;
-use pgtenure::schedule::{Job, Misfire, Run, RunResult, Schedule, ScheduleHooks, Scheduler};
 use pgtenure::postgres::types::Type;
+use pgtenure::schedule::{Job, Misfire, Run, RunResult, Schedule, ScheduleHooks, Scheduler};
 use pgtenure::{DbBuilder, Error, TickClaims};
 
 fn claims_table(tables: &mut Tables) -> String {

@@ -36,7 +36,7 @@ use pgtenure::{Db, Elector, LeaderHooks, LeaderLoss, Leadership};
 
 use crate::common::proxy::{database_addr, Proxy};
 use crate::common::{client, ledger, Tables};
-use crate::harness::{assert_landed, proxied_url, run_for, write, Counts, Load, Rng};
+use crate::harness::{assert_landed, mode, proxied_url, run_for, write, Counts, Load, Rng};
 
 const MEMBERS: usize = 4;
 const TTL: Duration = Duration::from_millis(2500);
@@ -276,6 +276,7 @@ fn campaigns_with_resignations_stops_and_slow_answers_never_have_two_leaders() {
                     .unwrap()
                     .connection_timeout(Duration::from_secs(2))
                     .unwrap()
+                    .statement_mode(mode(i))
                     .build()
                     .unwrap();
                 Member {

@@ -12,7 +12,7 @@ use pgtenure::{Db, Elector};
 use crate::common::proxy::{database_addr, Proxy};
 use crate::common::{ledger, Tables};
 use crate::harness::{
-    assert_landed, inject_faults, proxied_url, run_for, write, Counts, Load, Rng,
+    assert_landed, inject_faults, mode, proxied_url, run_for, write, Counts, Load, Rng,
 };
 
 #[test]
@@ -27,20 +27,28 @@ fn electors_under_random_faults_never_have_two_leaders_writing() {
         .unwrap();
     let proxy = Proxy::start(0, database_addr()).unwrap();
     let app = tables.name("electors");
-    let db = Db::builder(&proxied_url(&proxy, &app))
-        .unwrap()
-        .connection_timeout(Duration::from_secs(2))
-        .unwrap()
-        .build()
-        .unwrap();
+    let pool = |i: usize| {
+        Db::builder(&proxied_url(&proxy, &app))
+            .unwrap()
+            .connection_timeout(Duration::from_secs(2))
+            .unwrap()
+            .statement_mode(mode(i))
+            .build()
+            .unwrap()
+    };
+    let dbs: Vec<Db> = (0..3).map(pool).collect();
     let duration = run_for();
     let until = Instant::now() + duration;
     let counts = Arc::new(Counts::default());
     let _load = Load::start(2);
     let pollers: Vec<_> = (0..4)
         .map(|i| {
-            let (db, table, ledger, counts) =
-                (db.clone(), table.clone(), ledger.clone(), counts.clone());
+            let (db, table, ledger, counts) = (
+                dbs[i as usize % dbs.len()].clone(),
+                table.clone(),
+                ledger.clone(),
+                counts.clone(),
+            );
             thread::spawn(move || {
                 let holder = format!("elector-{i}");
                 let e = Elector::new(&db)

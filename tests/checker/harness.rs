@@ -94,6 +94,14 @@ impl Rng {
 }
 
 /// A URL through `proxy` with an application name the fault injector can kill backends by.
+/// The statement mode of worker `i`: the workers of one check send their statements in different
+/// ways (protocol-level through the transparent proxy, SQL-level, unprepared), so every way is
+/// checked under the same faults, side by side.
+pub fn mode(i: usize) -> pgtenure::StatementMode {
+    use pgtenure::StatementMode::{Protocol, Sql, Unprepared};
+    [Protocol, Sql, Unprepared][i % 3]
+}
+
 pub fn proxied_url(proxy: &Proxy, app: &str) -> String {
     let config = proxy.config();
     let user = config.get_user().unwrap_or("postgres");

@@ -15,7 +15,8 @@ use crate::common::beliefs::Beliefs;
 use crate::common::proxy::{database_addr, Proxy};
 use crate::common::{client, ledger, Tables};
 use crate::harness::{
-    assert_landed, idle_ending_url, inject_faults, proxied_url, run_for, write, Counts, Load, Rng,
+    assert_landed, idle_ending_url, inject_faults, mode, proxied_url, run_for, write, Counts, Load,
+    Rng,
 };
 
 const CHILD_ENV: &str = "PGTENURE_CHECKER_CHILD";
@@ -140,17 +141,19 @@ fn leases_under_random_faults_never_overlap_and_no_stale_write_lands() {
     let proxy = Proxy::start(0, database_addr()).unwrap();
     let app = tables.name("checker");
     let url = proxied_url(&proxy, &app);
-    let pool = |url: &str| {
+    let pool = |url: &str, i: usize| {
         Db::builder(url)
             .unwrap()
             .connection_timeout(Duration::from_secs(2))
             .unwrap()
+            .statement_mode(mode(i))
             .build()
             .unwrap()
     };
-    let db = pool(&url);
-    // A second pool whose idle sessions the server ends after 150 ms.
-    let idle_db = pool(&idle_ending_url(&proxy, &app, 150));
+    // Protocol-level statements here, SQL-level on the second pool, whose idle sessions the
+    // server ends after 150 ms.
+    let db = pool(&url, 0);
+    let idle_db = pool(&idle_ending_url(&proxy, &app, 150), 1);
     let duration = run_for();
     let until = Instant::now() + duration;
     let counts = Arc::new(Counts::default());

@@ -18,7 +18,7 @@ use pgtenure::Db;
 use crate::common::proxy::{database_addr, Proxy};
 use crate::common::registry::{Registry, Worker};
 use crate::common::{ledger, wait_for, Running, Tables};
-use crate::harness::{inject_faults, proxied_url, run_for, Load, Rng};
+use crate::harness::{inject_faults, mode, proxied_url, run_for, Load, Rng};
 
 /// When a leaser's latest successful tick started, so the operator knows when a tick that started
 /// after its change has come and gone (a leaser's ticks run one after the other, on its loop).
@@ -203,6 +203,7 @@ fn membership_under_random_faults_never_works_a_unit_twice() {
                 .unwrap()
                 .connection_timeout(Duration::from_millis(500))
                 .unwrap()
+                .statement_mode(mode(i))
                 .build_lazy()
                 .unwrap();
             Arc::new(

@@ -26,7 +26,7 @@ use pgtenure::{Db, Error, TickClaims};
 use crate::common::proxy::{database_addr, Proxy};
 use crate::common::{client, db, ledger, Tables};
 use crate::harness::{
-    assert_landed, inject_faults, proxied_url, run_for, write, Counts, Load, Rng,
+    assert_landed, inject_faults, mode, proxied_url, run_for, write, Counts, Load, Rng,
 };
 
 /// A job of the checker: its period, how long its runs take, and its misfire rule.
@@ -251,6 +251,7 @@ fn schedulers_under_random_faults_run_each_tick_once_never_early_and_never_besid
         .unwrap()
         .connection_timeout(Duration::from_secs(1))
         .unwrap()
+        .statement_mode(mode(0))
         .build()
         .unwrap();
     let direct = db();

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant, SystemTime};
 use crate::common::proxy::{database_addr, Proxy};
 use crate::common::{client, count, db, lease_table, ledger, wait_for, Tables};
 use pgtenure::testing::TempPostgres;
-use pgtenure::{Db, DbBuilder, KeyRenewal, Leases, LossReason};
+use pgtenure::{Db, DbBuilder, KeyRenewal, Leases, LossReason, StatementMode};
 
 use super::child::Child;
 use super::{fenced_write, Write, CHILD_ENV};
@@ -217,10 +217,28 @@ fn a_paused_holder_process_is_refused_on_resume_and_learns_its_loss() {
 
 #[test]
 fn a_database_restart_during_renewals_loses_no_lease_that_can_still_be_renewed() {
-    // A server of its own: restarting the shared one would disturb the other tests.
+    // A server of its own: restarting the shared one would disturb the other tests. One restart
+    // per statement mode: every way of sending statements finds its connections gone, and the
+    // statements prepared on them with them.
     let pg = TempPostgres::start().unwrap();
-    let db = Db::connect(pg.url()).unwrap();
-    let leases = Leases::new(&db);
+    for mode in [
+        StatementMode::Auto,
+        StatementMode::Protocol,
+        StatementMode::Sql,
+        StatementMode::Unprepared,
+    ] {
+        restart_during_renewals(&pg, mode);
+    }
+}
+
+fn restart_during_renewals(pg: &TempPostgres, mode: StatementMode) {
+    let table = format!("restart_leases_{mode}");
+    let db = Db::builder(pg.url())
+        .unwrap()
+        .statement_mode(mode)
+        .build()
+        .unwrap();
+    let leases = Leases::new(&db).with_table(&table).unwrap();
     leases.create_table().unwrap();
     let held: Vec<_> = ["a", "b", "c"]
         .iter()
@@ -228,8 +246,12 @@ fn a_database_restart_during_renewals_loses_no_lease_that_can_still_be_renewed()
         .collect();
     let tokens: Vec<i64> = held.iter().map(|l| l.token()).collect();
     // A contender keeps trying throughout; it must never get a key.
-    let contender_db = Db::builder(pg.url()).unwrap().build_lazy().unwrap();
-    let contender = Leases::new(&contender_db);
+    let contender_db = Db::builder(pg.url())
+        .unwrap()
+        .statement_mode(mode)
+        .build_lazy()
+        .unwrap();
+    let contender = Leases::new(&contender_db).with_table(&table).unwrap();
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let (c, s) = (contender.clone(), stop.clone());
     let contending = thread::spawn(move || {
@@ -239,7 +261,9 @@ fn a_database_restart_during_renewals_loses_no_lease_that_can_still_be_renewed()
                 tries += 1;
                 match c.try_acquire(key, Duration::from_secs(1)) {
                     Ok(None) => {}
-                    Ok(Some(grant)) => panic!("{key} granted twice: token {}", grant.token()),
+                    Ok(Some(grant)) => {
+                        panic!("{mode}: {key} granted twice: token {}", grant.token())
+                    }
                     Err(_) => errors += 1,
                 }
             }
@@ -256,16 +280,27 @@ fn a_database_restart_during_renewals_loses_no_lease_that_can_still_be_renewed()
     stop.store(true, Ordering::SeqCst);
     let (tries, errors) = contending.join().unwrap();
     println!(
-        "restart took {took:?}; the contender tried {tries} times ({errors} errors), never granted"
+        "{mode}: restart took {took:?}; the contender tried {tries} times ({errors} errors), never \
+         granted"
     );
     for lease in &held {
-        assert!(lease.is_held(), "{} lost: {:?}", lease.key(), lease.loss());
+        assert!(
+            lease.is_held(),
+            "{mode}: {} lost: {:?}",
+            lease.key(),
+            lease.loss()
+        );
         assert!(lease.lost().try_recv().is_err());
     }
+    // After the restart, both sides' statements run again (prepared afresh, in their mode).
+    assert!(contender
+        .try_acquire("a", Duration::from_secs(1))
+        .unwrap()
+        .is_none());
     let mut c = pgtenure::postgres::Client::connect(pg.url(), pgtenure::postgres::NoTls).unwrap();
     let rows: Vec<(String, i64, bool)> = c
         .query(
-            "SELECT key, token, held_until > now() FROM pgtenure_leases ORDER BY key",
+            &format!("SELECT key, token, held_until > now() FROM {table} ORDER BY key"),
             &[],
         )
         .unwrap()
@@ -277,6 +312,8 @@ fn a_database_restart_during_renewals_loses_no_lease_that_can_still_be_renewed()
         .zip(&tokens)
         .map(|(k, t)| ((*k).to_owned(), *t, true))
         .collect();
-    assert_eq!(rows, expected);
-    drop(held);
+    assert_eq!(rows, expected, "{mode}");
+    for lease in held {
+        lease.release().unwrap();
+    }
 }
