@@ -14,7 +14,7 @@ use std::time::{Duration, Instant, SystemTime};
 use common::proxy::{database_addr, Proxy};
 use common::{client, db, wait_for, Role, Tables};
 use parking_lot::Mutex;
-use pgtenure::membership::{Config, Leaser, NoHooks, Reconciler, Unit, UnitLoss, Units};
+use pgtenure::membership::{Leaser, NoHooks, Reconciler, Unit, UnitLoss, Units};
 use pgtenure::postgres::error::SqlState;
 use pgtenure::{Db, DbBuilder, Elector, FireClaims, Leases, LossReason, TickClaims};
 
@@ -162,7 +162,7 @@ fn units_claimed_when_the_answer_is_lost_are_worked_on_after_the_next_tick() {
     let leaser = Leaser::new(
         &proxied(&proxy, 2),
         told.clone(),
-        Config::default(),
+        common::hand_driven(),
         Arc::new(NoHooks),
     )
     .unwrap()

@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime};
 
 use common::proxy::{database_addr, Proxy};
 use common::{client, Names, Quiet, Tables};
-use pgtenure::membership::{Config, Leaser, NoHooks, Unit, Units};
+use pgtenure::membership::{Leaser, NoHooks, Unit, Units};
 use pgtenure::{Db, DbBuilder, Elector, FireClaims, Leases, StatementMode, TickClaims};
 
 /// Every primitive on its own tables, on one pool.
@@ -45,10 +45,15 @@ impl Fleet {
             leases: Leases::new(db).with_table(&lease_t).unwrap(),
             elector: Elector::new(db).with_table(&leader_t).unwrap(),
             units: Units::new(db).with_tables(&procs_t, &units_t).unwrap(),
-            leaser: Leaser::new(db, Arc::new(Quiet), Config::default(), Arc::new(NoHooks))
-                .unwrap()
-                .with_tables(&procs_t, &units_t)
-                .unwrap(),
+            leaser: Leaser::new(
+                db,
+                Arc::new(Quiet),
+                common::hand_driven(),
+                Arc::new(NoHooks),
+            )
+            .unwrap()
+            .with_tables(&procs_t, &units_t)
+            .unwrap(),
             lease_t,
             leader_t,
             procs_t,
@@ -283,7 +288,7 @@ fn every_statement_settles_on_a_generic_plan(db: &Db, sql_level: bool) {
     let other = Leaser::new(
         &other_db,
         Arc::new(Quiet),
-        Config::default(),
+        common::hand_driven(),
         Arc::new(NoHooks),
     )
     .unwrap()

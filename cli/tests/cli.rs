@@ -224,7 +224,7 @@ fn listings_match_what_the_library_holds() {
         })
         .collect();
     units.add(&registered).unwrap();
-    let leaser = Leaser::new(&db(), Arc::new(Quiet), Config::default(), Arc::new(NoHooks))
+    let leaser = Leaser::new(&db(), Arc::new(Quiet), hand_driven(), Arc::new(NoHooks))
         .unwrap()
         .with_tables(&env.processes, &env.units)
         .unwrap();
@@ -1066,4 +1066,12 @@ fn a_second_signal_while_the_acquire_is_on_its_way_exits_at_once() {
     // SAFETY: as above.
     unsafe { libc::close(fd) };
     assert!(n <= 0, "CMD was executed: {said}\n{rest:?}");
+}
+
+/// A membership configuration for a test that drives ticks by hand: no warm-up before the first
+/// claim.
+fn hand_driven() -> Config {
+    let mut config = Config::default();
+    config.warm_up = Some(Duration::ZERO);
+    config
 }

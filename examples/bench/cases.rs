@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use pgtenure::membership::{Config, Leaser, NoHooks, Unit, Units};
+use pgtenure::membership::{Leaser, NoHooks, Unit, Units};
 use pgtenure::testing::render_sql;
 use pgtenure::{Db, Elector, FireClaims, Leases, TickClaims};
 
@@ -125,7 +125,7 @@ pub fn cases(db: &Db, id: u32) -> Result<Fixture, Error> {
         leader_terms.push(pgb_leader.term().unwrap());
     }
     // Eight live processes sharing the units, settled.
-    let mut config = Config::default();
+    let mut config = super::common::hand_driven();
     config.ttl = Duration::from_secs(600);
     config.heartbeat_interval = Duration::from_secs(60);
     let leasers: Vec<Arc<Leaser>> = (0..8)

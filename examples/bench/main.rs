@@ -1,7 +1,7 @@
 //! pgtenure's benchmarks: how close it runs to what PostgreSQL allows.
 //!
 //! `cargo run --release --example bench -- [--secs N] [--runs N] [--clients 1,8] [--out FILE]
-//! [--handovers N] [--units N] [--only compare|scenarios] [--no-pgbouncer]` against `DATABASE_URL`
+//! [--handovers N] [--units N] [--only compare|scenarios|cold-start] [--no-pgbouncer]` against `DATABASE_URL`
 //! or a throwaway server. For each operation at each client count: the library beside `pgbench -M
 //! prepared` running the crate's own statement (the limit) and beside the library sending it
 //! unprepared (planned at every call), the median of `--runs` runs, then the same through PgBouncer
@@ -136,6 +136,11 @@ fn main() -> Result<(), Error> {
         )?;
     }
 
+    if only == Some("cold-start") {
+        let db = DbBuilder::from_config(url.parse()?).max_size(32)?.build()?;
+        results["cold_start"] = scenarios::cold_start(&db, &mut admin)?;
+    }
+
     if only.is_none() || only == Some("scenarios") {
         let db = DbBuilder::from_config(url.parse()?).max_size(32)?.build()?;
         let id = std::process::id();
@@ -167,6 +172,7 @@ fn main() -> Result<(), Error> {
         results["scheduler"] = scheduler::lateness(&db, &mut admin, args.secs as f64 * 5.0)?;
         let mut membership = scenarios::membership(&db, &mut admin, args.units, args.secs as f64)?;
         membership["uneven"] = shapes::uneven(&db, &mut admin)?;
+        membership["cold_start"] = scenarios::cold_start(&db, &mut admin)?;
         println!("\nmembership: {membership:#}");
         results["membership"] = membership;
         for table in [&tick_t, &fire_t, &lease_t, &leader_t] {

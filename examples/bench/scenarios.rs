@@ -1,7 +1,8 @@
 //! The scenarios beyond the side-by-side table: round trips per operation, the cost of holding
-//! managed leases, elector failover, and membership at scale (tick cost by units, convergence).
+//! managed leases, elector failover, and membership at scale (tick cost by units, convergence, a
+//! cold start).
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant, SystemTime};
@@ -11,7 +12,7 @@ use pgtenure::postgres::Client;
 use pgtenure::{Db, DbBuilder, Elector, FireClaims, Leases, TickClaims};
 use serde_json::{json, Value};
 
-use super::common::Quiet;
+use super::common::{hand_driven, Quiet};
 use super::common::{proxy, url};
 use super::Error;
 
@@ -40,7 +41,7 @@ pub fn membership(db: &Db, admin: &mut Client, max_units: i32, secs: f64) -> Res
             units.add(chunk)?;
         }
         admin.batch_execute(&format!("ANALYZE \"{units_t}\""))?;
-        let mut config = Config::default();
+        let mut config = hand_driven();
         config.ttl = Duration::from_secs(120);
         config.heartbeat_interval = Duration::from_secs(30);
         config.max_claim_per_tick = 100_000;
@@ -87,6 +88,105 @@ pub fn membership(db: &Db, admin: &mut Client, max_units: i32, secs: f64) -> Res
         ))?;
     }
     Ok(json!({ "tick_growth": growth, "convergence": convergences }))
+}
+
+/// A cold start: 8 processes started within one heartbeat interval of each other (45 ms apart,
+/// heartbeats every 400 ms) on 1,000 units, without the warm-up before the first claim
+/// (`warm_up = 0`, as 0.1 behaved) and with the default (one heartbeat interval): units claimed
+/// and shed until every process holds its 125 and was told so, and how long that took.
+pub fn cold_start(db: &Db, admin: &mut Client) -> Result<Value, Error> {
+    let id = std::process::id();
+    let (procs_t, units_t) = (
+        format!("bench_cold_procs_{id}"),
+        format!("bench_cold_units_{id}"),
+    );
+    let units = Units::new(db).with_tables(&procs_t, &units_t)?;
+    units.create_tables()?;
+    let all: Vec<Unit> = (0..1000)
+        .map(|i| Unit::new(&format!("tenant-{}", i % 10), i).unwrap())
+        .collect();
+    units.add(&all)?;
+    let mut out = Vec::new();
+    println!(
+        "\ncold start: 8 processes started within one heartbeat interval (400 ms), 1,000 units"
+    );
+    println!("| warm-up | units claimed | units shed | settled after |");
+    println!("| --- | ---: | ---: | ---: |");
+    for (name, warm_up) in [
+        ("none (0.1)", Some(Duration::ZERO)),
+        ("one heartbeat interval (default)", None),
+    ] {
+        admin.batch_execute(&format!(
+            "UPDATE \"{units_t}\" SET process_id = NULL; DELETE FROM \"{procs_t}\""
+        ))?;
+        let mut config = Config::default();
+        config.ttl = Duration::from_secs(3);
+        config.heartbeat_interval = Duration::from_millis(400);
+        config.rebalance_interval = Duration::from_millis(100);
+        config.sweep_cutoff = Duration::from_secs(30);
+        config.warm_up = warm_up;
+        let counters: Vec<Arc<Counter>> = (0..8).map(|_| Arc::new(Counter::default())).collect();
+        let started = Instant::now();
+        let mut running = Vec::new();
+        for counter in &counters {
+            let leaser = Leaser::new(db, counter.clone(), config.clone(), Arc::new(NoHooks))?
+                .with_tables(&procs_t, &units_t)?;
+            running.push(leaser.spawn()?);
+            std::thread::sleep(Duration::from_millis(45));
+        }
+        let settled = loop {
+            let held: Vec<i64> = counters.iter().map(|c| c.held()).collect();
+            if held.iter().all(|h| *h == 125) {
+                break started.elapsed();
+            }
+            if started.elapsed() > Duration::from_secs(60) {
+                return Err(format!("cold start did not settle: {held:?}").into());
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        let claimed: u64 = counters
+            .iter()
+            .map(|c| c.gained.load(Ordering::SeqCst))
+            .sum();
+        let shed: u64 = counters.iter().map(|c| c.lost.load(Ordering::SeqCst)).sum();
+        for process in running {
+            process.stop()?;
+        }
+        println!(
+            "| {name} | {claimed} | {shed} | {:.2} s |",
+            settled.as_secs_f64()
+        );
+        out.push(json!({
+            "warm_up": name, "claimed": claimed, "shed": shed,
+            "settled_s": settled.as_secs_f64(),
+        }));
+    }
+    admin.batch_execute(&format!(
+        "DROP TABLE \"{units_t}\"; DROP TABLE \"{procs_t}\""
+    ))?;
+    Ok(Value::Array(out))
+}
+
+/// Counts the units a process was told it gained and lost.
+#[derive(Default)]
+struct Counter {
+    gained: AtomicU64,
+    lost: AtomicU64,
+}
+
+impl Counter {
+    fn held(&self) -> i64 {
+        self.gained.load(Ordering::SeqCst) as i64 - self.lost.load(Ordering::SeqCst) as i64
+    }
+}
+
+impl pgtenure::membership::Reconciler for Counter {
+    fn units_gained(&self, units: &[Unit]) {
+        self.gained.fetch_add(units.len() as u64, Ordering::SeqCst);
+    }
+    fn units_lost(&self, units: &[Unit], _: pgtenure::membership::UnitLoss) {
+        self.lost.fetch_add(units.len() as u64, Ordering::SeqCst);
+    }
 }
 
 /// Round trips of each operation, counted through a proxy.
@@ -300,7 +400,7 @@ fn convergence(
     admin: &mut Client,
 ) -> Result<Value, Error> {
     let ttl = Duration::from_secs(2);
-    let mut config = Config::default();
+    let mut config = hand_driven();
     config.ttl = ttl;
     config.heartbeat_interval = Duration::from_millis(500);
     let make = |db: &Db| {

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use pgtenure::membership::{Config, Leaser, NoHooks, Unit, Units};
+use pgtenure::membership::{Leaser, NoHooks, Unit, Units};
 use pgtenure::postgres::Client;
 use pgtenure::Db;
 use serde_json::{json, Value};
@@ -49,7 +49,7 @@ impl Shape<'_> {
     }
 
     fn join(&mut self) -> Result<(), Error> {
-        let mut config = Config::default();
+        let mut config = super::common::hand_driven();
         config.ttl = Duration::from_secs(2);
         config.heartbeat_interval = Duration::from_millis(500);
         let leaser = Leaser::new(self.db, Arc::new(Quiet), config, Arc::new(NoHooks))?

@@ -43,6 +43,14 @@ pub struct Config {
     pub claim_batch: u32,
     /// The most units (by weight) one tick claims, at least 1. Defaults to 1,024.
     pub max_claim_per_tick: u32,
+    /// How long the other live processes must have been the same set before this process's first
+    /// claim (by this process's ticks: a process joining or leaving starts the wait again). A
+    /// fleet whose processes start within one warm-up of each other then claims each unit once
+    /// and sheds none; without it the first process to tick claims every unit and sheds most of
+    /// them a round later. A process that already owns units (restarted under its process id)
+    /// does not wait. `Some(Duration::ZERO)` claims at the first tick (tests that drive ticks by
+    /// hand). Defaults to `None`: one heartbeat interval.
+    pub warm_up: Option<Duration>,
 }
 
 impl Default for Config {
@@ -60,6 +68,7 @@ impl Default for Config {
             shed_hysteresis: 0.2,
             claim_batch: 64,
             max_claim_per_tick: 1024,
+            warm_up: None,
         }
     }
 }
@@ -76,6 +85,9 @@ impl Config {
         micros("rebalance interval", self.rebalance_interval, MIN_DURATION)?;
         micros("sweep interval", self.sweep_interval, MIN_DURATION)?;
         micros("sweep cutoff", self.sweep_cutoff, MIN_DURATION)?;
+        if let Some(warm_up) = self.warm_up {
+            micros("warm-up", warm_up, Duration::ZERO)?;
+        }
         if self.heartbeat_interval >= stop_after(self.ttl) {
             return Err(Error::invalid_input(format!(
                 "heartbeat interval {:?} is not below four fifths of the TTL {:?}; a process would \
@@ -110,6 +122,11 @@ impl Config {
             None => random_uuid(),
         });
         Ok(self)
+    }
+
+    /// The warm-up before the first claim: [`Config::warm_up`], or one heartbeat interval.
+    pub(super) fn warm_up_wait(&self) -> Duration {
+        self.warm_up.unwrap_or(self.heartbeat_interval)
     }
 }
 
@@ -232,7 +249,24 @@ mod tests {
                 hostname: " ".into(),
                 ..Config::default()
             },
+            Config {
+                warm_up: Some(Duration::from_secs(200 * 365 * 86_400)),
+                ..Config::default()
+            },
         ];
+        let no_warm_up = Config {
+            warm_up: Some(Duration::ZERO),
+            ..Config::default()
+        };
+        assert_eq!(
+            no_warm_up.validated().unwrap().warm_up_wait(),
+            Duration::ZERO
+        );
+        assert_eq!(
+            Config::default().warm_up_wait(),
+            Config::default().heartbeat_interval,
+            "one heartbeat interval by default"
+        );
         for config in refused {
             let shown = format!("{config:?}");
             assert!(

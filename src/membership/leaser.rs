@@ -13,6 +13,7 @@ use super::deliver::{Delivery, Outbox};
 use super::local::{stop_after, Local};
 use super::sql::{Batch, Statements};
 use super::unit::{Reconciler, Unit, UnitLoss};
+use super::warm_up::WarmUp;
 use crate::db::Db;
 use crate::error::{Error, ErrorKind, Result};
 use crate::input::{micros, MIN_DURATION};
@@ -46,6 +47,8 @@ pub struct Leaser {
     pub(super) cutoff_us: i64,
     pub(super) sql: Arc<Statements>,
     pub(super) local: Mutex<Local>,
+    /// The wait before this process's first claim.
+    pub(super) warm_up: Mutex<WarmUp>,
     pub(super) ticking: Mutex<()>,
     /// While `run` runs: wakes its liveness watcher when the local deadline moves.
     pub(super) watch: Mutex<Option<Sender<()>>>,
@@ -73,6 +76,7 @@ impl Leaser {
     ) -> Result<Leaser> {
         let config = config.validated()?;
         let process_id = config.process_id.clone().expect("validated");
+        let warm_up = Mutex::new(WarmUp::new(config.warm_up_wait()));
         Ok(Leaser {
             db: db.clone(),
             reconciler,
@@ -83,6 +87,7 @@ impl Leaser {
             process_id,
             sql: Statements::default_tables(),
             local: Mutex::new(Local::default()),
+            warm_up,
             ticking: Mutex::new(()),
             watch: Mutex::new(None),
             outbox: Outbox::default(),

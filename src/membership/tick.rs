@@ -38,6 +38,9 @@ pub struct Rebalance {
     pub live_processes: i64,
     /// Whether this process's own row was live (a process that is not live claims and sheds nothing).
     pub live: bool,
+    /// Whether this process is still warming up before its first claim
+    /// ([`Config::warm_up`](super::Config::warm_up)): it claimed nothing, whatever its fair share.
+    pub warming_up: bool,
 }
 
 /// The view a tick starts from, and the local state it was taken at.
@@ -139,10 +142,29 @@ impl Leaser {
 
         let mut claimed = Vec::new();
         let mut shed = BTreeMap::new();
+        let mut warming_up = false;
         if stats.live_self && live_locally {
             // Owned units whose weight is now 0, to give back (kept while this tick claims).
             let disabled = view.truth.values().any(|h| h.weight <= 0);
-            match facts.decide(i64::from(self.config.max_claim_per_tick), disabled) {
+            let step = facts.decide(i64::from(self.config.max_claim_per_tick), disabled);
+            if let Step::Claim(_) = step {
+                let mut warm_up = self.warm_up.lock();
+                if !view.truth.is_empty() || !view.shedding.is_empty() {
+                    warm_up.end();
+                }
+                let others = stats.others.iter().map(|(id, _)| id.as_str());
+                warming_up = !warm_up.may_claim(others, Instant::now());
+            }
+            match step {
+                Step::Claim(_) if warming_up => {
+                    log::debug!(
+                        target: "pgtenure::membership",
+                        "process {}: warming up, {} live: no claim until the live set holds still for {:?}",
+                        self.process_id,
+                        stats.live,
+                        self.config.warm_up_wait()
+                    );
+                }
                 Step::Claim(budget) => {
                     claimed = self.claim(&mut view.truth, budget, &view.shedding)?;
                 }
@@ -207,6 +229,7 @@ impl Leaser {
             fair_share: target,
             live_processes: stats.live,
             live: live_now,
+            warming_up,
         })
     }
 

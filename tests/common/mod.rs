@@ -146,6 +146,14 @@ pub fn client() -> postgres::Client {
     postgres::Client::connect(&direct_url(), NoTls).expect("test client connects")
 }
 
+/// A membership configuration for tests that drive ticks by hand: no warm-up before the first
+/// claim (by default a process waits one heartbeat interval for the live set to hold still).
+pub fn hand_driven() -> pgtenure::membership::Config {
+    let mut config = pgtenure::membership::Config::default();
+    config.warm_up = Some(Duration::ZERO);
+    config
+}
+
 /// Unique table names for one test, dropped (best effort) when the guard is dropped.
 pub struct Tables {
     names: Vec<String>,

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::common::client;
-use pgtenure::membership::{Leaser, Unit};
+use pgtenure::membership::{Config, Leaser, Unit};
 
 use super::{assert_disjoint, config, round, Fleet, Recorder};
 
@@ -624,4 +624,63 @@ fn before_units(fleet: &Fleet, leaser: &Leaser) -> usize {
         .ownership()
         .get(&Some(leaser.process_id().to_owned()))
         .map_or(0, BTreeSet::len)
+}
+
+#[test]
+fn a_fleet_started_within_one_heartbeat_interval_claims_each_unit_once_and_sheds_none() {
+    // A deploy: eight processes start within one heartbeat interval of each other, 1,000 units.
+    // Without the warm-up, the first to tick claimed every unit and shed seven eighths of them a
+    // round later: the whole fleet's work started and stopped on one instance.
+    let fleet = Fleet::new(1000);
+    let mut config = Config::default();
+    config.ttl = Duration::from_secs(3);
+    config.heartbeat_interval = Duration::from_millis(400);
+    config.rebalance_interval = Duration::from_millis(100);
+    config.sweep_cutoff = Duration::from_secs(30);
+    assert_eq!(config.warm_up, None, "the default: one heartbeat interval");
+    let made: Vec<(Leaser, Arc<Recorder>)> = (0..8).map(|_| fleet.leaser(config.clone())).collect();
+    let recorders: Vec<Arc<Recorder>> = made.iter().map(|(_, r)| r.clone()).collect();
+    let mut running = Vec::new();
+    for (leaser, _) in made {
+        running.push(leaser.spawn().unwrap());
+        // Within one heartbeat interval in all: 8 x 45 ms.
+        std::thread::sleep(Duration::from_millis(45));
+    }
+    let owned = |units: &str| -> Vec<i64> {
+        let mut counts: Vec<i64> = client()
+            .query(
+                &format!(
+                    "SELECT count(*) FROM {units} WHERE process_id IS NOT NULL GROUP BY process_id"
+                ),
+                &[],
+            )
+            .unwrap()
+            .iter()
+            .map(|row| row.get(0))
+            .collect();
+        counts.sort_unstable();
+        counts
+    };
+    let gained = |r: &Recorder| -> usize {
+        r.events
+            .lock()
+            .iter()
+            .filter(|(kind, _)| *kind == "gained")
+            .map(|(_, units)| units.len())
+            .sum()
+    };
+    // Settled in the database, and every process told of its share.
+    let settled = crate::common::wait_for("a settled fleet", Duration::from_secs(30), || {
+        let counts = owned(&fleet.units_table);
+        let told = recorders.iter().all(|r| gained(r) - r.lost() == 125);
+        (counts == vec![125; 8] && told).then_some(counts)
+    });
+    let gained: usize = recorders.iter().map(|r| gained(r)).sum();
+    let lost: Vec<usize> = recorders.iter().map(|r| r.lost()).collect();
+    for process in running {
+        process.stop().unwrap();
+    }
+    println!("settled at {settled:?}: {gained} units gained, lost per process {lost:?}");
+    assert_eq!(lost, vec![0; 8], "no unit was shed (or lost) on the way");
+    assert_eq!(gained, 1000, "each unit claimed once");
 }

@@ -205,7 +205,7 @@ impl Fleet {
 }
 
 fn config(ttl: Duration) -> Config {
-    let mut config = Config::default();
+    let mut config = common::hand_driven();
     config.ttl = ttl;
     config.heartbeat_interval = ttl / 3;
     config.sweep_cutoff = ttl * 2;

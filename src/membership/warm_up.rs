@@ -1,0 +1,93 @@
+//! The wait before a process's first claim: until the fleet's live set has held still for the
+//! warm-up ([`Config::warm_up`](super::Config::warm_up)), so that processes started together (a
+//! deploy, a cold start) each claim their share once instead of the first one claiming every unit
+//! and shedding most of them a round later (Kafka's `group.initial.rebalance.delay.ms`).
+
+use std::collections::hash_map::DefaultHasher;
+use std::hash::{Hash, Hasher};
+use std::time::{Duration, Instant};
+
+/// A process's warm-up: over once the other live processes it sees have been the same set for
+/// `wait`, or once it owns a unit; then over for good.
+#[derive(Debug)]
+pub(super) struct WarmUp {
+    wait: Duration,
+    /// A digest of the other live processes' ids, and since when (local clock) it is the same.
+    seen: Option<(u64, Instant)>,
+    over: bool,
+}
+
+impl WarmUp {
+    pub(super) fn new(wait: Duration) -> WarmUp {
+        WarmUp {
+            wait,
+            seen: None,
+            over: wait.is_zero(),
+        }
+    }
+
+    /// Whether a process that sees `others` live at `now` may claim: once the set has been the same
+    /// for the warm-up (a change starts it again), and from then on.
+    pub(super) fn may_claim<'a>(
+        &mut self,
+        others: impl IntoIterator<Item = &'a str>,
+        now: Instant,
+    ) -> bool {
+        if self.over {
+            return true;
+        }
+        let mut ids: Vec<&str> = others.into_iter().collect();
+        ids.sort_unstable();
+        let mut hasher = DefaultHasher::new();
+        ids.hash(&mut hasher);
+        let digest = hasher.finish();
+        match self.seen {
+            Some((seen, since)) if seen == digest => {
+                if now.saturating_duration_since(since) >= self.wait {
+                    self.over = true;
+                }
+            }
+            _ => self.seen = Some((digest, now)),
+        }
+        self.over
+    }
+
+    /// The process owns units already (its own, read back after a restart under the same id):
+    /// nothing to wait for.
+    pub(super) fn end(&mut self) {
+        self.over = true;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_process_claims_once_the_live_set_held_still_for_the_warm_up() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let mut warm = WarmUp::new(Duration::from_millis(500));
+        assert!(!warm.may_claim(["b"], at(0)), "first look");
+        assert!(!warm.may_claim(["b"], at(400)));
+        // Another process joins: the wait starts again.
+        assert!(!warm.may_claim(["c", "b"], at(450)));
+        assert!(
+            !warm.may_claim(["b", "c"], at(900)),
+            "the same set, in any order"
+        );
+        assert!(warm.may_claim(["b", "c"], at(950)));
+        // Over for good: joins and leaves no longer hold it back.
+        assert!(warm.may_claim(["b"], at(960)));
+    }
+
+    #[test]
+    fn a_zero_warm_up_or_owned_units_end_it_at_once() {
+        let now = Instant::now();
+        assert!(WarmUp::new(Duration::ZERO).may_claim([], now));
+        let mut warm = WarmUp::new(Duration::from_secs(5));
+        assert!(!warm.may_claim([], now));
+        warm.end();
+        assert!(warm.may_claim(["x"], now));
+    }
+}
