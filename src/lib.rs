@@ -113,6 +113,7 @@ mod table_name;
 #[cfg(feature = "testing")]
 pub mod testing;
 pub mod tick_claims;
+mod timestamp;
 
 pub use crate::db::{Connection, Db, DbBuilder, SslMode, StatementMode, StatementModes};
 pub use crate::elector::{
@@ -125,6 +126,7 @@ pub use crate::leases::{
     Grant, KeyRenewal, Lease, LeaseInfo, Leases, LossReason, Refusal, Renewal,
 };
 pub use crate::tick_claims::{JobInfo, TickClaim, TickClaims};
+pub use crate::timestamp::Timestamp;
 
 /// The channel crate of [`Lease::lost`] and [`membership::Leaser::run`], re-exported.
 pub use crossbeam_channel;

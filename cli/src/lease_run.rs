@@ -107,6 +107,11 @@ pub struct LeaseRunArgs {
 }
 
 impl LeaseRunArgs {
+    /// The lease key.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
     /// Checks the arguments before anything connects, with the library's own checks: the key (not
     /// blank, no NUL byte, at most 1,024 bytes), the TTL (30 ms to 100 years, a managed lease's) and
     /// the owner name. `--wait` and `--grace` (0 to 100 years) were bounded when parsed. The error

@@ -169,6 +169,33 @@ fn main() -> ExitCode {
     }
 }
 
+/// `pgtenure` and the subcommand, as the command's connections name themselves: printable ASCII,
+/// at most 63 bytes (what the server keeps).
+fn application_name(command: &Command) -> String {
+    let role = match command {
+        Command::Status => "status".to_owned(),
+        Command::Leases { .. } => "leases".to_owned(),
+        Command::Lease { action } => match action {
+            LeaseAction::Show { key } => format!("lease show {key}"),
+            LeaseAction::Release { key, .. } => format!("lease release {key}"),
+        },
+        Command::Leader { name, .. } => match name {
+            Some(name) => format!("leader {name}"),
+            None => "leader".to_owned(),
+        },
+        Command::Members => "members".to_owned(),
+        Command::Units { .. } => "units".to_owned(),
+        Command::Jobs => "jobs".to_owned(),
+        Command::LeaseRun(args) => format!("lease-run {}", args.key()),
+    };
+    let name: String = format!("pgtenure {role}")
+        .chars()
+        .map(|c| if (' '..='~').contains(&c) { c } else { '?' })
+        .take(63)
+        .collect();
+    name
+}
+
 fn run(cli: Cli) -> Result<u8, Failure> {
     let global = &cli.global;
     let url = global.url.as_deref().unwrap_or_default();
@@ -180,10 +207,15 @@ fn run(cli: Cli) -> Result<u8, Failure> {
     }
     // A few connections suffice (lease-run's renewals and release, or one listing at a time), and an
     // operator waits 5 s, not the library's 10 s, to hear that the database is unreachable.
-    let db = Db::builder(url)?
+    let mut builder = Db::builder(url)?
         .max_size(4)?
-        .connection_timeout(Duration::from_secs(5))?
-        .build()?;
+        .connection_timeout(Duration::from_secs(5))?;
+    // Named after what this run does (`pgtenure lease-run KEY`), so an operator can tell its
+    // sessions apart in pg_stat_activity; an application_name in the URL wins.
+    if !url.contains("application_name") {
+        builder = builder.application_name(&application_name(&cli.command))?;
+    }
+    let db = builder.build()?;
     match cli.command {
         Command::Status => status(&db, global),
         Command::Leases { prefix } => {

@@ -1075,3 +1075,32 @@ fn hand_driven() -> Config {
     config.warm_up = Some(Duration::ZERO);
     config
 }
+
+#[test]
+fn the_commands_connections_are_named_after_what_it_runs() {
+    // So an operator can aim pg_terminate_backend at one holder's session.
+    let env = Env::new();
+    assert!(env.run(&["status"]).status.code().is_some());
+    let key = unique("named");
+    let child = env
+        .command(&["lease-run", &key, "--ttl", "5s", "--", "sleep", "30"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut watcher = Client::connect(&url(), NoTls).unwrap();
+    let name = format!("pgtenure lease-run {key}");
+    wait_for("lease-run's session", Duration::from_secs(10), || {
+        let sessions: i64 = watcher
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1",
+                &[&name],
+            )
+            .unwrap()
+            .get(0);
+        (sessions > 0).then_some(())
+    });
+    send(child.id() as libc::pid_t, libc::SIGTERM);
+    // Whenever the signal came (waiting for the lease, or once CMD runs), it ends the run.
+    finish(child, Duration::from_secs(10));
+}

@@ -14,6 +14,8 @@ use super::Db;
 use crate::error::{Error, ErrorKind, Result};
 
 const DEFAULT_MAX_SIZE: u32 = 16;
+/// The longest `application_name` the server keeps (`NAMEDATALEN - 1`).
+const MAX_APPLICATION_NAME: usize = 63;
 const DEFAULT_POOL_TIMEOUT: Duration = Duration::from_secs(10);
 const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// The longest r2d2 waits between attempts to open a connection while the server is unreachable
@@ -108,6 +110,30 @@ impl DbBuilder {
     pub fn statement_mode(mut self, mode: StatementMode) -> DbBuilder {
         self.statement_mode = mode;
         self
+    }
+
+    /// The `application_name` every connection reports to the server (`pg_stat_activity`, the
+    /// server's log), so an operator can tell this application's sessions apart and aim
+    /// `pg_terminate_backend` at one holder. Defaults to the connection string's
+    /// `application_name`, else `pgtenure`.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when `name` is blank, holds a
+    /// NUL byte or a character other than printable ASCII (the server shows those as `?`), or is
+    /// over 63 bytes (the server cuts it there).
+    pub fn application_name(mut self, name: &str) -> Result<DbBuilder> {
+        if name.trim().is_empty()
+            || name.len() > MAX_APPLICATION_NAME
+            || !name.bytes().all(|b| (b' '..=b'~').contains(&b))
+        {
+            return Err(Error::invalid_input(format!(
+                "application_name {name:?} must be 1 to {MAX_APPLICATION_NAME} printable ASCII \
+                 characters (the server cuts longer names and shows other characters as ?)"
+            )));
+        }
+        self.config.application_name(name);
+        Ok(self)
     }
 
     /// The most connections the pool opens. Defaults to 16.
@@ -403,6 +429,29 @@ impl fmt::Debug for DbBuilder {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_application_names_its_connections() {
+        let named = Db::builder("postgres://u@db/app")
+            .unwrap()
+            .application_name("billing-worker-3")
+            .unwrap();
+        assert_eq!(
+            named.effective_config().get_application_name(),
+            Some("billing-worker-3")
+        );
+        for bad in ["", "  ", "a\0b", "caf\u{e9}", &"x".repeat(64)] {
+            let refused = Db::builder("postgres://u@db/app")
+                .unwrap()
+                .application_name(bad)
+                .unwrap_err();
+            assert!(refused.is_invalid_input(), "{bad:?}: {refused}");
+        }
+        assert!(Db::builder("postgres://u@db/app")
+            .unwrap()
+            .application_name(&"x".repeat(63))
+            .is_ok());
+    }
 
     #[test]
     fn defaults_fill_only_what_the_url_leaves_unset() {

@@ -56,6 +56,7 @@ use crate::error::Result;
 use crate::input::{check_key, micros, MIN_DURATION};
 use crate::instance::default_owner;
 use crate::table_name::TableName;
+use crate::timestamp::Timestamp;
 
 /// The table [`Elector::new`] uses unless [`Elector::with_table`] names another.
 pub const DEFAULT_TABLE: &str = "pgtenure_leader";
@@ -96,6 +97,33 @@ pub struct LeaderInfo {
     /// that renewal does not extend). Read by [`Elector::leader`] and
     /// [`Elector::leaders`]; a campaign's poll does not read it (`false` there).
     pub resign_requested: bool,
+}
+
+/// `fleet "billing": led by node-2 (term 7) since 2026-12-03T06:00:00.000Z until
+/// 2026-12-03T06:00:30.000Z`, `, asked to resign` when it was; `nobody leads (last: …, ended …)`
+/// when the tenure is over.
+impl fmt::Display for LeaderInfo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (name, holder, term) = (&self.name, &self.holder, self.term);
+        if self.live {
+            write!(
+                f,
+                "fleet {name:?}: led by {holder} (term {term}) since {} until {}",
+                Timestamp(self.elected_at),
+                Timestamp(self.expires_at)
+            )?;
+            if self.resign_requested {
+                f.write_str(", asked to resign")?;
+            }
+            Ok(())
+        } else {
+            write!(
+                f,
+                "fleet {name:?}: nobody leads (last: {holder}, term {term}, ended {})",
+                Timestamp(self.expires_at)
+            )
+        }
+    }
 }
 
 /// What one poll found.
@@ -630,5 +658,29 @@ mod tests {
         fn check<T: Send + Sync>() {}
         check::<Elector>();
         check::<LeaderInfo>();
+    }
+
+    #[test]
+    fn a_leader_prints_as_a_log_line_with_rfc_3339_times() {
+        let mut info = LeaderInfo {
+            name: "billing".into(),
+            holder: "node-2".into(),
+            term: 7,
+            elected_at: std::time::UNIX_EPOCH,
+            expires_at: std::time::UNIX_EPOCH + Duration::from_secs(30),
+            live: true,
+            resign_requested: true,
+        };
+        assert_eq!(
+            info.to_string(),
+            "fleet \"billing\": led by node-2 (term 7) since 1970-01-01T00:00:00.000Z until \
+             1970-01-01T00:00:30.000Z, asked to resign"
+        );
+        info.live = false;
+        assert_eq!(
+            info.to_string(),
+            "fleet \"billing\": nobody leads (last: node-2, term 7, ended \
+             1970-01-01T00:00:30.000Z)"
+        );
     }
 }

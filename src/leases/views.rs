@@ -2,11 +2,13 @@
 //! under a prefix ([`Leases::list`]), why an acquire was refused ([`Leases::refusal`]), and the
 //! operator's way out ([`Leases::force_release`]).
 
+use std::fmt;
 use std::time::{Duration, SystemTime};
 
 use super::{Lease, Leases};
 use crate::error::{Error, Result};
 use crate::input::{check_key, MAX_KEY_BYTES};
+use crate::timestamp::Timestamp;
 
 /// One lease row, live or lapsed ([`Leases::holder`], [`Leases::list`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,6 +69,68 @@ impl Refusal {
             Refusal::SameOwner(row) | Refusal::OtherOwner(row) => Some(row),
             Refusal::ThisFamily(row) | Refusal::Vacant(row) | Refusal::HeldOff { row, .. } => {
                 row.as_ref()
+            }
+        }
+    }
+}
+
+/// `lease "k": held by worker-1 (token 7) since 2026-12-03T06:00:00.000Z until
+/// 2026-12-03T06:00:30.000Z`, `, superseded` when asked to give it up, or `lapsed at …` once it is
+/// not held.
+impl fmt::Display for LeaseInfo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (key, owner, token) = (&self.key, &self.owner, self.token);
+        if self.live {
+            write!(
+                f,
+                "lease {key:?}: held by {owner} (token {token}) since {} until {}",
+                Timestamp(self.acquired_at),
+                Timestamp(self.held_until)
+            )?;
+            if self.superseded {
+                f.write_str(", superseded")?;
+            }
+            Ok(())
+        } else {
+            write!(
+                f,
+                "lease {key:?}: not held; last held by {owner} (token {token}), lapsed at {}",
+                Timestamp(self.held_until)
+            )
+        }
+    }
+}
+
+/// Why, in a sentence for a log line: `held by another owner: lease "k": held by …`.
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Refusal::ThisFamily(row) => {
+                f.write_str("a managed lease of this Leases family holds it or is releasing it")?;
+                if let Some(row) = row {
+                    write!(f, ": {row}")?;
+                }
+                Ok(())
+            }
+            Refusal::SameOwner(row) => write!(f, "this owner holds it outside this family: {row}"),
+            Refusal::OtherOwner(row) => write!(f, "held by another owner: {row}"),
+            Refusal::Vacant(row) => {
+                f.write_str("nobody holds it now (given up since the refusal): acquire again")?;
+                if let Some(row) = row {
+                    write!(f, "; {row}")?;
+                }
+                Ok(())
+            }
+            Refusal::HeldOff { row, until } => {
+                write!(
+                    f,
+                    "nobody holds it, but grants wait out a promotion of the server until {}",
+                    Timestamp(*until)
+                )?;
+                if let Some(row) = row {
+                    write!(f, "; {row}")?;
+                }
+                Ok(())
             }
         }
     }
@@ -182,5 +246,59 @@ impl Leases {
             Some(lease) => Ok(Ok(lease)),
             None => Ok(Err(self.refusal(key)?)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::UNIX_EPOCH;
+
+    fn row(live: bool, superseded: bool) -> LeaseInfo {
+        LeaseInfo {
+            key: "k".into(),
+            owner: "worker-1".into(),
+            token: 7,
+            acquired_at: UNIX_EPOCH + Duration::from_secs(1_764_625_400),
+            held_until: UNIX_EPOCH + Duration::from_secs(1_764_625_430),
+            superseded,
+            live,
+        }
+    }
+
+    #[test]
+    fn lease_views_print_as_a_log_line_with_rfc_3339_times() {
+        assert_eq!(
+            row(true, false).to_string(),
+            "lease \"k\": held by worker-1 (token 7) since 2025-12-01T21:43:20.000Z until \
+             2025-12-01T21:43:50.000Z"
+        );
+        assert!(row(true, true).to_string().ends_with(", superseded"));
+        assert_eq!(
+            row(false, false).to_string(),
+            "lease \"k\": not held; last held by worker-1 (token 7), lapsed at \
+             2025-12-01T21:43:50.000Z"
+        );
+        assert_eq!(
+            Refusal::OtherOwner(row(true, false)).to_string(),
+            format!("held by another owner: {}", row(true, false))
+        );
+        assert_eq!(
+            Refusal::Vacant(None).to_string(),
+            "nobody holds it now (given up since the refusal): acquire again"
+        );
+        let held_off = Refusal::HeldOff {
+            row: None,
+            until: UNIX_EPOCH,
+        };
+        assert!(held_off
+            .to_string()
+            .ends_with("until 1970-01-01T00:00:00.000Z"));
+        assert!(Refusal::ThisFamily(None)
+            .to_string()
+            .starts_with("a managed lease"));
+        assert!(Refusal::SameOwner(row(true, false))
+            .to_string()
+            .starts_with("this owner holds it outside this family: lease"));
     }
 }

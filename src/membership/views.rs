@@ -1,11 +1,13 @@
 //! What operators look at: every unit's owner, and every process ([`Units::assignments`],
 //! [`Units::processes`]).
 
+use std::fmt;
 use std::time::SystemTime;
 
 use super::unit::Unit;
 use super::units::Units;
 use crate::error::Result;
+use crate::timestamp::Timestamp;
 
 /// One registered unit and who owns it ([`Units::assignments`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,6 +49,51 @@ pub struct ProcessInfo {
     pub weight: i64,
 }
 
+/// `unit acme/3 (weight 1): owned by 0b6c…-… (token 9) since 2026-12-03T06:00:00.000Z`, with
+/// `, whose process expired` when the owner is not live, or `unit acme/3 (weight 1): unowned`.
+impl fmt::Display for Assignment {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "unit {} (weight {}): ", self.unit, self.weight)?;
+        let Some(owner) = &self.owner else {
+            return f.write_str("unowned");
+        };
+        write!(f, "owned by {owner}")?;
+        if let Some(token) = self.token {
+            write!(f, " (token {token})")?;
+        }
+        if let Some(at) = self.claimed_at {
+            write!(f, " since {}", Timestamp(at))?;
+        }
+        if !self.owner_live {
+            f.write_str(", whose process expired")?;
+        }
+        Ok(())
+    }
+}
+
+/// `process 0b6c…-… on host-1 (version 2.3): live until 2026-12-03T06:00:15.000Z, 125 units
+/// (weight 125), started 2026-12-03T05:00:00.000Z`, or `expired at …`.
+impl fmt::Display for ProcessInfo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "process {} on {} (version {}): {} {}, {} units (weight {}), started {}",
+            self.id,
+            self.hostname,
+            self.version,
+            if self.live {
+                "live until"
+            } else {
+                "expired at"
+            },
+            Timestamp(self.expires_at),
+            self.units,
+            self.weight,
+            Timestamp(self.started_at)
+        )
+    }
+}
+
 impl Units {
     /// Every registered unit with its weight, owner and token, in unit order, in one statement that
     /// reads the whole units table (an operator's view, not something to poll in a loop).
@@ -65,5 +112,50 @@ impl Units {
     /// A database or connection error.
     pub fn processes(&self) -> Result<Vec<ProcessInfo>> {
         self.sql.processes(&self.db)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, UNIX_EPOCH};
+
+    #[test]
+    fn assignments_and_processes_print_as_log_lines_with_rfc_3339_times() {
+        let mut owned = Assignment {
+            unit: Unit::new("acme", 3).unwrap(),
+            weight: 1,
+            owner: Some("p-1".into()),
+            owner_live: true,
+            token: Some(9),
+            claimed_at: Some(UNIX_EPOCH),
+        };
+        assert_eq!(
+            owned.to_string(),
+            "unit acme/3 (weight 1): owned by p-1 (token 9) since 1970-01-01T00:00:00.000Z"
+        );
+        owned.owner_live = false;
+        assert!(owned.to_string().ends_with(", whose process expired"));
+        owned.owner = None;
+        assert_eq!(owned.to_string(), "unit acme/3 (weight 1): unowned");
+        let mut process = ProcessInfo {
+            id: "p-1".into(),
+            hostname: "host-1".into(),
+            version: "2.3".into(),
+            started_at: UNIX_EPOCH,
+            expires_at: UNIX_EPOCH + Duration::from_secs(15),
+            live: true,
+            units: 125,
+            weight: 125,
+        };
+        assert_eq!(
+            process.to_string(),
+            "process p-1 on host-1 (version 2.3): live until 1970-01-01T00:00:15.000Z, 125 units \
+             (weight 125), started 1970-01-01T00:00:00.000Z"
+        );
+        process.live = false;
+        assert!(process
+            .to_string()
+            .contains(": expired at 1970-01-01T00:00:15.000Z"));
     }
 }

@@ -50,6 +50,7 @@ use crate::error::{Error, Result};
 use crate::input::{check_key, check_tick, micros, MIN_DURATION};
 use crate::instance::{default_owner, random_u64};
 use crate::table_name::TableName;
+use crate::timestamp::Timestamp;
 
 mod sql;
 
@@ -259,6 +260,25 @@ pub struct JobInfo {
     pub busy: bool,
 }
 
+/// `job "report": tick 2026-12-03T06:00:00.000Z claimed by worker-1 (token 12), busy until
+/// 2026-12-03T06:01:00.000Z`, or `…, idle` once its run is over.
+impl fmt::Display for JobInfo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "job {:?}: tick {} claimed by {} (token {}), ",
+            self.job_id,
+            Timestamp(self.tick),
+            self.owner,
+            self.token
+        )?;
+        match self.busy_until {
+            Some(until) if self.busy => write!(f, "busy until {}", Timestamp(until)),
+            _ => f.write_str("idle"),
+        }
+    }
+}
+
 /// A won tick: this instance runs it.
 ///
 /// Dropping it does nothing: the job stays busy until `busy_for` lapses, so a claim dropped by
@@ -375,6 +395,25 @@ impl fmt::Debug for TickClaim {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_job_prints_as_a_log_line_with_rfc_3339_times() {
+        let mut job = JobInfo {
+            job_id: "report".into(),
+            tick: SystemTime::UNIX_EPOCH,
+            owner: "worker-1".into(),
+            token: 12,
+            busy_until: Some(SystemTime::UNIX_EPOCH + Duration::from_secs(60)),
+            busy: true,
+        };
+        assert_eq!(
+            job.to_string(),
+            "job \"report\": tick 1970-01-01T00:00:00.000Z claimed by worker-1 (token 12), busy \
+             until 1970-01-01T00:01:00.000Z"
+        );
+        job.busy = false;
+        assert!(job.to_string().ends_with("(token 12), idle"));
+    }
 
     #[test]
     fn handles_are_send_and_sync() {
