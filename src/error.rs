@@ -70,7 +70,7 @@ struct Inner {
 /// The error of every fallible pgtenure call.
 ///
 /// `Display` says what happened and what to do, in lowercase with no trailing period; the
-/// underlying cause (a [`postgres::Error`], an [`r2d2::Error`], an I/O error) is in `source()`.
+/// underlying cause (a [`postgres::Error`](https://docs.rs/postgres/0.19/postgres/struct.Error.html), an [`r2d2::Error`], an I/O error) is in `source()`.
 pub struct Error {
     inner: Box<Inner>,
 }

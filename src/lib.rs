@@ -76,10 +76,9 @@
 //!
 //! # Layout
 //!
-//! - `db`: [`Db`], the shared r2d2 pool behind one handle whatever its TLS connector,
-//!   [`DbBuilder`], [`SslMode`] and the parsing of `sslmode`/`sslrootcert`, the rustls connector
-//!   (feature `tls`).
-//! - `error`: [`Error`] and [`ErrorKind`], classified by SQLSTATE.
+//! - At the root: [`Db`] and [`DbBuilder`] (the shared r2d2 pool behind one handle, whatever its
+//!   TLS connector; [`SslMode`], [`StatementMode`]), [`Error`] and [`ErrorKind`] (classified by
+//!   SQLSTATE), [`Timestamp`].
 //! - [`tick_claims`]: [`TickClaims`] and [`TickClaim`], one row per job.
 //! - [`fire_claims`]: [`FireClaims`], one row per fire key.
 //! - [`leases`]: [`Leases`], [`Lease`] and its renewal thread, the deadline watcher that signals loss
@@ -87,11 +86,7 @@
 //!   ([`Leases::holder`], [`Leases::list`], [`Leases::force_release`], [`Leases::refusal`]).
 //! - [`elector`]: [`Elector`], one row per fleet.
 //! - [`membership`]: [`membership::Leaser`], [`membership::Units`], the fair-share arithmetic.
-//! - `statement`: each statement prepared once per server connection under a name derived from
-//!   its text, safe behind transaction poolers.
-//! - `table_name`: table-name validation and quoting, the only text substituted into SQL.
-//! - `instance`: who an instance is (the default owner name, hostname, random ids).
-//! - `input`: checks on keys, durations and ticks, run before any statement.
+//! - [`schedule`]: [`schedule::Scheduler`], recurring jobs on tick claims.
 //! - [`testing`] (feature `testing`): [`testing::TempPostgres`], a throwaway server for tests;
 //!   [`testing::ReplicatedPostgres`], a primary with a streaming standby, for failover tests.
 //!

@@ -178,6 +178,9 @@ fn a_server_without_tls_is_refused_at_once_by_require_and_used_by_prefer() {
         err.to_string().contains("server does not support TLS"),
         "{err}"
     );
+    // Says what to do about TLS, and nothing of a password that does not apply.
+    assert!(err.to_string().contains("ssl = on"), "{err}");
+    assert!(!err.to_string().contains("password"), "{err}");
     let db = connected(&at("sslmode=prefer"));
     assert!(!encrypted(&mut db.connection().unwrap()));
 }

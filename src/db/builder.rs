@@ -378,13 +378,20 @@ fn tls_advice(_: &postgres::Error) -> Option<&'static str> {
 
 /// The error of a connection attempt that waiting cannot fix, without a server report.
 fn refused(e: postgres::Error) -> Error {
-    let advice = tls_advice(&e).unwrap_or(
+    let text = chain(&e);
+    // The driver reports these without a kind to match: its own words are all there is.
+    let advice = tls_advice(&e).unwrap_or(if text.contains("server does not support TLS") {
+        "the server does not offer TLS: turn it on in the server's settings (ssl = on), or \
+         connect with sslmode=prefer or sslmode=disable"
+    } else if text.contains("password missing") {
+        "the server asks for a password: put it in the URL (postgres://user:password@host/db)"
+    } else {
         "waiting will not fix this: check sslmode against the server's TLS settings, and that \
-         the URL has the password the server asks for",
-    );
+         the URL has the password the server asks for"
+    });
     Error::new(
         ErrorKind::Database,
-        format!("connect failed: {}; {advice}", chain(&e)),
+        format!("connect failed: {text}; {advice}"),
     )
     .with_source(e)
 }

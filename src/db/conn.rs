@@ -17,7 +17,7 @@ use postgres::{CancelToken, Client, Socket};
 use r2d2::{Extensions, Pool, PooledConnection};
 use r2d2_postgres::PostgresConnectionManager;
 
-/// A connection from a [`Db`](crate::Db)'s pool: a [`postgres::Client`] (it derefs to one) that
+/// A connection from a [`Db`](crate::Db)'s pool: a [`postgres::Client`](https://docs.rs/postgres/0.19/postgres/struct.Client.html) (it derefs to one) that
 /// goes back to the pool when dropped.
 ///
 /// Get one with [`Db::connection`](crate::Db::connection), for your own statements on the pool

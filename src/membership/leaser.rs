@@ -117,9 +117,9 @@ impl Leaser {
         &self.config
     }
 
-    /// The units this process owns, as of its last tick; empty once its local liveness deadline (the
-    /// instant before the last successful heartbeat, plus the TTL) has passed, since from then on
-    /// another process may own them.
+    /// The units this process owns, as of its last tick; empty once its local liveness deadline
+    /// ([`Leaser::live_until`]: the instant before the last successful heartbeat, plus four fifths
+    /// of the TTL) has passed, since soon after that another process may own them.
     pub fn owned(&self) -> Vec<Unit> {
         let local = self.local.lock();
         if !local.live_at(Instant::now()) {

@@ -75,8 +75,8 @@ impl fmt::Display for UnitLoss {
 
 /// What a [`Leaser`](super::Leaser) drives as ownership changes.
 ///
-/// Every call comes from one delivery point, one at a time, in the order the leaser decided (see
-/// `deliver.rs`): a loss is never overtaken by an older gain. Calls run on the leaser's threads (the
+/// Every call comes from one delivery point, one at a time, in the order the leaser decided: a
+/// loss is never overtaken by an older gain. Calls run on the leaser's threads (the
 /// one that ticked, heartbeat or watched the deadline), outside its locks, so a callback may call
 /// back into the leaser. Later messages wait for a call in progress, so keep each call shorter than
 /// a fifth of the TTL: a unit to shed is given back only once `units_lost` returned, and at the local
