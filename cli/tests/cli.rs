@@ -1104,3 +1104,21 @@ fn the_commands_connections_are_named_after_what_it_runs() {
     // Whenever the signal came (waiting for the lease, or once CMD runs), it ends the run.
     finish(child, Duration::from_secs(10));
 }
+
+#[test]
+fn the_command_speaks_tls_out_of_the_box() {
+    // Built with its default features, sslmode=require reaches the server's answer to the TLS
+    // request (a server with TLS, as Debian's cluster has, is used; a throwaway one without it
+    // refuses), never a refusal that names a cargo feature.
+    let joint = if url().contains('?') { '&' } else { '?' };
+    let out = Env::new()
+        .command_with_url(&format!("{}{joint}sslmode=require", url()), &["status"])
+        .output()
+        .unwrap();
+    let err = text(&out.stderr);
+    assert!(!err.contains("feature"), "{err}");
+    assert!(
+        out.status.success() || err.contains("server does not support TLS"),
+        "{err}"
+    );
+}
