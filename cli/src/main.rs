@@ -163,11 +163,25 @@ fn main() -> ExitCode {
     match run(cli) {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
-            say!("pgtenure: {e}");
+            match e.downcast_ref::<Error>() {
+                // An operator's question, not the application's: say what is missing and who
+                // creates it, not which library call to make.
+                Some(e) if e.code() == Some(&SqlState::UNDEFINED_TABLE) => say!(
+                    "pgtenure: {}; {MISSING_TABLES}",
+                    e.as_db_error()
+                        .map_or("a table does not exist", |db| db.message())
+                ),
+                _ => say!("pgtenure: {e}"),
+            }
             ExitCode::from(EXIT_ERROR)
         }
     }
 }
+
+/// What to do about pgtenure's tables missing in the database the command was given.
+const MISSING_TABLES: &str = "the application creates its tables at startup (pgtenure::migrate, \
+     or create_table on each primitive); check --url and the table flags (--leases-table, \
+     --leader-table, --ticks-table, --processes-table, --units-table)";
 
 /// `pgtenure` and the subcommand, as the command's connections name themselves: printable ASCII,
 /// at most 63 bytes (what the server keeps).
@@ -232,12 +246,13 @@ fn run(cli: Cli) -> Result<u8, Failure> {
                         show(global, &leases_json(&rows)[0], || leases_table(&rows))
                     }
                     None => {
+                        // Not found: exit 1, as `kubectl get` does for a missing object.
                         if global.json {
                             println!("null");
                         } else {
-                            println!("lease {key:?} has no row: nobody holds it");
+                            say!("pgtenure: lease {key:?} has no row: nobody holds it");
                         }
-                        Ok(0)
+                        Ok(EXIT_ERROR)
                     }
                 },
                 LeaseAction::Release { key, force: _ } => {
@@ -351,6 +366,23 @@ fn status(db: &Db, global: &Global) -> Result<u8, Failure> {
     let units = units(db, global)?;
     let members = section(units.processes())?;
     let jobs = section(TickClaims::new(db).with_table(&global.ticks_table)?.jobs())?;
+    let missing: Vec<&str> = [
+        (leases.is_none(), global.leases_table.as_str()),
+        (leaders.is_none(), global.leader_table.as_str()),
+        (members.is_none(), global.processes_table.as_str()),
+        (jobs.is_none(), global.ticks_table.as_str()),
+    ]
+    .into_iter()
+    .filter_map(|(absent, table)| absent.then_some(table))
+    .collect();
+    if missing.len() == 4 {
+        // Nothing to show: the wrong database, or tables of other names.
+        say!(
+            "pgtenure: none of pgtenure's tables is in this database ({}); {MISSING_TABLES}",
+            missing.join(", ")
+        );
+        return Ok(EXIT_ERROR);
+    }
     if global.json {
         println!(
             "{}",
@@ -363,9 +395,10 @@ fn status(db: &Db, global: &Global) -> Result<u8, Failure> {
         );
         return Ok(0);
     }
-    let heading = |what: &str, table: &str, summary: Option<String>| match summary {
-        Some(summary) => println!("{what} ({table}): {summary}"),
-        None => println!("{what} ({table}): no such table"),
+    let heading = |what: &str, table: &str, summary: Option<String>| {
+        if let Some(summary) = summary {
+            println!("{what} ({table}): {summary}");
+        }
     };
     heading(
         "Leases",
@@ -377,8 +410,8 @@ fn status(db: &Db, global: &Global) -> Result<u8, Failure> {
     );
     if let Some(rows) = &leases {
         print!("{}", leases_table(rows));
+        println!();
     }
-    println!();
     heading(
         "Leaders",
         &global.leader_table,
@@ -389,8 +422,8 @@ fn status(db: &Db, global: &Global) -> Result<u8, Failure> {
     );
     if let Some(rows) = &leaders {
         print!("{}", leaders_table(rows));
+        println!();
     }
-    println!();
     heading(
         "Members",
         &global.processes_table,
@@ -409,8 +442,8 @@ fn status(db: &Db, global: &Global) -> Result<u8, Failure> {
     );
     if let Some(rows) = &members {
         print!("{}", members_table(rows));
+        println!();
     }
-    println!();
     heading(
         "Jobs",
         &global.ticks_table,
@@ -421,6 +454,13 @@ fn status(db: &Db, global: &Global) -> Result<u8, Failure> {
     );
     if let Some(rows) = &jobs {
         print!("{}", jobs_table(rows));
+    }
+    if !missing.is_empty() {
+        println!(
+            "\nNot in this database (primitives this application does not use, or tables of other \
+             names): {}",
+            missing.join(", ")
+        );
     }
     Ok(0)
 }

@@ -256,7 +256,13 @@ fn listings_match_what_the_library_holds() {
         (shown["owner"].clone(), shown["token"].clone()),
         ("app-b".into(), cleanup.token().into())
     );
-    assert_eq!(env.json(&["lease", "show", "nothing"]), Value::Null);
+    // Not found: null, and exit 1 (as kubectl get does).
+    let missing = env.run(&["lease", "show", "nothing", "--json"]);
+    assert_eq!(missing.status.code(), Some(1));
+    assert_eq!(text(&missing.stdout).trim(), "null");
+    let missing = env.run(&["lease", "show", "nothing"]);
+    assert_eq!(missing.status.code(), Some(1));
+    assert!(text(&missing.stderr).contains("has no row"));
 
     // leaders
     let leaders = env.json(&["leader"]);
@@ -322,21 +328,39 @@ fn listings_match_what_the_library_holds() {
 }
 
 #[test]
-fn status_says_which_tables_do_not_exist() {
+fn status_says_once_which_tables_do_not_exist() {
     let env = Env::new();
+    // None of them: the wrong database, or other table names. Said once, on stderr, exit 1.
+    let out = env.run(&["status"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert_eq!(err.matches("pgtenure: ").count(), 1, "{err}");
+    assert!(
+        err.contains(&env.leases) && err.contains(&env.ticks),
+        "{err}"
+    );
+    assert!(err.contains("pgtenure::migrate"), "{err}");
+    assert!(!err.contains("create_table()"), "{err}");
+    assert_eq!(env.run(&["status", "--json"]).status.code(), Some(1));
+    // Some of them: those shown, the others named once.
+    env.leases().create_table().unwrap();
     let out = env.run(&["status"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
-    assert!(text(&out.stdout).contains(&format!("Leases ({}): no such table", env.leases)));
+    let shown = text(&out.stdout);
+    assert!(
+        shown.contains(&format!("Leases ({}): 0 held", env.leases)),
+        "{shown}"
+    );
+    assert_eq!(shown.matches(&env.ticks).count(), 1, "{shown}");
+    assert!(shown.contains("Not in this database"), "{shown}");
     let status = env.json(&["status"]);
     assert_eq!(status["jobs"], Value::Null);
-    // A listing of a missing table is an error, said on stderr with the library's message.
+    // A listing of a missing table is an error: what is missing and who creates it.
     let out = env.run(&["jobs"]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(
-        text(&out.stderr).contains("does not exist"),
-        "{}",
-        text(&out.stderr)
-    );
+    let err = text(&out.stderr);
+    assert!(err.contains("does not exist"), "{err}");
+    assert!(err.contains("the application creates its tables"), "{err}");
 }
 
 #[test]
@@ -1111,7 +1135,9 @@ fn the_command_speaks_tls_out_of_the_box() {
     // request (a server with TLS, as Debian's cluster has, is used; a throwaway one without it
     // refuses), never a refusal that names a cargo feature.
     let joint = if url().contains('?') { '&' } else { '?' };
-    let out = Env::new()
+    let env = Env::new();
+    env.leases().create_table().unwrap();
+    let out = env
         .command_with_url(&format!("{}{joint}sslmode=require", url()), &["status"])
         .output()
         .unwrap();
