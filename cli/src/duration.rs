@@ -14,6 +14,11 @@ pub fn parse(text: &str) -> Result<Duration, String> {
     if text.is_empty() {
         return Err("the duration is empty; write e.g. 30s, 500ms or 2m".into());
     }
+    if text.starts_with('-') {
+        return Err(format!(
+            "{text:?} is negative; a duration is 0 or more, e.g. 30s, 500ms or 2m"
+        ));
+    }
     let mut total = Duration::ZERO;
     let mut rest = text;
     while !rest.is_empty() {
@@ -86,6 +91,7 @@ mod tests {
     fn bad_durations_say_why() {
         assert!(parse("").unwrap_err().contains("empty"));
         assert!(parse("30").unwrap_err().contains("no unit"));
+        assert!(parse("-5s").unwrap_err().contains("negative"));
         assert!(parse("3d").unwrap_err().contains("unknown unit"));
         assert!(parse("s")
             .unwrap_err()

@@ -90,13 +90,13 @@ pub struct LeaseRunArgs {
     /// The lease key.
     key: String,
     /// The lease's TTL: it renews every third of it, and a loss is noticed within it.
-    #[arg(long, default_value = "30s", value_parser = duration::parse)]
+    #[arg(long, default_value = "30s", value_parser = duration::parse, allow_hyphen_values = true)]
     ttl: Duration,
     /// How long to keep trying while another holder has the key, e.g. 2m (0: try once).
-    #[arg(long, default_value = "0", value_parser = duration::parse)]
+    #[arg(long, default_value = "0", value_parser = duration::parse, allow_hyphen_values = true)]
     wait: Duration,
     /// Once the lease is lost: how long CMD has to exit after SIGTERM before it gets SIGKILL.
-    #[arg(long, default_value = "10s", value_parser = duration::parse)]
+    #[arg(long, default_value = "10s", value_parser = duration::parse, allow_hyphen_values = true)]
     grace: Duration,
     /// The owner name written into the lease row. Defaults to "{hostname}-{pid}-{random hex}".
     #[arg(long)]

@@ -149,7 +149,17 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     // Arguments clap cannot check alone are checked before connecting: a usage error (exit 2).
     if let Command::LeaseRun(args) = &cli.command {
-        if let Err(e) = args.check() {
+        // lease-run prints no listing: a --json given to it would be silently ignored.
+        let check = if cli.global.json {
+            Err(
+                "--json does not apply to lease-run, which prints no listing (CMD's output is \
+                 its own)"
+                    .to_owned(),
+            )
+        } else {
+            args.check()
+        };
+        if let Err(e) = check {
             let mut command = Cli::command();
             command.build();
             let subcommand = command
@@ -496,7 +506,7 @@ fn leases_json(rows: &[pgtenure::LeaseInfo]) -> Value {
                 "key": r.key,
                 "owner": r.owner,
                 "token": r.token,
-                "held": r.live,
+                "live": r.live,
                 "acquired_at": time(r.acquired_at),
                 "held_until": time(r.held_until),
                 "superseded": r.superseded,
@@ -536,7 +546,7 @@ fn leaders_json(rows: &[pgtenure::LeaderInfo]) -> Value {
                 "name": r.name,
                 "holder": r.holder,
                 "term": r.term,
-                "leads": r.live,
+                "live": r.live,
                 "elected_at": time(r.elected_at),
                 "expires_at": time(r.expires_at),
                 "resign_requested": r.resign_requested,
@@ -575,7 +585,7 @@ fn members_json(rows: &[pgtenure::membership::ProcessInfo]) -> Value {
     rows.iter()
         .map(|r| {
             json!({
-                "process": r.id,
+                "id": r.id,
                 "hostname": r.hostname,
                 "version": r.version,
                 "live": r.live,
@@ -647,7 +657,7 @@ fn jobs_json(rows: &[pgtenure::JobInfo]) -> Value {
     rows.iter()
         .map(|r| {
             json!({
-                "job": r.job_id,
+                "job_id": r.job_id,
                 "tick": time(r.tick),
                 "owner": r.owner,
                 "token": r.token,

@@ -239,7 +239,7 @@ fn listings_match_what_the_library_holds() {
     assert_eq!(leases[0]["key"], "cleanup");
     assert_eq!(leases[0]["owner"], "app-b");
     assert_eq!(leases[0]["token"], cleanup.token());
-    assert_eq!(leases[0]["held"], true);
+    assert_eq!(leases[0]["live"], true);
     assert_eq!(leases[1]["key"], "report%daily");
     assert_eq!(leases[1]["owner"], "app-a");
     assert_eq!(leases[1]["token"], report.token());
@@ -269,7 +269,7 @@ fn listings_match_what_the_library_holds() {
     assert_eq!(leaders[0]["name"], "billing");
     assert_eq!(leaders[0]["holder"], "node-1");
     assert_eq!(leaders[0]["term"], elector.term().unwrap());
-    assert_eq!(leaders[0]["leads"], true);
+    assert_eq!(leaders[0]["live"], true);
     assert!(env
         .json(&["leader", "--name", "other"])
         .as_array()
@@ -278,7 +278,7 @@ fn listings_match_what_the_library_holds() {
 
     // jobs
     let jobs = env.json(&["jobs"]);
-    assert_eq!(jobs[0]["job"], "rollup");
+    assert_eq!(jobs[0]["job_id"], "rollup");
     assert_eq!(jobs[0]["owner"], "worker-1");
     assert_eq!(jobs[0]["token"], claim.token());
     assert_eq!(jobs[0]["busy"], true);
@@ -287,7 +287,7 @@ fn listings_match_what_the_library_holds() {
     // members and units
     let members = env.json(&["members"]);
     assert_eq!(members.as_array().unwrap().len(), 1);
-    assert_eq!(members[0]["process"], leaser.process_id());
+    assert_eq!(members[0]["id"], leaser.process_id());
     assert_eq!(members[0]["live"], true);
     assert_eq!(members[0]["units"], 3);
     let owned = env.json(&["units", "--process", leaser.process_id()]);
@@ -406,7 +406,7 @@ fn leader_resign_force_asks_the_leader_to_step_down() {
         !elector.is_leader().unwrap(),
         "and the poll after it resigns (a campaign resigns at once)"
     );
-    assert_eq!(env.json(&["leader"])[0]["leads"], false);
+    assert_eq!(env.json(&["leader"])[0]["live"], false);
 }
 
 #[test]
@@ -889,19 +889,28 @@ fn lease_run_checks_its_arguments_before_it_connects() {
     let down = "postgres://postgres@127.0.0.1:1/nowhere";
     for args in [
         &["lease-run", "--ttl", "10ms", "k", "--", "true"][..],
+        &["lease-run", "--ttl", "0", "k", "--", "true"],
         &["lease-run", "--ttl", "1000000h", "k", "--", "true"],
         &["lease-run", "  ", "--", "true"],
+        // A negative duration is a bad value, not clap's tip to write `-- -5` (which would run
+        // CMD).
+        &["lease-run", "k", "--ttl", "-5s", "--", "true"],
+        &["lease-run", "k", "--wait", "-1s", "--", "true"],
+        // lease-run prints no listing: --json is refused rather than ignored.
+        &["--json", "lease-run", "k", "--", "true"],
     ] {
         let started = Instant::now();
         let out = env.command_with_url(down, args).output().unwrap();
+        let stderr = text(&out.stderr);
         assert_eq!(
             out.status.code(),
             Some(2),
-            "{args:?} with the database down: exit {:?} after {:?}: {}",
+            "{args:?} with the database down: exit {:?} after {:?}: {stderr}",
             out.status.code(),
             started.elapsed(),
-            text(&out.stderr)
         );
+        assert!(!stderr.contains("tip:"), "{args:?}: {stderr}");
+        assert!(!stderr.contains("connect"), "{args:?}: {stderr}");
     }
 }
 
