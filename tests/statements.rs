@@ -478,8 +478,10 @@ fn unprepared_nothing_is_prepared_and_each_operation_is_one_round_trip() {
     let proxy = Proxy::start(0, database_addr()).unwrap();
     let config = proxy.config();
     // The mode from the connection string, beside the driver's own settings.
+    // sslmode=disable: the proxy counts protocol messages, which TLS would hide (a workspace
+    // build has the feature tls, and a server with ssl = on is asked for it by default).
     let url = format!(
-        "host=127.0.0.1 port={} user={} dbname={} statement_mode=unprepared",
+        "host=127.0.0.1 port={} user={} dbname={} sslmode=disable statement_mode=unprepared",
         proxy.port(),
         config.get_user().unwrap_or("postgres"),
         config.get_dbname().unwrap_or("postgres"),

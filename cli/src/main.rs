@@ -19,7 +19,7 @@ mod lease_run;
 mod output;
 
 use std::process::ExitCode;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use clap::{Args, CommandFactory, Parser, Subcommand};
 use pgtenure::membership::Units;
@@ -27,7 +27,7 @@ use pgtenure::postgres::error::SqlState;
 use pgtenure::{Db, Elector, Error, Leases, TickClaims};
 use serde_json::{json, Value};
 
-use crate::output::{json_time, opt_time, time, yes_no, Table};
+use crate::output::{age, json_time, opt_time, relative, time, yes_no, Table};
 
 /// What a command can fail with: the library's errors, and the command's own (a missing URL, a
 /// command that cannot be started), each printed with its message.
@@ -58,9 +58,19 @@ struct Global {
     /// The database: a postgres:// URL or key=value connection string.
     #[arg(long, env = "DATABASE_URL", global = true, hide_env_values = true)]
     url: Option<String>,
-    /// Print JSON instead of a table.
+    /// Print JSON instead of a table (the same as `-o json`).
     #[arg(long, global = true)]
     json: bool,
+    /// How listings print: `table` (times relative to the database clock), `wide` (also the
+    /// absolute times and full ids) or `json`.
+    #[arg(short, long, global = true, value_enum, default_value = "table")]
+    output: Output,
+    /// Print the listing again every `--interval`, until interrupted.
+    #[arg(short, long, global = true)]
+    watch: bool,
+    /// How often `--watch` prints the listing again, e.g. 2s or 500ms.
+    #[arg(long, global = true, default_value = "2s", value_parser = duration::parse)]
+    interval: Duration,
     /// The leases table.
     #[arg(long, global = true, default_value = pgtenure::leases::DEFAULT_TABLE)]
     leases_table: String,
@@ -76,6 +86,38 @@ struct Global {
     /// The membership units table.
     #[arg(long, global = true, default_value = pgtenure::membership::DEFAULT_UNITS_TABLE)]
     units_table: String,
+}
+
+impl Global {
+    /// Whether listings print JSON (`--json` or `-o json`).
+    fn as_json(&self) -> bool {
+        self.json || self.output == Output::Json
+    }
+}
+
+/// How listings print.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum Output {
+    Table,
+    Wide,
+    Json,
+}
+
+/// What a table is rendered against: the database's clock, and whether it is wide.
+struct View {
+    now: SystemTime,
+    wide: bool,
+}
+
+impl View {
+    /// An id in full when wide, else its first 8 characters (as `docker ps` shows ids).
+    fn id(&self, id: &str) -> String {
+        if self.wide {
+            id.to_owned()
+        } else {
+            id.chars().take(8).collect()
+        }
+    }
 }
 
 #[derive(Subcommand, Debug)]
@@ -150,7 +192,9 @@ fn main() -> ExitCode {
     // Arguments clap cannot check alone are checked before connecting: a usage error (exit 2).
     if let Command::LeaseRun(args) = &cli.command {
         // lease-run prints no listing: a --json given to it would be silently ignored.
-        let check = if cli.global.json {
+        let check = if cli.global.watch {
+            Err("--watch applies to listings, not to lease-run".to_owned())
+        } else if cli.global.as_json() {
             Err(
                 "--json does not apply to lease-run, which prints no listing (CMD's output is \
                  its own)"
@@ -170,21 +214,35 @@ fn main() -> ExitCode {
                 .exit();
         }
     }
+    if cli.global.watch && !lists(&cli.command) {
+        Cli::command()
+            .error(
+                clap::error::ErrorKind::ArgumentConflict,
+                "--watch applies to listings (status, leases, lease show, leader, members, units, \
+                 jobs), not to actions",
+            )
+            .exit();
+    }
     match run(cli) {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
-            match e.downcast_ref::<Error>() {
-                // An operator's question, not the application's: say what is missing and who
-                // creates it, not which library call to make.
-                Some(e) if e.code() == Some(&SqlState::UNDEFINED_TABLE) => say!(
-                    "pgtenure: {}; {MISSING_TABLES}",
-                    e.as_db_error()
-                        .map_or("a table does not exist", |db| db.message())
-                ),
-                _ => say!("pgtenure: {e}"),
-            }
+            report(&e);
             ExitCode::from(EXIT_ERROR)
         }
+    }
+}
+
+/// Says why the command failed, on stderr.
+fn report(e: &Failure) {
+    match e.downcast_ref::<Error>() {
+        // An operator's question, not the application's: say what is missing and who creates
+        // it, not which library call to make.
+        Some(e) if e.code() == Some(&SqlState::UNDEFINED_TABLE) => say!(
+            "pgtenure: {}; {MISSING_TABLES}",
+            e.as_db_error()
+                .map_or("a table does not exist", |db| db.message())
+        ),
+        _ => say!("pgtenure: {e}"),
     }
 }
 
@@ -240,24 +298,79 @@ fn run(cli: Cli) -> Result<u8, Failure> {
         builder = builder.application_name(&application_name(&cli.command))?;
     }
     let db = builder.build()?;
-    match cli.command {
+    if !global.watch {
+        return execute(&db, global, &cli.command);
+    }
+    // Checked before connecting: --watch is for listings. A failed listing is said and tried
+    // again at the next interval, as the database may come back.
+    let every = global.interval.max(Duration::from_millis(100));
+    loop {
+        print!("\x1b[H\x1b[2J");
+        println!(
+            "Every {every:?}: {} (interrupt to stop)\n",
+            application_name(&cli.command)
+        );
+        if let Err(e) = execute(&db, global, &cli.command) {
+            report(&e);
+        }
+        std::thread::sleep(every);
+    }
+}
+
+/// Whether `command` only lists (so it may be watched).
+fn lists(command: &Command) -> bool {
+    match command {
+        Command::Status
+        | Command::Leases { .. }
+        | Command::Members
+        | Command::Units { .. }
+        | Command::Jobs => true,
+        Command::Lease { action } => matches!(action, LeaseAction::Show { .. }),
+        Command::Leader { action, .. } => action.is_none(),
+        Command::LeaseRun(_) => false,
+    }
+}
+
+/// What a table is rendered against: the database clock (one statement; none for JSON).
+fn view(db: &Db, global: &Global) -> Result<View, Failure> {
+    let now = if global.as_json() {
+        SystemTime::UNIX_EPOCH
+    } else {
+        // Unnamed, in one round trip (behind a pooler as well).
+        let rows = db.connection()?.query_typed("SELECT now()", &[])?;
+        rows.first()
+            .map_or(SystemTime::UNIX_EPOCH, |row| row.get(0))
+    };
+    Ok(View {
+        now,
+        wide: global.output == Output::Wide,
+    })
+}
+
+fn execute(db: &Db, global: &Global, command: &Command) -> Result<u8, Failure> {
+    let db = db.clone();
+    match command {
         Command::Status => status(&db, global),
         Command::Leases { prefix } => {
             let leases = Leases::new(&db).with_table(&global.leases_table)?;
-            let rows = leases.list(&prefix)?;
-            show(global, &leases_json(&rows), || leases_table(&rows))
+            let rows = leases.list(prefix)?;
+            let view = view(&db, global)?;
+            show(global, &leases_json(&rows), || leases_table(&rows, &view))
         }
         Command::Lease { action } => {
             let leases = Leases::new(&db).with_table(&global.leases_table)?;
             match action {
-                LeaseAction::Show { key } => match leases.holder(&key)? {
+                LeaseAction::Show { key } => match leases.holder(key)? {
                     Some(row) => {
                         let rows = [row];
-                        show(global, &leases_json(&rows)[0], || leases_table(&rows))
+                        let view = view(&db, global)?;
+                        show(global, &leases_json(&rows)[0], || {
+                            leases_table(&rows, &view)
+                        })
                     }
                     None => {
                         // Not found: exit 1, as `kubectl get` does for a missing object.
-                        if global.json {
+                        if global.as_json() {
                             println!("null");
                         } else {
                             say!("pgtenure: lease {key:?} has no row: nobody holds it");
@@ -266,10 +379,10 @@ fn run(cli: Cli) -> Result<u8, Failure> {
                     }
                 },
                 LeaseAction::Release { key, force: _ } => {
-                    let before = leases.holder(&key)?;
-                    let released = leases.force_release(&key)?;
+                    let before = leases.holder(key)?;
+                    let released = leases.force_release(key)?;
                     let owner = before.as_ref().map(|row| row.owner.as_str());
-                    if global.json {
+                    if global.as_json() {
                         println!(
                             "{}",
                             json!({ "key": key, "released": released, "owner": owner })
@@ -291,11 +404,11 @@ fn run(cli: Cli) -> Result<u8, Failure> {
             let elector = Elector::new(&db).with_table(&global.leader_table)?;
             match action {
                 Some(LeaderAction::Resign { name, force: _ }) => {
-                    let elector = elector.with_name(&name)?;
+                    let elector = elector.with_name(name)?;
                     let leader = elector.leader()?;
                     let asked = elector.request_resign()?;
                     let holder = leader.as_ref().map(|l| l.holder.as_str());
-                    if global.json {
+                    if global.as_json() {
                         println!(
                             "{}",
                             json!({ "name": name, "asked": asked, "holder": holder })
@@ -312,36 +425,44 @@ fn run(cli: Cli) -> Result<u8, Failure> {
                 }
                 None => {
                     let mut leaders = elector.leaders()?;
-                    if let Some(name) = &name {
+                    if let Some(name) = name {
                         leaders.retain(|l| &l.name == name);
                     }
-                    show(global, &leaders_json(&leaders), || leaders_table(&leaders))
+                    let view = view(&db, global)?;
+                    show(global, &leaders_json(&leaders), || {
+                        leaders_table(&leaders, &view)
+                    })
                 }
             }
         }
         Command::Members => {
             let units = units(&db, global)?;
             let members = units.processes()?;
-            show(global, &members_json(&members), || members_table(&members))
+            let view = view(&db, global)?;
+            show(global, &members_json(&members), || {
+                members_table(&members, &view)
+            })
         }
         Command::Units { process } => {
             let units = units(&db, global)?;
             let mut assignments = units.assignments()?;
-            if let Some(process) = &process {
+            if let Some(process) = process {
                 assignments.retain(|a| a.owner.as_deref() == Some(process.as_str()));
             }
+            let view = view(&db, global)?;
             show(global, &units_json(&assignments), || {
-                units_table(&assignments)
+                units_table(&assignments, &view)
             })
         }
         Command::Jobs => {
             let ticks = TickClaims::new(&db).with_table(&global.ticks_table)?;
             let jobs = ticks.jobs()?;
-            show(global, &jobs_json(&jobs), || jobs_table(&jobs))
+            let view = view(&db, global)?;
+            show(global, &jobs_json(&jobs), || jobs_table(&jobs, &view))
         }
         Command::LeaseRun(args) => {
             let leases = Leases::new(&db).with_table(&global.leases_table)?;
-            lease_run::run(&leases, &args)
+            lease_run::run(&leases, args)
         }
     }
 }
@@ -352,7 +473,7 @@ fn units(db: &Db, global: &Global) -> Result<Units, Error> {
 
 /// Prints `json` with `--json`, else the table `text` makes.
 fn show(global: &Global, json: &Value, text: impl FnOnce() -> String) -> Result<u8, Failure> {
-    if global.json {
+    if global.as_json() {
         println!("{json}");
     } else {
         print!("{}", text());
@@ -371,6 +492,7 @@ fn section<T>(result: Result<T, Error>) -> Result<Option<T>, Error> {
 }
 
 fn status(db: &Db, global: &Global) -> Result<u8, Failure> {
+    let view = view(db, global)?;
     let leases = section(Leases::new(db).with_table(&global.leases_table)?.list(""))?;
     let leaders = section(Elector::new(db).with_table(&global.leader_table)?.leaders())?;
     let units = units(db, global)?;
@@ -393,7 +515,7 @@ fn status(db: &Db, global: &Global) -> Result<u8, Failure> {
         );
         return Ok(EXIT_ERROR);
     }
-    if global.json {
+    if global.as_json() {
         println!(
             "{}",
             json!({
@@ -419,7 +541,7 @@ fn status(db: &Db, global: &Global) -> Result<u8, Failure> {
         }),
     );
     if let Some(rows) = &leases {
-        print!("{}", leases_table(rows));
+        print!("{}", leases_table(rows, &view));
         println!();
     }
     heading(
@@ -431,7 +553,7 @@ fn status(db: &Db, global: &Global) -> Result<u8, Failure> {
         }),
     );
     if let Some(rows) = &leaders {
-        print!("{}", leaders_table(rows));
+        print!("{}", leaders_table(rows, &view));
         println!();
     }
     heading(
@@ -451,7 +573,7 @@ fn status(db: &Db, global: &Global) -> Result<u8, Failure> {
         }),
     );
     if let Some(rows) = &members {
-        print!("{}", members_table(rows));
+        print!("{}", members_table(rows, &view));
         println!();
     }
     heading(
@@ -463,7 +585,7 @@ fn status(db: &Db, global: &Global) -> Result<u8, Failure> {
         }),
     );
     if let Some(rows) = &jobs {
-        print!("{}", jobs_table(rows));
+        print!("{}", jobs_table(rows, &view));
     }
     if !missing.is_empty() {
         println!(
@@ -475,26 +597,34 @@ fn status(db: &Db, global: &Global) -> Result<u8, Failure> {
     Ok(0)
 }
 
-fn leases_table(rows: &[pgtenure::LeaseInfo]) -> String {
-    let mut t = Table::new(&[
+fn leases_table(rows: &[pgtenure::LeaseInfo], view: &View) -> String {
+    let mut headers = vec![
         "KEY",
         "OWNER",
         "TOKEN",
         "HELD",
-        "ACQUIRED_AT",
-        "HELD_UNTIL",
+        "EXPIRES",
+        "AGE",
         "SUPERSEDED",
-    ]);
+    ];
+    if view.wide {
+        headers.extend(["ACQUIRED_AT", "HELD_UNTIL"]);
+    }
+    let mut t = Table::new(&headers);
     for r in rows {
-        t.row(vec![
+        let mut row = vec![
             r.key.clone(),
             r.owner.clone(),
             r.token.to_string(),
             yes_no(r.live),
-            time(r.acquired_at),
-            time(r.held_until),
+            relative(r.held_until, view.now),
+            age(r.acquired_at, view.now),
             yes_no(r.superseded),
-        ]);
+        ];
+        if view.wide {
+            row.extend([time(r.acquired_at), time(r.held_until)]);
+        }
+        t.row(row);
     }
     t.render()
 }
@@ -515,26 +645,34 @@ fn leases_json(rows: &[pgtenure::LeaseInfo]) -> Value {
         .collect()
 }
 
-fn leaders_table(rows: &[pgtenure::LeaderInfo]) -> String {
-    let mut t = Table::new(&[
+fn leaders_table(rows: &[pgtenure::LeaderInfo], view: &View) -> String {
+    let mut headers = vec![
         "NAME",
         "HOLDER",
         "TERM",
         "LEADS",
-        "ELECTED_AT",
-        "EXPIRES_AT",
+        "EXPIRES",
+        "AGE",
         "RESIGN_REQUESTED",
-    ]);
+    ];
+    if view.wide {
+        headers.extend(["ELECTED_AT", "EXPIRES_AT"]);
+    }
+    let mut t = Table::new(&headers);
     for r in rows {
-        t.row(vec![
+        let mut row = vec![
             r.name.clone(),
             r.holder.clone(),
             r.term.to_string(),
             yes_no(r.live),
-            time(r.elected_at),
-            time(r.expires_at),
+            relative(r.expires_at, view.now),
+            age(r.elected_at, view.now),
             yes_no(r.resign_requested),
-        ]);
+        ];
+        if view.wide {
+            row.extend([time(r.elected_at), time(r.expires_at)]);
+        }
+        t.row(row);
     }
     t.render()
 }
@@ -555,28 +693,29 @@ fn leaders_json(rows: &[pgtenure::LeaderInfo]) -> Value {
         .collect()
 }
 
-fn members_table(rows: &[pgtenure::membership::ProcessInfo]) -> String {
-    let mut t = Table::new(&[
-        "PROCESS",
-        "HOSTNAME",
-        "VERSION",
-        "LIVE",
-        "UNITS",
-        "WEIGHT",
-        "STARTED_AT",
-        "EXPIRES_AT",
-    ]);
+fn members_table(rows: &[pgtenure::membership::ProcessInfo], view: &View) -> String {
+    let mut headers = vec![
+        "PROCESS", "HOSTNAME", "VERSION", "LIVE", "UNITS", "WEIGHT", "EXPIRES", "AGE",
+    ];
+    if view.wide {
+        headers.extend(["STARTED_AT", "EXPIRES_AT"]);
+    }
+    let mut t = Table::new(&headers);
     for r in rows {
-        t.row(vec![
-            r.id.clone(),
+        let mut row = vec![
+            view.id(&r.id),
             r.hostname.clone(),
             r.version.clone(),
             yes_no(r.live),
             r.units.to_string(),
             r.weight.to_string(),
-            time(r.started_at),
-            time(r.expires_at),
-        ]);
+            relative(r.expires_at, view.now),
+            age(r.started_at, view.now),
+        ];
+        if view.wide {
+            row.extend([time(r.started_at), time(r.expires_at)]);
+        }
+        t.row(row);
     }
     t.render()
 }
@@ -598,26 +737,37 @@ fn members_json(rows: &[pgtenure::membership::ProcessInfo]) -> Value {
         .collect()
 }
 
-fn units_table(rows: &[pgtenure::membership::Assignment]) -> String {
-    let mut t = Table::new(&[
+fn units_table(rows: &[pgtenure::membership::Assignment], view: &View) -> String {
+    let mut headers = vec![
         "TENANT",
         "SHARD",
         "WEIGHT",
         "OWNER",
         "OWNER_LIVE",
         "TOKEN",
-        "CLAIMED_AT",
-    ]);
+        "AGE",
+    ];
+    if view.wide {
+        headers.push("CLAIMED_AT");
+    }
+    let mut t = Table::new(&headers);
     for r in rows {
-        t.row(vec![
+        let mut row = vec![
             r.unit.tenant.clone(),
             r.unit.shard.to_string(),
             r.weight.to_string(),
-            r.owner.clone().unwrap_or_else(|| "-".into()),
+            r.owner
+                .as_deref()
+                .map_or_else(|| "-".into(), |o| view.id(o)),
             yes_no(r.owner_live),
             r.token.map_or_else(|| "-".into(), |t| t.to_string()),
-            opt_time(r.claimed_at),
-        ]);
+            r.claimed_at
+                .map_or_else(|| "-".into(), |at| age(at, view.now)),
+        ];
+        if view.wide {
+            row.push(opt_time(r.claimed_at));
+        }
+        t.row(row);
     }
     t.render()
 }
@@ -638,17 +788,27 @@ fn units_json(rows: &[pgtenure::membership::Assignment]) -> Value {
         .collect()
 }
 
-fn jobs_table(rows: &[pgtenure::JobInfo]) -> String {
-    let mut t = Table::new(&["JOB", "TICK", "OWNER", "TOKEN", "BUSY", "BUSY_UNTIL"]);
+fn jobs_table(rows: &[pgtenure::JobInfo], view: &View) -> String {
+    let mut headers = vec!["JOB", "LAST_TICK", "OWNER", "TOKEN", "BUSY", "BUSY_UNTIL"];
+    if view.wide {
+        headers.extend(["TICK", "BUSY_UNTIL_AT"]);
+    }
+    let mut t = Table::new(&headers);
     for r in rows {
-        t.row(vec![
+        let mut row = vec![
             r.job_id.clone(),
-            time(r.tick),
+            relative(r.tick, view.now),
             r.owner.clone(),
             r.token.to_string(),
             yes_no(r.busy),
-            opt_time(r.busy_until),
-        ]);
+            r.busy_until
+                .filter(|_| r.busy)
+                .map_or_else(|| "-".into(), |until| relative(until, view.now)),
+        ];
+        if view.wide {
+            row.extend([time(r.tick), opt_time(r.busy_until)]);
+        }
+        t.row(row);
     }
     t.render()
 }

@@ -60,6 +60,31 @@ pub fn time(t: SystemTime) -> String {
     pgtenure::Timestamp(t).to_string()
 }
 
+/// `t` against the database's `now`: `in 4s` ahead, `2m ago` behind (`now` at the second).
+pub fn relative(t: SystemTime, now: SystemTime) -> String {
+    match t.duration_since(now) {
+        Ok(ahead) => format!("in {}", short(ahead)),
+        Err(behind) => format!("{} ago", short(behind.duration())),
+    }
+}
+
+/// How long since `t` by the database's `now`, kubectl's AGE: `45s`, `3m`, `5h`, `2d`.
+pub fn age(t: SystemTime, now: SystemTime) -> String {
+    short(now.duration_since(t).unwrap_or_default())
+}
+
+/// A duration in one unit: seconds under 2 minutes, minutes under 2 hours, hours under 2 days,
+/// then days.
+fn short(d: std::time::Duration) -> String {
+    let secs = d.as_secs();
+    match secs {
+        0..=119 => format!("{secs}s"),
+        120..=7_199 => format!("{}m", secs / 60),
+        7_200..=172_799 => format!("{}h", secs / 3600),
+        _ => format!("{}d", secs / 86_400),
+    }
+}
+
 /// An optional timestamp; `-` when absent.
 pub fn opt_time(t: Option<SystemTime>) -> String {
     t.map_or_else(|| "-".to_owned(), time)
@@ -74,6 +99,27 @@ pub fn json_time(t: Option<SystemTime>) -> serde_json::Value {
 mod tests {
     use super::*;
     use std::time::UNIX_EPOCH;
+
+    #[test]
+    fn relative_times_read_as_kubectl_writes_them() {
+        let now = UNIX_EPOCH + std::time::Duration::from_secs(1_000_000);
+        let at = |delta: i64| {
+            if delta >= 0 {
+                now + std::time::Duration::from_secs(delta as u64)
+            } else {
+                now - std::time::Duration::from_secs((-delta) as u64)
+            }
+        };
+        assert_eq!(relative(at(4), now), "in 4s");
+        assert_eq!(relative(at(-150), now), "2m ago");
+        assert_eq!(relative(at(7_300), now), "in 2h");
+        assert_eq!(age(at(-3 * 86_400), now), "3d");
+        assert_eq!(
+            age(at(5), now),
+            "0s",
+            "a clock ahead of the database is not negative"
+        );
+    }
 
     #[test]
     fn timestamps_are_utc_to_the_millisecond() {

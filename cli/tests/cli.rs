@@ -314,12 +314,15 @@ fn listings_match_what_the_library_holds() {
         "app-b",
         "billing",
         "node-1",
-        leaser.process_id(),
+        &leaser.process_id()[..8],
         "rollup",
         "2 held, 2 rows",
     ] {
         assert!(screen.contains(seen), "{seen:?} missing from:\n{screen}");
     }
+    // Ids in full when wide.
+    let wide = text(&env.run(&["status", "-o", "wide"]).stdout);
+    assert!(wide.contains(leaser.process_id()), "{wide}");
 
     claim.release().unwrap();
     report.release().unwrap();
@@ -1156,4 +1159,75 @@ fn the_command_speaks_tls_out_of_the_box() {
         out.status.success() || err.contains("server does not support TLS"),
         "{err}"
     );
+}
+
+#[test]
+fn listings_show_times_relative_to_the_database_clock_and_wide_adds_the_absolute_ones() {
+    let env = Env::new();
+    let leases = env.leases().with_owner("app-a").unwrap();
+    leases.create_table().unwrap();
+    let _held = leases
+        .try_acquire("relative", Duration::from_secs(3600))
+        .unwrap()
+        .unwrap();
+    let narrow = text(&env.run(&["leases"]).stdout);
+    let header = narrow.lines().next().unwrap_or_default().to_owned();
+    assert!(
+        header.contains("EXPIRES") && header.contains("AGE"),
+        "{narrow}"
+    );
+    assert!(!header.contains("HELD_UNTIL"), "{narrow}");
+    let row = narrow.lines().nth(1).unwrap_or_default().to_owned();
+    assert!(
+        row.contains("in 59m") || row.contains("in 60m"),
+        "an hour's lease expires in about 60 minutes: {narrow}"
+    );
+    let wide = text(&env.run(&["-o", "wide", "leases"]).stdout);
+    assert!(
+        wide.lines()
+            .next()
+            .unwrap_or_default()
+            .contains("HELD_UNTIL"),
+        "{wide}"
+    );
+    assert!(wide.contains("Z"), "RFC 3339 times: {wide}");
+    // -o json is --json.
+    let json: Value = serde_json::from_slice(&env.run(&["-o", "json", "leases"]).stdout).unwrap();
+    assert_eq!(json[0]["key"], "relative");
+}
+
+#[test]
+fn watch_prints_the_listing_again_at_each_interval() {
+    let env = Env::new();
+    env.leases().create_table().unwrap();
+    let mut child = env
+        .command(&["leases", "--watch", "--interval", "200ms"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let seen = thread::spawn(move || {
+        let mut out = String::new();
+        let mut buf = [0u8; 4096];
+        while out.matches("Every 200ms").count() < 3 {
+            match stdout.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => out.push_str(&String::from_utf8_lossy(&buf[..n])),
+            }
+        }
+        out
+    });
+    let started = Instant::now();
+    while !seen.is_finished() && started.elapsed() < Duration::from_secs(10) {
+        thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let out = seen.join().unwrap();
+    assert!(out.matches("Every 200ms").count() >= 3, "{out}");
+    assert!(out.contains("(none)"), "{out}");
+    // Not for actions: a usage error before connecting.
+    let out = env.run(&["lease", "release", "k", "--force", "--watch"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
 }
