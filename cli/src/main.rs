@@ -147,7 +147,7 @@ enum Command {
     Members,
     /// Every registered unit and its owner.
     Units {
-        /// Only units whose row names this process (its id, as `members` shows it).
+        /// Only units whose row names this process (its id as `members` shows it, or a prefix).
         #[arg(long)]
         process: Option<String>,
     },
@@ -447,7 +447,11 @@ fn execute(db: &Db, global: &Global, command: &Command) -> Result<u8, Failure> {
             let units = units(&db, global)?;
             let mut assignments = units.assignments()?;
             if let Some(process) = process {
-                assignments.retain(|a| a.owner.as_deref() == Some(process.as_str()));
+                assignments.retain(|a| {
+                    a.owner
+                        .as_deref()
+                        .is_some_and(|o| o.starts_with(process.as_str()))
+                });
             }
             let view = view(&db, global)?;
             show(global, &units_json(&assignments), || {
