@@ -286,6 +286,16 @@ fn classify_db_error(db: &DbError) -> (ErrorKind, &'static str) {
             "the database refused a value as too long or not storable",
         );
     }
+    // 28000: no pg_hba.conf rule admits the connection, or the role does not exist or may not log
+    // in; nothing to do with a password.
+    if *code == SqlState::INVALID_AUTHORIZATION_SPECIFICATION {
+        return (
+            ErrorKind::Database,
+            "the server admits no such connection: check the user (it must exist and may log in), \
+             the database, and the server's pg_hba.conf rules for this address; where they admit \
+             only TLS (hostssl), connect with sslmode=require or stronger",
+        );
+    }
     if code.code().starts_with("28") {
         return (
             ErrorKind::Database,

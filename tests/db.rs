@@ -314,7 +314,7 @@ fn connecting_fails_at_once_with_the_reason_when_waiting_cannot_fix_it() {
                 c.user("pgtenure_no_such_role");
                 c
             },
-            "(28000); the server refused the credentials",
+            "(28000); the server admits no such connection: check the user",
             "28000",
         ),
     ];

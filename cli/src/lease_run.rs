@@ -87,6 +87,8 @@ after the lease was granted and before CMD started also runs no command.";
 
 #[derive(Args, Debug)]
 pub struct LeaseRunArgs {
+    #[command(flatten)]
+    listing: ListingFlags,
     /// The lease key.
     key: String,
     /// The lease's TTL: it renews every third of it, and a loss is noticed within it.
@@ -106,6 +108,72 @@ pub struct LeaseRunArgs {
     command: Vec<String>,
 }
 
+/// The listings' flags, which lease-run refuses: declared here, hidden, so that its help leaves
+/// them out (a flag of the same name in a subcommand keeps the global one out of it).
+#[derive(Args, Debug)]
+struct ListingFlags {
+    #[arg(long, hide = true)]
+    json: bool,
+    #[arg(short, long, hide = true, value_enum)]
+    output: Option<crate::Output>,
+    #[arg(short, long, hide = true)]
+    watch: bool,
+    #[arg(long, hide = true, value_parser = duration::parse)]
+    interval: Option<Duration>,
+    #[arg(long, hide = true)]
+    leader_table: Option<String>,
+    #[arg(long, hide = true)]
+    ticks_table: Option<String>,
+    #[arg(long, hide = true)]
+    processes_table: Option<String>,
+    #[arg(long, hide = true)]
+    units_table: Option<String>,
+}
+
+impl ListingFlags {
+    /// The first listing flag given, if any. The global flags' defaults reach these too, so a
+    /// default value counts as not given.
+    fn given(&self) -> Option<&'static str> {
+        let not =
+            |value: &Option<String>, default: &str| value.as_deref().is_some_and(|v| v != default);
+        let flags = [
+            (self.json, "--json"),
+            (
+                self.output.is_some_and(|o| o != crate::Output::Table),
+                "--output",
+            ),
+            (self.watch, "--watch"),
+            (
+                self.interval.is_some_and(|i| i != crate::DEFAULT_INTERVAL),
+                "--interval",
+            ),
+            (
+                not(&self.leader_table, pgtenure::elector::DEFAULT_TABLE),
+                "--leader-table",
+            ),
+            (
+                not(&self.ticks_table, pgtenure::tick_claims::DEFAULT_TABLE),
+                "--ticks-table",
+            ),
+            (
+                not(
+                    &self.processes_table,
+                    pgtenure::membership::DEFAULT_PROCESSES_TABLE,
+                ),
+                "--processes-table",
+            ),
+            (
+                not(&self.units_table, pgtenure::membership::DEFAULT_UNITS_TABLE),
+                "--units-table",
+            ),
+        ];
+        flags
+            .into_iter()
+            .find(|(set, _)| *set)
+            .map(|(_, flag)| flag)
+    }
+}
+
 impl LeaseRunArgs {
     /// The lease key.
     pub fn key(&self) -> &str {
@@ -117,6 +185,11 @@ impl LeaseRunArgs {
     /// the owner name. `--wait` and `--grace` (0 to 100 years) were bounded when parsed. The error
     /// says what is wrong and what is accepted; it is a usage error.
     pub fn check(&self) -> Result<(), String> {
+        if let Some(flag) = self.listing.given() {
+            return Err(format!(
+                "{flag} is for listings; lease-run prints none (CMD's output is its own)"
+            ));
+        }
         pgtenure::leases::check_acquire(&self.key, self.ttl).map_err(|e| e.to_string())?;
         if let Some(owner) = &self.owner {
             pgtenure::leases::check_owner(owner).map_err(|e| format!("--owner: {e}"))?;

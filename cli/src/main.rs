@@ -246,6 +246,9 @@ fn report(e: &Failure) {
     }
 }
 
+/// How often `--watch` prints a listing again unless `--interval` says.
+const DEFAULT_INTERVAL: Duration = Duration::from_secs(2);
+
 /// What to do about pgtenure's tables missing in the database the command was given.
 const MISSING_TABLES: &str = "the application creates its tables at startup (pgtenure::migrate, \
      or create_table on each primitive); check --url and the table flags (--leases-table, \

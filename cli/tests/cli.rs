@@ -74,11 +74,16 @@ impl Env {
         let mut command = Command::new(env!("CARGO_BIN_EXE_pgtenure"));
         command
             .args(["--url", url])
-            .args(["--leases-table", &self.leases])
-            .args(["--leader-table", &self.leader])
-            .args(["--ticks-table", &self.ticks])
-            .args(["--processes-table", &self.processes])
-            .args(["--units-table", &self.units])
+            .args(["--leases-table", &self.leases]);
+        // lease-run refuses the listings' flags.
+        if !args.contains(&"lease-run") {
+            command
+                .args(["--leader-table", &self.leader])
+                .args(["--ticks-table", &self.ticks])
+                .args(["--processes-table", &self.processes])
+                .args(["--units-table", &self.units]);
+        }
+        command
             .args(args)
             .env_remove("DATABASE_URL")
             .stdin(Stdio::null())
@@ -899,8 +904,11 @@ fn lease_run_checks_its_arguments_before_it_connects() {
         // CMD).
         &["lease-run", "k", "--ttl", "-5s", "--", "true"],
         &["lease-run", "k", "--wait", "-1s", "--", "true"],
-        // lease-run prints no listing: --json is refused rather than ignored.
+        // lease-run prints no listing: --json is refused rather than ignored, and so are the
+        // listings' other flags (kept out of its help).
         &["--json", "lease-run", "k", "--", "true"],
+        &["lease-run", "k", "-o", "wide", "--", "true"],
+        &["lease-run", "k", "--leader-table", "x", "--", "true"],
     ] {
         let started = Instant::now();
         let out = env.command_with_url(down, args).output().unwrap();
@@ -1139,6 +1147,30 @@ fn the_commands_connections_are_named_after_what_it_runs() {
     send(child.id() as libc::pid_t, libc::SIGTERM);
     // Whenever the signal came (waiting for the lease, or once CMD runs), it ends the run.
     finish(child, Duration::from_secs(10));
+}
+
+#[test]
+fn lease_run_help_leaves_the_listings_flags_out() {
+    let out = Env::new().run(&["lease-run", "--help"]);
+    let help = text(&out.stdout);
+    for flag in [
+        "--json",
+        "--output",
+        "--watch",
+        "--leader-table",
+        "--units-table",
+    ] {
+        assert!(!help.contains(flag), "{flag} in lease-run's help:\n{help}");
+    }
+    assert!(
+        help.contains("--leases-table") && help.contains("--ttl"),
+        "{help}"
+    );
+    let listing = text(&Env::new().run(&["leases", "--help"]).stdout);
+    assert!(
+        listing.contains("--json") && listing.contains("--watch"),
+        "{listing}"
+    );
 }
 
 #[test]
