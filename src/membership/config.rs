@@ -44,12 +44,14 @@ pub struct Config {
     /// The most units (by weight) one tick claims, at least 1. Defaults to 1,024.
     pub max_claim_per_tick: u32,
     /// How long the other live processes must have been the same set before this process's first
-    /// claim (by this process's ticks: a process joining or leaving starts the wait again). A
-    /// fleet whose processes start within one warm-up of each other then claims each unit once
-    /// and sheds none; without it the first process to tick claims every unit and sheds most of
-    /// them a round later. A process that already owns units (restarted under its process id)
-    /// does not wait. `Some(Duration::ZERO)` claims at the first tick (tests that drive ticks by
-    /// hand). Defaults to `None`: one heartbeat interval.
+    /// claim in a cold fleet, one where no live process owns a unit (by this process's ticks: a
+    /// process joining or leaving starts the wait again). A fleet whose processes start within
+    /// one warm-up of each other then claims each unit once and sheds none; without it the first
+    /// process to tick claims every unit and sheds most of them a round later. A process that
+    /// joins a fleet whose processes own units (a rolling deploy), or that owns units already
+    /// (restarted under its process id), does not wait: the others shed its share to it at once.
+    /// `Some(Duration::ZERO)` claims at the first tick (tests that drive ticks by hand). Defaults
+    /// to `None`: one heartbeat interval.
     pub warm_up: Option<Duration>,
 }
 

@@ -17,9 +17,10 @@
 //! scheduled instants of a recurring job.) [`Units::assignments`] and [`Units::processes`] show
 //! operators who owns what.
 //!
-//! A new process waits before its first claim until the other live processes have been the same
-//! set for one heartbeat interval ([`Config::warm_up`]), so a fleet started together (a deploy,
-//! a cold start) claims each unit once: eight processes started within one heartbeat interval on
+//! In a cold fleet (no live process owns a unit) a new process waits before its first claim until
+//! the other live processes have been the same set for one heartbeat interval
+//! ([`Config::warm_up`]), so a fleet started together claims each unit once (a process joining a
+//! fleet that owns units claims at once): eight processes started within one heartbeat interval on
 //! 1,000 units claim 1,000 units and shed none, where without the wait the first to tick claimed
 //! every unit and 1,168 were shed and claimed again (`cargo run --release --example bench --
 //! --only cold-start`). Tests that drive ticks by hand set `warm_up` to `Some(Duration::ZERO)` to

@@ -149,7 +149,11 @@ impl Leaser {
             let step = facts.decide(i64::from(self.config.max_claim_per_tick), disabled);
             if let Step::Claim(_) = step {
                 let mut warm_up = self.warm_up.lock();
-                if !view.truth.is_empty() || !view.shedding.is_empty() {
+                // Only a cold fleet waits: a process that owns units already, or that joins a
+                // fleet whose live processes own some (they shed its share to it now), claims at
+                // once, so a rolling deploy leaves no unit unowned for a warm-up.
+                let warm = stats.others.iter().any(|(_, weight)| *weight > 0);
+                if warm || !view.truth.is_empty() || !view.shedding.is_empty() {
                     warm_up.end();
                 }
                 let others = stats.others.iter().map(|(id, _)| id.as_str());

@@ -684,3 +684,25 @@ fn a_fleet_started_within_one_heartbeat_interval_claims_each_unit_once_and_sheds
     assert_eq!(lost, vec![0; 8], "no unit was shed (or lost) on the way");
     assert_eq!(gained, 1000, "each unit claimed once");
 }
+
+#[test]
+fn a_process_joining_a_warm_fleet_claims_its_share_without_waiting() {
+    // A rolling deploy: the fleet's processes own every unit and shed the newcomer's share to it
+    // at once; the newcomer must take them at its next tick, not after a warm-up (they would sit
+    // unowned meanwhile).
+    let fleet = Fleet::new(40);
+    let (warm, _) = fleet.leaser(config(Duration::from_secs(30)));
+    warm.heartbeat().unwrap();
+    warm.tick().unwrap();
+    assert_eq!(warm.owned().len(), 40);
+    let mut joining = config(Duration::from_secs(30));
+    joining.warm_up = Some(Duration::from_secs(3600));
+    let (newcomer, _) = fleet.leaser(joining);
+    let leasers = [&warm, &newcomer];
+    let mut rounds = Vec::new();
+    for _ in 0..3 {
+        rounds.push(round(&leasers));
+    }
+    assert_eq!(rounds[2], vec![20, 20], "rounds: {rounds:?}");
+    assert_disjoint(&fleet, &leasers);
+}
