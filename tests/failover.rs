@@ -1050,23 +1050,31 @@ fn elected(leadership: &pgtenure::Leadership) -> i64 {
 #[test]
 fn a_renewal_starts_the_hold_off_so_a_later_grant_waits_for_nothing() {
     init_logs();
-    let ttl = Duration::from_secs(3);
+    // Long enough that the lease outlives the outage on a loaded machine (two servers per test,
+    // tests in parallel on two cores): a lease lost during the failover renews nothing after it.
+    let ttl = Duration::from_secs(10);
     let pg = ReplicatedPostgres::start(Replication::Synchronous).unwrap();
     let db = pool(&pg);
     create_tables(&db, pg.primary_url());
     let holder = Leases::new(&db).with_owner("holder").unwrap();
     let lease = holder.acquire(KEY, ttl).unwrap().expect("a free key");
-    pg.fail_over().unwrap();
+    let outage = pg.fail_over().unwrap();
     let promoted = Instant::now();
 
     // Only the holder's renewals reach the new primary.
+    let recorded = format!(
+        "SELECT seen_at IS NOT NULL AND grants_from <= now() + interval '{} seconds'
+           FROM pgtenure_leases_promotion",
+        ttl.as_secs()
+    );
     wait_for("the promotion recorded", ttl, || {
+        assert!(
+            lease.is_held(),
+            "the lease lapsed during a {outage:?} outage: {:?}",
+            lease.loss()
+        );
         client(pg.url())
-            .query_one(
-                "SELECT seen_at IS NOT NULL AND grants_from <= now() + interval '3 seconds'
-                   FROM pgtenure_leases_promotion",
-                &[],
-            )
+            .query_one(recorded.as_str(), &[])
             .ok()
             .and_then(|row| row.get::<_, bool>(0).then_some(()))
     });
