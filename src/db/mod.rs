@@ -26,8 +26,8 @@ use crate::statement::{Cache, Failure, Params, Statement};
 pub use self::builder::DbBuilder;
 use self::outcome::connection_lost;
 pub(crate) use self::outcome::{deadlocked, discard, never_ran, outcome_unknown, Policy, Resend};
-pub(crate) use self::promotion::Promotion;
 use self::promotion::Promotions;
+pub(crate) use self::promotion::{GrantAnswer, Promotion};
 pub(crate) use self::schema::Companion;
 pub use self::ssl::SslMode;
 

@@ -3,7 +3,7 @@
 //! statement never reads another table (see [`Db::with_promotion_hold_off`]).
 
 use std::collections::HashMap;
-use std::time::{Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use parking_lot::Mutex;
 
@@ -22,6 +22,24 @@ pub(crate) struct Promotion {
     pub(crate) grants_from: Option<SystemTime>,
     /// The longest TTL the record knows, in microseconds.
     longest_ttl: i64,
+}
+
+/// A grant's answer (a lease's acquire, a leader's poll) as the hold-off path reads it.
+pub(crate) trait GrantAnswer {
+    /// The server is on another timeline than the promotion record the grant was sent with.
+    fn stale(&self) -> bool;
+    /// The grant renewed or won: its caller holds now, whatever the record said.
+    fn granted(&self) -> bool;
+}
+
+impl<A: GrantAnswer> GrantAnswer for (A, Instant) {
+    fn stale(&self) -> bool {
+        self.0.stale()
+    }
+
+    fn granted(&self) -> bool {
+        self.0.granted()
+    }
 }
 
 /// The record statement's parameter: the longest TTL in microseconds (`sql/schema/promotion.sql`).
@@ -45,6 +63,41 @@ impl Db {
             .map(|known| known.timeline)
     }
 
+    /// Sends a grant (`send`, given the promotion record of the table whose record statement is
+    /// `record`) through the hold-off after a promotion. An answer that the server is on another
+    /// timeline than the record names (`stale`) reads the record again, recording the promotion if
+    /// this is the first grant to see it; a refused grant is then sent once more (a second stale
+    /// refusal stands: another grant is recording the promotion), and a granted one is kept
+    /// ([`Db::refresh_promotion`]). So the first grant of any kind after a promotion starts the
+    /// hold-off. A failed read of the record is the grant's failure.
+    pub(crate) fn grant<A: GrantAnswer>(
+        &self,
+        record: &Statement,
+        ttl_us: i64,
+        mut send: impl FnMut(Promotion) -> Result<A>,
+    ) -> Result<A> {
+        let answer = send(self.promotion(record, ttl_us, false, None)?)?;
+        if !answer.stale() {
+            return Ok(answer);
+        }
+        if answer.granted() {
+            self.refresh_promotion(record, ttl_us);
+            return Ok(answer);
+        }
+        send(self.promotion(record, ttl_us, true, None)?)
+    }
+
+    /// Brings the record up to date after a renewal or grant answered `stale`, recording the
+    /// promotion if first, so that the hold-off starts now rather than at the next grant. Waits
+    /// for a pool connection a sixth of the TTL at most (half the time to a lease's next renewal);
+    /// a failure is only logged: the next stale answer reads again.
+    pub(crate) fn refresh_promotion(&self, record: &Statement, ttl_us: i64) {
+        let within = Duration::from_micros(u64::try_from(ttl_us / 6).unwrap_or(0));
+        if let Err(e) = self.promotion(record, ttl_us, true, Some(Instant::now() + within)) {
+            log::debug!(target: "pgtenure::db", "reading the promotion record failed: {e}");
+        }
+    }
+
     /// The promotion record of the table whose record statement is `record`, as this `Db` last
     /// read it: read (one statement) the first time, when `reread` (a grant was answered that the
     /// server is on another timeline), and when `ttl_us` is longer than any TTL the record knows
@@ -52,7 +105,7 @@ impl Db {
     /// holder). Without the hold-off ([`Db::with_promotion_hold_off`]) nothing is read. `until`
     /// bounds the wait for a pool connection (a renewal thread's read must not delay its next
     /// renewal).
-    pub(crate) fn promotion(
+    fn promotion(
         &self,
         record: &Statement,
         ttl_us: i64,
@@ -104,5 +157,65 @@ impl Db {
             );
         }
         Ok(read)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// The server's timeline as every statement computes it (the first 8 hex digits of the WAL
+    /// segment name).
+    const TIMELINE: &str =
+        "('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint";
+
+    const READERS: [(&str, &str); 8] = [
+        ("promotion", include_str!("../../sql/schema/promotion.sql")),
+        (
+            "seed_promotion",
+            include_str!("../../sql/schema/seed_promotion.sql"),
+        ),
+        (
+            "tick claim",
+            include_str!("../../sql/tick_claims/claim.sql"),
+        ),
+        ("unit claim", include_str!("../../sql/membership/claim.sql")),
+        ("is_leader", include_str!("../../sql/elector/is_leader.sql")),
+        (
+            "force_release",
+            include_str!("../../sql/leases/force_release.sql"),
+        ),
+        ("acquire", include_str!("../../sql/leases/acquire.sql")),
+        (
+            "renew_tenure",
+            include_str!("../../sql/leases/renew_tenure.sql"),
+        ),
+    ];
+
+    /// The grant statements' shared head: the timeline, the hold-off gate and the token base.
+    fn grant_head(sql: &str) -> &str {
+        let start = sql.find("WITH epoch AS (").expect("an epoch block");
+        let end = sql.find("taken AS (").expect("a taken block");
+        &sql[start..end]
+    }
+
+    #[test]
+    fn every_statement_reads_the_timeline_alike() {
+        for (name, sql) in READERS {
+            assert!(
+                sql.contains("pg_walfile_name") && sql.contains(TIMELINE),
+                "{name} computes the server's timeline otherwise than {TIMELINE}"
+            );
+        }
+    }
+
+    #[test]
+    fn both_grants_gate_and_draw_tokens_alike() {
+        let acquire = grant_head(READERS[6].1);
+        let is_leader = grant_head(READERS[4].1);
+        assert!(acquire.contains("gate AS (") && acquire.contains("base AS ("));
+        assert_eq!(
+            acquire, is_leader,
+            "sql/leases/acquire.sql and sql/elector/is_leader.sql must share their epoch, gate and \
+             base blocks word for word"
+        );
     }
 }

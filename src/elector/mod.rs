@@ -365,45 +365,13 @@ impl Elector {
             let tenure = self.tenure.lock();
             (tenure.term, tenure.resigned)
         };
-        let mut result;
-        // A poll sent with the promotion record of another timeline than the server's is answered
-        // `stale` (when nobody leads): read the record again (recording the promotion if first)
-        // and poll once more; a second stale answer counts as nobody leading.
-        let mut reread = false;
-        loop {
-            // A failed read of the record is the poll's failure: the same path below.
-            result = self
-                .db
-                .promotion(&self.sql.promotion, self.ttl_us, reread, None)
-                .and_then(|promotion| {
-                    self.sql.is_leader(
-                        &self.db,
-                        &self.name,
-                        &self.holder,
-                        self.ttl_us,
-                        guard,
-                        promotion,
-                    )
-                });
-            let (stale, mine) = result
-                .as_ref()
-                .map_or((false, false), |(answer, _)| (answer.stale, answer.mine));
-            if stale && mine && !reread {
-                // Renewed or won: keep the answer, and only bring the record up to date.
-                if let Err(e) = self.db.promotion(
-                    &self.sql.promotion,
-                    self.ttl_us,
-                    true,
-                    Some(Instant::now() + self.ttl / 6),
-                ) {
-                    log::debug!(target: "pgtenure::elector", "reading the promotion record failed: {e}");
-                }
-            }
-            if !stale || mine || reread {
-                break;
-            }
-            reread = true;
-        }
+        let result = self
+            .db
+            .grant(&self.sql.promotion, self.ttl_us, |promotion| {
+                let (name, holder) = (&self.name, &self.holder);
+                self.sql
+                    .is_leader(&self.db, name, holder, self.ttl_us, guard, promotion)
+            });
         let mut tenure = self.tenure.lock();
         let (answer, sent) = match result {
             Ok(answered) => answered,

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::LeaderInfo;
-use crate::db::{Db, Policy, Promotion};
+use crate::db::{Db, GrantAnswer, Policy, Promotion};
 use crate::error::{Error, Result};
 use crate::statement::{in_transaction, Statement};
 use crate::table_name::{render, TableName};
@@ -46,6 +46,16 @@ pub(super) struct PollAnswer {
     pub(super) my_term: Option<i64>,
     /// The server is on another timeline than the promotion record sent.
     pub(super) stale: bool,
+}
+
+impl GrantAnswer for PollAnswer {
+    fn stale(&self) -> bool {
+        self.stale
+    }
+
+    fn granted(&self) -> bool {
+        self.mine
+    }
 }
 
 impl Statements {

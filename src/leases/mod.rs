@@ -346,26 +346,15 @@ impl Leases {
         tenure: Tenure,
     ) -> Result<Option<(i64, bool, Instant)>> {
         let keep = tenure == Tenure::Keep;
-        let db = &self.shared.db;
-        // A grant sent with the promotion record of another timeline than the server's is answered
-        // `stale`: read the record again (recording the promotion if first) and send it once more.
-        for reread in [false, true] {
-            let promotion = db.promotion(&self.shared.sql.promotion, ttl_us, reread, None)?;
-            let answered =
-                self.shared
-                    .sql
-                    .acquire(db, key, &self.shared.owner, ttl_us, keep, promotion);
-            self.shared.note(&answered);
-            let (answer, sent) = answered?;
-            if let Some((token, superseded)) = answer.granted {
-                return Ok(Some((token, superseded, sent)));
-            }
-            if !answer.stale {
-                return Ok(None);
-            }
-        }
-        // The record names another timeline still: another grant is recording the promotion.
-        Ok(None)
+        let (db, sql, owner) = (&self.shared.db, &self.shared.sql, &self.shared.owner);
+        let answered = db.grant(&sql.promotion, ttl_us, |promotion| {
+            sql.acquire(db, key, owner, ttl_us, keep, promotion)
+        });
+        self.shared.note(&answered);
+        let (answer, sent) = answered?;
+        Ok(answer
+            .granted
+            .map(|(token, superseded)| (token, superseded, sent)))
     }
 
     /// Renews this owner's live leases among `keys` for `ttl`, in one statement for the whole batch.

@@ -97,22 +97,15 @@ impl Renewer {
             })
         });
         self.family.note(&rows);
-        if let Ok(renewed) = &rows {
-            if renewed.as_ref().is_some_and(|renewed| renewed.stale) {
-                // The server was promoted: the first to read the record records it, starting the
-                // hold-off now rather than at the next grant.
-                // Within a sixth of the TTL: half the time to the next renewal.
-                let until = Instant::now()
-                    + Duration::from_micros(u64::try_from(state.ttl_us / 6).unwrap_or(0));
-                if let Err(e) = self.family.db.promotion(
-                    &self.family.sql.promotion,
-                    state.ttl_us,
-                    true,
-                    Some(until),
-                ) {
-                    log::debug!(target: "pgtenure::leases", "reading the promotion record failed: {e}");
-                }
-            }
+        if rows
+            .as_ref()
+            .is_ok_and(|renewed| renewed.as_ref().is_some_and(|r| r.stale))
+        {
+            // The server was promoted: the first to read the record records it.
+            let family = &self.family;
+            family
+                .db
+                .refresh_promotion(&family.sql.promotion, state.ttl_us);
         }
         let outcome = rows.map(|renewed| renewed.map(|renewed| renewed.superseded));
         (outcome, sent)

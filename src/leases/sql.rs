@@ -6,7 +6,7 @@ use std::time::{Instant, SystemTime};
 use postgres::Row;
 
 use super::LeaseInfo;
-use crate::db::{Conn, Db, Policy, Promotion};
+use crate::db::{Conn, Db, GrantAnswer, Policy, Promotion};
 use crate::error::{Error, Result};
 use crate::statement::{in_transaction, Failure, Statement};
 use crate::table_name::{render, TableName};
@@ -53,6 +53,16 @@ pub(super) struct AcquireAnswer {
     pub(super) granted: Option<(i64, bool)>,
     /// The server is on another timeline than the promotion record sent.
     pub(super) stale: bool,
+}
+
+impl GrantAnswer for AcquireAnswer {
+    fn stale(&self) -> bool {
+        self.stale
+    }
+
+    fn granted(&self) -> bool {
+        self.granted.is_some()
+    }
 }
 
 /// What a managed lease's renewal answered (`sql/leases/renew_tenure.sql`), when it was renewed.
