@@ -24,12 +24,12 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::statement::{Cache, Failure, Params, Statement};
 
 pub use self::builder::DbBuilder;
-use self::outcome::connection_lost;
-pub(crate) use self::outcome::{deadlocked, discard, never_ran, outcome_unknown, Policy, Resend};
+pub(crate) use self::outcome::{discard, Policy, Resend};
 use self::promotion::Promotions;
 pub(crate) use self::promotion::{GrantAnswer, Promotion};
 pub(crate) use self::schema::Companion;
 pub use self::ssl::SslMode;
+use crate::error::classify::{connection_lost, deadlocked, never_ran, outcome_unknown};
 
 pub use self::conn::Connection;
 pub(crate) use self::conn::{CancelKey, Conn};

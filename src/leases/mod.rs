@@ -503,13 +503,13 @@ mod tests {
     #[test]
     fn checks_without_a_database_are_acquires_own() {
         assert!(check_acquire("k", MIN_MANAGED_TTL).is_ok());
-        assert!(check_acquire("k", crate::MAX_DURATION).is_ok());
+        assert!(check_acquire("k", crate::input::MAX_DURATION).is_ok());
         for (key, ttl) in [
             ("", Duration::from_secs(1)),
             (" \t", Duration::from_secs(1)),
             ("a\0b", Duration::from_secs(1)),
             ("k", Duration::from_millis(29)),
-            ("k", crate::MAX_DURATION + Duration::from_secs(1)),
+            ("k", crate::input::MAX_DURATION + Duration::from_secs(1)),
         ] {
             let err = check_acquire(key, ttl).unwrap_err();
             assert!(err.is_invalid_input(), "{key:?} {ttl:?}: {err}");

@@ -32,7 +32,7 @@ impl Schedule {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when `period` is under 1 ms or
+    /// [`ErrorKind::InvalidInput`](crate::error::ErrorKind::InvalidInput) when `period` is under 1 ms or
     /// over 100 years.
     pub fn every(period: Duration) -> Result<Schedule> {
         micros("schedule period", period, MIN_DURATION)?;
@@ -48,7 +48,7 @@ impl Schedule {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when the expression does not
+    /// [`ErrorKind::InvalidInput`](crate::error::ErrorKind::InvalidInput) when the expression does not
     /// parse or never matches a time.
     #[cfg(feature = "cron")]
     pub fn cron(expr: &str) -> Result<Schedule> {
@@ -157,7 +157,7 @@ impl Job {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a blank, NUL-carrying or
+    /// [`ErrorKind::InvalidInput`](crate::error::ErrorKind::InvalidInput) for a blank, NUL-carrying or
     /// over-long id.
     pub fn new(
         id: &str,
@@ -198,7 +198,7 @@ impl Job {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when it is under 1 ms or over
+    /// [`ErrorKind::InvalidInput`](crate::error::ErrorKind::InvalidInput) when it is under 1 ms or over
     /// 100 years.
     pub fn with_busy(mut self, busy: Duration) -> Result<Job> {
         micros("busy period", busy, MIN_DURATION)?;
@@ -213,7 +213,7 @@ impl Job {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when it is under 1 ms or over
+    /// [`ErrorKind::InvalidInput`](crate::error::ErrorKind::InvalidInput) when it is under 1 ms or over
     /// 100 years.
     pub fn with_grace(mut self, grace: Duration) -> Result<Job> {
         micros("grace", grace, MIN_DURATION)?;
@@ -228,7 +228,7 @@ impl Job {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when it is under 1 ms or over
+    /// [`ErrorKind::InvalidInput`](crate::error::ErrorKind::InvalidInput) when it is under 1 ms or over
     /// 100 years.
     pub fn with_jitter(mut self, jitter: Duration) -> Result<Job> {
         micros("jitter", jitter, MIN_DURATION)?;
@@ -581,7 +581,7 @@ impl JobState {
                 }
                 Some(why) => {
                     let error = Error::new(
-                        crate::ErrorKind::Database,
+                        crate::error::ErrorKind::Database,
                         format!(
                             "job {:?}, tick {:?}: the run {why}",
                             self.job.id,

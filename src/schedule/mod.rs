@@ -64,10 +64,10 @@ pub use self::job::{Job, Misfire, NoScheduleHooks, Run, RunResult, Schedule, Sch
 pub use self::running::Scheduling;
 
 use self::job::JobState;
+use crate::db::Db;
 use crate::error::{Error, Result};
 use crate::input::{micros, MIN_DURATION};
 use crate::tick_claims::{Claimed, TickClaims};
-use crate::Db;
 
 /// The local clock a scheduler reads, replaceable for tests of hosts whose clocks are off.
 pub type Clock = Arc<dyn Fn() -> SystemTime + Send + Sync>;

@@ -64,8 +64,8 @@ impl Scheduler {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when no job was added;
-    /// [`ErrorKind::Setup`](crate::ErrorKind::Setup) when a thread cannot be started; a
+    /// [`ErrorKind::InvalidInput`](crate::error::ErrorKind::InvalidInput) when no job was added;
+    /// [`ErrorKind::Setup`](crate::error::ErrorKind::Setup) when a thread cannot be started; a
     /// [permanent](crate::Error::is_permanent) database error of the first read.
     pub fn start(self) -> Result<Scheduling> {
         if self.jobs.is_empty() {
@@ -229,7 +229,7 @@ impl Scheduler {
             .or_else(|| panic.downcast_ref::<String>().cloned())
             .unwrap_or_else(|| "a panic".to_owned());
         let error = Error::new(
-            crate::ErrorKind::Setup,
+            crate::error::ErrorKind::Setup,
             format!(
                 "{thread} caught a panic ({what}); it goes on, but this is a bug: please report it"
             ),
@@ -252,7 +252,7 @@ impl Scheduling {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::Setup`](crate::ErrorKind::Setup) when a thread panicked, or runs were still
+    /// [`ErrorKind::Setup`](crate::error::ErrorKind::Setup) when a thread panicked, or runs were still
     /// going at the stop timeout (the error names their jobs).
     pub fn stop(mut self) -> Result<()> {
         self.shut_down()

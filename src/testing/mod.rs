@@ -108,7 +108,7 @@ impl TempPostgres {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::Setup`](crate::ErrorKind::Setup) when the binaries are missing (the message names
+    /// [`ErrorKind::Setup`](crate::error::ErrorKind::Setup) when the binaries are missing (the message names
     /// the package to install), the directory cannot be made, `initdb` fails, or the server does not
     /// start; the server's log is quoted.
     pub fn start() -> Result<TempPostgres> {
@@ -170,7 +170,7 @@ impl TempPostgres {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::Setup`](crate::ErrorKind::Setup) when the server does not come back.
+    /// [`ErrorKind::Setup`](crate::error::ErrorKind::Setup) when the server does not come back.
     pub fn restart(&self) -> Result<()> {
         self.restart_after(Duration::ZERO)
     }
@@ -195,7 +195,7 @@ impl TempPostgres {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::Setup`](crate::ErrorKind::Setup) when the supervisor did not finish in time (it
+    /// [`ErrorKind::Setup`](crate::error::ErrorKind::Setup) when the supervisor did not finish in time (it
     /// and the server are then killed) or the directory is still there.
     pub fn stop(self) -> Result<()> {
         self.server.shutdown()
@@ -230,7 +230,7 @@ impl TempPostgresBuilder {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when `name` is not a setting's
+    /// [`ErrorKind::InvalidInput`](crate::error::ErrorKind::InvalidInput) when `name` is not a setting's
     /// name (letters, digits, `_` and `.`) or `value` holds a line break or a NUL byte.
     pub fn setting(mut self, name: &str, value: &str) -> Result<TempPostgresBuilder> {
         let plain = !name.is_empty()
@@ -252,7 +252,7 @@ impl TempPostgresBuilder {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when `name` is not a plain
+    /// [`ErrorKind::InvalidInput`](crate::error::ErrorKind::InvalidInput) when `name` is not a plain
     /// file name (empty, `.`, `..`, or holding `/` or a NUL byte).
     pub fn file(mut self, name: &str, contents: impl Into<Vec<u8>>) -> Result<TempPostgresBuilder> {
         if name.is_empty() || name == "." || name == ".." || name.contains(['/', '\0']) {
@@ -366,7 +366,7 @@ pub fn database_url() -> Result<String> {
 ///
 /// # Errors
 ///
-/// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when a table name is not a plain
+/// [`ErrorKind::InvalidInput`](crate::error::ErrorKind::InvalidInput) when a table name is not a plain
 /// identifier.
 pub fn render_sql(sql: &str, tables: &[(&str, &str)]) -> Result<String> {
     let parsed = tables
@@ -532,7 +532,7 @@ mod tests {
     #[test]
     fn missing_binaries_name_the_package_to_install() {
         let err = first_with_server(vec![PathBuf::from("/nonexistent/bin")]).unwrap_err();
-        assert_eq!(err.kind(), crate::ErrorKind::Setup);
+        assert_eq!(err.kind(), crate::error::ErrorKind::Setup);
         assert!(
             err.to_string().contains("apt-get install -y postgresql"),
             "{err}"

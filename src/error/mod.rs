@@ -9,6 +9,8 @@ use std::fmt;
 
 use postgres::error::{DbError, SqlState};
 
+pub(crate) mod classify;
+
 /// What went wrong, broadly enough to decide what to do about it.
 ///
 /// New kinds may be added in minor releases, so a `match` needs a wildcard arm.
@@ -119,22 +121,18 @@ impl Error {
                 )
             }
             // No server error: the connection broke, timed out, or a value did not convert.
-            None if err.is_closed()
-                || StdError::source(&err).is_some_and(|s| s.is::<std::io::Error>()) =>
-            {
-                (
-                    ErrorKind::Connection,
-                    driver_reason(&err),
-                    "retry once the database is reachable",
-                )
-            }
+            None if classify::broke(&err) => (
+                ErrorKind::Connection,
+                driver_reason(&err),
+                "retry once the database is reachable",
+            ),
             None => (
                 ErrorKind::Database,
                 driver_reason(&err),
                 "the driver refused the statement or its result",
             ),
         };
-        let unknown = crate::db::outcome_unknown(&err);
+        let unknown = classify::outcome_unknown(&err);
         let advice = if unknown {
             format!("{advice} (the statement was sent, so it may have taken effect)")
         } else {
