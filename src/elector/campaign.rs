@@ -18,7 +18,8 @@ use crossbeam_channel::{
 };
 use parking_lot::Mutex;
 
-use super::{CampaignLink, Campaigning, Elector, LeaderInfo, Poll};
+use super::poll::Poll;
+use super::{CampaignLink, Campaigning, Elector, LeaderInfo};
 use crate::error::{Error, ErrorKind, Result};
 
 /// How many events [`Leadership::events`] keeps unread; past that, the oldest are dropped (and

@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{at, select, Receiver, Sender};
 
 use super::family::{Family, Shared};
-use super::schedule::{next_retry, renew_interval};
 use super::state::{LeaseState, LossReason, Purpose, Status};
+use super::timing::{next_retry, renew_interval};
 use super::watcher::Watch;
 use crate::db::{discard, Conn, Policy};
 use crate::error::Result;

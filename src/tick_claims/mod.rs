@@ -40,7 +40,7 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 use parking_lot::Mutex;
 
@@ -50,9 +50,13 @@ use crate::error::{Error, Result};
 use crate::input::{check_key, check_tick, micros, MIN_DURATION};
 use crate::instance::{default_owner, random_u64};
 use crate::table_name::TableName;
-use crate::timestamp::Timestamp;
 
+mod claim;
 mod sql;
+mod views;
+
+pub use self::claim::TickClaim;
+pub use self::views::JobInfo;
 
 /// The table [`TickClaims::new`] uses unless [`TickClaims::with_table`] names another.
 pub const DEFAULT_TABLE: &str = "pgtenure_tick_claims";
@@ -156,17 +160,6 @@ impl TickClaims {
         }
     }
 
-    /// Every job in this table, in job id order: its last claimed tick, who claimed it with which
-    /// token, and whether that run is busy now by the database clock. One statement that reads the
-    /// whole table (one row per job): an operator's view, not something to poll in a loop.
-    ///
-    /// # Errors
-    ///
-    /// A database or connection error (an undefined-table error when the table does not exist).
-    pub fn jobs(&self) -> Result<Vec<JobInfo>> {
-        self.sql.jobs(&self.db)
-    }
-
     /// The database clock, in one round trip (a scheduler's first estimate of its host's offset).
     pub(crate) fn db_now(&self) -> Result<SystemTime> {
         self.sql.now(&self.db)
@@ -242,178 +235,9 @@ impl fmt::Debug for TickClaims {
     }
 }
 
-/// One job's row ([`TickClaims::jobs`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct JobInfo {
-    /// The job's id.
-    pub job_id: String,
-    /// The last tick claimed.
-    pub tick: SystemTime,
-    /// Who claimed it ([`TickClaims::with_owner`]).
-    pub owner: String,
-    /// Its claim counter ([`TickClaim::token`]).
-    pub token: i64,
-    /// Until when that run keeps the job busy (database time); `None` once released.
-    pub busy_until: Option<SystemTime>,
-    /// Whether the job is busy now by the database clock (later ticks are refused until then).
-    pub busy: bool,
-}
-
-/// `job "report": tick 2026-12-03T06:00:00.000Z claimed by worker-1 (token 12), busy until
-/// 2026-12-03T06:01:00.000Z`, or `…, idle` once its run is over.
-impl fmt::Display for JobInfo {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "job {:?}: tick {} claimed by {} (token {}), ",
-            self.job_id,
-            Timestamp(self.tick),
-            self.owner,
-            self.token
-        )?;
-        match self.busy_until {
-            Some(until) if self.busy => write!(f, "busy until {}", Timestamp(until)),
-            _ => f.write_str("idle"),
-        }
-    }
-}
-
-/// A won tick: this instance runs it.
-///
-/// Dropping it does nothing: the job stays busy until `busy_for` lapses, so a claim dropped by
-/// mistake cannot let a second run start early. Call [`TickClaim::release`] when the run is done.
-#[must_use = "a won tick should be run, then released"]
-pub struct TickClaim {
-    claims: TickClaims,
-    job_id: String,
-    tick: SystemTime,
-    token: i64,
-    deadline: Mutex<Instant>,
-}
-
-impl TickClaim {
-    /// The job's id.
-    pub fn job_id(&self) -> &str {
-        &self.job_id
-    }
-
-    /// The tick that was won.
-    pub fn tick(&self) -> SystemTime {
-        self.tick
-    }
-
-    /// The job's claim counter, one higher for every tick won: a fencing token for the run's writes.
-    pub fn token(&self) -> i64 {
-        self.token
-    }
-
-    /// When the busy period ends at the latest, by this process's clock. It was taken before the
-    /// claim (or the last [`TickClaim::extend`]) was sent, so it never falls after the database's
-    /// own deadline: a run that stops by then never overlaps the next tick's run.
-    pub fn deadline(&self) -> Instant {
-        *self.deadline.lock()
-    }
-
-    /// Keeps the job busy for at least `busy_for` from now, while this claim is still the job's
-    /// latest and busy (owner and token guard it), and moves [`TickClaim::deadline`] accordingly.
-    /// Returns `false`, writing nothing, when the busy period has lapsed or the claim was
-    /// released: the run must then stop by its deadline. One statement; call it every third of
-    /// the busy period or so while a long run goes on (a scheduler's runs do this on their own).
-    ///
-    /// # Errors
-    ///
-    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when `busy_for` is under 1 ms or
-    /// over 100 years; otherwise a database or connection error (the deadline is then unchanged).
-    pub fn extend(&self, busy_for: Duration) -> Result<bool> {
-        let busy_us = micros("busy_for", busy_for, MIN_DURATION)?;
-        let claims = &self.claims;
-        let Some(started) =
-            claims
-                .sql
-                .extend(&claims.db, &self.job_id, &claims.owner, self.token, busy_us)?
-        else {
-            return Ok(false);
-        };
-        let until = started + busy_for;
-        let mut deadline = self.deadline.lock();
-        *deadline = (*deadline).max(until);
-        Ok(true)
-    }
-
-    /// Checks, inside the caller's transaction, that this run is still the job's latest claim and
-    /// busy by `clock_timestamp()`, and locks the job's row `FOR SHARE` until the transaction ends,
-    /// so no later tick can be claimed before it commits (as [`Leases::fence`](crate::Leases::fence)
-    /// does for a lease). Make a write that only this run may make only when it returns `true`: a
-    /// run that outlived its busy period, or was released, is refused.
-    ///
-    /// # Errors
-    ///
-    /// A database or connection error (the transaction is then aborted).
-    pub fn fence(&self, tx: &mut postgres::Transaction<'_>) -> Result<bool> {
-        let claims = &self.claims;
-        claims
-            .sql
-            .fence(tx, &self.job_id, &claims.owner, self.token)
-    }
-
-    /// Ends the busy period now, so that the next tick can be claimed without waiting for `busy_for`
-    /// to lapse. Guarded by owner and token: it never frees a later claim. Releasing a claim whose
-    /// busy period has already lapsed does nothing.
-    ///
-    /// # Errors
-    ///
-    /// A database or connection error; the busy period then lapses on its own.
-    pub fn release(self) -> Result<()> {
-        let claims = &self.claims;
-        let released = claims
-            .sql
-            .release(&claims.db, &self.job_id, &claims.owner, self.token)?;
-        if !released {
-            log::debug!(
-                target: "pgtenure::tick_claims",
-                "release of job {:?} token {}: busy period had already ended",
-                self.job_id,
-                self.token
-            );
-        }
-        Ok(())
-    }
-}
-
-impl fmt::Debug for TickClaim {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("TickClaim")
-            .field("job_id", &self.job_id)
-            .field("tick", &self.tick)
-            .field("token", &self.token)
-            .field("deadline", &self.deadline())
-            .finish()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_job_prints_as_a_log_line_with_rfc_3339_times() {
-        let mut job = JobInfo {
-            job_id: "report".into(),
-            tick: SystemTime::UNIX_EPOCH,
-            owner: "worker-1".into(),
-            token: 12,
-            busy_until: Some(SystemTime::UNIX_EPOCH + Duration::from_secs(60)),
-            busy: true,
-        };
-        assert_eq!(
-            job.to_string(),
-            "job \"report\": tick 1970-01-01T00:00:00.000Z claimed by worker-1 (token 12), busy \
-             until 1970-01-01T00:01:00.000Z"
-        );
-        job.busy = false;
-        assert!(job.to_string().ends_with("(token 12), idle"));
-    }
 
     #[test]
     fn handles_are_send_and_sync() {
