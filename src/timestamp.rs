@@ -21,10 +21,12 @@ impl fmt::Display for Timestamp {
         let (secs, millis) = match self.0.duration_since(UNIX_EPOCH) {
             Ok(d) => (d.as_secs() as i64, d.subsec_millis()),
             Err(e) => {
+                // Before 1970: down to the millisecond, as after it (999.5 ms before the epoch
+                // is at .000 of the second before, 0.5 ms before it at .999).
                 let d = e.duration();
-                let whole = d.as_secs() as i64 + i64::from(d.subsec_nanos() > 0);
-                let millis = (1000 - d.subsec_millis()) % 1000;
-                (-whole, millis)
+                let before = d.subsec_nanos().div_ceil(1_000_000);
+                let whole = d.as_secs() as i64 + i64::from(before > 0);
+                (-whole, (1000 - before) % 1000)
             }
         };
         let days = secs.div_euclid(86_400);
@@ -78,5 +80,18 @@ mod tests {
             show(UNIX_EPOCH - Duration::from_millis(1)),
             "1969-12-31T23:59:59.999Z"
         );
+    }
+
+    #[test]
+    fn times_before_1970_are_cut_to_the_millisecond_below() {
+        let before = |secs: u64, nanos: u32| UNIX_EPOCH - Duration::new(secs, nanos);
+        let show = |t: SystemTime| Timestamp(t).to_string();
+        // PostgreSQL keeps microseconds: a time 500 µs before a whole second is in the
+        // millisecond below it, not a second earlier.
+        assert_eq!(show(before(0, 500_000)), "1969-12-31T23:59:59.999Z");
+        assert_eq!(show(before(1, 500_000)), "1969-12-31T23:59:58.999Z");
+        assert_eq!(show(before(0, 999_500_000)), "1969-12-31T23:59:59.000Z");
+        assert_eq!(show(before(1, 0)), "1969-12-31T23:59:59.000Z");
+        assert_eq!(show(before(86_400, 1)), "1969-12-30T23:59:59.999Z");
     }
 }

@@ -223,12 +223,60 @@ fn main() -> ExitCode {
             )
             .exit();
     }
+    if let Err(e) = check(&cli) {
+        Cli::command()
+            .error(clap::error::ErrorKind::ValueValidation, e)
+            .exit();
+    }
     match run(cli) {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
             report(&e);
             ExitCode::from(EXIT_ERROR)
         }
+    }
+}
+
+/// Checks what the library would refuse, before connecting (a usage error, exit 2): the URL, the
+/// table names, the lease key and the fleet name, with the library's own checks on a pool that
+/// has connected nothing yet.
+fn check(cli: &Cli) -> Result<(), String> {
+    let global = &cli.global;
+    let url = global.url.as_deref().unwrap_or_default();
+    if url.trim().is_empty() {
+        return Err(
+            "no database given; pass --url postgres://user@host:port/database or set DATABASE_URL"
+                .into(),
+        );
+    }
+    let checked = |e: Error| e.to_string();
+    let db = Db::builder(url)
+        .and_then(|builder| builder.build_lazy())
+        .map_err(checked)?;
+    Leases::new(&db)
+        .with_table(&global.leases_table)
+        .map_err(checked)?;
+    if !matches!(cli.command, Command::LeaseRun(_)) {
+        Elector::new(&db)
+            .with_table(&global.leader_table)
+            .map_err(checked)?;
+        TickClaims::new(&db)
+            .with_table(&global.ticks_table)
+            .map_err(checked)?;
+        units(&db, global).map_err(checked)?;
+    }
+    match &cli.command {
+        // A key as an acquire checks it (the TTL aside).
+        Command::Lease {
+            action: LeaseAction::Show { key } | LeaseAction::Release { key, .. },
+        } => {
+            pgtenure::leases::check_acquire(key, pgtenure::leases::MIN_MANAGED_TTL).map_err(checked)
+        }
+        Command::Leader {
+            action: Some(LeaderAction::Resign { name, .. }),
+            ..
+        } => Elector::new(&db).with_name(name).map(drop).map_err(checked),
+        _ => Ok(()),
     }
 }
 
@@ -283,13 +331,8 @@ fn application_name(command: &Command) -> String {
 
 fn run(cli: Cli) -> Result<u8, Failure> {
     let global = &cli.global;
+    // Given and well-formed: checked before.
     let url = global.url.as_deref().unwrap_or_default();
-    if url.trim().is_empty() {
-        return Err(
-            "no database given; pass --url postgres://user@host:port/database or set DATABASE_URL"
-                .into(),
-        );
-    }
     // A few connections suffice (lease-run's renewals and release, or one listing at a time), and an
     // operator waits 5 s, not the library's 10 s, to hear that the database is unreachable.
     let mut builder = Db::builder(url)?

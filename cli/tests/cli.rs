@@ -925,6 +925,51 @@ fn lease_run_checks_its_arguments_before_it_connects() {
     }
 }
 
+/// Adversarial (review of issue 25): "its arguments are checked before it connects; usage errors
+/// exit 2". Only lease-run's were: a bad table name, a blank or over-long key given to `lease`, a
+/// blank fleet name given to `leader resign`, or a URL that does not parse, were found by the
+/// library after the pool's 5 s wait for the database (exit 1, "connect failed"), or exited 1.
+#[test]
+fn every_command_checks_its_arguments_before_it_connects() {
+    let down = "postgres://postgres@127.0.0.1:1/nowhere";
+    let long_key = "k".repeat(1025);
+    for (url, args) in [
+        (down, &["--leases-table", "bad name", "leases"][..]),
+        (down, &["--units-table", "1units", "units"]),
+        (down, &["--processes-table", "a.b.c", "status"]),
+        (down, &["--ticks-table", "x;drop", "--watch", "jobs"]),
+        (down, &["--leader-table", "", "leader"]),
+        (
+            down,
+            &["--leases-table", "bad name", "lease-run", "k", "--", "true"],
+        ),
+        (down, &["lease", "show", "  "]),
+        (down, &["lease", "show", &long_key]),
+        (down, &["lease", "release", "", "--force"]),
+        (down, &["leader", "resign", "--force", "--name", " "]),
+        ("postgres://h:99999/db", &["leases"]),
+        ("", &["leases"]),
+    ] {
+        let started = Instant::now();
+        let out = Command::new(env!("CARGO_BIN_EXE_pgtenure"))
+            .args(["--url", url])
+            .args(args)
+            .env_remove("DATABASE_URL")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let stderr = text(&out.stderr);
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{url} {args:?}: exit {:?} after {:?}: {stderr}",
+            out.status.code(),
+            started.elapsed(),
+        );
+        assert!(!stderr.contains("connect failed"), "{args:?}: {stderr}");
+    }
+}
+
 /// Adversarial (branch `attack`): a `--wait` long enough to overflow `Instant` panics (exit 101,
 /// a backtrace on stderr) instead of a usage error: lease-run adds it to `Instant::now()`.
 #[test]

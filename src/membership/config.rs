@@ -47,7 +47,10 @@ pub struct Config {
     /// claim in a cold fleet, one where no live process owns a unit (by this process's ticks: a
     /// process joining or leaving starts the wait again). A fleet whose processes start within
     /// one warm-up of each other then claims each unit once and sheds none; without it the first
-    /// process to tick claims every unit and sheds most of them a round later. A process that
+    /// process to tick claims every unit and sheds most of them a round later. A live set that
+    /// never holds still (an instance crash-looping under a new id at each start, a slow
+    /// scale-out) ends the warm-up one warm-up and one `ttl` after the process's first tick, so
+    /// units never wait longer than that for a first owner. A process that
     /// joins a fleet whose processes own units (a rolling deploy), or that owns units already
     /// (restarted under its process id), does not wait: the others shed its share to it at once.
     /// `Some(Duration::ZERO)` claims at the first tick (tests that drive ticks by hand). Defaults
@@ -129,6 +132,12 @@ impl Config {
     /// The warm-up before the first claim: [`Config::warm_up`], or one heartbeat interval.
     pub(super) fn warm_up_wait(&self) -> Duration {
         self.warm_up.unwrap_or(self.heartbeat_interval)
+    }
+
+    /// The longest warm-up, however often the live set changes: one warm-up and one TTL after the
+    /// first look (a process that crashed during a warm-up stays in the live set for a TTL).
+    pub(super) fn warm_up_most(&self) -> Duration {
+        self.warm_up_wait().saturating_add(self.ttl)
     }
 }
 

@@ -76,7 +76,7 @@ impl Leaser {
     ) -> Result<Leaser> {
         let config = config.validated()?;
         let process_id = config.process_id.clone().expect("validated");
-        let warm_up = Mutex::new(WarmUp::new(config.warm_up_wait()));
+        let warm_up = Mutex::new(WarmUp::new(config.warm_up_wait(), config.warm_up_most()));
         Ok(Leaser {
             db: db.clone(),
             reconciler,

@@ -8,26 +8,35 @@ use std::hash::{Hash, Hasher};
 use std::time::{Duration, Instant};
 
 /// A process's warm-up: over once the other live processes it sees have been the same set for
-/// `wait`, or once it owns a unit; then over for good.
+/// `wait`, or `most` after its first look whatever they did, or once it owns a unit; then over for
+/// good.
 #[derive(Debug)]
 pub(super) struct WarmUp {
     wait: Duration,
+    /// The longest warm-up, from the first look: a live set that never holds still (an instance
+    /// crash-looping under a new id each time, a slow scale-out) must not keep every unit unowned.
+    most: Duration,
+    /// When this process first looked (local clock).
+    first: Option<Instant>,
     /// A digest of the other live processes' ids, and since when (local clock) it is the same.
     seen: Option<(u64, Instant)>,
     over: bool,
 }
 
 impl WarmUp {
-    pub(super) fn new(wait: Duration) -> WarmUp {
+    pub(super) fn new(wait: Duration, most: Duration) -> WarmUp {
         WarmUp {
             wait,
+            most: most.max(wait),
+            first: None,
             seen: None,
             over: wait.is_zero(),
         }
     }
 
     /// Whether a process that sees `others` live at `now` may claim: once the set has been the same
-    /// for the warm-up (a change starts it again), and from then on.
+    /// for the warm-up (a change starts it again) or the longest warm-up has passed since the first
+    /// look, and from then on.
     pub(super) fn may_claim<'a>(
         &mut self,
         others: impl IntoIterator<Item = &'a str>,
@@ -41,6 +50,11 @@ impl WarmUp {
         let mut hasher = DefaultHasher::new();
         ids.hash(&mut hasher);
         let digest = hasher.finish();
+        let first = *self.first.get_or_insert(now);
+        if now.saturating_duration_since(first) >= self.most {
+            self.over = true;
+            return true;
+        }
         match self.seen {
             Some((seen, since)) if seen == digest => {
                 if now.saturating_duration_since(since) >= self.wait {
@@ -67,7 +81,7 @@ mod tests {
     fn a_process_claims_once_the_live_set_held_still_for_the_warm_up() {
         let t0 = Instant::now();
         let at = |ms: u64| t0 + Duration::from_millis(ms);
-        let mut warm = WarmUp::new(Duration::from_millis(500));
+        let mut warm = WarmUp::new(Duration::from_millis(500), Duration::from_secs(60));
         assert!(!warm.may_claim(["b"], at(0)), "first look");
         assert!(!warm.may_claim(["b"], at(400)));
         // Another process joins: the wait starts again.
@@ -82,10 +96,24 @@ mod tests {
     }
 
     #[test]
+    fn a_live_set_that_never_holds_still_ends_the_warm_up_at_its_longest() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let mut warm = WarmUp::new(Duration::from_millis(300), Duration::from_millis(1300));
+        // A crash-looping instance: a new id every 100 ms.
+        for i in 0..13u64 {
+            let others = [format!("crashed-{i}")];
+            assert!(!warm.may_claim(others.iter().map(String::as_str), at(i * 100)));
+        }
+        assert!(warm.may_claim(["crashed-13"], at(1300)));
+        assert!(warm.may_claim(["crashed-14"], at(1400)), "over for good");
+    }
+
+    #[test]
     fn a_zero_warm_up_or_owned_units_end_it_at_once() {
         let now = Instant::now();
-        assert!(WarmUp::new(Duration::ZERO).may_claim([], now));
-        let mut warm = WarmUp::new(Duration::from_secs(5));
+        assert!(WarmUp::new(Duration::ZERO, Duration::ZERO).may_claim([], now));
+        let mut warm = WarmUp::new(Duration::from_secs(5), Duration::from_secs(20));
         assert!(!warm.may_claim([], now));
         warm.end();
         assert!(warm.may_claim(["x"], now));

@@ -686,6 +686,35 @@ fn a_fleet_started_within_one_heartbeat_interval_claims_each_unit_once_and_sheds
 }
 
 #[test]
+fn a_cold_fleet_that_keeps_changing_still_claims_after_a_bounded_warm_up() {
+    // Review of issue 25: a crash-looping instance (a new process id at every start, each row live
+    // for a TTL) or a slow scale-out changes the live set more often than once a warm-up. The
+    // warm-up started again at every change, so no process ever claimed: every unit sat unowned
+    // for as long as the changes went on. Kafka bounds its initial delay by the rebalance timeout.
+    let fleet = Fleet::new(40);
+    let mut steady = config(Duration::from_secs(1));
+    steady.warm_up = Some(Duration::from_millis(300));
+    let (leaser, _) = fleet.leaser(steady.clone());
+    let started = Instant::now();
+    let mut starts = 0;
+    let owned = crate::common::wait_for("a claim", Duration::from_secs(8), || {
+        // Another start of the crash-looping instance, under a new id: it heartbeats once.
+        let (crashing, _) = fleet.leaser(steady.clone());
+        crashing.heartbeat().unwrap();
+        starts += 1;
+        leaser.heartbeat().unwrap();
+        let rebalance = leaser.tick().unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        (rebalance.owned > 0).then_some(rebalance.owned)
+    });
+    // Due one warm-up and one TTL (1.3 s) after its first look.
+    println!(
+        "claimed {owned} after {:?} and {starts} starts of the crashing instance",
+        started.elapsed()
+    );
+}
+
+#[test]
 fn a_process_joining_a_warm_fleet_claims_its_share_without_waiting() {
     // A rolling deploy: the fleet's processes own every unit and shed the newcomer's share to it
     // at once; the newcomer must take them at its next tick, not after a warm-up (they would sit
