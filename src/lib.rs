@@ -92,6 +92,7 @@
 //!
 //! The SQL lives in `sql/<module>/<operation>.sql`, one statement per file.
 
+#![warn(missing_debug_implementations, unreachable_pub)]
 #![warn(missing_docs, rust_2018_idioms)]
 
 mod db;
@@ -117,9 +118,7 @@ pub use crate::elector::{
 pub use crate::error::{Error, ErrorKind, Result};
 pub use crate::fire_claims::FireClaims;
 pub use crate::input::{MAX_DURATION, MAX_KEY_BYTES, MIN_DURATION};
-pub use crate::leases::{
-    Grant, KeyRenewal, Lease, LeaseInfo, Leases, LossReason, Refusal, Renewal,
-};
+pub use crate::leases::{Grant, KeyRenewal, Lease, LeaseInfo, LeaseLoss, Leases, Refusal, Renewal};
 pub use crate::tick_claims::{JobInfo, TickClaim, TickClaims};
 pub use crate::timestamp::Timestamp;
 

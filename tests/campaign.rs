@@ -216,7 +216,8 @@ fn a_partitioned_leader_is_told_at_its_deadline_and_events_keep_their_order() {
         .unwrap();
     let log = Arc::new(Log::default());
     let a = elector_on(&via, &table, "partitioned")
-        .campaign_with_hooks(log.clone())
+        .with_hooks(log.clone())
+        .campaign()
         .unwrap();
     assert!(a.is_leading(), "the first poll runs in campaign()");
     let term = a.term().unwrap();
@@ -261,14 +262,19 @@ fn a_partitioned_leader_is_told_at_its_deadline_and_events_keep_their_order() {
 fn a_retry_period_not_below_the_ttl_is_refused_and_startup_errors_come_back_at_once() {
     let mut tables = Tables::new();
     let table = table(&mut tables);
+    // Refused where it is set, whichever of the two comes last.
     let slow = Elector::new(&db())
         .with_table(&table)
         .unwrap()
         .with_ttl(Duration::from_secs(1))
         .unwrap()
-        .with_retry_period(Duration::from_secs(1))
-        .unwrap();
-    assert!(slow.campaign().unwrap_err().is_invalid_input());
+        .with_retry_period(Duration::from_secs(1));
+    assert!(slow.unwrap_err().is_invalid_input());
+    let short = Elector::new(&db())
+        .with_retry_period(Duration::from_secs(2))
+        .unwrap()
+        .with_ttl(Duration::from_secs(2));
+    assert!(short.unwrap_err().is_invalid_input());
     assert!(Elector::new(&db())
         .with_retry_period(Duration::ZERO)
         .unwrap_err()
@@ -277,7 +283,8 @@ fn a_retry_period_not_below_the_ttl_is_refused_and_startup_errors_come_back_at_o
     let missing = Elector::new(&db())
         .with_table(&tables.name("missing"))
         .unwrap()
-        .campaign_with_hooks(Arc::new(NoLeaderHooks))
+        .with_hooks(Arc::new(NoLeaderHooks))
+        .campaign()
         .unwrap_err();
     assert_eq!(
         missing.code(),
@@ -312,7 +319,8 @@ fn a_panicking_hook_ends_the_campaign_and_stop_says_so() {
     let table = table(&mut tables);
     // Elected and observed on the first poll; the loss at the requested resignation panics.
     let campaign = elector_on(&db(), &table, "a")
-        .campaign_with_hooks(Arc::new(ThirdCallPanics::default()))
+        .with_hooks(Arc::new(ThirdCallPanics::default()))
+        .campaign()
         .unwrap();
     assert!(campaign.is_leading());
     assert!(campaign.elector().request_resign().unwrap());
@@ -399,7 +407,8 @@ impl SlowLeader {
             .unwrap()
             .with_retry_period(SLOW_TTL / 4)
             .unwrap()
-            .campaign_with_hooks(leader_log.clone())
+            .with_hooks(leader_log.clone())
+            .campaign()
             .unwrap();
         assert!(leader.is_leading(), "the first poll runs in campaign()");
         let contender_log = Arc::new(Timeline::default());
@@ -408,7 +417,8 @@ impl SlowLeader {
             .unwrap()
             .with_retry_period(Duration::from_millis(20))
             .unwrap()
-            .campaign_with_hooks(contender_log.clone())
+            .with_hooks(contender_log.clone())
+            .campaign()
             .unwrap();
         // From now on every chunk the leader's connection carries waits, both ways.
         proxy.set_latency(latency);

@@ -7,7 +7,7 @@ mod common;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::{client, db, leader_table, lease_table, wait_for, Tables};
-use pgtenure::{Elector, ErrorKind, Leases, LossReason, Refusal, TickClaims};
+use pgtenure::{Elector, ErrorKind, LeaseLoss, Leases, Refusal, TickClaims};
 
 fn fence_check(leases: &Leases, key: &str, token: i64) -> bool {
     let mut conn = db().connection().unwrap();
@@ -134,7 +134,7 @@ fn force_release_ends_another_owners_managed_lease_and_its_fence() {
         .lost()
         .recv_timeout(ttl)
         .expect("the holder learns the loss at its next renewal");
-    assert_eq!(reason, LossReason::Refused);
+    assert_eq!(reason, LeaseLoss::Refused);
     assert!(!lease.is_held());
     // Nothing live to end any more.
     assert!(!operator.force_release("export").unwrap());

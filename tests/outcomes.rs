@@ -16,7 +16,7 @@ use common::{client, db, wait_for, Role, Tables};
 use parking_lot::Mutex;
 use pgtenure::membership::{Leaser, NoHooks, Reconciler, Unit, UnitLoss, Units};
 use pgtenure::postgres::error::SqlState;
-use pgtenure::{Db, DbBuilder, Elector, FireClaims, Leases, LossReason, TickClaims};
+use pgtenure::{Db, DbBuilder, Elector, FireClaims, LeaseLoss, Leases, TickClaims};
 
 /// A pool through `proxy`, with a short pool timeout.
 fn proxied(proxy: &Proxy, max_size: u32) -> Db {
@@ -272,7 +272,7 @@ fn a_deadline_cancel_never_lands_on_the_next_statement_of_its_connection() {
     proxy.set_connect_delay(Duration::from_millis(400));
     assert_eq!(
         lease.lost().recv_timeout(Duration::from_secs(3)),
-        Ok(LossReason::Expired)
+        Ok(LeaseLoss::Expired)
     );
     // The renewal now finishes before the cancel lands.
     tx.commit().unwrap();

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant, UNIX_EPOCH};
 
 use pgtenure::membership::{Config, Leaser, NoHooks, Reconciler, Unit, UnitLoss, Units};
 use pgtenure::postgres::{Client, NoTls};
-use pgtenure::{Db, Elector, Leases, LossReason, TickClaims};
+use pgtenure::{Db, Elector, LeaseLoss, Leases, TickClaims};
 use serde_json::Value;
 
 const NOT_ACQUIRED: i32 = 75;
@@ -390,7 +390,7 @@ fn lease_release_needs_force_and_ends_a_library_holders_tenure() {
         "{}",
         text(&out.stdout)
     );
-    assert_eq!(lease.lost().recv_timeout(ttl), Ok(LossReason::Refused));
+    assert_eq!(lease.lost().recv_timeout(ttl), Ok(LeaseLoss::Refused));
     let out = env.json(&["lease", "release", "export", "--force"]);
     assert_eq!(out["released"], false);
 }

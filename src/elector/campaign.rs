@@ -165,7 +165,7 @@ impl Elector {
     /// Campaigns for the leadership on a thread of its own (`pgtenure-elector`), owned by the
     /// returned handle: it polls every retry period ([`Elector::with_retry_period`], a third of the
     /// TTL by default), renewing while it leads, and reports what changes on
-    /// [`Leadership::events`] (and to hooks: [`Elector::campaign_with_hooks`]). A watcher thread
+    /// [`Leadership::events`] (and to hooks: [`Elector::with_hooks`]). A watcher thread
     /// (`pgtenure-elector-watch`) reports [`LeaderLoss::Expired`] at the tenure's local deadline
     /// when no renewal succeeded by then, even while a poll hangs on the database.
     ///
@@ -176,30 +176,13 @@ impl Elector {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::InvalidInput`] when the retry period is not below the TTL; the first poll's
-    /// error when waiting cannot fix it; [`ErrorKind::Setup`] when a thread cannot be started.
+    /// The first poll's error when waiting cannot fix it; [`ErrorKind::Setup`] when a thread cannot
+    /// be started.
     pub fn campaign(&self) -> Result<Leadership> {
-        self.campaign_with_hooks(Arc::new(NoLeaderHooks))
-    }
-
-    /// [`Elector::campaign`], also calling `hooks` for every event.
-    ///
-    /// # Errors
-    ///
-    /// As [`Elector::campaign`].
-    pub fn campaign_with_hooks(&self, hooks: Arc<dyn LeaderHooks>) -> Result<Leadership> {
-        let retry = self.retry_period();
-        if retry >= self.ttl {
-            return Err(Error::invalid_input(format!(
-                "retry period {retry:?} is not below the TTL {:?}: a leader would lose its tenure \
-                 between polls",
-                self.ttl
-            )));
-        }
         let (events_tx, events) = bounded(EVENTS_CAPACITY);
         let shared = Arc::new(Shared {
             elector: self.clone(),
-            hooks,
+            hooks: self.hooks.clone(),
             state: Mutex::new(State::default()),
             queue: Mutex::new(VecDeque::new()),
             delivering: Mutex::new(()),

@@ -52,7 +52,7 @@ use parking_lot::Mutex;
 
 use self::sql::Statements;
 use crate::db::{Companion, Db};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::input::{check_key, micros, MIN_DURATION};
 use crate::instance::default_owner;
 use crate::table_name::TableName;
@@ -132,8 +132,10 @@ pub struct Elector {
     holder: Arc<str>,
     ttl: Duration,
     ttl_us: i64,
-    /// How often `campaign` polls; `None`: a third of the TTL.
+    /// How often `campaign` polls; `None`: a third of the TTL. Always below the TTL.
     retry: Option<Duration>,
+    /// What a campaign tells of its events besides its channel ([`Elector::with_hooks`]).
+    hooks: Arc<dyn LeaderHooks>,
     sql: Arc<Statements>,
     tenure: Arc<Mutex<Tenure>>,
 }
@@ -151,6 +153,7 @@ impl Elector {
             ttl_us: micros("leader ttl", DEFAULT_TTL, MIN_DURATION)
                 .expect("the default TTL is valid"),
             retry: None,
+            hooks: Arc::new(NoLeaderHooks),
             sql: Statements::new(table),
             tenure: Arc::default(),
         }
@@ -188,24 +191,34 @@ impl Elector {
     /// # Errors
     ///
     /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when `ttl` is under 1 ms or over
-    /// 100 years.
+    /// 100 years, or not above a retry period set before ([`Elector::with_retry_period`]; set the
+    /// TTL first).
     pub fn with_ttl(mut self, ttl: Duration) -> Result<Elector> {
         self.ttl_us = micros("leader ttl", ttl, MIN_DURATION)?;
+        check_retry(self.retry, ttl)?;
         self.ttl = ttl;
         Ok(self)
     }
 
-    /// How often [`Elector::campaign`]'s thread polls (and so renews while leading); it must be
-    /// below the TTL, checked by `campaign`. Defaults to a third of the TTL.
+    /// How often [`Elector::campaign`]'s thread polls (and so renews while leading). Defaults to a
+    /// third of the TTL.
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when `period` is under 1 ms or
-    /// over 100 years.
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when `period` is under 1 ms,
+    /// over 100 years, or not below the TTL (a leader would lose its tenure between polls).
     pub fn with_retry_period(mut self, period: Duration) -> Result<Elector> {
         micros("retry period", period, MIN_DURATION)?;
+        check_retry(Some(period), self.ttl)?;
         self.retry = Some(period);
         Ok(self)
+    }
+
+    /// Calls `hooks` for every event of a campaign ([`Elector::campaign`]), in the order of its
+    /// events channel, on the campaign's delivering thread. Defaults to [`NoLeaderHooks`].
+    pub fn with_hooks(mut self, hooks: Arc<dyn LeaderHooks>) -> Elector {
+        self.hooks = hooks;
+        self
     }
 
     /// The retry period [`Elector::campaign`] polls at.
@@ -274,6 +287,17 @@ impl Elector {
     /// A database or connection error (the transaction is then aborted).
     pub fn fence(&self, tx: &mut postgres::Transaction<'_>, term: i64) -> Result<bool> {
         self.sql.fence(tx, &self.name, &self.holder, term)
+    }
+}
+
+/// Refuses a retry period that is not below the TTL.
+fn check_retry(retry: Option<Duration>, ttl: Duration) -> Result<()> {
+    match retry {
+        Some(retry) if retry >= ttl => Err(Error::invalid_input(format!(
+            "retry period {retry:?} is not below the TTL {ttl:?}: a leader would lose its tenure \
+             between polls (set the TTL first, then a shorter retry period)"
+        ))),
+        _ => Ok(()),
     }
 }
 

@@ -118,22 +118,6 @@ impl FireClaims {
         &self.owner
     }
 
-    /// Renamed [`FireClaims::with_owner`]: an instance owns what it claims, in every primitive.
-    ///
-    /// # Errors
-    ///
-    /// As [`FireClaims::with_owner`].
-    #[deprecated(since = "0.2.0", note = "renamed to `with_owner`")]
-    pub fn with_holder(self, holder: &str) -> Result<FireClaims> {
-        self.with_owner(holder)
-    }
-
-    /// Renamed [`FireClaims::owner`].
-    #[deprecated(since = "0.2.0", note = "renamed to `owner`")]
-    pub fn holder(&self) -> &str {
-        self.owner()
-    }
-
     /// The TTL of a won claim.
     pub fn ttl(&self) -> Duration {
         self.ttl

@@ -10,7 +10,7 @@ use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender};
 
 use super::family::Shared;
 use super::renewer::{Command, Renewer};
-use super::state::{LeaseState, LossReason, Purpose, Status};
+use super::state::{LeaseLoss, LeaseState, Purpose, Status};
 use super::watcher::Watch;
 use crate::error::{Error, ErrorKind, Result};
 
@@ -57,7 +57,7 @@ const IDLE_THREAD_WAIT: Duration = Duration::from_millis(100);
 pub struct Lease {
     state: Arc<LeaseState>,
     shared: Arc<Shared>,
-    lost: Receiver<LossReason>,
+    lost: Receiver<LeaseLoss>,
     commands: Option<Sender<Command>>,
     thread: Option<(JoinHandle<()>, Receiver<Result<()>>)>,
 }
@@ -93,7 +93,7 @@ impl Lease {
             .name("pgtenure-renew".into())
             .spawn(move || renewer.run(thread_state, commands_rx, reply_tx, sent))
             .map_err(|e| {
-                state.lose(LossReason::Expired);
+                state.lose(LeaseLoss::Expired);
                 Error::setup("could not start a lease renewal thread").with_source(e)
             })?;
         Ok(Lease {
@@ -135,13 +135,13 @@ impl Lease {
     }
 
     /// Why the lease was lost, once it was.
-    pub fn loss(&self) -> Option<LossReason> {
+    pub fn loss(&self) -> Option<LeaseLoss> {
         self.state.loss()
     }
 
-    /// The loss channel: yields the [`LossReason`] once when the lease is lost. Releasing the lease
+    /// The loss channel: yields the [`LeaseLoss`] once when the lease is lost. Releasing the lease
     /// yourself sends nothing. Select on it beside your work (`crossbeam_channel::select!`).
-    pub fn lost(&self) -> &Receiver<LossReason> {
+    pub fn lost(&self) -> &Receiver<LeaseLoss> {
         &self.lost
     }
 
@@ -179,7 +179,7 @@ impl Lease {
         let was = self.state.begin_release(until);
         // Lost (expired or refused): nothing to release, so no reason to wait for a thread that may
         // still be stuck in a renewal (no cancel behind a pooler).
-        let releases = matches!(was, Status::Held | Status::Lost(LossReason::Superseded));
+        let releases = matches!(was, Status::Held | Status::Lost(LeaseLoss::Superseded));
         let bound = if releases { bound } else { IDLE_THREAD_WAIT };
         // Bounded(1) and the only command ever sent: never blocks.
         let _ = commands.try_send(Command::Release { was, until });

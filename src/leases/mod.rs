@@ -60,7 +60,7 @@
 //! # Superseding
 //!
 //! A contender may ask for a live lease with [`Leases::supersede`]: the row is flagged, the holder
-//! learns it at its next renewal ([`LossReason::Superseded`] on the loss channel, or
+//! learns it at its next renewal ([`LeaseLoss::Superseded`] on the loss channel, or
 //! [`KeyRenewal::Superseded`] from a raw renewal) and should stop and release. Two holders never hold
 //! a key together: the contender acquires only after the release or the lapse.
 //!
@@ -68,7 +68,7 @@
 //!
 //! [`Leases::holder`] reads a key's row (owner, token, until when, and whether it is live by the
 //! database clock), [`Leases::list`] every key under a prefix, and [`Leases::force_release`] ends
-//! whoever's tenure of a key (its holder learns [`LossReason::Refused`] at its next renewal; its
+//! whoever's tenure of a key (its holder learns [`LeaseLoss::Refused`] at its next renewal; its
 //! fence fails at once). A refused acquire says why with [`Leases::refusal`] (or
 //! [`Leases::acquire_or_refusal`]): a managed lease of this family holds the key, this owner holds
 //! it elsewhere, another owner holds it, or nobody does any more. The `pgtenure` command shows these
@@ -100,7 +100,7 @@ use std::time::{Duration, Instant};
 use self::family::Shared;
 pub use self::grant::{Grant, KeyRenewal, Renewal};
 pub use self::lease::Lease;
-pub use self::state::LossReason;
+pub use self::state::LeaseLoss;
 pub use self::timing::MIN_MANAGED_TTL;
 pub use self::views::{LeaseInfo, Refusal};
 use crate::db::{Companion, Db, Policy};
@@ -234,7 +234,7 @@ impl Leases {
     /// The local deadline counts from when the grant was sent on a pooled connection, so waiting for
     /// a connection does not shorten the lease. If the grant's answer arrives after that deadline
     /// (the statement itself waited longer than the TTL), the lease is returned already lost
-    /// ([`LossReason::Expired`] on its channel, [`Lease::is_held`] false).
+    /// ([`LeaseLoss::Expired`] on its channel, [`Lease::is_held`] false).
     ///
     /// # Errors
     ///

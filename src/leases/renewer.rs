@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{at, select, Receiver, Sender};
 
 use super::family::{Family, Shared};
-use super::state::{LeaseState, LossReason, Purpose, Status};
+use super::state::{LeaseLoss, LeaseState, Purpose, Status};
 use super::timing::{next_retry, renew_interval};
 use super::watcher::Watch;
 use crate::db::{discard, Conn, Policy};
@@ -114,7 +114,7 @@ impl Renewer {
     /// Releases the row (guarded by owner and token) if the lease was held or superseded when its
     /// release began.
     fn release(&self, state: &Arc<LeaseState>, was: Status, until: Instant) -> Result<()> {
-        if !matches!(was, Status::Held | Status::Lost(LossReason::Superseded)) {
+        if !matches!(was, Status::Held | Status::Lost(LeaseLoss::Superseded)) {
             return Ok(());
         }
         // The watcher cancels the statement if it overruns RELEASE_WAIT (a row lock held elsewhere).
@@ -192,13 +192,13 @@ impl Renewer {
                     return None;
                 }
                 if superseded {
-                    state.lose(LossReason::Superseded);
+                    state.lose(LeaseLoss::Superseded);
                     return None;
                 }
                 Some(sent + interval)
             }
             (Ok(None), _) => {
-                state.lose(LossReason::Refused);
+                state.lose(LeaseLoss::Refused);
                 None
             }
             (Err(e), _) => {
@@ -211,7 +211,7 @@ impl Renewer {
                     deadline.saturating_duration_since(now)
                 );
                 if now >= deadline {
-                    state.lose(LossReason::Expired);
+                    state.lose(LeaseLoss::Expired);
                     return None;
                 }
                 Some(next_retry(now, state.ttl, deadline))

@@ -14,7 +14,7 @@ use super::watcher::{Deadline, Timer};
 /// Why a managed lease was lost; sent once on [`Lease::lost`](crate::Lease::lost).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
-pub enum LossReason {
+pub enum LeaseLoss {
     /// The local deadline passed without a successful renewal (the database or the network failed or
     /// hung for longer than the lease's slack). The database may still show the row until its own
     /// expiry, which is never earlier.
@@ -29,12 +29,12 @@ pub enum LossReason {
     Superseded,
 }
 
-impl fmt::Display for LossReason {
+impl fmt::Display for LeaseLoss {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
-            LossReason::Expired => "expired: no renewal succeeded before the local deadline",
-            LossReason::Refused => "refused: the database says the lease is no longer ours",
-            LossReason::Superseded => "superseded: a contender asked for the key",
+            LeaseLoss::Expired => "expired: no renewal succeeded before the local deadline",
+            LeaseLoss::Refused => "refused: the database says the lease is no longer ours",
+            LeaseLoss::Superseded => "superseded: a contender asked for the key",
         })
     }
 }
@@ -50,7 +50,7 @@ pub(super) enum Purpose {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Status {
     Held,
-    Lost(LossReason),
+    Lost(LeaseLoss),
     /// Being released by its owner; the release statement may run until the instant.
     Releasing(Instant),
     Released,
@@ -69,7 +69,7 @@ pub(crate) struct LeaseState {
     pub(super) ttl: Duration,
     pub(super) ttl_us: i64,
     inner: Mutex<Inner>,
-    loss: Sender<LossReason>,
+    loss: Sender<LeaseLoss>,
 }
 
 impl LeaseState {
@@ -80,7 +80,7 @@ impl LeaseState {
         ttl: Duration,
         ttl_us: i64,
         deadline: Instant,
-        loss: Sender<LossReason>,
+        loss: Sender<LeaseLoss>,
     ) -> LeaseState {
         LeaseState {
             key: key.to_owned(),
@@ -105,7 +105,7 @@ impl LeaseState {
         self.inner.lock().deadline
     }
 
-    pub(super) fn loss(&self) -> Option<LossReason> {
+    pub(super) fn loss(&self) -> Option<LeaseLoss> {
         match self.inner.lock().status {
             Status::Lost(reason) => Some(reason),
             _ => None,
@@ -113,7 +113,7 @@ impl LeaseState {
     }
 
     /// Marks the lease lost (once, only while held) and sends the reason.
-    pub(super) fn lose(&self, reason: LossReason) -> bool {
+    pub(super) fn lose(&self, reason: LeaseLoss) -> bool {
         {
             let mut inner = self.inner.lock();
             if inner.status != Status::Held {
@@ -197,7 +197,7 @@ impl Deadline for LeaseState {
                 let deadline = self.deadline();
                 if deadline > now {
                     Timer::Again(deadline)
-                } else if self.lose(LossReason::Expired) {
+                } else if self.lose(LeaseLoss::Expired) {
                     Timer::Cancel(self.take_in_flight(Purpose::Renew))
                 } else {
                     Timer::Done
@@ -215,7 +215,7 @@ mod tests {
     use super::*;
     use crossbeam_channel::{bounded, Receiver};
 
-    fn held(deadline: Instant) -> (LeaseState, Receiver<LossReason>) {
+    fn held(deadline: Instant) -> (LeaseState, Receiver<LeaseLoss>) {
         let (tx, rx) = bounded(1);
         let ttl = Duration::from_secs(3);
         (LeaseState::new("k", 7, ttl, 3_000_000, deadline, tx), rx)
@@ -235,10 +235,10 @@ mod tests {
         // At the deadline: lost, reason sent, nothing in flight to cancel.
         let later = now + Duration::from_secs(61);
         assert!(matches!(state.on_timer(later), Timer::Cancel(None)));
-        assert_eq!(state.loss(), Some(LossReason::Expired));
-        assert_eq!(lost.try_recv(), Ok(LossReason::Expired));
+        assert_eq!(state.loss(), Some(LeaseLoss::Expired));
+        assert_eq!(lost.try_recv(), Ok(LeaseLoss::Expired));
         // Lost stays lost: no second reason, no renewal moves it, the watcher is done with it.
-        assert!(!state.lose(LossReason::Refused));
+        assert!(!state.lose(LeaseLoss::Refused));
         assert!(!state.extend(later + Duration::from_secs(60)));
         assert!(matches!(state.on_timer(later), Timer::Done));
         assert!(lost.try_recv().is_err());
@@ -285,7 +285,7 @@ mod tests {
         state.end_release();
         assert!(matches!(state.on_timer(until), Timer::Done));
         assert!(
-            !state.lose(LossReason::Expired),
+            !state.lose(LeaseLoss::Expired),
             "a released lease is never lost"
         );
         assert!(
@@ -298,11 +298,11 @@ mod tests {
     fn a_superseded_lease_still_releases_and_its_reason_is_kept() {
         let now = Instant::now();
         let (state, lost) = held(now + Duration::from_secs(60));
-        assert!(state.lose(LossReason::Superseded));
-        assert_eq!(lost.try_recv(), Ok(LossReason::Superseded));
+        assert!(state.lose(LeaseLoss::Superseded));
+        assert_eq!(lost.try_recv(), Ok(LeaseLoss::Superseded));
         assert_eq!(
             state.begin_release(now + Duration::from_secs(5)),
-            Status::Lost(LossReason::Superseded),
+            Status::Lost(LeaseLoss::Superseded),
             "the release learns it was superseded, and still gives the row back"
         );
     }
@@ -311,7 +311,7 @@ mod tests {
     fn loss_never_blocks_when_nobody_listens() {
         let (state, lost) = held(Instant::now() + Duration::from_secs(60));
         drop(lost);
-        assert!(state.lose(LossReason::Refused));
-        assert_eq!(state.loss(), Some(LossReason::Refused));
+        assert!(state.lose(LeaseLoss::Refused));
+        assert_eq!(state.loss(), Some(LeaseLoss::Refused));
     }
 }

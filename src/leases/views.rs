@@ -178,7 +178,7 @@ impl Leases {
     ///
     /// The row stays and gets a fresh token from the key's sequence that no holder has, so tokens
     /// stay monotonic and the ended tenure cannot come back: a managed holder learns
-    /// [`LossReason::Refused`](crate::LossReason::Refused) at its next renewal (within a third of
+    /// [`LeaseLoss::Refused`](crate::LeaseLoss::Refused) at its next renewal (within a third of
     /// its TTL; also a renewal already waiting for the row's lock, whose transaction began before
     /// this one), its [`Leases::fence`] fails from now on, and a raw holder's [`Leases::renew`]
     /// reports the key [`KeyRenewal::Lost`](crate::KeyRenewal::Lost). (Raw renewals are guarded by

@@ -4,7 +4,7 @@
 //! A thread blocked inside `postgres::Client` (waiting on a row lock, on a blackholed socket, on the
 //! pool) cannot watch a clock, so the watcher does: it keeps a heap of lease deadlines and wakes at
 //! the earliest with crossbeam's `at`. When a deadline has passed (and was not pushed back by a
-//! renewal), it marks the lease lost, sends `LossReason::Expired`, and cancels the statement the
+//! renewal), it marks the lease lost, sends `LeaseLoss::Expired`, and cancels the statement the
 //! lease had in flight through the connection's `CancelKey`, so the stuck thread returns too.
 //! Cancels run on short-lived threads of the watcher's own (a cancel opens a connection and may block
 //! on a dead network), which it joins. Renewal threads that a `Lease` could not join within its drop

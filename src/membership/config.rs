@@ -33,11 +33,6 @@ pub struct Config {
     /// How long a process row must have been expired before a sweep deletes it; must exceed `ttl`.
     /// Defaults to 1 hour.
     pub sweep_cutoff: Duration,
-    /// Ignored: balance is exact (see [`Leaser::tick`](super::Leaser::tick)), so there is no band to tolerate. A band
-    /// around the fair share never settled when shares were small. Still checked (finite, at least
-    /// 0) so that configurations keep their meaning until the field is removed. Defaults to 0.2.
-    #[deprecated(note = "ignored: membership balance is exact; the field will be removed")]
-    pub shed_hysteresis: f64,
     /// The most units one claim statement takes, at least 1; clamped to `max_claim_per_tick`.
     /// Defaults to 64.
     pub claim_batch: u32,
@@ -59,7 +54,6 @@ pub struct Config {
 }
 
 impl Default for Config {
-    #[allow(deprecated)]
     fn default() -> Config {
         Config {
             hostname: hostname(),
@@ -70,7 +64,6 @@ impl Default for Config {
             rebalance_interval: Duration::from_secs(5),
             sweep_interval: Duration::from_secs(600),
             sweep_cutoff: Duration::from_secs(3600),
-            shed_hysteresis: 0.2,
             claim_batch: 64,
             max_claim_per_tick: 1024,
             warm_up: None,
@@ -81,7 +74,6 @@ impl Default for Config {
 impl Config {
     /// Checks every field (the one place a configuration is checked) and draws the process id if
     /// none was given.
-    #[allow(deprecated)]
     pub(super) fn validated(mut self) -> Result<Config> {
         check_key("hostname", &self.hostname)?;
         check_key("version", &self.version)?;
@@ -104,12 +96,6 @@ impl Config {
             return Err(Error::invalid_input(format!(
                 "sweep cutoff {:?} is not above the TTL {:?}; live but late processes would be swept",
                 self.sweep_cutoff, self.ttl
-            )));
-        }
-        if !self.shed_hysteresis.is_finite() || self.shed_hysteresis < 0.0 {
-            return Err(Error::invalid_input(format!(
-                "shed hysteresis {} must be a finite number at least 0",
-                self.shed_hysteresis
             )));
         }
         if self.claim_batch == 0 || self.max_claim_per_tick == 0 {
@@ -186,7 +172,6 @@ mod tests {
     use super::*;
 
     #[test]
-    #[allow(deprecated)]
     fn a_valid_config_is_kept_and_bad_or_zero_values_are_refused() {
         let c = Config::default().validated().unwrap();
         assert_eq!(c.ttl, Duration::from_secs(15));
@@ -210,18 +195,6 @@ mod tests {
             },
             Config {
                 sweep_cutoff: Duration::from_secs(10),
-                ..Config::default()
-            },
-            Config {
-                shed_hysteresis: -0.1,
-                ..Config::default()
-            },
-            Config {
-                shed_hysteresis: f64::NAN,
-                ..Config::default()
-            },
-            Config {
-                shed_hysteresis: f64::INFINITY,
                 ..Config::default()
             },
             Config {

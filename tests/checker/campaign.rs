@@ -338,7 +338,7 @@ fn campaigns_with_resignations_stops_and_slow_answers_never_have_two_leaders() {
                             world: world.clone(),
                             log: Mutex::new(Vec::new()),
                         });
-                        match elector.campaign_with_hooks(recorder.clone()) {
+                        match elector.clone().with_hooks(recorder.clone()).campaign() {
                             Ok(campaign) => {
                                 recorders.lock().push(recorder);
                                 campaigns.fetch_add(1, Ordering::SeqCst);

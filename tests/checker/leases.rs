@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use pgtenure::crossbeam_channel::{after, select};
-use pgtenure::{Db, Leases, LossReason};
+use pgtenure::{Db, LeaseLoss, Leases};
 
 use crate::common::beliefs::Beliefs;
 use crate::common::proxy::{database_addr, Proxy};
@@ -64,7 +64,7 @@ fn lease_worker(
                     select! {
                         recv(lease.lost()) -> reason => {
                             counts.losses.fetch_add(1, Ordering::SeqCst);
-                            if reason == Ok(LossReason::Expired) {
+                            if reason == Ok(LeaseLoss::Expired) {
                                 let late = Instant::now().saturating_duration_since(lease.deadline());
                                 counts.worst_late_us.fetch_max(late.as_micros() as u64, Ordering::SeqCst);
                             }

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant, SystemTime};
 use crate::common::proxy::{database_addr, Proxy};
 use crate::common::{client, count, db, lease_table, ledger, wait_for, Tables};
 use pgtenure::testing::TempPostgres;
-use pgtenure::{Db, DbBuilder, KeyRenewal, Leases, LossReason, StatementMode};
+use pgtenure::{Db, DbBuilder, KeyRenewal, LeaseLoss, Leases, StatementMode};
 
 use super::child::Child;
 use super::{fenced_write, Write, CHILD_ENV};
@@ -46,7 +46,7 @@ fn a_blackholed_holder_loses_at_its_local_deadline_and_is_refused_after_healing(
         .recv_timeout(ttl * 3)
         .expect("loss while blackholed");
     let late = Instant::now().saturating_duration_since(deadline);
-    assert_eq!(reason, LossReason::Expired);
+    assert_eq!(reason, LeaseLoss::Expired);
     assert!(!lease.is_held());
     println!("blackholed holder: loss signalled {late:?} after its local deadline");
     assert!(late < Duration::from_millis(250), "{late:?}");

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use crate::common::beliefs::Beliefs;
 use crate::common::{client, db, wait_for, Tables};
-use pgtenure::{KeyRenewal, Leases, LossReason};
+use pgtenure::{KeyRenewal, LeaseLoss, Leases};
 
 use super::{leases, other, row};
 
@@ -119,9 +119,9 @@ fn deleting_stealing_or_superseding_the_row_fires_the_loss_channel_with_the_reas
         .lost()
         .recv_timeout(interval * 6)
         .expect("loss within a renewal");
-    assert_eq!(reason, LossReason::Refused);
+    assert_eq!(reason, LeaseLoss::Refused);
     assert!(!deleted.is_held());
-    assert_eq!(deleted.loss(), Some(LossReason::Refused));
+    assert_eq!(deleted.loss(), Some(LeaseLoss::Refused));
     deleted.release().unwrap();
 
     let stolen = a.acquire("stolen", ttl).unwrap().unwrap();
@@ -135,7 +135,7 @@ fn deleting_stealing_or_superseding_the_row_fires_the_loss_channel_with_the_reas
         .unwrap();
     assert_eq!(
         stolen.lost().recv_timeout(interval * 6),
-        Ok(LossReason::Refused)
+        Ok(LeaseLoss::Refused)
     );
     stolen.release().unwrap();
     assert_eq!(
@@ -149,7 +149,7 @@ fn deleting_stealing_or_superseding_the_row_fires_the_loss_channel_with_the_reas
     assert!(contender.supersede("wanted").unwrap());
     assert_eq!(
         wanted.lost().recv_timeout(interval * 6),
-        Ok(LossReason::Superseded)
+        Ok(LeaseLoss::Superseded)
     );
     assert!(!wanted.is_held());
     assert!(
@@ -187,7 +187,7 @@ fn loss_fires_at_the_local_deadline_while_the_renewal_is_stuck_on_a_row_lock() {
         .recv_timeout(ttl * 3)
         .expect("loss while the renewal is stuck");
     let late = Instant::now().saturating_duration_since(deadline);
-    assert_eq!(reason, LossReason::Expired);
+    assert_eq!(reason, LeaseLoss::Expired);
     assert!(Instant::now() >= deadline, "not before the deadline");
     assert!(
         late < Duration::from_millis(250),
@@ -258,7 +258,7 @@ fn with_lease_runs_once_when_free_never_when_held_and_releases_on_return_and_pan
             lease.lost().recv_timeout(Duration::from_secs(2)).ok()
         })
         .unwrap();
-    assert_eq!(seen, Some(Some(LossReason::Refused)));
+    assert_eq!(seen, Some(Some(LeaseLoss::Refused)));
 }
 
 #[test]
