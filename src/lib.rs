@@ -155,3 +155,24 @@ pub fn migrate(db: &Db) -> Result<()> {
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
+
+/// The guides in `docs/`, compiled as doctests so that any Rust they hold stays true.
+#[cfg(doctest)]
+mod docs_doctests {
+    #[doc = include_str!("../docs/connections.md")]
+    pub struct Connections;
+    #[doc = include_str!("../docs/high-availability.md")]
+    pub struct HighAvailability;
+    #[doc = include_str!("../docs/operating.md")]
+    pub struct Operating;
+    #[doc = include_str!("../docs/operating-notes.md")]
+    pub struct OperatingNotes;
+    #[doc = include_str!("../docs/performance.md")]
+    pub struct Performance;
+    #[doc = include_str!("../docs/poolers.md")]
+    pub struct Poolers;
+    #[doc = include_str!("../docs/primitives.md")]
+    pub struct Primitives;
+    #[doc = include_str!("../docs/reliability.md")]
+    pub struct Reliability;
+}

@@ -29,7 +29,7 @@
 //! (or its grant) while the holder still believes it holds the key; so after a promotion no lapsed
 //! or absent key is granted until one longest TTL has passed ([`Db::with_promotion_hold_off`]), by
 //! when every such belief has ended, and the old holder's fence fails. Live leases renew as usual.
-//! See the README's "High availability".
+//! See `docs/high-availability.md` in the repository.
 //!
 //! ```no_run
 //! # fn main() -> Result<(), pgtenure::Error> {
