@@ -42,6 +42,48 @@ impl<A: GrantAnswer> GrantAnswer for (A, Instant) {
     }
 }
 
+/// A grant statement's parameters (`sql/leases/acquire.sql`, `sql/elector/is_leader.sql`): $1 the
+/// key or fleet name, $2 the owner or holder, $3 the TTL in microseconds, $4 the statement's own
+/// (`T`), $5 whether tokens fold in the timeline, $6 whether grants are held off, $7 $8 $9 the
+/// promotion record.
+pub(crate) type GrantParams<'a, T> = (
+    &'a str,
+    &'a str,
+    i64,
+    T,
+    bool,
+    bool,
+    i64,
+    Option<SystemTime>,
+    Option<SystemTime>,
+);
+
+impl Promotion {
+    /// The parameters of a grant sent with this record on `db` (see [`GrantParams`]).
+    pub(crate) fn grant_params<'a, T>(
+        self,
+        db: &Db,
+        key: &'a str,
+        owner: &'a str,
+        ttl_us: i64,
+        own: T,
+    ) -> GrantParams<'a, T> {
+        let (tokens, hold_off) = (db.timeline_tokens(), db.promotion_hold_off());
+        let (timeline, seen_at, grants_from) = (self.timeline, self.seen_at, self.grants_from);
+        (
+            key,
+            owner,
+            ttl_us,
+            own,
+            tokens,
+            hold_off,
+            timeline,
+            seen_at,
+            grants_from,
+        )
+    }
+}
+
 /// The record statement's parameter: the longest TTL in microseconds (`sql/schema/promotion.sql`).
 type Record = (i64,);
 

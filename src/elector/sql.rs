@@ -87,17 +87,7 @@ impl Statements {
         term: Option<i64>,
         promotion: Promotion,
     ) -> Result<(PollAnswer, Instant)> {
-        let params = (
-            name,
-            holder,
-            ttl_us,
-            term,
-            db.timeline_tokens(),
-            db.promotion_hold_off(),
-            promotion.timeline,
-            promotion.seen_at,
-            promotion.grants_from,
-        );
+        let params = promotion.grant_params(db, name, holder, ttl_us, term);
         let mut sent = Instant::now();
         let rows = db.with_conn("elect leader", Policy::IDEMPOTENT, |conn| {
             sent = Instant::now();

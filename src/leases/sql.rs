@@ -114,17 +114,7 @@ impl Statements {
         keep: bool,
         promotion: Promotion,
     ) -> Result<(AcquireAnswer, Instant)> {
-        let params = (
-            key,
-            owner,
-            ttl_us,
-            keep,
-            db.timeline_tokens(),
-            db.promotion_hold_off(),
-            promotion.timeline,
-            promotion.seen_at,
-            promotion.grants_from,
-        );
+        let params = promotion.grant_params(db, key, owner, ttl_us, keep);
         let mut sent = Instant::now();
         let rows = db.with_conn("acquire lease", Policy::IDEMPOTENT, |conn| {
             sent = Instant::now();

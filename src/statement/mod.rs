@@ -326,14 +326,8 @@ impl Call<'_, '_> {
 
     /// The statement itself, planned for this call.
     fn unprepared(&self, client: &mut Client) -> Result<Vec<Row>, Failure> {
-        let params: Vec<(Value<'_>, Type)> = self
-            .values
-            .iter()
-            .zip(self.typed.types)
-            .map(|(value, ty)| (*value, ty.clone()))
-            .collect();
         client
-            .query_typed(self.text, &params)
+            .query_typed(self.text, &typed(&self.values, self.typed.types))
             .map_err(Failure::from)
     }
 
@@ -370,12 +364,16 @@ pub(crate) fn in_transaction<P: Params>(
     params: &P,
 ) -> Result<Vec<Row>, postgres::Error> {
     let values = params.values();
-    let typed: Vec<(Value<'_>, Type)> = values
+    tx.query_typed(text, &typed(&values, P::TYPES))
+}
+
+/// Each value beside its type, as the driver's unprepared `query_typed` takes them.
+fn typed<'a>(values: &[Value<'a>], types: &[Type]) -> Vec<(Value<'a>, Type)> {
+    values
         .iter()
-        .zip(P::TYPES)
+        .zip(types)
         .map(|(value, ty)| (*value, ty.clone()))
-        .collect();
-    tx.query_typed(text, &typed)
+        .collect()
 }
 
 /// Whether the session still runs on the backend the connection was first seen on. Asked after a
