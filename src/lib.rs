@@ -101,6 +101,7 @@ mod error;
 pub mod fire_claims;
 mod input;
 mod instance;
+mod observe;
 pub mod leases;
 pub mod membership;
 pub mod schedule;

@@ -21,6 +21,7 @@ use parking_lot::Mutex;
 use super::poll::Poll;
 use super::{CampaignLink, Campaigning, Elector, LeaderInfo};
 use crate::error::{Error, ErrorKind, Result};
+use crate::observe;
 
 /// How many events [`Leadership::events`] keeps unread; past that, the oldest are dropped (and
 /// counted: [`Leadership::dropped_events`]), so a campaign nobody reads the events of holds at most
@@ -86,6 +87,20 @@ impl fmt::Display for LeaderLoss {
             LeaderLoss::Stopped => "stopped",
             LeaderLoss::Resigned => "resigned",
         })
+    }
+}
+
+impl LeaderLoss {
+    /// The reason as a metric's label (`expired`, `taken`, `resign_requested`, `stopped`,
+    /// `resigned`).
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            LeaderLoss::Expired => "expired",
+            LeaderLoss::Taken => "taken",
+            LeaderLoss::ResignRequested => "resign_requested",
+            LeaderLoss::Stopped => "stopped",
+            LeaderLoss::Resigned => "resigned",
+        }
     }
 }
 
@@ -433,6 +448,7 @@ impl Shared {
         }
         if let Some(term) = state.announced.take() {
             log::info!(target: "pgtenure::elector", "{} lost the leadership of fleet {:?} (term {term}): {reason}", self.elector.holder, self.elector.name);
+            observe::leader_lost(&self.elector.name, reason.label());
             self.queue
                 .lock()
                 .push_back(LeaderEvent::Lost { term, reason });

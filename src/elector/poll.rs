@@ -5,6 +5,7 @@ use std::time::Instant;
 use super::sql::PollAnswer;
 use super::{Elector, LeaderInfo};
 use crate::error::Result;
+use crate::observe;
 
 /// What one poll found.
 #[derive(Debug, Clone)]
@@ -16,6 +17,8 @@ pub(super) struct Poll {
     pub(super) ended: bool,
     /// Who leads by the poll's statement (this elector included).
     pub(super) leader: Option<LeaderInfo>,
+    /// The poll won a term this elector did not hold before.
+    pub(super) won: bool,
 }
 
 impl Elector {
@@ -59,6 +62,15 @@ impl Elector {
     /// tenure; also says who leads by that statement's view. A failed poll drops the leadership at
     /// once, unless `keep` (the campaign's loop: its watcher ends it at the local deadline).
     pub(super) fn poll_keeping(&self, keep: bool) -> Result<Poll> {
+        let polled = self.adopt_poll(keep);
+        let leading = polled.as_ref().ok().map(|poll| poll.leading);
+        let won = polled.as_ref().is_ok_and(|poll| poll.won);
+        observe::leader_poll(&self.name, leading, won);
+        polled
+    }
+
+    /// [`Elector::poll_keeping`] but for the metrics.
+    fn adopt_poll(&self, keep: bool) -> Result<Poll> {
         let (guard, epoch) = {
             let tenure = self.tenure.lock();
             (tenure.term, tenure.resigned)
@@ -93,6 +105,7 @@ impl Elector {
             leading: false,
             ended: ended.is_some(),
             leader: leader.clone(),
+            won: false,
         };
         if tenure.resigned != epoch {
             // A clone resigned (or a campaign stopped) while this poll was in flight: whatever it
@@ -133,7 +146,8 @@ impl Elector {
             return Ok(not_leading);
         };
         let deadline = sent + self.ttl;
-        if tenure.term != Some(term) {
+        let new_term = tenure.term != Some(term);
+        if new_term {
             log::info!(
                 target: "pgtenure::elector",
                 "{} leads fleet {:?} with term {term}",
@@ -148,6 +162,7 @@ impl Elector {
             leading: Instant::now() < deadline,
             ended: false,
             leader,
+            won: new_term,
         })
     }
 

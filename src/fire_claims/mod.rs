@@ -39,6 +39,7 @@ use crate::db::{Companion, Db};
 use crate::error::Result;
 use crate::input::{check_key, micros, MIN_DURATION};
 use crate::instance::{default_owner, random_u64};
+use crate::observe;
 use crate::table_name::TableName;
 
 mod sql;
@@ -163,6 +164,7 @@ impl FireClaims {
             "claim of fire {fire_key:?}: {}",
             if won { "won" } else { "refused" }
         );
+        observe::fire_claim(won);
         Ok(won)
     }
 

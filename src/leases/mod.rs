@@ -107,6 +107,7 @@ use crate::db::{Companion, Db, Policy};
 use crate::error::Result;
 use crate::input::{check_key, micros, MIN_DURATION};
 use crate::instance::default_owner;
+use crate::observe;
 use crate::table_name::TableName;
 
 /// The table [`Leases::new`] uses unless [`Leases::with_table`] names another.
@@ -352,6 +353,7 @@ impl Leases {
         });
         self.shared.note(&answered);
         let (answer, sent) = answered?;
+        observe::lease_acquire(answer.granted.is_some());
         Ok(answer
             .granted
             .map(|(token, superseded)| (token, superseded, sent)))
@@ -387,7 +389,8 @@ impl Leases {
         let rows = self
             .shared
             .sql
-            .renew(&self.shared.db, &distinct, &self.shared.owner, ttl_us)?;
+            .renew(&self.shared.db, &distinct, &self.shared.owner, ttl_us)
+            .inspect_err(|_| observe::lease_renewal("failed", None))?;
         let mut renewed: HashMap<String, KeyRenewal> = HashMap::with_capacity(rows.len());
         for (key, token, superseded) in rows {
             let outcome = if superseded {
@@ -404,6 +407,16 @@ impl Leases {
                     (*key).to_owned(),
                     renewed.get(*key).copied().unwrap_or(KeyRenewal::Lost),
                 )
+            })
+            .inspect(|(_, outcome)| {
+                observe::lease_renewal(
+                    match outcome {
+                        KeyRenewal::Held { .. } => "renewed",
+                        KeyRenewal::Superseded { .. } => "superseded",
+                        KeyRenewal::Lost => "refused",
+                    },
+                    None,
+                );
             })
             .collect();
         Ok(Renewal {

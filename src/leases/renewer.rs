@@ -12,6 +12,7 @@ use super::timing::{next_retry, renew_interval};
 use super::watcher::Watch;
 use crate::db::{discard, Conn, Policy};
 use crate::error::Result;
+use crate::observe;
 use crate::statement::Failure;
 
 /// What the handle asks of its lease's thread.
@@ -186,7 +187,18 @@ impl Renewer {
             // Expired (the watcher sends the loss) or being released.
             return None;
         }
-        match self.renew(state) {
+        let (renewed, sent) = self.renew(state);
+        let answered = Instant::now();
+        let slack = state.deadline().checked_duration_since(answered);
+        let outcome = match &renewed {
+            Ok(Some(false)) => "renewed",
+            Ok(Some(true)) => "superseded",
+            Ok(None) => "refused",
+            Err(_) => "failed",
+        };
+        let took = answered.saturating_duration_since(sent);
+        observe::lease_renewal(outcome, Some((took, slack)));
+        match (renewed, sent) {
             (Ok(Some(superseded)), sent) => {
                 if !state.extend(sent + state.ttl) {
                     return None;

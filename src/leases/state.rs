@@ -6,6 +6,7 @@ use std::fmt;
 use std::time::{Duration, Instant};
 
 use crate::db::CancelKey;
+use crate::observe;
 use crossbeam_channel::Sender;
 use parking_lot::Mutex;
 
@@ -36,6 +37,17 @@ impl fmt::Display for LeaseLoss {
             LeaseLoss::Refused => "refused: the database says the lease is no longer ours",
             LeaseLoss::Superseded => "superseded: a contender asked for the key",
         })
+    }
+}
+
+impl LeaseLoss {
+    /// The reason as a metric's label (`expired`, `refused`, `superseded`).
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            LeaseLoss::Expired => "expired",
+            LeaseLoss::Refused => "refused",
+            LeaseLoss::Superseded => "superseded",
+        }
     }
 }
 
@@ -82,6 +94,7 @@ impl LeaseState {
         deadline: Instant,
         loss: Sender<LeaseLoss>,
     ) -> LeaseState {
+        observe::lease_held(true);
         LeaseState {
             key: key.to_owned(),
             token,
@@ -121,6 +134,8 @@ impl LeaseState {
             }
             inner.status = Status::Lost(reason);
         }
+        observe::lease_held(false);
+        observe::lease_lost(reason.label());
         log::info!(target: "pgtenure::leases", "lease {:?} (token {}) lost: {reason}", self.key, self.token);
         // Bounded(1) and sent once: never blocks; a dropped receiver means nobody listens.
         let _ = self.loss.try_send(reason);
@@ -170,6 +185,9 @@ impl LeaseState {
         let mut inner = self.inner.lock();
         let was = inner.status;
         inner.status = Status::Releasing(until);
+        if was == Status::Held {
+            observe::lease_held(false);
+        }
         was
     }
 

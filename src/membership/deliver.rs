@@ -12,6 +12,7 @@ use std::collections::VecDeque;
 
 use parking_lot::{Mutex, ReentrantMutex};
 
+use crate::observe;
 use super::local::Losses;
 use super::{Reconciler, Unit, UnitLoss};
 
@@ -102,7 +103,10 @@ impl Outbox {
                 seq,
             };
             match next {
-                Delivery::Lost(units, reason) => reconciler.units_lost(&units, reason),
+                Delivery::Lost(units, reason) => {
+                    observe::units_lost(reason.label(), units.len());
+                    reconciler.units_lost(&units, reason);
+                }
                 Delivery::Gained(units) => reconciler.units_gained(&units),
             }
         }

@@ -14,6 +14,7 @@ use super::local::{stop_after, Local};
 use super::sql::{Batch, Statements};
 use super::unit::{Reconciler, Unit, UnitLoss};
 use super::warm_up::WarmUp;
+use crate::observe;
 use crate::db::Db;
 use crate::error::{Error, ErrorKind, Result};
 use crate::input::{micros, MIN_DURATION};
@@ -194,7 +195,9 @@ impl Leaser {
             reported,
             &self.config.hostname,
             &self.config.version,
-        )?;
+        );
+        observe::heartbeat(lapsed.is_ok());
+        let lapsed = lapsed?;
         let stop = stop_after(self.config.ttl);
         let warn = {
             let mut local = self.local.lock();

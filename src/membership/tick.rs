@@ -12,6 +12,7 @@ use super::leaser::Leaser;
 use super::local::{weight_of, Digest, Holds, View};
 use super::sql::{Batch, Reported, Stats};
 use super::unit::Unit;
+use crate::observe;
 use crate::error::Result;
 use crate::instance::random_u64;
 
@@ -99,7 +100,7 @@ impl Leaser {
         // leaser. Units chosen to shed are reported lost here, before they are given back below:
         // their work has stopped before another process can claim them.
         self.outbox.flush(&*self.reconciler);
-        let mut rebalance = decided?;
+        let mut rebalance = decided.inspect_err(|_| observe::membership_tick(started.elapsed(), None))?;
         if rebalance.claimed > 0 {
             self.hooks.claimed(rebalance.claimed);
         }
@@ -107,11 +108,14 @@ impl Leaser {
         self.hooks.owned(rebalance.owned, rebalance.owned_weight);
         rebalance.shed = {
             let _one_at_a_time = self.ticking.lock();
-            self.give_back()?
+            self.give_back()
+                .inspect_err(|_| observe::membership_tick(started.elapsed(), None))?
         };
         if rebalance.shed > 0 {
             self.hooks.shed(rebalance.shed);
         }
+        let moved = (rebalance.claimed, rebalance.shed, rebalance.owned);
+        observe::membership_tick(started.elapsed(), Some(moved));
         Ok(rebalance)
     }
 

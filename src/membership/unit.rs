@@ -63,13 +63,20 @@ pub enum UnitLoss {
 
 impl fmt::Display for UnitLoss {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
+        f.write_str(self.label())
+    }
+}
+
+impl UnitLoss {
+    /// The reason as a metric's label: the same words as its `Display`.
+    pub(crate) fn label(self) -> &'static str {
+        match self {
             UnitLoss::Shed => "shed",
             UnitLoss::Expired => "expired",
             UnitLoss::Taken => "taken",
             UnitLoss::Removed => "removed",
             UnitLoss::Released => "released",
-        })
+        }
     }
 }
 

@@ -49,6 +49,7 @@ use crate::db::Db;
 use crate::error::{Error, Result};
 use crate::input::{check_key, check_tick, micros, MIN_DURATION};
 use crate::instance::{default_owner, random_u64};
+use crate::observe;
 use crate::table_name::TableName;
 
 mod claim;
@@ -190,9 +191,13 @@ impl TickClaims {
             lead_us,
         )?;
         let (token, db_now) = match answer {
-            ClaimAnswer::TooFar { db_now } => return Ok((Claimed::NotYetDue, db_now)),
+            ClaimAnswer::TooFar { db_now } => {
+                observe::tick_claim("not_yet_due");
+                return Ok((Claimed::NotYetDue, db_now));
+            }
             ClaimAnswer::Claimed { token, db_now } => (token, db_now),
         };
+        observe::tick_claim(if token.is_some() { "won" } else { "refused" });
         log::debug!(
             target: "pgtenure::tick_claims",
             "claim of job {job_id:?} at {tick:?}: {}",

@@ -1,0 +1,210 @@
+//! What pgtenure reports through the [`metrics`](https://docs.rs/metrics) facade with the feature
+//! `metrics`: one function per event, called where the event is decided. Without the feature each
+//! is empty and nothing of the facade is compiled in. `docs/metrics.md` lists every metric; a test
+//! (`tests/metrics.rs`) keeps the two in step.
+//!
+//! Names follow Prometheus's conventions (`_total` counters, units in the name, base units), and
+//! labels take only bounded values: outcomes and reasons, fleet names and job ids (which an
+//! application configures), SQLSTATE classes; never a lease key or a unit.
+
+use std::time::Duration;
+
+#[cfg(feature = "metrics")]
+use metrics::{counter, gauge, histogram};
+
+/// A lease grant (`acquire`, `try_acquire`, `with_lease`): granted or refused.
+pub(crate) fn lease_acquire(granted: bool) {
+    #[cfg(feature = "metrics")]
+    counter!("pgtenure_lease_acquires_total", "outcome" => if granted { "granted" } else { "refused" })
+        .increment(1);
+    #[cfg(not(feature = "metrics"))]
+    let _ = granted;
+}
+
+/// A renewal of a lease answered (`outcome`: `renewed`, `superseded`, `refused`) or failed
+/// (`failed`); a managed lease's also says how long it `took` after it was sent and the slack left
+/// before the lease's local deadline when the answer came (zero when it came after it).
+pub(crate) fn lease_renewal(outcome: &'static str, timing: Option<(Duration, Option<Duration>)>) {
+    #[cfg(feature = "metrics")]
+    {
+        counter!("pgtenure_lease_renewals_total", "outcome" => outcome).increment(1);
+        if let Some((took, slack)) = timing {
+            histogram!("pgtenure_lease_renewal_duration_seconds").record(took.as_secs_f64());
+            histogram!("pgtenure_lease_renewal_slack_seconds")
+                .record(slack.map_or(0.0, |slack| slack.as_secs_f64()));
+        }
+    }
+    #[cfg(not(feature = "metrics"))]
+    let _ = (outcome, timing);
+}
+
+/// A managed lease was lost (`reason`: `expired`, `refused`, `superseded`).
+pub(crate) fn lease_lost(reason: &'static str) {
+    #[cfg(feature = "metrics")]
+    counter!("pgtenure_lease_losses_total", "reason" => reason).increment(1);
+    #[cfg(not(feature = "metrics"))]
+    let _ = reason;
+}
+
+/// Managed leases held by this process: one more (`true`) or one fewer.
+pub(crate) fn lease_held(more: bool) {
+    #[cfg(feature = "metrics")]
+    {
+        let held = gauge!("pgtenure_leases_held");
+        if more {
+            held.increment(1.0);
+        } else {
+            held.decrement(1.0);
+        }
+    }
+    #[cfg(not(feature = "metrics"))]
+    let _ = more;
+}
+
+/// A tick claim answered (`outcome`: `won`, `refused`, `not_yet_due`).
+pub(crate) fn tick_claim(outcome: &'static str) {
+    #[cfg(feature = "metrics")]
+    counter!("pgtenure_tick_claims_total", "outcome" => outcome).increment(1);
+    #[cfg(not(feature = "metrics"))]
+    let _ = outcome;
+}
+
+/// A fire claim answered: won or refused.
+pub(crate) fn fire_claim(won: bool) {
+    #[cfg(feature = "metrics")]
+    counter!("pgtenure_fire_claims_total", "outcome" => if won { "won" } else { "refused" })
+        .increment(1);
+    #[cfg(not(feature = "metrics"))]
+    let _ = won;
+}
+
+/// An elector's poll of `fleet` answered (`leading` or not), or failed (`None`); a poll that won a
+/// new term says so (`won`).
+pub(crate) fn leader_poll(fleet: &str, leading: Option<bool>, won: bool) {
+    #[cfg(feature = "metrics")]
+    {
+        let fleet = fleet.to_owned();
+        let outcome = match leading {
+            Some(true) => "leading",
+            Some(false) => "following",
+            None => "failed",
+        };
+        counter!("pgtenure_leader_polls_total", "fleet" => fleet.clone(), "outcome" => outcome)
+            .increment(1);
+        gauge!("pgtenure_leader", "fleet" => fleet.clone())
+            .set(if leading == Some(true) { 1.0 } else { 0.0 });
+        if won {
+            counter!("pgtenure_leader_terms_won_total", "fleet" => fleet).increment(1);
+        }
+    }
+    #[cfg(not(feature = "metrics"))]
+    let _ = (fleet, leading, won);
+}
+
+/// A campaign on `fleet` lost its leadership (`reason`: `expired`, `taken`, `resign_requested`,
+/// `stopped`, `resigned`).
+pub(crate) fn leader_lost(fleet: &str, reason: &'static str) {
+    #[cfg(feature = "metrics")]
+    {
+        let fleet = fleet.to_owned();
+        counter!("pgtenure_leader_losses_total", "fleet" => fleet.clone(), "reason" => reason)
+            .increment(1);
+        gauge!("pgtenure_leader", "fleet" => fleet).set(0.0);
+    }
+    #[cfg(not(feature = "metrics"))]
+    let _ = (fleet, reason);
+}
+
+/// A membership heartbeat succeeded or failed.
+pub(crate) fn heartbeat(ok: bool) {
+    #[cfg(feature = "metrics")]
+    counter!("pgtenure_membership_heartbeats_total", "outcome" => if ok { "ok" } else { "failed" })
+        .increment(1);
+    #[cfg(not(feature = "metrics"))]
+    let _ = ok;
+}
+
+/// A membership tick (rebalance step) took `took`, claimed `claimed` and shed `shed` units, and
+/// left this process owning `owned`; `None` when it failed.
+pub(crate) fn membership_tick(took: Duration, moved: Option<(usize, usize, usize)>) {
+    #[cfg(feature = "metrics")]
+    {
+        histogram!("pgtenure_membership_tick_duration_seconds").record(took.as_secs_f64());
+        match moved {
+            Some((claimed, shed, owned)) => {
+                counter!("pgtenure_units_claimed_total").increment(claimed as u64);
+                counter!("pgtenure_units_shed_total").increment(shed as u64);
+                gauge!("pgtenure_units_owned").set(owned as f64);
+            }
+            None => counter!("pgtenure_membership_tick_failures_total").increment(1),
+        }
+    }
+    #[cfg(not(feature = "metrics"))]
+    let _ = (took, moved);
+}
+
+/// `count` units were lost (`reason`: `shed`, `expired`, `taken`, `removed`, `released`).
+pub(crate) fn units_lost(reason: &'static str, count: usize) {
+    #[cfg(feature = "metrics")]
+    counter!("pgtenure_units_lost_total", "reason" => reason).increment(count as u64);
+    #[cfg(not(feature = "metrics"))]
+    let _ = (reason, count);
+}
+
+/// A scheduled run of `job` started `late` after its tick was due.
+pub(crate) fn job_started(job: &str, late: Duration) {
+    #[cfg(feature = "metrics")]
+    histogram!("pgtenure_job_lateness_seconds", "job" => job.to_owned()).record(late.as_secs_f64());
+    #[cfg(not(feature = "metrics"))]
+    let _ = (job, late);
+}
+
+/// A scheduled run of `job` ended (`outcome`: `ok`, `failed`, `panicked`) after `took`.
+pub(crate) fn job_ended(job: &str, outcome: &'static str, took: Duration) {
+    #[cfg(feature = "metrics")]
+    {
+        let job = job.to_owned();
+        counter!("pgtenure_job_runs_total", "job" => job.clone(), "outcome" => outcome).increment(1);
+        histogram!("pgtenure_job_run_duration_seconds", "job" => job).record(took.as_secs_f64());
+    }
+    #[cfg(not(feature = "metrics"))]
+    let _ = (job, outcome, took);
+}
+
+/// A tick of `job` was missed (reached later than its grace).
+pub(crate) fn job_missed(job: &str) {
+    #[cfg(feature = "metrics")]
+    counter!("pgtenure_job_misfires_total", "job" => job.to_owned()).increment(1);
+    #[cfg(not(feature = "metrics"))]
+    let _ = job;
+}
+
+/// A statement failed and the failure was returned: `class` is the SQLSTATE's class (its first two
+/// characters), `connection` when the connection broke without one, `driver` otherwise.
+pub(crate) fn statement_error(class: &str) {
+    #[cfg(feature = "metrics")]
+    counter!("pgtenure_statement_errors_total", "class" => class.to_owned()).increment(1);
+    #[cfg(not(feature = "metrics"))]
+    let _ = class;
+}
+
+/// A pool checkout waited `waited`, and got a connection or timed out.
+pub(crate) fn pool_wait(waited: Duration, got: bool) {
+    #[cfg(feature = "metrics")]
+    {
+        histogram!("pgtenure_pool_wait_seconds").record(waited.as_secs_f64());
+        if !got {
+            counter!("pgtenure_pool_timeouts_total").increment(1);
+        }
+    }
+    #[cfg(not(feature = "metrics"))]
+    let _ = (waited, got);
+}
+
+/// A pool connection's statement mode was decided (`mode`: `protocol`, `sql`, `unprepared`).
+pub(crate) fn connection_mode(mode: &'static str) {
+    #[cfg(feature = "metrics")]
+    counter!("pgtenure_connection_modes_total", "mode" => mode).increment(1);
+    #[cfg(not(feature = "metrics"))]
+    let _ = mode;
+}
