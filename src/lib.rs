@@ -101,9 +101,9 @@ mod error;
 pub mod fire_claims;
 mod input;
 mod instance;
-mod observe;
 pub mod leases;
 pub mod membership;
+mod observe;
 pub mod schedule;
 mod statement;
 mod table_name;
@@ -162,6 +162,8 @@ pub struct ReadmeDoctests;
 mod docs_doctests {
     #[doc = include_str!("../docs/connections.md")]
     pub struct Connections;
+    #[doc = include_str!("../docs/design.md")]
+    pub struct Design;
     #[doc = include_str!("../docs/high-availability.md")]
     pub struct HighAvailability;
     #[doc = include_str!("../docs/operating.md")]

@@ -21,6 +21,7 @@ use r2d2::Pool;
 use r2d2_postgres::PostgresConnectionManager;
 
 use crate::error::{Error, ErrorKind, Result};
+use crate::observe;
 use crate::statement::{Cache, Failure, Params, Statement};
 
 pub use self::builder::DbBuilder;
@@ -390,9 +391,10 @@ impl Db {
                 )
             });
         }
-        self.pool
-            .get_timeout(wait)
-            .map_err(|e| Error::from_pool(context, e, self.pool.last_connect_error()))
+        let asked = Instant::now();
+        let got = self.pool.get_timeout(wait);
+        observe::pool_wait(asked.elapsed(), got.is_ok());
+        got.map_err(|e| Error::from_pool(context, e, self.pool.last_connect_error()))
     }
 
     /// Runs `statement` on a pooled connection, sending it again on another connection only when
@@ -600,6 +602,11 @@ impl Db {
         );
         if cache.mode.is_none() {
             self.ways.count(way);
+            observe::connection_mode(match way {
+                Way::Protocol => "protocol",
+                Way::Sql => "sql",
+                Way::Unprepared => "unprepared",
+            });
         }
         cache.mode = Some(self.statement_mode);
         cache.way = Some(way);

@@ -11,6 +11,8 @@ use postgres::error::{DbError, SqlState};
 
 pub(crate) mod classify;
 
+use crate::observe;
+
 /// What went wrong, broadly enough to decide what to do about it.
 ///
 /// New kinds may be added in minor releases, so a `match` needs a wildcard arm.
@@ -111,6 +113,11 @@ impl Error {
     /// `Display` reads "{context} failed: {the server's message} ({SQLSTATE}); {advice}", or with
     /// the driver's own words where the server said nothing.
     pub(crate) fn from_postgres(context: &str, err: postgres::Error) -> Error {
+        observe::statement_error(match err.code() {
+            Some(code) => code.code().get(..2).unwrap_or("??"),
+            None if classify::broke(&err) => "connection",
+            None => "driver",
+        });
         let (kind, reason, advice) = match err.as_db_error() {
             Some(db) => {
                 let (kind, advice) = classify_db_error(db);
@@ -146,6 +153,7 @@ impl Error {
 
     /// A statement that pgtenure itself cancelled (`why`: when and what follows), answered 57014.
     pub(crate) fn cancelled_by_pgtenure(context: &str, why: &str, err: postgres::Error) -> Error {
+        observe::statement_error("57");
         let reason = match err.as_db_error() {
             Some(db) => format!("{} ({})", db.message(), db.code().code()),
             None => driver_reason(&err),

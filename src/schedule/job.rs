@@ -10,6 +10,7 @@ use crossbeam_channel::{after, bounded, select, Receiver, Sender};
 use parking_lot::Mutex;
 
 use crate::error::{Error, Result};
+use crate::observe;
 use crate::input::{check_key, micros, MAX_DURATION, MIN_DURATION};
 use crate::tick_claims::TickClaim;
 
@@ -569,11 +570,12 @@ impl JobState {
                 outcome
             });
             let took = started.elapsed();
-            let failure = match outcome {
-                Ok(Ok(())) => None,
-                Ok(Err(e)) => Some(format!("returned an error: {e}")),
-                Err(_) => Some("panicked".to_owned()),
+            let (label, failure) = match outcome {
+                Ok(Ok(())) => ("ok", None),
+                Ok(Err(e)) => ("failed", Some(format!("returned an error: {e}"))),
+                Err(_) => ("panicked", Some("panicked".to_owned())),
             };
+            observe::job_ended(&self.job.id, label, took);
             match failure {
                 None => {
                     log::debug!(target: "pgtenure::schedule", "job {:?} ran tick {:?} in {took:?}", self.job.id, run.tick());

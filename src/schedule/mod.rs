@@ -65,6 +65,7 @@ pub use self::running::Scheduling;
 
 use self::job::JobState;
 use crate::db::Db;
+use crate::observe;
 use crate::error::{Error, Result};
 use crate::input::{micros, MIN_DURATION};
 use crate::tick_claims::{Claimed, TickClaims};
@@ -259,6 +260,7 @@ impl Scheduler {
             };
             let due = job.look(now);
             if let Some(missed) = due.missed {
+                observe::job_missed(&job.job.id);
                 self.hooks.missed(&job.job.id, missed);
             }
             if let Some(tick) = due.run {
@@ -341,6 +343,7 @@ impl Scheduler {
                     if let Err(e) = claim.release() {
                         log::warn!(target: "pgtenure::schedule", "job {id:?}: could not release its tick: {e}");
                     }
+                    observe::job_missed(id);
                     self.hooks.missed(id, tick);
                     return Ok(Outcome::Missed);
                 }
@@ -353,6 +356,7 @@ impl Scheduler {
                     }
                     return Ok(Outcome::Stopping);
                 }
+                observe::job_started(id, late);
                 job.run(claim, &*self.hooks, running);
                 Ok(Outcome::Ran)
             }

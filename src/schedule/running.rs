@@ -13,6 +13,7 @@ use crossbeam_channel::{after, at, bounded, select, Receiver, Sender};
 use super::job::Reservation;
 use super::Scheduler;
 use crate::error::{Error, Result};
+use crate::observe;
 
 /// How long the timer waits before trying again when the database clock cannot be read.
 const RETRY_CLOCK: Duration = Duration::from_secs(1);
@@ -178,6 +179,7 @@ impl Scheduler {
             };
             let look = job.look(now);
             if let Some(missed) = look.missed {
+                observe::job_missed(&job.job.id);
                 self.hooks.missed(&job.job.id, missed);
             }
             if let Some(tick) = look.run {
