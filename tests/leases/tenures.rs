@@ -363,7 +363,7 @@ fn bad_input_is_refused_before_any_statement_and_stores_nothing() {
 }
 
 /// A promotion as a grant finds it (the record names another timeline than the server's; the
-/// promotion itself is `tests/failover.rs`'s): the grant is answered `stale`, reads the record
+/// promotion itself is `tests/failover/`'s): the grant is answered `stale`, reads the record
 /// again, records the promotion, and grants of lapsed and absent keys wait one longest TTL; the
 /// live tenures' renewals and a raw holder's re-acquire do not.
 #[test]

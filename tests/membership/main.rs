@@ -1,16 +1,20 @@
 //! Membership against a real PostgreSQL: processes are `Leaser`s driven by hand (or by `run`). One
-//! file per concern: fair shares (`balance`), processes coming and going (`lifecycle`), what the
-//! reconciler hears (`delivery`).
+//! file per concern: fair shares (`balance`), processes that leave, crash and lapse
+//! (`departures`), units changed under their owners (`units`), setting up and running the loop
+//! (`running`), what the reconciler hears (`delivery`).
 
 #[path = "../common/mod.rs"]
 mod common;
 
 mod balance;
 mod delivery;
-mod lifecycle;
+mod departures;
+mod running;
+mod units;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
+use std::thread;
 use std::time::Duration;
 
 use crate::common::{client, db, Tables};
@@ -244,4 +248,16 @@ fn assert_disjoint(fleet: &Fleet, leasers: &[&Leaser]) {
             leaser.process_id()
         );
     }
+}
+
+/// Runs `f` on a thread and says whether it returned within `within` (a hung call is left behind).
+fn returns_within<T: Send + 'static>(
+    within: Duration,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Option<T> {
+    let (tx, rx) = pgtenure::crossbeam_channel::bounded(1);
+    thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(within).ok()
 }

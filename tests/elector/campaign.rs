@@ -1,26 +1,23 @@
-//! Leadership as a loop (`Elector::campaign`) against a real PostgreSQL: events in order, one
-//! leader at a time, failover after a stop, a resignation request, a partition and a crash.
-
-mod common;
+//! Leadership as a loop (`Elector::campaign`): events in order, one leader at a time, failover
+//! after a stop, a resignation request, a partition and a crash.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::proxy::{database_addr, Proxy};
-use common::{db, wait_for, Tables};
+use crate::common::proxy::{database_addr, Proxy};
+use crate::common::{self, db, wait_for, Tables};
 use parking_lot::Mutex;
 use pgtenure::{
     Db, DbBuilder, Elector, LeaderEvent, LeaderHooks, LeaderLoss, Leadership, NoLeaderHooks,
 };
 
-const TTL: Duration = Duration::from_millis(900);
-const RETRY: Duration = Duration::from_millis(150);
+use super::table;
 
-fn table(tables: &mut Tables) -> String {
-    common::leader_table(tables)
-}
+const TTL: Duration = Duration::from_millis(900);
+
+const RETRY: Duration = Duration::from_millis(150);
 
 fn elector_on(db: &Db, table: &str, holder: &str) -> Elector {
     Elector::new(db)

@@ -1,13 +1,14 @@
-//! Leader election against a real PostgreSQL.
-
-mod common;
+//! An elector polled by hand: `is_leader` and its local deadline, `resign` and a requested
+//! resignation, term fences, fleets sharing a table, bad input, and the hold-off after a promotion.
 
 use std::collections::BTreeMap;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{client, db, wait_for, Tables};
+use crate::common::{self, client, db, wait_for, Tables};
 use pgtenure::{Elector, ErrorKind};
+
+use super::table;
 
 fn elector(table: &str, holder: &str, ttl: Duration) -> Elector {
     elector_on(&db(), table, holder, ttl)
@@ -23,10 +24,6 @@ fn elector_on(db: &pgtenure::Db, table: &str, holder: &str, ttl: Duration) -> El
         .unwrap()
         .with_ttl(ttl)
         .unwrap()
-}
-
-fn table(tables: &mut Tables) -> String {
-    common::leader_table(tables)
 }
 
 /// A span during which one elector believed it led: from the answer to the end of its belief.
@@ -426,7 +423,7 @@ fn a_requested_resignation_ends_the_tenure_after_the_leader_stopped_believing() 
 }
 
 /// A promotion as a poll finds it (the record names another timeline than the server's; the
-/// promotion itself is `tests/failover.rs`'s): the poll is answered `stale`, reads the record again
+/// promotion itself is `tests/failover/`'s): the poll is answered `stale`, reads the record again
 /// and records the promotion, and an election of a lapsed or absent leadership waits one longest
 /// TTL; the live leader's renewal does not.
 #[test]

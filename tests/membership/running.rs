@@ -1,0 +1,225 @@
+//! Setting up and running the loop: derived names that collide, `run` before the database
+//! answers and against missing tables, `spawn` and `stop`, and a panicking reconciler.
+
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crate::common::proxy::{database_addr, Proxy};
+use crate::common::{client, db, wait_for, Tables};
+use pgtenure::membership::{Leaser, NoHooks, Reconciler, Unit, UnitLoss, Units};
+
+use super::{config, Fleet, Recorder};
+
+#[test]
+fn run_starts_while_the_database_is_unreachable_and_stops_promptly() {
+    let fleet = Fleet::new(10);
+    let port = Proxy::free_port();
+    let via = crate::common::config_at("127.0.0.1", port);
+    let lazy = pgtenure::DbBuilder::from_config(via)
+        .connection_timeout(Duration::from_millis(300))
+        .unwrap()
+        .build_lazy()
+        .unwrap();
+    let mut cfg = config(Duration::from_secs(3));
+    cfg.rebalance_interval = Duration::from_millis(100);
+    let leaser = Arc::new(
+        Leaser::new(&lazy, Arc::new(Recorder::default()), cfg, Arc::new(NoHooks))
+            .unwrap()
+            .with_tables(&fleet.processes, &fleet.units_table)
+            .unwrap(),
+    );
+    let (stop, shutdown) = pgtenure::crossbeam_channel::bounded::<()>(0);
+    let runner = {
+        let leaser = leaser.clone();
+        thread::spawn(move || leaser.run(&shutdown))
+    };
+    thread::sleep(Duration::from_millis(1500));
+    assert!(!leaser.ready(), "no database yet");
+    assert!(
+        !runner.is_finished(),
+        "an unreachable database delays run, it does not stop it"
+    );
+    let proxy = Proxy::start(port, database_addr()).unwrap();
+    wait_for("run to become ready", Duration::from_secs(15), || {
+        leaser.ready().then_some(())
+    });
+    wait_for("run to claim the units", Duration::from_secs(5), || {
+        (leaser.owned().len() == 10).then_some(())
+    });
+    let signalled = Instant::now();
+    drop(stop);
+    runner.join().unwrap().unwrap();
+    let took = signalled.elapsed();
+    assert!(took < Duration::from_secs(1), "run took {took:?} to stop");
+    drop(proxy);
+}
+
+#[test]
+fn derived_index_names_that_collide_are_refused_or_reported_never_skipped() {
+    let mut tables = Tables::new();
+    let units_t = tables.name("u");
+    // The units table's owner index would be named like the processes table.
+    let err = Units::new(&db())
+        .with_tables(&format!("{units_t}_owner"), &units_t)
+        .unwrap_err();
+    assert!(err.is_invalid_input(), "{err}");
+    // A relation of the fleet's own that takes an index's name is reported by create_tables.
+    let procs = tables.name("procs");
+    let taken = format!("{units_t}_claimable");
+    tables.track(&taken);
+    client()
+        .batch_execute(&format!("CREATE TABLE {taken} (x int)"))
+        .unwrap();
+    let err = Units::new(&db())
+        .with_tables(&procs, &units_t)
+        .unwrap()
+        .create_tables()
+        .unwrap_err();
+    assert!(err.to_string().contains(&taken), "{err}");
+    assert_eq!(err.kind(), pgtenure::ErrorKind::Database);
+    // The same for a lease table's token sequence.
+    let leases_t = tables.name("lease");
+    tables.track(&format!("{leases_t}_token_seq"));
+    client()
+        .batch_execute(&format!("CREATE TABLE {leases_t}_token_seq (x int)"))
+        .unwrap();
+    let err = pgtenure::Leases::new(&db())
+        .with_table(&leases_t)
+        .unwrap()
+        .create_table()
+        .unwrap_err();
+    assert!(err.to_string().contains("token_seq"), "{err}");
+}
+
+/// A loop that cannot work says so: against tables that do not exist, `run` ends at once with the
+/// error (it used to retry with backoff forever and return `Ok` at shutdown), and a loop stopped
+/// before its database ever answered returns the last error, not `Ok`.
+#[test]
+fn run_ends_with_a_permanent_error_and_never_returns_ok_after_failing_all_along() {
+    let mut tables = Tables::new();
+    let missing = Leaser::new(
+        &crate::common::db(),
+        Arc::new(Recorder::default()),
+        config(Duration::from_secs(3)),
+        Arc::new(NoHooks),
+    )
+    .unwrap()
+    .with_tables(&tables.name("no_procs"), &tables.name("no_units"))
+    .unwrap();
+    let (_stop, shutdown) = pgtenure::crossbeam_channel::bounded::<()>(0);
+    let started = Instant::now();
+    let err = missing.run(&shutdown).unwrap_err();
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(err.kind(), pgtenure::ErrorKind::Database, "{err}");
+    assert_eq!(err.code().map(|c| c.code()), Some("42P01"), "{err}");
+
+    let nowhere =
+        pgtenure::DbBuilder::from_config(crate::common::config_at("127.0.0.1", Proxy::free_port()))
+            .connection_timeout(Duration::from_millis(200))
+            .unwrap()
+            .build_lazy()
+            .unwrap();
+    let unreachable = Leaser::new(
+        &nowhere,
+        Arc::new(Recorder::default()),
+        config(Duration::from_secs(3)),
+        Arc::new(NoHooks),
+    )
+    .unwrap();
+    // Signalled from the start: the first heartbeat fails, and the loop stops with its error.
+    let (stop, shutdown) = pgtenure::crossbeam_channel::bounded::<()>(0);
+    drop(stop);
+    let err = unreachable.run(&shutdown).unwrap_err();
+    assert!(err.is_connection(), "{err}");
+}
+
+/// `spawn` owns the loop's thread: the units are claimed, a second `run` of the same leaser is
+/// refused, and `stop` hands every unit over and deletes the process row.
+#[test]
+fn a_spawned_leaser_runs_refuses_a_second_loop_and_hands_over_on_stop() {
+    let fleet = Fleet::new(6);
+    let mut fast = config(Duration::from_secs(3));
+    fast.heartbeat_interval = Duration::from_millis(200);
+    fast.rebalance_interval = Duration::from_millis(100);
+    let (a, recorder) = fleet.leaser(fast);
+    let running = a.spawn().unwrap();
+    wait_for("the spawned loop to claim", Duration::from_secs(10), || {
+        (running.owned().len() == 6).then_some(())
+    });
+    let (_never, shutdown) = pgtenure::crossbeam_channel::bounded::<()>(0);
+    let second = running.run(&shutdown).unwrap_err();
+    assert!(second.is_invalid_input(), "{second}");
+    assert!(second.to_string().contains("already running"), "{second}");
+    assert!(!running.is_finished());
+    let id = running.process_id().to_owned();
+    running.stop().unwrap();
+    assert_eq!(recorder.lost_for(UnitLoss::Released), 6);
+    let ownership = fleet.ownership();
+    assert_eq!(ownership[&None].len(), 6, "every unit handed over");
+    assert!(!ownership.contains_key(&Some(id.clone())));
+    assert!(
+        fleet.units.processes().unwrap().iter().all(|p| p.id != id),
+        "the process row is gone"
+    );
+}
+
+/// A reconciler that panics ends the loop instead of hanging it: `stop` returns an error and the
+/// leaser can run again.
+#[test]
+fn a_panicking_reconciler_ends_the_loop_and_stop_says_so() {
+    struct Panics;
+    impl Reconciler for Panics {
+        fn units_gained(&self, _: &[Unit]) {
+            panic!("the reconciler's own bug");
+        }
+        fn units_lost(&self, _: &[Unit], _: UnitLoss) {}
+    }
+    let fleet = Fleet::new(2);
+    let mut fast = config(Duration::from_secs(3));
+    fast.heartbeat_interval = Duration::from_millis(200);
+    fast.rebalance_interval = Duration::from_millis(100);
+    let running = fleet
+        .leaser_with(&db(), Arc::new(Panics), fast)
+        .spawn()
+        .unwrap();
+    let ended = (0..100).any(|_| {
+        thread::sleep(Duration::from_millis(50));
+        running.is_finished()
+    });
+    if !ended {
+        // Dropping it would wait for the hung loop.
+        std::mem::forget(running);
+        panic!("the loop hung after the reconciler panicked");
+    }
+    let err = running.stop().unwrap_err();
+    assert!(err.to_string().contains("panicked"), "{err}");
+}
+
+/// A second `spawn_shared` of a running leaser is refused before anything starts: the running
+/// loop keeps its units.
+#[test]
+fn a_second_spawn_of_a_running_leaser_is_refused_and_changes_nothing() {
+    let fleet = Fleet::new(2);
+    let mut fast = config(Duration::from_secs(3));
+    fast.heartbeat_interval = Duration::from_millis(200);
+    fast.rebalance_interval = Duration::from_millis(100);
+    let (a, _) = fleet.leaser(fast);
+    let a = Arc::new(a);
+    let running = a.clone().spawn_shared().unwrap();
+    wait_for("the loop to claim", Duration::from_secs(10), || {
+        (running.owned().len() == 2).then_some(())
+    });
+    let err = a.clone().spawn_shared().unwrap_err();
+    assert!(err.is_invalid_input(), "{err}");
+    assert_eq!(a.owned().len(), 2, "the running loop keeps its units");
+    running.stop().unwrap();
+    assert!(
+        a.clone().spawn_shared().is_ok(),
+        "stopped, it may run again"
+    );
+}
