@@ -6,7 +6,7 @@ use std::time::Duration;
 /// Parses a duration: one or more numbers, each followed by a unit (`ms`, `s`, `m`, `h`), such as
 /// `30s`, `500ms`, `2m`, `1.5s` or `1m30s`. `0` alone is zero. Over 100 years is refused: no
 /// duration means more, and adding one to an `Instant` cannot overflow.
-pub fn parse(text: &str) -> Result<Duration, String> {
+pub(crate) fn parse(text: &str) -> Result<Duration, String> {
     let text = text.trim();
     if text == "0" {
         return Ok(Duration::ZERO);

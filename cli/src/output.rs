@@ -1,67 +1,106 @@
 //! How listings are shown: aligned tables for people, JSON for scripts, UTC timestamps for both.
+//! Each listing has its pair of renderers here (`leases_table` and `leases_json`, ...), which its
+//! subcommand under `cmd/` and `status` share; and how a failure is said on stderr.
 
-use std::fmt::Write as _;
+mod table;
+
 use std::time::SystemTime;
 
-/// A table of text cells with a header row, printed with its columns aligned.
-pub struct Table {
-    headers: Vec<&'static str>,
-    rows: Vec<Vec<String>>,
+use pgtenure::membership::{Assignment, ProcessInfo};
+use pgtenure::postgres::error::SqlState;
+use pgtenure::{Db, Error, JobInfo, LeaderInfo, LeaseInfo};
+use serde_json::{json, Value};
+
+use self::table::Table;
+use crate::{Failure, Global};
+
+/// What to do about pgtenure's tables missing in the database the command was given.
+pub(crate) const MISSING_TABLES: &str = "the application creates its tables at startup \
+     (pgtenure::migrate, or create_table on each primitive); check --url and the table flags \
+     (--leases-table, --leader-table, --ticks-table, --processes-table, --units-table)";
+
+/// Says why the command failed, on stderr.
+pub(crate) fn report(e: &Failure) {
+    match e.downcast_ref::<Error>() {
+        // An operator's question, not the application's: say what is missing and who creates
+        // it, not which library call to make.
+        Some(e) if e.code() == Some(&SqlState::UNDEFINED_TABLE) => say!(
+            "pgtenure: {}; {MISSING_TABLES}",
+            e.as_db_error()
+                .map_or("a table does not exist", |db| db.message())
+        ),
+        _ => say!("pgtenure: {e}"),
+    }
 }
 
-impl Table {
-    pub fn new(headers: &[&'static str]) -> Table {
-        Table {
-            headers: headers.to_vec(),
-            rows: Vec::new(),
-        }
-    }
+/// How listings print.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Output {
+    Table,
+    Wide,
+    Json,
+}
 
-    pub fn row(&mut self, cells: Vec<String>) {
-        self.rows.push(cells);
-    }
+/// What a table is rendered against: the database's clock, and whether it is wide.
+#[derive(Debug)]
+pub(crate) struct View {
+    now: SystemTime,
+    wide: bool,
+}
 
-    /// The table as text, one line per row; `(none)` when it has no rows.
-    pub fn render(&self) -> String {
-        if self.rows.is_empty() {
-            return "(none)\n".to_owned();
+impl View {
+    /// An id in full when wide, else its first 8 characters (as `docker ps` shows ids).
+    fn id(&self, id: &str) -> String {
+        if self.wide {
+            id.to_owned()
+        } else {
+            id.chars().take(8).collect()
         }
-        let mut widths: Vec<usize> = self.headers.iter().map(|h| h.chars().count()).collect();
-        for row in &self.rows {
-            for (width, cell) in widths.iter_mut().zip(row) {
-                *width = (*width).max(cell.chars().count());
-            }
-        }
-        let mut out = String::new();
-        let headers: Vec<String> = self.headers.iter().map(|h| (*h).to_owned()).collect();
-        for row in std::iter::once(&headers).chain(&self.rows) {
-            let mut line = String::new();
-            for (i, (cell, width)) in row.iter().zip(&widths).enumerate() {
-                if i + 1 == row.len() {
-                    line.push_str(cell);
-                } else {
-                    let _ = write!(line, "{cell:width$}  ");
-                }
-            }
-            out.push_str(line.trim_end());
-            out.push('\n');
-        }
-        out
     }
+}
+
+/// What a table is rendered against: the database clock (one statement; none for JSON).
+pub(crate) fn view(db: &Db, global: &Global) -> Result<View, Failure> {
+    let now = if global.as_json() {
+        SystemTime::UNIX_EPOCH
+    } else {
+        // Unnamed, in one round trip (behind a pooler as well).
+        let rows = db.connection()?.query_typed("SELECT now()", &[])?;
+        rows.first()
+            .map_or(SystemTime::UNIX_EPOCH, |row| row.get(0))
+    };
+    Ok(View {
+        now,
+        wide: global.output == Output::Wide,
+    })
+}
+
+/// Prints `json` with `--json`, else the table `text` makes.
+pub(crate) fn show(
+    global: &Global,
+    json: &Value,
+    text: impl FnOnce() -> String,
+) -> Result<u8, Failure> {
+    if global.as_json() {
+        println!("{json}");
+    } else {
+        print!("{}", text());
+    }
+    Ok(0)
 }
 
 /// `yes` or `no`.
-pub fn yes_no(b: bool) -> String {
+fn yes_no(b: bool) -> String {
     if b { "yes" } else { "no" }.to_owned()
 }
 
 /// A database timestamp in UTC, to the millisecond: `2026-12-01T21:53:47.123Z`.
-pub fn time(t: SystemTime) -> String {
+pub(crate) fn time(t: SystemTime) -> String {
     pgtenure::Timestamp(t).to_string()
 }
 
 /// `t` against the database's `now`: `in 4s` ahead, `2m ago` behind (`now` at the second).
-pub fn relative(t: SystemTime, now: SystemTime) -> String {
+fn relative(t: SystemTime, now: SystemTime) -> String {
     match t.duration_since(now) {
         Ok(ahead) => format!("in {}", short(ahead)),
         Err(behind) => format!("{} ago", short(behind.duration())),
@@ -69,7 +108,7 @@ pub fn relative(t: SystemTime, now: SystemTime) -> String {
 }
 
 /// How long since `t` by the database's `now`, kubectl's AGE: `45s`, `3m`, `5h`, `2d`.
-pub fn age(t: SystemTime, now: SystemTime) -> String {
+fn age(t: SystemTime, now: SystemTime) -> String {
     short(now.duration_since(t).unwrap_or_default())
 }
 
@@ -86,13 +125,244 @@ fn short(d: std::time::Duration) -> String {
 }
 
 /// An optional timestamp; `-` when absent.
-pub fn opt_time(t: Option<SystemTime>) -> String {
+fn opt_time(t: Option<SystemTime>) -> String {
     t.map_or_else(|| "-".to_owned(), time)
 }
 
 /// An optional timestamp as JSON: a string, or null.
-pub fn json_time(t: Option<SystemTime>) -> serde_json::Value {
+fn json_time(t: Option<SystemTime>) -> serde_json::Value {
     t.map_or(serde_json::Value::Null, |t| time(t).into())
+}
+
+pub(crate) fn leases_table(rows: &[LeaseInfo], view: &View) -> String {
+    let mut headers = vec![
+        "KEY",
+        "OWNER",
+        "TOKEN",
+        "HELD",
+        "EXPIRES",
+        "AGE",
+        "SUPERSEDED",
+    ];
+    if view.wide {
+        headers.extend(["ACQUIRED_AT", "HELD_UNTIL"]);
+    }
+    let mut t = Table::new(&headers);
+    for r in rows {
+        let mut row = vec![
+            r.key.clone(),
+            r.owner.clone(),
+            r.token.to_string(),
+            yes_no(r.live),
+            relative(r.held_until, view.now),
+            age(r.acquired_at, view.now),
+            yes_no(r.superseded),
+        ];
+        if view.wide {
+            row.extend([time(r.acquired_at), time(r.held_until)]);
+        }
+        t.row(row);
+    }
+    t.render()
+}
+
+pub(crate) fn leases_json(rows: &[LeaseInfo]) -> Value {
+    rows.iter()
+        .map(|r| {
+            json!({
+                "key": r.key,
+                "owner": r.owner,
+                "token": r.token,
+                "live": r.live,
+                "acquired_at": time(r.acquired_at),
+                "held_until": time(r.held_until),
+                "superseded": r.superseded,
+            })
+        })
+        .collect()
+}
+
+pub(crate) fn leaders_table(rows: &[LeaderInfo], view: &View) -> String {
+    let mut headers = vec![
+        "NAME",
+        "HOLDER",
+        "TERM",
+        "LEADS",
+        "EXPIRES",
+        "AGE",
+        "RESIGN_REQUESTED",
+    ];
+    if view.wide {
+        headers.extend(["ELECTED_AT", "EXPIRES_AT"]);
+    }
+    let mut t = Table::new(&headers);
+    for r in rows {
+        let mut row = vec![
+            r.name.clone(),
+            r.holder.clone(),
+            r.term.to_string(),
+            yes_no(r.live),
+            relative(r.expires_at, view.now),
+            age(r.elected_at, view.now),
+            yes_no(r.resign_requested),
+        ];
+        if view.wide {
+            row.extend([time(r.elected_at), time(r.expires_at)]);
+        }
+        t.row(row);
+    }
+    t.render()
+}
+
+pub(crate) fn leaders_json(rows: &[LeaderInfo]) -> Value {
+    rows.iter()
+        .map(|r| {
+            json!({
+                "name": r.name,
+                "holder": r.holder,
+                "term": r.term,
+                "live": r.live,
+                "elected_at": time(r.elected_at),
+                "expires_at": time(r.expires_at),
+                "resign_requested": r.resign_requested,
+            })
+        })
+        .collect()
+}
+
+pub(crate) fn members_table(rows: &[ProcessInfo], view: &View) -> String {
+    let mut headers = vec![
+        "PROCESS", "HOSTNAME", "VERSION", "LIVE", "UNITS", "WEIGHT", "EXPIRES", "AGE",
+    ];
+    if view.wide {
+        headers.extend(["STARTED_AT", "EXPIRES_AT"]);
+    }
+    let mut t = Table::new(&headers);
+    for r in rows {
+        let mut row = vec![
+            view.id(&r.id),
+            r.hostname.clone(),
+            r.version.clone(),
+            yes_no(r.live),
+            r.units.to_string(),
+            r.weight.to_string(),
+            relative(r.expires_at, view.now),
+            age(r.started_at, view.now),
+        ];
+        if view.wide {
+            row.extend([time(r.started_at), time(r.expires_at)]);
+        }
+        t.row(row);
+    }
+    t.render()
+}
+
+pub(crate) fn members_json(rows: &[ProcessInfo]) -> Value {
+    rows.iter()
+        .map(|r| {
+            json!({
+                "id": r.id,
+                "hostname": r.hostname,
+                "version": r.version,
+                "live": r.live,
+                "units": r.units,
+                "weight": r.weight,
+                "started_at": time(r.started_at),
+                "expires_at": time(r.expires_at),
+            })
+        })
+        .collect()
+}
+
+pub(crate) fn units_table(rows: &[Assignment], view: &View) -> String {
+    let mut headers = vec![
+        "TENANT",
+        "SHARD",
+        "WEIGHT",
+        "OWNER",
+        "OWNER_LIVE",
+        "TOKEN",
+        "AGE",
+    ];
+    if view.wide {
+        headers.push("CLAIMED_AT");
+    }
+    let mut t = Table::new(&headers);
+    for r in rows {
+        let mut row = vec![
+            r.unit.tenant.clone(),
+            r.unit.shard.to_string(),
+            r.weight.to_string(),
+            r.owner
+                .as_deref()
+                .map_or_else(|| "-".into(), |o| view.id(o)),
+            yes_no(r.owner_live),
+            r.token.map_or_else(|| "-".into(), |t| t.to_string()),
+            r.claimed_at
+                .map_or_else(|| "-".into(), |at| age(at, view.now)),
+        ];
+        if view.wide {
+            row.push(opt_time(r.claimed_at));
+        }
+        t.row(row);
+    }
+    t.render()
+}
+
+pub(crate) fn units_json(rows: &[Assignment]) -> Value {
+    rows.iter()
+        .map(|r| {
+            json!({
+                "tenant": r.unit.tenant,
+                "shard": r.unit.shard,
+                "weight": r.weight,
+                "owner": r.owner,
+                "owner_live": r.owner_live,
+                "token": r.token,
+                "claimed_at": json_time(r.claimed_at),
+            })
+        })
+        .collect()
+}
+
+pub(crate) fn jobs_table(rows: &[JobInfo], view: &View) -> String {
+    let mut headers = vec!["JOB", "LAST_TICK", "OWNER", "TOKEN", "BUSY", "BUSY_UNTIL"];
+    if view.wide {
+        headers.extend(["TICK", "BUSY_UNTIL_AT"]);
+    }
+    let mut t = Table::new(&headers);
+    for r in rows {
+        let mut row = vec![
+            r.job_id.clone(),
+            relative(r.tick, view.now),
+            r.owner.clone(),
+            r.token.to_string(),
+            yes_no(r.busy),
+            r.busy_until
+                .filter(|_| r.busy)
+                .map_or_else(|| "-".into(), |until| relative(until, view.now)),
+        ];
+        if view.wide {
+            row.extend([time(r.tick), opt_time(r.busy_until)]);
+        }
+        t.row(row);
+    }
+    t.render()
+}
+
+pub(crate) fn jobs_json(rows: &[JobInfo]) -> Value {
+    rows.iter()
+        .map(|r| {
+            json!({
+                "job_id": r.job_id,
+                "tick": time(r.tick),
+                "owner": r.owner,
+                "token": r.token,
+                "busy": r.busy,
+                "busy_until": json_time(r.busy_until),
+            })
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -126,17 +396,5 @@ mod tests {
         let t = UNIX_EPOCH + std::time::Duration::from_millis(1_764_625_427_123);
         assert_eq!(time(t), "2025-12-01T21:43:47.123Z");
         assert_eq!(opt_time(None), "-");
-    }
-
-    #[test]
-    fn tables_align_their_columns() {
-        let mut t = Table::new(&["KEY", "OWNER"]);
-        assert_eq!(t.render(), "(none)\n");
-        t.row(vec!["a-long-key".into(), "x".into()]);
-        t.row(vec!["k".into(), "owner-2".into()]);
-        assert_eq!(
-            t.render(),
-            "KEY         OWNER\na-long-key  x\nk           owner-2\n"
-        );
     }
 }

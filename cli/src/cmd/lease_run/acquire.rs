@@ -1,0 +1,166 @@
+//! Acquiring lease-run's lease: tried again while `--wait` lasts, each statement sent from a thread
+//! of its own so that a signal is heard while it is on its way.
+
+use std::thread;
+use std::time::{Duration, Instant};
+
+use pgtenure::crossbeam_channel::{bounded, select};
+use pgtenure::postgres::error::SqlState;
+use pgtenure::{Lease, Leases, Refusal};
+
+use super::signals::{signal_name, Signals};
+use super::{release, LeaseRunArgs};
+use crate::output::time;
+use crate::Failure;
+
+/// How often an acquire is tried again while `--wait` lasts.
+const RETRY: Duration = Duration::from_millis(250);
+
+/// Acquires the lease, trying again while `--wait` lasts: `None` when not acquired in time (said
+/// on stderr), `Some(Err(signal))` when a signal came first.
+pub(super) fn acquire(
+    leases: &Leases,
+    args: &LeaseRunArgs,
+    signals: &Signals,
+) -> Result<Option<Result<Lease, i32>>, Failure> {
+    // `--wait` is at most 100 years, yet a far `Instant` may not exist: then it waits without end.
+    let until = Instant::now().checked_add(args.wait);
+    let mut created = false;
+    loop {
+        let left = until.map_or(args.wait, |until| {
+            until.saturating_duration_since(Instant::now())
+        });
+        if let Some(signal) = signals.first() {
+            return Ok(Some(Err(signal)));
+        }
+        let outcome = match attempt(leases, args, signals)? {
+            Ok(outcome) => outcome,
+            Err(signal) => return Ok(Some(Err(signal))),
+        };
+        let refusal = match outcome {
+            Ok(Ok(lease)) => return Ok(Some(Ok(lease))),
+            Ok(Err(refusal)) => refusal,
+            // A first lease in this database: make its table (idempotent, safe from every
+            // instance at once) and try again at once.
+            Err(e) if e.code() == Some(&SqlState::UNDEFINED_TABLE) && !created => {
+                leases.create_table()?;
+                created = true;
+                continue;
+            }
+            // A database that is briefly unreachable, or a statement its statement_timeout
+            // cancelled, while we wait anyway: try again.
+            Err(e) if (e.is_connection() || e.is_timeout()) && !left.is_zero() => {
+                say!(
+                    "pgtenure: acquiring lease {:?} failed ({e}); trying again",
+                    args.key
+                );
+                Refusal::Vacant(None)
+            }
+            Err(e) => return Err(e.into()),
+        };
+        if left.is_zero() {
+            say!(
+                "pgtenure: lease {:?} not acquired: {}",
+                args.key,
+                describe(&refusal)
+            );
+            return Ok(None);
+        }
+        select! {
+            recv(signals.received) -> signal => {
+                if let Ok(signal) = signal {
+                    return Ok(Some(Err(signal)));
+                }
+            }
+            default(left.min(RETRY)) => {}
+        }
+    }
+}
+
+/// One acquire statement, sent from a thread of its own while this thread watches for signals:
+/// `Err(signal)` when one came while the statement was on its way (waiting on a row lock, or on a
+/// slow database).
+///
+/// A signal does not abandon the statement at once: a lease it grants is released here, rather
+/// than left to block the key until its TTL with nobody running CMD. A second signal stops the
+/// wait; the statement's thread is then left behind (pgtenure exits), and a lease it is granted
+/// lapses at its TTL, unrenewed. Otherwise the thread is joined before this returns.
+fn attempt(
+    leases: &Leases,
+    args: &LeaseRunArgs,
+    signals: &Signals,
+) -> Result<Result<pgtenure::Result<Result<Lease, Refusal>>, i32>, Failure> {
+    let (tx, done) = bounded(1);
+    let thread = {
+        let leases = leases.clone();
+        let key = args.key.clone();
+        let ttl = args.ttl;
+        thread::Builder::new()
+            .name("pgtenure-acquire".into())
+            .spawn(move || {
+                // Unsent when pgtenure stopped waiting: the lease, if any, is dropped (released).
+                let _ = tx.send(leases.acquire_or_refusal(&key, ttl));
+            })?
+    };
+    let finished = |outcome: Result<_, _>| -> Result<_, Failure> {
+        let _ = thread.join();
+        outcome.map_err(|_| "the acquire's thread ended without an answer".into())
+    };
+    let signal = select! {
+        recv(done) -> outcome => return finished(outcome).map(Ok),
+        recv(signals.received) -> signal => match signal {
+            Ok(signal) => signal,
+            // The signal thread is gone: only the statement is left to wait for.
+            Err(_) => return finished(done.recv()).map(Ok),
+        },
+    };
+    say!(
+        "pgtenure: got {} while acquiring lease {:?}; CMD will not run. Waiting for the acquire \
+         statement to return, to release the lease if it was granted (another signal exits at once)",
+        signal_name(signal),
+        args.key
+    );
+    let outcome = select! {
+        recv(done) -> outcome => outcome,
+        recv(signals.received) -> second => match second {
+            Ok(_) => {
+                say!(
+                    "pgtenure: exiting without waiting; a lease granted to the acquire still on \
+                     its way lapses at its TTL"
+                );
+                return Ok(Err(signal));
+            }
+            Err(_) => done.recv(),
+        },
+    };
+    if let Ok(Ok(Ok(lease))) = finished(outcome) {
+        release(lease);
+    }
+    Ok(Err(signal))
+}
+
+/// Who holds the key, for the not-acquired message.
+fn describe(refusal: &Refusal) -> String {
+    match refusal {
+        Refusal::OtherOwner(row) => format!(
+            "held by {} (token {}) until {}",
+            row.owner,
+            row.token,
+            time(row.held_until)
+        ),
+        Refusal::SameOwner(row) => format!(
+            "held under this owner name, {}, by another process (token {}) until {}",
+            row.owner,
+            row.token,
+            time(row.held_until)
+        ),
+        Refusal::ThisFamily(_) => "held by this process".to_owned(),
+        Refusal::HeldOff { until, .. } => format!(
+            "the server was promoted from a standby, and keys that lapsed or were released are \
+             granted again from {} (one longest TTL after the promotion, so that no holder whose \
+             last renewals the standby missed still believes it holds the key)",
+            time(*until)
+        ),
+        _ => "it was released just after it was refused; try again".to_owned(),
+    }
+}

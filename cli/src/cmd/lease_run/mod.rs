@@ -1,0 +1,312 @@
+//! `pgtenure lease-run KEY -- CMD ARGS...`: run a command only while holding a lease.
+//!
+//! The lease is a managed [`Lease`]: the library's renewal thread renews it every third of the TTL
+//! while CMD runs, retrying a failed renewal (a killed connection, a restarting database) on a new
+//! connection until the lease's local deadline. Only a loss stops CMD: the database refusing a
+//! renewal (the key was force-released, or taken after a lapse) or the local deadline passing
+//! without a renewal. Then CMD's process group gets SIGTERM, and SIGKILL after the grace period.
+//!
+//! CMD never outlives the lease, however `pgtenure` ends:
+//! - CMD runs in a process group of its own, which gets the signals `pgtenure` is sent (SIGINT,
+//!   SIGTERM, SIGHUP, SIGQUIT); `pgtenure` keeps the lease until CMD has exited, then releases it.
+//! - CMD is killed (SIGKILL) by the kernel when `pgtenure` dies in any other way (`kill -9`, the OOM
+//!   killer, a crash): Linux's parent-death signal, set in the child before `exec`. SIGKILL, not
+//!   SIGTERM: nobody is left to renew the lease or to enforce the grace period, and a CMD that
+//!   ignored SIGTERM would run on beside the key's next holder.
+//! - A panic in `pgtenure` kills CMD's group before the lease is released (CMD's handle is dropped
+//!   before the lease's).
+//! - Nothing on these paths can panic on a write: messages go to stderr through `say!`, which
+//!   ignores a failed write (a dead pipe), and only after CMD was signalled.
+//!
+//! Here are the arguments and the run from acquire to release; `acquire` gets the lease while
+//! `--wait` lasts, `child` starts, signals, stops and reaps CMD, `signals` catches pgtenure's.
+
+mod acquire;
+mod child;
+mod signals;
+
+use std::io;
+use std::os::unix::process::CommandExt;
+use std::process::Command;
+use std::time::Duration;
+
+use clap::Args;
+use pgtenure::crossbeam_channel::select;
+use pgtenure::{Db, Lease};
+
+use self::acquire::acquire;
+use self::child::{exit_status, prepare_child, watch_exit, Cmd};
+use self::signals::{signal_name, Signals};
+use crate::output::Output;
+use crate::{duration, Failure, Global, DEFAULT_INTERVAL, EXIT_ERROR};
+
+/// Exit status when the lease was not acquired within `--wait`: another holder has it
+/// (EX_TEMPFAIL: try again later).
+const EXIT_NOT_ACQUIRED: u8 = 75;
+/// Exit status when the lease was lost while CMD ran, and CMD was stopped.
+const EXIT_LOST: u8 = 76;
+/// Exit status when CMD could not be found.
+const EXIT_NOT_FOUND: u8 = 127;
+/// Exit status when CMD could not be executed.
+const EXIT_CANNOT_EXECUTE: u8 = 126;
+
+/// The environment variable that carries the lease's key to CMD.
+const ENV_KEY: &str = "PGTENURE_LEASE_KEY";
+/// The environment variable that carries the lease's fencing token to CMD.
+const ENV_TOKEN: &str = "PGTENURE_LEASE_TOKEN";
+
+/// What `pgtenure lease-run --help` says after the options.
+pub(super) const EXIT_HELP: &str = "\
+CMD runs with PGTENURE_LEASE_KEY and PGTENURE_LEASE_TOKEN (the fencing token) in its environment.
+The lease renews every third of --ttl while CMD runs; a failed renewal (a killed connection, a
+restarting database) is retried until the lease's local deadline.
+CMD never outlives the lease, however pgtenure ends. CMD runs in a process group of its own:
+SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to pgtenure (a terminal's Ctrl-C included) are passed to
+that group, and pgtenure keeps the lease until CMD exits. If pgtenure dies otherwise (kill -9, the
+OOM killer, a crash), the kernel kills CMD at once with SIGKILL (Linux's parent-death signal; CMD
+cannot clean up then, as nobody is left to renew the lease). That signal reaches CMD itself, not
+the processes it starts: a shell wrapper should exec its last command. CMD is a background job to a
+terminal: it cannot read from it, and Ctrl-Z does nothing. Give lease-run non-interactive commands.
+A loss is the key force-released (pgtenure lease release --force), taken after a lapse, asked for
+by a contender (Leases::supersede), or not renewed before the lease's local deadline. CMD can still
+run for up to a third of --ttl before the loss is seen, and for --grace after it: fence CMD's own
+writes with PGTENURE_LEASE_TOKEN where a second writer would do harm.
+
+Exit status:
+  CMD's own status     CMD ran and exited (128+N when a signal N ended it); the lease is released
+  75                   the lease was not acquired within --wait (another holder has it)
+  76                   the lease was lost while CMD ran (force-released, taken after a lapse, or not
+                       renewed in time); CMD's group got SIGTERM, then SIGKILL once CMD exited or
+                       after --grace
+  126, 127             CMD could not be executed, or was not found
+  1                    an error (said on stderr), e.g. the database could not be reached
+  128+N                pgtenure got signal N while waiting for the lease (CMD never ran)
+  2                    a usage error, found before connecting (a blank KEY, --ttl under 30ms, ...)
+
+A signal (SIGINT, SIGTERM, SIGHUP, SIGQUIT) that comes while the acquire statement is on its way
+(waiting on a row lock, or on a slow database) means CMD will not run: pgtenure says so at once,
+waits for that statement to return, releases the lease if it was granted, and exits 128+N. A second
+signal makes it exit at once; a lease granted after that lapses at its TTL. A signal that comes
+after the lease was granted and before CMD started also runs no command.";
+
+#[derive(Args, Debug)]
+pub(crate) struct LeaseRunArgs {
+    #[command(flatten)]
+    listing: ListingFlags,
+    /// The lease key.
+    key: String,
+    /// The lease's TTL: it renews every third of it, and a loss is noticed within it.
+    #[arg(long, default_value = "30s", value_parser = duration::parse, allow_hyphen_values = true)]
+    ttl: Duration,
+    /// How long to keep trying while another holder has the key, e.g. 2m (0: try once).
+    #[arg(long, default_value = "0", value_parser = duration::parse, allow_hyphen_values = true)]
+    wait: Duration,
+    /// Once the lease is lost: how long CMD has to exit after SIGTERM before it gets SIGKILL.
+    #[arg(long, default_value = "10s", value_parser = duration::parse, allow_hyphen_values = true)]
+    grace: Duration,
+    /// The owner name written into the lease row. Defaults to "{hostname}-{pid}-{random hex}".
+    #[arg(long)]
+    owner: Option<String>,
+    /// The command to run and its arguments, after `--`.
+    #[arg(required = true, last = true, value_name = "CMD")]
+    command: Vec<String>,
+}
+
+/// The listings' flags, which lease-run refuses: declared here, hidden, so that its help leaves
+/// them out (a flag of the same name in a subcommand keeps the global one out of it).
+#[derive(Args, Debug)]
+struct ListingFlags {
+    #[arg(long, hide = true)]
+    json: bool,
+    #[arg(short, long, hide = true, value_enum)]
+    output: Option<Output>,
+    #[arg(short, long, hide = true)]
+    watch: bool,
+    #[arg(long, hide = true, value_parser = duration::parse)]
+    interval: Option<Duration>,
+    #[arg(long, hide = true)]
+    leader_table: Option<String>,
+    #[arg(long, hide = true)]
+    ticks_table: Option<String>,
+    #[arg(long, hide = true)]
+    processes_table: Option<String>,
+    #[arg(long, hide = true)]
+    units_table: Option<String>,
+}
+
+impl ListingFlags {
+    /// Refuses the listing flags given: lease-run prints no listing, and a `--json` given to it
+    /// would be silently ignored. The global flags reach these (given before `lease-run` too), and
+    /// so do their defaults: a default value counts as not given.
+    fn check(&self) -> Result<(), String> {
+        if self.watch {
+            return Err("--watch applies to listings, not to lease-run".to_owned());
+        }
+        if self.json || self.output == Some(Output::Json) {
+            return Err(
+                "--json does not apply to lease-run, which prints no listing (CMD's output is \
+                 its own)"
+                    .to_owned(),
+            );
+        }
+        let not =
+            |value: &Option<String>, default: &str| value.as_deref().is_some_and(|v| v != default);
+        let flags = [
+            (self.output.is_some_and(|o| o != Output::Table), "--output"),
+            (
+                self.interval.is_some_and(|i| i != DEFAULT_INTERVAL),
+                "--interval",
+            ),
+            (
+                not(&self.leader_table, pgtenure::elector::DEFAULT_TABLE),
+                "--leader-table",
+            ),
+            (
+                not(&self.ticks_table, pgtenure::tick_claims::DEFAULT_TABLE),
+                "--ticks-table",
+            ),
+            (
+                not(
+                    &self.processes_table,
+                    pgtenure::membership::DEFAULT_PROCESSES_TABLE,
+                ),
+                "--processes-table",
+            ),
+            (
+                not(&self.units_table, pgtenure::membership::DEFAULT_UNITS_TABLE),
+                "--units-table",
+            ),
+        ];
+        match flags.into_iter().find(|(set, _)| *set) {
+            Some((_, flag)) => Err(format!(
+                "{flag} is for listings; lease-run prints none (CMD's output is its own)"
+            )),
+            None => Ok(()),
+        }
+    }
+}
+
+impl LeaseRunArgs {
+    /// The lease key.
+    pub(crate) fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// Checks the arguments before anything connects: no listing flag, and with the library's own
+    /// checks the key (not blank, no NUL byte, at most 1,024 bytes), the TTL (30 ms to 100 years,
+    /// a managed lease's) and the owner name. `--wait` and `--grace` (0 to 100 years) were bounded
+    /// when parsed. The error says what is wrong and what is accepted; it is a usage error.
+    pub(crate) fn check(&self) -> Result<(), String> {
+        self.listing.check()?;
+        pgtenure::leases::check_acquire(&self.key, self.ttl).map_err(|e| e.to_string())?;
+        if let Some(owner) = &self.owner {
+            pgtenure::leases::check_owner(owner).map_err(|e| format!("--owner: {e}"))?;
+        }
+        Ok(())
+    }
+
+    /// Runs CMD under the lease: CMD's exit status, or one of lease-run's own (see
+    /// [`EXIT_HELP`]).
+    pub(crate) fn run(&self, db: &Db, global: &Global) -> Result<u8, Failure> {
+        let leases = global.leases(db)?;
+        let leases = match &self.owner {
+            Some(owner) => leases.with_owner(owner)?,
+            None => leases,
+        };
+        let signals = Signals::install()?;
+        let Some(lease) = acquire(&leases, self, &signals)? else {
+            return Ok(EXIT_NOT_ACQUIRED);
+        };
+        let lease = match lease {
+            Ok(lease) => lease,
+            Err(signal) => return Ok(signal_status(signal)),
+        };
+        // A signal caught before this point came while pgtenure waited for the lease, however close to
+        // the grant (the handler sets `first` itself, before the signal thread passes it on): CMD
+        // never runs then.
+        if let Some(signal) = signals.first() {
+            say!(
+                "pgtenure: got {} while acquiring lease {:?}; not running CMD, releasing the lease",
+                signal_name(signal),
+                self.key
+            );
+            release(lease);
+            return Ok(signal_status(signal));
+        }
+        let program = &self.command[0];
+        let mut command = Command::new(program);
+        command
+            .args(&self.command[1..])
+            .env(ENV_KEY, &self.key)
+            .env(ENV_TOKEN, lease.token().to_string())
+            .process_group(0);
+        prepare_child(&mut command);
+        // Declared after `lease`, so dropped before it: a panic from here on kills CMD's group before
+        // the lease's drop releases the key.
+        let mut cmd = match command.spawn() {
+            Ok(child) => Cmd::new(child),
+            Err(e) => {
+                release(lease);
+                say!("pgtenure: cannot run {program:?}: {e}");
+                return Ok(match e.kind() {
+                    io::ErrorKind::NotFound => EXIT_NOT_FOUND,
+                    io::ErrorKind::PermissionDenied => EXIT_CANNOT_EXECUTE,
+                    _ => EXIT_ERROR,
+                });
+            }
+        };
+        let exited = match watch_exit(cmd.pid) {
+            Ok(exited) => exited,
+            Err(e) => {
+                cmd.kill_group();
+                release(lease);
+                return Err(e.into());
+            }
+        };
+        loop {
+            select! {
+                recv(exited) -> _ => {
+                    let status = cmd.reap();
+                    release(lease);
+                    return Ok(status.map_or(EXIT_ERROR, exit_status));
+                }
+                recv(lease.lost()) -> reason => {
+                    // CMD first: nothing may delay or prevent its signal, a report least of all.
+                    cmd.signal_group(libc::SIGTERM);
+                    let reason = reason.map_or_else(
+                        |_| "its renewal stopped".to_owned(),
+                        |reason| reason.to_string(),
+                    );
+                    say!(
+                        "pgtenure: lease {:?} lost ({reason}); stopping {program:?} with SIGTERM, \
+                         SIGKILL after {:?}",
+                        self.key, self.grace
+                    );
+                    cmd.stop(&exited, self.grace);
+                    release(lease);
+                    return Ok(EXIT_LOST);
+                }
+                recv(signals.received) -> signal => {
+                    // CMD's group is not the terminal's foreground group, so a terminal's Ctrl-C reached
+                    // only pgtenure: whoever sent it, it is passed on. The lease is kept until CMD exits.
+                    if let Ok(signal) = signal {
+                        cmd.signal_group(signal);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Releases the lease after CMD ended; a failure is said, and the row lapses at its TTL.
+fn release(lease: Lease) {
+    let key = lease.key().to_owned();
+    if let Err(e) = lease.release() {
+        say!("pgtenure: could not release lease {key:?} ({e}); it lapses at its TTL");
+    }
+}
+
+/// The exit status for a signal: 128 + its number.
+fn signal_status(signal: i32) -> u8 {
+    128u8.saturating_add(signal as u8)
+}

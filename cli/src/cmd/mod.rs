@@ -1,0 +1,134 @@
+//! The subcommands, one file each: its arguments (a clap `Args` struct) and its `run`, which prints
+//! through [`crate::output`] and returns the exit status. `lease-run` is a folder of its own.
+
+mod jobs;
+mod leader;
+mod lease;
+mod lease_run;
+mod leases;
+mod members;
+mod status;
+mod units;
+
+use clap::Subcommand;
+use pgtenure::membership::Units;
+use pgtenure::{Db, Elector, Error, Leases, TickClaims};
+
+use crate::{Failure, Global};
+
+pub(crate) use self::jobs::JobsArgs;
+pub(crate) use self::leader::LeaderArgs;
+pub(crate) use self::lease::LeaseArgs;
+pub(crate) use self::lease_run::LeaseRunArgs;
+pub(crate) use self::leases::LeasesArgs;
+pub(crate) use self::members::MembersArgs;
+pub(crate) use self::status::StatusArgs;
+pub(crate) use self::units::UnitsArgs;
+
+#[derive(Subcommand, Debug)]
+pub(crate) enum Command {
+    /// Everything at a glance: leases, leaders, members with their unit counts, jobs.
+    Status(StatusArgs),
+    /// Every lease row, live or lapsed.
+    Leases(LeasesArgs),
+    /// One lease: show it, or release it whoever holds it.
+    Lease(LeaseArgs),
+    /// Who leads each fleet; or ask a leader to step down.
+    Leader(LeaderArgs),
+    /// Every membership process, live or expired, with the units it owns.
+    Members(MembersArgs),
+    /// Every registered unit and its owner.
+    Units(UnitsArgs),
+    /// Every recurring job's last tick, who claimed it and whether it is busy.
+    Jobs(JobsArgs),
+    /// Run CMD only while holding the lease KEY (flock across machines).
+    #[command(after_help = lease_run::EXIT_HELP)]
+    LeaseRun(LeaseRunArgs),
+}
+
+impl Command {
+    /// Runs the subcommand on `db`: the exit status, or the failure to report (exit 1).
+    pub(crate) fn run(&self, db: &Db, global: &Global) -> Result<u8, Failure> {
+        match self {
+            Command::Status(args) => args.run(db, global),
+            Command::Leases(args) => args.run(db, global),
+            Command::Lease(args) => args.run(db, global),
+            Command::Leader(args) => args.run(db, global),
+            Command::Members(args) => args.run(db, global),
+            Command::Units(args) => args.run(db, global),
+            Command::Jobs(args) => args.run(db, global),
+            Command::LeaseRun(args) => args.run(db, global),
+        }
+    }
+
+    /// Checks the subcommand's own arguments that the library would refuse (a lease key, a fleet
+    /// name), on a pool that has connected nothing yet.
+    pub(crate) fn check(&self, db: &Db) -> Result<(), Error> {
+        match self {
+            Command::Lease(args) => args.check(),
+            Command::Leader(args) => args.check(db),
+            _ => Ok(()),
+        }
+    }
+
+    /// Whether the subcommand only lists (so it may be watched).
+    pub(crate) fn lists(&self) -> bool {
+        match self {
+            Command::Status(_)
+            | Command::Leases(_)
+            | Command::Members(_)
+            | Command::Units(_)
+            | Command::Jobs(_) => true,
+            Command::Lease(args) => args.lists(),
+            Command::Leader(args) => args.lists(),
+            Command::LeaseRun(_) => false,
+        }
+    }
+
+    /// `pgtenure` and the subcommand, as the command's connections name themselves: printable
+    /// ASCII, at most 63 bytes (what the server keeps).
+    pub(crate) fn application_name(&self) -> String {
+        format!("pgtenure {}", self.role())
+            .chars()
+            .map(|c| if (' '..='~').contains(&c) { c } else { '?' })
+            .take(63)
+            .collect()
+    }
+
+    /// What this run does, for its application_name.
+    fn role(&self) -> String {
+        match self {
+            Command::Status(_) => "status".to_owned(),
+            Command::Leases(_) => "leases".to_owned(),
+            Command::Lease(args) => args.role(),
+            Command::Leader(args) => args.role(),
+            Command::Members(_) => "members".to_owned(),
+            Command::Units(_) => "units".to_owned(),
+            Command::Jobs(_) => "jobs".to_owned(),
+            Command::LeaseRun(args) => format!("lease-run {}", args.key()),
+        }
+    }
+}
+
+/// The handles on the tables the global flags name, as the subcommands open them.
+impl Global {
+    /// The leases on `--leases-table`.
+    pub(crate) fn leases(&self, db: &Db) -> Result<Leases, Error> {
+        Leases::new(db).with_table(&self.leases_table)
+    }
+
+    /// The elector on `--leader-table`.
+    pub(crate) fn elector(&self, db: &Db) -> Result<Elector, Error> {
+        Elector::new(db).with_table(&self.leader_table)
+    }
+
+    /// The tick claims on `--ticks-table`.
+    pub(crate) fn ticks(&self, db: &Db) -> Result<TickClaims, Error> {
+        TickClaims::new(db).with_table(&self.ticks_table)
+    }
+
+    /// The membership units on `--processes-table` and `--units-table`.
+    pub(crate) fn units(&self, db: &Db) -> Result<Units, Error> {
+        Units::new(db).with_tables(&self.processes_table, &self.units_table)
+    }
+}

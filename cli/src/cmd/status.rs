@@ -1,0 +1,132 @@
+//! `pgtenure status`: everything at a glance, a section per primitive whose table exists.
+
+use clap::Args;
+use pgtenure::postgres::error::SqlState;
+use pgtenure::{Db, Error};
+use serde_json::json;
+
+use crate::output::{
+    jobs_json, jobs_table, leaders_json, leaders_table, leases_json, leases_table, members_json,
+    members_table, view, MISSING_TABLES,
+};
+use crate::{Failure, Global, EXIT_ERROR};
+
+#[derive(Args, Debug)]
+pub(crate) struct StatusArgs;
+
+impl StatusArgs {
+    pub(crate) fn run(&self, db: &Db, global: &Global) -> Result<u8, Failure> {
+        let view = view(db, global)?;
+        let leases = section(global.leases(db)?.list(""))?;
+        let leaders = section(global.elector(db)?.leaders())?;
+        let members = section(global.units(db)?.processes())?;
+        let jobs = section(global.ticks(db)?.jobs())?;
+        let missing: Vec<&str> = [
+            (leases.is_none(), global.leases_table.as_str()),
+            (leaders.is_none(), global.leader_table.as_str()),
+            (members.is_none(), global.processes_table.as_str()),
+            (jobs.is_none(), global.ticks_table.as_str()),
+        ]
+        .into_iter()
+        .filter_map(|(absent, table)| absent.then_some(table))
+        .collect();
+        if missing.len() == 4 {
+            // Nothing to show: the wrong database, or tables of other names.
+            say!(
+                "pgtenure: none of pgtenure's tables is in this database ({}); {MISSING_TABLES}",
+                missing.join(", ")
+            );
+            return Ok(EXIT_ERROR);
+        }
+        if global.as_json() {
+            println!(
+                "{}",
+                json!({
+                    "leases": leases.as_deref().map(leases_json),
+                    "leaders": leaders.as_deref().map(leaders_json),
+                    "members": members.as_deref().map(members_json),
+                    "jobs": jobs.as_deref().map(jobs_json),
+                })
+            );
+            return Ok(0);
+        }
+        let heading = |what: &str, table: &str, summary: Option<String>| {
+            if let Some(summary) = summary {
+                println!("{what} ({table}): {summary}");
+            }
+        };
+        heading(
+            "Leases",
+            &global.leases_table,
+            leases.as_ref().map(|rows| {
+                let live = rows.iter().filter(|r| r.live).count();
+                format!("{live} held, {} rows", rows.len())
+            }),
+        );
+        if let Some(rows) = &leases {
+            print!("{}", leases_table(rows, &view));
+            println!();
+        }
+        heading(
+            "Leaders",
+            &global.leader_table,
+            leaders.as_ref().map(|rows| {
+                let live = rows.iter().filter(|r| r.live).count();
+                format!("{live} of {} fleets led", rows.len())
+            }),
+        );
+        if let Some(rows) = &leaders {
+            print!("{}", leaders_table(rows, &view));
+            println!();
+        }
+        heading(
+            "Members",
+            &global.processes_table,
+            members.as_ref().map(|rows| {
+                let live = rows.iter().filter(|r| r.live).count();
+                let units: i64 = rows
+                    .iter()
+                    .filter(|r| r.live)
+                    .map(|r| i64::from(r.units))
+                    .sum();
+                format!(
+                    "{live} live of {} processes, {units} units owned by live ones",
+                    rows.len()
+                )
+            }),
+        );
+        if let Some(rows) = &members {
+            print!("{}", members_table(rows, &view));
+            println!();
+        }
+        heading(
+            "Jobs",
+            &global.ticks_table,
+            jobs.as_ref().map(|rows| {
+                let busy = rows.iter().filter(|r| r.busy).count();
+                format!("{busy} busy of {} jobs", rows.len())
+            }),
+        );
+        if let Some(rows) = &jobs {
+            print!("{}", jobs_table(rows, &view));
+        }
+        if !missing.is_empty() {
+            println!(
+            "\nNot in this database (primitives this application does not use, or tables of other \
+             names): {}",
+            missing.join(", ")
+        );
+        }
+        Ok(0)
+    }
+}
+
+/// One section of `status`: its rows, or `None` when its table does not exist (that primitive is
+/// not used in this database).
+fn section<T>(result: Result<T, Error>) -> Result<Option<T>, Error> {
+    match result {
+        Ok(rows) => Ok(Some(rows)),
+        Err(e) if e.code() == Some(&SqlState::UNDEFINED_TABLE) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
