@@ -45,6 +45,10 @@
 //!   rustls. Off by default; without it a mode that needs TLS is refused, naming the feature.
 //! - `cron`: cron schedules for the scheduler (`schedule::Schedule::cron`, `cron_in` with an IANA
 //!   time zone), with croner and jiff. Off by default.
+//! - `metrics`: counters, gauges and histograms of every primitive (grants, renewals and losses by
+//!   reason, leadership per fleet, units moved, scheduled runs and misfires, statement errors by
+//!   SQLSTATE class, pool waits) through the `metrics` facade; the application installs the
+//!   exporter. Off by default, and then nothing of it is compiled in. `docs/metrics.md` lists them.
 //! - `testing`: `testing::TempPostgres`, throwaway servers for tests, and
 //!   `testing::ReplicatedPostgres`, a primary with a streaming standby and a failover.
 //!
@@ -164,6 +168,8 @@ mod docs_doctests {
     pub struct Connections;
     #[doc = include_str!("../docs/design.md")]
     pub struct Design;
+    #[doc = include_str!("../docs/metrics.md")]
+    pub struct Metrics;
     #[doc = include_str!("../docs/high-availability.md")]
     pub struct HighAvailability;
     #[doc = include_str!("../docs/operating.md")]

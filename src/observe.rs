@@ -91,8 +91,11 @@ pub(crate) fn leader_poll(fleet: &str, leading: Option<bool>, won: bool) {
         };
         counter!("pgtenure_leader_polls_total", "fleet" => fleet.clone(), "outcome" => outcome)
             .increment(1);
-        gauge!("pgtenure_leader", "fleet" => fleet.clone())
-            .set(if leading == Some(true) { 1.0 } else { 0.0 });
+        gauge!("pgtenure_leader", "fleet" => fleet.clone()).set(if leading == Some(true) {
+            1.0
+        } else {
+            0.0
+        });
         if won {
             counter!("pgtenure_leader_terms_won_total", "fleet" => fleet).increment(1);
         }
@@ -164,7 +167,8 @@ pub(crate) fn job_ended(job: &str, outcome: &'static str, took: Duration) {
     #[cfg(feature = "metrics")]
     {
         let job = job.to_owned();
-        counter!("pgtenure_job_runs_total", "job" => job.clone(), "outcome" => outcome).increment(1);
+        counter!("pgtenure_job_runs_total", "job" => job.clone(), "outcome" => outcome)
+            .increment(1);
         histogram!("pgtenure_job_run_duration_seconds", "job" => job).record(took.as_secs_f64());
     }
     #[cfg(not(feature = "metrics"))]

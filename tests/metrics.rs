@@ -7,11 +7,14 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime};
 
-use common::{db, hand_driven, lease_table, leader_table, url, wait_for, Tables};
-use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+use common::{db, hand_driven, leader_table, lease_table, url, wait_for, Tables};
+use metrics::{
+    Counter, Gauge, Histogram, HistogramFn, Key, KeyName, Metadata, Recorder, SharedString,
+};
 use parking_lot::Mutex;
 use pgtenure::membership::{Leaser, NoHooks, Unit, Units};
 use pgtenure::schedule::{Job, Misfire, Schedule, Scheduler};
@@ -20,55 +23,85 @@ use pgtenure::{Db, Elector, FireClaims, LeaseLoss, Leases, TickClaims};
 /// A metric and its labels, sorted: `name{k="v",...}`.
 type Series = String;
 
-/// What the recorder saw, accumulated over snapshots (a snapshot drains histograms): counters and
-/// gauges at their last value, histograms as how many samples they got.
+/// A recorder that keeps every series: counters and gauges at their value, histograms as how many
+/// samples they got.
+#[derive(Default)]
 struct Seen {
-    snapshotter: Snapshotter,
-    values: Mutex<BTreeMap<Series, f64>>,
+    counters: Mutex<BTreeMap<Series, Arc<AtomicU64>>>,
+    gauges: Mutex<BTreeMap<Series, Arc<AtomicU64>>>,
+    histograms: Mutex<BTreeMap<Series, Arc<Samples>>>,
+}
+
+#[derive(Default)]
+struct Samples(AtomicU64);
+
+impl HistogramFn for Samples {
+    fn record(&self, _: f64) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// The installed recorder.
+struct Recording(&'static Seen);
+
+fn series(key: &Key) -> Series {
+    let mut labels: Vec<String> = key
+        .labels()
+        .map(|l| format!("{}={:?}", l.key(), l.value()))
+        .collect();
+    labels.sort();
+    if labels.is_empty() {
+        key.name().to_owned()
+    } else {
+        format!("{}{{{}}}", key.name(), labels.join(","))
+    }
+}
+
+impl Recorder for Recording {
+    fn describe_counter(&self, _: KeyName, _: Option<metrics::Unit>, _: SharedString) {}
+    fn describe_gauge(&self, _: KeyName, _: Option<metrics::Unit>, _: SharedString) {}
+    fn describe_histogram(&self, _: KeyName, _: Option<metrics::Unit>, _: SharedString) {}
+
+    fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> Counter {
+        let mut counters = self.0.counters.lock();
+        Counter::from_arc(counters.entry(series(key)).or_default().clone())
+    }
+
+    fn register_gauge(&self, key: &Key, _: &Metadata<'_>) -> Gauge {
+        let mut gauges = self.0.gauges.lock();
+        Gauge::from_arc(gauges.entry(series(key)).or_default().clone())
+    }
+
+    fn register_histogram(&self, key: &Key, _: &Metadata<'_>) -> Histogram {
+        let mut histograms = self.0.histograms.lock();
+        Histogram::from_arc(histograms.entry(series(key)).or_default().clone())
+    }
 }
 
 impl Seen {
     fn get() -> &'static Seen {
-        static SEEN: OnceLock<Seen> = OnceLock::new();
+        static SEEN: OnceLock<&'static Seen> = OnceLock::new();
         SEEN.get_or_init(|| {
-            let recorder = DebuggingRecorder::new();
-            let snapshotter = recorder.snapshotter();
-            recorder.install().expect("the only recorder of this test binary");
-            Seen {
-                snapshotter,
-                values: Mutex::new(BTreeMap::new()),
-            }
+            let seen: &'static Seen = Box::leak(Box::default());
+            metrics::set_global_recorder(Recording(seen))
+                .expect("the only recorder of this test binary");
+            seen
         })
     }
 
     /// Every series, as of now.
     fn now(&self) -> BTreeMap<Series, f64> {
-        let mut values = self.values.lock();
-        for (key, _, _, value) in self.snapshotter.snapshot().into_vec() {
-            let key = key.key();
-            let mut labels: Vec<String> = key
-                .labels()
-                .map(|l| format!("{}={:?}", l.key(), l.value()))
-                .collect();
-            labels.sort();
-            let series = if labels.is_empty() {
-                key.name().to_owned()
-            } else {
-                format!("{}{{{}}}", key.name(), labels.join(","))
-            };
-            match value {
-                DebugValue::Counter(n) => {
-                    values.insert(series, n as f64);
-                }
-                DebugValue::Gauge(g) => {
-                    values.insert(series, g.into_inner());
-                }
-                DebugValue::Histogram(samples) => {
-                    *values.entry(series).or_insert(0.0) += samples.len() as f64;
-                }
-            }
+        let mut values = BTreeMap::new();
+        for (series, n) in self.counters.lock().iter() {
+            values.insert(series.clone(), n.load(Ordering::SeqCst) as f64);
         }
-        values.clone()
+        for (series, bits) in self.gauges.lock().iter() {
+            values.insert(series.clone(), f64::from_bits(bits.load(Ordering::SeqCst)));
+        }
+        for (series, samples) in self.histograms.lock().iter() {
+            values.insert(series.clone(), samples.0.load(Ordering::SeqCst) as f64);
+        }
+        values
     }
 
     /// How much each series moved while `f` ran (gauges: their value after it).
@@ -229,13 +262,16 @@ fn claims(seen: &Seen, tables: &mut Tables) {
         .with_table(&tables.name("tick"))
         .unwrap();
     ticks.create_table().unwrap();
-    let tick = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+    let tick = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
     let busy = Duration::from_secs(60);
     let far = SystemTime::now() + Duration::from_secs(3600);
     let (_, moved) = seen.across(|| {
         assert!(ticks.claim("job", tick, busy).unwrap().is_some());
         assert!(ticks.claim("job", tick, busy).unwrap().is_none());
-        assert!(ticks.claim("job", far, busy).unwrap_err().is_invalid_input());
+        assert!(ticks
+            .claim("job", far, busy)
+            .unwrap_err()
+            .is_invalid_input());
     });
     moved.assert_by("pgtenure_tick_claims_total{outcome=\"won\"}", 1.0);
     moved.assert_by("pgtenure_tick_claims_total{outcome=\"refused\"}", 1.0);
@@ -281,7 +317,10 @@ fn election(seen: &Seen, tables: &mut Tables) {
     );
     moved.assert_by(&format!("pgtenure_leader_terms_won_total{{{fleet}}}"), 1.0);
     // Both electors share the process's gauge: the last poll was b's.
-    assert_eq!(moved.value(&format!("pgtenure_leader{{{fleet}}}")), Some(0.0));
+    assert_eq!(
+        moved.value(&format!("pgtenure_leader{{{fleet}}}")),
+        Some(0.0)
+    );
     a.resign().unwrap();
 
     let (_, moved) = seen.across(|| {
@@ -294,7 +333,10 @@ fn election(seen: &Seen, tables: &mut Tables) {
         &format!("pgtenure_leader_losses_total{{{fleet},reason=\"stopped\"}}"),
         1.0,
     );
-    assert_eq!(moved.value(&format!("pgtenure_leader{{{fleet}}}")), Some(0.0));
+    assert_eq!(
+        moved.value(&format!("pgtenure_leader{{{fleet}}}")),
+        Some(0.0)
+    );
 
     let missing = Elector::new(&db())
         .with_table(&tables.name("missing"))
@@ -310,9 +352,7 @@ fn election(seen: &Seen, tables: &mut Tables) {
 
 fn membership(seen: &Seen, tables: &mut Tables) {
     let (procs, units_table) = (tables.name("procs"), tables.name("units"));
-    let units = Units::new(&db())
-        .with_tables(&procs, &units_table)
-        .unwrap();
+    let units = Units::new(&db()).with_tables(&procs, &units_table).unwrap();
     units.create_tables().unwrap();
     let all: Vec<Unit> = (0..6).map(|i| Unit::new("m", i).unwrap()).collect();
     units.add(&all).unwrap();
@@ -344,30 +384,63 @@ fn membership(seen: &Seen, tables: &mut Tables) {
     let (_, moved) = seen.across(|| first.release().unwrap());
     moved.assert_by("pgtenure_units_lost_total{reason=\"released\"}", 3.0);
 
-    let lost = Leaser::new(&db(), Arc::new(common::Quiet), hand_driven(), Arc::new(NoHooks))
-        .unwrap()
-        .with_tables(&tables.name("no_procs"), &tables.name("no_units"))
-        .unwrap();
+    let lost = Leaser::new(
+        &db(),
+        Arc::new(common::Quiet),
+        hand_driven(),
+        Arc::new(NoHooks),
+    )
+    .unwrap()
+    .with_tables(&tables.name("no_procs"), &tables.name("no_units"))
+    .unwrap();
     let (_, moved) = seen.across(|| {
         lost.heartbeat().unwrap_err();
         lost.tick().unwrap_err();
     });
-    moved.assert_by("pgtenure_membership_heartbeats_total{outcome=\"failed\"}", 1.0);
+    moved.assert_by(
+        "pgtenure_membership_heartbeats_total{outcome=\"failed\"}",
+        1.0,
+    );
     moved.assert_by("pgtenure_membership_tick_failures_total", 1.0);
 }
 
-fn scheduler(seen: &Seen, tables: &mut Tables) {
+/// A fresh tick-claim table for a scheduler, created.
+fn jobs_table(tables: &mut Tables) -> String {
     let table = tables.name("jobs");
-    // A daily job, looked at now: its latest tick (last midnight, UTC) was missed.
-    let daily = Schedule::every(Duration::from_secs(86_400)).unwrap();
-    let skip = Scheduler::new(&db())
+    let claims = TickClaims::new(&db()).with_table(&table).unwrap();
+    claims.create_table().unwrap();
+    table
+}
+
+fn scheduler(seen: &Seen, tables: &mut Tables) {
+    let table = jobs_table(tables);
+    // Every 100 ms with 1 ms of grace, looked at every 10 ms or so: ticks are soon missed.
+    let hasty = Scheduler::new(&db())
         .with_table(&table)
         .unwrap()
-        .job("metrics-daily", daily.clone(), |_| Ok(()))
+        .with_job(
+            Job::new(
+                "metrics-hasty",
+                Schedule::every(Duration::from_millis(100)).unwrap(),
+                |_| Ok(()),
+            )
+            .unwrap()
+            .with_grace(Duration::from_millis(1))
+            .unwrap(),
+        )
         .unwrap();
-    let (_, moved) = seen.across(|| assert_eq!(skip.run_pending().unwrap(), 0));
-    moved.assert_by("pgtenure_job_misfires_total{job=\"metrics-daily\"}", 1.0);
+    let (_, moved) = seen.across(|| {
+        wait_for("a missed tick", Duration::from_secs(10), || {
+            hasty.run_pending().unwrap();
+            let missed = seen.now();
+            let missed = missed.get("pgtenure_job_misfires_total{job=\"metrics-hasty\"}");
+            missed.is_some_and(|n| *n > 0.0).then_some(())
+        })
+    });
+    moved.assert_grew("pgtenure_job_misfires_total{job=\"metrics-hasty\"}");
 
+    // A daily job, looked at now: its latest tick (last midnight, UTC) runs once.
+    let daily = Schedule::every(Duration::from_secs(86_400)).unwrap();
     let once = Scheduler::new(&db())
         .with_table(&table)
         .unwrap()
@@ -389,7 +462,7 @@ fn scheduler(seen: &Seen, tables: &mut Tables) {
     moved.assert_by(&format!("pgtenure_job_lateness_seconds{{{job}}}"), 1.0);
 
     let failing = Scheduler::new(&db())
-        .with_table(&tables.name("jobs"))
+        .with_table(&jobs_table(tables))
         .unwrap()
         .with_job(
             Job::new(
@@ -413,6 +486,7 @@ fn scheduler(seen: &Seen, tables: &mut Tables) {
 fn connections(seen: &Seen, tables: &mut Tables) {
     // One connection, held: the next operation waits for it and times out.
     let small = Db::builder(&url())
+        .unwrap()
         .max_size(1)
         .unwrap()
         .connection_timeout(Duration::from_millis(200))
@@ -424,6 +498,7 @@ fn connections(seen: &Seen, tables: &mut Tables) {
         .unwrap();
     let (_, moved) = seen.across(|| {
         fires.create_table().unwrap();
+        assert!(fires.claim("f@1").unwrap());
         let held = small.connection().unwrap();
         assert!(fires.claim("f@2").unwrap_err().is_connection());
         drop(held);
@@ -432,7 +507,16 @@ fn connections(seen: &Seen, tables: &mut Tables) {
     moved.assert_by("pgtenure_pool_timeouts_total", 1.0);
     let modes: f64 = ["protocol", "sql", "unprepared"]
         .iter()
-        .map(|mode| moved.by(&format!("pgtenure_connection_modes_total{{mode=\"{mode}\"}}")))
+        .map(|mode| {
+            moved.by(&format!(
+                "pgtenure_connection_modes_total{{mode=\"{mode}\"}}"
+            ))
+        })
         .sum();
-    assert_eq!(modes, 1.0, "the new pool's one connection: {:?}", moved.moved());
+    assert_eq!(
+        modes,
+        1.0,
+        "the new pool's one connection: {:?}",
+        moved.moved()
+    );
 }

@@ -1,8 +1,8 @@
 //! `pgtenure`: see and fix what pgtenure holds in a database, and run a command under a lease.
 //!
 //! Listings print aligned tables, or JSON with `--json`, on stdout; errors go to stderr with the
-//! library's message, and the exit status is non-zero. See `pgtenure --help` and the README's
-//! "Operating it".
+//! library's message, and the exit status is non-zero. See `pgtenure --help` and
+//! `docs/operating.md`.
 //!
 //! Layout: this file holds the flags every subcommand shares, the checks made before connecting,
 //! the connection and `--watch`; `cmd/` has one file per subcommand (its arguments and its `run`),

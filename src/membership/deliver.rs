@@ -12,9 +12,9 @@ use std::collections::VecDeque;
 
 use parking_lot::{Mutex, ReentrantMutex};
 
-use crate::observe;
 use super::local::Losses;
 use super::{Reconciler, Unit, UnitLoss};
+use crate::observe;
 
 /// One message for the reconciler.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -14,10 +14,10 @@ use super::local::{stop_after, Local};
 use super::sql::{Batch, Statements};
 use super::unit::{Reconciler, Unit, UnitLoss};
 use super::warm_up::WarmUp;
-use crate::observe;
 use crate::db::Db;
 use crate::error::{Error, ErrorKind, Result};
 use crate::input::{micros, MIN_DURATION};
+use crate::observe;
 use crate::table_name::TableName;
 
 /// How many process rows and units a [`Leaser::sweep`] removed and freed.

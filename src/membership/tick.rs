@@ -12,9 +12,9 @@ use super::leaser::Leaser;
 use super::local::{weight_of, Digest, Holds, View};
 use super::sql::{Batch, Reported, Stats};
 use super::unit::Unit;
-use crate::observe;
 use crate::error::Result;
 use crate::instance::random_u64;
+use crate::observe;
 
 /// What one [`Leaser::tick`] did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -100,7 +100,8 @@ impl Leaser {
         // leaser. Units chosen to shed are reported lost here, before they are given back below:
         // their work has stopped before another process can claim them.
         self.outbox.flush(&*self.reconciler);
-        let mut rebalance = decided.inspect_err(|_| observe::membership_tick(started.elapsed(), None))?;
+        let mut rebalance =
+            decided.inspect_err(|_| observe::membership_tick(started.elapsed(), None))?;
         if rebalance.claimed > 0 {
             self.hooks.claimed(rebalance.claimed);
         }

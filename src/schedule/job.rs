@@ -10,8 +10,8 @@ use crossbeam_channel::{after, bounded, select, Receiver, Sender};
 use parking_lot::Mutex;
 
 use crate::error::{Error, Result};
-use crate::observe;
 use crate::input::{check_key, micros, MAX_DURATION, MIN_DURATION};
+use crate::observe;
 use crate::tick_claims::TickClaim;
 
 /// When a job's ticks fall.

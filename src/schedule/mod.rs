@@ -65,9 +65,9 @@ pub use self::running::Scheduling;
 
 use self::job::JobState;
 use crate::db::Db;
-use crate::observe;
 use crate::error::{Error, Result};
 use crate::input::{micros, MIN_DURATION};
+use crate::observe;
 use crate::tick_claims::{Claimed, TickClaims};
 
 /// The local clock a scheduler reads, replaceable for tests of hosts whose clocks are off.

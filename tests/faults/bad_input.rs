@@ -9,7 +9,7 @@ use pgtenure::{Db, Elector, ErrorKind, FireClaims, Leases, TickClaims};
 
 use crate::common::Quiet;
 
-/// The bad-input matrix (README, "Security"): every case is refused with `InvalidInput` before any
+/// The bad-input matrix (docs/reliability.md, "Bad input"): every case is refused with `InvalidInput` before any
 /// statement, or handled as documented, and nothing is stored or changed.
 #[test]
 fn bad_input_matrix_is_refused_before_any_statement_and_changes_nothing() {
