@@ -156,6 +156,31 @@ pub fn migrate(db: &Db) -> Result<()> {
     Ok(())
 }
 
+// Every public handle and value crosses threads: checked when the crate compiles.
+const _: fn() = || {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<Db>();
+    send_sync::<TickClaims>();
+    send_sync::<TickClaim>();
+    send_sync::<FireClaims>();
+    send_sync::<Leases>();
+    send_sync::<Lease>();
+    send_sync::<Grant>();
+    send_sync::<Renewal>();
+    send_sync::<LeaseInfo>();
+    send_sync::<Refusal>();
+    send_sync::<Elector>();
+    send_sync::<LeaderInfo>();
+    send_sync::<Leadership>();
+    send_sync::<LeaderEvent>();
+    send_sync::<elector::NoLeaderHooks>();
+    send_sync::<membership::Leaser>();
+    send_sync::<membership::Units>();
+    send_sync::<membership::NoHooks>();
+    send_sync::<schedule::Scheduler>();
+    send_sync::<schedule::Scheduling>();
+};
+
 /// The README's examples, compiled as doctests so that they stay true.
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]

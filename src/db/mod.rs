@@ -732,14 +732,3 @@ impl fmt::Debug for Db {
             .finish()
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn handles_are_send_and_sync() {
-        fn check<T: Send + Sync + Clone>() {}
-        check::<Db>();
-    }
-}

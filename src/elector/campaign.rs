@@ -657,16 +657,3 @@ impl fmt::Debug for Leadership {
             .finish()
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn handles_are_send_and_sync() {
-        fn check<T: Send + Sync>() {}
-        check::<Leadership>();
-        check::<LeaderEvent>();
-        check::<NoLeaderHooks>();
-    }
-}

@@ -312,15 +312,3 @@ impl fmt::Debug for Elector {
             .finish()
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn handles_are_send_and_sync() {
-        fn check<T: Send + Sync>() {}
-        check::<Elector>();
-        check::<LeaderInfo>();
-    }
-}

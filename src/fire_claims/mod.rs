@@ -193,14 +193,3 @@ impl fmt::Debug for FireClaims {
             .finish()
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn handles_are_send_and_sync() {
-        fn check<T: Send + Sync>() {}
-        check::<FireClaims>();
-    }
-}

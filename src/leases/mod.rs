@@ -503,17 +503,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn handles_are_send_and_sync() {
-        fn check<T: Send + Sync>() {}
-        check::<Leases>();
-        check::<Lease>();
-        check::<Grant>();
-        check::<Renewal>();
-        check::<LeaseInfo>();
-        check::<Refusal>();
-    }
-
-    #[test]
     fn checks_without_a_database_are_acquires_own() {
         assert!(check_acquire("k", MIN_MANAGED_TTL).is_ok());
         assert!(check_acquire("k", crate::input::MAX_DURATION).is_ok());

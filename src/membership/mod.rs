@@ -79,16 +79,3 @@ pub use self::tick::Rebalance;
 pub use self::unit::{Reconciler, Unit, UnitLoss};
 pub use self::units::Units;
 pub use self::views::{Assignment, ProcessInfo};
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn handles_are_send_and_sync() {
-        fn check<T: Send + Sync>() {}
-        check::<Leaser>();
-        check::<Units>();
-        check::<NoHooks>();
-    }
-}

@@ -421,11 +421,4 @@ mod tests {
         assert_eq!(shift(t, -1_500_000), t - Duration::from_millis(1500));
         assert_eq!(micros_since_epoch(t), 100_000_000);
     }
-
-    #[test]
-    fn handles_are_send_and_sync() {
-        fn check<T: Send + Sync>() {}
-        check::<Scheduler>();
-        check::<Scheduling>();
-    }
 }

@@ -239,15 +239,3 @@ impl fmt::Debug for TickClaims {
             .finish()
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn handles_are_send_and_sync() {
-        fn check<T: Send + Sync>() {}
-        check::<TickClaims>();
-        check::<TickClaim>();
-    }
-}
