@@ -81,7 +81,11 @@ impl Lease {
             sent + ttl,
             loss_tx,
         ));
-        shared.watch(Watch::Deadline(state.clone()))?;
+        if let Err(e) = shared.watch(Watch::Deadline(state.clone())) {
+            // Nobody will renew it: it lapses at its expiry.
+            state.lose(LeaseLoss::Expired);
+            return Err(e);
+        }
         let (commands, commands_rx) = bounded::<Command>(1);
         let (reply_tx, reply) = bounded::<Result<()>>(1);
         let renewer = Renewer {
