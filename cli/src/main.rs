@@ -24,6 +24,7 @@ macro_rules! say {
 mod cmd;
 mod duration;
 mod output;
+mod signals;
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -181,7 +182,12 @@ fn run(cli: Cli) -> Result<u8, Failure> {
     if !url.contains("application_name") {
         builder = builder.application_name(&cli.command.application_name())?;
     }
-    let db = builder.build()?;
+    // The exporter starts while the database is down, and says so in its metrics.
+    let db = if cli.command.serves() {
+        builder.build_lazy()?
+    } else {
+        builder.build()?
+    };
     if !global.watch {
         return cli.command.run(&db, global);
     }
