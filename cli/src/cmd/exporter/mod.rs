@@ -37,8 +37,8 @@ pub(crate) struct ExporterArgs {
     /// pgtenure_table_leases_unlisted.
     #[arg(long, default_value_t = 1000)]
     max_series: usize,
-    /// How often the status page reloads itself, e.g. 10s.
-    #[arg(long, default_value = "10s", value_parser = duration::parse)]
+    /// How often the status page reloads itself, in whole seconds, e.g. 10s.
+    #[arg(long, default_value = "10s", value_parser = parse_refresh)]
     refresh: Duration,
 }
 
@@ -53,6 +53,17 @@ fn parse_listen(text: &str) -> Result<SocketAddr, String> {
     addrs
         .next()
         .ok_or_else(|| format!("{text:?} resolves to no address"))
+}
+
+/// A page refresh: whole seconds (what `<meta http-equiv="refresh">` takes), at least one.
+fn parse_refresh(text: &str) -> Result<Duration, String> {
+    let refresh = duration::parse(text)?;
+    if refresh < Duration::from_secs(1) || refresh.subsec_nanos() != 0 {
+        return Err(format!(
+            "{text:?}: the page refreshes every whole number of seconds, 1s or more"
+        ));
+    }
+    Ok(refresh)
 }
 
 /// What the request threads share.
