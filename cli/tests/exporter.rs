@@ -170,7 +170,8 @@ impl Exporter {
             .unwrap();
         write!(
             stream,
-            "GET {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+            // HTTP/1.0: the whole body, never chunked.
+            "GET {path} HTTP/1.0\r\nHost: {}\r\n\r\n",
             self.addr
         )
         .unwrap();
