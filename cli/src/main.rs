@@ -6,8 +6,10 @@
 //!
 //! Layout: this file holds the flags every subcommand shares, the checks made before connecting,
 //! the connection and `--watch`; `cmd/` has one file per subcommand (its arguments and its `run`),
-//! `cmd/lease_run/` the command run under a lease; `output` renders every listing, as a table or as
-//! JSON, and says why a command failed; `duration` parses `30s`, `500ms`, `1m30s`.
+//! `cmd/lease_run/` the command run under a lease, `cmd/exporter/` the metrics and status page
+//! server; `output` renders every listing, as a table or as JSON, and says why a command failed;
+//! `signals` catches the signals that end lease-run and the exporter; `duration` parses `30s`,
+//! `500ms`, `1m30s`.
 
 #![warn(missing_debug_implementations, unreachable_pub)]
 
