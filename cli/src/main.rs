@@ -6,8 +6,10 @@
 //!
 //! Layout: this file holds the flags every subcommand shares, the checks made before connecting,
 //! the connection and `--watch`; `cmd/` has one file per subcommand (its arguments and its `run`),
-//! `cmd/lease_run/` the command run under a lease; `output` renders every listing, as a table or as
-//! JSON, and says why a command failed; `duration` parses `30s`, `500ms`, `1m30s`.
+//! `cmd/lease_run/` the command run under a lease, `cmd/exporter/` the metrics and status page
+//! server; `output` renders every listing, as a table or as JSON, and says why a command failed;
+//! `signals` catches the signals that end lease-run and the exporter; `duration` parses `30s`,
+//! `500ms`, `1m30s`.
 
 #![warn(missing_debug_implementations, unreachable_pub)]
 
@@ -24,6 +26,7 @@ macro_rules! say {
 mod cmd;
 mod duration;
 mod output;
+mod signals;
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -181,7 +184,12 @@ fn run(cli: Cli) -> Result<u8, Failure> {
     if !url.contains("application_name") {
         builder = builder.application_name(&cli.command.application_name())?;
     }
-    let db = builder.build()?;
+    // The exporter starts while the database is down, and says so in its metrics.
+    let db = if cli.command.serves() {
+        builder.build_lazy()?
+    } else {
+        builder.build()?
+    };
     if !global.watch {
         return cli.command.run(&db, global);
     }

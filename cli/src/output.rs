@@ -100,7 +100,7 @@ pub(crate) fn time(t: SystemTime) -> String {
 }
 
 /// `t` against the database's `now`: `in 4s` ahead, `2m ago` behind (`now` at the second).
-fn relative(t: SystemTime, now: SystemTime) -> String {
+pub(crate) fn relative(t: SystemTime, now: SystemTime) -> String {
     match t.duration_since(now) {
         Ok(ahead) => format!("in {}", short(ahead)),
         Err(behind) => format!("{} ago", short(behind.duration())),

@@ -78,4 +78,4 @@ pub use self::sql::{DEFAULT_PROCESSES_TABLE, DEFAULT_UNITS_TABLE};
 pub use self::tick::Rebalance;
 pub use self::unit::{Reconciler, Unit, UnitLoss};
 pub use self::units::Units;
-pub use self::views::{Assignment, ProcessInfo};
+pub use self::views::{Assignment, ProcessInfo, Unowned};

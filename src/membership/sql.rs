@@ -8,7 +8,7 @@ use postgres::Row;
 use super::leaser::Sweep;
 use super::local::{Digest, Hold};
 use super::unit::Unit;
-use super::views::{Assignment, ProcessInfo};
+use super::views::{Assignment, ProcessInfo, Unowned};
 use crate::db::{Companion, Db, Policy};
 use crate::error::{Error, Result};
 use crate::statement::{in_transaction, Statement};
@@ -40,6 +40,7 @@ const BUMP_CHANGES: &str = include_str!("../../sql/membership/bump_changes.sql")
 const FENCE: &str = include_str!("../../sql/membership/fence.sql");
 const ASSIGNMENTS: &str = include_str!("../../sql/membership/assignments.sql");
 const PROCESSES: &str = include_str!("../../sql/membership/processes.sql");
+const UNOWNED: &str = include_str!("../../sql/membership/unowned.sql");
 
 pub(super) struct Statements {
     pub(super) processes: TableName,
@@ -62,6 +63,7 @@ pub(super) struct Statements {
     fence: String,
     assignments: Statement,
     processes_view: Statement,
+    unowned: Statement,
 }
 
 /// The stats statement's answer (`sql/membership/stats.sql`).
@@ -159,6 +161,7 @@ impl Statements {
             fence: render_tables(FENCE, &both),
             assignments: dml(ASSIGNMENTS),
             processes_view: dml(PROCESSES),
+            unowned: dml(UNOWNED),
             processes,
             units,
         })
@@ -420,6 +423,20 @@ impl Statements {
                 weight: row.get("weight"),
             })
             .collect())
+    }
+
+    /// The enabled units no live process owns, and their weight.
+    pub(super) fn unowned(&self, db: &Db) -> Result<Unowned> {
+        let row = db.query_one(
+            "count unowned units",
+            Policy::IDEMPOTENT,
+            &self.unowned,
+            &(),
+        )?;
+        Ok(Unowned {
+            units: row.get("units"),
+            weight: row.get("weight"),
+        })
     }
 }
 

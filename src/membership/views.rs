@@ -1,5 +1,5 @@
-//! What operators look at: every unit's owner, and every process ([`Units::assignments`],
-//! [`Units::processes`]).
+//! What operators look at: every unit's owner, every process, and the units nobody owns
+//! ([`Units::assignments`], [`Units::processes`], [`Units::unowned`]).
 
 use std::fmt;
 use std::time::SystemTime;
@@ -45,6 +45,17 @@ pub struct ProcessInfo {
     pub live: bool,
     /// How many units it reports owning (as of its last heartbeat or claim).
     pub units: i32,
+    /// Their total weight.
+    pub weight: i64,
+}
+
+/// The enabled units no live process owns ([`Units::unowned`]): never claimed, released, or owned
+/// by a process that expired. Any live process may claim them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Unowned {
+    /// How many.
+    pub units: i64,
     /// Their total weight.
     pub weight: i64,
 }
@@ -112,6 +123,19 @@ impl Units {
     /// A database or connection error.
     pub fn processes(&self) -> Result<Vec<ProcessInfo>> {
         self.sql.processes(&self.db)
+    }
+
+    /// How many enabled units no live process owns, and their weight: those never claimed or
+    /// released, and those of expired processes. A fleet whose processes are live and keep up
+    /// brings it to 0 within a rebalance; a count that stays above 0 means work nobody does. One
+    /// statement that reads only the claimable units (through the tables' indexes), so it is cheap
+    /// at any number of owned units: something a health check or an exporter may poll.
+    ///
+    /// # Errors
+    ///
+    /// A database or connection error (an undefined-table error when the tables do not exist).
+    pub fn unowned(&self) -> Result<Unowned> {
+        self.sql.unowned(&self.db)
     }
 }
 

@@ -569,6 +569,47 @@ fn assignments_and_processes_show_who_owns_what() {
     }
 }
 
+/// `unowned` counts the enabled units no live process owns: never claimed, then none once claimed,
+/// then again those of a process that expired; a disabled unit is never counted.
+#[test]
+fn unowned_counts_enabled_units_without_a_live_owner() {
+    let fleet = Fleet::new(4);
+    let unowned = |fleet: &Fleet| {
+        let u = fleet.units.unowned().unwrap();
+        (u.units, u.weight)
+    };
+    let disabled = fleet.units.assignments().unwrap()[0].unit.clone();
+    assert!(fleet.units.set_weight(&disabled, 0).unwrap());
+    let heavy = fleet.units.assignments().unwrap()[1].unit.clone();
+    assert!(fleet.units.set_weight(&heavy, 5).unwrap());
+    assert_eq!(
+        unowned(&fleet),
+        (3, 7),
+        "never claimed: all but the disabled one"
+    );
+    let (a, _) = fleet.leaser(config(Duration::from_secs(30)));
+    a.heartbeat().unwrap();
+    round(&[&a]);
+    assert_eq!(a.owned().len(), 3);
+    assert_eq!(
+        unowned(&fleet),
+        (0, 0),
+        "every enabled unit owned by a live process"
+    );
+    client()
+        .batch_execute(&format!(
+            "UPDATE {} SET expires_at = now() - interval '1 s' WHERE process_id = '{}'",
+            fleet.processes,
+            a.process_id()
+        ))
+        .unwrap();
+    assert_eq!(
+        unowned(&fleet),
+        (3, 7),
+        "an expired owner's units are claimable"
+    );
+}
+
 /// A transaction left open on a unit the process is shedding does not hold up its tick (which the
 /// membership loop runs between heartbeats): the give-back skips it and comes back to it later.
 #[test]

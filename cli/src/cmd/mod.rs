@@ -1,6 +1,7 @@
 //! The subcommands, one file each: its arguments (a clap `Args` struct) and its `run`, which prints
 //! through [`crate::output`] and returns the exit status. `lease-run` is a folder of its own.
 
+mod exporter;
 mod jobs;
 mod leader;
 mod lease;
@@ -16,6 +17,7 @@ use pgtenure::{Db, Elector, Error, Leases, TickClaims};
 
 use crate::{Failure, Global};
 
+pub(crate) use self::exporter::ExporterArgs;
 pub(crate) use self::jobs::JobsArgs;
 pub(crate) use self::leader::LeaderArgs;
 pub(crate) use self::lease::LeaseArgs;
@@ -44,6 +46,8 @@ pub(crate) enum Command {
     /// Run CMD only while holding the lease KEY (flock across machines).
     #[command(after_help = lease_run::EXIT_HELP)]
     LeaseRun(LeaseRunArgs),
+    /// Serve /metrics (Prometheus) and / (a status page) from the tables, until interrupted.
+    Exporter(ExporterArgs),
 }
 
 impl Command {
@@ -58,6 +62,7 @@ impl Command {
             Command::Units(args) => args.run(db, global),
             Command::Jobs(args) => args.run(db, global),
             Command::LeaseRun(args) => args.run(db, global),
+            Command::Exporter(args) => args.run(db, global),
         }
     }
 
@@ -71,6 +76,12 @@ impl Command {
         }
     }
 
+    /// Whether the subcommand serves for long and must start while the database is down (its
+    /// pool connects on first use).
+    pub(crate) fn serves(&self) -> bool {
+        matches!(self, Command::Exporter(_))
+    }
+
     /// Whether the subcommand only lists (so it may be watched).
     pub(crate) fn lists(&self) -> bool {
         match self {
@@ -81,7 +92,7 @@ impl Command {
             | Command::Jobs(_) => true,
             Command::Lease(args) => args.lists(),
             Command::Leader(args) => args.lists(),
-            Command::LeaseRun(_) => false,
+            Command::LeaseRun(_) | Command::Exporter(_) => false,
         }
     }
 
@@ -106,6 +117,7 @@ impl Command {
             Command::Units(_) => "units".to_owned(),
             Command::Jobs(_) => "jobs".to_owned(),
             Command::LeaseRun(args) => format!("lease-run {}", args.key()),
+            Command::Exporter(_) => "exporter".to_owned(),
         }
     }
 }

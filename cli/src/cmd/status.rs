@@ -123,7 +123,7 @@ impl StatusArgs {
 
 /// One section of `status`: its rows, or `None` when its table does not exist (that primitive is
 /// not used in this database).
-fn section<T>(result: Result<T, Error>) -> Result<Option<T>, Error> {
+pub(super) fn section<T>(result: Result<T, Error>) -> Result<Option<T>, Error> {
     match result {
         Ok(rows) => Ok(Some(rows)),
         Err(e) if e.code() == Some(&SqlState::UNDEFINED_TABLE) => Ok(None),

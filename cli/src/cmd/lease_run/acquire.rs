@@ -8,9 +8,9 @@ use pgtenure::crossbeam_channel::{bounded, select};
 use pgtenure::postgres::error::SqlState;
 use pgtenure::{Lease, Leases, Refusal};
 
-use super::signals::{signal_name, Signals};
 use super::{release, LeaseRunArgs};
 use crate::output::time;
+use crate::signals::{signal_name, Signals};
 use crate::Failure;
 
 /// How often an acquire is tried again while `--wait` lasts.

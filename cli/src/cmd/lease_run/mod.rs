@@ -23,7 +23,6 @@
 
 mod acquire;
 mod child;
-mod signals;
 
 use std::io;
 use std::os::unix::process::CommandExt;
@@ -36,8 +35,8 @@ use pgtenure::{Db, Lease};
 
 use self::acquire::acquire;
 use self::child::{exit_status, prepare_child, watch_exit, Cmd};
-use self::signals::{signal_name, Signals};
 use crate::output::Output;
+use crate::signals::{disarm_job_control, signal_name, Signals};
 use crate::{duration, Failure, Global, DEFAULT_INTERVAL, EXIT_ERROR};
 
 /// Exit status when the lease was not acquired within `--wait`: another holder has it
@@ -214,6 +213,7 @@ impl LeaseRunArgs {
             None => leases,
         };
         let signals = Signals::install()?;
+        disarm_job_control()?;
         let Some(lease) = acquire(&leases, self, &signals)? else {
             return Ok(EXIT_NOT_ACQUIRED);
         };

@@ -1,5 +1,6 @@
-//! The signals lease-run catches (SIGINT, SIGTERM, SIGHUP, SIGQUIT), delivered on a channel to be
-//! passed to CMD's process group; job control's, which would stop lease-run alone, disarmed.
+//! The signals that end the command's long runs (SIGINT, SIGTERM, SIGHUP, SIGQUIT), caught and
+//! delivered on a channel: `lease-run` passes them to CMD's process group (and disarms job control,
+//! which would stop it alone), the exporter shuts down on them.
 
 use std::io;
 use std::sync::atomic::{AtomicI32, Ordering};
@@ -8,7 +9,7 @@ use std::thread;
 use pgtenure::crossbeam_channel::{bounded, Receiver};
 
 /// A forwarded signal's name, for messages.
-pub(super) fn signal_name(signal: i32) -> String {
+pub(crate) fn signal_name(signal: i32) -> String {
     match signal {
         libc::SIGINT => "SIGINT".into(),
         libc::SIGTERM => "SIGTERM".into(),
@@ -18,15 +19,15 @@ pub(super) fn signal_name(signal: i32) -> String {
     }
 }
 
-/// The signals pgtenure catches and passes to CMD's process group. Any other signal that ends
-/// pgtenure ends CMD through the parent-death signal.
+/// The signals pgtenure catches (lease-run passes them to CMD's process group; any other signal
+/// that ends pgtenure ends CMD through the parent-death signal).
 const FORWARDED: [libc::c_int; 4] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT];
 
 /// The signals of [`FORWARDED`], caught and delivered on a channel (through a pipe the handler
 /// writes to).
 #[derive(Debug)]
-pub(super) struct Signals {
-    pub(super) received: Receiver<i32>,
+pub(crate) struct Signals {
+    pub(crate) received: Receiver<i32>,
 }
 
 /// The pipe's write end, for the handler (-1 until installed).
@@ -92,14 +93,14 @@ fn set_errno(_: libc::c_int) {}
 
 impl Signals {
     /// The first signal caught since [`Signals::install`], if any.
-    pub(super) fn first(&self) -> Option<i32> {
+    pub(crate) fn first(&self) -> Option<i32> {
         match FIRST_SIGNAL.load(Ordering::SeqCst) {
             0 => None,
             signal => Some(signal),
         }
     }
 
-    pub(super) fn install() -> io::Result<Signals> {
+    pub(crate) fn install() -> io::Result<Signals> {
         let mut fds = [0; 2];
         // SAFETY: fds has room for the two descriptors pipe writes.
         if unsafe { libc::pipe(fds.as_mut_ptr()) } != 0 {
@@ -138,12 +139,15 @@ impl Signals {
         for number in FORWARDED {
             set_disposition(number, forward as libc::sighandler_t)?;
         }
-        // Job control, which would stop pgtenure alone (CMD has a process group of its own) and
-        // let its lease lapse while CMD runs on: Ctrl-Z (SIGTSTP) is caught and does nothing, and
-        // writing to the terminal from the background with `stty tostop` (SIGTTOU) is allowed.
-        let nothing: extern "C" fn(libc::c_int) = do_nothing;
-        set_disposition(libc::SIGTSTP, nothing as libc::sighandler_t)?;
-        set_disposition(libc::SIGTTOU, libc::SIG_IGN)?;
         Ok(Signals { received })
     }
+}
+
+/// Disarms job control, which would stop lease-run alone (CMD has a process group of its own) and
+/// let its lease lapse while CMD runs on: Ctrl-Z (SIGTSTP) is caught and does nothing, and writing
+/// to the terminal from the background with `stty tostop` (SIGTTOU) is allowed.
+pub(crate) fn disarm_job_control() -> io::Result<()> {
+    let nothing: extern "C" fn(libc::c_int) = do_nothing;
+    set_disposition(libc::SIGTSTP, nothing as libc::sighandler_t)?;
+    set_disposition(libc::SIGTTOU, libc::SIG_IGN)
 }

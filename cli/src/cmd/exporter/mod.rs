@@ -1,0 +1,198 @@
+//! `pgtenure exporter`: serves `/metrics` (the Prometheus text format) and `/` (a status page)
+//! from pgtenure's tables, read afresh on each request: the fleet-wide view that no single
+//! process has. Runs until SIGINT or SIGTERM (or SIGHUP, SIGQUIT), then finishes the requests in
+//! hand and exits 0.
+
+mod metrics;
+mod page;
+mod snapshot;
+
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use pgtenure::Db;
+use tiny_http::{Header, Method, Request, Response, Server};
+
+use self::metrics::Counters;
+use self::snapshot::{Snapshot, Tables};
+use crate::signals::{signal_name, Signals};
+use crate::{duration, Failure, Global};
+
+/// Where the exporter listens unless `--listen` says.
+pub(crate) const DEFAULT_LISTEN: &str = "127.0.0.1:9477";
+
+/// Threads answering requests: a scrape and a page view at once.
+const WORKERS: usize = 2;
+
+#[derive(Args, Debug)]
+pub(crate) struct ExporterArgs {
+    /// The address to serve on, HOST:PORT (0.0.0.0:9477 for every interface).
+    #[arg(long, default_value = DEFAULT_LISTEN, value_parser = parse_listen)]
+    listen: SocketAddr,
+    /// At most this many held leases get a series (and a row on the page) of their own, those
+    /// closest to lapsing; the rest are counted in pgtenure_table_leases_held and
+    /// pgtenure_table_leases_unlisted.
+    #[arg(long, default_value_t = 1000)]
+    max_series: usize,
+    /// How often the status page reloads itself, in whole seconds, e.g. 10s.
+    #[arg(long, default_value = "10s", value_parser = parse_refresh)]
+    refresh: Duration,
+}
+
+/// `HOST:PORT`, a host name resolved now: a usage error when it does not parse or resolve.
+fn parse_listen(text: &str) -> Result<SocketAddr, String> {
+    if let Ok(addr) = text.parse() {
+        return Ok(addr);
+    }
+    let mut addrs = text.to_socket_addrs().map_err(|e| {
+        format!("{text:?} is not an address to listen on, HOST:PORT such as 127.0.0.1:9477 ({e})")
+    })?;
+    addrs
+        .next()
+        .ok_or_else(|| format!("{text:?} resolves to no address"))
+}
+
+/// A page refresh: whole seconds (what `<meta http-equiv="refresh">` takes), at least one.
+fn parse_refresh(text: &str) -> Result<Duration, String> {
+    let refresh = duration::parse(text)?;
+    if refresh < Duration::from_secs(1) || refresh.subsec_nanos() != 0 {
+        return Err(format!(
+            "{text:?}: the page refreshes every whole number of seconds, 1s or more"
+        ));
+    }
+    Ok(refresh)
+}
+
+/// What the request threads share.
+#[derive(Debug)]
+struct Exporter {
+    tables: Tables,
+    counters: Counters,
+    max_series: usize,
+    refresh: Duration,
+}
+
+impl ExporterArgs {
+    pub(crate) fn run(&self, db: &Db, global: &Global) -> Result<u8, Failure> {
+        let exporter = Arc::new(Exporter {
+            tables: Tables {
+                db: db.clone(),
+                leases: global.leases(db)?,
+                elector: global.elector(db)?,
+                ticks: global.ticks(db)?,
+                units: global.units(db)?,
+            },
+            counters: Counters::default(),
+            max_series: self.max_series,
+            refresh: self.refresh,
+        });
+        let signals = Signals::install()?;
+        let server = Server::http(self.listen)
+            .map_err(|e| format!("cannot listen on {}: {e}", self.listen))?;
+        let server = Arc::new(server);
+        let listening = server
+            .server_addr()
+            .to_ip()
+            .map_or_else(|| self.listen.to_string(), |addr| addr.to_string());
+        say!("pgtenure: exporter serving http://{listening}/metrics and http://{listening}/");
+        let mut workers = Vec::with_capacity(WORKERS);
+        for _ in 0..WORKERS {
+            let server = server.clone();
+            let exporter = exporter.clone();
+            let worker = thread::Builder::new()
+                .name("pgtenure-http".into())
+                .spawn(move || {
+                    // Ends when unblocked at shutdown.
+                    while let Ok(request) = server.recv() {
+                        exporter.answer(request);
+                    }
+                })?;
+            workers.push(worker);
+        }
+        let signal = signals.received.recv().ok();
+        say!(
+            "pgtenure: exporter stopping on {}",
+            signal.map_or_else(|| "a lost signal thread".to_owned(), signal_name)
+        );
+        // One unblock per thread waiting in recv; a thread answering a request finishes it first.
+        for _ in &workers {
+            server.unblock();
+        }
+        for worker in workers {
+            let _ = worker.join();
+        }
+        Ok(0)
+    }
+}
+
+impl Exporter {
+    /// Answers one request: GET (or HEAD) `/metrics` or `/`; anything else is refused.
+    fn answer(&self, request: Request) {
+        let path = request
+            .url()
+            .split('?')
+            .next()
+            .unwrap_or_default()
+            .to_owned();
+        let response = match (request.method(), path.as_str()) {
+            (Method::Get | Method::Head, "/metrics") => self.metrics(),
+            (Method::Get | Method::Head, "/") => self.page(),
+            (Method::Get | Method::Head, _) => text(
+                404,
+                "text/plain; charset=utf-8",
+                "not found: try / or /metrics\n",
+            ),
+            _ => text(405, "text/plain; charset=utf-8", "only GET and HEAD\n"),
+        };
+        // A client that went away: nothing to do.
+        let _ = request.respond(response);
+    }
+
+    /// Reads the tables; a failure is counted and said on stderr.
+    fn read(&self) -> (Result<Snapshot, String>, f64) {
+        let started = Instant::now();
+        let read = self.tables.read().map_err(|e| {
+            self.counters.scrape_errors.inc();
+            let e = e.to_string();
+            say!("pgtenure: exporter: cannot read the tables: {e}");
+            e
+        });
+        (read, started.elapsed().as_secs_f64())
+    }
+
+    /// `/metrics`: always 200, with `pgtenure_exporter_up` 0 when the read failed (as
+    /// postgres_exporter's `pg_up`), so Prometheus keeps the exporter's own series.
+    fn metrics(&self) -> Response<std::io::Cursor<Vec<u8>>> {
+        let (read, took) = self.read();
+        let body = metrics::render(
+            read.as_ref().map_err(|_| ()),
+            &self.counters,
+            self.max_series,
+            took,
+        );
+        text(200, metrics::CONTENT_TYPE, &body)
+    }
+
+    /// `/`: the page, or 503 saying why the tables cannot be read.
+    fn page(&self) -> Response<std::io::Cursor<Vec<u8>>> {
+        match self.read() {
+            (Ok(snapshot), _) => text(
+                200,
+                page::CONTENT_TYPE,
+                &page::render(&snapshot, self.refresh, self.max_series),
+            ),
+            (Err(e), _) => text(503, page::CONTENT_TYPE, &page::failed(&e, self.refresh)),
+        }
+    }
+}
+
+fn text(status: u16, content_type: &str, body: &str) -> Response<std::io::Cursor<Vec<u8>>> {
+    let header =
+        Header::from_bytes(&b"Content-Type"[..], content_type.as_bytes()).expect("a valid header");
+    Response::from_string(body)
+        .with_status_code(status)
+        .with_header(header)
+}

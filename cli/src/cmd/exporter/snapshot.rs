@@ -1,0 +1,130 @@
+//! One read of pgtenure's tables, what `/metrics` and the page both render: every section whose
+//! table exists, against the database clock.
+
+use std::time::{Duration, Instant, SystemTime};
+
+use pgtenure::membership::{ProcessInfo, Units, Unowned};
+use pgtenure::{Db, Elector, JobInfo, LeaderInfo, LeaseInfo, Leases, TickClaims};
+
+use crate::cmd::status::section;
+use crate::Failure;
+
+/// The handles on the tables the global flags name, opened once.
+#[derive(Debug)]
+pub(super) struct Tables {
+    pub(super) db: Db,
+    pub(super) leases: Leases,
+    pub(super) elector: Elector,
+    pub(super) ticks: TickClaims,
+    pub(super) units: Units,
+}
+
+/// The membership tables' section: the processes and the units nobody owns.
+#[derive(Debug)]
+pub(super) struct Membership {
+    pub(super) processes: Vec<ProcessInfo>,
+    pub(super) unowned: Unowned,
+}
+
+/// What one scrape read; a section is `None` when its table does not exist.
+#[derive(Debug)]
+pub(super) struct Snapshot {
+    /// The database's clock when the read began.
+    pub(super) now: SystemTime,
+    pub(super) leases: Option<Vec<LeaseInfo>>,
+    pub(super) leaders: Option<Vec<LeaderInfo>>,
+    pub(super) membership: Option<Membership>,
+    pub(super) jobs: Option<Vec<JobInfo>>,
+    /// How long the read took.
+    pub(super) took: Duration,
+}
+
+impl Tables {
+    /// Reads every table: six statements, each on a pooled connection of its own. The leases are
+    /// listed whole (one row per key); the membership is read from the processes table and the
+    /// claimable units only, never every unit ([`Units::unowned`]).
+    pub(super) fn read(&self) -> Result<Snapshot, Failure> {
+        let started = Instant::now();
+        // Unnamed, in one round trip (behind a pooler as well).
+        let rows = self.db.connection()?.query_typed("SELECT now()", &[])?;
+        let now = rows
+            .first()
+            .map_or(SystemTime::UNIX_EPOCH, |row| row.get(0));
+        let leases = section(self.leases.list(""))?;
+        let leaders = section(self.elector.leaders())?;
+        let membership = match section(self.units.processes())? {
+            Some(processes) => {
+                section(self.units.unowned())?.map(|unowned| Membership { processes, unowned })
+            }
+            None => None,
+        };
+        let jobs = section(self.ticks.jobs())?;
+        Ok(Snapshot {
+            now,
+            leases,
+            leaders,
+            membership,
+            jobs,
+            took: started.elapsed(),
+        })
+    }
+}
+
+impl Snapshot {
+    /// Seconds from the database's `now` to `t`: negative when `t` is past.
+    pub(super) fn seconds_until(&self, t: SystemTime) -> f64 {
+        match t.duration_since(self.now) {
+            Ok(ahead) => ahead.as_secs_f64(),
+            Err(behind) => -behind.duration().as_secs_f64(),
+        }
+    }
+
+    /// The live leases, soonest to lapse first (then by key).
+    pub(super) fn held(&self) -> Vec<&LeaseInfo> {
+        let mut held: Vec<&LeaseInfo> = self
+            .leases
+            .iter()
+            .flatten()
+            .filter(|lease| lease.live)
+            .collect();
+        held.sort_by(|a, b| a.held_until.cmp(&b.held_until).then(a.key.cmp(&b.key)));
+        held
+    }
+}
+
+impl Membership {
+    /// The live processes, oldest first.
+    pub(super) fn live(&self) -> impl Iterator<Item = &ProcessInfo> {
+        self.processes.iter().filter(|p| p.live)
+    }
+
+    /// The most units a live process owns less the fewest (0 with fewer than two), and the same
+    /// for their weight.
+    pub(super) fn spread(&self) -> (i64, i64) {
+        let units = self.live().map(|p| i64::from(p.units));
+        let weights = self.live().map(|p| p.weight);
+        (range(units), range(weights))
+    }
+}
+
+/// The largest value less the smallest; 0 when empty.
+fn range(values: impl Iterator<Item = i64>) -> i64 {
+    let (min, max) = values.fold((i64::MAX, i64::MIN), |(lo, hi), v| (lo.min(v), hi.max(v)));
+    if min > max {
+        0
+    } else {
+        max - min
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::range;
+
+    #[test]
+    fn the_spread_is_the_largest_less_the_smallest() {
+        assert_eq!(range([].into_iter()), 0);
+        assert_eq!(range([4].into_iter()), 0);
+        assert_eq!(range([4, 9, 1].into_iter()), 8);
+    }
+}

@@ -1,0 +1,863 @@
+//! `pgtenure exporter`, the built binary against a real PostgreSQL (`DATABASE_URL`, or a throwaway
+//! server): `/metrics` says what the library reports, every family is documented and passes
+//! `promtool check metrics`, a database outage shows as `pgtenure_exporter_up 0`, the page renders
+//! the fleet in a real headless browser (Debian's `chromium`), and SIGTERM stops it cleanly. The
+//! tests that need promtool or chromium fail, naming the package, when it is missing (.ci/run
+//! installs both).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{mpsc, Arc, OnceLock};
+use std::thread;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use pgtenure::membership::{Config, Leaser, NoHooks, Reconciler, Unit, UnitLoss, Units};
+use pgtenure::postgres::{Client, NoTls};
+use pgtenure::testing::TempPostgres;
+use pgtenure::{Db, Elector, Leases, TickClaims};
+
+fn url() -> String {
+    static URL: OnceLock<String> = OnceLock::new();
+    URL.get_or_init(|| {
+        pgtenure::testing::database_url().unwrap_or_else(|e| panic!("no test database: {e}"))
+    })
+    .clone()
+}
+
+fn db() -> Db {
+    static DB: OnceLock<Db> = OnceLock::new();
+    DB.get_or_init(|| Db::connect(&url()).expect("the test database"))
+        .clone()
+}
+
+fn unique(what: &str) -> String {
+    static N: AtomicU32 = AtomicU32::new(0);
+    format!(
+        "t_exp_{what}_{}_{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// One test's tables, dropped with it.
+struct Tables {
+    leases: String,
+    leader: String,
+    ticks: String,
+    processes: String,
+    units: String,
+    url: String,
+}
+
+impl Tables {
+    fn new(url: &str) -> Tables {
+        Tables {
+            leases: unique("lease"),
+            leader: unique("leader"),
+            ticks: unique("tick"),
+            processes: unique("procs"),
+            units: unique("units"),
+            url: url.to_owned(),
+        }
+    }
+
+    fn flags(&self) -> Vec<String> {
+        [
+            ("--leases-table", &self.leases),
+            ("--leader-table", &self.leader),
+            ("--ticks-table", &self.ticks),
+            ("--processes-table", &self.processes),
+            ("--units-table", &self.units),
+        ]
+        .into_iter()
+        .flat_map(|(flag, table)| [flag.to_owned(), table.clone()])
+        .collect()
+    }
+
+    fn units(&self, db: &Db) -> Units {
+        Units::new(db)
+            .with_tables(&self.processes, &self.units)
+            .unwrap()
+    }
+
+    fn leaser(&self, db: &Db, hostname: &str) -> Leaser {
+        let mut config = Config::default();
+        config.warm_up = Some(Duration::ZERO);
+        config.hostname = hostname.to_owned();
+        Leaser::new(db, Arc::new(Quiet), config, Arc::new(NoHooks))
+            .unwrap()
+            .with_tables(&self.processes, &self.units)
+            .unwrap()
+    }
+}
+
+impl Drop for Tables {
+    fn drop(&mut self) {
+        if let Ok(mut c) = Client::connect(&self.url, NoTls) {
+            let _ = c.batch_execute(&format!(
+                "DROP TABLE IF EXISTS {l}, {e}, {t}, {u}, {p}, {l}_promotion, {e}_promotion CASCADE;
+                 DROP SEQUENCE IF EXISTS {l}_token_seq, {e}_term_seq, {u}_token_seq",
+                l = self.leases,
+                e = self.leader,
+                t = self.ticks,
+                u = self.units,
+                p = self.processes,
+            ));
+        }
+    }
+}
+
+struct Quiet;
+
+impl Reconciler for Quiet {
+    fn units_gained(&self, _: &[Unit]) {}
+    fn units_lost(&self, _: &[Unit], _: UnitLoss) {}
+}
+
+/// A running exporter on a free port; killed if the test fails before stopping it.
+struct Exporter {
+    child: Option<Child>,
+    addr: SocketAddr,
+    stderr: mpsc::Receiver<String>,
+}
+
+impl Exporter {
+    fn start(url: &str, tables: &Tables, extra: &[&str]) -> Exporter {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_pgtenure"))
+            .args(["--url", url])
+            .args(tables.flags())
+            .args(["exporter", "--listen", "127.0.0.1:0"])
+            .args(extra)
+            .env_remove("DATABASE_URL")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (tx, stderr) = mpsc::channel();
+        let pipe = child.stderr.take().unwrap();
+        thread::spawn(move || {
+            for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        // It says where it listens: `... serving http://127.0.0.1:PORT/metrics and ...`.
+        let line = stderr
+            .recv_timeout(Duration::from_secs(20))
+            .expect("the exporter said where it listens");
+        let addr = line
+            .split("http://")
+            .nth(1)
+            .and_then(|rest| rest.split('/').next())
+            .and_then(|addr| addr.parse().ok())
+            .unwrap_or_else(|| panic!("no address in {line:?}"));
+        Exporter {
+            child: Some(child),
+            addr,
+            stderr,
+        }
+    }
+
+    /// GET `path`: the status code, the Content-Type and the body.
+    fn get(&self, path: &str) -> (u16, String, String) {
+        let mut stream = TcpStream::connect(self.addr).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        write!(
+            stream,
+            // HTTP/1.0: the whole body, never chunked.
+            "GET {path} HTTP/1.0\r\nHost: {}\r\n\r\n",
+            self.addr
+        )
+        .unwrap();
+        let mut response = String::new();
+        stream.read_to_string(&mut response).unwrap();
+        let (head, body) = response.split_once("\r\n\r\n").expect("an HTTP response");
+        let status = head
+            .split(' ')
+            .nth(1)
+            .and_then(|code| code.parse().ok())
+            .expect("a status code");
+        let content_type = head
+            .lines()
+            .find_map(|line| {
+                let (name, value) = line.split_once(':')?;
+                name.eq_ignore_ascii_case("content-type")
+                    .then(|| value.trim().to_owned())
+            })
+            .unwrap_or_default();
+        (status, content_type, body.to_owned())
+    }
+
+    /// `/metrics`, parsed, with its text.
+    fn scrape(&self) -> (Scrape, String) {
+        let (status, content_type, body) = self.get("/metrics");
+        assert_eq!(status, 200, "{body}");
+        assert!(
+            content_type.starts_with("text/plain; version=0.0.4"),
+            "{content_type}"
+        );
+        (Scrape::parse(&body), body)
+    }
+
+    /// SIGTERM: it exits 0 within 10 s, having said so.
+    fn stop(mut self) {
+        let mut child = self.child.take().unwrap();
+        let pid = child.id() as libc::pid_t;
+        // SAFETY: signalling our own child.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("the exporter did not stop within 10 s of SIGTERM");
+            }
+            thread::sleep(Duration::from_millis(20));
+        };
+        assert_eq!(status.code(), Some(0), "exit status after SIGTERM");
+        let said: Vec<String> = self.stderr.try_iter().collect();
+        assert!(
+            said.iter().any(|line| line.contains("stopping on SIGTERM")),
+            "{said:?}"
+        );
+    }
+}
+
+impl Drop for Exporter {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// A scrape: each sample by `name{labels}` (labels as written, sorted by the encoder), and each
+/// family's type.
+struct Scrape {
+    samples: BTreeMap<String, f64>,
+    types: BTreeMap<String, String>,
+}
+
+impl Scrape {
+    fn parse(text: &str) -> Scrape {
+        let mut samples = BTreeMap::new();
+        let mut types = BTreeMap::new();
+        for line in text.lines() {
+            if let Some(rest) = line.strip_prefix("# TYPE ") {
+                let (name, kind) = rest.split_once(' ').unwrap();
+                types.insert(name.to_owned(), kind.to_owned());
+            } else if !line.starts_with('#') && !line.is_empty() {
+                let (series, value) = line.rsplit_once(' ').unwrap();
+                samples.insert(series.to_owned(), value.parse().unwrap());
+            }
+        }
+        Scrape { samples, types }
+    }
+
+    fn get(&self, series: &str) -> f64 {
+        *self
+            .samples
+            .get(series)
+            .unwrap_or_else(|| panic!("no {series} in {:#?}", self.samples))
+    }
+
+    /// The series of family `name`.
+    fn family(&self, name: &str) -> Vec<(&str, f64)> {
+        self.samples
+            .iter()
+            .filter(|(series, _)| {
+                series.as_str() == name || series.starts_with(&format!("{name}{{"))
+            })
+            .map(|(series, value)| (series.as_str(), *value))
+            .collect()
+    }
+}
+
+/// The families docs/operating.md lists (table rows starting with a metric name).
+fn documented() -> BTreeSet<String> {
+    let docs =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/operating.md"))
+            .unwrap();
+    docs.lines()
+        .filter_map(|line| line.strip_prefix("| `pgtenure_"))
+        .map(|rest| format!("pgtenure_{}", rest.split('`').next().unwrap()))
+        .collect()
+}
+
+/// Seconds from the local clock to `t` (the database runs on this machine: same clock).
+fn seconds_until(t: SystemTime) -> f64 {
+    match t.duration_since(SystemTime::now()) {
+        Ok(ahead) => ahead.as_secs_f64(),
+        Err(behind) => -behind.duration().as_secs_f64(),
+    }
+}
+
+fn assert_near(what: &str, seen: f64, expected: f64) {
+    assert!(
+        (seen - expected).abs() < 3.0,
+        "{what}: {seen}, expected about {expected}"
+    );
+}
+
+/// Runs `program` with `args`, feeding it `input`; fails naming the Debian package when it is not
+/// installed.
+fn run_tool(program: &str, package: &str, args: &[&str], input: &[u8]) -> std::process::Output {
+    let mut child = Command::new(program)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| {
+            panic!(
+                "cannot run {program} ({e}): install the Debian package {package} \
+                 (apt-get install -y {package}); .ci/run does"
+            )
+        });
+    child.stdin.take().unwrap().write_all(input).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn metrics_match_what_the_library_reports_and_pass_promtool() {
+    let tables = Tables::new(&url());
+    let ttl = Duration::from_secs(30);
+    // Leases: two held (one for 10 s, one for 30 s), one released (a lapsed row).
+    let leases = Leases::new(&db())
+        .with_table(&tables.leases)
+        .unwrap()
+        .with_owner("app-a")
+        .unwrap();
+    leases.create_table().unwrap();
+    let soon = leases
+        .try_acquire("report/daily", Duration::from_secs(10))
+        .unwrap()
+        .unwrap();
+    let later = leases.try_acquire("cleanup", ttl).unwrap().unwrap();
+    let gone = leases.try_acquire("gone", ttl).unwrap().unwrap();
+    assert!(leases.release_tenure("gone", gone.token()).unwrap());
+    // Leaders: billing led by node-1; reports led, then resigned.
+    let elector = |name: &str| {
+        Elector::new(&db())
+            .with_table(&tables.leader)
+            .unwrap()
+            .with_name(name)
+            .unwrap()
+            .with_holder("node-1")
+            .unwrap()
+    };
+    let billing = elector("billing");
+    billing.create_table().unwrap();
+    assert!(billing.is_leader().unwrap());
+    let reports = elector("reports");
+    assert!(reports.is_leader().unwrap());
+    reports.resign().unwrap();
+    // Jobs: rollup busy, vacuum's run over.
+    let ticks = TickClaims::new(&db())
+        .with_table(&tables.ticks)
+        .unwrap()
+        .with_owner("worker-1")
+        .unwrap();
+    ticks.create_table().unwrap();
+    let tick = UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+    let rollup = ticks.claim("rollup", tick, ttl).unwrap().unwrap();
+    ticks
+        .claim("vacuum", tick, ttl)
+        .unwrap()
+        .unwrap()
+        .release()
+        .unwrap();
+    // Membership: six units, one disabled; a claims the five enabled ones, b joins but has not
+    // rebalanced yet.
+    let units = tables.units(&db());
+    units.create_tables().unwrap();
+    let registered: Vec<Unit> = (0..6)
+        .map(|shard| Unit::new("acme", shard).unwrap())
+        .collect();
+    units.add(&registered).unwrap();
+    assert!(units.set_weight(&registered[5], 0).unwrap());
+    let a = tables.leaser(&db(), "host-a");
+    a.heartbeat().unwrap();
+    a.tick().unwrap();
+    assert_eq!(a.owned().len(), 5);
+    let b = tables.leaser(&db(), "host-b");
+    b.heartbeat().unwrap();
+
+    let exporter = Exporter::start(&url(), &tables, &["--max-series", "1"]);
+    let (scrape, text) = exporter.scrape();
+
+    // Every family documented, and nothing undocumented.
+    let families: BTreeSet<String> = scrape.types.keys().cloned().collect();
+    assert_eq!(
+        families,
+        documented(),
+        "families scraped vs docs/operating.md"
+    );
+    assert_eq!(
+        scrape.types["pgtenure_exporter_scrape_errors_total"],
+        "counter"
+    );
+
+    assert_eq!(scrape.get("pgtenure_exporter_up"), 1.0);
+    assert_eq!(scrape.get("pgtenure_exporter_scrape_errors_total"), 0.0);
+    for primitive in ["leases", "leader", "membership", "jobs"] {
+        let series = format!("pgtenure_exporter_table_present{{primitive=\"{primitive}\"}}");
+        assert_eq!(scrape.get(&series), 1.0, "{series}");
+    }
+
+    // Leases, against Leases::list: the one closest to lapsing has the only series.
+    let listed = leases.list("").unwrap();
+    assert_eq!(scrape.get("pgtenure_table_lease_rows"), listed.len() as f64);
+    let held: Vec<_> = listed.iter().filter(|l| l.live).collect();
+    assert_eq!(held.len(), 2);
+    assert_eq!(scrape.get("pgtenure_table_leases_held"), 2.0);
+    assert_eq!(scrape.get("pgtenure_table_leases_superseded"), 0.0);
+    assert_eq!(scrape.get("pgtenure_table_leases_unlisted"), 1.0);
+    let row = leases.holder("report/daily").unwrap().unwrap();
+    assert_eq!(row.token, soon.token());
+    let expiry = scrape.family("pgtenure_table_lease_expiry_seconds");
+    assert_eq!(
+        expiry.iter().map(|(s, _)| *s).collect::<Vec<_>>(),
+        ["pgtenure_table_lease_expiry_seconds{key=\"report/daily\",owner=\"app-a\"}"]
+    );
+    assert_near(
+        "report/daily expiry",
+        expiry[0].1,
+        seconds_until(row.held_until),
+    );
+    assert_eq!(
+        scrape.get("pgtenure_table_leases_min_expiry_seconds"),
+        expiry[0].1
+    );
+    assert!(later.token() > 0);
+
+    // Leaders, against Elector::leaders.
+    let leaders = billing.leaders().unwrap();
+    assert_eq!(leaders.len(), 2);
+    for leader in &leaders {
+        let fleet = format!("{{fleet=\"{}\"}}", leader.name);
+        assert_eq!(
+            scrape.get(&format!("pgtenure_table_leader_present{fleet}")),
+            f64::from(leader.live)
+        );
+        assert_eq!(
+            scrape.get(&format!("pgtenure_table_leader_term{fleet}")),
+            leader.term as f64
+        );
+    }
+    assert_eq!(
+        scrape.get("pgtenure_table_leader_present{fleet=\"billing\"}"),
+        1.0
+    );
+    assert_eq!(
+        scrape.get("pgtenure_table_leader_present{fleet=\"reports\"}"),
+        0.0
+    );
+    let led = &leaders[0];
+    assert_near(
+        "billing tenure",
+        scrape.get("pgtenure_table_leader_tenure_seconds{fleet=\"billing\"}"),
+        -seconds_until(led.elected_at),
+    );
+    assert_near(
+        "billing expiry",
+        scrape.get("pgtenure_table_leader_expiry_seconds{fleet=\"billing\"}"),
+        seconds_until(led.expires_at),
+    );
+    assert_eq!(
+        scrape.family("pgtenure_table_leader_tenure_seconds").len(),
+        1,
+        "only live fleets have a tenure"
+    );
+    assert_eq!(
+        scrape.get("pgtenure_table_leader_info{fleet=\"billing\",holder=\"node-1\"}"),
+        1.0
+    );
+
+    // Membership, against Units::processes and Units::unowned.
+    let processes = units.processes().unwrap();
+    assert_eq!(processes.len(), 2);
+    assert_eq!(scrape.get("pgtenure_table_processes_live"), 2.0);
+    assert_eq!(scrape.get("pgtenure_table_processes_expired"), 0.0);
+    for p in &processes {
+        let labels = format!("{{hostname=\"{}\",process=\"{}\"}}", p.hostname, p.id);
+        assert_eq!(
+            scrape.get(&format!("pgtenure_table_process_units{labels}")),
+            f64::from(p.units)
+        );
+        assert_eq!(
+            scrape.get(&format!("pgtenure_table_process_weight{labels}")),
+            p.weight as f64
+        );
+    }
+    assert_eq!(scrape.get("pgtenure_table_units_spread"), 5.0);
+    assert_eq!(scrape.get("pgtenure_table_weight_spread"), 5.0);
+    let unowned = units.unowned().unwrap();
+    assert_eq!(unowned.units, 0);
+    assert_eq!(scrape.get("pgtenure_table_units_unowned"), 0.0);
+    assert_eq!(scrape.get("pgtenure_table_units_unowned_weight"), 0.0);
+
+    // Jobs, against TickClaims::jobs.
+    let jobs = ticks.jobs().unwrap();
+    for job in &jobs {
+        let labels = format!("{{job=\"{}\"}}", job.job_id);
+        assert_eq!(
+            scrape.get(&format!("pgtenure_table_job_busy{labels}")),
+            f64::from(job.busy)
+        );
+        assert_near(
+            &job.job_id,
+            scrape.get(&format!("pgtenure_table_job_last_tick_age_seconds{labels}")),
+            -seconds_until(job.tick),
+        );
+    }
+    assert_eq!(scrape.get("pgtenure_table_job_busy{job=\"rollup\"}"), 1.0);
+    assert_eq!(scrape.get("pgtenure_table_job_busy{job=\"vacuum\"}"), 0.0);
+
+    // The Prometheus project's own linter accepts the text.
+    let checked = run_tool(
+        "promtool",
+        "prometheus",
+        &["check", "metrics"],
+        text.as_bytes(),
+    );
+    assert!(
+        checked.status.success(),
+        "promtool check metrics: {}{}\n{text}",
+        String::from_utf8_lossy(&checked.stdout),
+        String::from_utf8_lossy(&checked.stderr)
+    );
+
+    // The fleet moves, the next scrape follows: b takes its share, a unit freed.
+    for _ in 0..3 {
+        a.tick().unwrap();
+        b.tick().unwrap();
+    }
+    let (scrape, _) = exporter.scrape();
+    let after: Vec<i32> = units.processes().unwrap().iter().map(|p| p.units).collect();
+    assert!(after.iter().all(|&n| n == 2 || n == 3), "{after:?}");
+    assert_eq!(scrape.get("pgtenure_table_units_spread"), 1.0);
+
+    // Anything but / and /metrics is not found.
+    assert_eq!(exporter.get("/nothing").0, 404);
+    exporter.stop();
+    rollup.release().unwrap();
+    for leaser in [a, b] {
+        leaser.release().unwrap();
+        leaser.delete_process().unwrap();
+    }
+}
+
+#[test]
+fn a_database_outage_shows_as_up_0_and_counted_scrape_errors() {
+    let server = TempPostgres::start().unwrap();
+    let db = Db::connect(server.url()).unwrap();
+    let tables = Tables::new(server.url());
+    let leases = Leases::new(&db).with_table(&tables.leases).unwrap();
+    leases.create_table().unwrap();
+    let _held = leases
+        .try_acquire("k", Duration::from_secs(600))
+        .unwrap()
+        .unwrap();
+    let exporter = Exporter::start(server.url(), &tables, &[]);
+    let (scrape, _) = exporter.scrape();
+    assert_eq!(scrape.get("pgtenure_exporter_up"), 1.0);
+    assert_eq!(scrape.get("pgtenure_table_leases_held"), 1.0);
+    assert_eq!(
+        scrape.get("pgtenure_exporter_table_present{primitive=\"leader\"}"),
+        0.0,
+        "a table that does not exist is not a failure"
+    );
+
+    // Down for 12 s: long enough for a scrape to wait out the exporter's 5 s pool timeout.
+    let port = server.port();
+    let server = Arc::new(server);
+    let outage = {
+        let server = server.clone();
+        thread::spawn(move || server.restart_after(Duration::from_secs(12)))
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while TcpStream::connect(("127.0.0.1", port)).is_ok() {
+        assert!(Instant::now() < deadline, "the server did not stop");
+        thread::sleep(Duration::from_millis(20));
+    }
+    let (scrape, text) = exporter.scrape();
+    assert_eq!(scrape.get("pgtenure_exporter_up"), 0.0, "{text}");
+    assert_eq!(scrape.get("pgtenure_exporter_scrape_errors_total"), 1.0);
+    assert!(
+        scrape.family("pgtenure_table_leases_held").is_empty(),
+        "no stale table families on a failed scrape: {text}"
+    );
+    let (status, _, page) = exporter.get("/");
+    assert_eq!(status, 503, "{page}");
+    assert!(page.contains("Cannot read the tables"), "{page}");
+    let said: Vec<String> = exporter.stderr.try_iter().collect();
+    assert!(
+        said.iter().any(|l| l.contains("cannot read the tables")),
+        "{said:?}"
+    );
+
+    // Back: the next scrape reads the tables again; the errors stay counted.
+    outage.join().unwrap().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let scrape = loop {
+        let (scrape, _) = exporter.scrape();
+        if scrape.get("pgtenure_exporter_up") == 1.0 {
+            break scrape;
+        }
+        assert!(Instant::now() < deadline, "the exporter did not come back");
+        thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(scrape.get("pgtenure_table_leases_held"), 1.0);
+    assert!(scrape.get("pgtenure_exporter_scrape_errors_total") >= 2.0);
+    exporter.stop();
+}
+
+/// Where the page's screenshot is kept: target/exporter-page.png.
+fn artifact(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .parent()
+        .unwrap()
+        .join(name)
+}
+
+#[test]
+fn the_page_renders_the_fleet_in_a_headless_browser() {
+    let tables = Tables::new(&url());
+    let units = tables.units(&db());
+    units.create_tables().unwrap();
+    let registered: Vec<Unit> = (0..12)
+        .map(|shard| Unit::new("acme", shard).unwrap())
+        .collect();
+    units.add(&registered).unwrap();
+    // Unbalanced: a claimed every unit before b and c joined; none has rebalanced since.
+    let a = tables.leaser(&db(), "host-a");
+    a.heartbeat().unwrap();
+    a.tick().unwrap();
+    let b = tables.leaser(&db(), "host-<b>");
+    b.heartbeat().unwrap();
+    let c = tables.leaser(&db(), "host-c");
+    c.heartbeat().unwrap();
+    // A lease whose key is markup: shown as text, never as an element.
+    let leases = Leases::new(&db()).with_table(&tables.leases).unwrap();
+    leases.create_table().unwrap();
+    let _held = leases
+        .try_acquire("<script>alert(1)</script>", Duration::from_secs(600))
+        .unwrap()
+        .unwrap();
+    let elector = Elector::new(&db())
+        .with_table(&tables.leader)
+        .unwrap()
+        .with_name("billing")
+        .unwrap()
+        .with_holder("node-1")
+        .unwrap();
+    elector.create_table().unwrap();
+    assert!(elector.is_leader().unwrap());
+
+    let exporter = Exporter::start(&url(), &tables, &[]);
+    let page = format!("http://{}/", exporter.addr);
+    let dom = run_tool(
+        "chromium",
+        "chromium",
+        &[
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--dump-dom",
+            &page,
+        ],
+        b"",
+    );
+    assert!(
+        dom.status.success(),
+        "{}",
+        String::from_utf8_lossy(&dom.stderr)
+    );
+    let dom = String::from_utf8(dom.stdout).unwrap();
+    // Each process a row with a bar as wide as its share of the most loaded.
+    let processes = units.processes().unwrap();
+    assert_eq!(processes.len(), 3);
+    for p in &processes {
+        let row = dom
+            .split("<tr ")
+            .find(|row| row.contains(&format!("data-process=\"{}\"", p.id)))
+            .unwrap_or_else(|| panic!("no row for {} in:\n{dom}", p.id));
+        let width = f64::from(p.units) * 100.0 / 12.0;
+        assert!(
+            row.contains(&format!("data-units=\"{}\"", p.units))
+                && row.contains(&format!("width: {width:.1}%")),
+            "{} owns {} units: {row}",
+            p.hostname,
+            p.units
+        );
+    }
+    assert_eq!(
+        processes.iter().map(|p| p.units).collect::<Vec<_>>(),
+        [12, 0, 0]
+    );
+    assert!(dom.contains("host-&lt;b&gt;"), "{dom}");
+    assert!(
+        dom.contains("&lt;script&gt;alert(1)&lt;/script&gt;"),
+        "{dom}"
+    );
+    assert!(!dom.contains("<script>"), "{dom}");
+    assert!(dom.contains("1 of 1 fleets led"), "{dom}");
+    assert!(dom.contains("spread 12 units"), "{dom}");
+    assert!(dom.contains("http-equiv=\"refresh\""), "{dom}");
+
+    // The screenshot, kept for a person to look at.
+    let shot = artifact("exporter-page.png");
+    let _ = std::fs::remove_file(&shot);
+    let screenshot = format!("--screenshot={}", shot.display());
+    let out = run_tool(
+        "chromium",
+        "chromium",
+        &[
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+            "--window-size=1000,760",
+            &screenshot,
+            &page,
+        ],
+        b"",
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let png = std::fs::read(&shot).unwrap();
+    assert!(
+        png.starts_with(b"\x89PNG") && png.len() > 10_000,
+        "{}",
+        shot.display()
+    );
+    exporter.stop();
+    for leaser in [a, b, c] {
+        leaser.release().unwrap();
+        leaser.delete_process().unwrap();
+    }
+}
+
+#[test]
+fn exporter_checks_its_arguments_before_it_connects() {
+    let down = "postgres://postgres@127.0.0.1:1/nowhere";
+    for args in [
+        &["exporter", "--listen", "nonsense"][..],
+        &["exporter", "--listen", "127.0.0.1:99999"],
+        &["exporter", "--listen", ""],
+        &["exporter", "--refresh", "0"],
+        &["--watch", "exporter"],
+        &["--leases-table", "bad name", "exporter"],
+    ] {
+        let started = Instant::now();
+        let out = Command::new(env!("CARGO_BIN_EXE_pgtenure"))
+            .args(["--url", down])
+            .args(args)
+            .env_remove("DATABASE_URL")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{args:?}: exit {:?} after {:?}: {stderr}",
+            out.status.code(),
+            started.elapsed()
+        );
+    }
+}
+
+/// The cost of a scrape against 100,000 units (20 live processes) and 10,000 held leases, for
+/// docs/operating.md: run with `cargo test --release -p pgtenure-cli --test exporter --
+/// --ignored --nocapture scrape_cost`. The tables are made by the library, then filled with SQL
+/// (claiming 100,000 units tick by tick would take minutes).
+#[test]
+#[ignore = "a measurement; run by hand for docs/operating.md"]
+fn scrape_cost_at_100000_units_and_10000_leases() {
+    let tables = Tables::new(&url());
+    let leases = Leases::new(&db()).with_table(&tables.leases).unwrap();
+    leases.create_table().unwrap();
+    let units = tables.units(&db());
+    units.create_tables().unwrap();
+    let all: Vec<Unit> = (0..100_000)
+        .map(|i| Unit::new(&format!("tenant-{}", i / 100), i % 100).unwrap())
+        .collect();
+    for chunk in all.chunks(10_000) {
+        units.add(chunk).unwrap();
+    }
+    let leasers: Vec<Leaser> = (0..20)
+        .map(|i| tables.leaser(&db(), &format!("host-{i}")))
+        .collect();
+    for leaser in &leasers {
+        leaser.heartbeat().unwrap();
+    }
+    let mut client = Client::connect(&url(), NoTls).unwrap();
+    client
+        .batch_execute(&format!(
+            "INSERT INTO {l} (key, owner, token, acquired_at, held_until)
+               SELECT 'key-' || i, 'owner-' || (i % 50), i, now(), now() + interval '10 min'
+                 FROM generate_series(1, 10000) i;
+             WITH p AS (SELECT process_id, row_number() OVER (ORDER BY process_id) - 1 AS n
+                          FROM {p})
+             UPDATE {u} u SET process_id = p.process_id, claimed_at = now()
+               FROM p WHERE abs(hashtext(u.tenant || u.shard)) % 1000 <> 0
+                        AND p.n = abs(hashtext(u.tenant || '/' || u.shard)) % 20;
+             UPDATE {p} p SET unit_count = c.n, weight = c.n
+               FROM (SELECT process_id, count(*) AS n FROM {u} GROUP BY process_id) c
+              WHERE c.process_id = p.process_id;
+             ANALYZE {l}; ANALYZE {u}; ANALYZE {p}",
+            l = tables.leases,
+            u = tables.units,
+            p = tables.processes,
+        ))
+        .unwrap();
+    let exporter = Exporter::start(&url(), &tables, &[]);
+    let (scrape, text) = exporter.scrape();
+    assert_eq!(scrape.get("pgtenure_table_leases_held"), 10_000.0);
+    assert_eq!(scrape.get("pgtenure_table_processes_live"), 20.0);
+    let unowned = units.unowned().unwrap();
+    assert!(unowned.units > 0);
+    assert_eq!(
+        scrape.get("pgtenure_table_units_unowned"),
+        unowned.units as f64
+    );
+    let mut reads = Vec::new();
+    let mut round_trips = Vec::new();
+    for _ in 0..20 {
+        let started = Instant::now();
+        let (scrape, _) = exporter.scrape();
+        round_trips.push(started.elapsed().as_secs_f64());
+        reads.push(scrape.get("pgtenure_exporter_scrape_duration_seconds"));
+    }
+    reads.sort_by(f64::total_cmp);
+    round_trips.sort_by(f64::total_cmp);
+    println!(
+        "scrape at 100,000 units and 10,000 leases: read median {:.1} ms (max {:.1} ms), \
+         HTTP round trip median {:.1} ms (max {:.1} ms), {} bytes, {} series",
+        reads[10] * 1e3,
+        reads[19] * 1e3,
+        round_trips[10] * 1e3,
+        round_trips[19] * 1e3,
+        text.len(),
+        scrape.samples.len()
+    );
+    exporter.stop();
+    for leaser in leasers {
+        leaser.delete_process().unwrap();
+    }
+}
