@@ -2,44 +2,24 @@
 //! its listings show what the library holds, `lease release --force` and `lease-run` do what they
 //! say. Each test uses tables of its own, passed with the table flags and dropped afterwards.
 
+mod common;
+
+use common::{db, unique, url};
+
 use std::io::Read;
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant, UNIX_EPOCH};
 
 use pgtenure::membership::{Config, Leaser, NoHooks, Reconciler, Unit, UnitLoss, Units};
 use pgtenure::postgres::{Client, NoTls};
-use pgtenure::{Db, Elector, LeaseLoss, Leases, TickClaims};
+use pgtenure::{Elector, LeaseLoss, Leases, TickClaims};
 use serde_json::Value;
 
 const NOT_ACQUIRED: i32 = 75;
 const LOST: i32 = 76;
-
-fn url() -> String {
-    static URL: OnceLock<String> = OnceLock::new();
-    URL.get_or_init(|| {
-        pgtenure::testing::database_url().unwrap_or_else(|e| panic!("no test database: {e}"))
-    })
-    .clone()
-}
-
-fn db() -> Db {
-    static DB: OnceLock<Db> = OnceLock::new();
-    DB.get_or_init(|| Db::connect(&url()).expect("the test database"))
-        .clone()
-}
-
-fn unique(what: &str) -> String {
-    static N: AtomicU32 = AtomicU32::new(0);
-    format!(
-        "t_cli_{what}_{}_{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    )
-}
 
 /// One test's tables (dropped with it) and a scratch directory.
 struct Env {

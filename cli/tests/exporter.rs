@@ -5,13 +5,16 @@
 //! tests that need promtool or chromium fail, naming the package, when it is missing (.ci/run
 //! installs both).
 
+mod common;
+
+use common::{db, unique, url};
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{mpsc, Arc, OnceLock};
+use std::sync::{mpsc, Arc};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -19,29 +22,6 @@ use pgtenure::membership::{Config, Leaser, NoHooks, Reconciler, Unit, UnitLoss, 
 use pgtenure::postgres::{Client, NoTls};
 use pgtenure::testing::TempPostgres;
 use pgtenure::{Db, Elector, Leases, TickClaims};
-
-fn url() -> String {
-    static URL: OnceLock<String> = OnceLock::new();
-    URL.get_or_init(|| {
-        pgtenure::testing::database_url().unwrap_or_else(|e| panic!("no test database: {e}"))
-    })
-    .clone()
-}
-
-fn db() -> Db {
-    static DB: OnceLock<Db> = OnceLock::new();
-    DB.get_or_init(|| Db::connect(&url()).expect("the test database"))
-        .clone()
-}
-
-fn unique(what: &str) -> String {
-    static N: AtomicU32 = AtomicU32::new(0);
-    format!(
-        "t_exp_{what}_{}_{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    )
-}
 
 /// One test's tables, dropped with it.
 struct Tables {
