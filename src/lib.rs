@@ -189,6 +189,8 @@ pub struct ReadmeDoctests;
 /// The guides in `docs/`, compiled as doctests so that any Rust they hold stays true.
 #[cfg(doctest)]
 mod docs_doctests {
+    #[doc = include_str!("../docs/alerts.md")]
+    pub struct Alerts;
     #[doc = include_str!("../docs/connections.md")]
     pub struct Connections;
     #[doc = include_str!("../docs/design.md")]

@@ -157,7 +157,8 @@ pub(crate) fn units_lost(reason: &'static str, count: usize) {
 /// A scheduled run of `job` started `late` after its tick was due.
 pub(crate) fn job_started(job: &str, late: Duration) {
     #[cfg(feature = "metrics")]
-    histogram!("pgtenure_job_lateness_seconds", "job" => job.to_owned()).record(late.as_secs_f64());
+    histogram!("pgtenure_job_lateness_seconds", "job_id" => job.to_owned())
+        .record(late.as_secs_f64());
     #[cfg(not(feature = "metrics"))]
     let _ = (job, late);
 }
@@ -167,9 +168,9 @@ pub(crate) fn job_ended(job: &str, outcome: &'static str, took: Duration) {
     #[cfg(feature = "metrics")]
     {
         let job = job.to_owned();
-        counter!("pgtenure_job_runs_total", "job" => job.clone(), "outcome" => outcome)
+        counter!("pgtenure_job_runs_total", "job_id" => job.clone(), "outcome" => outcome)
             .increment(1);
-        histogram!("pgtenure_job_run_duration_seconds", "job" => job).record(took.as_secs_f64());
+        histogram!("pgtenure_job_run_duration_seconds", "job_id" => job).record(took.as_secs_f64());
     }
     #[cfg(not(feature = "metrics"))]
     let _ = (job, outcome, took);
@@ -178,7 +179,7 @@ pub(crate) fn job_ended(job: &str, outcome: &'static str, took: Duration) {
 /// A tick of `job` was missed (reached later than its grace).
 pub(crate) fn job_missed(job: &str) {
     #[cfg(feature = "metrics")]
-    counter!("pgtenure_job_misfires_total", "job" => job.to_owned()).increment(1);
+    counter!("pgtenure_job_misfires_total", "job_id" => job.to_owned()).increment(1);
     #[cfg(not(feature = "metrics"))]
     let _ = job;
 }

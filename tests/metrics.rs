@@ -433,11 +433,11 @@ fn scheduler(seen: &Seen, tables: &mut Tables) {
         wait_for("a missed tick", Duration::from_secs(10), || {
             hasty.run_pending().unwrap();
             let missed = seen.now();
-            let missed = missed.get("pgtenure_job_misfires_total{job=\"metrics-hasty\"}");
+            let missed = missed.get("pgtenure_job_misfires_total{job_id=\"metrics-hasty\"}");
             missed.is_some_and(|n| *n > 0.0).then_some(())
         })
     });
-    moved.assert_grew("pgtenure_job_misfires_total{job=\"metrics-hasty\"}");
+    moved.assert_grew("pgtenure_job_misfires_total{job_id=\"metrics-hasty\"}");
 
     // A daily job, looked at now: its latest tick (last midnight, UTC) runs once.
     let daily = Schedule::every(Duration::from_secs(86_400)).unwrap();
@@ -453,7 +453,7 @@ fn scheduler(seen: &Seen, tables: &mut Tables) {
         )
         .unwrap();
     let (_, moved) = seen.across(|| assert_eq!(once.run_pending().unwrap(), 1));
-    let job = "job=\"metrics-daily\"";
+    let job = "job_id=\"metrics-daily\"";
     moved.assert_by(
         &format!("pgtenure_job_runs_total{{{job},outcome=\"ok\"}}"),
         1.0,
@@ -478,7 +478,7 @@ fn scheduler(seen: &Seen, tables: &mut Tables) {
         .unwrap();
     let (_, moved) = seen.across(|| failing.run_pending().unwrap());
     moved.assert_by(
-        "pgtenure_job_runs_total{job=\"metrics-failing\",outcome=\"failed\"}",
+        "pgtenure_job_runs_total{job_id=\"metrics-failing\",outcome=\"failed\"}",
         1.0,
     );
 }

@@ -238,7 +238,7 @@ fn tables(r: &Registry, s: &Snapshot, max_series: usize) {
     }
 
     if let Some(rows) = &s.jobs {
-        let job = |id: &str| labels([("job", id)]);
+        let job = |id: &str| labels([("job_id", id)]);
         family(
             r,
             "pgtenure_table_job_last_tick_age_seconds",
