@@ -193,6 +193,13 @@ fn every_documented_metric_moves_as_the_primitives_work() {
         unseen.is_empty(),
         "in docs/metrics.md but never reported: {unseen:?}"
     );
+    // No label Prometheus sets on every scraped series itself: it would rename ours.
+    for series in seen.now().keys() {
+        assert!(
+            !series.contains("{job=") && !series.contains(",job=") && !series.contains("instance="),
+            "{series}: a label Prometheus owns"
+        );
+    }
 }
 
 fn leases(seen: &Seen, tables: &mut Tables) {

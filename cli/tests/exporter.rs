@@ -144,6 +144,11 @@ impl Exporter {
 
     /// GET `path`: the status code, the Content-Type and the body.
     fn get(&self, path: &str) -> (u16, String, String) {
+        self.get_with(path, "")
+    }
+
+    /// GET `path` with more `headers` (lines ending in CRLF).
+    fn get_with(&self, path: &str, headers: &str) -> (u16, String, String) {
         let mut stream = TcpStream::connect(self.addr).unwrap();
         stream
             .set_read_timeout(Some(Duration::from_secs(30)))
@@ -151,7 +156,7 @@ impl Exporter {
         write!(
             stream,
             // HTTP/1.0: the whole body, never chunked.
-            "GET {path} HTTP/1.0\r\nHost: {}\r\n\r\n",
+            "GET {path} HTTP/1.0\r\nHost: {}\r\n{headers}\r\n",
             self.addr
         )
         .unwrap();
@@ -446,6 +451,14 @@ fn metrics_match_what_the_library_reports_and_pass_promtool() {
     let exporter = Exporter::start(&url(), &tables, &["--max-series", "1"]);
     let (scrape, text) = exporter.scrape();
 
+    // No label Prometheus sets itself on every scraped series (it would rename ours).
+    for series in scrape.samples.keys() {
+        assert!(
+            !series.contains("{job=") && !series.contains(",job=") && !series.contains("instance="),
+            "{series}: a label Prometheus owns"
+        );
+    }
+
     // Every family documented, and nothing undocumented.
     let families: BTreeSet<String> = scrape.types.keys().cloned().collect();
     assert_eq!(
@@ -679,6 +692,118 @@ fn a_database_outage_shows_as_up_0_and_counted_scrape_errors() {
     exporter.stop();
 }
 
+/// Every process of `server` stopped (SIGSTOP): connections stay open and nothing answers, as
+/// behind a blackholed network or a hung host. Resumed when dropped.
+struct Frozen(Vec<libc::pid_t>);
+
+impl Frozen {
+    fn server(server: &TempPostgres) -> Frozen {
+        let pid_file = std::fs::read_to_string(server.dir().join("data/postmaster.pid")).unwrap();
+        let postmaster: libc::pid_t = pid_file.lines().next().unwrap().trim().parse().unwrap();
+        let mut pids = vec![postmaster];
+        for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+            let Ok(pid) = entry.file_name().to_string_lossy().parse::<libc::pid_t>() else {
+                continue;
+            };
+            // The parent's pid is the field after the state, after the parenthesised name.
+            let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+                continue;
+            };
+            let after_name = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+            if after_name.split_whitespace().nth(1) == Some(&postmaster.to_string()) {
+                pids.push(pid);
+            }
+        }
+        for &pid in &pids {
+            // SAFETY: signalling the test's own server's processes.
+            assert_eq!(
+                unsafe { libc::kill(pid, libc::SIGSTOP) },
+                0,
+                "SIGSTOP {pid}"
+            );
+        }
+        Frozen(pids)
+    }
+}
+
+impl Drop for Frozen {
+    fn drop(&mut self) {
+        for &pid in &self.0 {
+            // SAFETY: as above.
+            unsafe { libc::kill(pid, libc::SIGCONT) };
+        }
+    }
+}
+
+/// A database that stops answering (every server process stopped: connections open, nothing
+/// comes back, as behind a blackholed network, where only the TCP timeouts would end a statement)
+/// fails a scrape by its deadline instead of holding it past Prometheus's: `--scrape-timeout`, or
+/// the timeout Prometheus sends less half a second. The exporter answers again once the database
+/// does, and SIGTERM stops it though a read still waits.
+#[test]
+fn a_database_that_stops_answering_fails_the_scrape_by_its_deadline() {
+    let server = TempPostgres::start().unwrap();
+    let db = Db::connect(server.url()).unwrap();
+    let tables = Tables::new(server.url());
+    let leases = Leases::new(&db).with_table(&tables.leases).unwrap();
+    leases.create_table().unwrap();
+    let _held = leases
+        .try_acquire("k", Duration::from_secs(600))
+        .unwrap()
+        .unwrap();
+    let exporter = Exporter::start(server.url(), &tables, &["--scrape-timeout", "2s"]);
+    let (scrape, _) = exporter.scrape();
+    assert_eq!(scrape.get("pgtenure_exporter_up"), 1.0);
+
+    let frozen = Frozen::server(&server);
+    let (scrape, text) = exporter.scrape();
+    assert_eq!(scrape.get("pgtenure_exporter_up"), 0.0, "{text}");
+    assert_eq!(scrape.get("pgtenure_exporter_scrape_errors_total"), 1.0);
+    let waited = scrape.get("pgtenure_exporter_scrape_duration_seconds");
+    assert!(
+        (2.0..4.0).contains(&waited),
+        "waited {waited} s for a 2 s deadline"
+    );
+    let said: Vec<String> = exporter.stderr.try_iter().collect();
+    assert!(
+        said.iter().any(|l| l.contains("did not answer within")),
+        "{said:?}"
+    );
+    // Prometheus says it gives up after 1.5 s: the exporter answers after 1 s.
+    let (status, _, body) =
+        exporter.get_with("/metrics", "X-Prometheus-Scrape-Timeout-Seconds: 1.5\r\n");
+    assert_eq!(status, 200);
+    let scrape = Scrape::parse(&body);
+    assert_eq!(scrape.get("pgtenure_exporter_up"), 0.0, "{body}");
+    let waited = scrape.get("pgtenure_exporter_scrape_duration_seconds");
+    assert!(
+        (1.0..1.5).contains(&waited),
+        "waited {waited} s for Prometheus's 1.5 s"
+    );
+    let (status, _, page) = exporter.get("/");
+    assert_eq!(status, 503, "{page}");
+
+    // Answering again: so does the exporter (the read that waited ends, or a new one).
+    drop(frozen);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (scrape, _) = exporter.scrape();
+        if scrape.get("pgtenure_exporter_up") == 1.0 {
+            assert_eq!(scrape.get("pgtenure_table_leases_held"), 1.0);
+            break;
+        }
+        assert!(Instant::now() < deadline, "the exporter did not come back");
+        thread::sleep(Duration::from_millis(100));
+    }
+
+    // Stopped again, with a read waiting on it: SIGTERM still ends the exporter.
+    let frozen = Frozen::server(&server);
+    let (scrape, _) = exporter.scrape();
+    assert_eq!(scrape.get("pgtenure_exporter_up"), 0.0);
+    exporter.stop();
+    drop(frozen);
+}
+
 /// Where the page's screenshot is kept: target/exporter-page.png.
 fn artifact(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
@@ -816,6 +941,8 @@ fn exporter_checks_its_arguments_before_it_connects() {
         &["exporter", "--listen", "127.0.0.1:99999"],
         &["exporter", "--listen", ""],
         &["exporter", "--refresh", "0"],
+        &["exporter", "--scrape-timeout", "0s"],
+        &["exporter", "--scrape-timeout", "soon"],
         &["--watch", "exporter"],
         &["--leases-table", "bad name", "exporter"],
     ] {

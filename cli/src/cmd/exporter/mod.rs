@@ -1,10 +1,11 @@
 //! `pgtenure exporter`: serves `/metrics` (the Prometheus text format) and `/` (a status page)
-//! from pgtenure's tables, read afresh on each request: the fleet-wide view that no single
-//! process has. Runs until SIGINT or SIGTERM (or SIGHUP, SIGQUIT), then finishes the requests in
-//! hand and exits 0.
+//! from pgtenure's tables, read afresh for each request (requests that arrive during a read share
+//! it), within a deadline: the fleet-wide view that no single process has. Runs until SIGINT or
+//! SIGTERM (or SIGHUP, SIGQUIT), then finishes the requests in hand and exits 0.
 
 mod metrics;
 mod page;
+mod reader;
 mod snapshot;
 
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -17,7 +18,8 @@ use pgtenure::Db;
 use tiny_http::{Header, Method, Request, Response, Server};
 
 use self::metrics::Counters;
-use self::snapshot::{Snapshot, Tables};
+use self::reader::{Read, Reader};
+use self::snapshot::Tables;
 use crate::signals::{signal_name, Signals};
 use crate::{duration, Failure, Global};
 
@@ -26,6 +28,10 @@ pub(crate) const DEFAULT_LISTEN: &str = "127.0.0.1:9477";
 
 /// Threads answering requests: a scrape and a page view at once.
 const WORKERS: usize = 2;
+
+/// What a scrape's deadline leaves for the answer to reach Prometheus, from the timeout Prometheus
+/// sends (`X-Prometheus-Scrape-Timeout-Seconds`); at most half of it.
+const ANSWER_MARGIN: Duration = Duration::from_millis(500);
 
 #[derive(Args, Debug)]
 pub(crate) struct ExporterArgs {
@@ -40,6 +46,11 @@ pub(crate) struct ExporterArgs {
     /// How often the status page reloads itself, in whole seconds, e.g. 10s.
     #[arg(long, default_value = "10s", value_parser = parse_refresh)]
     refresh: Duration,
+    /// How long a request waits for the tables, e.g. 8s: then /metrics answers
+    /// pgtenure_exporter_up 0 and the page 503. Shorter when Prometheus sends a shorter scrape
+    /// timeout (less half a second).
+    #[arg(long, default_value = "8s", value_parser = parse_scrape_timeout)]
+    scrape_timeout: Duration,
 }
 
 /// `HOST:PORT`, a host name resolved now: a usage error when it does not parse or resolve.
@@ -66,28 +77,40 @@ fn parse_refresh(text: &str) -> Result<Duration, String> {
     Ok(refresh)
 }
 
+/// A scrape timeout: 100 ms or more.
+fn parse_scrape_timeout(text: &str) -> Result<Duration, String> {
+    let timeout = duration::parse(text)?;
+    if timeout < Duration::from_millis(100) {
+        return Err(format!("{text:?}: the scrape timeout is 100ms or more"));
+    }
+    Ok(timeout)
+}
+
 /// What the request threads share.
 #[derive(Debug)]
 struct Exporter {
-    tables: Tables,
+    reader: Reader,
     counters: Counters,
     max_series: usize,
     refresh: Duration,
+    scrape_timeout: Duration,
 }
 
 impl ExporterArgs {
     pub(crate) fn run(&self, db: &Db, global: &Global) -> Result<u8, Failure> {
+        let tables = Tables {
+            db: db.clone(),
+            leases: global.leases(db)?,
+            elector: global.elector(db)?,
+            ticks: global.ticks(db)?,
+            units: global.units(db)?,
+        };
         let exporter = Arc::new(Exporter {
-            tables: Tables {
-                db: db.clone(),
-                leases: global.leases(db)?,
-                elector: global.elector(db)?,
-                ticks: global.ticks(db)?,
-                units: global.units(db)?,
-            },
+            reader: Reader::start(tables)?,
             counters: Counters::default(),
             max_series: self.max_series,
             refresh: self.refresh,
+            scrape_timeout: self.scrape_timeout,
         });
         let signals = Signals::install()?;
         let server = Server::http(self.listen)
@@ -124,6 +147,8 @@ impl ExporterArgs {
         for worker in workers {
             let _ = worker.join();
         }
+        // The reading thread stops with the last reference, after the read in flight.
+        drop(exporter);
         Ok(0)
     }
 }
@@ -137,9 +162,10 @@ impl Exporter {
             .next()
             .unwrap_or_default()
             .to_owned();
+        let deadline = Instant::now() + self.wait_for(&request);
         let response = match (request.method(), path.as_str()) {
-            (Method::Get | Method::Head, "/metrics") => self.metrics(),
-            (Method::Get | Method::Head, "/") => self.page(),
+            (Method::Get | Method::Head, "/metrics") => self.metrics(deadline),
+            (Method::Get | Method::Head, "/") => self.page(deadline),
             (Method::Get | Method::Head, _) => text(
                 404,
                 "text/plain; charset=utf-8",
@@ -151,24 +177,38 @@ impl Exporter {
         let _ = request.respond(response);
     }
 
-    /// Reads the tables; a failure is counted and said on stderr.
-    fn read(&self) -> (Result<Snapshot, String>, f64) {
-        let started = Instant::now();
-        let read = self.tables.read().map_err(|e| {
+    /// How long `request` may wait for the tables: `--scrape-timeout`, or less when Prometheus
+    /// says its scrape times out sooner.
+    fn wait_for(&self, request: &Request) -> Duration {
+        let prometheus = request
+            .headers()
+            .iter()
+            .find(|h| h.field.equiv("X-Prometheus-Scrape-Timeout-Seconds"))
+            .and_then(|h| h.value.as_str().trim().parse::<f64>().ok())
+            .and_then(|secs| Duration::try_from_secs_f64(secs).ok())
+            .map(|timeout| timeout.saturating_sub(ANSWER_MARGIN).max(timeout / 2));
+        match prometheus {
+            Some(timeout) => self.scrape_timeout.min(timeout),
+            None => self.scrape_timeout,
+        }
+    }
+
+    /// Reads the tables by `deadline`; a failure is counted and said on stderr.
+    fn read(&self, deadline: Instant) -> (Read, f64) {
+        let (read, took) = self.reader.read(deadline);
+        if let Err(e) = &*read {
             self.counters.scrape_errors.inc();
-            let e = e.to_string();
             say!("pgtenure: exporter: cannot read the tables: {e}");
-            e
-        });
-        (read, started.elapsed().as_secs_f64())
+        }
+        (read, took.as_secs_f64())
     }
 
     /// `/metrics`: always 200, with `pgtenure_exporter_up` 0 when the read failed (as
     /// postgres_exporter's `pg_up`), so Prometheus keeps the exporter's own series.
-    fn metrics(&self) -> Response<std::io::Cursor<Vec<u8>>> {
-        let (read, took) = self.read();
+    fn metrics(&self, deadline: Instant) -> Response<std::io::Cursor<Vec<u8>>> {
+        let (read, took) = self.read(deadline);
         let body = metrics::render(
-            read.as_ref().map_err(|_| ()),
+            read.as_ref().as_ref().map_err(|_| ()),
             &self.counters,
             self.max_series,
             took,
@@ -177,14 +217,14 @@ impl Exporter {
     }
 
     /// `/`: the page, or 503 saying why the tables cannot be read.
-    fn page(&self) -> Response<std::io::Cursor<Vec<u8>>> {
-        match self.read() {
-            (Ok(snapshot), _) => text(
+    fn page(&self, deadline: Instant) -> Response<std::io::Cursor<Vec<u8>>> {
+        match &*self.read(deadline).0 {
+            Ok(snapshot) => text(
                 200,
                 page::CONTENT_TYPE,
-                &page::render(&snapshot, self.refresh, self.max_series),
+                &page::render(snapshot, self.refresh, self.max_series),
             ),
-            (Err(e), _) => text(503, page::CONTENT_TYPE, &page::failed(&e, self.refresh)),
+            Err(e) => text(503, page::CONTENT_TYPE, &page::failed(e, self.refresh)),
         }
     }
 }
