@@ -123,7 +123,9 @@ pub use crate::elector::{
 pub use crate::error::{Error, ErrorKind, Result};
 pub use crate::fire_claims::FireClaims;
 pub use crate::input::{MAX_DURATION, MAX_KEY_BYTES, MIN_DURATION};
-pub use crate::leases::{Grant, KeyRenewal, Lease, LeaseInfo, LeaseLoss, Leases, Refusal, Renewal};
+pub use crate::leases::{
+    Grant, KeyRenewal, Lease, LeaseInfo, LeaseLoss, LeaseSummary, Leases, Refusal, Renewal,
+};
 pub use crate::tick_claims::{JobInfo, TickClaim, TickClaims};
 pub use crate::timestamp::Timestamp;
 

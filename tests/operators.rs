@@ -112,6 +112,57 @@ fn list_matches_the_prefix_literally_even_with_like_wildcards_in_keys() {
 }
 
 #[test]
+fn summary_counts_the_table_and_sends_only_the_leases_closest_to_lapsing() {
+    let mut tables = Tables::new();
+    let table = lease_table(&mut tables);
+    let leases = Leases::new(&db()).with_table(&table).unwrap();
+    let empty = leases.summary(10).unwrap();
+    assert_eq!(
+        (empty.rows, empty.held, empty.superseded, empty.next_lapse),
+        (0, 0, 0, None)
+    );
+    assert!(empty.soonest.is_empty());
+
+    // Five held with TTLs 50 s .. 10 s, one released (a lapsed row), one superseded.
+    for (i, key) in ["e", "d", "c", "b", "a"].iter().enumerate() {
+        let ttl = Duration::from_secs(10 * (5 - i as u64));
+        leases.try_acquire(key, ttl).unwrap().unwrap();
+    }
+    leases
+        .try_acquire("gone", Duration::from_secs(60))
+        .unwrap()
+        .unwrap();
+    assert!(leases.release("gone").unwrap());
+    let other = Leases::new(&db()).with_table(&table).unwrap();
+    assert!(other.supersede("a").unwrap());
+
+    let summary = leases.summary(2).unwrap();
+    assert_eq!((summary.rows, summary.held, summary.superseded), (6, 5, 1));
+    let keys: Vec<&str> = summary.soonest.iter().map(|l| l.key.as_str()).collect();
+    assert_eq!(
+        keys,
+        ["a", "b"],
+        "the two closest to lapsing, soonest first"
+    );
+    let listed = leases.list("").unwrap();
+    for lease in &summary.soonest {
+        let row = listed.iter().find(|row| row.key == lease.key).unwrap();
+        assert_eq!(lease, row, "the same row as list() shows");
+    }
+    assert_eq!(summary.next_lapse, Some(summary.soonest[0].held_until));
+    assert!(summary.soonest[0].superseded);
+
+    // None sent: the counts and the next lapse still; every one: all five in order.
+    let counts = leases.summary(0).unwrap();
+    assert!(counts.soonest.is_empty());
+    assert_eq!(counts.held, 5);
+    assert_eq!(counts.next_lapse, summary.next_lapse);
+    let all = leases.summary(usize::MAX).unwrap();
+    let keys: Vec<&str> = all.soonest.iter().map(|l| l.key.as_str()).collect();
+    assert_eq!(keys, ["a", "b", "c", "d", "e"]);
+}
+
+#[test]
 fn force_release_ends_another_owners_managed_lease_and_its_fence() {
     let mut tables = Tables::new();
     let table = lease_table(&mut tables);

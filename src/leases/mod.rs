@@ -102,7 +102,7 @@ pub use self::grant::{Grant, KeyRenewal, Renewal};
 pub use self::lease::Lease;
 pub use self::state::LeaseLoss;
 pub use self::timing::MIN_MANAGED_TTL;
-pub use self::views::{LeaseInfo, Refusal};
+pub use self::views::{LeaseInfo, LeaseSummary, Refusal};
 use crate::db::{Companion, Db, Policy};
 use crate::error::Result;
 use crate::input::{check_key, micros, MIN_DURATION};

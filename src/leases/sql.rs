@@ -5,9 +5,9 @@ use std::time::{Instant, SystemTime};
 
 use postgres::Row;
 
-use super::LeaseInfo;
+use super::{LeaseInfo, LeaseSummary};
 use crate::db::{Conn, Db, GrantAnswer, Policy, Promotion};
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::statement::{in_transaction, Failure, Statement};
 use crate::table_name::{render, TableName};
 
@@ -24,6 +24,7 @@ const HOLDER: &str = include_str!("../../sql/leases/holder.sql");
 const REFUSAL: &str = include_str!("../../sql/leases/refusal.sql");
 const PROMOTION: &str = include_str!("../../sql/schema/promotion.sql");
 const LIST: &str = include_str!("../../sql/leases/list.sql");
+const SUMMARY: &str = include_str!("../../sql/leases/summary.sql");
 const FORCE_RELEASE: &str = include_str!("../../sql/leases/force_release.sql");
 
 pub(crate) struct Statements {
@@ -40,6 +41,7 @@ pub(crate) struct Statements {
     /// Reads (and records) the table's promotion record before grants.
     pub(super) promotion: Statement,
     list: Statement,
+    summary: Statement,
     force_release: Statement,
     /// Sent unprepared: it runs inside the caller's transaction, where a missing prepared
     /// statement would abort it.
@@ -97,6 +99,7 @@ impl Statements {
             refusal: Statement::new(render(REFUSAL, &table)),
             promotion: Statement::new(render(PROMOTION, &table)),
             list: Statement::new(render(LIST, &table)),
+            summary: Statement::new(render(SUMMARY, &table)),
             force_release: Statement::new(render(FORCE_RELEASE, &table)),
             fence: render(FENCE, &table),
             table,
@@ -249,6 +252,34 @@ impl Statements {
     pub(super) fn list(&self, db: &Db, prefix: &str) -> Result<Vec<LeaseInfo>> {
         let rows = db.query("list leases", Policy::IDEMPOTENT, &self.list, &(prefix,))?;
         Ok(rows.iter().map(lease_info).collect())
+    }
+
+    /// The counts and the `soonest` held leases closest to lapsing.
+    pub(super) fn summary(&self, db: &Db, soonest: i64) -> Result<LeaseSummary> {
+        let rows = db.query(
+            "summarize leases",
+            Policy::IDEMPOTENT,
+            &self.summary,
+            &(soonest,),
+        )?;
+        let first = rows.first().ok_or_else(|| {
+            Error::new(
+                ErrorKind::Database,
+                "the lease summary answered no row (its aggregate always has one): an \
+                     unexpected result; report it",
+            )
+        })?;
+        Ok(LeaseSummary {
+            rows: first.get("lease_rows"),
+            held: first.get("held"),
+            superseded: first.get("held_superseded"),
+            next_lapse: first.get("next_lapse"),
+            soonest: rows
+                .iter()
+                .filter(|row| row.get::<_, Option<&str>>("key").is_some())
+                .map(lease_info)
+                .collect(),
+        })
     }
 
     /// Ends the live tenure of `key`, whoever holds it: its owner when there was one.

@@ -1,6 +1,7 @@
 //! What operators and refused acquirers look at: who holds a key ([`Leases::holder`]), every key
-//! under a prefix ([`Leases::list`]), why an acquire was refused ([`Leases::refusal`]), and the
-//! operator's way out ([`Leases::force_release`]).
+//! under a prefix ([`Leases::list`]), the table at a glance for monitoring ([`Leases::summary`]),
+//! why an acquire was refused ([`Leases::refusal`]), and the operator's way out
+//! ([`Leases::force_release`]).
 
 use std::fmt;
 use std::time::{Duration, SystemTime};
@@ -9,6 +10,24 @@ use super::{Lease, Leases};
 use crate::error::{Error, Result};
 use crate::input::{check_key, MAX_KEY_BYTES};
 use crate::timestamp::Timestamp;
+
+/// The leases table at a glance ([`Leases::summary`]): counts, and the held leases closest to
+/// lapsing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LeaseSummary {
+    /// Rows in the table, held or lapsed.
+    pub rows: i64,
+    /// Leases held now, by the database clock.
+    pub held: i64,
+    /// Held leases whose holder was asked to give them up ([`Leases::supersede`]).
+    pub superseded: i64,
+    /// When the held lease closest to lapsing lapses unless renewed (database time); `None` when
+    /// none is held.
+    pub next_lapse: Option<SystemTime>,
+    /// The held leases closest to lapsing, at most as many as asked, soonest first (then by key).
+    pub soonest: Vec<LeaseInfo>,
+}
 
 /// One lease row, live or lapsed ([`Leases::holder`], [`Leases::list`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -171,6 +190,21 @@ impl Leases {
             )));
         }
         self.shared.sql.list(&self.shared.db, prefix)
+    }
+
+    /// The table at a glance, for monitoring: how many rows, how many leases are held and
+    /// superseded, when the next one lapses, and the `soonest` held leases closest to lapsing. One
+    /// statement, which reads the table once on the server and sends at most `soonest` rows: its
+    /// cost is the table's size, never the rows it sends, unlike [`Leases::list`]. What the
+    /// command's exporter scrapes.
+    ///
+    /// # Errors
+    ///
+    /// A database or connection error (an undefined-table error when the table does not exist).
+    pub fn summary(&self, soonest: usize) -> Result<LeaseSummary> {
+        // More than any table holds: every held lease.
+        let soonest = i64::try_from(soonest).unwrap_or(i64::MAX);
+        self.shared.sql.summary(&self.shared.db, soonest)
     }
 
     /// An operator's release: ends the live tenure of `key` now, whoever holds it (not guarded by

@@ -88,33 +88,32 @@ fn tables(r: &Registry, s: &Snapshot, max_series: usize) {
             .map(|(primitive, here)| (labels([("primitive", primitive)]), f64::from(*here))),
     );
 
-    if let Some(rows) = &s.leases {
-        let held = s.held();
+    if let Some(leases) = &s.leases {
         gauge(
             r,
             "pgtenure_table_lease_rows",
             "Rows in the leases table, held or lapsed (lapsed rows are deleted an hour after)",
-            rows.len() as f64,
+            leases.rows as f64,
         );
         gauge(
             r,
             "pgtenure_table_leases_held",
             "Leases held now, by the database clock",
-            held.len() as f64,
+            leases.held as f64,
         );
         gauge(
             r,
             "pgtenure_table_leases_superseded",
             "Leases held now whose holder was asked to give them up",
-            held.iter().filter(|l| l.superseded).count() as f64,
+            leases.superseded as f64,
         );
-        if let Some(soonest) = held.first() {
+        if let Some(next_lapse) = leases.next_lapse {
             gauge(
                 r,
                 "pgtenure_table_leases_min_expiry_seconds",
                 "Seconds until the held lease closest to lapsing lapses unless renewed (absent \
                  when none is held)",
-                s.seconds_until(soonest.held_until),
+                s.seconds_until(next_lapse),
             );
         }
         family(
@@ -122,7 +121,7 @@ fn tables(r: &Registry, s: &Snapshot, max_series: usize) {
             "pgtenure_table_lease_expiry_seconds",
             "Seconds until each held lease lapses unless renewed; only the --max-series leases \
              closest to lapsing have a series",
-            held.iter().take(max_series).map(|l| {
+            leases.soonest.iter().take(max_series).map(|l| {
                 (
                     labels([("key", &l.key), ("owner", &l.owner)]),
                     s.seconds_until(l.held_until),
@@ -134,7 +133,7 @@ fn tables(r: &Registry, s: &Snapshot, max_series: usize) {
             "pgtenure_table_leases_unlisted",
             "Held leases beyond --max-series, without a series of their own (counted in \
              pgtenure_table_leases_held)",
-            held.len().saturating_sub(max_series) as f64,
+            (leases.held - leases.soonest.len() as i64).max(0) as f64,
         );
     }
 

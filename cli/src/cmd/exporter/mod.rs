@@ -104,6 +104,7 @@ impl ExporterArgs {
             elector: global.elector(db)?,
             ticks: global.ticks(db)?,
             units: global.units(db)?,
+            soonest: self.max_series,
         };
         let exporter = Arc::new(Exporter {
             reader: Reader::start(tables)?,
@@ -222,7 +223,7 @@ impl Exporter {
             Ok(snapshot) => text(
                 200,
                 page::CONTENT_TYPE,
-                &page::render(snapshot, self.refresh, self.max_series),
+                &page::render(snapshot, self.refresh),
             ),
             Err(e) => text(503, page::CONTENT_TYPE, &page::failed(e, self.refresh)),
         }

@@ -25,7 +25,7 @@ th { border-bottom: 1px solid #bbb; } tr:nth-child(even) td { background: #f4f4f
 ";
 
 /// The page for a successful read.
-pub(super) fn render(s: &Snapshot, refresh: Duration, max_rows: usize) -> String {
+pub(super) fn render(s: &Snapshot, refresh: Duration) -> String {
     let mut h = head(refresh);
     let _ = writeln!(
         h,
@@ -36,7 +36,7 @@ pub(super) fn render(s: &Snapshot, refresh: Duration, max_rows: usize) -> String
     leaders(&mut h, s);
     members(&mut h, s);
     jobs(&mut h, s);
-    leases(&mut h, s, max_rows);
+    leases(&mut h, s);
     h.push_str("</body>\n</html>\n");
     h
 }
@@ -223,20 +223,19 @@ fn jobs(h: &mut String, s: &Snapshot) {
     h.push_str("</table>\n");
 }
 
-fn leases(h: &mut String, s: &Snapshot, max_rows: usize) {
-    let held = s.held();
-    let summary = s.leases.as_ref().map(|rows| {
+fn leases(h: &mut String, s: &Snapshot) {
+    let summary = s.leases.as_ref().map(|leases| {
         format!(
             "{} held, {} rows; closest to lapsing first",
-            held.len(),
-            rows.len()
+            leases.held, leases.rows
         )
     });
     if !heading(h, "leases", "Leases", summary) {
         return;
     }
+    let Some(leases) = &s.leases else { return };
     h.push_str("<table>\n<tr><th>Key</th><th>Owner</th><th class=\"num\">Token</th><th>Expires</th><th>Acquired</th></tr>\n");
-    for l in held.iter().take(max_rows) {
+    for l in &leases.soonest {
         let superseded = if l.superseded { " (superseded)" } else { "" };
         let _ = writeln!(
             h,
@@ -250,11 +249,11 @@ fn leases(h: &mut String, s: &Snapshot, max_rows: usize) {
         );
     }
     h.push_str("</table>\n");
-    if held.len() > max_rows {
+    let more = leases.held - leases.soonest.len() as i64;
+    if more > 0 {
         let _ = writeln!(
             h,
-            "<p class=\"muted\">and {} more (pgtenure leases lists every one).</p>",
-            held.len() - max_rows
+            "<p class=\"muted\">and {more} more (pgtenure leases lists every one).</p>"
         );
     }
 }

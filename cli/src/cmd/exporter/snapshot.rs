@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant, SystemTime};
 
 use pgtenure::membership::{ProcessInfo, Units, Unowned};
-use pgtenure::{Db, Elector, JobInfo, LeaderInfo, LeaseInfo, Leases, TickClaims};
+use pgtenure::{Db, Elector, JobInfo, LeaderInfo, LeaseSummary, Leases, TickClaims};
 
 use crate::cmd::status::section;
 use crate::Failure;
@@ -17,6 +17,8 @@ pub(super) struct Tables {
     pub(super) elector: Elector,
     pub(super) ticks: TickClaims,
     pub(super) units: Units,
+    /// How many held leases to read, those closest to lapsing (`--max-series`).
+    pub(super) soonest: usize,
 }
 
 /// The membership tables' section: the processes and the units nobody owns.
@@ -31,7 +33,7 @@ pub(super) struct Membership {
 pub(super) struct Snapshot {
     /// The database's clock when the read began.
     pub(super) now: SystemTime,
-    pub(super) leases: Option<Vec<LeaseInfo>>,
+    pub(super) leases: Option<LeaseSummary>,
     pub(super) leaders: Option<Vec<LeaderInfo>>,
     pub(super) membership: Option<Membership>,
     pub(super) jobs: Option<Vec<JobInfo>>,
@@ -41,8 +43,9 @@ pub(super) struct Snapshot {
 
 impl Tables {
     /// Reads every table: six statements, each on a pooled connection of its own. The leases are
-    /// listed whole (one row per key); the membership is read from the processes table and the
-    /// claimable units only, never every unit ([`Units::unowned`]).
+    /// counted on the server, and only the `soonest` closest to lapsing are sent
+    /// ([`Leases::summary`]); the membership is read from the processes table and the claimable
+    /// units only, never every unit ([`Units::unowned`]).
     pub(super) fn read(&self) -> Result<Snapshot, Failure> {
         let started = Instant::now();
         // Unnamed, in one round trip (behind a pooler as well).
@@ -50,7 +53,7 @@ impl Tables {
         let now = rows
             .first()
             .map_or(SystemTime::UNIX_EPOCH, |row| row.get(0));
-        let leases = section(self.leases.list(""))?;
+        let leases = section(self.leases.summary(self.soonest))?;
         let leaders = section(self.elector.leaders())?;
         let membership = match section(self.units.processes())? {
             Some(processes) => {
@@ -77,18 +80,6 @@ impl Snapshot {
             Ok(ahead) => ahead.as_secs_f64(),
             Err(behind) => -behind.duration().as_secs_f64(),
         }
-    }
-
-    /// The live leases, soonest to lapse first (then by key).
-    pub(super) fn held(&self) -> Vec<&LeaseInfo> {
-        let mut held: Vec<&LeaseInfo> = self
-            .leases
-            .iter()
-            .flatten()
-            .filter(|lease| lease.live)
-            .collect();
-        held.sort_by(|a, b| a.held_until.cmp(&b.held_until).then(a.key.cmp(&b.key)));
-        held
     }
 }
 
