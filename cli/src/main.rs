@@ -79,8 +79,8 @@ struct Global {
     /// Print the listing again every `--interval`, until interrupted.
     #[arg(short, long, global = true)]
     watch: bool,
-    /// How often `--watch` prints the listing again, e.g. 2s or 500ms.
-    #[arg(long, global = true, default_value = "2s", value_parser = duration::parse)]
+    /// How often `--watch` prints the listing again, e.g. 2s or 500ms (100ms or more).
+    #[arg(long, global = true, default_value = "2s", value_parser = parse_interval)]
     interval: Duration,
     /// The leases table.
     #[arg(long, global = true, default_value = pgtenure::leases::DEFAULT_TABLE)]
@@ -144,6 +144,16 @@ fn main() -> ExitCode {
     }
 }
 
+/// A `--watch` interval: 100 ms or more (a listing is several statements; faster would load the
+/// database for a screen nobody reads that fast).
+fn parse_interval(text: &str) -> Result<Duration, String> {
+    let interval = duration::parse(text)?;
+    if interval < Duration::from_millis(100) {
+        return Err(format!("{text:?}: the interval is 100ms or more"));
+    }
+    Ok(interval)
+}
+
 /// Checks what the library would refuse, before connecting (a usage error, exit 2): the URL, the
 /// table names, the lease key and the fleet name, with the library's own checks on a pool that
 /// has connected nothing yet.
@@ -195,7 +205,7 @@ fn run(cli: Cli) -> Result<u8, Failure> {
     }
     // Checked before connecting: --watch is for listings. A failed listing is said and tried
     // again at the next interval, as the database may come back.
-    let every = global.interval.max(Duration::from_millis(100));
+    let every = global.interval;
     loop {
         print!("\x1b[H\x1b[2J");
         println!(

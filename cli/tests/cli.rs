@@ -927,6 +927,8 @@ fn every_command_checks_its_arguments_before_it_connects() {
         (down, &["lease", "show", &long_key]),
         (down, &["lease", "release", "", "--force"]),
         (down, &["leader", "resign", "--force", "--name", " "]),
+        (down, &["leases", "--watch", "--interval", "0"]),
+        (down, &["leases", "--watch", "--interval", "50ms"]),
         ("postgres://h:99999/db", &["leases"]),
         ("", &["leases"]),
     ] {
