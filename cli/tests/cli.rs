@@ -929,6 +929,7 @@ fn every_command_checks_its_arguments_before_it_connects() {
         (down, &["leader", "resign", "--force", "--name", " "]),
         (down, &["leases", "--watch", "--interval", "0"]),
         (down, &["leases", "--watch", "--interval", "50ms"]),
+        (down, &["units", "--process", " "]),
         ("postgres://h:99999/db", &["leases"]),
         ("", &["leases"]),
     ] {

@@ -9,8 +9,16 @@ use crate::{Failure, Global};
 #[derive(Args, Debug)]
 pub(crate) struct UnitsArgs {
     /// Only units whose row names this process (its id as `members` shows it, or a prefix).
-    #[arg(long)]
+    #[arg(long, value_parser = process_prefix)]
     process: Option<String>,
+}
+
+/// A process id or a prefix of one: not blank (which would match every owned unit).
+fn process_prefix(text: &str) -> Result<String, String> {
+    if text.trim().is_empty() {
+        return Err("a blank process id matches every unit; give an id or a prefix of one".into());
+    }
+    Ok(text.to_owned())
 }
 
 impl UnitsArgs {
