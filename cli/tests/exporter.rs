@@ -21,7 +21,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use pgtenure::membership::{Config, Leaser, NoHooks, Reconciler, Unit, UnitLoss, Units};
 use pgtenure::postgres::{Client, NoTls};
 use pgtenure::testing::TempPostgres;
-use pgtenure::{Db, Elector, Leases, TickClaims};
+use pgtenure::{Db, Elector, Grant, Leases, TickClaims};
 
 /// One test's tables, dropped with it.
 struct Tables {
@@ -627,17 +627,24 @@ fn metrics_match_what_the_library_reports_and_pass_promtool() {
     }
 }
 
-#[test]
-fn a_database_outage_shows_as_up_0_and_counted_scrape_errors() {
+/// A throwaway server of the test's own (to stop or freeze), its tables, and a lease held on it
+/// for ten minutes.
+fn a_server_holding_a_lease() -> (TempPostgres, Tables, Grant) {
     let server = TempPostgres::start().unwrap();
     let db = Db::connect(server.url()).unwrap();
     let tables = Tables::new(server.url());
     let leases = Leases::new(&db).with_table(&tables.leases).unwrap();
     leases.create_table().unwrap();
-    let _held = leases
+    let held = leases
         .try_acquire("k", Duration::from_secs(600))
         .unwrap()
         .unwrap();
+    (server, tables, held)
+}
+
+#[test]
+fn a_database_outage_shows_as_up_0_and_counted_scrape_errors() {
+    let (server, tables, _held) = a_server_holding_a_lease();
     let exporter = Exporter::start(server.url(), &tables, &[]);
     let (scrape, _) = exporter.scrape();
     assert_eq!(scrape.get("pgtenure_exporter_up"), 1.0);
@@ -742,15 +749,7 @@ impl Drop for Frozen {
 /// does, and SIGTERM stops it though a read still waits.
 #[test]
 fn a_database_that_stops_answering_fails_the_scrape_by_its_deadline() {
-    let server = TempPostgres::start().unwrap();
-    let db = Db::connect(server.url()).unwrap();
-    let tables = Tables::new(server.url());
-    let leases = Leases::new(&db).with_table(&tables.leases).unwrap();
-    leases.create_table().unwrap();
-    let _held = leases
-        .try_acquire("k", Duration::from_secs(600))
-        .unwrap()
-        .unwrap();
+    let (server, tables, _held) = a_server_holding_a_lease();
     let exporter = Exporter::start(server.url(), &tables, &["--scrape-timeout", "2s"]);
     let (scrape, _) = exporter.scrape();
     assert_eq!(scrape.get("pgtenure_exporter_up"), 1.0);

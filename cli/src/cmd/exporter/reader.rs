@@ -37,6 +37,14 @@ impl Shared {
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
+
+    /// Waits for a change of `state`, `left` at most.
+    fn wait<'a>(&self, state: MutexGuard<'a, State>, left: Duration) -> MutexGuard<'a, State> {
+        self.changed
+            .wait_timeout(state, left)
+            .unwrap_or_else(PoisonError::into_inner)
+            .0
+    }
 }
 
 /// How long stopping waits for a read in flight: the command exits after, and a database that
@@ -87,12 +95,7 @@ impl Reader {
                 );
                 return (Arc::new(Err(late)), waited);
             }
-            state = self
-                .shared
-                .changed
-                .wait_timeout(state, left)
-                .unwrap_or_else(PoisonError::into_inner)
-                .0;
+            state = self.shared.wait(state, left);
         }
         let read = state.last.clone().expect("a finished read");
         let took = match &*read {
@@ -120,12 +123,7 @@ impl Drop for Reader {
                 );
                 return;
             }
-            state = self
-                .shared
-                .changed
-                .wait_timeout(state, left)
-                .unwrap_or_else(PoisonError::into_inner)
-                .0;
+            state = self.shared.wait(state, left);
         }
         drop(state);
         if let Some(thread) = self.thread.take() {
