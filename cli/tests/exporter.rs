@@ -841,3 +841,57 @@ fn scrape_cost_at_100000_units_and_10000_leases() {
         leaser.delete_process().unwrap();
     }
 }
+
+/// Clients that ask for a large page and never read it (a stuck scraper, a browser tab behind a
+/// dead link) hold no request thread: another scrape is answered meanwhile, and SIGTERM still
+/// stops the exporter within its bound.
+#[test]
+fn clients_that_never_read_block_neither_scrapes_nor_shutdown() {
+    let tables = Tables::new(&url());
+    let leases = Leases::new(&db()).with_table(&tables.leases).unwrap();
+    leases.create_table().unwrap();
+    // 4,000 held leases with 1,000-byte keys: a page of several megabytes, more than the
+    // loopback's socket buffers hold.
+    let mut client = Client::connect(&url(), NoTls).unwrap();
+    client
+        .batch_execute(&format!(
+            "INSERT INTO {l} (key, owner, token, acquired_at, held_until)
+               SELECT lpad(i::text, 1000, 'k'), 'owner', i, now(), now() + interval '10 min'
+                 FROM generate_series(1, 4000) i",
+            l = tables.leases,
+        ))
+        .unwrap();
+    let exporter = Exporter::start(&url(), &tables, &["--max-series", "4000"]);
+    // More stuck clients than the exporter has request threads, each seen receiving its answer
+    // (so its request was taken) and then never reading on.
+    let stuck: Vec<TcpStream> = (0..4)
+        .map(|i| {
+            let mut stream = TcpStream::connect(exporter.addr).unwrap();
+            write!(stream, "GET / HTTP/1.0\r\nHost: x\r\n\r\n").unwrap();
+            stream
+                .set_read_timeout(Some(Duration::from_secs(30)))
+                .unwrap();
+            let mut first = [0; 1];
+            let peeked = stream.peek(&mut first);
+            assert!(
+                matches!(peeked, Ok(1)),
+                "stuck client {i} got no answer within 30 s: {peeked:?}"
+            );
+            stream
+        })
+        .collect();
+    let mut stream = TcpStream::connect(exporter.addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    write!(stream, "GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n").unwrap();
+    let mut response = Vec::new();
+    let read = stream.read_to_end(&mut response);
+    assert!(
+        read.is_ok() && response.starts_with(b"HTTP/1.0 200"),
+        "a scrape beside stuck clients: {read:?} after {} bytes",
+        response.len()
+    );
+    exporter.stop();
+    drop(stuck);
+}

@@ -1,14 +1,15 @@
 //! `pgtenure exporter`: serves `/metrics` (the Prometheus text format) and `/` (a status page)
 //! from pgtenure's tables, read afresh on each request: the fleet-wide view that no single
 //! process has. Runs until SIGINT or SIGTERM (or SIGHUP, SIGQUIT), then finishes the requests in
-//! hand and exits 0.
+//! hand (giving the answers still being written [`WRITE_GRACE`]) and exits 0.
 
 mod metrics;
 mod page;
 mod snapshot;
 
+use std::io::Cursor;
 use std::net::{SocketAddr, ToSocketAddrs};
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -26,6 +27,13 @@ pub(crate) const DEFAULT_LISTEN: &str = "127.0.0.1:9477";
 
 /// Threads answering requests: a scrape and a page view at once.
 const WORKERS: usize = 2;
+
+/// Answers written at once, each on a thread of its own (a client that does not read holds its
+/// writer, never a request thread); beyond them a request is answered 503.
+const WRITERS: usize = 64;
+
+/// How long shutdown waits for the answers still being written.
+const WRITE_GRACE: Duration = Duration::from_secs(5);
 
 #[derive(Args, Debug)]
 pub(crate) struct ExporterArgs {
@@ -73,6 +81,42 @@ struct Exporter {
     counters: Counters,
     max_series: usize,
     refresh: Duration,
+    writing: Arc<Writing>,
+}
+
+/// The answers being written.
+#[derive(Debug, Default)]
+struct Writing {
+    count: Mutex<usize>,
+    done: Condvar,
+}
+
+impl Writing {
+    /// Counts one more answer being written, unless [`WRITERS`] are.
+    fn start(&self) -> bool {
+        let mut count = self.count.lock().unwrap_or_else(PoisonError::into_inner);
+        if *count >= WRITERS {
+            return false;
+        }
+        *count += 1;
+        true
+    }
+
+    fn finished(&self) {
+        let mut count = self.count.lock().unwrap_or_else(PoisonError::into_inner);
+        *count -= 1;
+        self.done.notify_all();
+    }
+
+    /// Waits at most `grace` for every answer to be written; the number still being written.
+    fn wait(&self, grace: Duration) -> usize {
+        let count = self.count.lock().unwrap_or_else(PoisonError::into_inner);
+        let (count, _) = self
+            .done
+            .wait_timeout_while(count, grace, |count| *count > 0)
+            .unwrap_or_else(PoisonError::into_inner);
+        *count
+    }
 }
 
 impl ExporterArgs {
@@ -88,6 +132,7 @@ impl ExporterArgs {
             counters: Counters::default(),
             max_series: self.max_series,
             refresh: self.refresh,
+            writing: Arc::default(),
         });
         let signals = Signals::install()?;
         let server = Server::http(self.listen)
@@ -124,6 +169,11 @@ impl ExporterArgs {
         for worker in workers {
             let _ = worker.join();
         }
+        // A client that never reads its answer does not hold the exit: its writer is left.
+        let left = exporter.writing.wait(WRITE_GRACE);
+        if left > 0 {
+            say!("pgtenure: exporter: left {left} answers unwritten to clients that do not read");
+        }
         Ok(0)
     }
 }
@@ -147,8 +197,33 @@ impl Exporter {
             ),
             _ => text(405, "text/plain; charset=utf-8", "only GET and HEAD\n"),
         };
-        // A client that went away: nothing to do.
-        let _ = request.respond(response);
+        self.send(request, response);
+    }
+
+    /// Writes `response` on a thread of its own: a client that does not read it holds that
+    /// thread, not this one. Beyond [`WRITERS`] at once, a short 503 is written here.
+    fn send(&self, request: Request, response: Response<Cursor<Vec<u8>>>) {
+        if !self.writing.start() {
+            let busy = text(
+                503,
+                "text/plain; charset=utf-8",
+                "too many answers being written to clients that do not read\n",
+            );
+            let _ = request.respond(busy);
+            return;
+        }
+        let writing = self.writing.clone();
+        let spawned = thread::Builder::new()
+            .name("pgtenure-http-write".into())
+            .spawn(move || {
+                // A client that went away: nothing to do.
+                let _ = request.respond(response);
+                writing.finished();
+            });
+        if spawned.is_err() {
+            // The request was dropped with the closure (tiny_http answers it 500).
+            self.writing.finished();
+        }
     }
 
     /// Reads the tables; a failure is counted and said on stderr.
