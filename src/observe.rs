@@ -148,13 +148,21 @@ pub(crate) fn membership_tick(took: Duration, moved: Option<(usize, usize, usize
             Some((claimed, shed, owned)) => {
                 counter!("pgtenure_units_claimed_total").increment(claimed as u64);
                 counter!("pgtenure_units_shed_total").increment(shed as u64);
-                gauge!("pgtenure_units_owned").set(owned as f64);
+                units_owned(owned);
             }
             None => counter!("pgtenure_membership_tick_failures_total").increment(1),
         }
     }
     #[cfg(not(feature = "metrics"))]
     let _ = (took, moved);
+}
+
+/// This process owns `owned` units now (after a rebalance step, or none once it forgot them all).
+pub(crate) fn units_owned(owned: usize) {
+    #[cfg(feature = "metrics")]
+    gauge!("pgtenure_units_owned").set(owned as f64);
+    #[cfg(not(feature = "metrics"))]
+    let _ = owned;
 }
 
 /// `count` units were lost (`reason`: `shed`, `expired`, `taken`, `removed`, `released`).

@@ -433,6 +433,8 @@ fn membership(seen: &Seen, tables: &mut Tables) {
     assert_eq!(moved.value("pgtenure_units_owned"), Some(3.0));
     let (_, moved) = seen.across(|| first.release().unwrap());
     moved.assert_by("pgtenure_units_lost_total{reason=\"released\"}", 3.0);
+    // It owns nothing now, without waiting for a tick (a released process ticks no more).
+    assert_eq!(moved.value("pgtenure_units_owned"), Some(0.0));
 
     let lost = Leaser::new(
         &db(),
