@@ -895,3 +895,92 @@ fn clients_that_never_read_block_neither_scrapes_nor_shutdown() {
     exporter.stop();
     drop(stuck);
 }
+
+/// Text from the database that Prometheus's format must escape (quotes, backslashes, newlines,
+/// non-ASCII) in every label: the scrape still passes promtool and says each value back.
+#[test]
+fn awkward_label_values_are_escaped_for_prometheus() {
+    let tables = Tables::new(&url());
+    let odd = "a \"quoted\" \\ back\nslash é ✓";
+    let leases = Leases::new(&db())
+        .with_table(&tables.leases)
+        .unwrap()
+        .with_owner(odd)
+        .unwrap();
+    leases.create_table().unwrap();
+    let _held = leases
+        .try_acquire(odd, Duration::from_secs(600))
+        .unwrap()
+        .unwrap();
+    let elector = Elector::new(&db())
+        .with_table(&tables.leader)
+        .unwrap()
+        .with_name(odd)
+        .unwrap()
+        .with_holder(odd)
+        .unwrap();
+    elector.create_table().unwrap();
+    assert!(elector.is_leader().unwrap());
+    let ticks = TickClaims::new(&db())
+        .with_table(&tables.ticks)
+        .unwrap()
+        .with_owner(odd)
+        .unwrap();
+    ticks.create_table().unwrap();
+    let tick = UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+    let _run = ticks
+        .claim(odd, tick, Duration::from_secs(600))
+        .unwrap()
+        .unwrap();
+    let units = tables.units(&db());
+    units.create_tables().unwrap();
+    let leaser = tables.leaser(&db(), odd);
+    leaser.heartbeat().unwrap();
+
+    let exporter = Exporter::start(&url(), &tables, &[]);
+    let (scrape, text) = exporter.scrape();
+    let checked = run_tool(
+        "promtool",
+        "prometheus",
+        &["check", "metrics"],
+        text.as_bytes(),
+    );
+    assert!(
+        checked.status.success(),
+        "promtool check metrics: {}{}\n{text}",
+        String::from_utf8_lossy(&checked.stdout),
+        String::from_utf8_lossy(&checked.stderr)
+    );
+    let escaped = "a \\\"quoted\\\" \\\\ back\\nslash é ✓";
+    assert_eq!(
+        scrape.get(&format!(
+            "pgtenure_table_leader_info{{fleet=\"{escaped}\",holder=\"{escaped}\"}}"
+        )),
+        1.0
+    );
+    assert_eq!(
+        scrape.get(&format!("pgtenure_table_job_busy{{job=\"{escaped}\"}}")),
+        1.0
+    );
+    assert_eq!(
+        scrape
+            .family("pgtenure_table_lease_expiry_seconds")
+            .iter()
+            .filter(|(series, _)| series
+                .contains(&format!("key=\"{escaped}\",owner=\"{escaped}\"")))
+            .count(),
+        1,
+        "{text}"
+    );
+    assert_eq!(
+        scrape
+            .family("pgtenure_table_process_units")
+            .iter()
+            .filter(|(series, _)| series.contains(&format!("hostname=\"{escaped}\"")))
+            .count(),
+        1,
+        "{text}"
+    );
+    exporter.stop();
+    leaser.delete_process().unwrap();
+}
