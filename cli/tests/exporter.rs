@@ -984,3 +984,33 @@ fn awkward_label_values_are_escaped_for_prometheus() {
     exporter.stop();
     leaser.delete_process().unwrap();
 }
+
+/// A method other than GET and HEAD is refused with 405 and the `Allow` header HTTP asks of it;
+/// HEAD answers the head of GET.
+#[test]
+fn other_methods_are_refused_naming_those_allowed() {
+    let tables = Tables::new(&url());
+    let exporter = Exporter::start(&url(), &tables, &[]);
+    let ask = |request: &str| {
+        let mut stream = TcpStream::connect(exporter.addr).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        stream.write_all(request.as_bytes()).unwrap();
+        let mut response = String::new();
+        stream.read_to_string(&mut response).unwrap();
+        response
+    };
+    let refused = ask("POST /metrics HTTP/1.0\r\nContent-Length: 0\r\n\r\n");
+    assert!(refused.starts_with("HTTP/1.0 405"), "{refused}");
+    assert!(
+        refused
+            .lines()
+            .any(|line| line.eq_ignore_ascii_case("allow: GET, HEAD")),
+        "{refused}"
+    );
+    let head = ask("HEAD /metrics HTTP/1.0\r\n\r\n");
+    assert!(head.starts_with("HTTP/1.0 200"), "{head}");
+    assert!(head.ends_with("\r\n\r\n"), "no body: {head}");
+    exporter.stop();
+}

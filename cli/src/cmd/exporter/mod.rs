@@ -195,7 +195,10 @@ impl Exporter {
                 "text/plain; charset=utf-8",
                 "not found: try / or /metrics\n",
             ),
-            _ => text(405, "text/plain; charset=utf-8", "only GET and HEAD\n"),
+            // HTTP asks a 405 to say what is allowed.
+            _ => text(405, "text/plain; charset=utf-8", "only GET and HEAD\n").with_header(
+                Header::from_bytes(&b"Allow"[..], &b"GET, HEAD"[..]).expect("a valid header"),
+            ),
         };
         self.send(request, response);
     }
