@@ -79,8 +79,9 @@ pub(crate) fn fire_claim(won: bool) {
 }
 
 /// An elector's poll of `fleet` answered (`leading` or not), or failed (`None`); a poll that won a
-/// new term says so (`won`).
-pub(crate) fn leader_poll(fleet: &str, leading: Option<bool>, won: bool) {
+/// new term says so (`won`). A failed poll whose leadership is `kept` (a campaign's: its watcher
+/// ends it at the local deadline) leaves the gauge as it was; otherwise it leads no more.
+pub(crate) fn leader_poll(fleet: &str, leading: Option<bool>, kept: bool, won: bool) {
     #[cfg(feature = "metrics")]
     {
         let fleet = fleet.to_owned();
@@ -91,17 +92,27 @@ pub(crate) fn leader_poll(fleet: &str, leading: Option<bool>, won: bool) {
         };
         counter!("pgtenure_leader_polls_total", "fleet" => fleet.clone(), "outcome" => outcome)
             .increment(1);
-        gauge!("pgtenure_leader", "fleet" => fleet.clone()).set(if leading == Some(true) {
-            1.0
-        } else {
-            0.0
-        });
+        if leading.is_some() || !kept {
+            gauge!("pgtenure_leader", "fleet" => fleet.clone()).set(if leading == Some(true) {
+                1.0
+            } else {
+                0.0
+            });
+        }
         if won {
             counter!("pgtenure_leader_terms_won_total", "fleet" => fleet).increment(1);
         }
     }
     #[cfg(not(feature = "metrics"))]
-    let _ = (fleet, leading, won);
+    let _ = (fleet, leading, kept, won);
+}
+
+/// An elector of `fleet` stopped believing in the term it held (it resigns it): it leads no more.
+pub(crate) fn leader_stood_down(fleet: &str) {
+    #[cfg(feature = "metrics")]
+    gauge!("pgtenure_leader", "fleet" => fleet.to_owned()).set(0.0);
+    #[cfg(not(feature = "metrics"))]
+    let _ = fleet;
 }
 
 /// A campaign on `fleet` lost its leadership (`reason`: `expired`, `taken`, `resign_requested`,
@@ -137,13 +148,21 @@ pub(crate) fn membership_tick(took: Duration, moved: Option<(usize, usize, usize
             Some((claimed, shed, owned)) => {
                 counter!("pgtenure_units_claimed_total").increment(claimed as u64);
                 counter!("pgtenure_units_shed_total").increment(shed as u64);
-                gauge!("pgtenure_units_owned").set(owned as f64);
+                units_owned(owned);
             }
             None => counter!("pgtenure_membership_tick_failures_total").increment(1),
         }
     }
     #[cfg(not(feature = "metrics"))]
     let _ = (took, moved);
+}
+
+/// This process owns `owned` units now (after a rebalance step, or none once it forgot them all).
+pub(crate) fn units_owned(owned: usize) {
+    #[cfg(feature = "metrics")]
+    gauge!("pgtenure_units_owned").set(owned as f64);
+    #[cfg(not(feature = "metrics"))]
+    let _ = owned;
 }
 
 /// `count` units were lost (`reason`: `shed`, `expired`, `taken`, `removed`, `released`).

@@ -345,6 +345,56 @@ fn election(seen: &Seen, tables: &mut Tables) {
         Some(0.0)
     );
 
+    // A polling leader that resigns leads no more: its gauge says so before any later poll.
+    let (_, moved) = seen.across(|| {
+        assert!(a.is_leader().unwrap());
+        a.resign().unwrap();
+    });
+    assert_eq!(
+        moved.value(&format!("pgtenure_leader{{{fleet}}}")),
+        Some(0.0),
+        "a resigned leader's gauge"
+    );
+
+    // A campaign's failed poll keeps its leadership until the local deadline (the watcher ends
+    // it then): the gauge stays 1 meanwhile.
+    let steady = Elector::new(&db())
+        .with_table(&table)
+        .unwrap()
+        .with_name("metrics-steady")
+        .unwrap()
+        .with_holder("a")
+        .unwrap()
+        .with_ttl(Duration::from_secs(30))
+        .unwrap()
+        .with_retry_period(Duration::from_millis(100))
+        .unwrap();
+    let campaign = steady.campaign().unwrap();
+    wait_for("the campaign leads", Duration::from_secs(10), || {
+        campaign.is_leading().then_some(())
+    });
+    let steady_fleet = "fleet=\"metrics-steady\"";
+    let gauge = format!("pgtenure_leader{{{steady_fleet}}}");
+    let failed = format!("pgtenure_leader_polls_total{{{steady_fleet},outcome=\"failed\"}}");
+    let mut c = common::client();
+    c.batch_execute(&format!("ALTER TABLE {table} RENAME TO {table}_away"))
+        .unwrap();
+    let (_, moved) = seen.across(|| {
+        wait_for("a failed poll", Duration::from_secs(10), || {
+            let now = seen.now();
+            now.get(&failed).is_some_and(|n| *n >= 2.0).then_some(())
+        })
+    });
+    assert!(campaign.is_leading(), "still leading until its deadline");
+    assert_eq!(
+        moved.value(&gauge),
+        Some(1.0),
+        "a leading campaign's gauge after failed polls"
+    );
+    c.batch_execute(&format!("ALTER TABLE {table}_away RENAME TO {table}"))
+        .unwrap();
+    campaign.stop().unwrap();
+
     let missing = Elector::new(&db())
         .with_table(&tables.name("missing"))
         .unwrap()
@@ -390,6 +440,8 @@ fn membership(seen: &Seen, tables: &mut Tables) {
     assert_eq!(moved.value("pgtenure_units_owned"), Some(3.0));
     let (_, moved) = seen.across(|| first.release().unwrap());
     moved.assert_by("pgtenure_units_lost_total{reason=\"released\"}", 3.0);
+    // It owns nothing now, without waiting for a tick (a released process ticks no more).
+    assert_eq!(moved.value("pgtenure_units_owned"), Some(0.0));
 
     let lost = Leaser::new(
         &db(),

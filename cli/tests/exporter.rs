@@ -1063,3 +1063,176 @@ fn scrape_cost_at_100000_units_and_10000_leases() {
         leaser.delete_process().unwrap();
     }
 }
+
+/// Clients that ask for a large page and never read it (a stuck scraper, a browser tab behind a
+/// dead link) hold no request thread: another scrape is answered meanwhile, and SIGTERM still
+/// stops the exporter within its bound.
+#[test]
+fn clients_that_never_read_block_neither_scrapes_nor_shutdown() {
+    let tables = Tables::new(&url());
+    let leases = Leases::new(&db()).with_table(&tables.leases).unwrap();
+    leases.create_table().unwrap();
+    // 4,000 held leases with 1,000-byte keys: a page of several megabytes, more than the
+    // loopback's socket buffers hold.
+    let mut client = Client::connect(&url(), NoTls).unwrap();
+    client
+        .batch_execute(&format!(
+            "INSERT INTO {l} (key, owner, token, acquired_at, held_until)
+               SELECT lpad(i::text, 1000, 'k'), 'owner', i, now(), now() + interval '10 min'
+                 FROM generate_series(1, 4000) i",
+            l = tables.leases,
+        ))
+        .unwrap();
+    let exporter = Exporter::start(&url(), &tables, &["--max-series", "4000"]);
+    // More stuck clients than the exporter has request threads, each seen receiving its answer
+    // (so its request was taken) and then never reading on.
+    let stuck: Vec<TcpStream> = (0..4)
+        .map(|i| {
+            let mut stream = TcpStream::connect(exporter.addr).unwrap();
+            write!(stream, "GET / HTTP/1.0\r\nHost: x\r\n\r\n").unwrap();
+            stream
+                .set_read_timeout(Some(Duration::from_secs(30)))
+                .unwrap();
+            let mut first = [0; 1];
+            let peeked = stream.peek(&mut first);
+            assert!(
+                matches!(peeked, Ok(1)),
+                "stuck client {i} got no answer within 30 s: {peeked:?}"
+            );
+            stream
+        })
+        .collect();
+    let mut stream = TcpStream::connect(exporter.addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    write!(stream, "GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n").unwrap();
+    let mut response = Vec::new();
+    let read = stream.read_to_end(&mut response);
+    assert!(
+        read.is_ok() && response.starts_with(b"HTTP/1.0 200"),
+        "a scrape beside stuck clients: {read:?} after {} bytes",
+        response.len()
+    );
+    exporter.stop();
+    drop(stuck);
+}
+
+/// Text from the database that Prometheus's format must escape (quotes, backslashes, newlines,
+/// non-ASCII) in every label: the scrape still passes promtool and says each value back.
+#[test]
+fn awkward_label_values_are_escaped_for_prometheus() {
+    let tables = Tables::new(&url());
+    let odd = "a \"quoted\" \\ back\nslash é ✓";
+    let leases = Leases::new(&db())
+        .with_table(&tables.leases)
+        .unwrap()
+        .with_owner(odd)
+        .unwrap();
+    leases.create_table().unwrap();
+    let _held = leases
+        .try_acquire(odd, Duration::from_secs(600))
+        .unwrap()
+        .unwrap();
+    let elector = Elector::new(&db())
+        .with_table(&tables.leader)
+        .unwrap()
+        .with_name(odd)
+        .unwrap()
+        .with_holder(odd)
+        .unwrap();
+    elector.create_table().unwrap();
+    assert!(elector.is_leader().unwrap());
+    let ticks = TickClaims::new(&db())
+        .with_table(&tables.ticks)
+        .unwrap()
+        .with_owner(odd)
+        .unwrap();
+    ticks.create_table().unwrap();
+    let tick = UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+    let _run = ticks
+        .claim(odd, tick, Duration::from_secs(600))
+        .unwrap()
+        .unwrap();
+    let units = tables.units(&db());
+    units.create_tables().unwrap();
+    let leaser = tables.leaser(&db(), odd);
+    leaser.heartbeat().unwrap();
+
+    let exporter = Exporter::start(&url(), &tables, &[]);
+    let (scrape, text) = exporter.scrape();
+    let checked = run_tool(
+        "promtool",
+        "prometheus",
+        &["check", "metrics"],
+        text.as_bytes(),
+    );
+    assert!(
+        checked.status.success(),
+        "promtool check metrics: {}{}\n{text}",
+        String::from_utf8_lossy(&checked.stdout),
+        String::from_utf8_lossy(&checked.stderr)
+    );
+    let escaped = "a \\\"quoted\\\" \\\\ back\\nslash é ✓";
+    assert_eq!(
+        scrape.get(&format!(
+            "pgtenure_table_leader_info{{fleet=\"{escaped}\",holder=\"{escaped}\"}}"
+        )),
+        1.0
+    );
+    assert_eq!(
+        scrape.get(&format!("pgtenure_table_job_busy{{job_id=\"{escaped}\"}}")),
+        1.0
+    );
+    assert_eq!(
+        scrape
+            .family("pgtenure_table_lease_expiry_seconds")
+            .iter()
+            .filter(|(series, _)| series
+                .contains(&format!("key=\"{escaped}\",owner=\"{escaped}\"")))
+            .count(),
+        1,
+        "{text}"
+    );
+    assert_eq!(
+        scrape
+            .family("pgtenure_table_process_units")
+            .iter()
+            .filter(|(series, _)| series.contains(&format!("hostname=\"{escaped}\"")))
+            .count(),
+        1,
+        "{text}"
+    );
+    exporter.stop();
+    leaser.delete_process().unwrap();
+}
+
+/// A method other than GET and HEAD is refused with 405 and the `Allow` header HTTP asks of it;
+/// HEAD answers the head of GET.
+#[test]
+fn other_methods_are_refused_naming_those_allowed() {
+    let tables = Tables::new(&url());
+    let exporter = Exporter::start(&url(), &tables, &[]);
+    let ask = |request: &str| {
+        let mut stream = TcpStream::connect(exporter.addr).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        stream.write_all(request.as_bytes()).unwrap();
+        let mut response = String::new();
+        stream.read_to_string(&mut response).unwrap();
+        response
+    };
+    let refused = ask("POST /metrics HTTP/1.0\r\nContent-Length: 0\r\n\r\n");
+    assert!(refused.starts_with("HTTP/1.0 405"), "{refused}");
+    assert!(
+        refused
+            .lines()
+            .any(|line| line.eq_ignore_ascii_case("allow: GET, HEAD")),
+        "{refused}"
+    );
+    let head = ask("HEAD /metrics HTTP/1.0\r\n\r\n");
+    assert!(head.starts_with("HTTP/1.0 200"), "{head}");
+    assert!(head.ends_with("\r\n\r\n"), "no body: {head}");
+    exporter.stop();
+}

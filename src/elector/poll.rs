@@ -65,7 +65,7 @@ impl Elector {
         let polled = self.adopt_poll(keep);
         let leading = polled.as_ref().ok().map(|poll| poll.leading);
         let won = polled.as_ref().is_ok_and(|poll| poll.won);
-        observe::leader_poll(&self.name, leading, won);
+        observe::leader_poll(&self.name, leading, keep, won);
         polled
     }
 

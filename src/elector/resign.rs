@@ -7,6 +7,7 @@ use super::Elector;
 #[cfg(doc)]
 use super::{LeaderEvent, LeaderLoss, Leadership};
 use crate::error::Result;
+use crate::observe;
 
 impl Elector {
     /// Gives up the leadership at once (guarded by holder and term), so the next `is_leader`
@@ -59,6 +60,8 @@ impl Elector {
             // A term still waiting to be resigned is older and over: this one was won (with no
             // guard) only once that row was free or expired.
             tenure.resigning = Some(term);
+            drop(tenure);
+            observe::leader_stood_down(&self.name);
             return true;
         }
         false

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use super::sql::Reported;
 use super::unit::{Unit, UnitLoss};
+use crate::observe;
 
 /// What this process holds of one unit: its weight, the fencing token of its claim, whether it
 /// was unregistered ([`Units::remove`](super::Units::remove)) while this process owned it, and the
@@ -73,6 +74,7 @@ impl Local {
 
     /// Forgets every owned unit, returning them (to report as lost); the next tick re-reads.
     pub(super) fn forget_all(&mut self) -> Vec<Unit> {
+        observe::units_owned(0);
         self.reread = true;
         self.generation += 1;
         self.owned_weight = 0;

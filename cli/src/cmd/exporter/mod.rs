@@ -1,15 +1,17 @@
 //! `pgtenure exporter`: serves `/metrics` (the Prometheus text format) and `/` (a status page)
 //! from pgtenure's tables, read afresh for each request (requests that arrive during a read share
 //! it), within a deadline: the fleet-wide view that no single process has. Runs until SIGINT or
-//! SIGTERM (or SIGHUP, SIGQUIT), then finishes the requests in hand and exits 0.
+//! SIGTERM (or SIGHUP, SIGQUIT), then finishes the requests in hand (giving the answers still
+//! being written [`WRITE_GRACE`]) and exits 0.
 
 mod metrics;
 mod page;
 mod reader;
 mod snapshot;
 
+use std::io::Cursor;
 use std::net::{SocketAddr, ToSocketAddrs};
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -32,6 +34,13 @@ const WORKERS: usize = 2;
 /// What a scrape's deadline leaves for the answer to reach Prometheus, from the timeout Prometheus
 /// sends (`X-Prometheus-Scrape-Timeout-Seconds`); at most half of it.
 const ANSWER_MARGIN: Duration = Duration::from_millis(500);
+
+/// Answers written at once, each on a thread of its own (a client that does not read holds its
+/// writer, never a request thread); beyond them a request is answered 503.
+const WRITERS: usize = 64;
+
+/// How long shutdown waits for the answers still being written.
+const WRITE_GRACE: Duration = Duration::from_secs(5);
 
 #[derive(Args, Debug)]
 pub(crate) struct ExporterArgs {
@@ -94,6 +103,42 @@ struct Exporter {
     max_series: usize,
     refresh: Duration,
     scrape_timeout: Duration,
+    writing: Arc<Writing>,
+}
+
+/// The answers being written.
+#[derive(Debug, Default)]
+struct Writing {
+    count: Mutex<usize>,
+    done: Condvar,
+}
+
+impl Writing {
+    /// Counts one more answer being written, unless [`WRITERS`] are.
+    fn start(&self) -> bool {
+        let mut count = self.count.lock().unwrap_or_else(PoisonError::into_inner);
+        if *count >= WRITERS {
+            return false;
+        }
+        *count += 1;
+        true
+    }
+
+    fn finished(&self) {
+        let mut count = self.count.lock().unwrap_or_else(PoisonError::into_inner);
+        *count -= 1;
+        self.done.notify_all();
+    }
+
+    /// Waits at most `grace` for every answer to be written; the number still being written.
+    fn wait(&self, grace: Duration) -> usize {
+        let count = self.count.lock().unwrap_or_else(PoisonError::into_inner);
+        let (count, _) = self
+            .done
+            .wait_timeout_while(count, grace, |count| *count > 0)
+            .unwrap_or_else(PoisonError::into_inner);
+        *count
+    }
 }
 
 impl ExporterArgs {
@@ -112,6 +157,7 @@ impl ExporterArgs {
             max_series: self.max_series,
             refresh: self.refresh,
             scrape_timeout: self.scrape_timeout,
+            writing: Arc::default(),
         });
         let signals = Signals::install()?;
         let server = Server::http(self.listen)
@@ -148,6 +194,11 @@ impl ExporterArgs {
         for worker in workers {
             let _ = worker.join();
         }
+        // A client that never reads its answer does not hold the exit: its writer is left.
+        let left = exporter.writing.wait(WRITE_GRACE);
+        if left > 0 {
+            say!("pgtenure: exporter: left {left} answers unwritten to clients that do not read");
+        }
         // The reading thread stops with the last reference, after the read in flight.
         drop(exporter);
         Ok(0)
@@ -172,10 +223,38 @@ impl Exporter {
                 "text/plain; charset=utf-8",
                 "not found: try / or /metrics\n",
             ),
-            _ => text(405, "text/plain; charset=utf-8", "only GET and HEAD\n"),
+            // HTTP asks a 405 to say what is allowed.
+            _ => text(405, "text/plain; charset=utf-8", "only GET and HEAD\n").with_header(
+                Header::from_bytes(&b"Allow"[..], &b"GET, HEAD"[..]).expect("a valid header"),
+            ),
         };
-        // A client that went away: nothing to do.
-        let _ = request.respond(response);
+        self.send(request, response);
+    }
+
+    /// Writes `response` on a thread of its own: a client that does not read it holds that
+    /// thread, not this one. Beyond [`WRITERS`] at once, a short 503 is written here.
+    fn send(&self, request: Request, response: Response<Cursor<Vec<u8>>>) {
+        if !self.writing.start() {
+            let busy = text(
+                503,
+                "text/plain; charset=utf-8",
+                "too many answers being written to clients that do not read\n",
+            );
+            let _ = request.respond(busy);
+            return;
+        }
+        let writing = self.writing.clone();
+        let spawned = thread::Builder::new()
+            .name("pgtenure-http-write".into())
+            .spawn(move || {
+                // A client that went away: nothing to do.
+                let _ = request.respond(response);
+                writing.finished();
+            });
+        if spawned.is_err() {
+            // The request was dropped with the closure (tiny_http answers it 500).
+            self.writing.finished();
+        }
     }
 
     /// How long `request` may wait for the tables: `--scrape-timeout`, or less when Prometheus
