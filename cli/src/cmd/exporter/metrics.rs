@@ -92,7 +92,8 @@ fn tables(r: &Registry, s: &Snapshot, max_series: usize) {
         gauge(
             r,
             "pgtenure_table_lease_rows",
-            "Rows in the leases table, held or lapsed (lapsed rows are deleted an hour after)",
+            "Rows in the leases table, held or lapsed (a release deletes rows lapsed over an hour \
+             ago, at most once a minute)",
             leases.rows as f64,
         );
         gauge(
@@ -157,7 +158,8 @@ fn tables(r: &Registry, s: &Snapshot, max_series: usize) {
             "Seconds since the live leader was elected (absent while nobody leads)",
             rows.iter()
                 .filter(|l| l.live)
-                .map(|l| (fleet(&l.name), -s.seconds_until(l.elected_at))),
+                // Read after the clock: an election since then is 0 s old, not a few ms short.
+                .map(|l| (fleet(&l.name), (-s.seconds_until(l.elected_at)).max(0.0))),
         );
         family(
             r,
