@@ -48,7 +48,8 @@
 //! - `metrics`: counters, gauges and histograms of every primitive (grants, renewals and losses by
 //!   reason, leadership per fleet, units moved, scheduled runs and misfires, statement errors by
 //!   SQLSTATE class, pool waits) through the `metrics` facade; the application installs the
-//!   exporter. Off by default, and then nothing of it is compiled in. `docs/metrics.md` lists them.
+//!   exporter. Off by default, and then nothing of it is compiled in. `docs/metrics.md` lists them;
+//!   [`describe_metrics`] gives their help texts.
 //! - `testing`: `testing::TempPostgres`, throwaway servers for tests, and
 //!   `testing::ReplicatedPostgres`, a primary with a streaming standby and a failover.
 //!
@@ -128,6 +129,14 @@ pub use crate::leases::{
 };
 pub use crate::tick_claims::{JobInfo, TickClaim, TickClaims};
 pub use crate::timestamp::Timestamp;
+
+/// Describes every metric pgtenure reports (help text and unit) to the installed recorder, as the
+/// `# HELP` lines of a Prometheus exporter show them. The first [`Db`] built does it; call this
+/// after installing a recorder later than that.
+#[cfg(feature = "metrics")]
+pub fn describe_metrics() {
+    observe::describe();
+}
 
 /// The channel crate of [`Lease::lost`] and [`membership::Leaser::run`], re-exported.
 pub use crossbeam_channel;

@@ -10,7 +10,143 @@
 use std::time::Duration;
 
 #[cfg(feature = "metrics")]
-use metrics::{counter, gauge, histogram};
+use metrics::{
+    counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram, Unit,
+};
+
+/// Describes every metric to the installed recorder (its help text and unit: the `# HELP` lines of
+/// a Prometheus exporter). Called once by the first `Db` built; an application that installs its
+/// recorder later calls [`describe_metrics`](crate::describe_metrics) after.
+#[cfg(feature = "metrics")]
+pub(crate) fn describe() {
+    use Unit::{Count, Seconds};
+    let counters = [
+        (
+            "pgtenure_lease_acquires_total",
+            "Lease grants asked, by outcome",
+        ),
+        (
+            "pgtenure_lease_renewals_total",
+            "Lease renewals, by outcome",
+        ),
+        (
+            "pgtenure_lease_losses_total",
+            "Managed leases lost, by reason",
+        ),
+        ("pgtenure_tick_claims_total", "Tick claims, by outcome"),
+        ("pgtenure_fire_claims_total", "Fire claims, by outcome"),
+        (
+            "pgtenure_leader_polls_total",
+            "Election polls, by fleet and outcome",
+        ),
+        (
+            "pgtenure_leader_terms_won_total",
+            "Terms this process won, by fleet",
+        ),
+        (
+            "pgtenure_leader_losses_total",
+            "Leaderships a campaign lost, by fleet and reason",
+        ),
+        (
+            "pgtenure_membership_heartbeats_total",
+            "Membership heartbeats, by outcome",
+        ),
+        (
+            "pgtenure_membership_tick_failures_total",
+            "Membership rebalance steps that failed",
+        ),
+        ("pgtenure_units_claimed_total", "Membership units claimed"),
+        (
+            "pgtenure_units_shed_total",
+            "Membership units given back to balance the fleet",
+        ),
+        (
+            "pgtenure_units_lost_total",
+            "Membership units lost, by reason",
+        ),
+        (
+            "pgtenure_job_runs_total",
+            "Scheduled runs that ended, by job and outcome",
+        ),
+        (
+            "pgtenure_job_misfires_total",
+            "Misfires (ticks skipped as too late), by job",
+        ),
+        (
+            "pgtenure_statement_errors_total",
+            "Failed statements returned, by SQLSTATE class",
+        ),
+        (
+            "pgtenure_pool_timeouts_total",
+            "Waits for a pool connection that timed out",
+        ),
+        (
+            "pgtenure_connection_modes_total",
+            "Pool connections by statement mode",
+        ),
+    ];
+    for (name, help) in counters {
+        describe_counter!(name, Count, help);
+    }
+    let gauges = [
+        (
+            "pgtenure_leases_held",
+            Count,
+            "Managed leases this process holds",
+        ),
+        (
+            "pgtenure_leader",
+            Count,
+            "1 while this process leads the fleet, else 0",
+        ),
+        (
+            "pgtenure_units_owned",
+            Count,
+            "Membership units this process owns",
+        ),
+    ];
+    for (name, unit, help) in gauges {
+        describe_gauge!(name, unit, help);
+    }
+    let histograms = [
+        (
+            "pgtenure_lease_renewal_duration_seconds",
+            "How long a managed lease's renewal took",
+        ),
+        (
+            "pgtenure_lease_renewal_slack_seconds",
+            "Time left before a managed lease's local deadline when its renewal answered",
+        ),
+        (
+            "pgtenure_membership_tick_duration_seconds",
+            "How long each rebalance step took",
+        ),
+        (
+            "pgtenure_job_run_duration_seconds",
+            "How long each scheduled run took, by job",
+        ),
+        (
+            "pgtenure_job_lateness_seconds",
+            "How long after its tick was due each run was won",
+        ),
+        (
+            "pgtenure_pool_wait_seconds",
+            "How long each wait for a pool connection took",
+        ),
+    ];
+    for (name, help) in histograms {
+        describe_histogram!(name, Seconds, help);
+    }
+}
+
+/// [`describe`] the first time a `Db` is built.
+pub(crate) fn describe_once() {
+    #[cfg(feature = "metrics")]
+    {
+        static DESCRIBED: std::sync::Once = std::sync::Once::new();
+        DESCRIBED.call_once(describe);
+    }
+}
 
 /// A lease grant (`acquire`, `try_acquire`, `with_lease`): granted or refused.
 pub(crate) fn lease_acquire(granted: bool) {

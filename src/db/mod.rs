@@ -192,6 +192,7 @@ impl Db {
     }
 
     fn from_source(source: impl Source + 'static) -> Db {
+        crate::observe::describe_once();
         Db {
             lending: Arc::new(Lending::new(source.max_size())),
             pool: Arc::new(source),
