@@ -10,7 +10,9 @@
 //! units and convergence. Prints tables and writes a JSON results file (not committed).
 //! `PGTENURE_BENCH_CASES=name,name` keeps only the comparison's cases whose names contain one of
 //! them (`none`: only the driver-alone measurements); `PGTENURE_BENCH_COLUMNS=auto,sql` keeps only
-//! those columns of the library (to profile one way).
+//! those columns of the library (to profile one way). `PGTENURE_BENCH_RECORDER=prometheus` installs
+//! `metrics-exporter-prometheus`'s recorder first, so the feature `metrics` (on in the examples)
+//! reports to a real exporter: its cost is the ratio's change against a run without.
 
 mod campaigns;
 mod cases;
@@ -82,6 +84,11 @@ fn args() -> Args {
 
 fn main() -> Result<(), Error> {
     let args = args();
+    if std::env::var("PGTENURE_BENCH_RECORDER").is_ok_and(|r| r == "prometheus") {
+        let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+        metrics::set_global_recorder(recorder)?;
+        println!("metrics: reported to metrics-exporter-prometheus's recorder");
+    }
     let url = common::url();
     let mut admin = Client::connect(&url, NoTls)?;
     let version: String = admin.query_one("SELECT version()", &[])?.get(0);
