@@ -14,7 +14,6 @@
 //! `DATABASE_URL`, or a throwaway server.
 
 #[path = "../tests/common/mod.rs"]
-#[allow(dead_code, unreachable_pub)]
 mod common;
 
 use std::time::{Duration, SystemTime};
