@@ -383,6 +383,22 @@ fn the_alert_rules_pass_promtool_and_name_only_documented_metrics() {
     );
 }
 
+/// `promtool check metrics`, the Prometheus project's own linter, accepts `text`.
+fn assert_promtool_accepts(text: &str) {
+    let checked = run_tool(
+        "promtool",
+        "prometheus",
+        &["check", "metrics"],
+        text.as_bytes(),
+    );
+    assert!(
+        checked.status.success(),
+        "promtool check metrics: {}{}\n{text}",
+        String::from_utf8_lossy(&checked.stdout),
+        String::from_utf8_lossy(&checked.stderr)
+    );
+}
+
 #[test]
 fn metrics_match_what_the_library_reports_and_pass_promtool() {
     let tables = Tables::new(&url());
@@ -594,18 +610,7 @@ fn metrics_match_what_the_library_reports_and_pass_promtool() {
     );
 
     // The Prometheus project's own linter accepts the text.
-    let checked = run_tool(
-        "promtool",
-        "prometheus",
-        &["check", "metrics"],
-        text.as_bytes(),
-    );
-    assert!(
-        checked.status.success(),
-        "promtool check metrics: {}{}\n{text}",
-        String::from_utf8_lossy(&checked.stdout),
-        String::from_utf8_lossy(&checked.stderr)
-    );
+    assert_promtool_accepts(&text);
 
     // The fleet moves, the next scrape follows: b takes its share, a unit freed.
     for _ in 0..3 {
@@ -1161,18 +1166,7 @@ fn awkward_label_values_are_escaped_for_prometheus() {
 
     let exporter = Exporter::start(&url(), &tables, &[]);
     let (scrape, text) = exporter.scrape();
-    let checked = run_tool(
-        "promtool",
-        "prometheus",
-        &["check", "metrics"],
-        text.as_bytes(),
-    );
-    assert!(
-        checked.status.success(),
-        "promtool check metrics: {}{}\n{text}",
-        String::from_utf8_lossy(&checked.stdout),
-        String::from_utf8_lossy(&checked.stderr)
-    );
+    assert_promtool_accepts(&text);
     let escaped = "a \\\"quoted\\\" \\\\ back\\nslash é ✓";
     assert_eq!(
         scrape.get(&format!(
