@@ -51,7 +51,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut client =
         pgtenure::postgres::Client::connect(&common::url(), pgtenure::postgres::NoTls)?;
     client.batch_execute(&format!(
-        "DROP TABLE t_metrics_cost_ticks_{suffix}; DROP TABLE {leader}, {leader}_promotion CASCADE"
+        "DROP TABLE t_metrics_cost_ticks_{suffix}; DROP TABLE {leader}, {leader}_promotion; \
+         DROP SEQUENCE {leader}_term_seq"
     ))?;
     Ok(())
 }

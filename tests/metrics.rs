@@ -296,6 +296,30 @@ fn claims(seen: &Seen, tables: &mut Tables) {
     moved.assert_by("pgtenure_fire_claims_total{outcome=\"refused\"}", 1.0);
 }
 
+/// A table renamed away (its statements fail) until dropped, also when an assertion fails
+/// meanwhile: the test's tables are dropped by their names.
+struct Away(String);
+
+impl Away {
+    fn new(table: &str) -> Away {
+        common::client()
+            .batch_execute(&format!("ALTER TABLE {table} RENAME TO {table}_away"))
+            .unwrap();
+        Away(table.to_owned())
+    }
+}
+
+impl Drop for Away {
+    fn drop(&mut self) {
+        let table = &self.0;
+        let renamed =
+            common::client().batch_execute(&format!("ALTER TABLE {table}_away RENAME TO {table}"));
+        if let Err(e) = renamed {
+            eprintln!("cannot rename {table}_away back: {e}");
+        }
+    }
+}
+
 fn election(seen: &Seen, tables: &mut Tables) {
     let table = leader_table(tables);
     let elector = |holder: &str| {
@@ -376,9 +400,7 @@ fn election(seen: &Seen, tables: &mut Tables) {
     let steady_fleet = "fleet=\"metrics-steady\"";
     let gauge = format!("pgtenure_leader{{{steady_fleet}}}");
     let failed = format!("pgtenure_leader_polls_total{{{steady_fleet},outcome=\"failed\"}}");
-    let mut c = common::client();
-    c.batch_execute(&format!("ALTER TABLE {table} RENAME TO {table}_away"))
-        .unwrap();
+    let away = Away::new(&table);
     let (_, moved) = seen.across(|| {
         wait_for("a failed poll", Duration::from_secs(10), || {
             let now = seen.now();
@@ -391,8 +413,7 @@ fn election(seen: &Seen, tables: &mut Tables) {
         Some(1.0),
         "a leading campaign's gauge after failed polls"
     );
-    c.batch_execute(&format!("ALTER TABLE {table}_away RENAME TO {table}"))
-        .unwrap();
+    drop(away);
     campaign.stop().unwrap();
 
     let missing = Elector::new(&db())
