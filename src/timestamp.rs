@@ -1,10 +1,11 @@
 //! Database times as people read them: RFC 3339 in UTC, to the millisecond.
 
 use std::fmt;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// A time shown as RFC 3339 in UTC to the millisecond (`2026-12-01T21:53:47.123Z`), as the
-/// operator views' `Display` writes their times. Wrap any `SystemTime` to log it the same way:
+/// operator views' `Display` writes their times; PostgreSQL's `infinity` and `-infinity` as those
+/// words. Wrap any `SystemTime` to log it the same way:
 ///
 /// ```
 /// use std::time::{Duration, UNIX_EPOCH};
@@ -16,8 +17,28 @@ use std::time::{SystemTime, UNIX_EPOCH};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Timestamp(pub SystemTime);
 
+/// PostgreSQL's epoch, 2000-01-01, as seconds after the Unix one.
+const POSTGRES_EPOCH_SECS: u64 = 946_684_800;
+
+/// How the driver decodes PostgreSQL's `infinity` and `-infinity` (the largest and smallest
+/// timestamps, in microseconds from PostgreSQL's epoch), when this platform's `SystemTime` holds
+/// them.
+fn infinities() -> (Option<SystemTime>, Option<SystemTime>) {
+    let epoch = UNIX_EPOCH + Duration::from_secs(POSTGRES_EPOCH_SECS);
+    let span = Duration::from_micros(i64::MAX as u64);
+    let last = Duration::from_micros(i64::MIN.unsigned_abs());
+    (epoch.checked_add(span), epoch.checked_sub(last))
+}
+
 impl fmt::Display for Timestamp {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (infinity, minus_infinity) = infinities();
+        if infinity.is_some_and(|infinity| self.0 >= infinity) {
+            return f.write_str("infinity");
+        }
+        if minus_infinity.is_some_and(|minus| self.0 <= minus) {
+            return f.write_str("-infinity");
+        }
         let (secs, millis) = match self.0.duration_since(UNIX_EPOCH) {
             Ok(d) => (d.as_secs() as i64, d.subsec_millis()),
             Err(e) => {
@@ -65,7 +86,6 @@ fn civil(days: i64) -> (i64, u32, u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
 
     #[test]
     fn timestamps_are_utc_to_the_millisecond() {

@@ -162,6 +162,23 @@ fn summary_counts_the_table_and_sends_only_the_leases_closest_to_lapsing() {
     assert_eq!(keys, ["a", "b", "c", "d", "e"]);
 }
 
+/// PostgreSQL's `infinity` and `-infinity` (a row an operator wrote by hand) print as those
+/// words, and its last finite time as a date, through the driver's decoding.
+#[test]
+fn infinite_times_print_as_infinity() {
+    let row = common::client()
+        .query_one(
+            "SELECT 'infinity'::timestamptz, '-infinity'::timestamptz, \
+                    '294276-12-31 23:59:59.999999+00'::timestamptz",
+            &[],
+        )
+        .unwrap();
+    let show = |i: usize| pgtenure::Timestamp(row.get::<_, SystemTime>(i)).to_string();
+    assert_eq!(show(0), "infinity");
+    assert_eq!(show(1), "-infinity");
+    assert_eq!(show(2), "294276-12-31T23:59:59.999Z");
+}
+
 #[test]
 fn force_release_ends_another_owners_managed_lease_and_its_fence() {
     let mut tables = Tables::new();

@@ -101,6 +101,11 @@ pub(crate) fn time(t: SystemTime) -> String {
 
 /// `t` against the database's `now`: `in 4s` ahead, `2m ago` behind (`now` at the second).
 pub(crate) fn relative(t: SystemTime, now: SystemTime) -> String {
+    // PostgreSQL's infinity and -infinity, as the words.
+    let absolute = time(t);
+    if absolute.ends_with("infinity") {
+        return absolute;
+    }
     match t.duration_since(now) {
         Ok(ahead) => format!("in {}", short(ahead)),
         Err(behind) => format!("{} ago", short(behind.duration())),
@@ -389,6 +394,16 @@ mod tests {
             "0s",
             "a clock ahead of the database is not negative"
         );
+    }
+
+    #[test]
+    fn infinite_times_read_as_the_words() {
+        // As the driver decodes PostgreSQL's infinity: its epoch plus i64::MAX microseconds.
+        let postgres_epoch = UNIX_EPOCH + std::time::Duration::from_secs(946_684_800);
+        let infinity = postgres_epoch + std::time::Duration::from_micros(i64::MAX as u64);
+        let now = UNIX_EPOCH + std::time::Duration::from_secs(1_800_000_000);
+        assert_eq!(relative(infinity, now), "infinity");
+        assert_eq!(time(infinity), "infinity");
     }
 
     #[test]
