@@ -147,11 +147,7 @@ fn main() -> ExitCode {
 /// A `--watch` interval: 100 ms or more (a listing is several statements; faster would load the
 /// database for a screen nobody reads that fast).
 fn parse_interval(text: &str) -> Result<Duration, String> {
-    let interval = duration::parse(text)?;
-    if interval < Duration::from_millis(100) {
-        return Err(format!("{text:?}: the interval is 100ms or more"));
-    }
-    Ok(interval)
+    duration::at_least_100ms("the interval", text)
 }
 
 /// Checks what the library would refuse, before connecting (a usage error, exit 2): the URL, the

@@ -37,14 +37,9 @@ impl Default for Counters {
 }
 
 /// A scrape's text: the tables' families from `read` when it succeeded, and the exporter's own
-/// (`pgtenure_exporter_up` says which) either way. At most `max_series` leases get a series of
-/// their own.
-pub(super) fn render(
-    read: Result<&Snapshot, ()>,
-    counters: &Counters,
-    max_series: usize,
-    took: f64,
-) -> String {
+/// (`pgtenure_exporter_up` says which) either way. The leases read (at most `--max-series`, those
+/// closest to lapsing) get a series of their own.
+pub(super) fn render(read: Result<&Snapshot, ()>, counters: &Counters, took: f64) -> String {
     let registry = Registry::new();
     let r = &registry;
     gauge(
@@ -63,7 +58,7 @@ pub(super) fn render(
         took,
     );
     if let Ok(snapshot) = read {
-        tables(r, snapshot, max_series);
+        tables(r, snapshot);
     }
     TextEncoder::new()
         .encode_to_string(&registry.gather())
@@ -71,7 +66,7 @@ pub(super) fn render(
 }
 
 /// The tables' families.
-fn tables(r: &Registry, s: &Snapshot, max_series: usize) {
+fn tables(r: &Registry, s: &Snapshot) {
     let present = [
         ("leases", s.leases.is_some()),
         ("leader", s.leaders.is_some()),
@@ -122,7 +117,7 @@ fn tables(r: &Registry, s: &Snapshot, max_series: usize) {
             "pgtenure_table_lease_expiry_seconds",
             "Seconds until each held lease lapses unless renewed; only the --max-series leases \
              closest to lapsing have a series",
-            leases.soonest.iter().take(max_series).map(|l| {
+            leases.soonest.iter().map(|l| {
                 (
                     labels([("key", &l.key), ("owner", &l.owner)]),
                     s.seconds_until(l.held_until),
@@ -134,7 +129,7 @@ fn tables(r: &Registry, s: &Snapshot, max_series: usize) {
             "pgtenure_table_leases_unlisted",
             "Held leases beyond --max-series, without a series of their own (counted in \
              pgtenure_table_leases_held)",
-            (leases.held - leases.soonest.len() as i64).max(0) as f64,
+            s.unlisted_leases() as f64,
         );
     }
 

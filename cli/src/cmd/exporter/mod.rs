@@ -88,11 +88,7 @@ fn parse_refresh(text: &str) -> Result<Duration, String> {
 
 /// A scrape timeout: 100 ms or more.
 fn parse_scrape_timeout(text: &str) -> Result<Duration, String> {
-    let timeout = duration::parse(text)?;
-    if timeout < Duration::from_millis(100) {
-        return Err(format!("{text:?}: the scrape timeout is 100ms or more"));
-    }
-    Ok(timeout)
+    duration::at_least_100ms("the scrape timeout", text)
 }
 
 /// What the request threads share.
@@ -100,7 +96,6 @@ fn parse_scrape_timeout(text: &str) -> Result<Duration, String> {
 struct Exporter {
     reader: Reader,
     counters: Counters,
-    max_series: usize,
     refresh: Duration,
     scrape_timeout: Duration,
     writing: Arc<Writing>,
@@ -154,7 +149,6 @@ impl ExporterArgs {
         let exporter = Arc::new(Exporter {
             reader: Reader::start(tables)?,
             counters: Counters::default(),
-            max_series: self.max_series,
             refresh: self.refresh,
             scrape_timeout: self.scrape_timeout,
             writing: Arc::default(),
@@ -287,12 +281,7 @@ impl Exporter {
     /// postgres_exporter's `pg_up`), so Prometheus keeps the exporter's own series.
     fn metrics(&self, deadline: Instant) -> Response<std::io::Cursor<Vec<u8>>> {
         let (read, took) = self.read(deadline);
-        let body = metrics::render(
-            read.as_ref().as_ref().map_err(|_| ()),
-            &self.counters,
-            self.max_series,
-            took,
-        );
+        let body = metrics::render(read.as_ref().as_ref().map_err(|_| ()), &self.counters, took);
         text(200, metrics::CONTENT_TYPE, &body)
     }
 

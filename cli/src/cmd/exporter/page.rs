@@ -249,7 +249,7 @@ fn leases(h: &mut String, s: &Snapshot) {
         );
     }
     h.push_str("</table>\n");
-    let more = leases.held - leases.soonest.len() as i64;
+    let more = s.unlisted_leases();
     if more > 0 {
         let _ = writeln!(
             h,

@@ -74,6 +74,13 @@ impl Tables {
 }
 
 impl Snapshot {
+    /// Held leases beyond those read (`--max-series`): counted, without a series or a row.
+    pub(super) fn unlisted_leases(&self) -> i64 {
+        self.leases.as_ref().map_or(0, |leases| {
+            (leases.held - leases.soonest.len() as i64).max(0)
+        })
+    }
+
     /// Seconds from the database's `now` to `t`: negative when `t` is past.
     pub(super) fn seconds_until(&self, t: SystemTime) -> f64 {
         match t.duration_since(self.now) {
