@@ -54,6 +54,34 @@ fn stop_removes_the_server_and_its_directory() {
     assert!(!accepts(port));
 }
 
+/// Something still writing in the server's directory while it is deleted (as a server process
+/// that outlived its postmaster would) makes one `rm -rf` fail with "Directory not empty": the
+/// deletion is tried again until the writer stops, and nothing is left behind.
+#[test]
+fn stop_deletes_the_directory_though_something_still_writes_in_it() {
+    let pg = TempPostgres::start().unwrap();
+    let (dir, port) = (pg.dir().to_owned(), pg.port());
+    let writing = Duration::from_secs(3);
+    let writer = {
+        let dir = dir.clone();
+        std::thread::spawn(move || {
+            let until = std::time::Instant::now() + writing;
+            let mut created = 0u64;
+            while std::time::Instant::now() < until {
+                // Fails once the directory is gone; it is not made again.
+                if std::fs::write(dir.join(format!("late-{created}")), b"x").is_ok() {
+                    created += 1;
+                }
+            }
+            created
+        })
+    };
+    pg.stop().unwrap();
+    let created = writer.join().unwrap();
+    assert!(created > 0, "the writer never wrote");
+    assert!(!dir.exists(), "{} is left behind", dir.display());
+    assert!(!accepts(port));
+}
 /// In the child, start a server and report it, then `mode` decides how the process ends.
 fn child(mode: &str) {
     let pg = TempPostgres::start().unwrap();

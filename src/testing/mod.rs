@@ -84,7 +84,6 @@ while read -r cmd; do
     esac
 done
 stop QUIT >/dev/null
-rm -rf "$dir"
 "#;
 
 /// A throwaway PostgreSQL server; see the [module docs](self).

@@ -18,7 +18,6 @@ echo "started $pid"
 cat >/dev/null
 kill -KILL "$pid" 2>/dev/null
 wait "$pid" 2>/dev/null
-rm -rf "$dir"
 "#;
 
 /// The server connections [`PgBouncer::start`] allows per user and database.

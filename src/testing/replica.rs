@@ -66,7 +66,6 @@ while read -r cmd; do
     esac
 done
 crash
-rm -rf "$dir"
 "#;
 
 /// How the standby of a [`ReplicatedPostgres`] confirms the primary's commits.

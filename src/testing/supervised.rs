@@ -4,6 +4,10 @@
 //! dropped, or this process exited in any way, `SIGKILL` included) the shell stops the server and
 //! deletes its directory. It answers each start with `started <pid>`, so a server that outlives a
 //! hung shell can still be killed by pid.
+//!
+//! Deleting is tried again for a while when it fails (a process of the server that outlived it, or
+//! anything else still writing in the directory, makes `rm -rf` fail with "Directory not empty"),
+//! by the supervisor after the script's end and by [`Supervised::shutdown`] after the supervisor's.
 
 use std::ffi::OsStr;
 use std::fs;
@@ -22,6 +26,19 @@ use crate::error::{Error, Result};
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long stopping waits for the supervisor to stop the server and delete its files.
 const STOP_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a directory that could not be deleted at once is tried again (a server's last
+/// processes exit within seconds of the postmaster's death).
+const REMOVE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What every supervisor runs after its script (which has stopped the server): deletes `$dir`,
+/// again every quarter second for up to 10 s while something still writes in it.
+const REMOVE_DIR: &str = r#"
+tries=0
+while [ -e "$dir" ] && [ "$tries" -lt 40 ]; do
+    rm -rf "$dir" 2>/dev/null || sleep 0.25
+    tries=$((tries + 1))
+done
+"#;
 
 struct Control {
     supervisor: Child,
@@ -40,7 +57,8 @@ pub(super) struct Supervised {
 
 impl Supervised {
     /// Starts `script` under `/bin/sh` with `args`, in `dir`, as `run_as`, and waits for `started`.
-    /// The directory is deleted when this fails.
+    /// The script sets `$dir` to `dir` and ends once its server is stopped; the directory is then
+    /// deleted. It is also deleted when this fails.
     pub(super) fn spawn(
         what: &'static str,
         script: &str,
@@ -52,7 +70,7 @@ impl Supervised {
         let mut command = Command::new("/bin/sh");
         command
             .arg("-c")
-            .arg(script)
+            .arg(format!("{script}{REMOVE_DIR}"))
             .arg("pgtenure-supervisor")
             .args(args)
             .current_dir(&dir)
@@ -198,7 +216,8 @@ impl Supervised {
                             .args(["-KILL", &pid.to_string()])
                             .status();
                     }
-                    let _ = fs::remove_dir_all(&self.dir);
+                    // Its other processes exit soon after it, and may write until then.
+                    let _ = remove_dir(&self.dir);
                     return Err(Error::setup(format!(
                         "the temporary {} in {} did not stop within {STOP_TIMEOUT:?} and was killed",
                         self.what,
@@ -207,14 +226,15 @@ impl Supervised {
                 }
             }
         }
-        if self.dir.exists() {
-            return Err(Error::setup(format!(
-                "the temporary {}'s directory {} was not deleted",
+        // The supervisor gave up on the directory (or was killed before it got to it).
+        remove_dir(&self.dir).map_err(|e| {
+            Error::setup(format!(
+                "the temporary {}'s directory {} could not be deleted",
                 self.what,
                 self.dir.display()
-            )));
-        }
-        Ok(())
+            ))
+            .with_source(e)
+        })
     }
 
     /// A setup error that quotes the end of the server's log.
@@ -232,6 +252,20 @@ impl Supervised {
                 tail.join(" | ")
             }
         ))
+    }
+}
+
+/// Deletes `dir` and what it holds, trying again for up to [`REMOVE_TIMEOUT`] while that fails
+/// (something still writes in it). A directory already gone is deleted.
+fn remove_dir(dir: &Path) -> std::io::Result<()> {
+    let deadline = Instant::now() + REMOVE_TIMEOUT;
+    loop {
+        match fs::remove_dir_all(dir) {
+            Ok(()) => return Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) if Instant::now() >= deadline => return Err(e),
+            Err(_) => std::thread::sleep(Duration::from_millis(100)),
+        }
     }
 }
 
