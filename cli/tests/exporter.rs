@@ -833,6 +833,11 @@ fn the_page_renders_the_fleet_in_a_headless_browser() {
     b.heartbeat().unwrap();
     let c = tables.leaser(&db(), "host-c");
     c.heartbeat().unwrap();
+    // Six more that nobody has claimed yet: the fair share counts them (18 units for 3).
+    let waiting: Vec<Unit> = (12..18)
+        .map(|shard| Unit::new("acme", shard).unwrap())
+        .collect();
+    units.add(&waiting).unwrap();
     // A lease whose key is markup: shown as text, never as an element.
     let leases = Leases::new(&db()).with_table(&tables.leases).unwrap();
     leases.create_table().unwrap();
@@ -891,6 +896,20 @@ fn the_page_renders_the_fleet_in_a_headless_browser() {
         processes.iter().map(|p| p.units).collect::<Vec<_>>(),
         [12, 0, 0]
     );
+    // The dashed line at the fair share, 6 of 18 units: a above it, b and c below.
+    for (p, bar) in processes.iter().zip(["bar over", "bar under", "bar under"]) {
+        let row = dom
+            .split("<tr ")
+            .find(|row| row.contains(&format!("data-process=\"{}\"", p.id)))
+            .unwrap();
+        assert!(
+            row.contains("title=\"fair share: 6.0 units\" style=\"left: 50.0%\"")
+                && row.contains(&format!("class=\"{bar}\"")),
+            "{}: {row}",
+            p.hostname
+        );
+    }
+    assert!(dom.contains("6 units unowned"), "{dom}");
     assert!(dom.contains("host-&lt;b&gt;"), "{dom}");
     assert!(
         dom.contains("&lt;script&gt;alert(1)&lt;/script&gt;"),

@@ -141,27 +141,28 @@ fn members(h: &mut String, s: &Snapshot) {
         return;
     }
     let Some(m) = &s.membership else { return };
-    let live: Vec<_> = m.live().collect();
-    let most = live.iter().map(|p| p.units).max().unwrap_or(0).max(1);
-    let total: i64 = live.iter().map(|p| i64::from(p.units)).sum();
-    let fair = if live.is_empty() {
-        None
-    } else {
-        Some(total as f64 / live.len() as f64)
-    };
+    let fair = m.fair_share();
+    // The scale: the most loaded live process, or the fair share when every one is below it.
+    let most = m
+        .live()
+        .map(|p| f64::from(p.units))
+        .fold(fair.unwrap_or(0.0), f64::max)
+        .max(1.0);
     h.push_str("<table>\n<tr><th>Process</th><th>Host</th><th>Version</th><th class=\"num\">Units</th><th class=\"num\">Weight</th><th>Load</th><th>Expires</th></tr>\n");
     for p in &m.processes {
         let width = if p.live {
-            100.0 * f64::from(p.units) / f64::from(most)
+            100.0 * f64::from(p.units) / most
         } else {
             0.0
         };
-        let marker = fair.map_or(String::new(), |fair| {
-            format!(
+        // An expired process has no share: its units are among those nobody owns.
+        let marker = match fair {
+            Some(fair) if p.live => format!(
                 "<div class=\"fair\" title=\"fair share: {fair:.1} units\" style=\"left: {:.1}%\"></div>",
-                100.0 * fair / f64::from(most)
-            )
-        });
+                100.0 * fair / most
+            ),
+            _ => String::new(),
+        };
         // Beyond one unit of the fair share, either way: what a balanced fleet does not show.
         let class = match fair {
             Some(fair) if p.live && f64::from(p.units) > fair.ceil() => "bar over",
@@ -191,9 +192,12 @@ fn members(h: &mut String, s: &Snapshot) {
             id = escape(&p.id),
         );
     }
-    h.push_str("</table>\n<p class=\"muted legend\">Bars: units per live process against the most \
-                loaded; the dashed line is the fair share; orange above it by more than a unit, pale \
-                below.</p>\n");
+    h.push_str(
+        "</table>\n<p class=\"muted legend\">Bars: units per live process against the most \
+                loaded; the dashed line is the fair share (the units live processes own and those \
+                nobody owns, shared out among the live processes); orange above it by more than a \
+                unit, pale below.</p>\n",
+    );
 }
 
 fn jobs(h: &mut String, s: &Snapshot) {

@@ -103,6 +103,19 @@ impl Membership {
         let weights = self.live().map(|p| p.weight);
         (range(units), range(weights))
     }
+
+    /// The units each live process would own in a balanced fleet: those the live processes own
+    /// and those nobody live owns (never claimed, released, or an expired process's), shared out
+    /// among the live processes. `None` without a live process.
+    pub(super) fn fair_share(&self) -> Option<f64> {
+        let owned: i64 = self.live().map(|p| i64::from(p.units)).sum();
+        fair_share(owned, self.unowned.units, self.live().count())
+    }
+}
+
+/// `owned + unowned` units shared out among `live` processes; `None` when `live` is 0.
+fn fair_share(owned: i64, unowned: i64, live: usize) -> Option<f64> {
+    (live > 0).then(|| (owned + unowned.max(0)) as f64 / live as f64)
 }
 
 /// The largest value less the smallest; 0 when empty.
@@ -117,12 +130,23 @@ fn range(values: impl Iterator<Item = i64>) -> i64 {
 
 #[cfg(test)]
 mod tests {
-    use super::range;
+    use super::{fair_share, range};
 
     #[test]
     fn the_spread_is_the_largest_less_the_smallest() {
         assert_eq!(range([].into_iter()), 0);
         assert_eq!(range([4].into_iter()), 0);
         assert_eq!(range([4, 9, 1].into_iter()), 8);
+    }
+
+    /// Units nobody owns are work the live processes will share: a process that joined late,
+    /// owning none beside two owning 4 while 4 wait, is the one below its share, not the others
+    /// above it.
+    #[test]
+    fn the_fair_share_counts_the_units_nobody_owns() {
+        assert_eq!(fair_share(8, 4, 3), Some(4.0));
+        assert_eq!(fair_share(8, 0, 3), Some(8.0 / 3.0));
+        assert_eq!(fair_share(0, 5, 2), Some(2.5));
+        assert_eq!(fair_share(0, 5, 0), None);
     }
 }
