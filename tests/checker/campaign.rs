@@ -471,7 +471,16 @@ fn campaigns_with_resignations_stops_and_slow_answers_never_have_two_leaders() {
                 let member = &members[some];
                 member.proxy.blackhole();
                 thread::sleep(rng.millis(0, 400));
-                let turn = member.turn.lock();
+                // The worker holds its turn while a campaign it starts polls for the first time,
+                // which the blackhole holds up until this heals it: waiting for the turn would
+                // wait for ever (a 600 s run once sat here for nine minutes).
+                let Some(turn) = member.turn.try_lock_for(Duration::from_secs(2)) else {
+                    member.proxy.heal();
+                    *faults
+                        .entry("blackhole while a campaign started")
+                        .or_default() += 1;
+                    continue;
+                };
                 let campaign = member.leadership.lock().take();
                 if let Some(campaign) = campaign {
                     stops.fetch_add(1, Ordering::SeqCst);
