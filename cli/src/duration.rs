@@ -3,9 +3,6 @@
 
 use std::time::Duration;
 
-/// Parses a duration: one or more numbers, each followed by a unit (`ms`, `s`, `m`, `h`), such as
-/// `30s`, `500ms`, `2m`, `1.5s` or `1m30s`. `0` alone is zero. Over 100 years is refused: no
-/// duration means more, and adding one to an `Instant` cannot overflow.
 /// A duration of 100 ms or more (`what` names it in the error): `--interval`, `--scrape-timeout`.
 pub(crate) fn at_least_100ms(what: &str, text: &str) -> Result<Duration, String> {
     let duration = parse(text)?;
@@ -15,6 +12,9 @@ pub(crate) fn at_least_100ms(what: &str, text: &str) -> Result<Duration, String>
     Ok(duration)
 }
 
+/// Parses a duration: one or more numbers, each followed by a unit (`ms`, `s`, `m`, `h`), such as
+/// `30s`, `500ms`, `2m`, `1.5s` or `1m30s`. `0` alone is zero. Over 100 years is refused: no
+/// duration means more, and adding one to an `Instant` cannot overflow.
 pub(crate) fn parse(text: &str) -> Result<Duration, String> {
     let text = text.trim();
     if text == "0" {
