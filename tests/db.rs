@@ -317,6 +317,18 @@ fn connecting_fails_at_once_with_the_reason_when_waiting_cannot_fix_it() {
             "(28000); the server admits no such connection: check the user",
             "28000",
         ),
+        (
+            // A startup option the server refuses (here a pgtenure setting passed as a server one).
+            "refused startup option",
+            {
+                let mut c = base.clone();
+                c.options("-c statement_mode=sql");
+                c
+            },
+            "unrecognized configuration parameter \"statement_mode\" (42704); the server refused a \
+             setting the connection sends at startup",
+            "42704",
+        ),
     ];
     for (what, config, says, code) in cases {
         let started = std::time::Instant::now();

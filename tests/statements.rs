@@ -534,6 +534,45 @@ fn auto_proves_a_connection_direct_before_it_uses_protocol_level_statements() {
     assert_eq!(proxy.round_trips() - before, 1);
 }
 
+/// The statement a `Db` sends while it connects (whether its server folds the timeline into
+/// tokens) obeys the statement mode like every other: behind something that is not proven direct,
+/// nothing is prepared under a name the driver chose (a pooler could hand that name's statement to
+/// another client), and `statement_modes` counts the connection it ran on.
+#[test]
+fn connecting_prepares_nothing_under_a_driver_chosen_name_where_the_mode_forbids_it() {
+    for (mode, want) in [
+        (StatementMode::Auto, (0, 1, 0)),
+        (StatementMode::Sql, (0, 1, 0)),
+        (StatementMode::Unprepared, (0, 0, 1)),
+    ] {
+        let proxy = Proxy::start(0, database_addr()).unwrap();
+        let db = one_connection(proxy.config(), mode);
+        let modes = db.statement_modes();
+        assert_eq!(
+            (modes.protocol, modes.sql, modes.unprepared),
+            want,
+            "{mode:?}, right after connecting: {modes}"
+        );
+        let fleet = Fleet::new(&db);
+        fleet.exercise(0);
+        assert_eq!(
+            proxy.driver_named_statements(),
+            0,
+            "{mode:?}: a statement was prepared under a driver-chosen name"
+        );
+        let modes = db.statement_modes();
+        assert_eq!(
+            (modes.protocol, modes.sql, modes.unprepared),
+            want,
+            "{mode:?}: {modes}"
+        );
+    }
+    // Proven direct, protocol-level statements are the point.
+    let db = one_connection(direct_config(), StatementMode::Auto);
+    let modes = db.statement_modes();
+    assert_eq!((modes.protocol, modes.sql), (1, 0), "{modes}");
+}
+
 /// Over a Unix socket, `Auto` proves a connection direct by the server's socket directory and
 /// port.
 #[test]

@@ -203,11 +203,11 @@ impl DbBuilder {
                 (*t).min(self.connection_timeout)
             });
         probe.connect_timeout(connect_timeout);
-        // The first connection also tells whether tokens can fold in the timeline; it is closed
-        // before the pool opens its own.
-        let (first, timeline) = match probe.connect(tls.clone()) {
-            Ok(mut client) => (None, Db::probe_timeline(&mut client)),
-            Err(e) => (Some(for_good(e)?), None),
+        // The first connection tells at once what waiting cannot fix; it sends no statement and
+        // is closed before the pool opens its own.
+        let first = match probe.connect(tls.clone()) {
+            Ok(_) => None,
+            Err(e) => Some(for_good(e)?),
         };
         let attempts = ConnectAttempts::default();
         let pool = self
@@ -236,7 +236,9 @@ impl DbBuilder {
         let db = Db::from_source(Pooling::built(pool, tls, self.connection_timeout, attempts))
             .with_targets(Targets::of(&config))
             .with_statement_mode(self.statement_mode);
-        Ok(match timeline {
+        // Whether tokens can fold in the timeline: asked on a pool connection, in its statement
+        // mode, like every other statement.
+        Ok(match db.probe_timeline() {
             Some(on) => db.with_timeline_tokens(on),
             None => db,
         })
@@ -343,11 +345,18 @@ impl DbBuilder {
 /// that broke, has a plain I/O error as its cause and may pass.
 fn for_good(e: postgres::Error) -> Result<postgres::Error> {
     if let Some(code) = e.code() {
-        if code.code().starts_with("28") || *code == postgres::error::SqlState::INVALID_CATALOG_NAME
+        let code = code.code();
+        if code.starts_with("28") || code == postgres::error::SqlState::INVALID_CATALOG_NAME.code()
         {
             return Err(Error::from_postgres("connect", e));
         }
-        return Ok(e);
+        // The server is shutting down, starting, out of connections or failing (08, 53, 57, 58,
+        // XX): waiting may fix it. Anything else it said of the connection's own startup packet
+        // (an option it does not know, 42704; a value it refuses, 22023) will be said again.
+        if ["08", "53", "57", "58", "XX"].contains(&&code[..2]) {
+            return Ok(e);
+        }
+        return Err(startup_refused(e));
     }
     if e.is_closed() {
         return Ok(e);
@@ -363,6 +372,24 @@ fn for_good(e: postgres::Error) -> Result<postgres::Error> {
     } else {
         Ok(e)
     }
+}
+
+/// The error of a connection whose startup settings the server refused, with its reason.
+fn startup_refused(e: postgres::Error) -> Error {
+    let reason = match e.as_db_error() {
+        Some(db) => format!("{} ({})", db.message(), db.code().code()),
+        None => chain(&e),
+    };
+    Error::new(
+        ErrorKind::Database,
+        format!(
+            "connect failed: {reason}; the server refused a setting the connection sends at \
+             startup: fix or remove it in the connection string (its options, such as \
+             options=-c name=value, or another parameter); pgtenure's own settings \
+             (statement_mode, sslmode) go beside them, not inside options"
+        ),
+    )
+    .with_source(e)
 }
 
 /// What to do about a failure the TLS stack reported, if it was one.

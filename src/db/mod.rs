@@ -11,7 +11,7 @@ mod ssl;
 mod tls;
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
 use postgres::error::SqlState;
@@ -258,12 +258,23 @@ impl Db {
         self.promotion_hold_off
     }
 
-    /// What a connection tells of the server: `Some(true)` when a primary answers the WAL
+    /// What the server tells of its timeline: `Some(true)` when a primary answers the WAL
     /// functions, `Some(false)` when it refuses them, `None` when it cannot tell (a standby, a
     /// failure). See [`Db::with_timeline_tokens`].
-    pub(crate) fn probe_timeline(client: &mut postgres::Client) -> Option<bool> {
-        match client.query_one(TIMELINE_PROBE, &[]) {
-            Ok(row) => row.get::<_, Option<String>>(0).map(|_| true),
+    ///
+    /// Sent on a pool connection like every other statement, so the connection's statement mode
+    /// governs it (nothing prepared under a driver-chosen name on a connection not proven direct)
+    /// and [`Db::statement_modes`] counts it.
+    pub(crate) fn probe_timeline(&self) -> Option<bool> {
+        static PROBE: LazyLock<Statement> =
+            LazyLock::new(|| Statement::new(TIMELINE_PROBE.to_owned()));
+        match self.query_one("probe the timeline", Policy::IDEMPOTENT, &PROBE, &()) {
+            // A column of another type tells nothing either.
+            Ok(row) => row
+                .try_get::<_, Option<String>>("walfile")
+                .ok()
+                .flatten()
+                .map(|_| true),
             // Only a refusal of the functions themselves says so: any other error (a pooler's
             // own, a busy server) tells nothing, and tokens stay folded.
             Err(e)

@@ -138,6 +138,12 @@ fn take(params: &mut UrlParams, key: &str, value: impl FnOnce() -> Result<String
     match key {
         "sslmode" => params.mode = Some(SslMode::parse(&value()?)?),
         "sslrootcert" => params.root_cert = Some(value()?),
+        // pgtenure's own parameter: two of them are a mistake somewhere, not a choice to guess.
+        "statement_mode" if params.statement_mode.is_some() => {
+            return Err(Error::invalid_input(
+                "the database URL sets statement_mode more than once: keep one",
+            ))
+        }
         "statement_mode" => params.statement_mode = Some(StatementMode::parse(&value()?)?),
         key if UNSUPPORTED.contains(&key) => {
             return Err(Error::invalid_input(format!(
@@ -242,6 +248,18 @@ mod tests {
         let (rest, got) = split("host=db statement_mode=unprepared user=app").unwrap();
         assert_eq!(rest, "host=db user=app");
         assert_eq!(got.statement_mode, Some(StatementMode::Unprepared));
+        for twice in [
+            "postgres://db/app?statement_mode=sql&statement_mode=protocol",
+            "postgres://db/app?statement_mode=sql&statement_mode=sql",
+            "host=db statement_mode=sql statement_mode=protocol",
+        ] {
+            let err = split(twice).unwrap_err();
+            assert!(err.is_invalid_input(), "{twice}: {err}");
+            assert!(
+                err.to_string().contains("statement_mode more than once"),
+                "{err}"
+            );
+        }
         let err = split("host=db statement_mode=fast").unwrap_err();
         assert!(err.is_invalid_input());
         assert!(err.to_string().contains("statement_mode \"fast\""), "{err}");

@@ -328,6 +328,18 @@ fn classify_db_error(db: &DbError) -> (ErrorKind, &'static str) {
              pgtenure's role (ALTER ROLE ... SET statement_timeout)",
         );
     }
+    // A pooler that does not track protocol-level prepared statements answers a statement sent to
+    // the wrong server connection this way.
+    if *code == SqlState::PROTOCOL_VIOLATION {
+        return (
+            ErrorKind::Connection,
+            "the server, or a pooler between it and pgtenure, found the protocol violated: a \
+             pooler that does not track protocol-level prepared statements (PgBouncer in \
+             transaction mode before 1.21 or with max_prepared_statements = 0, pgcat, Supavisor) \
+             mixes them up between its clients; behind one, use statement_mode=auto or \
+             statement_mode=sql, never statement_mode=protocol",
+        );
+    }
     let class = &code.code()[..2];
     // 08: connection exception; 57: operator intervention (shutdown, restart);
     // 53: insufficient resources (too many connections).

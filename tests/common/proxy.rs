@@ -23,6 +23,7 @@ struct Shared {
     /// Bumped by `cut`: pipes of an older epoch stop.
     epoch: AtomicU64,
     round_trips: AtomicU64,
+    driver_named: AtomicU64,
     accepted: AtomicU64,
     streams: Mutex<Vec<TcpStream>>,
     connect_delay_us: AtomicU64,
@@ -202,6 +203,13 @@ impl Proxy {
         self.shared.round_trips.load(Ordering::SeqCst)
     }
 
+    /// Statements the client prepared under a driver-chosen name (`Parse` with a name that is
+    /// neither empty nor pgtenure's `pgt_…`): what a pooler that does not track protocol-level
+    /// statements can mix up.
+    pub fn driver_named_statements(&self) -> u64 {
+        self.shared.driver_named.load(Ordering::SeqCst)
+    }
+
     /// Connections accepted so far.
     pub fn accepted(&self) -> u64 {
         self.shared.accepted.load(Ordering::SeqCst)
@@ -255,6 +263,9 @@ fn pipe(mut from: TcpStream, mut to: TcpStream, shared: Arc<Shared>, epoch: u64,
                 shared
                     .round_trips
                     .fetch_add(counter.feed(chunk), Ordering::SeqCst);
+                shared
+                    .driver_named
+                    .fetch_add(std::mem::take(&mut counter.driver_named), Ordering::SeqCst);
                 let preparing = prepared_name(chunk, b"PREPARE ");
                 if let Some(name) = preparing {
                     shared.prepared.lock().insert(name.to_vec(), chunk.to_vec());
@@ -349,11 +360,14 @@ impl ServerFramer {
     }
 }
 
-/// Frames the client's side of the PostgreSQL protocol and counts `Sync` ('S') and `Query` ('Q').
+/// Frames the client's side of the PostgreSQL protocol and counts `Sync` ('S') and `Query` ('Q'),
+/// and `Parse` ('P') messages that name their statement with a name the driver chose (`s0`, …:
+/// neither unnamed nor pgtenure's content-addressed `pgt_…`).
 #[derive(Default)]
 struct Counter {
     buf: Vec<u8>,
     typed: bool,
+    driver_named: u64,
 }
 
 impl Counter {
@@ -388,6 +402,13 @@ impl Counter {
                 }
                 if rest[0] == b'S' || rest[0] == b'Q' {
                     count += 1;
+                }
+                if rest[0] == b'P'
+                    && rest.len() > 5
+                    && rest[5] != 0
+                    && !rest[5..].starts_with(b"pgt_")
+                {
+                    self.driver_named += 1;
                 }
                 pos += 1 + len;
             }
