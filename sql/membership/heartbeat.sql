@@ -3,18 +3,25 @@
 -- or was gone (swept, or deleted: its units may be elsewhere; also true at a process's first beat).
 -- It only ever extends: a heartbeat whose transaction began earlier (a late or resent one) must not
 -- cut the expiry below what a later one granted, since the process's local deadline follows that.
--- $1 process id, $2 TTL in microseconds, $3 unit count, $4 owned weight, $5 hostname, $6 version.
+-- A new row is settled only with $7 (no probation); any later beat settles it: a process counts in the
+-- fair share, and is shed to, once it has shown it stays (a crash-looping slot's incarnations die
+-- before their second beat and never count).
+-- $1 process id, $2 TTL in microseconds, $3 unit count, $4 owned weight, $5 hostname, $6 version,
+-- $7 settled from the first beat.
 WITH previous AS (
     SELECT expires_at FROM {processes} WHERE process_id = $1::uuid
 ),
 beat AS (
-    INSERT INTO {processes} AS p (process_id, expires_at, unit_count, weight, hostname, version, started_at)
-    VALUES ($1::uuid, now() + $2::bigint * interval '1 microsecond', $3, $4, $5, $6, now())
+    INSERT INTO {processes} AS p (process_id, expires_at, unit_count, weight, hostname, version,
+                                  started_at, settled)
+    VALUES ($1::uuid, now() + $2::bigint * interval '1 microsecond', $3, $4, $5, $6, now(), $7)
     ON CONFLICT (process_id) DO UPDATE
        SET expires_at = greatest(p.expires_at, EXCLUDED.expires_at),
            unit_count = EXCLUDED.unit_count,
-           weight = EXCLUDED.weight
-    RETURNING p.expires_at
+           weight = EXCLUDED.weight,
+           settled = true
+    RETURNING p.expires_at, p.settled
 )
 SELECT coalesce((SELECT expires_at <= now() FROM previous), true) AS lapsed,
-       (SELECT expires_at FROM beat) AS expires_at
+       (SELECT expires_at FROM beat) AS expires_at,
+       (SELECT settled FROM beat) AS settled

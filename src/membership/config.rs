@@ -38,18 +38,29 @@ pub struct Config {
     pub claim_batch: u32,
     /// The most units (by weight) one tick claims, at least 1. Defaults to 1,024.
     pub max_claim_per_tick: u32,
-    /// How long the other live processes must have been the same set before this process's first
-    /// claim in a cold fleet, one where no live process owns a unit (by this process's ticks: a
-    /// process joining or leaving starts the wait again). A fleet whose processes start within
-    /// one warm-up of each other then claims each unit once and sheds none; without it the first
-    /// process to tick claims every unit and sheds most of them a round later. A live set that
-    /// never holds still (an instance crash-looping under a new id at each start, a slow
-    /// scale-out) ends the warm-up one warm-up and one `ttl` after the process's first tick, so
-    /// units never wait longer than that for a first owner. A process that
-    /// joins a fleet whose processes own units (a rolling deploy), or that owns units already
-    /// (restarted under its process id), does not wait: the others shed its share to it at once.
-    /// `Some(Duration::ZERO)` claims at the first tick (tests that drive ticks by hand). Defaults
-    /// to `None`: one heartbeat interval.
+    /// How a new process joins, counted in its own heartbeats so that hand-driven rounds
+    /// (`heartbeat` then `tick`) converge as `run` does.
+    ///
+    /// - **Probation.** A process counts in the fair share, claims, and is shed to only once it
+    ///   has shown it stays: from its second heartbeat (its row is then *settled*), or at once when
+    ///   it owns units (restarted under its process id). An instance crash-looping under a new id
+    ///   at each start dies before its second beat: the healthy processes never shed to it, and
+    ///   the slot costs the fleet at most its own share (its last working incarnation's units,
+    ///   claimed by the others once that row expires). A process joining a fleet that works (a
+    ///   rolling deploy) claims its share one heartbeat interval after it starts.
+    /// - **Cold start.** In a cold fleet, one where no live process owns a unit, a settled
+    ///   process claims once every other live process it sees has settled too, so processes
+    ///   started within one heartbeat interval of each other claim each unit once and shed none;
+    ///   a live set that never settles (a crash loop) ends that wait one heartbeat interval, this
+    ///   duration and one `ttl` after the process's first tick. `Some(d)` with `d` above zero also
+    ///   waits, in a cold fleet, until the other live processes have been the same set for `d`
+    ///   (by the wall clock; a join or leave starts the wait again), like Kafka's initial
+    ///   rebalance delay.
+    ///
+    /// `Some(Duration::ZERO)` turns both off: a process counts from its first heartbeat and
+    /// claims at its first tick (fleets that never crash-loop, tests that want claims in the first
+    /// round). Defaults to `None`: the probation and the cold-start wait for settled processes,
+    /// with no wall-clock wait.
     pub warm_up: Option<Duration>,
 }
 
@@ -115,15 +126,25 @@ impl Config {
         Ok(self)
     }
 
-    /// The warm-up before the first claim: [`Config::warm_up`], or one heartbeat interval.
+    /// How long a cold fleet's live set must hold still (wall clock) before a first claim:
+    /// [`Config::warm_up`], or nothing.
     pub(super) fn warm_up_wait(&self) -> Duration {
-        self.warm_up.unwrap_or(self.heartbeat_interval)
+        self.warm_up.unwrap_or(Duration::ZERO)
     }
 
-    /// The longest warm-up, however often the live set changes: one warm-up and one TTL after the
-    /// first look (a process that crashed during a warm-up stays in the live set for a TTL).
+    /// Whether a process counts only once settled, and a cold fleet waits for its processes to
+    /// settle (everything but `Some(Duration::ZERO)`).
+    pub(super) fn probation(&self) -> bool {
+        self.warm_up != Some(Duration::ZERO)
+    }
+
+    /// The longest cold-start wait, however often the live set changes: a heartbeat interval (for
+    /// the others to settle), the warm-up and a TTL after the first look (an incarnation that
+    /// crashed before it settled stays in the live set for a TTL).
     pub(super) fn warm_up_most(&self) -> Duration {
-        self.warm_up_wait().saturating_add(self.ttl)
+        self.heartbeat_interval
+            .saturating_add(self.warm_up_wait())
+            .saturating_add(self.ttl)
     }
 }
 
@@ -242,15 +263,15 @@ mod tests {
             warm_up: Some(Duration::ZERO),
             ..Config::default()
         };
-        assert_eq!(
-            no_warm_up.validated().unwrap().warm_up_wait(),
-            Duration::ZERO
-        );
+        let no_warm_up = no_warm_up.validated().unwrap();
+        assert_eq!(no_warm_up.warm_up_wait(), Duration::ZERO);
+        assert!(!no_warm_up.probation(), "zero turns the probation off");
         assert_eq!(
             Config::default().warm_up_wait(),
-            Config::default().heartbeat_interval,
-            "one heartbeat interval by default"
+            Duration::ZERO,
+            "no wall-clock wait by default"
         );
+        assert!(Config::default().probation(), "a probation by default");
         for config in refused {
             let shown = format!("{config:?}");
             assert!(

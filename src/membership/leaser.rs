@@ -11,7 +11,7 @@ use parking_lot::Mutex;
 use super::config::{Config, Hooks};
 use super::deliver::{Delivery, Outbox};
 use super::local::{stop_after, Local};
-use super::sql::{Batch, Statements};
+use super::sql::{Batch, Beat, Statements};
 use super::unit::{Reconciler, Unit, UnitLoss};
 use super::warm_up::WarmUp;
 use crate::db::Db;
@@ -77,7 +77,11 @@ impl Leaser {
     ) -> Result<Leaser> {
         let config = config.validated()?;
         let process_id = config.process_id.clone().expect("validated");
-        let warm_up = Mutex::new(WarmUp::new(config.warm_up_wait(), config.warm_up_most()));
+        let warm_up = Mutex::new(WarmUp::new(
+            config.warm_up_wait(),
+            config.probation(),
+            config.warm_up_most(),
+        ));
         Ok(Leaser {
             db: db.clone(),
             reconciler,
@@ -188,16 +192,17 @@ impl Leaser {
     pub fn heartbeat(&self) -> Result<()> {
         let reported = self.local.lock().reported();
         let sent = Instant::now();
-        let lapsed = self.sql.heartbeat(
+        let beat = self.sql.heartbeat(
             &self.db,
             &self.process_id,
             self.ttl_us,
             reported,
             &self.config.hostname,
             &self.config.version,
+            !self.config.probation(),
         );
-        observe::heartbeat(lapsed.is_ok());
-        let lapsed = lapsed?;
+        observe::heartbeat(beat.is_ok());
+        let Beat { lapsed, settled } = beat?;
         let stop = stop_after(self.config.ttl);
         let warn = {
             let mut local = self.local.lock();
@@ -210,6 +215,7 @@ impl Leaser {
             // No beat before (a first beat finds no row, and says lapsed): nothing to warn of.
             let first = local.live_until.is_none() && !local.ready;
             local.live_until = Some(sent + stop);
+            local.settled = settled;
             if lapsed || late {
                 local.reread = true;
                 let lost = local.forget_all();

@@ -58,6 +58,8 @@ pub(super) struct Local {
     /// The process row's counter of changes others made to its units, when `owned` was last known
     /// to match the database: while it stays put, a tick need not re-read the units.
     pub(super) seen_changes: Option<i64>,
+    /// Whether the process row was settled at the last heartbeat (it counts in the fair share).
+    pub(super) settled: bool,
 }
 
 /// How long after a heartbeat was sent a process acts on its units: four fifths of the TTL. The

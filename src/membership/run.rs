@@ -188,11 +188,14 @@ impl Leaser {
             }
             let now = Instant::now();
             if now >= next_beat {
+                let was_settled = self.local.lock().settled;
                 if let Err(e) = self.heartbeat() {
                     self.report("heartbeat failed", &e);
                 }
                 next_beat = now + self.config.heartbeat_interval;
-                if self.local.lock().reread {
+                let local = self.local.lock();
+                // A re-read, or this process now counts in the fair share: tick at once.
+                if local.reread || (local.settled && !was_settled) {
                     next_tick = now;
                 }
             }

@@ -74,12 +74,25 @@ pub(super) struct Stats {
     pub(super) live_self: bool,
     /// The other live processes and the weight each reports, by process id.
     pub(super) others: Vec<(String, i64)>,
+    /// Whether each of `others` has settled (heartbeated a second time), in the same order.
+    pub(super) others_settled: Vec<bool>,
+    /// Whether this process's row has settled.
+    pub(super) settled_self: bool,
     /// Weight nobody live owns: unowned units and those of expired processes.
     pub(super) claimable: i64,
     /// The process row's counter of changes others made to its units.
     pub(super) changes: Option<i64>,
     /// The digest of the unit rows that name this process.
     pub(super) digest: Digest,
+}
+
+/// What a heartbeat answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Beat {
+    /// The row had lapsed since the previous beat, or was absent.
+    pub(super) lapsed: bool,
+    /// The row has settled: the process counts in the fair share.
+    pub(super) settled: bool,
 }
 
 /// What a process row reports with a write: the units it owns (and is shedding), and their weight.
@@ -197,8 +210,9 @@ impl Statements {
 }
 
 impl Statements {
-    /// Upserts `process`'s row, live for `ttl_us`, reporting `reported` and who runs it: whether
-    /// the row had lapsed (or was absent).
+    /// Upserts `process`'s row, live for `ttl_us`, reporting `reported` and who runs it, settled
+    /// at once with `settled` (else from its second beat): whether the row had lapsed (or was
+    /// absent), and whether it is settled now.
     pub(super) fn heartbeat(
         &self,
         db: &Db,
@@ -207,7 +221,8 @@ impl Statements {
         reported: Reported,
         hostname: &str,
         version: &str,
-    ) -> Result<bool> {
+        settled: bool,
+    ) -> Result<Beat> {
         let params = (
             process,
             ttl_us,
@@ -215,9 +230,13 @@ impl Statements {
             reported.weight,
             hostname,
             version,
+            settled,
         );
         let row = db.query_one("heartbeat", Policy::ONCE, &self.heartbeat, &params)?;
-        Ok(row.get("lapsed"))
+        Ok(Beat {
+            lapsed: row.get("lapsed"),
+            settled: row.get("settled"),
+        })
     }
 
     /// What a tick decides from, without scanning units.
@@ -226,12 +245,15 @@ impl Statements {
         let row = db.query_one(context, Policy::IDEMPOTENT, &self.stats, &(process,))?;
         let ids: Vec<String> = row.get("others");
         let weights: Vec<i64> = row.get("others_weights");
+        let others_settled: Vec<bool> = row.get("others_settled");
         let unowned: i64 = row.get("unowned_weight");
         let orphaned: i64 = row.get("orphaned_weight");
         Ok(Stats {
             live: row.get("live"),
             live_self: row.get("live_self"),
             others: ids.into_iter().zip(weights).collect(),
+            others_settled,
+            settled_self: row.get("settled_self"),
             claimable: unowned + orphaned,
             changes: row.get("changes"),
             digest: Digest {

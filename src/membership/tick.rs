@@ -40,7 +40,9 @@ pub struct Rebalance {
     /// Whether this process's own row was live (a process that is not live claims and sheds nothing).
     pub live: bool,
     /// Whether this process is still warming up before its first claim
-    /// ([`Config::warm_up`](super::Config::warm_up)): it claimed nothing, whatever its fair share.
+    /// ([`Config::warm_up`](super::Config::warm_up)): it has not settled yet (it counts in nobody's
+    /// fair share until its second heartbeat), or it waits in a cold fleet for the others to
+    /// settle; it claimed nothing, whatever its fair share.
     pub warming_up: bool,
 }
 
@@ -126,14 +128,22 @@ impl Leaser {
         let live_locally = self.local.lock().live_at(Instant::now());
         let stats = self.read_stats()?;
         let mut view = self.starting_view(stats.changes, stats.digest)?;
+        // Whether each other live process has settled (shown it stays: see Config::warm_up).
+        let settled = |i: usize| stats.others_settled.get(i).copied().unwrap_or(true);
+        // The fair share counts the processes that have settled or own units: never one that may
+        // be an incarnation of a crash loop, which would die with what it was given.
         let others: Vec<Member<'_>> = stats
             .others
             .iter()
-            .map(|(id, weight)| Member {
+            .enumerate()
+            .filter(|(i, (_, weight))| settled(*i) || *weight > 0)
+            .map(|(_, (id, weight))| Member {
                 id,
                 weight: *weight,
             })
             .collect();
+        // This process counts, and may claim, likewise.
+        let counted = stats.settled_self || !view.truth.is_empty() || !view.shedding.is_empty();
         let facts = Facts {
             me: Member {
                 id: &self.process_id,
@@ -152,26 +162,35 @@ impl Leaser {
             // Owned units whose weight is now 0, to give back (kept while this tick claims).
             let disabled = view.truth.values().any(|h| h.weight <= 0);
             let step = facts.decide(i64::from(self.config.max_claim_per_tick), disabled);
-            if let Step::Claim(_) = step {
+            // Not counted yet: it waits, whatever it would claim.
+            warming_up = !counted;
+            // The warm-up is consulted only once this process counts: before, it may not even see
+            // the processes started with it.
+            if let (Step::Claim(_), true) = (step, counted) {
                 let mut warm_up = self.warm_up.lock();
-                // Only a cold fleet waits: a process that owns units already, or that joins a
-                // fleet whose live processes own some (they shed its share to it now), claims at
-                // once, so a rolling deploy leaves no unit unowned for a warm-up.
+                // Only a cold fleet waits for the others: a process that owns units already, or
+                // that joins a fleet whose live processes own some (they shed its share to it
+                // once it counts), claims as soon as it counts itself.
                 let warm = stats.others.iter().any(|(_, weight)| *weight > 0);
                 if warm || !view.truth.is_empty() || !view.shedding.is_empty() {
                     warm_up.end();
                 }
-                let others = stats.others.iter().map(|(id, _)| id.as_str());
+                let others =
+                    (stats.others.iter().enumerate()).map(|(i, (id, _))| (id.as_str(), settled(i)));
                 warming_up = !warm_up.may_claim(others, Instant::now());
             }
             match step {
                 Step::Claim(_) if warming_up => {
                     log::debug!(
                         target: "pgtenure::membership",
-                        "process {}: warming up, {} live: no claim until the live set holds still for {:?}",
+                        "process {}: warming up, {} live: no claim until {}",
                         self.process_id,
                         stats.live,
-                        self.config.warm_up_wait()
+                        if counted {
+                            "the other live processes have settled"
+                        } else {
+                            "this process has settled (its second heartbeat)"
+                        }
                     );
                 }
                 Step::Claim(budget) => {

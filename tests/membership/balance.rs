@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::common::client;
-use pgtenure::membership::{Config, Leaser, Unit};
+use pgtenure::membership::{Config, Leaser, Unit, UnitLoss};
 
 use super::{assert_disjoint, config, round, Fleet, Recorder};
 
@@ -637,7 +637,10 @@ fn a_fleet_started_within_one_heartbeat_interval_claims_each_unit_once_and_sheds
     config.heartbeat_interval = Duration::from_millis(400);
     config.rebalance_interval = Duration::from_millis(100);
     config.sweep_cutoff = Duration::from_secs(30);
-    assert_eq!(config.warm_up, None, "the default: one heartbeat interval");
+    assert_eq!(
+        config.warm_up, None,
+        "the default: processes settle at their second heartbeat"
+    );
     let made: Vec<(Leaser, Arc<Recorder>)> = (0..8).map(|_| fleet.leaser(config.clone())).collect();
     let recorders: Vec<Arc<Recorder>> = made.iter().map(|(_, r)| r.clone()).collect();
     let mut running = Vec::new();
@@ -734,4 +737,79 @@ fn a_process_joining_a_warm_fleet_claims_its_share_without_waiting() {
     }
     assert_eq!(rounds[2], vec![20, 20], "rounds: {rounds:?}");
     assert_disjoint(&fleet, &leasers);
+}
+
+/// The default configuration with a TTL long enough that no process of a hand-driven test expires
+/// between its rounds.
+fn default_config() -> Config {
+    let mut config = Config::default();
+    config.ttl = Duration::from_secs(60);
+    config.heartbeat_interval = Duration::from_secs(20);
+    config.sweep_cutoff = Duration::from_secs(120);
+    config
+}
+
+#[test]
+fn a_hand_driven_fleet_converges_with_the_default_configuration() {
+    // Rounds as a user's test drives them (heartbeat, then tick), as fast as the test calls them:
+    // the probation and the cold start count heartbeats, not the wall clock. A cold start of four
+    // claims nothing in the first round (nobody has settled), then each unit once.
+    let fleet = Fleet::new(100);
+    let made: Vec<(Leaser, Arc<Recorder>)> =
+        (0..4).map(|_| fleet.leaser(default_config())).collect();
+    let leasers: Vec<&Leaser> = made.iter().map(|(l, _)| l).collect();
+    let mut rounds = Vec::new();
+    for _ in 0..3 {
+        rounds.push(round(&leasers));
+        assert_disjoint(&fleet, &leasers);
+    }
+    println!("owned per round: {rounds:?}");
+    assert_eq!(rounds[2], vec![25; 4], "rounds: {rounds:?}");
+    let lost: usize = made.iter().map(|(_, r)| r.lost()).sum();
+    assert_eq!(lost, 0, "no unit shed on the way: {rounds:?}");
+}
+
+#[test]
+fn a_crash_looping_slot_is_never_shed_to_and_costs_the_fleet_at_most_its_own_share() {
+    // A slot whose process dies and restarts under a new id (a bad deploy, an OOM loop): each
+    // incarnation heartbeats once and ticks, then dies, its row live for a TTL. The healthy
+    // processes must not count it in the fair share and shed to it: what they shed, dead
+    // incarnations would hold until their rows expired.
+    let fleet = Fleet::new(100);
+    let made: Vec<(Leaser, Arc<Recorder>)> =
+        (0..4).map(|_| fleet.leaser(default_config())).collect();
+    let healthy: Vec<&Leaser> = made.iter().map(|(l, _)| l).collect();
+    let mut rounds = Vec::new();
+    for _ in 0..3 {
+        rounds.push(round(&healthy));
+    }
+    assert_eq!(rounds[2], vec![25; 4], "rounds: {rounds:?}");
+    let mut claimed = 0;
+    for _ in 0..8 {
+        let (incarnation, _) = fleet.leaser(default_config());
+        incarnation.heartbeat().unwrap();
+        let rebalance = incarnation.tick().unwrap();
+        assert!(rebalance.warming_up, "an unsettled incarnation waits");
+        claimed += rebalance.claimed;
+        // Dies: its row stays live for the TTL.
+        drop(incarnation);
+        assert_eq!(round(&healthy), vec![25; 4]);
+    }
+    let shed: usize = made.iter().map(|(_, r)| r.lost_for(UnitLoss::Shed)).sum();
+    assert_eq!(
+        shed, 0,
+        "the healthy processes shed to incarnations that died"
+    );
+    assert_eq!(claimed, 0, "an incarnation that died claimed units");
+    assert_disjoint(&fleet, &healthy);
+    // An incarnation that stays (its second heartbeat settles it) gets its share.
+    let (stays, _) = fleet.leaser(default_config());
+    let mut all = healthy.clone();
+    all.push(&stays);
+    let mut rounds = Vec::new();
+    for _ in 0..3 {
+        rounds.push(round(&all));
+    }
+    assert_eq!(rounds[2], vec![20; 5], "rounds: {rounds:?}");
+    assert_disjoint(&fleet, &all);
 }
