@@ -11,7 +11,7 @@ use parking_lot::Mutex;
 use super::config::{Config, Hooks};
 use super::deliver::{Delivery, Outbox};
 use super::local::{stop_after, Local};
-use super::sql::{Batch, Beat, Statements};
+use super::sql::{Batch, Beat, Heartbeat, Statements};
 use super::unit::{Reconciler, Unit, UnitLoss};
 use super::warm_up::WarmUp;
 use crate::db::Db;
@@ -194,12 +194,14 @@ impl Leaser {
         let sent = Instant::now();
         let beat = self.sql.heartbeat(
             &self.db,
-            &self.process_id,
-            self.ttl_us,
-            reported,
-            &self.config.hostname,
-            &self.config.version,
-            !self.config.probation(),
+            &Heartbeat {
+                process: &self.process_id,
+                ttl_us: self.ttl_us,
+                reported,
+                hostname: &self.config.hostname,
+                version: &self.config.version,
+                settled: !self.config.probation(),
+            },
         );
         observe::heartbeat(beat.is_ok());
         let Beat { lapsed, settled } = beat?;

@@ -86,6 +86,19 @@ pub(super) struct Stats {
     pub(super) digest: Digest,
 }
 
+/// A heartbeat's parameters (`sql/membership/heartbeat.sql`).
+pub(super) struct Heartbeat<'a> {
+    pub(super) process: &'a str,
+    /// The row is live for this long from the statement's `now()`.
+    pub(super) ttl_us: i64,
+    /// What the process owns, to report.
+    pub(super) reported: Reported,
+    pub(super) hostname: &'a str,
+    pub(super) version: &'a str,
+    /// A new row is settled at once (no probation).
+    pub(super) settled: bool,
+}
+
 /// What a heartbeat answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Beat {
@@ -213,24 +226,15 @@ impl Statements {
     /// Upserts `process`'s row, live for `ttl_us`, reporting `reported` and who runs it, settled
     /// at once with `settled` (else from its second beat): whether the row had lapsed (or was
     /// absent), and whether it is settled now.
-    pub(super) fn heartbeat(
-        &self,
-        db: &Db,
-        process: &str,
-        ttl_us: i64,
-        reported: Reported,
-        hostname: &str,
-        version: &str,
-        settled: bool,
-    ) -> Result<Beat> {
+    pub(super) fn heartbeat(&self, db: &Db, beat: &Heartbeat<'_>) -> Result<Beat> {
         let params = (
-            process,
-            ttl_us,
-            reported.count,
-            reported.weight,
-            hostname,
-            version,
-            settled,
+            beat.process,
+            beat.ttl_us,
+            beat.reported.count,
+            beat.reported.weight,
+            beat.hostname,
+            beat.version,
+            beat.settled,
         );
         let row = db.query_one("heartbeat", Policy::ONCE, &self.heartbeat, &params)?;
         Ok(Beat {
