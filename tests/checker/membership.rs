@@ -12,7 +12,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use pgtenure::membership::{Config, Hooks, Leaser, Unit, Units};
+use pgtenure::membership::{Config, Hooks, Leaser, Reconciler, Unit, UnitLoss, Units};
 use pgtenure::Db;
 
 use crate::common::proxy::{database_addr, Proxy};
@@ -383,4 +383,189 @@ fn membership_under_random_faults_never_works_a_unit_twice() {
         op.late, 0,
         "an old owner kept working on a unit an operator moved past its first tick after the change"
     );
+}
+
+/// What the healthy processes of the crash-loop subject did: units shed, and losses of their own
+/// liveness (a lapse under CPU load makes the others shed to it when it comes back, legitimately).
+#[derive(Default)]
+struct Moves {
+    shed: AtomicU64,
+    claimed: AtomicU64,
+}
+
+impl Hooks for Moves {
+    fn shed(&self, units: usize) {
+        self.shed.fetch_add(units as u64, Ordering::SeqCst);
+    }
+
+    fn claimed(&self, units: usize) {
+        self.claimed.fetch_add(units as u64, Ordering::SeqCst);
+    }
+}
+
+/// A process's reconciler that also counts the times it heard its liveness lapsed.
+struct Lapses {
+    worker: Worker,
+    expired: Arc<AtomicU64>,
+}
+
+impl Reconciler for Lapses {
+    fn units_gained(&self, units: &[Unit]) {
+        self.worker.units_gained(units);
+    }
+
+    fn units_lost(&self, units: &[Unit], reason: UnitLoss) {
+        if reason == UnitLoss::Expired {
+            self.expired.fetch_add(1, Ordering::SeqCst);
+        }
+        self.worker.units_lost(units, reason);
+    }
+}
+
+#[test]
+fn a_crash_looping_member_costs_the_fleet_at_most_its_own_share() {
+    // Eight processes share 1,000 units (TTL 3 s, heartbeats every second); one slot is killed and
+    // restarted under a new id every 300 ms, under CPU load. The healthy processes must shed none
+    // of their units to incarnations that die, the units without a working owner must never exceed
+    // the slot's own share (125) for longer than a TTL, and no unit may be worked on twice.
+    const TOTAL: usize = 1000;
+    const SLOTS: usize = 8;
+    let share = TOTAL.div_ceil(SLOTS);
+    let mut tables = Tables::new();
+    let (procs, units_t) = (tables.name("procs"), tables.name("units"));
+    let db = crate::common::db();
+    let units = Units::new(&db).with_tables(&procs, &units_t).unwrap();
+    units.create_tables().unwrap();
+    units
+        .add(
+            &(0..TOTAL as i32)
+                .map(|i| Unit::new("t", i).unwrap())
+                .collect::<Vec<_>>(),
+        )
+        .unwrap();
+    let mut config = Config::default();
+    config.ttl = Duration::from_secs(3);
+    config.heartbeat_interval = Duration::from_secs(1);
+    config.rebalance_interval = Duration::from_millis(500);
+    config.sweep_cutoff = Duration::from_secs(60);
+    let registry = Arc::new(Registry::default());
+    let healthy_moves = Arc::new(Moves::default());
+    let slot_moves = Arc::new(Moves::default());
+    let lapses = Arc::new(AtomicU64::new(0));
+    let start = |id: usize, moves: &Arc<Moves>| -> (Arc<Leaser>, Running) {
+        let leaser = Arc::new(
+            Leaser::new(
+                &db,
+                Arc::new(Lapses {
+                    worker: Worker {
+                        registry: registry.clone(),
+                        id,
+                        drain_ms: 0,
+                    },
+                    expired: lapses.clone(),
+                }),
+                config.clone(),
+                moves.clone(),
+            )
+            .unwrap()
+            .with_tables(&procs, &units_t)
+            .unwrap(),
+        );
+        registry.watch(id, &leaser);
+        let running = Running::start(leaser.clone());
+        (leaser, running)
+    };
+    let _load = Load::start(5);
+    let mut fleet: Vec<(Arc<Leaser>, Running)> =
+        (0..SLOTS).map(|id| start(id, &healthy_moves)).collect();
+    wait_for("a settled fleet", Duration::from_secs(60), || {
+        let owned: Vec<usize> = fleet.iter().map(|(l, _)| l.owned().len()).collect();
+        (registry.active.lock().len() == TOTAL && owned.iter().all(|n| *n == share)).then_some(())
+    });
+    let lapses_before = lapses.load(Ordering::SeqCst);
+    let shed_before = healthy_moves.shed.load(Ordering::SeqCst);
+    // The slot crashes, then crash-loops.
+    let (_, mut first) = fleet.pop().expect("eight processes");
+    registry.crashed(SLOTS - 1);
+    first.stop();
+    let looping = run_for().clamp(Duration::from_secs(10), Duration::from_secs(60));
+    let done = Arc::new(AtomicBool::new(false));
+    // Units without a working owner, sampled every 20 ms: unit-seconds, the most at once, and the
+    // longest stretch above the slot's share.
+    let sampler = {
+        let (registry, done) = (registry.clone(), done.clone());
+        thread::spawn(move || {
+            let (mut unit_secs, mut most, mut longest) = (0.0_f64, 0, Duration::ZERO);
+            let mut above_since: Option<Instant> = None;
+            let mut last = Instant::now();
+            while !done.load(Ordering::SeqCst) {
+                // Real time is the subject: unit-seconds without an owner.
+                thread::sleep(Duration::from_millis(20));
+                let now = Instant::now();
+                let without = TOTAL - registry.active.lock().len().min(TOTAL);
+                unit_secs += without as f64 * (now - last).as_secs_f64();
+                last = now;
+                most = most.max(without);
+                if without > share {
+                    let since = *above_since.get_or_insert(now);
+                    longest = longest.max(now - since);
+                } else {
+                    above_since = None;
+                }
+            }
+            (unit_secs, most, longest)
+        })
+    };
+    let until = Instant::now() + looping;
+    let mut incarnations = 0;
+    while Instant::now() < until {
+        let id = SLOTS + incarnations;
+        incarnations += 1;
+        let (_, mut running) = start(id, &slot_moves);
+        // Real time is the subject: the incarnation lives 300 ms, as in a crash loop.
+        thread::sleep(Duration::from_millis(300));
+        registry.crashed(id);
+        running.stop();
+    }
+    done.store(true, Ordering::SeqCst);
+    let (unit_secs, most, longest) = sampler.join().unwrap();
+    let shed = healthy_moves.shed.load(Ordering::SeqCst) - shed_before;
+    let lapsed = lapses.load(Ordering::SeqCst) - lapses_before;
+    // The slot's next incarnation stays: it settles and gets its share.
+    let stays = start(SLOTS + incarnations, &slot_moves);
+    fleet.push(stays);
+    let spread = wait_for("the fleet to share again", Duration::from_secs(60), || {
+        let owned: Vec<usize> = fleet.iter().map(|(l, _)| l.owned().len()).collect();
+        (registry.active.lock().len() == TOTAL && owned.iter().all(|n| n.abs_diff(share) <= 1))
+            .then_some(owned)
+    });
+    for (_, running) in &mut fleet {
+        running.stop();
+    }
+    let violations = registry.violations();
+    println!(
+        "membership checker (crash loop), {looping:?}: {incarnations} incarnations of one slot, \
+         claimed {} units; healthy processes shed {shed} units ({lapsed} lapses of their own); \
+         without a working owner: {unit_secs:.0} unit-seconds, at most {most} at once, above the \
+         slot's share ({share}) for at most {longest:?}; {violations} double-worked units; after \
+         the loop: {spread:?}",
+        slot_moves.claimed.load(Ordering::SeqCst),
+    );
+    assert_eq!(violations, 0, "a unit was worked on by two processes");
+    assert!(
+        longest <= config.ttl,
+        "more than the slot's share ({share}) went without a working owner for {longest:?}"
+    );
+    // The slot's share for one TTL and a few rebalance ticks, not for the whole loop.
+    let bound = share as f64 * (config.ttl + Duration::from_secs(3)).as_secs_f64();
+    assert!(
+        unit_secs <= bound,
+        "{unit_secs:.0} unit-seconds without a working owner (bound {bound:.0})"
+    );
+    if lapsed == 0 {
+        assert_eq!(
+            shed, 0,
+            "healthy processes shed units to incarnations that died"
+        );
+    }
 }
