@@ -3,8 +3,8 @@
 //!
 //! Run it with `cargo run --example service` and press Ctrl-C, or `-- 10` to have it send itself
 //! SIGTERM after 10 s. It uses `DATABASE_URL` when set, else a throwaway server it starts and
-//! removes. Its units are claimed once the membership warm-up is over (one heartbeat interval,
-//! 5 s by default).
+//! removes. Its units are claimed once its membership row has settled (its second heartbeat, one
+//! heartbeat interval after it starts: 5 s by default).
 //!
 //! No signal crate is needed: the signals are blocked before any thread starts (every thread
 //! inherits the mask), and the main thread waits for one with `sigwait`. A process manager's

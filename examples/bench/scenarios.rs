@@ -91,9 +91,10 @@ pub fn membership(db: &Db, admin: &mut Client, max_units: i32, secs: f64) -> Res
 }
 
 /// A cold start: 8 processes started within one heartbeat interval of each other (45 ms apart,
-/// heartbeats every 400 ms) on 1,000 units, without the warm-up before the first claim
-/// (`warm_up = 0`, as 0.1 behaved) and with the default (one heartbeat interval): units claimed
-/// and shed until every process holds its 125 and was told so, and how long that took.
+/// heartbeats every 400 ms) on 1,000 units, without the wait before the first claim
+/// (`warm_up = 0`, as 0.1 behaved) and with the default (a process counts from its second
+/// heartbeat, and a cold fleet's processes claim once every live one has): units claimed and shed
+/// until every process holds its 125 and was told so, and how long that took.
 pub fn cold_start(db: &Db, admin: &mut Client) -> Result<Value, Error> {
     let id = std::process::id();
     let (procs_t, units_t) = (
@@ -114,7 +115,7 @@ pub fn cold_start(db: &Db, admin: &mut Client) -> Result<Value, Error> {
     println!("| --- | ---: | ---: | ---: |");
     for (name, warm_up) in [
         ("none (0.1)", Some(Duration::ZERO)),
-        ("one heartbeat interval (default)", None),
+        ("settled processes (default)", None),
     ] {
         admin.batch_execute(&format!(
             "UPDATE \"{units_t}\" SET process_id = NULL; DELETE FROM \"{procs_t}\""

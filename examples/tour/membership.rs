@@ -40,9 +40,9 @@ pub fn membership(db: &Db) -> Result<(), Box<dyn std::error::Error>> {
     let mut config = Config::default();
     config.ttl = ttl;
     config.heartbeat_interval = ttl / 4;
-    // Rounds driven by hand, one line each: claim from the first. (Under `run`, a process waits for
-    // the live set to hold still for one heartbeat interval before its first claim, so that
-    // processes started together each claim their share once.)
+    // Rounds driven by hand, one line each: claim from the first. (By default a process counts,
+    // and claims, from its second heartbeat, so that a crash-looping slot never takes units from
+    // the healthy processes and processes started together each claim their share once.)
     config.warm_up = Some(Duration::ZERO);
     let tally = Arc::new(Tally::default());
     let leasers: Vec<Leaser> = (0..4)

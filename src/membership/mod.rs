@@ -17,14 +17,21 @@
 //! scheduled instants of a recurring job.) [`Units::assignments`] and [`Units::processes`] show
 //! operators who owns what.
 //!
-//! In a cold fleet (no live process owns a unit) a new process waits before its first claim until
-//! the other live processes have been the same set for one heartbeat interval
-//! ([`Config::warm_up`]), so a fleet started together claims each unit once (a process joining a
-//! fleet that owns units claims at once): eight processes started within one heartbeat interval on
-//! 1,000 units claim 1,000 units and shed none, where without the wait the first to tick claimed
-//! every unit and 1,168 were shed and claimed again (`cargo run --release --example bench --
-//! --only cold-start`). Tests that drive ticks by hand set `warm_up` to `Some(Duration::ZERO)` to
-//! claim at the first tick.
+//! A new process counts in the fair share, claims, and is shed to once it has shown it stays: from
+//! its second heartbeat (its row is then *settled*; see [`Config::warm_up`]). So a slot that keeps
+//! crashing and restarting under new ids (a bad deploy, an OOM loop) never takes units from the
+//! healthy processes: 8 processes on 1,000 units with one slot restarting every 300 ms shed none
+//! and never had more than that slot's 125 units without a working owner, where counting every
+//! live incarnation shed 575 units to incarnations that died and left up to 587 unowned for the
+//! whole loop (the crash-loop subject of the checker, `cargo test --release --test checker
+//! a_crash_looping -- --nocapture`). In a cold fleet (no live process owns a unit) a settled
+//! process also waits until every other live process it sees has settled, so a fleet started
+//! together claims each unit once: eight processes started within one heartbeat interval on 1,000
+//! units claim 1,000 units and shed none, where without the wait the first to tick claimed every
+//! unit and 1,168 were shed and claimed again (`cargo run --release --example bench -- --only
+//! cold-start`). Both count heartbeats, not the wall clock: rounds driven by hand (`heartbeat`,
+//! then `tick`) claim nothing in the first round and each unit once from the second.
+//! `warm_up: Some(Duration::ZERO)` counts and claims at the first heartbeat and tick.
 //!
 //! ```no_run
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {

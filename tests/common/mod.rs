@@ -146,8 +146,8 @@ pub fn client() -> postgres::Client {
     postgres::Client::connect(&direct_url(), NoTls).expect("test client connects")
 }
 
-/// A membership configuration for tests that drive ticks by hand: no warm-up before the first
-/// claim (by default a process waits one heartbeat interval for the live set to hold still).
+/// A membership configuration for tests that drive ticks by hand and want claims in the first
+/// round: no probation (by default a process counts, and claims, from its second heartbeat).
 pub fn hand_driven() -> pgtenure::membership::Config {
     let mut config = pgtenure::membership::Config::default();
     config.warm_up = Some(Duration::ZERO);
