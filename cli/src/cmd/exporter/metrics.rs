@@ -54,7 +54,8 @@ pub(super) fn render(read: Result<&Snapshot, ()>, counters: &Counters, took: f64
     gauge(
         r,
         "pgtenure_exporter_scrape_duration_seconds",
-        "How long this scrape's read of the tables took",
+        "How long this scrape's read of the tables took (a failed one: how long the request \
+         waited, from its arrival)",
         took,
     );
     if let Ok(snapshot) = read {

@@ -142,10 +142,9 @@ impl ExporterArgs {
 impl Answer for Exporter {
     /// Answers one request: GET (or HEAD) `/metrics` or `/`; anything else is refused.
     fn answer(&self, request: &Request) -> Response {
-        let deadline = request.arrived + self.wait_for(request);
         match (request.method.as_str(), request.path.as_str()) {
-            ("GET" | "HEAD", "/metrics") => self.metrics(deadline),
-            ("GET" | "HEAD", "/") => self.page(deadline),
+            ("GET" | "HEAD", "/metrics") => self.metrics(request),
+            ("GET" | "HEAD", "/") => self.page(request),
             ("GET" | "HEAD", _) => Response::text(404, "not found: try / or /metrics\n"),
             _ => Response::method_not_allowed(),
         }
@@ -167,27 +166,29 @@ impl Exporter {
         }
     }
 
-    /// Reads the tables by `deadline`; a failure is counted (the reader says why on stderr, once
-    /// per read).
-    fn read(&self, deadline: std::time::Instant) -> (Read, f64) {
-        let (read, took) = self.reader.read(deadline);
+    /// Reads the tables by `request`'s deadline, counted from its arrival: the read, and how
+    /// long it took (or, failed, how long the request waited). A failure is counted; the reader
+    /// says why on stderr, once per read.
+    fn read(&self, request: &Request) -> (Read, f64) {
+        let (read, took) = self.reader.read(request.arrived + self.wait_for(request));
         if read.is_err() {
             self.counters.scrape_errors.inc();
+            return (read, request.arrived.elapsed().as_secs_f64());
         }
         (read, took.as_secs_f64())
     }
 
     /// `/metrics`: always 200, with `pgtenure_exporter_up` 0 when the read failed (as
     /// postgres_exporter's `pg_up`), so Prometheus keeps the exporter's own series.
-    fn metrics(&self, deadline: std::time::Instant) -> Response {
-        let (read, took) = self.read(deadline);
+    fn metrics(&self, request: &Request) -> Response {
+        let (read, took) = self.read(request);
         let body = metrics::render(read.as_ref().as_ref().map_err(|_| ()), &self.counters, took);
         Response::new(200, metrics::CONTENT_TYPE, body)
     }
 
     /// `/`: the page, or 503 saying why the tables cannot be read.
-    fn page(&self, deadline: std::time::Instant) -> Response {
-        match &*self.read(deadline).0 {
+    fn page(&self, request: &Request) -> Response {
+        match &*self.read(request).0 {
             Ok(snapshot) => Response::new(
                 200,
                 page::CONTENT_TYPE,
