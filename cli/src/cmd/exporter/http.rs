@@ -177,6 +177,15 @@ impl Connections {
         }
     }
 
+    /// Waits until a connection closes, `timeout` at most.
+    fn wait_for_a_close(&self, timeout: Duration) {
+        let open = self.lock();
+        let _ = self
+            .closed
+            .wait_timeout(open, timeout)
+            .unwrap_or_else(PoisonError::into_inner);
+    }
+
     /// Waits at most `grace` for every connection to close; how many are still open.
     fn wait(&self, grace: Duration) -> usize {
         let open = self.lock();
@@ -293,8 +302,8 @@ fn accept<A: Answer>(
             // Out of descriptors, a connection reset before it was accepted: the next one.
             Err(e) => {
                 if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) {
-                    // Nothing to accept with until a connection closes.
-                    let _ = connections.wait(Duration::from_millis(100));
+                    // Nothing to accept with until a descriptor is freed.
+                    connections.wait_for_a_close(Duration::from_millis(100));
                 }
                 continue;
             }
@@ -431,17 +440,28 @@ fn end_of_head(bytes: &[u8]) -> Option<usize> {
     })
 }
 
-/// The request line and headers, or `None` when they are not HTTP/1.x.
+/// The request line and headers, or `None` when they are not HTTP/1.x. Bytes that are not UTF-8
+/// (obs-text in a header value) are replaced, not refused.
 fn parse_head(head: &[u8], arrived: Instant) -> Option<Request> {
-    let text = std::str::from_utf8(head).ok()?;
+    let text = String::from_utf8_lossy(head);
     let mut lines = text.split('\n').map(|l| l.strip_suffix('\r').unwrap_or(l));
     let mut parts = lines.next()?.split(' ');
     let (method, target, version) = (parts.next()?, parts.next()?, parts.next()?);
     if parts.next().is_some()
         || method.is_empty()
         || !method.bytes().all(|b| b.is_ascii_alphabetic())
-        || !target.starts_with('/') && target != "*"
     {
+        return None;
+    }
+    // The absolute form (`http://host/path`), which HTTP/1.1 servers must accept, names the path
+    // after the authority.
+    let target = match target.split_once("://") {
+        Some((scheme, rest)) if scheme.eq_ignore_ascii_case("http") => {
+            rest.find('/').map_or("/", |at| &rest[at..])
+        }
+        _ => target,
+    };
+    if !target.starts_with('/') && target != "*" {
         return None;
     }
     let http10 = match version {
@@ -577,6 +597,11 @@ mod tests {
         assert_eq!(r.header("x-prometheus-scrape-timeout-seconds"), Some("2.5"));
         assert_eq!(r.header("host"), Some("h"));
         assert_eq!(r.header("other"), None);
+        let r = parse_head(b"GET http://exp:9477/metrics HTTP/1.1\r\nX: \xff", now).unwrap();
+        assert_eq!(r.path, "/metrics");
+        assert_eq!(r.header("x"), Some("\u{fffd}"));
+        let r = parse_head(b"GET http://exp:9477 HTTP/1.1", now).unwrap();
+        assert_eq!(r.path, "/");
     }
 
     #[test]
@@ -586,7 +611,8 @@ mod tests {
             &b"GET / HTTP/2.0"[..],
             b"GET /",
             b"GET  / HTTP/1.1",
-            b"GET http://x/ HTTP/1.1",
+            b"GET x/ HTTP/1.1",
+            b"GET ftp://x/ HTTP/1.1",
             b"GET / HTTP/1.1\r\nno colon",
             b"GET / HTTP/1.1\r\nA: b\r\n folded",
             b"GET / HTTP/1.1\r\nA b: c",
