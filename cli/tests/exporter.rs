@@ -209,7 +209,9 @@ impl Exporter {
             thread::sleep(Duration::from_millis(20));
         };
         assert_eq!(status.code(), Some(0), "exit status after SIGTERM");
-        let said: Vec<String> = self.stderr.try_iter().collect();
+        let said = self.said_until(Duration::from_secs(10), |said| {
+            said.iter().any(|line| line.contains("stopping on SIGTERM"))
+        });
         assert!(
             said.iter().any(|line| line.contains("stopping on SIGTERM")),
             "{said:?}"
@@ -682,7 +684,9 @@ fn a_database_outage_shows_as_up_0_and_counted_scrape_errors() {
     let (status, _, page) = exporter.get("/");
     assert_eq!(status, 503, "{page}");
     assert!(page.contains("Cannot read the tables"), "{page}");
-    let said: Vec<String> = exporter.stderr.try_iter().collect();
+    let said = exporter.said_until(Duration::from_secs(10), |said| {
+        said.iter().any(|l| l.contains("cannot read the tables"))
+    });
     assert!(
         said.iter().any(|l| l.contains("cannot read the tables")),
         "{said:?}"
@@ -768,7 +772,9 @@ fn a_database_that_stops_answering_fails_the_scrape_by_its_deadline() {
         (2.0..4.0).contains(&waited),
         "waited {waited} s for a 2 s deadline"
     );
-    let said: Vec<String> = exporter.stderr.try_iter().collect();
+    let said = exporter.said_until(Duration::from_secs(10), |said| {
+        said.iter().any(|l| l.contains("did not answer within"))
+    });
     assert!(
         said.iter().any(|l| l.contains("did not answer within")),
         "{said:?}"
@@ -1363,6 +1369,20 @@ fn concurrent_scrapes_of_a_hung_database_are_each_answered_by_their_own_deadline
 }
 
 impl Exporter {
+    /// What the exporter says on stderr from now, until `enough` holds of it or `timeout` passes.
+    fn said_until(&self, timeout: Duration, enough: impl Fn(&[String]) -> bool) -> Vec<String> {
+        let deadline = Instant::now() + timeout;
+        let mut said = Vec::new();
+        while !enough(&said) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.stderr.recv_timeout(left) {
+                Ok(line) => said.push(line),
+                Err(_) => break,
+            }
+        }
+        said
+    }
+
     /// The exporter's resident memory, in KiB.
     fn rss_kib(&self) -> u64 {
         let pid = self.child.as_ref().unwrap().id();
@@ -1604,7 +1624,14 @@ fn a_table_the_role_may_not_read_is_an_error_not_an_absent_table() {
     );
     // The database answered: the exporter is up, and the alert is on the table.
     assert_eq!(scrape.get("pgtenure_exporter_up"), 1.0, "{text}");
-    let said: Vec<String> = exporter.stderr.try_iter().collect();
+    // The exporter says it before it answers; the lines reach the test through a pipe and a
+    // thread, so they are waited for.
+    let said = exporter.said_until(Duration::from_secs(10), |said| {
+        [&tables.leases, &tables.leader].iter().all(|table| {
+            said.iter()
+                .any(|l| l.contains(&format!("cannot read table {table} ")))
+        })
+    });
     let line = |table: &str| {
         said.iter()
             .find(|l| l.contains(&format!("cannot read table {table} ")))
