@@ -243,9 +243,10 @@ pub(super) struct Running {
 
 impl Running {
     /// Stops accepting, closes the connections still sending their request, and gives the
-    /// answers in hand `grace` (the `answering` callback is told to answer at once, e.g. by no
-    /// longer waiting for the database); then closes what is left and joins every thread. Returns
-    /// the number of answers cut off. Takes `grace` and a few milliseconds at most.
+    /// answers in hand `grace` (`answering` is called to have them answered at once, e.g. by no
+    /// longer waiting for the database); then closes what is left and joins every thread whose
+    /// connection closed. Returns the number of answers cut off. Takes `grace` and 2 s at most
+    /// (1 s to wake the listener, 1 s for cut-off threads to return).
     pub(super) fn stop(self, grace: Duration, answering: impl FnOnce()) -> usize {
         self.connections.lock().stopping = true;
         // The accepting thread waits in accept(2): a connection of our own wakes it.
@@ -260,15 +261,21 @@ impl Running {
         self.connections.shut_down(Some(Phase::Head));
         answering();
         let left = self.connections.wait(grace);
+        let mut open = 0;
         if left > 0 {
             self.connections.shut_down(None);
             // Each thread returns as soon as its socket fails.
-            self.connections.wait(Duration::from_secs(1));
+            open = self.connections.wait(Duration::from_secs(1));
         }
         for thread in threads {
-            if thread.is_finished() {
+            // A thread whose connection closed is returning: joined. With some still open
+            // (never seen), the finished ones only.
+            if open == 0 || thread.is_finished() {
                 let _ = thread.join();
             }
+        }
+        if open > 0 {
+            say!("pgtenure: exporter: left {open} connections' threads that did not return");
         }
         left
     }
