@@ -49,7 +49,7 @@ pub(crate) struct ExporterArgs {
     /// How often the status page reloads itself, in whole seconds, e.g. 10s.
     #[arg(long, default_value = "10s", value_parser = parse_refresh)]
     refresh: Duration,
-    /// How long a request waits for the tables, e.g. 8s: then /metrics answers
+    /// How long a request waits for the tables, from its arrival, e.g. 8s: then /metrics answers
     /// pgtenure_exporter_up 0 and the page 503. Shorter when Prometheus sends a shorter scrape
     /// timeout (less half a second).
     #[arg(long, default_value = "8s", value_parser = parse_scrape_timeout)]
