@@ -209,7 +209,9 @@ impl Exporter {
             thread::sleep(Duration::from_millis(20));
         };
         assert_eq!(status.code(), Some(0), "exit status after SIGTERM");
-        let said: Vec<String> = self.stderr.try_iter().collect();
+        let said = self.said_until(Duration::from_secs(10), |said| {
+            said.iter().any(|line| line.contains("stopping on SIGTERM"))
+        });
         assert!(
             said.iter().any(|line| line.contains("stopping on SIGTERM")),
             "{said:?}"
@@ -682,7 +684,9 @@ fn a_database_outage_shows_as_up_0_and_counted_scrape_errors() {
     let (status, _, page) = exporter.get("/");
     assert_eq!(status, 503, "{page}");
     assert!(page.contains("Cannot read the tables"), "{page}");
-    let said: Vec<String> = exporter.stderr.try_iter().collect();
+    let said = exporter.said_until(Duration::from_secs(10), |said| {
+        said.iter().any(|l| l.contains("cannot read the tables"))
+    });
     assert!(
         said.iter().any(|l| l.contains("cannot read the tables")),
         "{said:?}"
@@ -768,7 +772,9 @@ fn a_database_that_stops_answering_fails_the_scrape_by_its_deadline() {
         (2.0..4.0).contains(&waited),
         "waited {waited} s for a 2 s deadline"
     );
-    let said: Vec<String> = exporter.stderr.try_iter().collect();
+    let said = exporter.said_until(Duration::from_secs(10), |said| {
+        said.iter().any(|l| l.contains("did not answer within"))
+    });
     assert!(
         said.iter().any(|l| l.contains("did not answer within")),
         "{said:?}"
@@ -1248,4 +1254,422 @@ fn other_methods_are_refused_naming_those_allowed() {
     assert!(head.starts_with("HTTP/1.0 200"), "{head}");
     assert!(head.ends_with("\r\n\r\n"), "no body: {head}");
     exporter.stop();
+}
+
+/// Sends `request` to `addr` and reads the whole answer (the exporter closes every connection
+/// after its answer), waiting `timeout` at most; how long that took from before the connection.
+fn ask(addr: SocketAddr, request: &str, timeout: Duration) -> (Duration, Result<String, String>) {
+    let sent = Instant::now();
+    let answer = (|| {
+        let mut stream = TcpStream::connect_timeout(&addr, timeout).map_err(|e| e.to_string())?;
+        stream
+            .set_read_timeout(Some(timeout))
+            .map_err(|e| e.to_string())?;
+        stream
+            .write_all(request.as_bytes())
+            .map_err(|e| e.to_string())?;
+        let mut answer = String::new();
+        stream
+            .read_to_string(&mut answer)
+            .map_err(|e| format!("{e} after {answer:?}"))?;
+        Ok(answer)
+    })();
+    (sent.elapsed(), answer)
+}
+
+/// `n` requests sent at once (a thread each, released together): each one's time from its
+/// sending to its whole answer, and the answer.
+fn at_once(addr: SocketAddr, n: usize, request: &str) -> Vec<(Duration, Result<String, String>)> {
+    let start = Arc::new(std::sync::Barrier::new(n));
+    let askers: Vec<_> = (0..n)
+        .map(|_| {
+            let start = start.clone();
+            let request = request.to_owned();
+            thread::spawn(move || {
+                start.wait();
+                ask(addr, &request, Duration::from_secs(60))
+            })
+        })
+        .collect();
+    askers.into_iter().map(|a| a.join().unwrap()).collect()
+}
+
+/// Many scrapes at once while the database hangs (two Prometheus replicas and a browser, or
+/// fifty clients): each is answered `pgtenure_exporter_up 0` by its own deadline counted from its
+/// arrival (2 s: Prometheus's 2.5 s less half a second), never after the requests before it. The
+/// exporter once answered two at a time, each deadline counted from when a thread took the
+/// request: three at once took 8, 8 and 16 s with the defaults.
+#[test]
+fn concurrent_scrapes_of_a_hung_database_are_each_answered_by_their_own_deadline() {
+    let (server, tables, _held) = a_server_holding_a_lease();
+    let exporter = Exporter::start(server.url(), &tables, &[]);
+    let (scrape, _) = exporter.scrape();
+    assert_eq!(scrape.get("pgtenure_exporter_up"), 1.0);
+
+    let frozen = Frozen::server(&server);
+    let request = "GET /metrics HTTP/1.0\r\nX-Prometheus-Scrape-Timeout-Seconds: 2.5\r\n\r\n";
+    // The deadline, and slack for a loaded 2-core machine.
+    let bound = Duration::from_millis(2000 + 1500);
+    for n in [3, 50] {
+        let answers = at_once(exporter.addr, n, request);
+        let slowest = answers.iter().map(|(took, _)| *took).max().unwrap();
+        eprintln!(
+            "{n} requests at once against a hung database: the slowest answered after {slowest:?}"
+        );
+        for (i, (took, answer)) in answers.iter().enumerate() {
+            let answer = answer
+                .as_ref()
+                .unwrap_or_else(|e| panic!("request {i} of {n} at once, after {took:?}: {e}"));
+            assert!(answer.starts_with("HTTP/1.0 200"), "{answer}");
+            assert!(
+                answer.contains("\npgtenure_exporter_up 0\n"),
+                "request {i} of {n}: {answer}"
+            );
+            assert!(
+                *took < bound,
+                "request {i} of {n} at once was answered after {took:?}, past its 2 s deadline"
+            );
+        }
+    }
+    // The page too, by the same deadline.
+    let (took, page) = ask(
+        exporter.addr,
+        "GET / HTTP/1.0\r\nX-Prometheus-Scrape-Timeout-Seconds: 2.5\r\n\r\n",
+        Duration::from_secs(60),
+    );
+    let page = page.unwrap();
+    assert!(page.starts_with("HTTP/1.0 503"), "{page}");
+    assert!(took < bound, "the page took {took:?}");
+    // SIGTERM while the read still hangs and more requests wait: within its bound.
+    let waiting: Vec<_> = (0..10)
+        .map(|_| {
+            let addr = exporter.addr;
+            thread::spawn(move || {
+                ask(
+                    addr,
+                    "GET /metrics HTTP/1.0\r\n\r\n",
+                    Duration::from_secs(60),
+                )
+            })
+        })
+        .collect();
+    exporter.stop();
+    for waiter in waiting {
+        let (took, answer) = waiter.join().unwrap();
+        // Answered `up 0` at the stop, or refused once the listener closed.
+        if let Ok(answer) = answer {
+            assert!(
+                answer.is_empty() || answer.contains("\npgtenure_exporter_up 0\n"),
+                "{answer}"
+            );
+        }
+        assert!(took < Duration::from_secs(10), "a request waited {took:?}");
+    }
+    drop(frozen);
+}
+
+impl Exporter {
+    /// What the exporter says on stderr from now, until `enough` holds of it or `timeout` passes.
+    fn said_until(&self, timeout: Duration, enough: impl Fn(&[String]) -> bool) -> Vec<String> {
+        let deadline = Instant::now() + timeout;
+        let mut said = Vec::new();
+        while !enough(&said) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.stderr.recv_timeout(left) {
+                Ok(line) => said.push(line),
+                Err(_) => break,
+            }
+        }
+        said
+    }
+
+    /// The exporter's resident memory, in KiB.
+    fn rss_kib(&self) -> u64 {
+        let pid = self.child.as_ref().unwrap().id();
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix("VmRSS:"))
+            .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap_or_else(|| panic!("no VmRSS in {status}"))
+    }
+}
+
+/// A header line that never ends is not buffered: the exporter reads 8 KiB of request line and
+/// headers at most, answers 431 and closes, so the client cannot send on and the exporter's
+/// memory does not grow (it once grew by the bytes sent, 130 MB for 128 MB). Other scrapes are
+/// answered meanwhile.
+#[test]
+fn a_header_that_never_ends_is_cut_off_at_8_kib() {
+    let tables = Tables::new(&url());
+    let exporter = Exporter::start(&url(), &tables, &[]);
+    let (scrape, _) = exporter.scrape();
+    assert_eq!(scrape.get("pgtenure_exporter_up"), 1.0);
+    let before = exporter.rss_kib();
+
+    let mut endless = TcpStream::connect(exporter.addr).unwrap();
+    endless
+        .set_write_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    endless
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Endless: ")
+        .unwrap();
+    let chunk = vec![b'a'; 64 * 1024];
+    let limit = 64 << 20;
+    let mut sent = 0;
+    let cut = loop {
+        if sent >= limit {
+            break None;
+        }
+        match endless.write(&chunk) {
+            Ok(written) => sent += written,
+            Err(e) => break Some(e),
+        }
+    };
+    let grown = exporter.rss_kib().saturating_sub(before);
+    eprintln!(
+        "an endless header line: cut off after {sent} bytes sent, the exporter grew by {grown} KiB"
+    );
+    // What the client sent before the close reached it sat in the sockets' buffers, not in the
+    // exporter.
+    assert!(
+        matches!(
+            cut.as_ref().map(std::io::Error::kind),
+            Some(std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset)
+        ),
+        "the exporter took {sent} bytes of one header line without closing: {cut:?}"
+    );
+    assert!(
+        grown < 16 * 1024,
+        "the exporter grew by {grown} KiB while a client sent {sent} bytes of one header line"
+    );
+
+    // A head just over the bound, then silence: answered 431.
+    let (_, answer) = ask(
+        exporter.addr,
+        &format!("GET / HTTP/1.1\r\nX-Long: {}\r\n\r\n", "b".repeat(9 * 1024)),
+        Duration::from_secs(20),
+    );
+    let answer = answer.unwrap();
+    assert!(answer.starts_with("HTTP/1.1 431"), "{answer}");
+    let (scrape, _) = exporter.scrape();
+    assert_eq!(scrape.get("pgtenure_exporter_up"), 1.0);
+    exporter.stop();
+}
+
+/// Opens a connection to `addr` and sends half a request (no blank line ends it).
+fn half_a_request(addr: SocketAddr) -> TcpStream {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
+        .unwrap();
+    stream
+}
+
+/// Clients that send half a request and stall (slowloris) hold nothing for ever: a scrape beside
+/// 200 of them is answered at once, each is answered 408 and closed 5 s after it connected, and
+/// beyond 512 open connections one more is refused at once (503) rather than queued. The exporter
+/// once kept every one of them, a thread each, for ever.
+#[test]
+fn stalled_clients_are_cut_off_and_hold_up_no_scrape() {
+    let tables = Tables::new(&url());
+    let exporter = Exporter::start(&url(), &tables, &[]);
+    let opened = Instant::now();
+    let stalled: Vec<TcpStream> = (0..200).map(|_| half_a_request(exporter.addr)).collect();
+    let asked = Instant::now();
+    let (scrape, _) = exporter.scrape();
+    assert_eq!(scrape.get("pgtenure_exporter_up"), 1.0);
+    let took = asked.elapsed();
+    assert!(
+        took < Duration::from_secs(3),
+        "a scrape beside stalled clients took {took:?}"
+    );
+
+    for (i, mut stream) in stalled.into_iter().enumerate() {
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        let mut answer = String::new();
+        let read = stream.read_to_string(&mut answer);
+        assert!(
+            read.is_ok() && answer.starts_with("HTTP/1.1 408"),
+            "stalled client {i}, after {:?}: {read:?} {answer:?}",
+            opened.elapsed()
+        );
+    }
+    // The header timeout (5 s) with slack: cut off, not left for ever.
+    let took = opened.elapsed();
+    assert!(
+        (Duration::from_millis(4900)..Duration::from_secs(9)).contains(&took),
+        "the stalled clients were cut off after {took:?}"
+    );
+
+    // The bound: 512 open at once, the next refused at once.
+    let held: Vec<TcpStream> = (0..512).map(|_| half_a_request(exporter.addr)).collect();
+    let (took, answer) = ask(
+        exporter.addr,
+        "GET /metrics HTTP/1.0\r\n\r\n",
+        Duration::from_secs(30),
+    );
+    let answer = answer.unwrap();
+    assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+    assert!(took < Duration::from_secs(2), "refused after {took:?}");
+    // Gone, they free their places.
+    drop(held);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (_, answer) = ask(
+            exporter.addr,
+            "GET /metrics HTTP/1.0\r\n\r\n",
+            Duration::from_secs(30),
+        );
+        if answer.as_ref().is_ok_and(|a| a.starts_with("HTTP/1.0 200")) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "still refused: {answer:?}");
+        thread::sleep(Duration::from_millis(50));
+    }
+    exporter.stop();
+}
+
+/// Drops the schemas and the role of a test, and what they hold.
+struct Grants {
+    url: String,
+    schemas: Vec<String>,
+    role: String,
+}
+
+impl Drop for Grants {
+    fn drop(&mut self) {
+        if let Ok(mut c) = Client::connect(&self.url, NoTls) {
+            for schema in &self.schemas {
+                let _ = c.batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"));
+            }
+            let _ = c.batch_execute(&format!("DROP ROLE IF EXISTS {}", self.role));
+        }
+    }
+}
+
+/// A table the exporter's role may not read is an error, never an absent table: without USAGE on
+/// the schema of its search path that holds it (PostgreSQL then hides the table: "relation does
+/// not exist", 42P01) or without SELECT on it (42501), the scrape says
+/// `pgtenure_exporter_table_readable 0` beside `table_present 1`, stderr and the page say why
+/// with the SQLSTATE, and no `pgtenure_table_*` family of that table is shown. The exporter once
+/// reported `up 1` and `table_present 0` for every hidden table: a healthy, empty fleet.
+#[test]
+fn a_table_the_role_may_not_read_is_an_error_not_an_absent_table() {
+    let tables = Tables::new(&url());
+    let hidden = unique("hidden");
+    let closed = unique("closed");
+    let role = unique("blind");
+    let grants = Grants {
+        url: url(),
+        schemas: vec![hidden.clone(), closed.clone()],
+        role: role.clone(),
+    };
+    let mut admin = Client::connect(&url(), NoTls).unwrap();
+    admin
+        .batch_execute(&format!(
+            "CREATE SCHEMA {hidden}; CREATE SCHEMA {closed}; CREATE ROLE {role} LOGIN;
+             GRANT USAGE ON SCHEMA {closed} TO {role};
+             ALTER ROLE {role} SET search_path = {hidden}, {closed}"
+        ))
+        .unwrap();
+    // The leases in a schema the role cannot use, the leader in one it can, without SELECT.
+    let leases = Leases::new(&db())
+        .with_table(&format!("{hidden}.{}", tables.leases))
+        .unwrap();
+    leases.create_table().unwrap();
+    let elector = Elector::new(&db())
+        .with_table(&format!("{closed}.{}", tables.leader))
+        .unwrap();
+    elector.create_table().unwrap();
+    let sep = if url().contains('?') { '&' } else { '?' };
+    let as_role = format!("{}{sep}user={role}", url());
+    let exporter = Exporter::start(&as_role, &tables, &[]);
+
+    let (scrape, text) = exporter.scrape();
+    let series = |name: &str, primitive: &str| format!("{name}{{primitive=\"{primitive}\"}}");
+    for primitive in ["leases", "leader"] {
+        assert_eq!(
+            scrape.get(&series("pgtenure_exporter_table_present", primitive)),
+            1.0,
+            "{primitive}: {text}"
+        );
+        assert_eq!(
+            scrape.get(&series("pgtenure_exporter_table_readable", primitive)),
+            0.0,
+            "{primitive}: {text}"
+        );
+    }
+    for primitive in ["membership", "jobs"] {
+        assert_eq!(
+            scrape.get(&series("pgtenure_exporter_table_present", primitive)),
+            0.0
+        );
+        assert!(
+            !scrape
+                .samples
+                .contains_key(&series("pgtenure_exporter_table_readable", primitive)),
+            "an absent table has no readable series: {text}"
+        );
+    }
+    assert!(
+        scrape.family("pgtenure_table_leases_held").is_empty(),
+        "{text}"
+    );
+    assert!(
+        scrape.family("pgtenure_table_lease_rows").is_empty(),
+        "{text}"
+    );
+    // The database answered: the exporter is up, and the alert is on the table.
+    assert_eq!(scrape.get("pgtenure_exporter_up"), 1.0, "{text}");
+    // The exporter says it before it answers; the lines reach the test through a pipe and a
+    // thread, so they are waited for.
+    let said = exporter.said_until(Duration::from_secs(10), |said| {
+        [&tables.leases, &tables.leader].iter().all(|table| {
+            said.iter()
+                .any(|l| l.contains(&format!("cannot read table {table} ")))
+        })
+    });
+    let line = |table: &str| {
+        said.iter()
+            .find(|l| l.contains(&format!("cannot read table {table} ")))
+            .unwrap_or_else(|| panic!("nothing said of {table}: {said:?}"))
+    };
+    let of_leases = line(&tables.leases);
+    assert!(
+        of_leases.contains("42501")
+            && of_leases.contains(&format!("no USAGE on schema {hidden}"))
+            && of_leases.contains("42P01"),
+        "{of_leases}"
+    );
+    let of_leader = line(&tables.leader);
+    assert!(
+        of_leader.contains("permission denied for table") && of_leader.contains("42501"),
+        "{of_leader}"
+    );
+    let (status, _, page) = exporter.get("/");
+    assert_eq!(status, 200, "{page}");
+    assert!(page.contains("id=\"leases-denied\""), "{page}");
+    assert!(page.contains("id=\"leaders-denied\""), "{page}");
+
+    // Granted: read, and empty.
+    admin
+        .batch_execute(&format!(
+            "GRANT USAGE ON SCHEMA {hidden} TO {role};
+             GRANT SELECT ON ALL TABLES IN SCHEMA {hidden}, {closed} TO {role}"
+        ))
+        .unwrap();
+    let (scrape, text) = exporter.scrape();
+    for primitive in ["leases", "leader"] {
+        assert_eq!(
+            scrape.get(&series("pgtenure_exporter_table_readable", primitive)),
+            1.0,
+            "{primitive}: {text}"
+        );
+    }
+    assert_eq!(scrape.get("pgtenure_table_leases_held"), 0.0);
+    exporter.stop();
+    drop(grants);
 }

@@ -54,7 +54,8 @@ pub(super) fn render(read: Result<&Snapshot, ()>, counters: &Counters, took: f64
     gauge(
         r,
         "pgtenure_exporter_scrape_duration_seconds",
-        "How long this scrape's read of the tables took",
+        "How long this scrape's read of the tables took (a failed one: how long the request \
+         waited, from its arrival)",
         took,
     );
     if let Ok(snapshot) = read {
@@ -67,7 +68,8 @@ pub(super) fn render(read: Result<&Snapshot, ()>, counters: &Counters, took: f64
 
 /// The tables' families.
 fn tables(r: &Registry, s: &Snapshot) {
-    let present = [
+    let denied = |primitive: &str| s.denied.iter().any(|d| d.primitive == primitive);
+    let read = [
         ("leases", s.leases.is_some()),
         ("leader", s.leaders.is_some()),
         ("membership", s.membership.is_some()),
@@ -76,11 +78,24 @@ fn tables(r: &Registry, s: &Snapshot) {
     family(
         r,
         "pgtenure_exporter_table_present",
-        "1 when the primitive's table exists in the database, 0 when it does not (the \
-         application does not use it, or names its table otherwise)",
-        present
-            .iter()
-            .map(|(primitive, here)| (labels([("primitive", primitive)]), f64::from(*here))),
+        "1 when the primitive's table exists in the database (readable or not), 0 when it does \
+         not (the application does not use it, or names its table otherwise)",
+        read.iter().map(|(primitive, read)| {
+            (
+                labels([("primitive", primitive)]),
+                f64::from(*read || denied(primitive)),
+            )
+        }),
+    );
+    family(
+        r,
+        "pgtenure_exporter_table_readable",
+        "For each primitive whose table exists: 1 when this scrape read it, 0 when the \
+         exporter's role may not (no SELECT on it, no USAGE on its schema; the reason is said on \
+         the exporter's stderr) and its families are left out",
+        read.iter()
+            .filter(|(primitive, read)| *read || denied(primitive))
+            .map(|(primitive, read)| (labels([("primitive", primitive)]), f64::from(*read))),
     );
 
     if let Some(leases) = &s.leases {

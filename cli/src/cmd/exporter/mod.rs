@@ -1,45 +1,39 @@
 //! `pgtenure exporter`: serves `/metrics` (the Prometheus text format) and `/` (a status page)
 //! from pgtenure's tables, read afresh for each request (requests that arrive during a read share
-//! it), within a deadline: the fleet-wide view that no single process has. Runs until SIGINT or
-//! SIGTERM (or SIGHUP, SIGQUIT), then finishes the requests in hand (giving the answers still
-//! being written [`WRITE_GRACE`]) and exits 0.
+//! it), each answered within its own deadline counted from its arrival: the fleet-wide view that
+//! no single process has. Runs until SIGINT or SIGTERM (or SIGHUP, SIGQUIT), then answers the
+//! requests in hand (giving them [`WRITE_GRACE`]) and exits 0. The HTTP server ([`http`]) bounds
+//! what a client can hold: the request's size and time to arrive, the open connections, the time
+//! to write an answer.
 
+mod http;
 mod metrics;
 mod page;
 mod reader;
 mod snapshot;
 
-use std::io::Cursor;
 use std::net::{SocketAddr, ToSocketAddrs};
-use std::sync::{Arc, Condvar, Mutex, PoisonError};
-use std::thread;
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 use clap::Args;
 use pgtenure::Db;
-use tiny_http::{Header, Method, Request, Response, Server};
 
+use self::http::{Answer, Request, Response, Server};
 use self::metrics::Counters;
 use self::reader::{Read, Reader};
-use self::snapshot::Tables;
+use self::snapshot::{TableNames, Tables};
 use crate::signals::{signal_name, Signals};
 use crate::{duration, Failure, Global};
 
 /// Where the exporter listens unless `--listen` says.
 pub(crate) const DEFAULT_LISTEN: &str = "127.0.0.1:9477";
 
-/// Threads answering requests: a scrape and a page view at once.
-const WORKERS: usize = 2;
-
 /// What a scrape's deadline leaves for the answer to reach Prometheus, from the timeout Prometheus
 /// sends (`X-Prometheus-Scrape-Timeout-Seconds`); at most half of it.
 const ANSWER_MARGIN: Duration = Duration::from_millis(500);
 
-/// Answers written at once, each on a thread of its own (a client that does not read holds its
-/// writer, never a request thread); beyond them a request is answered 503.
-const WRITERS: usize = 64;
-
-/// How long shutdown waits for the answers still being written.
+/// How long shutdown gives the answers in hand (then cut off).
 const WRITE_GRACE: Duration = Duration::from_secs(5);
 
 #[derive(Args, Debug)]
@@ -55,7 +49,7 @@ pub(crate) struct ExporterArgs {
     /// How often the status page reloads itself, in whole seconds, e.g. 10s.
     #[arg(long, default_value = "10s", value_parser = parse_refresh)]
     refresh: Duration,
-    /// How long a request waits for the tables, e.g. 8s: then /metrics answers
+    /// How long a request waits for the tables, from its arrival, e.g. 8s: then /metrics answers
     /// pgtenure_exporter_up 0 and the page 503. Shorter when Prometheus sends a shorter scrape
     /// timeout (less half a second).
     #[arg(long, default_value = "8s", value_parser = parse_scrape_timeout)]
@@ -91,49 +85,13 @@ fn parse_scrape_timeout(text: &str) -> Result<Duration, String> {
     duration::at_least_100ms("the scrape timeout", text)
 }
 
-/// What the request threads share.
+/// What the connections' threads share.
 #[derive(Debug)]
 struct Exporter {
     reader: Reader,
     counters: Counters,
     refresh: Duration,
     scrape_timeout: Duration,
-    writing: Arc<Writing>,
-}
-
-/// The answers being written.
-#[derive(Debug, Default)]
-struct Writing {
-    count: Mutex<usize>,
-    done: Condvar,
-}
-
-impl Writing {
-    /// Counts one more answer being written, unless [`WRITERS`] are.
-    fn start(&self) -> bool {
-        let mut count = self.count.lock().unwrap_or_else(PoisonError::into_inner);
-        if *count >= WRITERS {
-            return false;
-        }
-        *count += 1;
-        true
-    }
-
-    fn finished(&self) {
-        let mut count = self.count.lock().unwrap_or_else(PoisonError::into_inner);
-        *count -= 1;
-        self.done.notify_all();
-    }
-
-    /// Waits at most `grace` for every answer to be written; the number still being written.
-    fn wait(&self, grace: Duration) -> usize {
-        let count = self.count.lock().unwrap_or_else(PoisonError::into_inner);
-        let (count, _) = self
-            .done
-            .wait_timeout_while(count, grace, |count| *count > 0)
-            .unwrap_or_else(PoisonError::into_inner);
-        *count
-    }
 }
 
 impl ExporterArgs {
@@ -144,6 +102,13 @@ impl ExporterArgs {
             elector: global.elector(db)?,
             ticks: global.ticks(db)?,
             units: global.units(db)?,
+            names: TableNames {
+                leases: global.leases_table.clone(),
+                leader: global.leader_table.clone(),
+                ticks: global.ticks_table.clone(),
+                processes: global.processes_table.clone(),
+                units: global.units_table.clone(),
+            },
             soonest: self.max_series,
         };
         let exporter = Arc::new(Exporter {
@@ -151,47 +116,22 @@ impl ExporterArgs {
             counters: Counters::default(),
             refresh: self.refresh,
             scrape_timeout: self.scrape_timeout,
-            writing: Arc::default(),
         });
         let signals = Signals::install()?;
-        let server = Server::http(self.listen)
+        let server = Server::bind(self.listen)
             .map_err(|e| format!("cannot listen on {}: {e}", self.listen))?;
-        let server = Arc::new(server);
-        let listening = server
-            .server_addr()
-            .to_ip()
-            .map_or_else(|| self.listen.to_string(), |addr| addr.to_string());
+        let listening = server.addr();
+        let running = server.start(exporter.clone())?;
         say!("pgtenure: exporter serving http://{listening}/metrics and http://{listening}/");
-        let mut workers = Vec::with_capacity(WORKERS);
-        for _ in 0..WORKERS {
-            let server = server.clone();
-            let exporter = exporter.clone();
-            let worker = thread::Builder::new()
-                .name("pgtenure-http".into())
-                .spawn(move || {
-                    // Ends when unblocked at shutdown.
-                    while let Ok(request) = server.recv() {
-                        exporter.answer(request);
-                    }
-                })?;
-            workers.push(worker);
-        }
         let signal = signals.received.recv().ok();
         say!(
             "pgtenure: exporter stopping on {}",
             signal.map_or_else(|| "a lost signal thread".to_owned(), signal_name)
         );
-        // One unblock per thread waiting in recv; a thread answering a request finishes it first.
-        for _ in &workers {
-            server.unblock();
-        }
-        for worker in workers {
-            let _ = worker.join();
-        }
-        // A client that never reads its answer does not hold the exit: its writer is left.
-        let left = exporter.writing.wait(WRITE_GRACE);
+        // The requests waiting for the tables are answered at once (up 0: the exporter stops).
+        let left = running.stop(WRITE_GRACE, || exporter.reader.release());
         if left > 0 {
-            say!("pgtenure: exporter: left {left} answers unwritten to clients that do not read");
+            say!("pgtenure: exporter: cut off {left} answers to clients that did not read them");
         }
         // The reading thread stops with the last reference, after the read in flight.
         drop(exporter);
@@ -199,66 +139,25 @@ impl ExporterArgs {
     }
 }
 
-impl Exporter {
+impl Answer for Exporter {
     /// Answers one request: GET (or HEAD) `/metrics` or `/`; anything else is refused.
-    fn answer(&self, request: Request) {
-        let path = request
-            .url()
-            .split('?')
-            .next()
-            .unwrap_or_default()
-            .to_owned();
-        let deadline = Instant::now() + self.wait_for(&request);
-        let response = match (request.method(), path.as_str()) {
-            (Method::Get | Method::Head, "/metrics") => self.metrics(deadline),
-            (Method::Get | Method::Head, "/") => self.page(deadline),
-            (Method::Get | Method::Head, _) => text(
-                404,
-                "text/plain; charset=utf-8",
-                "not found: try / or /metrics\n",
-            ),
-            // HTTP asks a 405 to say what is allowed.
-            _ => text(405, "text/plain; charset=utf-8", "only GET and HEAD\n").with_header(
-                Header::from_bytes(&b"Allow"[..], &b"GET, HEAD"[..]).expect("a valid header"),
-            ),
-        };
-        self.send(request, response);
-    }
-
-    /// Writes `response` on a thread of its own: a client that does not read it holds that
-    /// thread, not this one. Beyond [`WRITERS`] at once, a short 503 is written here.
-    fn send(&self, request: Request, response: Response<Cursor<Vec<u8>>>) {
-        if !self.writing.start() {
-            let busy = text(
-                503,
-                "text/plain; charset=utf-8",
-                "too many answers being written to clients that do not read\n",
-            );
-            let _ = request.respond(busy);
-            return;
-        }
-        let writing = self.writing.clone();
-        let spawned = thread::Builder::new()
-            .name("pgtenure-http-write".into())
-            .spawn(move || {
-                // A client that went away: nothing to do.
-                let _ = request.respond(response);
-                writing.finished();
-            });
-        if spawned.is_err() {
-            // The request was dropped with the closure (tiny_http answers it 500).
-            self.writing.finished();
+    fn answer(&self, request: &Request) -> Response {
+        match (request.method.as_str(), request.path.as_str()) {
+            ("GET" | "HEAD", "/metrics") => self.metrics(request),
+            ("GET" | "HEAD", "/") => self.page(request),
+            ("GET" | "HEAD", _) => Response::text(404, "not found: try / or /metrics\n"),
+            _ => Response::method_not_allowed(),
         }
     }
+}
 
-    /// How long `request` may wait for the tables: `--scrape-timeout`, or less when Prometheus
-    /// says its scrape times out sooner.
+impl Exporter {
+    /// How long `request` may wait for the tables from its arrival: `--scrape-timeout`, or less
+    /// when Prometheus says its scrape times out sooner.
     fn wait_for(&self, request: &Request) -> Duration {
         let prometheus = request
-            .headers()
-            .iter()
-            .find(|h| h.field.equiv("X-Prometheus-Scrape-Timeout-Seconds"))
-            .and_then(|h| h.value.as_str().trim().parse::<f64>().ok())
+            .header("X-Prometheus-Scrape-Timeout-Seconds")
+            .and_then(|value| value.parse::<f64>().ok())
             .and_then(|secs| Duration::try_from_secs_f64(secs).ok())
             .map(|timeout| timeout.saturating_sub(ANSWER_MARGIN).max(timeout / 2));
         match prometheus {
@@ -267,41 +166,35 @@ impl Exporter {
         }
     }
 
-    /// Reads the tables by `deadline`; a failure is counted and said on stderr.
-    fn read(&self, deadline: Instant) -> (Read, f64) {
-        let (read, took) = self.reader.read(deadline);
-        if let Err(e) = &*read {
+    /// Reads the tables by `request`'s deadline, counted from its arrival: the read, and how
+    /// long it took (or, failed, how long the request waited). A failure is counted; the reader
+    /// says why on stderr, once per read.
+    fn read(&self, request: &Request) -> (Read, f64) {
+        let (read, took) = self.reader.read(request.arrived + self.wait_for(request));
+        if read.is_err() {
             self.counters.scrape_errors.inc();
-            say!("pgtenure: exporter: cannot read the tables: {e}");
+            return (read, request.arrived.elapsed().as_secs_f64());
         }
         (read, took.as_secs_f64())
     }
 
     /// `/metrics`: always 200, with `pgtenure_exporter_up` 0 when the read failed (as
     /// postgres_exporter's `pg_up`), so Prometheus keeps the exporter's own series.
-    fn metrics(&self, deadline: Instant) -> Response<std::io::Cursor<Vec<u8>>> {
-        let (read, took) = self.read(deadline);
+    fn metrics(&self, request: &Request) -> Response {
+        let (read, took) = self.read(request);
         let body = metrics::render(read.as_ref().as_ref().map_err(|_| ()), &self.counters, took);
-        text(200, metrics::CONTENT_TYPE, &body)
+        Response::new(200, metrics::CONTENT_TYPE, body)
     }
 
     /// `/`: the page, or 503 saying why the tables cannot be read.
-    fn page(&self, deadline: Instant) -> Response<std::io::Cursor<Vec<u8>>> {
-        match &*self.read(deadline).0 {
-            Ok(snapshot) => text(
+    fn page(&self, request: &Request) -> Response {
+        match &*self.read(request).0 {
+            Ok(snapshot) => Response::new(
                 200,
                 page::CONTENT_TYPE,
-                &page::render(snapshot, self.refresh),
+                page::render(snapshot, self.refresh),
             ),
-            Err(e) => text(503, page::CONTENT_TYPE, &page::failed(e, self.refresh)),
+            Err(e) => Response::new(503, page::CONTENT_TYPE, page::failed(e, self.refresh)),
         }
     }
-}
-
-fn text(status: u16, content_type: &str, body: &str) -> Response<std::io::Cursor<Vec<u8>>> {
-    let header =
-        Header::from_bytes(&b"Content-Type"[..], content_type.as_bytes()).expect("a valid header");
-    Response::from_string(body)
-        .with_status_code(status)
-        .with_header(header)
 }

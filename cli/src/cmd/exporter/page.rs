@@ -64,19 +64,31 @@ fn head(refresh: Duration) -> String {
     )
 }
 
-/// A section's heading, and a note when its table does not exist.
-fn heading(h: &mut String, id: &str, title: &str, summary: Option<String>) -> bool {
+/// A section's heading, and a note when its table does not exist or cannot be read.
+fn heading(
+    h: &mut String,
+    (s, primitive): (&Snapshot, &str),
+    id: &str,
+    title: &str,
+    summary: Option<String>,
+) -> bool {
     let _ = writeln!(h, "<h2 id=\"{id}\">{title}</h2>");
-    match summary {
-        Some(summary) => {
-            let _ = writeln!(h, "<p>{summary}</p>");
-            true
-        }
-        None => {
-            h.push_str("<p class=\"muted\">No table in this database.</p>\n");
-            false
-        }
+    if let Some(summary) = summary {
+        let _ = writeln!(h, "<p>{summary}</p>");
+        return true;
     }
+    match s.denied.iter().find(|d| d.primitive == primitive) {
+        Some(denied) => {
+            let _ = writeln!(
+                h,
+                "<p class=\"bad\" id=\"{id}-denied\">Cannot read table {}: {}</p>",
+                escape(&denied.table),
+                escape(&denied.why)
+            );
+        }
+        None => h.push_str("<p class=\"muted\">No table in this database.</p>\n"),
+    }
+    false
 }
 
 fn leaders(h: &mut String, s: &Snapshot) {
@@ -88,7 +100,7 @@ fn leaders(h: &mut String, s: &Snapshot) {
             rows.len()
         )
     });
-    if !heading(h, "leaders", "Leaders", summary) {
+    if !heading(h, (s, "leader"), "leaders", "Leaders", summary) {
         return;
     }
     h.push_str("<table>\n<tr><th>Fleet</th><th>Leader</th><th class=\"num\">Term</th><th>Elected</th><th>Expires</th></tr>\n");
@@ -137,7 +149,7 @@ fn members(h: &mut String, s: &Snapshot) {
             m.processes.len()
         )
     });
-    if !heading(h, "members", "Members", summary) {
+    if !heading(h, (s, "membership"), "members", "Members", summary) {
         return;
     }
     let Some(m) = &s.membership else { return };
@@ -205,7 +217,7 @@ fn jobs(h: &mut String, s: &Snapshot) {
         let busy = rows.iter().filter(|j| j.busy).count();
         format!("{busy} busy of {} jobs", rows.len())
     });
-    if !heading(h, "jobs", "Jobs", summary) {
+    if !heading(h, (s, "jobs"), "jobs", "Jobs", summary) {
         return;
     }
     h.push_str("<table>\n<tr><th>Job</th><th>Last tick</th><th>Claimed by</th><th class=\"num\">Token</th><th>Busy</th></tr>\n");
@@ -234,7 +246,7 @@ fn leases(h: &mut String, s: &Snapshot) {
             leases.held, leases.rows
         )
     });
-    if !heading(h, "leases", "Leases", summary) {
+    if !heading(h, (s, "leases"), "leases", "Leases", summary) {
         return;
     }
     let Some(leases) = &s.leases else { return };

@@ -1,5 +1,5 @@
 //! Reads of the tables for the requests: one at a time, on a thread of its own, shared by every
-//! request that arrives while it runs, and waited for at most a deadline. A database that stops
+//! request that arrives while it runs, and waited for at most each request's own deadline. A database that stops
 //! answering (a blackholed host holds a statement until the TCP timeouts end it, tens of seconds)
 //! makes each scrape answer `pgtenure_exporter_up 0` within the deadline instead of outliving
 //! Prometheus's scrape timeout; the read in flight goes on and later requests share it rather than
@@ -21,7 +21,10 @@ struct State {
     /// Reads finished; `last` is the latest one's.
     done: u64,
     last: Option<Read>,
+    /// The exporter stops: no read starts, and no request waits any more.
     stopping: bool,
+    /// The last read whose lateness was said on stderr (said once per read, not per request).
+    late_said: u64,
     /// The reading thread has returned.
     ended: bool,
 }
@@ -85,6 +88,10 @@ impl Reader {
         }
         let wanted = state.asked;
         while state.done < wanted {
+            if state.stopping {
+                let stopping = "the exporter is stopping".to_owned();
+                return (Arc::new(Err(stopping)), asked.elapsed());
+            }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 let waited = asked.elapsed();
@@ -93,6 +100,10 @@ impl Reader {
                      the read goes on, and the next scrapes share it",
                     waited.as_secs_f64()
                 );
+                if state.late_said < wanted {
+                    state.late_said = wanted;
+                    say!("pgtenure: exporter: cannot read the tables: {late}");
+                }
                 return (Arc::new(Err(late)), waited);
             }
             state = self.shared.wait(state, left);
@@ -103,6 +114,15 @@ impl Reader {
             Err(_) => asked.elapsed(),
         };
         (read, took)
+    }
+
+    /// Stops the reads: the requests waiting for one are answered at once, with a failure saying
+    /// the exporter stops, and so is every later one. The read in flight goes on ([`Drop`] waits
+    /// for it a while).
+    pub(super) fn release(&self) {
+        let mut state = self.shared.lock();
+        state.stopping = true;
+        self.shared.changed.notify_all();
     }
 }
 
@@ -119,7 +139,8 @@ impl Drop for Reader {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 say!(
-                    "pgtenure: exporter: a read of the tables still waits on the database;                      exiting without it"
+                    "pgtenure: exporter: a read of the tables still waits on the database; \
+                     exiting without it"
                 );
                 return;
             }
@@ -155,6 +176,20 @@ fn read_until_stopped(shared: &Shared, tables: &Tables) {
             state.asked
         };
         let read = tables.read().map_err(|e| e.to_string());
+        // Said once per read, however many requests share it.
+        match &read {
+            Ok(snapshot) => {
+                for denied in &snapshot.denied {
+                    say!(
+                        "pgtenure: exporter: cannot read table {} ({}): {}",
+                        denied.table,
+                        denied.primitive,
+                        denied.why
+                    );
+                }
+            }
+            Err(e) => say!("pgtenure: exporter: cannot read the tables: {e}"),
+        }
         let mut state = shared.lock();
         state.done = wanted;
         state.last = Some(Arc::new(read));
