@@ -123,7 +123,7 @@ impl<'r> Read<'r> {
             Err(e) => {
                 let ty = self.row.columns()[index].type_();
                 let found = if StdError::source(&e).is_some_and(|s| s.is::<WasNull>()) {
-                    Found::Null(ty)
+                    Found::Null
                 } else if !T::accepts(ty) {
                     Found::Type(ty)
                 } else {
@@ -145,10 +145,7 @@ impl<'r> Read<'r> {
         let what = match found {
             Found::Missing => format!("is missing from the answer, pgtenure expects {expected}"),
             Found::Type(ty) => format!("is {}, pgtenure expects {expected}", sql_name(ty)),
-            Found::Null(ty) => format!(
-                "is NULL, pgtenure expects a {expected} value (the column is {})",
-                sql_name(ty)
-            ),
+            Found::Null => format!("is NULL, pgtenure expects {expected} (never NULL)"),
             Found::Unreadable(ty) => format!(
                 "is {} as expected but holds a value pgtenure cannot read as {expected}",
                 sql_name(ty)
@@ -164,10 +161,9 @@ impl<'r> Read<'r> {
                  table"
             }
             (Made::Table, _) => {
-                "the table is not as this version of pgtenure makes it (a changed column, or \
-                 another version's table): run the migrations (pgtenure::migrate, or the \
-                 primitive's create_table, and the CHANGELOG's ALTER TABLE statements for a table \
-                 made by an earlier version) or undo the change to the table"
+                "the table is not as this version of pgtenure makes it: run the migrations \
+                 (pgtenure::migrate or create_table, and the CHANGELOG's ALTER TABLE statements \
+                 for an older table) or undo the change to the table"
             }
             (Made::Server, _) => {
                 "the server answered in a way pgtenure does not expect (a PostgreSQL version or \
@@ -175,8 +171,8 @@ impl<'r> Read<'r> {
             }
         };
         let message = format!(
-            "{} failed: column {label} {of} {what}; {advice} (the statement itself ran: \
-             anything it wrote stands)",
+            "{} failed: column {label} {of} {what}; {advice} (the statement ran: anything \
+             it wrote stands)",
             self.context
         );
         let error = Error::new(ErrorKind::Database, message);
@@ -193,8 +189,8 @@ enum Found<'a> {
     Missing,
     /// A column of this type, which the read does not accept.
     Type(&'a Type),
-    /// NULL in a column of this type, where a value is expected.
-    Null(&'a Type),
+    /// NULL (in a column of an accepted type) where a value is expected.
+    Null,
     /// A value of an accepted type that did not convert (invalid UTF-8 text, say).
     Unreadable(&'a Type),
 }
