@@ -228,7 +228,7 @@ impl Error {
     }
 
     /// True when waiting cannot fix it (a missing table or privilege, refused credentials, bad
-    /// input): every kind but [`ErrorKind::Connection`], [`ErrorKind::Timeout`] and
+    /// input, a column of a type pgtenure does not expect): every kind but [`ErrorKind::Connection`], [`ErrorKind::Timeout`] and
     /// [`ErrorKind::Serialization`]. The loops (`Leaser::run`, `Elector::campaign`) end at startup
     /// on such an error instead of retrying it.
     pub fn is_permanent(&self) -> bool {
