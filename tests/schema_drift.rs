@@ -7,13 +7,15 @@
 
 mod common;
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime};
 
 use common::{client, db, Names, Quiet, Tables};
 use pgtenure::membership::{Leaser, NoHooks, Unit, Units};
 use pgtenure::schedule::{Schedule, Scheduler};
-use pgtenure::{Db, Elector, Error, ErrorKind, FireClaims, Leases, StatementMode, TickClaims};
+use pgtenure::{
+    Db, Elector, Error, ErrorKind, FireClaims, LeaseLoss, Leases, StatementMode, TickClaims,
+};
 
 /// The statement modes to try: all of them on a direct connection; through PgBouncer every mode
 /// but `Protocol`, which the docs rule out behind a pooler that does not track prepared
@@ -115,6 +117,85 @@ fn a_lease_token_made_numeric_is_an_error_of_every_grant_and_view() {
             mode,
         );
     }
+}
+
+/// Eight threads granting at once on the changed table: every one gets the error, none panics
+/// (the issue's run lost 3 to 6 of 8 threads).
+#[test]
+fn concurrent_grants_on_a_changed_lease_table_all_get_the_error() {
+    let mut tables = Tables::new();
+    let table = common::lease_table(&mut tables);
+    alter(&format!(
+        "ALTER TABLE {table} ALTER token TYPE numeric(20,0)"
+    ));
+    let shared = table.clone();
+    let answers = common::race(8, move |i| {
+        Leases::new(&db())
+            .with_table(&shared)
+            .unwrap()
+            .try_acquire(&format!("k{i}"), Duration::from_secs(30))
+    });
+    assert_eq!(answers.len(), 8);
+    for answer in answers {
+        let says = "is numeric, pgtenure expects bigint";
+        assert_drift(answer, &table, "token", says, StatementMode::Auto);
+    }
+}
+
+/// What panicked in the library's own threads (named `pgtenure-…`) since the hook was installed.
+fn library_panics() -> Vec<String> {
+    static PANICS: OnceLock<Mutex<Vec<String>>> = OnceLock::new();
+    PANICS
+        .get_or_init(|| {
+            let previous = std::panic::take_hook();
+            std::panic::set_hook(Box::new(move |info| {
+                let thread = std::thread::current();
+                if let Some(name) = thread.name().filter(|n| n.starts_with("pgtenure-")) {
+                    if let Some(panics) = PANICS.get() {
+                        panics.lock().unwrap().push(format!("{name}: {info}"));
+                    }
+                }
+                previous(info);
+            }));
+            Mutex::new(Vec::new())
+        })
+        .lock()
+        .unwrap()
+        .clone()
+}
+
+/// A managed lease whose renewal's answer cannot be read (its `superseded` made NULL): the renewal
+/// thread logs the error and retries until the local deadline, then reports the lease expired; it
+/// never panics.
+#[test]
+fn a_renewal_whose_answer_cannot_be_read_expires_the_lease_without_a_panic() {
+    library_panics();
+    let mut tables = Tables::new();
+    let table = common::lease_table(&mut tables);
+    let ttl = Duration::from_millis(600);
+    let held: Vec<_> = modes()
+        .into_iter()
+        .map(|mode| {
+            let leases = Leases::new(&db_in(mode)).with_table(&table).unwrap();
+            let lease = leases
+                .acquire(&format!("renewed-{mode}"), ttl)
+                .unwrap()
+                .expect("a free key");
+            (mode, leases, lease)
+        })
+        .collect();
+    alter(&format!(
+        "ALTER TABLE {table} ALTER superseded DROP NOT NULL;
+         UPDATE {table} SET superseded = NULL"
+    ));
+    for (mode, _leases, lease) in held {
+        // The deadline is at most one TTL away; 5 s bounds a loaded machine.
+        let loss = lease.lost().recv_timeout(Duration::from_secs(5));
+        assert_eq!(loss, Ok(LeaseLoss::Expired), "{mode}");
+        assert!(!lease.is_held(), "{mode}");
+        lease.release().unwrap();
+    }
+    assert_eq!(library_panics(), Vec::<String>::new());
 }
 
 #[test]
