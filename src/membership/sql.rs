@@ -259,8 +259,8 @@ impl Statements {
 
     /// Claims at most `limit` claimable units, up to `budget` weight, starting from `slot` of the
     /// key space; the row then reports `reported` plus what was claimed. An answer whose rows
-    /// cannot be read is an error although the units may have been claimed (the next tick reads
-    /// them back by owner).
+    /// cannot be read is an error although the units may have been claimed (the table then names
+    /// this process as their owner).
     pub(super) fn claim(
         &self,
         db: &Db,
