@@ -109,6 +109,7 @@ mod instance;
 pub mod leases;
 pub mod membership;
 mod observe;
+mod row;
 pub mod schedule;
 mod statement;
 mod table_name;

@@ -22,6 +22,7 @@ use r2d2_postgres::PostgresConnectionManager;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::observe;
+use crate::row::Read;
 use crate::statement::{Cache, Failure, Params, Statement};
 
 pub use self::builder::DbBuilder;
@@ -269,12 +270,15 @@ impl Db {
         static PROBE: LazyLock<Statement> =
             LazyLock::new(|| Statement::new(TIMELINE_PROBE.to_owned()));
         match self.query_one("probe the timeline", Policy::IDEMPOTENT, &PROBE, &()) {
-            // A column of another type tells nothing either.
-            Ok(row) => row
-                .try_get::<_, Option<String>>("walfile")
-                .ok()
-                .flatten()
-                .map(|_| true),
+            Ok(row) => match Read::server(&row, "probe the timeline", &"the timeline probe")
+                .get::<Option<String>>("walfile")
+            {
+                Ok(wal) => wal.map(|_| true),
+                Err(e) => {
+                    log::debug!(target: "pgtenure::db", "{e}; fencing tokens fold in the timeline");
+                    None
+                }
+            },
             // Only a refusal of the functions themselves says so: any other error (a pooler's
             // own, a busy server) tells nothing, and tokens stay folded.
             Err(e)
@@ -687,23 +691,36 @@ fn asked(
 fn session(client: &mut postgres::Client) -> std::result::Result<Option<Seen>, Failure> {
     match client.query_typed(SESSION, &[]).map(|mut rows| rows.pop()) {
         Ok(None) => Ok(None),
-        Ok(Some(row)) => Ok(Some(Seen {
-            pid: row.get("pid"),
-            addr: row
-                .get::<_, Option<String>>("addr")
-                .and_then(|a| a.parse().ok()),
-            addr_port: row
-                .get::<_, Option<i32>>("addr_port")
-                .and_then(|p| u16::try_from(p).ok()),
-            port: u16::try_from(row.get::<_, i32>("port")).unwrap_or(0),
-            socket_dirs: row.get("socket_dirs"),
-        })),
+        Ok(Some(row)) => match seen(&row) {
+            Ok(seen) => Ok(Some(seen)),
+            Err(e) => {
+                log::debug!(target: "pgtenure::db", "{e}; nothing is proven");
+                Ok(None)
+            }
+        },
         Err(error) if error.as_db_error().is_some() && !never_ran(&error) => {
             log::debug!(target: "pgtenure::db", "the session probe failed ({error}); nothing is proven");
             Ok(None)
         }
         Err(error) => Err(Failure::before_sending(error)),
     }
+}
+
+/// What the session probe's row says.
+fn seen(row: &Row) -> Result<Seen> {
+    let read = Read::server(row, "probe the session", &"the session probe");
+    Ok(Seen {
+        pid: read.get("pid")?,
+        addr: read
+            .get::<Option<String>>("addr")?
+            .and_then(|a| a.parse().ok()),
+        addr_port: read
+            .get::<Option<i32>>("addr_port")?
+            .and_then(|p| u16::try_from(p).ok()),
+        // Out of range: no port to compare with.
+        port: u16::try_from(read.get::<i32>("port")?).unwrap_or(0),
+        socket_dirs: read.get("socket_dirs")?,
+    })
 }
 
 /// The question a new connection answers once: its backend, and where the server accepted it.

@@ -9,6 +9,7 @@ use parking_lot::Mutex;
 
 use super::{Db, Policy};
 use crate::error::{Error, ErrorKind, Result};
+use crate::row::Read;
 use crate::statement::Statement;
 
 /// A table's promotion record as a grant passes it (`$7 $8 $9` of the grant statements).
@@ -180,11 +181,12 @@ impl Db {
                     .to_owned(),
             ));
         };
+        let columns = Read::new(row, "read promotion record", &"<table>_promotion");
         let read = Promotion {
-            timeline: row.get("timeline"),
-            seen_at: row.get("seen_at"),
-            grants_from: row.get("grants_from"),
-            longest_ttl: row.get("longest_ttl"),
+            timeline: columns.get("timeline")?,
+            seen_at: columns.get("seen_at")?,
+            grants_from: columns.get("grants_from")?,
+            longest_ttl: columns.get("longest_ttl")?,
         };
         let mut known = self.promotions.0.lock();
         let before = known.insert(name.to_owned(), read);

@@ -5,6 +5,7 @@ use postgres::types::Type;
 
 use super::Db;
 use crate::error::{Error, ErrorKind, Result};
+use crate::row::Read;
 use crate::table_name::{render, TableName};
 
 const LOCK_SQL: &str = include_str!("../../sql/schema/lock.sql");
@@ -39,10 +40,13 @@ impl Db {
         tx.query_typed(LOCK_SQL, &[(&DDL_LOCK_KEY, Type::INT8)])
             .map_err(fail)?;
         let quoted = table.quoted();
-        let exists: bool = tx
-            .query_typed_one(EXISTS_SQL, &[(&quoted, Type::TEXT)])
-            .map_err(fail)?
-            .get(0);
+        let exists: bool = Read::server(
+            &tx.query_typed_one(EXISTS_SQL, &[(&quoted, Type::TEXT)])
+                .map_err(fail)?,
+            context,
+            &"to_regclass()",
+        )
+        .at(0)?;
         if exists {
             log::debug!(target: "pgtenure::db", "{context}: table {table} exists");
         } else {
@@ -51,14 +55,14 @@ impl Db {
             }
         }
         for companion in expected {
-            let mut found = companion_of(&mut tx, companion, &quoted).map_err(fail)?;
+            let mut found = companion_of(&mut tx, context, companion, &quoted)?;
             if found.is_none() && !companion.create.is_empty() {
                 // A companion added in a later version: made for tables that predate it.
                 for statement in &companion.create {
                     tx.batch_execute(statement).map_err(fail)?;
                 }
                 log::info!(target: "pgtenure::db", "{context}: created {} for {table}", companion.name);
-                found = companion_of(&mut tx, companion, &quoted).map_err(fail)?;
+                found = companion_of(&mut tx, context, companion, &quoted)?;
             }
             let ok = match (companion.kind, &found) {
                 (CompanionKind::Index, Some((kind, on_table))) => kind == "i" && *on_table,
@@ -98,16 +102,22 @@ impl Db {
 /// the table `quoted`; `None` when no relation has the name.
 fn companion_of(
     tx: &mut postgres::Transaction<'_>,
+    context: &str,
     companion: &Companion,
     quoted: &str,
-) -> std::result::Result<Option<(String, bool)>, postgres::Error> {
-    let rows = tx.query_typed(
-        COMPANION_SQL,
-        &[(&companion.name, Type::TEXT), (&quoted, Type::TEXT)],
-    )?;
-    Ok(rows
-        .first()
-        .map(|row| (row.get::<_, String>("kind"), row.get::<_, bool>("on_table"))))
+) -> Result<Option<(String, bool)>> {
+    let rows = tx
+        .query_typed(
+            COMPANION_SQL,
+            &[(&companion.name, Type::TEXT), (&quoted, Type::TEXT)],
+        )
+        .map_err(|e| Error::from_postgres(context, e))?;
+    rows.first()
+        .map(|row| {
+            let read = Read::server(row, context, &"pg_class");
+            Ok((read.get("kind")?, read.get("on_table")?))
+        })
+        .transpose()
 }
 
 /// An index, sequence or table a table's statements rely on, by its quoted, schema-qualified name.

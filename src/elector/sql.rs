@@ -6,6 +6,7 @@ use std::time::Instant;
 use super::LeaderInfo;
 use crate::db::{Db, GrantAnswer, Policy, Promotion};
 use crate::error::{Error, Result};
+use crate::row::Read;
 use crate::statement::{in_transaction, Statement};
 use crate::table_name::{render, TableName};
 
@@ -77,7 +78,9 @@ impl Statements {
     }
 
     /// Renews `name`'s leadership for `holder` under `term`, or wins it when free; also returns
-    /// the instant before the statement that answered was sent.
+    /// the instant before the statement that answered was sent. An answer whose row cannot be read
+    /// is an error although the leadership may have been won or renewed (it then lapses at its
+    /// TTL).
     pub(super) fn is_leader(
         &self,
         db: &Db,
@@ -96,23 +99,25 @@ impl Statements {
         let Some(row) = rows.first() else {
             return Ok((PollAnswer::default(), sent));
         };
-        let leader = row
-            .get::<_, Option<String>>("holder")
-            .map(|holder| LeaderInfo {
+        let read = Read::new(row, "elect leader", &self.table);
+        let leader = match read.get::<Option<String>>("holder")? {
+            Some(holder) => Some(LeaderInfo {
                 name: name.to_owned(),
                 holder,
-                term: row.get("term"),
-                elected_at: row.get("elected_at"),
-                expires_at: row.get("expires_at"),
+                term: read.get("term")?,
+                elected_at: read.get("elected_at")?,
+                expires_at: read.get("expires_at")?,
                 live: true,
                 resign_requested: false,
-            });
+            }),
+            None => None,
+        };
         let answer = PollAnswer {
             leader,
-            mine: row.get("mine"),
-            ended: row.get("ended"),
-            my_term: row.get("my_term"),
-            stale: row.get("stale"),
+            mine: read.get("mine")?,
+            ended: read.get("ended")?,
+            my_term: read.get("my_term")?,
+            stale: read.get("stale")?,
         };
         Ok((answer, sent))
     }
@@ -137,38 +142,50 @@ impl Statements {
             &self.request_resign,
             &(name,),
         )?;
-        Ok(rows.first().map(|row| (row.get("holder"), row.get("term"))))
+        rows.first()
+            .map(|row| {
+                let read = Read::new(row, "request resignation", &self.table);
+                Ok((read.get("holder")?, read.get("term")?))
+            })
+            .transpose()
     }
 
     /// `name`'s live leader.
     pub(super) fn leader(&self, db: &Db, name: &str) -> Result<Option<LeaderInfo>> {
         let rows = db.query("read leader", Policy::IDEMPOTENT, &self.leader, &(name,))?;
-        Ok(rows.first().map(|row| LeaderInfo {
-            name: name.to_owned(),
-            holder: row.get("holder"),
-            term: row.get("term"),
-            elected_at: row.get("elected_at"),
-            expires_at: row.get("expires_at"),
-            live: true,
-            resign_requested: row.get("resign_requested"),
-        }))
+        rows.first()
+            .map(|row| {
+                let read = Read::new(row, "read leader", &self.table);
+                Ok(LeaderInfo {
+                    name: name.to_owned(),
+                    holder: read.get("holder")?,
+                    term: read.get("term")?,
+                    elected_at: read.get("elected_at")?,
+                    expires_at: read.get("expires_at")?,
+                    live: true,
+                    resign_requested: read.get("resign_requested")?,
+                })
+            })
+            .transpose()
     }
 
     /// Every fleet's row, in name order.
     pub(super) fn leaders(&self, db: &Db) -> Result<Vec<LeaderInfo>> {
         let rows = db.query("read leaders", Policy::IDEMPOTENT, &self.leaders, &())?;
-        Ok(rows
-            .iter()
-            .map(|row| LeaderInfo {
-                name: row.get("name"),
-                holder: row.get("holder"),
-                term: row.get("term"),
-                elected_at: row.get("elected_at"),
-                expires_at: row.get("expires_at"),
-                live: row.get("live"),
-                resign_requested: row.get("resign_requested"),
+        rows.iter()
+            .map(|row| {
+                let read = Read::new(row, "read leaders", &self.table);
+                Ok(LeaderInfo {
+                    name: read.get("name")?,
+                    holder: read.get("holder")?,
+                    term: read.get("term")?,
+                    elected_at: read.get("elected_at")?,
+                    expires_at: read.get("expires_at")?,
+                    live: read.get("live")?,
+                    resign_requested: read.get("resign_requested")?,
+                })
             })
-            .collect())
+            .collect()
     }
 
     /// Whether, inside `tx`, `holder`'s tenure `term` of `name` is live (its row then locked

@@ -40,6 +40,15 @@ pub enum ErrorKind {
     Serialization,
     /// The database refused the statement for another reason (a missing table, missing privileges,
     /// a constraint violation, an unexpected result). Usually needs an operator or a code change.
+    ///
+    /// Also an answer pgtenure cannot read: a column of another type than its statements expect, a
+    /// column missing from the answer, or a NULL where a value is expected (a DBA's `ALTER TABLE`,
+    /// a migration gone wrong, another version's table in a rolling upgrade). `Display` then names
+    /// the operation, the table, the column, the type found (or `NULL`, or missing) and the type
+    /// expected, with the advice to run the migrations or undo the change; the driver's error is
+    /// the `source()`. Such a statement did run: a grant, claim, renewal or release whose answer
+    /// could not be read may have been stored (a grant or claim then lapses at its TTL, nobody
+    /// renewing it), and the caller gets this error, never a panic.
     Database,
     /// The environment could not be prepared: the PostgreSQL server binaries are missing, a
     /// temporary directory could not be made, a throwaway server did not start.
@@ -219,7 +228,7 @@ impl Error {
     }
 
     /// True when waiting cannot fix it (a missing table or privilege, refused credentials, bad
-    /// input): every kind but [`ErrorKind::Connection`], [`ErrorKind::Timeout`] and
+    /// input, a column of a type pgtenure does not expect): every kind but [`ErrorKind::Connection`], [`ErrorKind::Timeout`] and
     /// [`ErrorKind::Serialization`]. The loops (`Leaser::run`, `Elector::campaign`) end at startup
     /// on such an error instead of retrying it.
     pub fn is_permanent(&self) -> bool {

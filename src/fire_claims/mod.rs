@@ -152,7 +152,9 @@ impl FireClaims {
     ///
     /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput), with nothing stored, when
     /// `fire_key` is blank, contains a NUL byte or is longer than 1,024 bytes. Otherwise a database
-    /// or connection error.
+    /// or connection error; an answer that cannot be read (a column of the table changed: see
+    /// [`ErrorKind::Database`](crate::ErrorKind::Database)) is an error although the key may have
+    /// been won.
     pub fn claim(&self, fire_key: &str) -> Result<bool> {
         check_key("fire key", fire_key)?;
         let claim_id = random_u64() as i64;

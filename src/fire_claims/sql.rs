@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use crate::db::{Db, Policy};
 use crate::error::Result;
+use crate::row::Read;
 use crate::statement::Statement;
 use crate::table_name::{render, TableName};
 
@@ -29,7 +30,8 @@ impl Statements {
         })
     }
 
-    /// Whether `holder` won `key` for `ttl_us`; `claim_id` finds its own win when sent again.
+    /// Whether `holder` won `key` for `ttl_us`; `claim_id` finds its own win when sent again. An
+    /// answer whose row cannot be read is an error although the claim may have been won.
     pub(super) fn claim(
         &self,
         db: &Db,
@@ -40,13 +42,13 @@ impl Statements {
     ) -> Result<bool> {
         let params = (key, holder, ttl_us, claim_id);
         let row = db.query_one("claim fire", Policy::IDEMPOTENT, &self.claim, &params)?;
-        Ok(row.get("won"))
+        Read::new(&row, "claim fire", &self.table).get("won")
     }
 
     /// How many claims that expired more than `older_us` ago were deleted.
     pub(super) fn purge(&self, db: &Db, older_us: i64) -> Result<i64> {
         let row = db.query_one("purge fire claims", Policy::ONCE, &self.purge, &(older_us,))?;
-        Ok(row.get(0))
+        Read::new(&row, "purge fire claims", &self.table).at(0)
     }
 }
 

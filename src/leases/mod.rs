@@ -316,7 +316,10 @@ impl Leases {
     /// # Errors
     ///
     /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput), before any statement, for a bad key
-    /// or a `ttl` under 1 ms or over 100 years; otherwise a database or connection error.
+    /// or a `ttl` under 1 ms or over 100 years; otherwise a database or connection error. An answer
+    /// that cannot be read (a column of the table changed: see
+    /// [`ErrorKind::Database`](crate::ErrorKind::Database)) is an error although the grant may have
+    /// been stored: it then lapses at its TTL.
     pub fn try_acquire(&self, key: &str, ttl: Duration) -> Result<Option<Grant>> {
         check_key("lease key", key)?;
         let ttl_us = micros("lease ttl", ttl, MIN_DURATION)?;
@@ -457,6 +460,7 @@ impl Leases {
                     .sql
                     .release(&shared.db, conn, sweep, key, &shared.owner, token)
             })
+            .and_then(|released| released)
     }
 
     /// Asks the holder of a live lease on `key` to give it up: `true` when a live lease is now

@@ -97,6 +97,8 @@ impl Renewer {
                 )
             })
         });
+        // An answer whose row could not be read is an error of its own (a changed table).
+        let rows = rows.and_then(|read| read);
         self.family.note(&rows);
         if rows
             .as_ref()
@@ -138,6 +140,8 @@ impl Renewer {
                             .release(&family.db, conn, sweep, &state.key, owner, token)
                     })
                 });
+        // An answer whose row could not be read is an error of its own (a changed table).
+        let released = released.and_then(|read| read);
         self.family.note(&released);
         if !released? {
             log::debug!(
@@ -216,8 +220,16 @@ impl Renewer {
             (Err(e), _) => {
                 let now = Instant::now();
                 let deadline = state.deadline();
-                log::warn!(
+                // Waiting cannot fix a permanent error (a changed table, a missing privilege): it
+                // is logged as an error, and retried only until the deadline like any other.
+                let level = if e.is_permanent() {
+                    log::Level::Error
+                } else {
+                    log::Level::Warn
+                };
+                log::log!(
                     target: "pgtenure::leases",
+                    level,
                     "renewal of lease {:?} failed ({e}); retrying until its deadline in {:?}",
                     state.key,
                     deadline.saturating_duration_since(now)

@@ -8,6 +8,7 @@ use postgres::Row;
 use super::{LeaseInfo, LeaseSummary};
 use crate::db::{Conn, Db, GrantAnswer, Policy, Promotion};
 use crate::error::{Error, ErrorKind, Result};
+use crate::row::Read;
 use crate::statement::{in_transaction, Failure, Statement};
 use crate::table_name::{render, TableName};
 
@@ -107,7 +108,9 @@ impl Statements {
     }
 
     /// Grants `key` to `owner` for `ttl_us` when free, expired, or held by this owner and `keep`;
-    /// also returns the instant before the statement that answered was sent.
+    /// also returns the instant before the statement that answered was sent. An answer whose row
+    /// cannot be read is an error although the grant may have been stored (it then lapses unused
+    /// at its TTL).
     pub(super) fn acquire(
         &self,
         db: &Db,
@@ -123,14 +126,15 @@ impl Statements {
             sent = Instant::now();
             db.run(conn, &self.acquire, &params)
         })?;
-        let stale = |row: &&Row| row.get::<_, bool>("stale");
-        let answer = AcquireAnswer {
-            granted: rows
-                .iter()
-                .find(|row| !stale(row))
-                .map(|row| (row.get("token"), row.get("superseded"))),
-            stale: rows.iter().any(|row| stale(&row)),
-        };
+        let mut answer = AcquireAnswer::default();
+        for row in &rows {
+            let read = Read::new(row, "acquire lease", &self.table);
+            if read.get("stale")? {
+                answer.stale = true;
+            } else if answer.granted.is_none() {
+                answer.granted = Some((read.get("token")?, read.get("superseded")?));
+            }
+        }
         Ok((answer, sent))
     }
 
@@ -145,10 +149,16 @@ impl Statements {
     ) -> Result<Vec<(String, i64, bool)>> {
         let params = (keys, owner, ttl_us);
         let rows = db.query("renew leases", Policy::IDEMPOTENT, &self.renew, &params)?;
-        Ok(rows
-            .iter()
-            .map(|row| (row.get("key"), row.get("token"), row.get("superseded")))
-            .collect())
+        rows.iter()
+            .map(|row| {
+                let read = Read::new(row, "renew leases", &self.table);
+                Ok((
+                    read.get("key")?,
+                    read.get("token")?,
+                    read.get("superseded")?,
+                ))
+            })
+            .collect()
     }
 
     /// Prepares the managed renewal on `conn` without running it (before its cancel key is handed
@@ -162,7 +172,8 @@ impl Statements {
     }
 
     /// Renews `owner`'s tenure `token` of `key` for `ttl_us` on `conn`; `None` when it is not live
-    /// any more.
+    /// any more. The inner error: the answer's row could not be read (the renewal may have been
+    /// stored).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn renew_tenure(
         &self,
@@ -173,13 +184,17 @@ impl Statements {
         token: i64,
         ttl_us: i64,
         timeline: Option<i64>,
-    ) -> std::result::Result<Option<Renewed>, Failure> {
+    ) -> std::result::Result<Result<Option<Renewed>>, Failure> {
         let params: RenewTenure<'_> = (key, owner, token, ttl_us, timeline);
         let rows = db.run(conn, &self.renew_tenure, &params)?;
-        Ok(rows.first().map(|row| Renewed {
-            superseded: row.get("superseded"),
-            stale: row.get("stale"),
-        }))
+        let renewed = |row: &Row| {
+            let read = Read::new(row, "renew lease", &self.table);
+            Ok(Renewed {
+                superseded: read.get("superseded")?,
+                stale: read.get("stale")?,
+            })
+        };
+        Ok(rows.first().map(renewed).transpose())
     }
 
     /// The release statement, or once a minute (`sweep`) the one that also deletes long-lapsed
@@ -203,7 +218,8 @@ impl Statements {
     }
 
     /// Releases `owner`'s live lease on `key` (and tenure `token`, when given) on `conn`: whether
-    /// one was released. With `sweep`, also deletes rows that lapsed over an hour ago.
+    /// one was released. With `sweep`, also deletes rows that lapsed over an hour ago. The inner
+    /// error: the answer's row could not be read (the release may have been stored).
     pub(super) fn release(
         &self,
         db: &Db,
@@ -212,18 +228,24 @@ impl Statements {
         key: &str,
         owner: &str,
         token: Option<i64>,
-    ) -> std::result::Result<bool, Failure> {
+    ) -> std::result::Result<Result<bool>, Failure> {
         let params: Release<'_> = (key, owner, token);
         let rows = db.run(conn, self.release_statement(sweep), &params)?;
         // A SELECT without FROM: always exactly one row.
         let Some(row) = rows.first() else {
-            return Ok(false);
+            return Ok(Ok(false));
         };
-        let swept: i64 = row.get("swept");
+        Ok(self.released(row))
+    }
+
+    /// Whether a release's row says it released; logs the rows it swept.
+    fn released(&self, row: &Row) -> Result<bool> {
+        let read = Read::new(row, "release lease", &self.table);
+        let swept: i64 = read.get("swept")?;
         if swept > 0 {
             log::info!(target: "pgtenure::leases", "deleted {swept} lease rows that lapsed over an hour ago");
         }
-        Ok(row.get("released"))
+        read.get("released")
     }
 
     /// Flags the live lease on `key` as superseded: whether there was one.
@@ -234,7 +256,7 @@ impl Statements {
             &self.supersede,
             &(key,),
         )?;
-        Ok(row.get(0))
+        Read::new(&row, "supersede lease", &self.table).at(0)
     }
 
     /// The row of `key`, live or lapsed.
@@ -245,13 +267,17 @@ impl Statements {
             &self.holder,
             &(key,),
         )?;
-        Ok(rows.first().map(lease_info))
+        rows.first()
+            .map(|row| lease_info(row, "read lease holder", &self.table))
+            .transpose()
     }
 
     /// Every row whose key starts with `prefix`, in key order.
     pub(super) fn list(&self, db: &Db, prefix: &str) -> Result<Vec<LeaseInfo>> {
         let rows = db.query("list leases", Policy::IDEMPOTENT, &self.list, &(prefix,))?;
-        Ok(rows.iter().map(lease_info).collect())
+        rows.iter()
+            .map(|row| lease_info(row, "list leases", &self.table))
+            .collect()
     }
 
     /// The counts and the `soonest` held leases closest to lapsing.
@@ -269,16 +295,23 @@ impl Statements {
                      unexpected result; report it",
             )
         })?;
+        let context = "summarize leases";
+        let read = Read::new(first, context, &self.table);
+        let mut soonest = Vec::new();
+        for row in &rows {
+            if Read::new(row, context, &self.table)
+                .get::<Option<&str>>("key")?
+                .is_some()
+            {
+                soonest.push(lease_info(row, context, &self.table)?);
+            }
+        }
         Ok(LeaseSummary {
-            rows: first.get("lease_rows"),
-            held: first.get("held"),
-            superseded: first.get("held_superseded"),
-            next_lapse: first.get("next_lapse"),
-            soonest: rows
-                .iter()
-                .filter(|row| row.get::<_, Option<&str>>("key").is_some())
-                .map(lease_info)
-                .collect(),
+            rows: read.get("lease_rows")?,
+            held: read.get("held")?,
+            superseded: read.get("held_superseded")?,
+            next_lapse: read.get("next_lapse")?,
+            soonest,
         })
     }
 
@@ -291,7 +324,9 @@ impl Statements {
             &self.force_release,
             &params,
         )?;
-        Ok(rows.first().map(|row| row.get("owner")))
+        rows.first()
+            .map(|row| Read::new(row, "force release lease", &self.table).get("owner"))
+            .transpose()
     }
 
     /// The row of `key` (`None` when it has none) and, when grants wait out a promotion, from
@@ -307,13 +342,16 @@ impl Statements {
             &self.refusal,
             &(key,),
         )?;
-        let Some(read) = rows.first() else {
+        let Some(first) = rows.first() else {
             return Ok((None, None));
         };
-        let row = read
-            .get::<_, Option<String>>("owner")
-            .map(|_| lease_info(read));
-        Ok((row, read.get("grants_from")))
+        let context = "read lease refusal";
+        let read = Read::new(first, context, &self.table);
+        let row = match read.get::<Option<String>>("owner")? {
+            Some(_) => Some(lease_info(first, context, &self.table)?),
+            None => None,
+        };
+        Ok((row, read.get("grants_from")?))
     }
 
     /// Whether, inside `tx`, `owner`'s tenure `token` of `key` is live (its row then locked
@@ -331,17 +369,18 @@ impl Statements {
     }
 }
 
-/// A lease row as the operator views read it.
-fn lease_info(row: &Row) -> LeaseInfo {
-    LeaseInfo {
-        key: row.get("key"),
-        owner: row.get("owner"),
-        token: row.get("token"),
-        acquired_at: row.get("acquired_at"),
-        held_until: row.get("held_until"),
-        superseded: row.get("superseded"),
-        live: row.get("live"),
-    }
+/// A lease row as the operator views read it, for the operation `context` on `table`.
+fn lease_info(row: &Row, context: &str, table: &TableName) -> Result<LeaseInfo> {
+    let read = Read::new(row, context, table);
+    Ok(LeaseInfo {
+        key: read.get("key")?,
+        owner: read.get("owner")?,
+        token: read.get("token")?,
+        acquired_at: read.get("acquired_at")?,
+        held_until: read.get("held_until")?,
+        superseded: read.get("superseded")?,
+        live: read.get("live")?,
+    })
 }
 
 #[cfg(test)]

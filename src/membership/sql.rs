@@ -3,14 +3,13 @@
 
 use std::sync::Arc;
 
-use postgres::Row;
-
 use super::leaser::Sweep;
 use super::local::{Digest, Hold};
 use super::unit::Unit;
 use super::views::{Assignment, ProcessInfo, Unowned};
 use crate::db::{Companion, Db, Policy};
 use crate::error::{Error, Result};
+use crate::row::Read;
 use crate::statement::{in_transaction, Statement};
 use crate::table_name::{render_tables, TableName};
 
@@ -237,9 +236,10 @@ impl Statements {
             beat.settled,
         );
         let row = db.query_one("heartbeat", Policy::ONCE, &self.heartbeat, &params)?;
+        let read = Read::new(&row, "heartbeat", &self.processes);
         Ok(Beat {
-            lapsed: row.get("lapsed"),
-            settled: row.get("settled"),
+            lapsed: read.get("lapsed")?,
+            settled: read.get("settled")?,
         })
     }
 
@@ -247,22 +247,27 @@ impl Statements {
     pub(super) fn stats(&self, db: &Db, process: &str) -> Result<Stats> {
         let context = "read membership stats";
         let row = db.query_one(context, Policy::IDEMPOTENT, &self.stats, &(process,))?;
-        let ids: Vec<String> = row.get("others");
-        let weights: Vec<i64> = row.get("others_weights");
-        let others_settled: Vec<bool> = row.get("others_settled");
-        let unowned: i64 = row.get("unowned_weight");
-        let orphaned: i64 = row.get("orphaned_weight");
+        // Each column is named with the table it is computed from.
+        let (processes, units) = (
+            Read::new(&row, context, &self.processes),
+            Read::new(&row, context, &self.units),
+        );
+        let ids: Vec<String> = processes.get("others")?;
+        let weights: Vec<i64> = processes.get("others_weights")?;
+        let others_settled: Vec<bool> = processes.get("others_settled")?;
+        let unowned: i64 = units.get("unowned_weight")?;
+        let orphaned: i64 = processes.get("orphaned_weight")?;
         Ok(Stats {
-            live: row.get("live"),
-            live_self: row.get("live_self"),
+            live: processes.get("live")?,
+            live_self: processes.get("live_self")?,
             others: ids.into_iter().zip(weights).collect(),
             others_settled,
-            settled_self: row.get("settled_self"),
+            settled_self: processes.get("settled_self")?,
             claimable: unowned + orphaned,
-            changes: row.get("changes"),
+            changes: processes.get("changes")?,
             digest: Digest {
-                units: row.get("owned_units"),
-                marks: row.get("owned_marks"),
+                units: units.get("owned_units")?,
+                marks: units.get("owned_marks")?,
             },
         })
     }
@@ -275,11 +280,14 @@ impl Statements {
             &self.owned,
             &(process,),
         )?;
-        Ok(rows.iter().map(unit_hold).collect())
+        let read = |row| unit_hold(Read::new(row, "read owned units", &self.units));
+        rows.iter().map(read).collect()
     }
 
     /// Claims at most `limit` claimable units, up to `budget` weight, starting from `slot` of the
-    /// key space; the row then reports `reported` plus what was claimed.
+    /// key space; the row then reports `reported` plus what was claimed. An answer whose rows
+    /// cannot be read is an error although the units may have been claimed (the table then names
+    /// this process as their owner).
     pub(super) fn claim(
         &self,
         db: &Db,
@@ -299,7 +307,8 @@ impl Statements {
             db.timeline_tokens(),
         );
         let rows = db.query("claim units", Policy::ONCE, &self.claim, &params)?;
-        Ok(rows.iter().map(unit_hold).collect())
+        let read = |row| unit_hold(Read::new(row, "claim units", &self.units));
+        rows.iter().map(read).collect()
     }
 
     /// Gives back `units` (owner-guarded, only while live), the row then reporting `reported`:
@@ -319,7 +328,8 @@ impl Statements {
             reported.weight,
         );
         let rows = db.query("shed units", Policy::IDEMPOTENT, &self.shed, &params)?;
-        Ok(rows.iter().map(unit).collect())
+        let read = |row| unit(&Read::new(row, "shed units", &self.units));
+        rows.iter().map(read).collect()
     }
 
     /// Gives back every unit of `process` but `keep`, the row then reporting `reported`: the units
@@ -339,7 +349,8 @@ impl Statements {
             reported.weight,
         );
         let rows = db.query("release units", Policy::ONCE, &self.release, &params)?;
-        Ok(rows.iter().map(unit).collect())
+        let read = |row| unit(&Read::new(row, "release units", &self.units));
+        rows.iter().map(read).collect()
     }
 
     /// Deletes `process`'s row, freeing its units.
@@ -351,10 +362,17 @@ impl Statements {
 
     /// Deletes process rows expired for longer than `cutoff_us` and frees their units.
     pub(super) fn sweep(&self, db: &Db, cutoff_us: i64) -> Result<Sweep> {
-        let row = db.query_one("sweep processes", Policy::ONCE, &self.sweep, &(cutoff_us,))?;
+        let context = "sweep processes";
+        let row = db.query_one(context, Policy::ONCE, &self.sweep, &(cutoff_us,))?;
+        // Counts, never negative.
+        let count = |table, name| {
+            Read::new(&row, context, table)
+                .get::<i64>(name)
+                .map(|n| u64::try_from(n).unwrap_or_default())
+        };
         Ok(Sweep {
-            processes: u64::try_from(row.get::<_, i64>("processes")).unwrap_or_default(),
-            units: u64::try_from(row.get::<_, i64>("units")).unwrap_or_default(),
+            processes: count(&self.processes, "processes")?,
+            units: count(&self.units, "units")?,
         })
     }
 
@@ -374,8 +392,10 @@ impl Statements {
         };
         let params = (&units.tenants, &units.shards);
         let row = db.query_one(context, Policy::ONCE, statement, &params)?;
-        let changed = u64::try_from(row.get::<_, i64>(0)).unwrap_or_default();
-        Ok((changed, row.get(1)))
+        let read = Read::new(&row, context, &self.units);
+        // A count, never negative.
+        let changed = u64::try_from(read.at::<i64>(0)?).unwrap_or_default();
+        Ok((changed, read.at(1)?))
     }
 
     /// Sets `unit`'s weight: `None` when it is not registered, else its owner, if any.
@@ -387,7 +407,9 @@ impl Statements {
     ) -> Result<Option<Option<String>>> {
         let params = (unit.tenant.as_str(), unit.shard, weight);
         let rows = db.query("set unit weight", Policy::ONCE, &self.set_weight, &params)?;
-        Ok(rows.first().map(|row| row.get("owner")))
+        rows.first()
+            .map(|row| Read::new(row, "set unit weight", &self.units).get("owner"))
+            .transpose()
     }
 
     /// Moves the change counters of `owners`.
@@ -419,72 +441,75 @@ impl Statements {
             &self.assignments,
             &(),
         )?;
-        Ok(rows
-            .iter()
-            .map(|row| Assignment {
-                unit: unit(row),
-                weight: row.get("weight"),
-                owner: row.get("owner"),
-                owner_live: row.get("owner_live"),
-                token: row.get("token"),
-                claimed_at: row.get("claimed_at"),
+        rows.iter()
+            .map(|row| {
+                let read = Read::new(row, "read assignments", &self.units);
+                Ok(Assignment {
+                    unit: unit(&read)?,
+                    weight: read.get("weight")?,
+                    owner: read.get("owner")?,
+                    owner_live: Read::new(row, "read assignments", &self.processes)
+                        .get("owner_live")?,
+                    token: read.get("token")?,
+                    claimed_at: read.get("claimed_at")?,
+                })
             })
-            .collect())
+            .collect()
     }
 
     /// Every process row, oldest first.
     pub(super) fn processes(&self, db: &Db) -> Result<Vec<ProcessInfo>> {
         let context = "read processes";
         let rows = db.query(context, Policy::IDEMPOTENT, &self.processes_view, &())?;
-        Ok(rows
-            .iter()
-            .map(|row| ProcessInfo {
-                id: row.get("process_id"),
-                hostname: row.get("hostname"),
-                version: row.get("version"),
-                started_at: row.get("started_at"),
-                expires_at: row.get("expires_at"),
-                live: row.get("live"),
-                units: row.get("unit_count"),
-                weight: row.get("weight"),
+        rows.iter()
+            .map(|row| {
+                let read = Read::new(row, context, &self.processes);
+                Ok(ProcessInfo {
+                    id: read.get("process_id")?,
+                    hostname: read.get("hostname")?,
+                    version: read.get("version")?,
+                    started_at: read.get("started_at")?,
+                    expires_at: read.get("expires_at")?,
+                    live: read.get("live")?,
+                    units: read.get("unit_count")?,
+                    weight: read.get("weight")?,
+                })
             })
-            .collect())
+            .collect()
     }
 
     /// The enabled units no live process owns, and their weight.
     pub(super) fn unowned(&self, db: &Db) -> Result<Unowned> {
-        let row = db.query_one(
-            "count unowned units",
-            Policy::IDEMPOTENT,
-            &self.unowned,
-            &(),
-        )?;
+        let context = "count unowned units";
+        let row = db.query_one(context, Policy::IDEMPOTENT, &self.unowned, &())?;
+        let read = Read::new(&row, context, &self.units);
         Ok(Unowned {
-            units: row.get("units"),
-            weight: row.get("weight"),
+            units: read.get("units")?,
+            weight: read.get("weight")?,
         })
     }
 }
 
 /// A row's unit.
-fn unit(row: &Row) -> Unit {
-    Unit {
-        tenant: row.get("tenant"),
-        shard: row.get("shard"),
-    }
+fn unit(read: &Read<'_>) -> Result<Unit> {
+    Ok(Unit {
+        tenant: read.get("tenant")?,
+        shard: read.get("shard")?,
+    })
 }
 
 /// A row's unit and how this process holds it.
-fn unit_hold(row: &Row) -> (Unit, Hold) {
-    (
-        unit(row),
+fn unit_hold(read: Read<'_>) -> Result<(Unit, Hold)> {
+    Ok((
+        unit(&read)?,
         Hold {
-            weight: row.get("weight"),
-            token: row.get::<_, Option<i64>>("token").unwrap_or_default(),
-            removed: row.get("removed"),
-            mark: row.get("mark"),
+            weight: read.get("weight")?,
+            // NULL until the unit's first claim (a table made before tokens).
+            token: read.get::<Option<i64>>("token")?.unwrap_or_default(),
+            removed: read.get("removed")?,
+            mark: read.get("mark")?,
         },
-    )
+    ))
 }
 
 #[cfg(test)]

@@ -18,6 +18,7 @@ use parking_lot::{Mutex, RwLock};
 use super::supervised::Supervised;
 use super::{find_bindir, free_port, initdb, make_dir, retry_start, run_as, RunAs};
 use crate::error::{Error, Result};
+use crate::row::Read as Columns;
 
 const STANDBY_STATE: &str = include_str!("../../sql/testing/standby_state.sql");
 const RECEIVED_LSN: &str = include_str!("../../sql/testing/received_lsn.sql");
@@ -222,15 +223,25 @@ impl ReplicatedPostgres {
         };
         let deadline = Instant::now() + WAIT;
         loop {
-            let state = connect(&self.primary_url).and_then(|mut client| {
-                client
-                    .query_opt(STANDBY_STATE, &[&STANDBY_NAME])
-                    .map(|row| row.map(|r| (r.get::<_, String>(0), r.get::<_, String>(1))))
-            });
+            let state = connect(&self.primary_url)
+                .and_then(|mut client| client.query_opt(STANDBY_STATE, &[&STANDBY_NAME]))
+                .map_err(|e| e.to_string())
+                .and_then(|row| {
+                    row.map(|row| {
+                        let read =
+                            Columns::server(&row, "wait for the standby", &"pg_stat_replication");
+                        Ok((
+                            read.get::<String>("state")?,
+                            read.get::<String>("sync_state")?,
+                        ))
+                    })
+                    .transpose()
+                    .map_err(|e: Error| e.to_string())
+                });
             let last = match state {
                 Ok(Some((state, sync))) if state == "streaming" && sync == want => return Ok(()),
                 Ok(found) => format!("{found:?}"),
-                Err(e) => e.to_string(),
+                Err(e) => e,
             };
             if Instant::now() >= deadline {
                 return Err(self.standby.failure(&format!(
@@ -287,19 +298,18 @@ impl ReplicatedPostgres {
     /// [`ErrorKind::Setup`](crate::ErrorKind::Setup) when a server cannot be reached (after
     /// [`fail_over`](Self::fail_over), the old primary cannot).
     pub fn replication_lag(&self) -> Result<u64> {
-        let received: Option<String> = connect(&self.standby_url)
+        let context = "ask the standby its WAL position";
+        let row = connect(&self.standby_url)
             .and_then(|mut c| c.query_one(RECEIVED_LSN, &[]))
-            .map(|row| row.get(0))
-            .map_err(|e| {
-                Error::setup("could not ask the standby its WAL position").with_source(e)
-            })?;
+            .map_err(|e| Error::setup(format!("could not {context}")).with_source(e))?;
+        let received: Option<String> =
+            Columns::server(&row, context, &"pg_last_wal_receive_lsn()").at(0)?;
         let received = received.unwrap_or_else(|| "0/0".to_owned());
-        let lag: f64 = connect(&self.primary_url)
+        let context = "ask the primary its WAL position";
+        let row = connect(&self.primary_url)
             .and_then(|mut c| c.query_one(LAG, &[&received]))
-            .map(|row| row.get(0))
-            .map_err(|e| {
-                Error::setup("could not ask the primary its WAL position").with_source(e)
-            })?;
+            .map_err(|e| Error::setup(format!("could not {context}")).with_source(e))?;
+        let lag: f64 = Columns::server(&row, context, &"pg_wal_lsn_diff()").at(0)?;
         Ok(lag as u64)
     }
 
@@ -325,14 +335,14 @@ impl ReplicatedPostgres {
         let stopped = Instant::now();
         self.primary.send("crash")?;
         self.primary.expect_reply("crashed")?;
-        let promoted: bool = connect(&self.standby_url)
+        let row = connect(&self.standby_url)
             .and_then(|mut c| c.query_one(PROMOTE, &[]))
-            .map(|row| row.get(0))
             .map_err(|e| {
                 self.standby
                     .failure("the standby could not be promoted")
                     .with_source(e)
             })?;
+        let promoted: bool = Columns::server(&row, "promote the standby", &"pg_promote()").at(0)?;
         if !promoted {
             return Err(self
                 .standby

@@ -141,7 +141,10 @@ impl TickClaims {
     /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput), with nothing stored, when
     /// `job_id` is blank, contains a NUL byte or is over 1,024 bytes, when `busy_for` is under 1 ms
     /// or over 100 years, when `tick` is before 1970 or after 9999, or when `tick` is more than one
-    /// minute ahead of the database clock. Otherwise a database or connection error.
+    /// minute ahead of the database clock. Otherwise a database or connection error; an answer that
+    /// cannot be read (a column of the table changed: see
+    /// [`ErrorKind::Database`](crate::ErrorKind::Database)) is an error although the tick may have
+    /// been claimed.
     pub fn claim(
         &self,
         job_id: &str,

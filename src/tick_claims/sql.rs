@@ -6,6 +6,7 @@ use std::time::{Instant, SystemTime};
 use super::JobInfo;
 use crate::db::{one_row, Db, Policy};
 use crate::error::{Error, Result};
+use crate::row::Read;
 use crate::statement::{in_transaction, Statement};
 use crate::table_name::{render, TableName};
 
@@ -58,7 +59,8 @@ impl Statements {
 
     /// Claims `tick` of `job_id` for `owner`, busy for `busy_us`, unless it is more than `lead_us`
     /// ahead of the database clock; also returns the instant of the first send (the busy period
-    /// starts no earlier). `claim_id` finds its own win when the claim is sent again.
+    /// starts no earlier). `claim_id` finds its own win when the claim is sent again. An answer
+    /// whose row cannot be read is an error although the tick may have been claimed.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn claim(
         &self,
@@ -86,12 +88,13 @@ impl Statements {
         })?;
         let row = one_row("claim tick", rows)?;
         let started = started.unwrap_or_else(Instant::now);
-        let db_now = row.get("db_now");
-        let answer = if row.get("too_far") {
+        let read = Read::new(&row, "claim tick", &self.table);
+        let db_now = read.get("db_now")?;
+        let answer = if read.get("too_far")? {
             ClaimAnswer::TooFar { db_now }
         } else {
             ClaimAnswer::Claimed {
-                token: row.get("token"),
+                token: read.get("token")?,
                 db_now,
             }
         };
@@ -151,23 +154,25 @@ impl Statements {
             &self.now,
             &(),
         )?;
-        Ok(row.get("db_now"))
+        Read::server(&row, "read the database clock", &"now()").get("db_now")
     }
 
     /// Every job's row, in job id order.
     pub(super) fn jobs(&self, db: &Db) -> Result<Vec<JobInfo>> {
         let rows = db.query("read jobs", Policy::IDEMPOTENT, &self.jobs, &())?;
-        Ok(rows
-            .iter()
-            .map(|row| JobInfo {
-                job_id: row.get("job_id"),
-                tick: row.get("tick"),
-                owner: row.get("owner"),
-                token: row.get("token"),
-                busy_until: row.get("busy_until"),
-                busy: row.get("busy"),
+        rows.iter()
+            .map(|row| {
+                let read = Read::new(row, "read jobs", &self.table);
+                Ok(JobInfo {
+                    job_id: read.get("job_id")?,
+                    tick: read.get("tick")?,
+                    owner: read.get("owner")?,
+                    token: read.get("token")?,
+                    busy_until: read.get("busy_until")?,
+                    busy: read.get("busy")?,
+                })
             })
-            .collect())
+            .collect()
     }
 }
 
