@@ -1235,3 +1235,94 @@ fn an_error_hook_that_panics_does_not_kill_a_worker_silently() {
     );
     assert!(!panicked.is_empty(), "the hook's panic was not reported");
 }
+
+/// Waits (bounded) until the database clock is `from..to` seconds into a second after `after`
+/// (seconds since the epoch); returns that second.
+fn wait_for_database_fraction(after: f64, from: f64, to: f64) -> f64 {
+    let mut admin = client();
+    wait_for(
+        "the database clock's fraction",
+        Duration::from_secs(10),
+        || {
+            let at: f64 = admin
+                .query_one("SELECT extract(epoch FROM clock_timestamp())::float8", &[])
+                .unwrap()
+                .get(0);
+            (at.floor() > after && (from..to).contains(&at.fract())).then_some(at.floor())
+        },
+    )
+}
+
+#[test]
+fn a_step_near_the_end_of_a_database_second_runs_that_seconds_tick() {
+    // A hand-driven step chose its tick by the scheduler's estimate of this host's offset, which
+    // can be off by up to the clock-step threshold, and on a loaded machine by half a slow round
+    // trip: near the end of a database second it took the next second's tick for due, which the
+    // database refused as not yet due, and the step ran nothing. Here the host's clock moves 90 ms
+    // ahead after the offset was learned (below the 100 ms taken for a step).
+    let mut tables = Tables::new();
+    let (table, runs_t) = (claims_table(&mut tables), runs_table(&mut tables));
+    let ahead = Arc::new(AtomicI64::new(0));
+    let clock = {
+        let ahead = ahead.clone();
+        Arc::new(move || {
+            SystemTime::now() + Duration::from_micros(ahead.load(Ordering::SeqCst) as u64)
+        })
+    };
+    let scheduler = Scheduler::new(&db())
+        .with_table(&table)
+        .unwrap()
+        .with_clock(clock)
+        .job(
+            "every-second",
+            Schedule::every(Duration::from_secs(1)).unwrap(),
+            record(&runs_t, "a"),
+        )
+        .unwrap();
+    let mut second = wait_for_database_fraction(0.0, 0.2, 0.6);
+    assert_eq!(scheduler.run_pending().unwrap(), 1, "the first step");
+    ahead.store(90_000, Ordering::SeqCst);
+    for step in 0..3 {
+        // The next database second, near its end.
+        second = wait_for_database_fraction(second, 0.935, 0.97);
+        assert_eq!(
+            scheduler.run_pending().unwrap(),
+            1,
+            "step {step}, late in a database second, ran nothing"
+        );
+    }
+    assert_eq!(count(&runs_t), 4);
+}
+
+#[test]
+fn a_step_whose_claim_lands_in_the_next_period_runs_the_tick_due_then() {
+    // A hand-driven step on a slow link: it read the database clock late in a second, and its claim
+    // of that second's tick reached the database in the next one, past the tick's grace (a misfire).
+    // The step then runs the tick due by the time the claim landed, instead of nothing.
+    let mut tables = Tables::new();
+    let (table, runs_t) = (claims_table(&mut tables), runs_table(&mut tables));
+    let proxy = Proxy::start(0, database_addr()).unwrap();
+    let via = DbBuilder::from_config(proxy.config()).build().unwrap();
+    let scheduler = Scheduler::new(&via)
+        .with_table(&table)
+        .unwrap()
+        .job(
+            "every-second",
+            Schedule::every(Duration::from_secs(1)).unwrap(),
+            record(&runs_t, "a"),
+        )
+        .unwrap();
+    // Every statement prepared (one round trip each from now on), then 150 ms each way.
+    let second = wait_for_database_fraction(0.0, 0.1, 0.4);
+    assert_eq!(scheduler.run_pending().unwrap(), 1, "the first step");
+    proxy.set_latency(Duration::from_millis(150));
+    // The clock is read at about .85 (.7 + 150 ms), the claim lands at about 1.15: 1.15 s late.
+    wait_for_database_fraction(second, 0.65, 0.75);
+    assert_eq!(
+        scheduler.run_pending().unwrap(),
+        1,
+        "the tick due when the late claim landed"
+    );
+    let ticks: Vec<SystemTime> = runs(&runs_t).iter().map(|(tick, _, _)| *tick).collect();
+    assert_eq!(ticks.len(), 2, "{ticks:?}");
+}

@@ -247,25 +247,41 @@ impl Scheduler {
     /// claims every job's tick that is due by the database clock and runs the ticks won, one after
     /// the other. Returns how many ran. A job that a started scheduler is running is left alone.
     ///
+    /// The step reads the database clock itself (one round trip more than a started scheduler's
+    /// timer, which goes by its estimate of this host's offset): so which tick is due never depends
+    /// on how well a loaded machine measured that offset, and a step made within one database
+    /// second runs that second's tick. A tick won later than its grace (the claim reached the
+    /// database in the next period) is a misfire, and the tick due by then is looked at in the
+    /// same step.
+    ///
     /// # Errors
     ///
     /// A database or connection error reading the clock or claiming (the tick is then looked at
     /// again at the next step, under the job's [`Misfire`] rule); runs' own errors go to the hooks.
     pub fn run_pending(&self) -> Result<usize> {
-        let now = self.db_now()?;
+        let (now, _) = self.measure()?;
         let mut ran = 0;
         for job in &self.jobs {
             let Some(_reserved) = job.reserve() else {
                 continue;
             };
-            let due = job.look(now);
-            if let Some(missed) = due.missed {
-                observe::job_missed(&job.job.id);
-                self.hooks.missed(&job.job.id, missed);
-            }
-            if let Some(tick) = due.run {
+            let mut now = now;
+            // The tick due now, and once more if that one was won too late: the next one is due.
+            for _ in 0..2 {
+                let due = job.look(now);
+                if let Some(missed) = due.missed {
+                    observe::job_missed(&job.job.id);
+                    self.hooks.missed(&job.job.id, missed);
+                }
+                let Some(tick) = due.run else {
+                    break;
+                };
                 match self.attempt(job, tick) {
-                    Ok(outcome) => ran += usize::from(outcome == Outcome::Ran),
+                    Ok((Outcome::Missed, db_now)) => now = db_now,
+                    Ok((outcome, _)) => {
+                        ran += usize::from(outcome == Outcome::Ran);
+                        break;
+                    }
                     Err(e) => {
                         job.retry(tick, self.later(RETRY_CLAIM));
                         return Err(e);
@@ -274,6 +290,13 @@ impl Scheduler {
             }
         }
         Ok(ran)
+    }
+
+    /// The database clock, read now (one round trip), and the host's offset learned from it.
+    fn measure(&self) -> Result<(SystemTime, Estimate)> {
+        let sent = (self.clock)();
+        let db_now = self.claims.db_now()?;
+        Ok((db_now, self.learn(sent, db_now)))
     }
 
     /// The database clock by this host's clock and the last measured offset; measured again when
@@ -287,9 +310,7 @@ impl Scheduler {
             }
             log::info!(target: "pgtenure::schedule", "this host's clock stepped; measuring the database clock again");
         }
-        let sent = (self.clock)();
-        let db_now = self.claims.db_now()?;
-        let estimate = self.learn(sent, db_now);
+        let (_, estimate) = self.measure()?;
         Ok(shift((self.clock)(), estimate.offset_us))
     }
 
@@ -318,7 +339,9 @@ impl Scheduler {
 
     /// Claims `tick` of `job` (reserved by the caller) and runs it if won, unless the claim read a
     /// clock by which it is later than the job allows.
-    fn attempt(&self, job: &JobState, tick: SystemTime) -> Result<Outcome> {
+    /// Claims `tick` of `job` and runs it if won in time: what came of it, and the database clock
+    /// the claim statement read.
+    fn attempt(&self, job: &JobState, tick: SystemTime) -> Result<(Outcome, SystemTime)> {
         let id = &job.job.id;
         let sent = (self.clock)();
         let (claimed, db_now) =
@@ -328,13 +351,13 @@ impl Scheduler {
         match claimed {
             Claimed::Refused => {
                 self.hooks.refused(id, tick);
-                Ok(Outcome::Refused)
+                Ok((Outcome::Refused, db_now))
             }
             Claimed::NotYetDue => {
                 // This host's clock ran ahead of its estimate: look again when it is due.
                 log::info!(target: "pgtenure::schedule", "job {id:?}: tick {tick:?} is not yet due by the database clock; waiting for it");
                 job.retry(tick, tick);
-                Ok(Outcome::NotYetDue)
+                Ok((Outcome::NotYetDue, db_now))
             }
             Claimed::Won(claim) => {
                 let late = db_now.duration_since(tick).unwrap_or_default();
@@ -345,7 +368,7 @@ impl Scheduler {
                     }
                     observe::job_missed(id);
                     self.hooks.missed(id, tick);
-                    return Ok(Outcome::Missed);
+                    return Ok((Outcome::Missed, db_now));
                 }
                 let running = Counted::new(&self.runs);
                 if self.stopping.load(Ordering::SeqCst) {
@@ -354,11 +377,11 @@ impl Scheduler {
                     if let Err(e) = claim.release() {
                         log::warn!(target: "pgtenure::schedule", "job {id:?}: could not release its tick: {e}");
                     }
-                    return Ok(Outcome::Stopping);
+                    return Ok((Outcome::Stopping, db_now));
                 }
                 observe::job_started(id, late);
                 job.run(claim, &*self.hooks, running);
-                Ok(Outcome::Ran)
+                Ok((Outcome::Ran, db_now))
             }
         }
     }
