@@ -272,6 +272,7 @@ pub(crate) fn members_json(rows: &[ProcessInfo]) -> Value {
                 "hostname": r.hostname,
                 "version": r.version,
                 "live": r.live,
+                "settled": r.settled,
                 "units": r.units,
                 "weight": r.weight,
                 "started_at": time(r.started_at),

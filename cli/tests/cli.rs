@@ -274,6 +274,7 @@ fn listings_match_what_the_library_holds() {
     assert_eq!(members.as_array().unwrap().len(), 1);
     assert_eq!(members[0]["id"], leaser.process_id());
     assert_eq!(members[0]["live"], true);
+    assert_eq!(members[0]["settled"], true, "no probation: settled at once");
     assert_eq!(members[0]["units"], 3);
     let owned = env.json(&["units", "--process", leaser.process_id()]);
     assert_eq!(owned.as_array().unwrap().len(), 3);

@@ -471,6 +471,7 @@ impl Statements {
                     started_at: read.get("started_at")?,
                     expires_at: read.get("expires_at")?,
                     live: read.get("live")?,
+                    settled: read.get("settled")?,
                     units: read.get("unit_count")?,
                     weight: read.get("weight")?,
                 })

@@ -43,6 +43,11 @@ pub struct ProcessInfo {
     pub expires_at: SystemTime,
     /// Whether it is live by the database clock.
     pub live: bool,
+    /// Whether it has settled: it heartbeated a second time (or was configured without a
+    /// probation), so it counts in the fair share, claims and is shed to (see
+    /// [`Config::warm_up`](super::Config::warm_up)). A live process that never settles is an
+    /// instance dying within a heartbeat interval of its start (a crash loop).
+    pub settled: bool,
     /// How many units it reports owning (as of its last heartbeat or claim).
     pub units: i32,
     /// Their total weight.

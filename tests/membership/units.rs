@@ -549,6 +549,24 @@ fn assignments_and_processes_show_who_owns_what() {
     for leaser in [&a, &b] {
         leaser.heartbeat().unwrap();
     }
+    // With the default probation, a process settles at its second heartbeat.
+    let mut probation = config(Duration::from_secs(30));
+    probation.warm_up = None;
+    let (newcomer, _) = fleet.leaser(probation);
+    let settled = |id: &str| {
+        let processes = fleet.units.processes().unwrap();
+        processes.iter().find(|p| p.id == id).map(|p| p.settled)
+    };
+    newcomer.heartbeat().unwrap();
+    assert_eq!(settled(newcomer.process_id()), Some(false), "first beat");
+    newcomer.heartbeat().unwrap();
+    assert_eq!(settled(newcomer.process_id()), Some(true), "second beat");
+    newcomer.delete_process().unwrap();
+    assert_eq!(
+        settled(a.process_id()),
+        Some(true),
+        "no probation: settled at once"
+    );
     round(&[&a, &b]);
     round(&[&a, &b]);
     let assignments = fleet.units.assignments().unwrap();
