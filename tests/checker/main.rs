@@ -13,10 +13,12 @@
 //! Leases add short TTLs (renewals finishing at their deadline race the watcher's cancel: any
 //! application statement cancelled is a failure), two threads of one family contending for a key
 //! (no lease may still say `is_held` after another lease of its key was granted); membership adds a
-//! slow reconciler and an operator who moves units between live processes with plain `UPDATE`s.
+//! slow reconciler and an operator who moves units between live processes with plain `UPDATE`s,
+//! and a fleet of eight beside one slot crash-looping under new ids (healthy processes shed none to
+//! it, never more than its share without a working owner for longer than a TTL).
 //!
 //! Length: `PGTENURE_CHECKER_SECS` seconds (default 20), e.g. an hour:
-//! `PGTENURE_CHECKER_SECS=3600 cargo test --release --test checker -- --nocapture --test-threads 5`
+//! `PGTENURE_CHECKER_SECS=3600 cargo test --release --test checker -- --nocapture --test-threads 6`
 //! (every subject side by side).
 //!
 //! One file per primitive (`leases`, `elector`, `membership`, `schedule`), and `campaign` for the
