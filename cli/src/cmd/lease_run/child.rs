@@ -1,15 +1,16 @@
 //! CMD, the child lease-run starts: its process group, the parent-death signal, waiting for its
-//! exit without reaping it, and its exit status.
+//! exit without reaping it, stopping its whole tree, and its exit status.
 
 use std::io;
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, ExitStatus};
-use std::thread;
-use std::time::Duration;
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
 
-use pgtenure::crossbeam_channel::{bounded, Receiver};
+use pgtenure::crossbeam_channel::{bounded, never, select, Receiver};
 
 use super::signal_status;
+use super::tree::{self, Proc, Root};
 use crate::EXIT_ERROR;
 
 /// What the child does between `fork` and `exec`: it puts SIGTTOU back to its default (pgtenure
@@ -73,105 +74,227 @@ pub(super) fn exit_status(status: ExitStatus) -> u8 {
     }
 }
 
-/// CMD, the leader of its own process group (its pid is the group's id), killed with its group on
-/// drop unless it was reaped.
+/// How often a stop looks again whether CMD's tree still runs: its descendants other than CMD are
+/// not pgtenure's children until their parent exits, and no event says when they exit.
+const POLL: Duration = Duration::from_millis(20);
+
+/// CMD and its tree. CMD leads its own process group (its pid is the group's id); the rest of the
+/// tree is found in `/proc` (see [`super::tree`]). Killed with its tree on drop unless reaped.
 ///
-/// CMD is reaped only by [`Cmd::reap`], after its exit was seen (or after SIGKILL), so until then
-/// neither its pid nor its group id can name another process: every signal reaches CMD's group.
+/// Two rules keep pids from naming the wrong process:
+/// - CMD is reaped only by [`Cmd::reap`], once its whole tree is gone, so until then neither its pid
+///   nor its group id can name another process: every signal to the group reaches CMD's.
+/// - One thread at a time reaps for pgtenure: the waiter thread while CMD runs (the orphans of the
+///   tree exit as pgtenure's children, and would pile up as zombies), the main thread once the
+///   waiter has ended. Neither ever reaps CMD but through [`Cmd::reap`].
 #[derive(Debug)]
 pub(super) struct Cmd {
     child: Child,
     pub(super) pid: libc::pid_t,
+    root: Root,
     reaped: bool,
+    /// The waiter thread until it has ended and was joined.
+    waiter: Option<JoinHandle<()>>,
+    /// The waiter's word that CMD exited (disconnected once it has ended).
+    exited: Receiver<()>,
+    /// The processes of the tree that pgtenure was not allowed to signal, already said.
+    refused: Vec<libc::pid_t>,
 }
 
 impl Cmd {
+    /// CMD just spawned (pgtenure being the tree's subreaper already).
     pub(super) fn new(child: Child) -> Cmd {
         let pid = child.id() as libc::pid_t;
         Cmd {
             child,
             pid,
+            root: Root::new(pid),
             reaped: false,
+            waiter: None,
+            exited: never(),
+            refused: Vec::new(),
         }
     }
 
-    /// Sends `signal` to CMD's process group (CMD and whatever it started that stayed in its
-    /// group), then SIGCONT, as a shell does for a stopped job: a CMD stopped by SIGSTOP, or by
-    /// SIGTTIN reading the terminal from its background group, acts on the signal at once.
-    pub(super) fn signal_group(&self, signal: i32) {
-        if !self.reaped {
-            // SAFETY: kill has no memory effects; the group's leader is our unreaped child.
-            unsafe {
-                libc::kill(-self.pid, signal);
-                if signal != libc::SIGKILL {
-                    libc::kill(-self.pid, libc::SIGCONT);
+    /// Sends `signal` to CMD's tree: to CMD's process group first (CMD, and whatever it started that
+    /// stayed in its group), then to every other process of the tree; `SIGCONT` after any other
+    /// signal than `SIGKILL`, as a shell does for a stopped job: a process stopped by SIGSTOP, or by
+    /// SIGTTIN reading the terminal from its background group, acts on the signal at once. Returns
+    /// the processes of the tree other than CMD that still ran.
+    pub(super) fn signal_tree(&mut self, signal: i32) -> Vec<Proc> {
+        if self.reaped {
+            return Vec::new();
+        }
+        // SAFETY: kill has no memory effects; the group's leader is our unreaped child.
+        unsafe {
+            libc::kill(-self.pid, signal);
+            if signal != libc::SIGKILL {
+                libc::kill(-self.pid, libc::SIGCONT);
+            }
+        }
+        let others: Vec<Proc> = tree::scan(&self.root)
+            .into_iter()
+            .filter(|p| p.pid != self.pid && p.runs())
+            .collect();
+        for p in &others {
+            if p.in_group(self.pid) {
+                continue;
+            }
+            if let Err(e) = p.signal(signal) {
+                if !self.refused.contains(&p.pid) {
+                    self.refused.push(p.pid);
+                    say!(
+                        "pgtenure: cannot signal process {} that CMD started ({e}); the lease is kept \
+                         until it exits",
+                        p.pid
+                    );
                 }
             }
         }
+        others
+    }
+
+    /// Starts the waiter thread, which waits until CMD exits without reaping it (`waitid` with
+    /// `WNOWAIT`) and says so on the returned channel, so that the main thread can select on it
+    /// beside the lease's loss channel; its signals keep reaching CMD, never a process that reused
+    /// its pid. Meanwhile it reaps the orphans of CMD's tree that exit (pgtenure is their subreaper).
+    pub(super) fn watch_exit(&mut self) -> io::Result<Receiver<()>> {
+        let (tx, rx) = bounded(1);
+        let cmd = self.pid;
+        let waiter = thread::Builder::new()
+            .name("pgtenure-wait-cmd".into())
+            .spawn(move || {
+                loop {
+                    // SAFETY: a zeroed siginfo_t is a valid out-parameter for waitid.
+                    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+                    // SAFETY: info is a valid, writable siginfo_t.
+                    let r = unsafe {
+                        libc::waitid(
+                            libc::P_ALL,
+                            0,
+                            &mut info,
+                            libc::WEXITED | libc::WNOWAIT,
+                        )
+                    };
+                    if r != 0 {
+                        let e = io::Error::last_os_error();
+                        if e.kind() == io::ErrorKind::Interrupted {
+                            continue;
+                        }
+                        say!("pgtenure: waiting for CMD failed ({e}); stopping it");
+                        break;
+                    }
+                    // SAFETY: waitid filled info for a child that exited.
+                    let pid = unsafe { info.si_pid() };
+                    if pid == cmd {
+                        break;
+                    }
+                    // An orphan of CMD's tree that exited: a zombie child of ours, not CMD.
+                    // SAFETY: waitpid on that child; this thread is the only one reaping now.
+                    unsafe {
+                        libc::waitpid(pid, std::ptr::null_mut(), libc::WNOHANG);
+                    }
+                }
+                let _ = tx.send(());
+            })?;
+        self.waiter = Some(waiter);
+        self.exited = rx.clone();
+        Ok(rx)
+    }
+
+    /// Whether the waiter thread has ended (or never started): this thread reaps from then on.
+    fn waiter_ended(&mut self) -> bool {
+        if self.waiter.as_ref().is_some_and(|w| !w.is_finished()) {
+            return false;
+        }
+        if let Some(waiter) = self.waiter.take() {
+            // It has finished: the join returns at once.
+            let _ = waiter.join();
+        }
+        true
+    }
+
+    /// Ends CMD's tree once the caller has sent it a first signal (or CMD has exited): waits up to
+    /// `grace` for every process of the tree to exit, passing on the `signals` pgtenure gets
+    /// meanwhile, then sends SIGKILL to whatever runs on, scanning again until nothing does. With
+    /// `lost`, the rest of the tree gets SIGKILL as soon as CMD has exited (no tenure is left to
+    /// finish in). Reaps the tree's orphans, and CMD last: CMD's status (`None` if waiting failed).
+    ///
+    /// A process that cannot be killed (one that changed its user ID, one in an uninterruptible
+    /// sleep) keeps this waiting: nothing of CMD's may run on after the lease.
+    pub(super) fn stop(
+        &mut self,
+        grace: Duration,
+        signals: Option<&Receiver<i32>>,
+        lost: bool,
+    ) -> Option<ExitStatus> {
+        let deadline = Instant::now().checked_add(grace);
+        let signals = signals.cloned().unwrap_or_else(never);
+        let mut killed = false;
+        loop {
+            let reaping = self.waiter_ended();
+            let tree = tree::scan(&self.root);
+            if reaping {
+                tree::reap_orphans(&self.root, &tree);
+            }
+            let running: Vec<&Proc> = tree.iter().filter(|p| p.runs()).collect();
+            if running.is_empty() && reaping {
+                break;
+            }
+            let late = deadline.is_some_and(|d| Instant::now() >= d);
+            if !killed && (late || (lost && reaping)) {
+                killed = true;
+                self.signal_tree(libc::SIGKILL);
+                let cmd_runs = running.iter().any(|p| p.pid == self.pid);
+                let others = running.len() - usize::from(cmd_runs);
+                if late && cmd_runs {
+                    say!("pgtenure: CMD did not exit within {grace:?} of SIGTERM; sent SIGKILL");
+                } else if late {
+                    say!(
+                        "pgtenure: {others} process(es) that CMD started did not exit within \
+                         {grace:?} of SIGTERM; sent SIGKILL"
+                    );
+                }
+            } else if killed {
+                // What forked while it was killed.
+                self.signal_tree(libc::SIGKILL);
+            }
+            let exited = match self.waiter {
+                Some(_) => self.exited.clone(),
+                None => never(),
+            };
+            select! {
+                recv(exited) -> _ => {}
+                recv(signals) -> signal => {
+                    if let (Ok(signal), false) = (signal, killed) {
+                        self.signal_tree(signal);
+                    }
+                }
+                default(POLL) => {}
+            }
+        }
+        self.reap()
     }
 
     /// Waits for CMD and reaps it: its status, `None` if waiting failed.
-    pub(super) fn reap(&mut self) -> Option<ExitStatus> {
+    fn reap(&mut self) -> Option<ExitStatus> {
         let status = self.child.wait().ok();
         self.reaped = true;
         status
     }
 
-    /// SIGKILL to CMD's group, then reaps CMD.
-    pub(super) fn kill_group(&mut self) {
-        self.signal_group(libc::SIGKILL);
-        self.reap();
-    }
-
-    /// After a loss and SIGTERM: waits up to `grace` for CMD to exit, then SIGKILL to its group
-    /// (CMD itself if it is still running, and what it left in its group: none of it may run on
-    /// without the lease); returns once CMD has been reaped.
-    pub(super) fn stop(&mut self, exited: &Receiver<io::Result<()>>, grace: Duration) {
-        let ignored = exited.recv_timeout(grace).is_err();
-        self.kill_group();
-        if ignored {
-            say!("pgtenure: CMD did not exit within {grace:?} of SIGTERM; sent SIGKILL");
+    /// SIGKILL to CMD's whole tree, then reaps it: for the paths that cannot wait (an error, a
+    /// panic).
+    pub(super) fn kill_tree(&mut self) {
+        if !self.reaped {
+            self.signal_tree(libc::SIGKILL);
+            self.stop(Duration::ZERO, None, true);
         }
     }
 }
 
 impl Drop for Cmd {
     fn drop(&mut self) {
-        if !self.reaped {
-            self.kill_group();
-        }
+        self.kill_tree();
     }
-}
-
-/// A thread that waits until CMD exits without reaping it (`waitid` with `WNOWAIT`), and says so on
-/// the returned channel: the main thread can select on it beside the lease's loss channel, and its
-/// signals keep reaching CMD, never a process that reused its pid.
-pub(super) fn watch_exit(pid: libc::pid_t) -> io::Result<Receiver<io::Result<()>>> {
-    let (tx, rx) = bounded(1);
-    thread::Builder::new()
-        .name("pgtenure-wait-cmd".into())
-        .spawn(move || {
-            let result = loop {
-                // SAFETY: a zeroed siginfo_t is a valid out-parameter for waitid.
-                let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-                // SAFETY: info is a valid, writable siginfo_t.
-                let r = unsafe {
-                    libc::waitid(
-                        libc::P_PID,
-                        pid as libc::id_t,
-                        &mut info,
-                        libc::WEXITED | libc::WNOWAIT,
-                    )
-                };
-                if r == 0 {
-                    break Ok(());
-                }
-                let e = io::Error::last_os_error();
-                if e.kind() != io::ErrorKind::Interrupted {
-                    break Err(e);
-                }
-            };
-            let _ = tx.send(result);
-        })?;
-    Ok(rx)
 }

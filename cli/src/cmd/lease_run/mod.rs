@@ -23,6 +23,7 @@
 
 mod acquire;
 mod child;
+mod tree;
 
 use std::io;
 use std::os::unix::process::CommandExt;
@@ -34,7 +35,8 @@ use pgtenure::crossbeam_channel::select;
 use pgtenure::{Db, Lease};
 
 use self::acquire::acquire;
-use self::child::{exit_status, prepare_child, watch_exit, Cmd};
+use self::child::{exit_status, prepare_child, Cmd};
+use self::tree::{become_subreaper, Proc};
 use crate::output::Output;
 use crate::signals::{disarm_job_control, signal_name, Signals};
 use crate::{duration, Failure, Global, DEFAULT_INTERVAL, EXIT_ERROR};
@@ -241,7 +243,12 @@ impl LeaseRunArgs {
             .env(ENV_TOKEN, lease.token().to_string())
             .process_group(0);
         prepare_child(&mut command);
-        // Declared after `lease`, so dropped before it: a panic from here on kills CMD's group before
+        // Before the spawn: no process of CMD's tree can leave it before pgtenure reaps it.
+        if let Err(e) = become_subreaper() {
+            release(lease);
+            return Err(e.into());
+        }
+        // Declared after `lease`, so dropped before it: a panic from here on kills CMD's tree before
         // the lease's drop releases the key.
         let mut cmd = match command.spawn() {
             Ok(child) => Cmd::new(child),
@@ -255,10 +262,10 @@ impl LeaseRunArgs {
                 });
             }
         };
-        let exited = match watch_exit(cmd.pid) {
+        let exited = match cmd.watch_exit() {
             Ok(exited) => exited,
             Err(e) => {
-                cmd.kill_group();
+                cmd.kill_tree();
                 release(lease);
                 return Err(e.into());
             }
@@ -266,36 +273,58 @@ impl LeaseRunArgs {
         loop {
             select! {
                 recv(exited) -> _ => {
-                    let status = cmd.reap();
+                    // CMD's end ends its tree, before the lease is released: what CMD left
+                    // running (a daemon it started, a background job) gets SIGTERM, and SIGKILL
+                    // after the grace period, while the lease is still renewed.
+                    let left = cmd.signal_tree(libc::SIGTERM);
+                    if !left.is_empty() {
+                        say!(
+                            "pgtenure: {program:?} exited, leaving {} process(es) it started \
+                             (pid {}); stopping them with SIGTERM, SIGKILL after {:?}, before \
+                             releasing lease {:?}",
+                            left.len(),
+                            pids(&left),
+                            self.grace,
+                            self.key
+                        );
+                    }
+                    let status = cmd.stop(self.grace, Some(&signals.received), false);
                     release(lease);
                     return Ok(status.map_or(EXIT_ERROR, exit_status));
                 }
                 recv(lease.lost()) -> reason => {
                     // CMD first: nothing may delay or prevent its signal, a report least of all.
-                    cmd.signal_group(libc::SIGTERM);
+                    cmd.signal_tree(libc::SIGTERM);
                     let reason = reason.map_or_else(
                         |_| "its renewal stopped".to_owned(),
                         |reason| reason.to_string(),
                     );
                     say!(
-                        "pgtenure: lease {:?} lost ({reason}); stopping {program:?} with SIGTERM, \
-                         SIGKILL after {:?}",
+                        "pgtenure: lease {:?} lost ({reason}); stopping {program:?} and what it \
+                         started with SIGTERM, SIGKILL after {:?}",
                         self.key, self.grace
                     );
-                    cmd.stop(&exited, self.grace);
+                    cmd.stop(self.grace, Some(&signals.received), true);
                     release(lease);
                     return Ok(EXIT_LOST);
                 }
                 recv(signals.received) -> signal => {
                     // CMD's group is not the terminal's foreground group, so a terminal's Ctrl-C reached
-                    // only pgtenure: whoever sent it, it is passed on. The lease is kept until CMD exits.
+                    // only pgtenure: whoever sent it, it is passed on, to CMD's whole tree. The lease
+                    // is kept until CMD exits, and its tree with it.
                     if let Ok(signal) = signal {
-                        cmd.signal_group(signal);
+                        cmd.signal_tree(signal);
                     }
                 }
             }
         }
     }
+}
+
+/// The pids of `procs`, for messages.
+fn pids(procs: &[Proc]) -> String {
+    let pids: Vec<String> = procs.iter().map(|p| p.pid.to_string()).collect();
+    pids.join(", ")
 }
 
 /// Releases the lease after CMD ended; a failure is said, and the row lapses at its TTL.
