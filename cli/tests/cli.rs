@@ -904,9 +904,18 @@ impl Worker {
             worker.size().filter(|&n| n > 0)
         });
         let stat = std::fs::read_to_string(format!("/proc/{}/stat", worker.pid)).unwrap();
-        let fields: Vec<&str> = stat.rsplit_once(')').unwrap().1.split_whitespace().collect();
+        let fields: Vec<&str> = stat
+            .rsplit_once(')')
+            .unwrap()
+            .1
+            .split_whitespace()
+            .collect();
         let (group, session) = (fields[2], fields[3]);
-        assert_eq!(group, worker.pid.to_string(), "the worker leads a group of its own");
+        assert_eq!(
+            group,
+            worker.pid.to_string(),
+            "the worker leads a group of its own"
+        );
         assert_eq!(session, worker.pid.to_string(), "and a session of its own");
         worker
     }

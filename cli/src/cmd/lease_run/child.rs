@@ -169,12 +169,7 @@ impl Cmd {
                     let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
                     // SAFETY: info is a valid, writable siginfo_t.
                     let r = unsafe {
-                        libc::waitid(
-                            libc::P_ALL,
-                            0,
-                            &mut info,
-                            libc::WEXITED | libc::WNOWAIT,
-                        )
+                        libc::waitid(libc::P_ALL, 0, &mut info, libc::WEXITED | libc::WNOWAIT)
                     };
                     if r != 0 {
                         let e = io::Error::last_os_error();
@@ -293,6 +288,9 @@ impl Cmd {
     }
 }
 
+/// Kills CMD's tree unless it was reaped. It returns once nothing of the tree runs, as the lease
+/// must not be released before (it is dropped after this): at once, but for a process SIGKILL
+/// cannot end (an uninterruptible sleep), which holds it, as it would hold any wait for CMD.
 impl Drop for Cmd {
     fn drop(&mut self) {
         self.kill_tree();

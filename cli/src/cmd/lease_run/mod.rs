@@ -4,22 +4,32 @@
 //! while CMD runs, retrying a failed renewal (a killed connection, a restarting database) on a new
 //! connection until the lease's local deadline. Only a loss stops CMD: the database refusing a
 //! renewal (the key was force-released, or taken after a lapse) or the local deadline passing
-//! without a renewal. Then CMD's process group gets SIGTERM, and SIGKILL after the grace period.
+//! without a renewal. Then CMD's tree gets SIGTERM, and SIGKILL after the grace period.
 //!
-//! CMD never outlives the lease, however `pgtenure` ends:
-//! - CMD runs in a process group of its own, which gets the signals `pgtenure` is sent (SIGINT,
-//!   SIGTERM, SIGHUP, SIGQUIT); `pgtenure` keeps the lease until CMD has exited, then releases it.
+//! CMD never outlives the lease, however `pgtenure` ends, and "CMD" is its whole tree: whatever it
+//! started, however far it went (`setsid`, a double fork). `pgtenure` is the tree's subreaper
+//! (Linux `PR_SET_CHILD_SUBREAPER`, set before CMD is spawned), so a descendant whose parent exits
+//! is given to `pgtenure`, and every process of the tree can be found and signalled (`tree`).
+//! - CMD runs in a process group of its own; the signals `pgtenure` is sent (SIGINT, SIGTERM,
+//!   SIGHUP, SIGQUIT) go to that group and to every other process of the tree; `pgtenure` keeps the
+//!   lease until CMD has exited, then releases it.
+//! - CMD's end ends its tree: what CMD left running gets SIGTERM, and SIGKILL after the grace
+//!   period, and the lease is released only once nothing of the tree runs. After a loss, what CMD
+//!   left gets SIGKILL as soon as CMD has exited.
 //! - CMD is killed (SIGKILL) by the kernel when `pgtenure` dies in any other way (`kill -9`, the OOM
 //!   killer, a crash): Linux's parent-death signal, set in the child before `exec`. SIGKILL, not
 //!   SIGTERM: nobody is left to renew the lease or to enforce the grace period, and a CMD that
-//!   ignored SIGTERM would run on beside the key's next holder.
-//! - A panic in `pgtenure` kills CMD's group before the lease is released (CMD's handle is dropped
+//!   ignored SIGTERM would run on beside the key's next holder. That signal reaches CMD alone: the
+//!   rest of the tree then runs on (documented, with the remedies: a PID namespace, a supervisor
+//!   that kills a control group).
+//! - A panic in `pgtenure` kills CMD's tree before the lease is released (CMD's handle is dropped
 //!   before the lease's).
 //! - Nothing on these paths can panic on a write: messages go to stderr through `say!`, which
 //!   ignores a failed write (a dead pipe), and only after CMD was signalled.
 //!
 //! Here are the arguments and the run from acquire to release; `acquire` gets the lease while
-//! `--wait` lasts, `child` starts, signals, stops and reaps CMD, `signals` catches pgtenure's.
+//! `--wait` lasts, `child` starts, signals, stops and reaps CMD, `tree` finds and signals the rest
+//! of CMD's tree, `signals` catches pgtenure's.
 
 mod acquire;
 mod child;
@@ -61,13 +71,20 @@ pub(super) const EXIT_HELP: &str = "\
 CMD runs with PGTENURE_LEASE_KEY and PGTENURE_LEASE_TOKEN (the fencing token) in its environment.
 The lease renews every third of --ttl while CMD runs; a failed renewal (a killed connection, a
 restarting database) is retried until the lease's local deadline.
-CMD never outlives the lease, however pgtenure ends. CMD runs in a process group of its own:
-SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to pgtenure (a terminal's Ctrl-C included) are passed to
-that group, and pgtenure keeps the lease until CMD exits. If pgtenure dies otherwise (kill -9, the
-OOM killer, a crash), the kernel kills CMD at once with SIGKILL (Linux's parent-death signal; CMD
-cannot clean up then, as nobody is left to renew the lease). That signal reaches CMD itself, not
-the processes it starts: a shell wrapper should exec its last command. CMD is a background job to a
-terminal: it cannot read from it, and Ctrl-Z does nothing. Give lease-run non-interactive commands.
+CMD never outlives the lease, however pgtenure ends, and CMD includes every process it starts,
+however far it goes (setsid, a double fork, a daemon): on Linux pgtenure is their subreaper, so
+none can leave CMD's tree. CMD runs in a process group of its own: SIGINT, SIGTERM, SIGHUP and
+SIGQUIT sent to pgtenure (a terminal's Ctrl-C included) are passed to that group and to every other
+process of the tree, and pgtenure keeps the lease until CMD exits. CMD's end ends its tree: what
+CMD left running gets SIGTERM, and SIGKILL after --grace, and the lease is released only once all of
+it is gone. If pgtenure dies otherwise (kill -9, the OOM killer, a crash), the kernel kills CMD at
+once with SIGKILL (Linux's parent-death signal; CMD cannot clean up then, as nobody is left to
+renew the lease). That signal reaches CMD itself, not the processes it starts, which run on: a
+shell wrapper should exec its last command, and a CMD that starts daemons can be run as
+`unshare --pid --fork --kill-child CMD` (as root; elsewhere add --user --map-root-user where user
+namespaces are allowed): its PID namespace, and all in it, dies with CMD. A process CMD has another service start (systemd-run, at, ssh) is not CMD's. CMD is a
+background job to a terminal: it cannot read from it, and Ctrl-Z does nothing. Give lease-run
+non-interactive commands.
 A loss is the key force-released (pgtenure lease release --force), taken after a lapse, asked for
 by a contender (Leases::supersede), or not renewed before the lease's local deadline. CMD can still
 run for up to a third of --ttl before the loss is seen, and for --grace after it: fence CMD's own
@@ -77,7 +94,7 @@ Exit status:
   CMD's own status     CMD ran and exited (128+N when a signal N ended it); the lease is released
   75                   the lease was not acquired within --wait (another holder has it)
   76                   the lease was lost while CMD ran (force-released, taken after a lapse, or not
-                       renewed in time); CMD's group got SIGTERM, then SIGKILL once CMD exited or
+                       renewed in time); CMD's tree got SIGTERM, then SIGKILL once CMD exited or
                        after --grace
   126, 127             CMD could not be executed, or was not found
   1                    an error (said on stderr), e.g. the database could not be reached

@@ -127,7 +127,7 @@ fn send(p: &Proc, signal: i32) -> io::Result<()> {
     let fd = unsafe { OwnedFd::from_raw_fd(fd as libc::c_int) };
     // The pidfd names the process that had the pid when it was opened: if that one is the one the
     // scan saw, the signal can reach no other.
-    if !Proc::read(p.pid).is_some_and(|now| now.start == p.start) {
+    if Proc::read(p.pid).is_none_or(|now| now.start != p.start) {
         return Ok(());
     }
     use std::os::fd::AsRawFd;
