@@ -1030,6 +1030,54 @@ fn a_command_that_exits_after_daemonizing_keeps_the_lease_until_its_worker_is_st
     worker.assert_stopped("after pgtenure exited");
 }
 
+/// The children of `parent` that are zombies (exited, not reaped).
+fn zombie_children(parent: libc::pid_t) -> Vec<libc::pid_t> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|entry| entry.ok()?.file_name().to_str()?.parse().ok())
+        .filter(|&pid: &libc::pid_t| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+                let fields: Vec<String> = stat
+                    .rsplit_once(')')
+                    .map(|(_, rest)| rest.split_whitespace().map(str::to_owned).collect())
+                    .unwrap_or_default();
+                fields.first().is_some_and(|s| s == "Z")
+                    && fields.get(1).is_some_and(|p| *p == parent.to_string())
+            })
+        })
+        .collect()
+}
+
+#[test]
+fn orphans_of_the_command_are_reaped_while_it_runs() {
+    let env = Env::new();
+    env.leases().create_table().unwrap();
+    let ready = env.file("ready");
+    // Fifty double forks: each `sleep` is orphaned at once, given to pgtenure (the subreaper), and
+    // exits as its zombie child.
+    let script = format!(
+        "for i in $(seq 50); do (sleep 0.01 &); done; sleep 0.3; echo ready > {}; exec sleep 60",
+        ready.display()
+    );
+    let child = env
+        .command(&["lease-run", "k", "--", "sh", "-c", &script])
+        .spawn()
+        .unwrap();
+    let pgtenure = child.id() as libc::pid_t;
+    wait_for("the command to be ready", Duration::from_secs(10), || {
+        read(&ready)
+    });
+    wait_for(
+        "pgtenure to reap the orphans that exited",
+        Duration::from_secs(5),
+        || zombie_children(pgtenure).is_empty().then_some(()),
+    );
+    send(pgtenure, libc::SIGTERM);
+    let (status, stderr) = finish(child, Duration::from_secs(10));
+    assert_eq!(status.code(), Some(128 + libc::SIGTERM), "{stderr}");
+}
+
 /// Adversarial (branch `attack`): "its arguments are checked before it connects; usage errors exit
 /// 2". lease-run's TTL (under the managed lease's 30 ms, over 100 years) and a blank key are found
 /// only by the acquire, after connecting: with the database down, the operator waits out the pool
