@@ -877,14 +877,15 @@ struct Worker {
 
 impl Worker {
     /// `sh -c 'setsid -f sh -c WORKER; THEN'`: the worker (`prelude` first) writes its pid to
-    /// `daemon.pid`, then beats; CMD waits until the pid is written, then runs `then`. The worker's
+    /// `daemon.pid` (as `/proc` shows it: in a PID namespace of its own too), then beats; CMD waits until the pid is written, then runs `then`. The worker's
     /// output goes to /dev/null, as a daemon's does: holding pgtenure's stderr pipe, a worker that
     /// outlived it would keep a reader of that pipe waiting.
     fn script(env: &Env, prelude: &str, then: &str) -> String {
         let (pid, beats) = (env.file("daemon.pid"), env.file("daemon.beats"));
         format!(
-            "setsid -f sh -c '{prelude} echo $$ > {pid}; while :; do echo x >> {beats}; sleep 0.05; \
-             done' </dev/null >/dev/null 2>&1; while [ ! -s {pid} ]; do sleep 0.01; done; {then}",
+            "setsid -f sh -c '{prelude} read -r p _ < /proc/self/stat; echo $p > {pid}; while :; \
+             do echo x >> {beats}; sleep 0.05; done' </dev/null >/dev/null 2>&1; \
+             while [ ! -s {pid} ]; do sleep 0.01; done; {then}",
             pid = pid.display(),
             beats = beats.display(),
         )
@@ -1028,6 +1029,40 @@ fn a_command_that_exits_after_daemonizing_keeps_the_lease_until_its_worker_is_st
     assert_eq!(status.code(), Some(7), "CMD's own status: {stderr}");
     assert!(stderr.contains("sent SIGKILL"), "{stderr}");
     worker.assert_stopped("after pgtenure exited");
+}
+
+#[test]
+fn a_pid_namespace_closes_the_kill_9_hole_for_a_daemonizing_command() {
+    // The remedy docs/operating.md gives for the one documented escape: a kill -9 of pgtenure
+    // kills CMD (the parent-death signal) but not what CMD started. Where PID namespaces are not
+    // available to this user there is nothing to check.
+    let unshare = ["unshare", "--pid", "--fork", "--kill-child"];
+    let available = Command::new(unshare[0])
+        .args(&unshare[1..])
+        .arg("true")
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !available {
+        eprintln!("unshare --pid is not available here: nothing to check");
+        return;
+    }
+    let env = Env::new();
+    env.leases().create_table().unwrap();
+    let script = Worker::script(&env, "", "exec sleep 60");
+    let mut args = vec!["lease-run", "k", "--ttl", "1500ms", "--"];
+    args.extend(unshare);
+    args.extend(["sh", "-c", &script]);
+    let child = env.command(&args).spawn().unwrap();
+    let worker = Worker::started(&env);
+    send(child.id() as libc::pid_t, libc::SIGKILL);
+    reap(child);
+    wait_for(
+        "the worker to die with the PID namespace",
+        Duration::from_secs(5),
+        || (!alive(worker.pid)).then_some(()),
+    );
+    worker.assert_stopped("after pgtenure was killed with SIGKILL");
 }
 
 /// The children of `parent` that are zombies (exited, not reaped).
