@@ -226,6 +226,7 @@ impl Cmd {
         let deadline = Instant::now().checked_add(grace);
         let signals = signals.cloned().unwrap_or_else(never);
         let mut killed = false;
+        let mut empty_once = false;
         loop {
             let reaping = self.waiter_ended();
             let tree = tree::scan(&self.root);
@@ -234,8 +235,16 @@ impl Cmd {
             }
             let running: Vec<&Proc> = tree.iter().filter(|p| p.runs()).collect();
             if running.is_empty() && reaping {
-                break;
+                // Twice in a row: a scan can miss a process whose parent and grandparent both
+                // exited while it read /proc (reparented to pgtenure meanwhile, it is pgtenure's
+                // child by the next scan, which nothing else can reap).
+                if empty_once {
+                    break;
+                }
+                empty_once = true;
+                continue;
             }
+            empty_once = false;
             let late = deadline.is_some_and(|d| Instant::now() >= d);
             if !killed && (late || (lost && reaping)) {
                 killed = true;
