@@ -76,9 +76,19 @@ pub(super) fn exit_status(status: ExitStatus) -> u8 {
 
 /// How often a stop looks again whether CMD's tree still runs: its descendants other than CMD are
 /// not pgtenure's children until their parent exits, and no event says when they exit. At least
-/// four times as long as a scan took, so that scans of a host with many processes (about 14 ms for
-/// 1,000 in a release build) take at most a fifth of a core.
+/// four times as long as a scan took, so that scans of a host with many processes (15 to 40 ms for
+/// 1,000 on two busy cores: the kernel writing each `/proc/PID/stat`) take at most a fifth of a
+/// core.
 const POLL: Duration = Duration::from_millis(20);
+
+/// How CMD's tree comes to be stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Ending {
+    /// CMD exited by itself (or on a signal pgtenure passed on) while the lease was held.
+    Exited,
+    /// The lease was lost, and the tree has had SIGTERM.
+    Lost,
+}
 
 /// CMD and its tree. CMD leads its own process group (its pid is the group's id); the rest of the
 /// tree is found in `/proc` (see [`super::tree`]). Killed with its tree on drop unless reaped.
@@ -121,11 +131,20 @@ impl Cmd {
     /// Sends `signal` to CMD's tree: to CMD's process group first (CMD, and whatever it started that
     /// stayed in its group), then to every other process of the tree; `SIGCONT` after any other
     /// signal than `SIGKILL`, as a shell does for a stopped job: a process stopped by SIGSTOP, or by
-    /// SIGTTIN reading the terminal from its background group, acts on the signal at once. Returns
-    /// the processes of the tree other than CMD that still ran.
-    pub(super) fn signal_tree(&mut self, signal: i32) -> Vec<Proc> {
+    /// SIGTTIN reading the terminal from its background group, acts on the signal at once.
+    pub(super) fn signal_tree(&mut self, signal: i32) {
         if self.reaped {
-            return Vec::new();
+            return;
+        }
+        self.signal_group(signal);
+        let tree = tree::scan(&self.root);
+        self.signal_each(tree.iter(), signal);
+    }
+
+    /// Sends `signal` (then `SIGCONT`, but after `SIGKILL`) to CMD's process group.
+    fn signal_group(&self, signal: i32) {
+        if self.reaped {
+            return;
         }
         // SAFETY: kill has no memory effects; the group's leader is our unreaped child.
         unsafe {
@@ -134,12 +153,14 @@ impl Cmd {
                 libc::kill(-self.pid, libc::SIGCONT);
             }
         }
-        let others: Vec<Proc> = tree::scan(&self.root)
-            .into_iter()
-            .filter(|p| p.pid != self.pid && p.runs())
-            .collect();
-        for p in &others {
-            if p.in_group(self.pid) {
+    }
+
+    /// Sends `signal` (then `SIGCONT`, but after `SIGKILL`) to each running process of `procs` but
+    /// CMD and its group's members, which [`Cmd::signal_group`] reaches; says which processes it was
+    /// not allowed to signal, once each.
+    fn signal_each<'a>(&mut self, procs: impl Iterator<Item = &'a Proc>, signal: i32) {
+        for p in procs {
+            if p.in_group(self.pid) || !p.runs() {
                 continue;
             }
             if let Err(e) = p.signal(signal) {
@@ -153,7 +174,6 @@ impl Cmd {
                 }
             }
         }
-        others
     }
 
     /// Starts the waiter thread, which waits until CMD exits without reaping it (`waitid` with
@@ -211,10 +231,11 @@ impl Cmd {
         true
     }
 
-    /// Ends CMD's tree once the caller has sent it a first signal (or CMD has exited): waits up to
+    /// Ends CMD's tree, once CMD has exited ([`Ending::Exited`]: what it left running gets SIGTERM
+    /// here) or after a loss ([`Ending::Lost`]: the caller has sent the tree SIGTERM): waits up to
     /// `grace` for every process of the tree to exit, passing on the `signals` pgtenure gets
-    /// meanwhile, then sends SIGKILL to whatever runs on, scanning again until nothing does. With
-    /// `lost`, the rest of the tree gets SIGKILL as soon as CMD has exited (no tenure is left to
+    /// meanwhile, then sends SIGKILL to whatever runs on, scanning again until nothing does. After a
+    /// loss, the rest of the tree gets SIGKILL as soon as CMD has exited (no tenure is left to
     /// finish in). Reaps the tree's orphans, and CMD last: CMD's status (`None` if waiting failed).
     ///
     /// A process that cannot be killed (one that changed its user ID, one in an uninterruptible
@@ -223,10 +244,12 @@ impl Cmd {
         &mut self,
         grace: Duration,
         signals: Option<&Receiver<i32>>,
-        lost: bool,
+        ending: Ending,
     ) -> Option<ExitStatus> {
         let deadline = Instant::now().checked_add(grace);
         let signals = signals.cloned().unwrap_or_else(never);
+        let lost = ending == Ending::Lost;
+        let mut termed = lost;
         let mut killed = false;
         let mut empty_once = false;
         loop {
@@ -249,10 +272,31 @@ impl Cmd {
                 continue;
             }
             empty_once = false;
+            if !termed {
+                let others: Vec<&Proc> = running
+                    .iter()
+                    .copied()
+                    .filter(|p| p.pid != self.pid)
+                    .collect();
+                if !others.is_empty() {
+                    termed = true;
+                    self.signal_group(libc::SIGTERM);
+                    self.signal_each(others.iter().copied(), libc::SIGTERM);
+                    let pids: Vec<String> = others.iter().map(|p| p.pid.to_string()).collect();
+                    say!(
+                        "pgtenure: CMD exited, leaving {} process(es) it started (pid {}); \
+                         stopping them with SIGTERM, SIGKILL after {grace:?}, before the lease is \
+                         released",
+                        others.len(),
+                        pids.join(", ")
+                    );
+                }
+            }
             let late = deadline.is_some_and(|d| Instant::now() >= d);
             if !killed && (late || (lost && reaping)) {
                 killed = true;
-                self.signal_tree(libc::SIGKILL);
+                self.signal_group(libc::SIGKILL);
+                self.signal_each(running.iter().copied(), libc::SIGKILL);
                 let cmd_runs = running.iter().any(|p| p.pid == self.pid);
                 let others = running.len() - usize::from(cmd_runs);
                 if late && cmd_runs {
@@ -265,7 +309,8 @@ impl Cmd {
                 }
             } else if killed {
                 // What forked while it was killed.
-                self.signal_tree(libc::SIGKILL);
+                self.signal_group(libc::SIGKILL);
+                self.signal_each(running.iter().copied(), libc::SIGKILL);
             }
             let exited = match self.waiter {
                 Some(_) => self.exited.clone(),
@@ -296,7 +341,7 @@ impl Cmd {
     pub(super) fn kill_tree(&mut self) {
         if !self.reaped {
             self.signal_tree(libc::SIGKILL);
-            self.stop(Duration::ZERO, None, true);
+            self.stop(Duration::ZERO, None, Ending::Lost);
         }
     }
 }

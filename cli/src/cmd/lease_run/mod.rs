@@ -45,8 +45,8 @@ use pgtenure::crossbeam_channel::select;
 use pgtenure::{Db, Lease};
 
 use self::acquire::acquire;
-use self::child::{exit_status, prepare_child, Cmd};
-use self::tree::{become_subreaper, Proc};
+use self::child::{exit_status, prepare_child, Cmd, Ending};
+use self::tree::become_subreaper;
 use crate::output::Output;
 use crate::signals::{disarm_job_control, signal_name, Signals};
 use crate::{duration, Failure, Global, DEFAULT_INTERVAL, EXIT_ERROR};
@@ -293,19 +293,7 @@ impl LeaseRunArgs {
                     // CMD's end ends its tree, before the lease is released: what CMD left
                     // running (a daemon it started, a background job) gets SIGTERM, and SIGKILL
                     // after the grace period, while the lease is still renewed.
-                    let left = cmd.signal_tree(libc::SIGTERM);
-                    if !left.is_empty() {
-                        say!(
-                            "pgtenure: {program:?} exited, leaving {} process(es) it started \
-                             (pid {}); stopping them with SIGTERM, SIGKILL after {:?}, before \
-                             releasing lease {:?}",
-                            left.len(),
-                            pids(&left),
-                            self.grace,
-                            self.key
-                        );
-                    }
-                    let status = cmd.stop(self.grace, Some(&signals.received), false);
+                    let status = cmd.stop(self.grace, Some(&signals.received), Ending::Exited);
                     release(lease);
                     return Ok(status.map_or(EXIT_ERROR, exit_status));
                 }
@@ -321,7 +309,7 @@ impl LeaseRunArgs {
                          started with SIGTERM, SIGKILL after {:?}",
                         self.key, self.grace
                     );
-                    cmd.stop(self.grace, Some(&signals.received), true);
+                    cmd.stop(self.grace, Some(&signals.received), Ending::Lost);
                     release(lease);
                     return Ok(EXIT_LOST);
                 }
@@ -336,12 +324,6 @@ impl LeaseRunArgs {
             }
         }
     }
-}
-
-/// The pids of `procs`, for messages.
-fn pids(procs: &[Proc]) -> String {
-    let pids: Vec<String> = procs.iter().map(|p| p.pid.to_string()).collect();
-    pids.join(", ")
 }
 
 /// Releases the lease after CMD ended; a failure is said, and the row lapses at its TTL.
