@@ -82,9 +82,9 @@ once with SIGKILL (Linux's parent-death signal; CMD cannot clean up then, as nob
 renew the lease). That signal reaches CMD itself, not the processes it starts, which run on: a
 shell wrapper should exec its last command, and a CMD that starts daemons can be run as
 `unshare --pid --fork --kill-child CMD` (as root; elsewhere add --user --map-root-user where user
-namespaces are allowed): its PID namespace, and all in it, dies with CMD. A process CMD has another service start (systemd-run, at, ssh) is not CMD's. CMD is a
-background job to a terminal: it cannot read from it, and Ctrl-Z does nothing. Give lease-run
-non-interactive commands.
+namespaces are allowed): its PID namespace, and all in it, dies with CMD. A process that another
+service starts for CMD (systemd-run, at, ssh) is not CMD's. CMD is a background job to a terminal:
+it cannot read from it, and Ctrl-Z does nothing. Give lease-run non-interactive commands.
 A loss is the key force-released (pgtenure lease release --force), taken after a lapse, asked for
 by a contender (Leases::supersede), or not renewed before the lease's local deadline. CMD can still
 run for up to a third of --ttl before the loss is seen, and for --grace after it: fence CMD's own
