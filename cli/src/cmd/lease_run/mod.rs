@@ -119,7 +119,8 @@ pub(crate) struct LeaseRunArgs {
     /// How long to keep trying while another holder has the key, e.g. 2m (0: try once).
     #[arg(long, default_value = "0", value_parser = duration::parse, allow_hyphen_values = true)]
     wait: Duration,
-    /// Once the lease is lost: how long CMD has to exit after SIGTERM before it gets SIGKILL.
+    /// How long CMD has to exit after SIGTERM once the lease is lost, and what CMD left running once
+    /// CMD exits, before SIGKILL.
     #[arg(long, default_value = "10s", value_parser = duration::parse, allow_hyphen_values = true)]
     grace: Duration,
     /// The owner name written into the lease row. Defaults to "{hostname}-{pid}-{random hex}".
