@@ -1,5 +1,5 @@
 //! The signals that end the command's long runs (SIGINT, SIGTERM, SIGHUP, SIGQUIT), caught and
-//! delivered on a channel: `lease-run` passes them to CMD's process group (and disarms job control,
+//! delivered on a channel: `lease-run` passes them to CMD's tree (and disarms job control,
 //! which would stop it alone), the exporter shuts down on them.
 
 use std::io;
@@ -19,7 +19,7 @@ pub(crate) fn signal_name(signal: i32) -> String {
     }
 }
 
-/// The signals pgtenure catches (lease-run passes them to CMD's process group; any other signal
+/// The signals pgtenure catches (lease-run passes them to CMD's tree; any other signal
 /// that ends pgtenure ends CMD through the parent-death signal).
 const FORWARDED: [libc::c_int; 4] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT];
 

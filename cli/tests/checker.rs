@@ -6,10 +6,14 @@
 //! killed (`pg_terminate_backend`), the key force-released; a third of the runs have a dead stderr
 //! (a pipe whose reader is gone, so every write fails with EPIPE). Busy threads load the CPUs in
 //! bursts (`PGTENURE_CHECKER_LOAD` of them, default 2) so that ordering races show on two cores.
+//! Half the commands daemonize: their loop runs in a worker started by `setsid -f` (out of CMD's
+//! process group and session, its parent gone), and the command then waits or exits at once; such
+//! a run gets SIGTERM where another would get `kill -9` (a `kill -9` of pgtenure leaves a daemonized
+//! worker running: documented).
 //!
-//! What is checked. Every command (a bash loop) writes a line with the time (`$EPOCHREALTIME`)
-//! every 20 ms to a file named after its key and fencing token, and first its own pid and its
-//! parent's (pgtenure's). A trigger on the leases table logs every change of a key's token with the
+//! What is checked. Every command (a bash loop, or its daemonized worker) writes a line with the
+//! time (`$EPOCHREALTIME`) every 20 ms to a file named after its key and fencing token, and first
+//! its own pid and pgtenure's. A trigger on the leases table logs every change of a key's token with the
 //! database's `clock_timestamp()`: the grants, and the force releases (which give the row a fresh
 //! token). The tenure of token t ends at the next token change of its key, at G. Then:
 //! - if its pgtenure had exited by G (it was killed, got a signal, its command ended, ...), the
@@ -40,11 +44,23 @@ const KEYS: [&str; 2] = ["k0", "k1"];
 /// pgtenure processes at a time, one per worker thread.
 const WORKERS: usize = 4;
 
-/// The command: its pid and parent pid, then a line with the time every 20 ms until it has run
+/// The command: its pid and pgtenure's, then a line with the time every 20 ms until it has run
 /// `$2` microseconds (or is stopped). `$1` is the directory of the heartbeat files.
+///
+/// With `$3` `daemon` or `daemon-exit` it is a daemonizing command: the loop runs in a worker that
+/// `setsid -f` started (a session and group of its own, its parent gone), which gets pgtenure's pid
+/// as `$4`; the command then sleeps as long as the worker runs (`daemon`) or exits at once
+/// (`daemon-exit`).
 const SCRIPT: &str = r#"
 f="$1/hb-$PGTENURE_LEASE_KEY-$PGTENURE_LEASE_TOKEN"
-echo "start $$ $PPID $EPOCHREALTIME" >> "$f"
+case "$3" in
+daemon|daemon-exit)
+    setsid -f bash -c "$BASH_EXECUTION_STRING" bash "$1" "$2" worker "$PPID" \
+        </dev/null >/dev/null 2>&1
+    [ "$3" = daemon-exit ] && exit 0
+    exec sleep "$(($2 / 1000000)).$(printf %06d $(($2 % 1000000)))"
+esac
+echo "start $$ ${4:-$PPID} $EPOCHREALTIME" >> "$f"
 start=${EPOCHREALTIME/./}
 while :; do
     now=$EPOCHREALTIME
@@ -237,6 +253,8 @@ struct Run {
     ttl: Duration,
     grace: Duration,
     dead_stderr: bool,
+    /// Its command daemonizes its heartbeat loop (`setsid -f`).
+    daemonizing: bool,
     /// When it was started (our clock, µs): pids are reused over a long run.
     started: i64,
     /// When it exited (our clock, as seen by polling: a little late) and how.
@@ -280,6 +298,8 @@ fn worker(n: usize, url: &str, env_leases: &str, dir: &Path, runs: &Runs, until:
             Duration::from_secs(60)
         };
         let dead_stderr = rng.below(3) == 0;
+        // Half the commands daemonize their loop: half of those then wait, half exit at once.
+        let shape = ["plain", "plain", "daemon", "daemon-exit"][rng.below(4) as usize];
         let app = format!("{env_leases}_w{n}");
         let joint = if url.contains('?') { '&' } else { '?' };
         let mut child = Command::new(env!("CARGO_BIN_EXE_pgtenure"))
@@ -298,6 +318,7 @@ fn worker(n: usize, url: &str, env_leases: &str, dir: &Path, runs: &Runs, until:
             .args(["--", "bash", "-c", SCRIPT, "bash"])
             .arg(dir)
             .arg(us(runs_for).to_string())
+            .arg(shape)
             .env_remove("DATABASE_URL")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -319,6 +340,7 @@ fn worker(n: usize, url: &str, env_leases: &str, dir: &Path, runs: &Runs, until:
                 ttl,
                 grace,
                 dead_stderr,
+                daemonizing: shape != "plain",
                 started: now_us(),
                 exited: None,
             },
@@ -347,12 +369,12 @@ fn inject_faults(leases: &Leases, runs: &Runs, until: Instant) -> BTreeMap<&'sta
         if !row.live {
             continue;
         }
-        let Some((pid, app, dead_stderr)) = runs
+        let Some((pid, app, dead_stderr, daemonizing)) = runs
             .lock()
             .unwrap()
             .get(&row.owner)
             .filter(|run| run.exited.is_none())
-            .map(|run| (run.pid, run.app.clone(), run.dead_stderr))
+            .map(|run| (run.pid, run.app.clone(), run.dead_stderr, run.daemonizing))
         else {
             continue;
         };
@@ -362,6 +384,9 @@ fn inject_faults(leases: &Leases, runs: &Runs, until: Instant) -> BTreeMap<&'sta
         } else {
             rng.below(5)
         };
+        // A `kill -9` of pgtenure leaves a daemonized worker running, as documented (the
+        // parent-death signal reaches CMD only): a daemonizing run gets SIGTERM instead.
+        let fault = if fault == 0 && daemonizing { 2 } else { fault };
         let kind = match fault {
             0 => {
                 send(pid, libc::SIGKILL);
@@ -583,6 +608,7 @@ fn lease_run_never_runs_its_command_beside_another_holder() {
         *exits.entry(how).or_default() += 1;
     }
     let dead = runs.values().filter(|run| run.dead_stderr).count();
+    let daemonizing = runs.values().filter(|run| run.daemonizing).count();
     let dead_lost = runs
         .values()
         .filter(|run| {
@@ -595,8 +621,9 @@ fn lease_run_never_runs_its_command_beside_another_holder() {
         .count();
     println!(
         "checker, lease-run: {} s, {WORKERS} pgtenure processes at a time on {} keys, {} runs, {} \
-         tenures whose command ran, exits {exits:?}, faults {faults:?}, {dead} runs with a dead \
-         stderr ({dead_lost} of them lost the lease), {beside_within_bound} losses whose command \
+         tenures whose command ran, {daemonizing} runs whose command daemonized its loop, exits \
+         {exits:?}, faults {faults:?}, {dead} runs with a dead stderr ({dead_lost} of them lost \
+         the lease), {beside_within_bound} losses whose command \
          ran on beside the next tenure within the loss bound (worst {} ms), {} commands outlived \
          pgtenure, overlaps {}",
         length.as_secs(),

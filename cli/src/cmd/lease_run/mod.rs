@@ -4,25 +4,36 @@
 //! while CMD runs, retrying a failed renewal (a killed connection, a restarting database) on a new
 //! connection until the lease's local deadline. Only a loss stops CMD: the database refusing a
 //! renewal (the key was force-released, or taken after a lapse) or the local deadline passing
-//! without a renewal. Then CMD's process group gets SIGTERM, and SIGKILL after the grace period.
+//! without a renewal. Then CMD's tree gets SIGTERM, and SIGKILL after the grace period.
 //!
-//! CMD never outlives the lease, however `pgtenure` ends:
-//! - CMD runs in a process group of its own, which gets the signals `pgtenure` is sent (SIGINT,
-//!   SIGTERM, SIGHUP, SIGQUIT); `pgtenure` keeps the lease until CMD has exited, then releases it.
+//! CMD never outlives the lease, however `pgtenure` ends, and "CMD" is its whole tree: whatever it
+//! started, however far it went (`setsid`, a double fork). `pgtenure` is the tree's subreaper
+//! (Linux `PR_SET_CHILD_SUBREAPER`, set before CMD is spawned), so a descendant whose parent exits
+//! is given to `pgtenure`, and every process of the tree can be found and signalled (`tree`).
+//! - CMD runs in a process group of its own; the signals `pgtenure` is sent (SIGINT, SIGTERM,
+//!   SIGHUP, SIGQUIT) go to that group and to every other process of the tree; `pgtenure` keeps the
+//!   lease until CMD has exited, then releases it.
+//! - CMD's end ends its tree: what CMD left running gets SIGTERM, and SIGKILL after the grace
+//!   period, and the lease is released only once nothing of the tree runs. After a loss, what CMD
+//!   left gets SIGKILL as soon as CMD has exited.
 //! - CMD is killed (SIGKILL) by the kernel when `pgtenure` dies in any other way (`kill -9`, the OOM
 //!   killer, a crash): Linux's parent-death signal, set in the child before `exec`. SIGKILL, not
 //!   SIGTERM: nobody is left to renew the lease or to enforce the grace period, and a CMD that
-//!   ignored SIGTERM would run on beside the key's next holder.
-//! - A panic in `pgtenure` kills CMD's group before the lease is released (CMD's handle is dropped
+//!   ignored SIGTERM would run on beside the key's next holder. That signal reaches CMD alone: the
+//!   rest of the tree then runs on (documented, with the remedies: a PID namespace, a supervisor
+//!   that kills a control group).
+//! - A panic in `pgtenure` kills CMD's tree before the lease is released (CMD's handle is dropped
 //!   before the lease's).
 //! - Nothing on these paths can panic on a write: messages go to stderr through `say!`, which
 //!   ignores a failed write (a dead pipe), and only after CMD was signalled.
 //!
 //! Here are the arguments and the run from acquire to release; `acquire` gets the lease while
-//! `--wait` lasts, `child` starts, signals, stops and reaps CMD, `signals` catches pgtenure's.
+//! `--wait` lasts, `child` starts, signals, stops and reaps CMD, `tree` finds and signals the rest
+//! of CMD's tree, `signals` catches pgtenure's.
 
 mod acquire;
 mod child;
+mod tree;
 
 use std::io;
 use std::os::unix::process::CommandExt;
@@ -34,7 +45,8 @@ use pgtenure::crossbeam_channel::select;
 use pgtenure::{Db, Lease};
 
 use self::acquire::acquire;
-use self::child::{exit_status, prepare_child, watch_exit, Cmd};
+use self::child::{exit_status, prepare_child, Cmd, Ending};
+use self::tree::become_subreaper;
 use crate::output::Output;
 use crate::signals::{disarm_job_control, signal_name, Signals};
 use crate::{duration, Failure, Global, DEFAULT_INTERVAL, EXIT_ERROR};
@@ -59,13 +71,20 @@ pub(super) const EXIT_HELP: &str = "\
 CMD runs with PGTENURE_LEASE_KEY and PGTENURE_LEASE_TOKEN (the fencing token) in its environment.
 The lease renews every third of --ttl while CMD runs; a failed renewal (a killed connection, a
 restarting database) is retried until the lease's local deadline.
-CMD never outlives the lease, however pgtenure ends. CMD runs in a process group of its own:
-SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to pgtenure (a terminal's Ctrl-C included) are passed to
-that group, and pgtenure keeps the lease until CMD exits. If pgtenure dies otherwise (kill -9, the
-OOM killer, a crash), the kernel kills CMD at once with SIGKILL (Linux's parent-death signal; CMD
-cannot clean up then, as nobody is left to renew the lease). That signal reaches CMD itself, not
-the processes it starts: a shell wrapper should exec its last command. CMD is a background job to a
-terminal: it cannot read from it, and Ctrl-Z does nothing. Give lease-run non-interactive commands.
+CMD never outlives the lease, however pgtenure ends, and CMD includes every process it starts,
+however far it goes (setsid, a double fork, a daemon): on Linux pgtenure is their subreaper, so
+none can leave CMD's tree. CMD runs in a process group of its own: SIGINT, SIGTERM, SIGHUP and
+SIGQUIT sent to pgtenure (a terminal's Ctrl-C included) are passed to that group and to every other
+process of the tree, and pgtenure keeps the lease until CMD exits. CMD's end ends its tree: what
+CMD left running gets SIGTERM, and SIGKILL after --grace, and the lease is released only once all of
+it is gone. If pgtenure dies otherwise (kill -9, the OOM killer, a crash), the kernel kills CMD at
+once with SIGKILL (Linux's parent-death signal; CMD cannot clean up then, as nobody is left to
+renew the lease). That signal reaches CMD itself, not the processes it starts, which run on: a
+shell wrapper should exec its last command, and a CMD that starts daemons can be run as
+`unshare --pid --fork --kill-child CMD` (as root; elsewhere add --user --map-root-user where user
+namespaces are allowed): its PID namespace, and all in it, dies with CMD. A process that another
+service starts for CMD (systemd-run, at, ssh) is not CMD's. CMD is a background job to a terminal:
+it cannot read from it, and Ctrl-Z does nothing. Give lease-run non-interactive commands.
 A loss is the key force-released (pgtenure lease release --force), taken after a lapse, asked for
 by a contender (Leases::supersede), or not renewed before the lease's local deadline. CMD can still
 run for up to a third of --ttl before the loss is seen, and for --grace after it: fence CMD's own
@@ -75,7 +94,7 @@ Exit status:
   CMD's own status     CMD ran and exited (128+N when a signal N ended it); the lease is released
   75                   the lease was not acquired within --wait (another holder has it)
   76                   the lease was lost while CMD ran (force-released, taken after a lapse, or not
-                       renewed in time); CMD's group got SIGTERM, then SIGKILL once CMD exited or
+                       renewed in time); CMD's tree got SIGTERM, then SIGKILL once CMD exited or
                        after --grace
   126, 127             CMD could not be executed, or was not found
   1                    an error (said on stderr), e.g. the database could not be reached
@@ -100,7 +119,8 @@ pub(crate) struct LeaseRunArgs {
     /// How long to keep trying while another holder has the key, e.g. 2m (0: try once).
     #[arg(long, default_value = "0", value_parser = duration::parse, allow_hyphen_values = true)]
     wait: Duration,
-    /// Once the lease is lost: how long CMD has to exit after SIGTERM before it gets SIGKILL.
+    /// How long CMD has to exit after SIGTERM once the lease is lost, and what CMD left running once
+    /// CMD exits, before SIGKILL.
     #[arg(long, default_value = "10s", value_parser = duration::parse, allow_hyphen_values = true)]
     grace: Duration,
     /// The owner name written into the lease row. Defaults to "{hostname}-{pid}-{random hex}".
@@ -241,7 +261,12 @@ impl LeaseRunArgs {
             .env(ENV_TOKEN, lease.token().to_string())
             .process_group(0);
         prepare_child(&mut command);
-        // Declared after `lease`, so dropped before it: a panic from here on kills CMD's group before
+        // Before the spawn: no process of CMD's tree can leave it before pgtenure reaps it.
+        if let Err(e) = become_subreaper() {
+            release(lease);
+            return Err(e.into());
+        }
+        // Declared after `lease`, so dropped before it: a panic from here on kills CMD's tree before
         // the lease's drop releases the key.
         let mut cmd = match command.spawn() {
             Ok(child) => Cmd::new(child),
@@ -255,10 +280,10 @@ impl LeaseRunArgs {
                 });
             }
         };
-        let exited = match watch_exit(cmd.pid) {
+        let exited = match cmd.watch_exit() {
             Ok(exited) => exited,
             Err(e) => {
-                cmd.kill_group();
+                cmd.kill_tree();
                 release(lease);
                 return Err(e.into());
             }
@@ -266,31 +291,35 @@ impl LeaseRunArgs {
         loop {
             select! {
                 recv(exited) -> _ => {
-                    let status = cmd.reap();
+                    // CMD's end ends its tree, before the lease is released: what CMD left
+                    // running (a daemon it started, a background job) gets SIGTERM, and SIGKILL
+                    // after the grace period, while the lease is still renewed.
+                    let status = cmd.stop(self.grace, Some(&signals.received), Ending::Exited);
                     release(lease);
                     return Ok(status.map_or(EXIT_ERROR, exit_status));
                 }
                 recv(lease.lost()) -> reason => {
                     // CMD first: nothing may delay or prevent its signal, a report least of all.
-                    cmd.signal_group(libc::SIGTERM);
+                    cmd.signal_tree(libc::SIGTERM);
                     let reason = reason.map_or_else(
                         |_| "its renewal stopped".to_owned(),
                         |reason| reason.to_string(),
                     );
                     say!(
-                        "pgtenure: lease {:?} lost ({reason}); stopping {program:?} with SIGTERM, \
-                         SIGKILL after {:?}",
+                        "pgtenure: lease {:?} lost ({reason}); stopping {program:?} and what it \
+                         started with SIGTERM, SIGKILL after {:?}",
                         self.key, self.grace
                     );
-                    cmd.stop(&exited, self.grace);
+                    cmd.stop(self.grace, Some(&signals.received), Ending::Lost);
                     release(lease);
                     return Ok(EXIT_LOST);
                 }
                 recv(signals.received) -> signal => {
                     // CMD's group is not the terminal's foreground group, so a terminal's Ctrl-C reached
-                    // only pgtenure: whoever sent it, it is passed on. The lease is kept until CMD exits.
+                    // only pgtenure: whoever sent it, it is passed on, to CMD's whole tree. The lease
+                    // is kept until CMD exits, and its tree with it.
                     if let Ok(signal) = signal {
-                        cmd.signal_group(signal);
+                        cmd.signal_tree(signal);
                     }
                 }
             }
