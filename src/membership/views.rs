@@ -97,10 +97,10 @@ impl fmt::Display for ProcessInfo {
             self.id,
             self.hostname,
             self.version,
-            if self.live {
-                "live until"
-            } else {
-                "expired at"
+            match (self.live, self.settled) {
+                (true, true) => "live until",
+                (true, false) => "live, not yet settled, until",
+                (false, _) => "expired at",
             },
             Timestamp(self.expires_at),
             self.units,
@@ -174,6 +174,7 @@ mod tests {
             started_at: UNIX_EPOCH,
             expires_at: UNIX_EPOCH + Duration::from_secs(15),
             live: true,
+            settled: true,
             units: 125,
             weight: 125,
         };
@@ -182,6 +183,10 @@ mod tests {
             "process p-1 on host-1 (version 2.3): live until 1970-01-01T00:00:15.000Z, 125 units \
              (weight 125), started 1970-01-01T00:00:00.000Z"
         );
+        process.settled = false;
+        assert!(process
+            .to_string()
+            .contains(": live, not yet settled, until 1970-01-01T00:00:15.000Z"));
         process.live = false;
         assert!(process
             .to_string()
