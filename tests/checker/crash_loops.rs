@@ -1,0 +1,311 @@
+//! Crash loops of other shapes than the membership subject's (one slot, a new incarnation every
+//! 300 ms in a warm fleet): incarnations that outlive a heartbeat interval, several slots looping
+//! at once, and a loop that crosses a cold start. DESIGN.md ("Membership, continued"): the units
+//! without a working owner never exceed the looping slots' own share for longer than one TTL, and
+//! healthy processes shed none; no unit is ever worked on by two processes.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use pgtenure::membership::{Config, Hooks, Leaser, Reconciler, Unit, UnitLoss, Units};
+
+use crate::common::registry::{Registry, Worker};
+use crate::common::{wait_for, Running, Tables};
+use crate::harness::Load;
+
+const TOTAL: usize = 1000;
+const SLOTS: usize = 8;
+
+/// Units shed and claimed by a group of processes.
+#[derive(Default)]
+struct Moves {
+    shed: AtomicU64,
+    claimed: AtomicU64,
+}
+
+impl Hooks for Moves {
+    fn shed(&self, units: usize) {
+        self.shed.fetch_add(units as u64, Ordering::SeqCst);
+    }
+
+    fn claimed(&self, units: usize) {
+        self.claimed.fetch_add(units as u64, Ordering::SeqCst);
+    }
+}
+
+/// A process's reconciler that also counts the times it heard its liveness lapsed (a healthy
+/// process that lapsed under CPU load is legitimately shed to when it comes back).
+struct Lapses {
+    worker: Worker,
+    expired: Arc<AtomicU64>,
+}
+
+impl Reconciler for Lapses {
+    fn units_gained(&self, units: &[Unit]) {
+        self.worker.units_gained(units);
+    }
+
+    fn units_lost(&self, units: &[Unit], reason: UnitLoss) {
+        if reason == UnitLoss::Expired {
+            self.expired.fetch_add(1, Ordering::SeqCst);
+        }
+        self.worker.units_lost(units, reason);
+    }
+}
+
+/// A crash loop's shape.
+struct Shape {
+    /// How many of the eight slots loop.
+    looping: usize,
+    /// How long each incarnation lives.
+    life: Duration,
+    /// Whether the loop starts with the fleet (a cold start), instead of in a settled fleet.
+    cold: bool,
+    /// How long the loop lasts.
+    length: Duration,
+}
+
+/// What came of it.
+#[derive(Debug)]
+struct Figures {
+    incarnations: usize,
+    /// Units the incarnations claimed.
+    claimed_by_loop: u64,
+    /// Units the healthy processes shed, and their own lapses meanwhile.
+    shed: u64,
+    lapsed: u64,
+    /// Units without a working owner: unit-seconds, the most at once, and the longest stretch above
+    /// the looping slots' share (in a cold start, counted from the first moment every unit was
+    /// owned).
+    unit_secs: f64,
+    most: usize,
+    longest_above: Duration,
+    /// In a cold start: how long until the units without a working owner first fell to the looping
+    /// slots' share.
+    first_owned: Option<Duration>,
+    violations: usize,
+    bound: usize,
+}
+
+fn crash_loop(shape: &Shape) -> Figures {
+    let share = TOTAL.div_ceil(SLOTS);
+    let bound = share * shape.looping;
+    let mut tables = Tables::new();
+    let (procs, units_t) = (tables.name("procs"), tables.name("units"));
+    let db = crate::common::db();
+    let units = Units::new(&db).with_tables(&procs, &units_t).unwrap();
+    units.create_tables().unwrap();
+    units
+        .add(
+            &(0..TOTAL as i32)
+                .map(|i| Unit::new("t", i).unwrap())
+                .collect::<Vec<_>>(),
+        )
+        .unwrap();
+    let mut config = Config::default();
+    config.ttl = Duration::from_secs(3);
+    config.heartbeat_interval = Duration::from_secs(1);
+    config.rebalance_interval = Duration::from_millis(500);
+    config.sweep_cutoff = Duration::from_secs(60);
+    let registry = Arc::new(Registry::default());
+    let healthy_moves = Arc::new(Moves::default());
+    let slot_moves = Arc::new(Moves::default());
+    let lapses = Arc::new(AtomicU64::new(0));
+    let start = |id: usize, moves: &Arc<Moves>| -> (Arc<Leaser>, Running) {
+        let leaser = Arc::new(
+            Leaser::new(
+                &db,
+                Arc::new(Lapses {
+                    worker: Worker {
+                        registry: registry.clone(),
+                        id,
+                        drain_ms: 0,
+                    },
+                    expired: lapses.clone(),
+                }),
+                config.clone(),
+                moves.clone(),
+            )
+            .unwrap()
+            .with_tables(&procs, &units_t)
+            .unwrap(),
+        );
+        registry.watch(id, &leaser);
+        let running = Running::start(leaser.clone());
+        (leaser, running)
+    };
+    let _load = Load::start(7);
+    let healthy_count = SLOTS - shape.looping;
+    let mut fleet: Vec<(Arc<Leaser>, Running)> = (0..healthy_count)
+        .map(|id| start(id, &healthy_moves))
+        .collect();
+    if !shape.cold {
+        // The looping slots' first incarnations settle with the fleet, then crash.
+        let mut first: Vec<(Arc<Leaser>, Running)> = (healthy_count..SLOTS)
+            .map(|id| start(id, &healthy_moves))
+            .collect();
+        wait_for("a settled fleet", Duration::from_secs(60), || {
+            let owned: Vec<usize> = (fleet.iter().chain(&first))
+                .map(|(l, _)| l.owned().len())
+                .collect();
+            (registry.active.lock().len() == TOTAL
+                && owned.iter().all(|n| n.abs_diff(TOTAL / SLOTS) <= 1))
+            .then_some(())
+        });
+        for (id, (_, running)) in (healthy_count..SLOTS).zip(&mut first) {
+            registry.crashed(id);
+            running.stop();
+        }
+    }
+    let lapses_before = lapses.load(Ordering::SeqCst);
+    let shed_before = healthy_moves.shed.load(Ordering::SeqCst);
+    let began = Instant::now();
+    let done = Arc::new(AtomicBool::new(false));
+    let sampler = {
+        let (registry, done) = (registry.clone(), done.clone());
+        let cold = shape.cold;
+        thread::spawn(move || {
+            let (mut unit_secs, mut most, mut longest) = (0.0_f64, 0, Duration::ZERO);
+            let mut first_owned = (!cold).then_some(Duration::ZERO);
+            let mut above_since: Option<Instant> = None;
+            let mut last = Instant::now();
+            while !done.load(Ordering::SeqCst) {
+                // Real time is the subject: unit-seconds without an owner.
+                thread::sleep(Duration::from_millis(20));
+                let now = Instant::now();
+                let without = TOTAL - registry.active.lock().len().min(TOTAL);
+                if first_owned.is_none() && without <= bound {
+                    first_owned = Some(now - began);
+                }
+                if first_owned.is_some() {
+                    unit_secs += without as f64 * (now - last).as_secs_f64();
+                    most = most.max(without);
+                    if without > bound {
+                        let since = *above_since.get_or_insert(now);
+                        longest = longest.max(now - since);
+                    } else {
+                        above_since = None;
+                    }
+                }
+                last = now;
+            }
+            (unit_secs, most, longest, first_owned)
+        })
+    };
+    let until = Instant::now() + shape.length;
+    let mut incarnations = 0;
+    while Instant::now() < until {
+        let ids: Vec<usize> = (0..shape.looping)
+            .map(|_| {
+                incarnations += 1;
+                SLOTS + incarnations
+            })
+            .collect();
+        let mut running: Vec<(usize, Running)> = ids
+            .iter()
+            .map(|id| (*id, start(*id, &slot_moves).1))
+            .collect();
+        // Real time is the subject: each incarnation lives `life`, as in a crash loop.
+        thread::sleep(shape.life);
+        for (id, running) in &mut running {
+            registry.crashed(*id);
+            running.stop();
+        }
+    }
+    done.store(true, Ordering::SeqCst);
+    let (unit_secs, most, longest_above, first_owned) = sampler.join().unwrap();
+    let figures = Figures {
+        incarnations,
+        claimed_by_loop: slot_moves.claimed.load(Ordering::SeqCst),
+        shed: healthy_moves.shed.load(Ordering::SeqCst) - shed_before,
+        lapsed: lapses.load(Ordering::SeqCst) - lapses_before,
+        unit_secs,
+        most,
+        longest_above,
+        first_owned,
+        violations: registry.violations(),
+        bound,
+    };
+    for (_, running) in &mut fleet {
+        running.stop();
+    }
+    println!(
+        "crash loop: {} slot(s) looping, incarnations living {:?}, cold start {}: {figures:?}",
+        shape.looping, shape.life, shape.cold
+    );
+    figures
+}
+
+/// The contract's bound, checked on `figures` (`ttl` 3 s, as `crash_loop` runs them).
+fn assert_bound(figures: &Figures) {
+    let ttl = Duration::from_secs(3);
+    assert_eq!(figures.violations, 0, "a unit was worked on by two processes");
+    assert!(
+        figures.longest_above <= ttl,
+        "more than the looping slots' share ({}) went without a working owner for {:?}: {figures:?}",
+        figures.bound,
+        figures.longest_above
+    );
+    if figures.lapsed == 0 {
+        assert_eq!(
+            figures.shed, 0,
+            "healthy processes shed units to incarnations that died: {figures:?}"
+        );
+    }
+}
+
+#[test]
+fn two_slots_crash_looping_at_once_cost_the_fleet_at_most_their_own_shares() {
+    assert_bound(&crash_loop(&Shape {
+        looping: 2,
+        life: Duration::from_millis(300),
+        cold: false,
+        length: Duration::from_secs(10),
+    }));
+}
+
+#[test]
+fn a_crash_loop_faster_than_a_rebalance_costs_the_fleet_at_most_its_own_share() {
+    assert_bound(&crash_loop(&Shape {
+        looping: 1,
+        life: Duration::from_millis(50),
+        cold: false,
+        length: Duration::from_secs(10),
+    }));
+}
+
+#[test]
+#[ignore = "defect: an incarnation that lives past its second heartbeat but less than a TTL is \
+            shed to (236 units in 12 s), and the rows of dead incarnations keep counting in the \
+            fair share for a TTL (up to 222 units without a working owner; bound 125)"]
+fn a_crash_loop_slower_than_the_heartbeat_interval_costs_the_fleet_at_most_its_own_share() {
+    assert_bound(&crash_loop(&Shape {
+        looping: 1,
+        life: Duration::from_millis(1500),
+        cold: false,
+        length: Duration::from_secs(12),
+    }));
+}
+
+#[test]
+fn a_crash_loop_crossing_a_cold_start_lets_the_healthy_fleet_claim_within_a_bounded_wait() {
+    // The healthy processes of a cold fleet wait for the others to settle; an incarnation that
+    // never settles ends that wait at its longest (a heartbeat interval, the warm-up and a TTL
+    // after the first look), and from then on the loop costs at most its share.
+    let figures = crash_loop(&Shape {
+        looping: 1,
+        life: Duration::from_millis(300),
+        cold: true,
+        length: Duration::from_secs(15),
+    });
+    let first = figures.first_owned.expect("the healthy fleet never claimed");
+    // Its own probation (a heartbeat interval), the longest cold-start wait (1 s + 0 + 3 s) and a
+    // few rebalance ticks.
+    assert!(
+        first <= Duration::from_secs(7),
+        "the healthy fleet took {first:?} to claim: {figures:?}"
+    );
+    assert_bound(&figures);
+}
