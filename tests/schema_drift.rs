@@ -433,3 +433,53 @@ fn process_columns_of_another_type_are_errors_of_the_view_and_of_a_tick() {
         leaser.delete_process().unwrap();
     }
 }
+
+/// A processes table made before the `settled` column (an older pgtenure's, not migrated): every
+/// heartbeat and tick is an error naming the column and the CHANGELOG's `ALTER TABLE`, permanent,
+/// in every statement mode; a `run` loop ends at startup with it, and nothing panics.
+#[test]
+fn a_processes_table_without_settled_is_an_error_naming_the_column_and_ends_the_loop() {
+    library_panics();
+    let m = Membership::new();
+    alter(&format!("ALTER TABLE {} DROP COLUMN settled", m.procs));
+    for mode in modes() {
+        let db = db_in(mode);
+        let leaser = leaser(&db, &m.procs, &m.units);
+        for (what, result) in [
+            ("heartbeat", leaser.heartbeat().map(|_| ())),
+            ("tick", leaser.tick().map(|_| ())),
+        ] {
+            let err = result.expect_err(what);
+            let text = err.to_string();
+            assert_eq!(err.kind(), ErrorKind::Database, "{mode} {what}: {text}");
+            assert!(err.is_permanent(), "{mode} {what}: {text}");
+            assert!(text.contains("settled"), "{mode} {what}: {text}");
+            assert!(text.contains("ALTER TABLE"), "{mode} {what}: {text}");
+        }
+        let (_stop, shutdown) = pgtenure::crossbeam_channel::bounded::<()>(0);
+        let ended = leaser.run(&shutdown).expect_err("run ends with the error");
+        assert!(ended.to_string().contains("settled"), "{mode}: {ended}");
+    }
+    // Made NULL in one live row (a DBA's change): the other processes' ticks are errors, never a
+    // panic of the loop's thread, and the loop goes on (stop still returns).
+    alter(&format!(
+        "ALTER TABLE {procs} ADD COLUMN settled boolean NOT NULL DEFAULT true;
+         ALTER TABLE {procs} ALTER settled DROP NOT NULL",
+        procs = m.procs
+    ));
+    let db = db_in(StatementMode::Auto);
+    let other = leaser(&db, &m.procs, &m.units);
+    other.heartbeat().unwrap();
+    alter(&format!(
+        "UPDATE {} SET settled = NULL WHERE process_id = '{}'",
+        m.procs,
+        other.process_id()
+    ));
+    let running = leaser(&db, &m.procs, &m.units).spawn().unwrap();
+    let says = "is NULL";
+    let err = leaser(&db, &m.procs, &m.units).tick().map(|_| ());
+    let text = err.expect_err("a tick reads every live process's settled").to_string();
+    assert!(text.contains(says) || text.contains("others_settled"), "{text}");
+    running.stop().unwrap();
+    assert_eq!(library_panics(), Vec::<String>::new());
+}
