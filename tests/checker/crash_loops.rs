@@ -65,6 +65,8 @@ struct Shape {
     cold: bool,
     /// How long the loop lasts.
     length: Duration,
+    /// Whether the looping slots stay down instead of restarting (a crash of several at once).
+    stay_down: bool,
 }
 
 /// What came of it.
@@ -196,7 +198,11 @@ fn crash_loop(shape: &Shape) -> Figures {
     };
     let until = Instant::now() + shape.length;
     let mut incarnations = 0;
-    while Instant::now() < until {
+    if shape.stay_down {
+        // Real time is the subject: the survivors run on for the whole length.
+        thread::sleep(shape.length);
+    }
+    while !shape.stay_down && Instant::now() < until {
         let ids: Vec<usize> = (0..shape.looping)
             .map(|_| {
                 incarnations += 1;
@@ -263,6 +269,7 @@ fn two_slots_crash_looping_at_once_cost_the_fleet_at_most_their_own_shares() {
         life: Duration::from_millis(300),
         cold: false,
         length: Duration::from_secs(10),
+        stay_down: false,
     }));
 }
 
@@ -273,6 +280,7 @@ fn a_crash_loop_faster_than_a_rebalance_costs_the_fleet_at_most_its_own_share() 
         life: Duration::from_millis(50),
         cold: false,
         length: Duration::from_secs(10),
+        stay_down: false,
     }));
 }
 
@@ -286,6 +294,7 @@ fn a_crash_loop_slower_than_the_heartbeat_interval_costs_the_fleet_at_most_its_o
         life: Duration::from_millis(1500),
         cold: false,
         length: Duration::from_secs(12),
+        stay_down: false,
     }));
 }
 
@@ -301,12 +310,14 @@ fn a_crash_loop_crossing_a_cold_start_delays_the_fleets_first_claims_by_less_tha
         life: Duration::from_millis(300),
         cold: true,
         length: Duration::from_secs(6),
+        stay_down: false,
     });
     let figures = crash_loop(&Shape {
         looping: 1,
         life: Duration::from_millis(300),
         cold: true,
         length: Duration::from_secs(12),
+        stay_down: false,
     });
     let (clean, first) = (
         clean.first_owned.expect("the clean fleet never claimed"),
@@ -321,4 +332,28 @@ fn a_crash_loop_crossing_a_cold_start_delays_the_fleets_first_claims_by_less_tha
         first - clean
     );
     assert_bound(&figures);
+}
+
+#[test]
+fn half_the_fleet_killed_at_once_leaves_their_units_unowned_for_at_most_a_ttl() {
+    // Four of eight processes killed at once in a settled fleet: their 500 units have no working
+    // owner until their rows expire (a TTL) and the survivors claim them; the survivors shed none,
+    // and nothing is worked on twice.
+    let figures = crash_loop(&Shape {
+        looping: 4,
+        life: Duration::ZERO,
+        cold: false,
+        length: Duration::from_secs(8),
+        stay_down: true,
+    });
+    let ttl = Duration::from_secs(3);
+    assert_eq!(figures.violations, 0, "a unit was worked on by two processes");
+    assert_eq!(figures.shed, 0, "survivors shed units: {figures:?}");
+    // 500 units for at most a TTL and a few rebalance ticks.
+    let bound = 500.0 * (ttl + Duration::from_secs(2)).as_secs_f64();
+    assert!(
+        figures.unit_secs <= bound,
+        "{:.0} unit-seconds without a working owner (bound {bound:.0}): {figures:?}",
+        figures.unit_secs
+    );
 }
