@@ -739,7 +739,11 @@ fn refusals_at_connect_that_waiting_can_fix_are_retried_and_never_reported_as_pe
         .unwrap()
         .build();
     reopen.join().unwrap();
-    println!("55000: {:?}: {:?}", started.elapsed(), connected.as_ref().err());
+    println!(
+        "55000: {:?}: {:?}",
+        started.elapsed(),
+        connected.as_ref().err()
+    );
     assert!(
         connected.is_ok(),
         "a database closed for maintenance was reported at once: {}",
@@ -764,7 +768,8 @@ fn refusals_at_connect_that_waiting_can_fix_are_retried_and_never_reported_as_pe
     assert!(took < Duration::from_secs(2), "42501 took {took:?}");
     assert_eq!(err.kind(), ErrorKind::Database, "42501: {err}");
     assert!(
-        !err.to_string().contains("a setting the connection sends at startup"),
+        !err.to_string()
+            .contains("a setting the connection sends at startup"),
         "a missing CONNECT privilege is not a startup setting: {err}"
     );
 }

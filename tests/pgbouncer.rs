@@ -305,8 +305,13 @@ fn auto_does_not_prove_a_pooler_listed_before_the_server_it_forwards_to() {
 #[test]
 fn many_processes_connecting_at_once_through_pgbouncer_prepare_nothing_under_driver_names() {
     let bouncer = PgBouncer::start_with_pool_size(&common::direct_url(), 2).unwrap();
-    let bouncer_addr: std::net::SocketAddr = format!("127.0.0.1:{}", bouncer.port()).parse().unwrap();
-    for mode in [StatementMode::Auto, StatementMode::Sql, StatementMode::Unprepared] {
+    let bouncer_addr: std::net::SocketAddr =
+        format!("127.0.0.1:{}", bouncer.port()).parse().unwrap();
+    for mode in [
+        StatementMode::Auto,
+        StatementMode::Sql,
+        StatementMode::Unprepared,
+    ] {
         let proxy = common::proxy::Proxy::start(0, bouncer_addr).unwrap();
         let port = proxy.port();
         let dbs: Vec<Db> = common::race(12, move |_| {
@@ -336,7 +341,9 @@ fn many_processes_connecting_at_once_through_pgbouncer_prepare_nothing_under_dri
                     .unwrap();
                 rows.iter()
                     .find_map(|m| match m {
-                        postgres::SimpleQueryMessage::Row(r) => r.get(0).map(|v| v.parse().unwrap()),
+                        postgres::SimpleQueryMessage::Row(r) => {
+                            r.get(0).map(|v| v.parse().unwrap())
+                        }
                         _ => None,
                     })
                     .unwrap_or(0)

@@ -478,8 +478,13 @@ fn a_processes_table_without_settled_is_an_error_naming_the_column_and_ends_the_
     let running = leaser(&db, &m.procs, &m.units).spawn().unwrap();
     let says = "is NULL";
     let err = leaser(&db, &m.procs, &m.units).tick().map(|_| ());
-    let text = err.expect_err("a tick reads every live process's settled").to_string();
-    assert!(text.contains(says) || text.contains("others_settled"), "{text}");
+    let text = err
+        .expect_err("a tick reads every live process's settled")
+        .to_string();
+    assert!(
+        text.contains(says) || text.contains("others_settled"),
+        "{text}"
+    );
     running.stop().unwrap();
     assert_eq!(library_panics(), Vec::<String>::new());
 }

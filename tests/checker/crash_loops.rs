@@ -69,8 +69,9 @@ struct Shape {
     stay_down: bool,
 }
 
-/// What came of it.
+/// What came of it (every field is printed through `Debug`; some are asserted).
 #[derive(Debug)]
+#[allow(dead_code)]
 struct Figures {
     incarnations: usize,
     /// Units the incarnations claimed.
@@ -247,7 +248,10 @@ fn crash_loop(shape: &Shape) -> Figures {
 /// The contract's bound, checked on `figures` (`ttl` 3 s, as `crash_loop` runs them).
 fn assert_bound(figures: &Figures) {
     let ttl = Duration::from_secs(3);
-    assert_eq!(figures.violations, 0, "a unit was worked on by two processes");
+    assert_eq!(
+        figures.violations, 0,
+        "a unit was worked on by two processes"
+    );
     assert!(
         figures.longest_above <= ttl,
         "more than the looping slots' share ({}) went without a working owner for {:?}: {figures:?}",
@@ -321,7 +325,9 @@ fn a_crash_loop_crossing_a_cold_start_delays_the_fleets_first_claims_by_less_tha
     });
     let (clean, first) = (
         clean.first_owned.expect("the clean fleet never claimed"),
-        figures.first_owned.expect("the healthy fleet never claimed"),
+        figures
+            .first_owned
+            .expect("the healthy fleet never claimed"),
     );
     println!("cold start: every unit owned after {clean:?} without a loop, {first:?} with one");
     let ttl = Duration::from_secs(3);
@@ -347,7 +353,10 @@ fn half_the_fleet_killed_at_once_leaves_their_units_unowned_for_at_most_a_ttl() 
         stay_down: true,
     });
     let ttl = Duration::from_secs(3);
-    assert_eq!(figures.violations, 0, "a unit was worked on by two processes");
+    assert_eq!(
+        figures.violations, 0,
+        "a unit was worked on by two processes"
+    );
     assert_eq!(figures.shed, 0, "survivors shed units: {figures:?}");
     // 500 units for at most a TTL and a few rebalance ticks.
     let bound = 500.0 * (ttl + Duration::from_secs(2)).as_secs_f64();

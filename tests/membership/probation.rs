@@ -45,7 +45,10 @@ fn with_the_default_configuration_a_join_a_leave_and_a_crash_move_only_the_units
     let all: Vec<&Leaser> = made.iter().map(|(l, _)| l).collect();
     let mut live: Vec<&Leaser> = all[..8].to_vec();
     let rounds = rounds_until_exact(&live, total, 3);
-    assert!(exact(rounds.last().unwrap(), total), "cold start: {rounds:?}");
+    assert!(
+        exact(rounds.last().unwrap(), total),
+        "cold start: {rounds:?}"
+    );
 
     // A ninth joins (first in the round, then last): only units going to it move, within 3 rounds.
     for (newcomer, first) in [(all[8], true), (all[9], false)] {
@@ -60,7 +63,11 @@ fn with_the_default_configuration_a_join_a_leave_and_a_crash_move_only_the_units
         println!("a join (first in the round: {first}): {rounds:?}");
         assert!(exact(rounds.last().unwrap(), total), "join: {rounds:?}");
         let its = after[&Some(newcomer.process_id().to_owned())].len();
-        assert_eq!(moved(&before, &after), its, "only the newcomer's units moved");
+        assert_eq!(
+            moved(&before, &after),
+            its,
+            "only the newcomer's units moved"
+        );
         assert_disjoint(&fleet, &live);
     }
 
@@ -178,7 +185,9 @@ fn a_rolling_deploy_replacing_one_process_at_a_time_keeps_every_unit_owned_betwe
         assert_disjoint(&fleet, &live);
         figures.push((moved(&before, &fleet.ownership()), free));
     }
-    println!("rolling deploy, per replacement (units moved, unowned after each round): {figures:?}");
+    println!(
+        "rolling deploy, per replacement (units moved, unowned after each round): {figures:?}"
+    );
     for (moves, free) in &figures {
         assert_eq!(free[1..], [0, 0, 0], "units left unowned: {figures:?}");
         assert!(*moves <= 2 * total / 8, "{figures:?}");
