@@ -488,3 +488,105 @@ fn a_processes_table_without_settled_is_an_error_naming_the_column_and_ends_the_
     running.stop().unwrap();
     assert_eq!(library_panics(), Vec::<String>::new());
 }
+
+/// Every background thread at once, then every table changed under them while they run (a DBA's
+/// `ALTER TABLE` mid-flight, after each started cleanly): a lease's renewal thread, a campaign, a
+/// membership loop and a started scheduler meet errors, never a panic, and each stops within its
+/// bound.
+#[test]
+fn tables_changed_under_running_threads_never_panic_them_and_every_owner_stops() {
+    library_panics();
+    // The harness's logger, so the loops' errors show with --nocapture.
+    let _ = db();
+    let mut tables = Tables::new();
+    let Names {
+        tick: tick_t,
+        lease: lease_t,
+        leader: leader_t,
+        procs: procs_t,
+        units: units_t,
+        ..
+    } = tables.every_primitive();
+    for mode in modes() {
+        let db = db_in(mode);
+        let leases = Leases::new(&db).with_table(&lease_t).unwrap();
+        leases.create_table().unwrap();
+        let lease = leases
+            .acquire(&format!("k-{mode}"), Duration::from_millis(900))
+            .unwrap()
+            .expect("a free key");
+        let elector = Elector::new(&db)
+            .with_table(&leader_t)
+            .unwrap()
+            .with_name(&format!("fleet-{mode}"))
+            .unwrap()
+            .with_ttl(Duration::from_millis(900))
+            .unwrap();
+        elector.create_table().unwrap();
+        let leadership = elector.campaign().unwrap();
+        let units = Units::new(&db).with_tables(&procs_t, &units_t).unwrap();
+        units.create_tables().unwrap();
+        units.add(&[Unit::new("t", 1).unwrap()]).unwrap();
+        let mut config = common::hand_driven();
+        config.ttl = Duration::from_millis(900);
+        config.heartbeat_interval = Duration::from_millis(300);
+        config.rebalance_interval = Duration::from_millis(100);
+        let running = Leaser::new(&db, Arc::new(Quiet), config, Arc::new(NoHooks))
+            .unwrap()
+            .with_tables(&procs_t, &units_t)
+            .unwrap()
+            .spawn()
+            .unwrap();
+        TickClaims::new(&db)
+            .with_table(&tick_t)
+            .unwrap()
+            .create_table()
+            .unwrap();
+        let scheduler = Scheduler::new(&db)
+            .with_table(&tick_t)
+            .unwrap()
+            .job(
+                "job",
+                Schedule::every(Duration::from_millis(100)).unwrap(),
+                |_| Ok(()),
+            )
+            .unwrap()
+            .start()
+            .unwrap();
+        // Every thread has done its first round.
+        common::wait_for("the threads to start", Duration::from_secs(10), || {
+            (leadership.is_leading() && running.owned().len() == 1).then_some(())
+        });
+        alter(&format!(
+            "ALTER TABLE {lease_t} ALTER token TYPE numeric(20,0);
+             ALTER TABLE {leader_t} ALTER term TYPE numeric;
+             ALTER TABLE {procs_t} ALTER weight TYPE numeric;
+             ALTER TABLE {procs_t} RENAME COLUMN changes TO changes_x;
+             ALTER TABLE {units_t} ALTER token TYPE numeric(20,0);
+             ALTER TABLE {tick_t} ALTER token TYPE numeric(20,0)"
+        ));
+        // Real time is the subject: the loops run into the change for a while (each polls at
+        // least every 300 ms).
+        std::thread::sleep(Duration::from_millis(1500));
+        let stopped = std::time::Instant::now();
+        let _ = lease.release();
+        let _ = leadership.stop();
+        let _ = running.stop();
+        let _ = scheduler.stop();
+        assert!(
+            stopped.elapsed() < Duration::from_secs(10),
+            "{mode}: stopping took {:?}",
+            stopped.elapsed()
+        );
+        assert_eq!(library_panics(), Vec::<String>::new(), "{mode}");
+        // Back as the library makes them, for the next mode.
+        alter(&format!(
+            "ALTER TABLE {lease_t} ALTER token TYPE bigint;
+             ALTER TABLE {leader_t} ALTER term TYPE bigint;
+             ALTER TABLE {procs_t} ALTER weight TYPE bigint;
+             ALTER TABLE {procs_t} RENAME COLUMN changes_x TO changes;
+             ALTER TABLE {units_t} ALTER token TYPE bigint;
+             ALTER TABLE {tick_t} ALTER token TYPE bigint"
+        ));
+    }
+}
