@@ -219,3 +219,49 @@ fn a_process_restarted_under_its_process_id_keeps_its_units_and_counts_at_once()
     assert_eq!(recorder.lost(), 0);
     assert_disjoint(&fleet, &leasers);
 }
+
+#[test]
+fn a_process_back_from_a_lapse_before_anyone_took_its_units_makes_nobody_shed() {
+    // A process paused past its TTL (a stop-the-world pause, a blocked leaser) whose units nobody
+    // claimed meanwhile: it forgets them at its local deadline, and its next heartbeat makes its
+    // row live again with those units still naming it. That heartbeat must not report zero units:
+    // the others compute their fair share from it and would shed for a process that seems to own
+    // nothing.
+    let total = 100;
+    let fleet = Fleet::new(total);
+    let mut short = probation();
+    short.ttl = Duration::from_millis(400);
+    short.heartbeat_interval = Duration::from_millis(130);
+    let (paused, paused_recorder) = fleet.leaser(short);
+    let others: Vec<(Leaser, Arc<Recorder>)> = (0..3).map(|_| fleet.leaser(probation())).collect();
+    let mut all: Vec<&Leaser> = vec![&paused];
+    all.extend(others.iter().map(|(l, _)| l));
+    let rounds = rounds_until_exact(&all, total, 3);
+    assert!(exact(rounds.last().unwrap(), total), "{rounds:?}");
+    let before = fleet.ownership();
+    // The pause: no heartbeat until its row expired by the database clock and its local deadline
+    // passed; a tick then finds it not live and forgets its units.
+    fleet.wait_until_expired(&paused);
+    crate::common::wait_for("the local deadline", Duration::from_secs(5), || {
+        paused
+            .live_until()
+            .is_none_or(|until| until <= std::time::Instant::now())
+            .then_some(())
+    });
+    paused.tick().unwrap();
+    assert_eq!(paused.owned().len(), 0, "forgotten at the lapse");
+    paused.heartbeat().unwrap();
+    let rest: Vec<&Leaser> = others.iter().map(|(l, _)| l).collect();
+    assert_eq!(
+        round(&rest),
+        vec![25; 3],
+        "the others shed for the lapsed process"
+    );
+    paused.tick().unwrap();
+    assert_eq!(paused.owned().len(), 25, "its units, read back");
+    assert_eq!(moved(&before, &fleet.ownership()), 0, "no unit moved");
+    let shed: usize = others.iter().map(|(_, r)| r.lost()).sum();
+    assert_eq!(shed, 0);
+    assert!(paused_recorder.lost() >= 25, "the lapse was reported");
+    assert_disjoint(&fleet, &all);
+}
