@@ -590,3 +590,30 @@ fn tables_changed_under_running_threads_never_panic_them_and_every_owner_stops()
         ));
     }
 }
+
+/// A unit's token made numeric: the tick's statistics digest the tokens with a function that has
+/// no numeric form, so the server refuses the statement itself (42883); the error still says what
+/// to do (run the migrations), in every mode, and is permanent.
+#[test]
+fn a_unit_token_made_numeric_is_an_error_of_a_tick_that_says_to_run_the_migrations() {
+    let m = Membership::new();
+    alter(&format!(
+        "ALTER TABLE {} ALTER token TYPE numeric(20,0)",
+        m.units
+    ));
+    for mode in modes() {
+        let db = db_in(mode);
+        let leaser = leaser(&db, &m.procs, &m.units);
+        leaser.heartbeat().unwrap();
+        let err = leaser
+            .tick()
+            .map(|_| ())
+            .expect_err("the tick's statistics");
+        let text = err.to_string();
+        assert_eq!(err.kind(), ErrorKind::Database, "{mode}: {text}");
+        assert!(err.is_permanent(), "{mode}: {text}");
+        assert!(text.contains("(42883)"), "{mode}: {text}");
+        assert!(text.contains("run the migrations"), "{mode}: {text}");
+        leaser.delete_process().unwrap();
+    }
+}
