@@ -286,6 +286,19 @@ mod tests {
             "no wall-clock wait by default"
         );
         assert!(Config::default().probation(), "a probation by default");
+        // The longest cold-start wait: two heartbeat intervals when only settling is waited for
+        // (never a TTL more: a crash-looping slot would hold every unit of a cold fleet that long),
+        // a heartbeat interval, the warm-up and a TTL with a warm-up duration.
+        let defaults = Config::default().validated().unwrap();
+        assert_eq!(defaults.warm_up_most(), Duration::from_secs(10));
+        let with_wait = Config {
+            warm_up: Some(Duration::from_secs(3)),
+            ..Config::default()
+        };
+        assert_eq!(
+            with_wait.validated().unwrap().warm_up_most(),
+            Duration::from_secs(5 + 3 + 15)
+        );
         for config in refused {
             let shown = format!("{config:?}");
             assert!(
