@@ -366,3 +366,100 @@ fn half_the_fleet_killed_at_once_leaves_their_units_unowned_for_at_most_a_ttl() 
         figures.unit_secs
     );
 }
+
+#[test]
+fn a_rolling_deploy_replacing_each_process_in_turn_moves_each_share_at_most_twice() {
+    // Eight processes on 1,000 units (TTL 3 s, heartbeats every second); each in turn stops
+    // gracefully (release, delete its row) and a new process starts in its place, the next one
+    // once the fleet shares evenly again. Measured: units gained per replacement (a share is the
+    // least: the leaver's units go to the others at once, the newcomer's share comes back from
+    // them once it settles), unit-seconds without a working owner, and how long a replacement
+    // takes to share again. Nothing is worked on twice; no more than a share is ever without an
+    // owner.
+    let share = TOTAL / SLOTS;
+    let mut tables = Tables::new();
+    let (procs, units_t) = (tables.name("procs"), tables.name("units"));
+    let db = crate::common::db();
+    let units = Units::new(&db).with_tables(&procs, &units_t).unwrap();
+    units.create_tables().unwrap();
+    units
+        .add(
+            &(0..TOTAL as i32)
+                .map(|i| Unit::new("t", i).unwrap())
+                .collect::<Vec<_>>(),
+        )
+        .unwrap();
+    let mut config = Config::default();
+    config.ttl = Duration::from_secs(3);
+    config.heartbeat_interval = Duration::from_secs(1);
+    config.rebalance_interval = Duration::from_millis(500);
+    config.sweep_cutoff = Duration::from_secs(60);
+    let registry = Arc::new(Registry::default());
+    let start = |id: usize| -> pgtenure::membership::Running {
+        let leaser = Leaser::new(
+            &db,
+            Arc::new(Worker {
+                registry: registry.clone(),
+                id,
+                drain_ms: 0,
+            }),
+            config.clone(),
+            Arc::new(pgtenure::membership::NoHooks),
+        )
+        .unwrap()
+        .with_tables(&procs, &units_t)
+        .unwrap();
+        leaser.spawn().unwrap()
+    };
+    let _load = Load::start(9);
+    let even = |fleet: &[pgtenure::membership::Running]| {
+        registry.active.lock().len() == TOTAL
+            && fleet.iter().all(|r| r.owned().len().abs_diff(share) <= 1)
+    };
+    let mut fleet: Vec<pgtenure::membership::Running> = (0..SLOTS).map(start).collect();
+    wait_for("a settled fleet", Duration::from_secs(60), || {
+        even(&fleet).then_some(())
+    });
+    let gained_before = registry.gained.load(Ordering::SeqCst);
+    let mut figures = Vec::new();
+    for step in 0..SLOTS {
+        let gained = registry.gained.load(Ordering::SeqCst);
+        let began = Instant::now();
+        let (mut unit_secs, mut most) = (0.0_f64, 0);
+        let leaving = fleet.remove(0);
+        leaving.stop().unwrap();
+        fleet.push(start(SLOTS + step));
+        let mut last = Instant::now();
+        wait_for("the fleet to share again", Duration::from_secs(30), || {
+            let now = Instant::now();
+            let without = TOTAL - registry.active.lock().len().min(TOTAL);
+            unit_secs += without as f64 * (now - last).as_secs_f64();
+            most = most.max(without);
+            last = now;
+            even(&fleet).then_some(())
+        });
+        figures.push((
+            registry.gained.load(Ordering::SeqCst) - gained,
+            unit_secs.round() as u64,
+            most,
+            began.elapsed(),
+        ));
+    }
+    for running in fleet {
+        running.stop().unwrap();
+    }
+    println!(
+        "rolling deploy, per replacement (units gained, unit-seconds without an owner, most at \
+         once, time to share again): {figures:?}; {} gained in all",
+        registry.gained.load(Ordering::SeqCst) - gained_before
+    );
+    assert_eq!(
+        registry.violations(),
+        0,
+        "a unit was worked on by two processes"
+    );
+    for (gained, _, most, _) in &figures {
+        assert!(*gained <= 2 * share + SLOTS, "{figures:?}");
+        assert!(*most <= share + 1, "{figures:?}");
+    }
+}
