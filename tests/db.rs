@@ -664,3 +664,112 @@ fn a_refused_wal_function_is_reported_as_unsupported_with_the_timeline_advice() 
         );
     }
 }
+
+/// Refusals at connect time that waiting can fix (too many connections for the role, 53300; a
+/// database an operator closed to connections for maintenance, 55000) are retried until the
+/// connection timeout, and a connect started during them succeeds once they end; a refusal that
+/// waiting cannot fix (no CONNECT privilege, 42501) is reported at once with advice that fits it.
+#[test]
+fn refusals_at_connect_that_waiting_can_fix_are_retried_and_never_reported_as_permanent() {
+    let role = format!("pgt_attack_{}", std::process::id());
+    let dbname = format!("pgt_attack_db_{}", std::process::id());
+    let mut admin = client();
+    admin
+        .batch_execute(&format!(
+            "DROP ROLE IF EXISTS {role}; CREATE ROLE {role} LOGIN CONNECTION LIMIT 0"
+        ))
+        .unwrap();
+    admin
+        .batch_execute(&format!("DROP DATABASE IF EXISTS {dbname}"))
+        .unwrap();
+    admin
+        .batch_execute(&format!("CREATE DATABASE {dbname}"))
+        .unwrap();
+    struct Cleanup(String, String);
+    impl Drop for Cleanup {
+        fn drop(&mut self) {
+            let mut admin = client();
+            let _ = admin.batch_execute(&format!(
+                "ALTER DATABASE {db} ALLOW_CONNECTIONS true; DROP DATABASE IF EXISTS {db} WITH (FORCE); \
+                 DROP ROLE IF EXISTS {role}",
+                db = self.1,
+                role = self.0
+            ));
+        }
+    }
+    let _cleanup = Cleanup(role.clone(), dbname.clone());
+    let base: postgres::Config = common::direct_url().parse().unwrap();
+    let as_role = {
+        let mut c = base.clone();
+        c.user(&role);
+        c
+    };
+    let closed_db = {
+        let mut c = base.clone();
+        c.dbname(&dbname);
+        c
+    };
+    // Too many connections for the role: retried, then a Connection error.
+    let started = std::time::Instant::now();
+    let err = pgtenure::DbBuilder::from_config(as_role.clone())
+        .connection_timeout(Duration::from_millis(1500))
+        .unwrap()
+        .build()
+        .unwrap_err();
+    println!("53300: {:?}: {err}", started.elapsed());
+    assert_eq!(err.kind(), ErrorKind::Connection, "53300: {err}");
+    assert!(!err.is_permanent(), "53300: {err}");
+    // An operator closes the database for maintenance, and opens it again while a connect waits.
+    admin
+        .batch_execute(&format!("ALTER DATABASE {dbname} ALLOW_CONNECTIONS false"))
+        .unwrap();
+    let reopen = {
+        let dbname = dbname.clone();
+        std::thread::spawn(move || {
+            // Real time is the subject: the database stays closed for a while.
+            std::thread::sleep(Duration::from_millis(700));
+            client()
+                .batch_execute(&format!("ALTER DATABASE {dbname} ALLOW_CONNECTIONS true"))
+                .unwrap();
+        })
+    };
+    let started = std::time::Instant::now();
+    let connected = pgtenure::DbBuilder::from_config(closed_db)
+        .connection_timeout(Duration::from_secs(10))
+        .unwrap()
+        .build();
+    reopen.join().unwrap();
+    println!(
+        "55000: {:?}: {:?}",
+        started.elapsed(),
+        connected.as_ref().err()
+    );
+    assert!(
+        connected.is_ok(),
+        "a database closed for maintenance was reported at once: {}",
+        connected.err().unwrap()
+    );
+    // Allowed, but without the CONNECT privilege: at once, and not as a startup setting.
+    admin
+        .batch_execute(&format!(
+            "ALTER ROLE {role} CONNECTION LIMIT -1; REVOKE CONNECT ON DATABASE {dbname} FROM PUBLIC"
+        ))
+        .unwrap();
+    let mut no_connect = as_role;
+    no_connect.dbname(&dbname);
+    let started = std::time::Instant::now();
+    let err = pgtenure::DbBuilder::from_config(no_connect)
+        .connection_timeout(Duration::from_secs(10))
+        .unwrap()
+        .build()
+        .unwrap_err();
+    let took = started.elapsed();
+    println!("42501: {took:?}: {err}");
+    assert!(took < Duration::from_secs(2), "42501 took {took:?}");
+    assert_eq!(err.kind(), ErrorKind::Database, "42501: {err}");
+    assert!(
+        !err.to_string()
+            .contains("a setting the connection sends at startup"),
+        "a missing CONNECT privilege is not a startup setting: {err}"
+    );
+}

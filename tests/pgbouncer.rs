@@ -297,3 +297,62 @@ fn auto_does_not_prove_a_pooler_listed_before_the_server_it_forwards_to() {
         "{server_first}"
     );
 }
+
+/// Twelve processes connecting through PgBouncer (transaction mode, few server connections) at
+/// once, in every mode safe behind it: nothing is prepared under a driver-chosen name, the connect
+/// probe included (issue 32: 28 "prepared statement sN already exists" and a server connection left
+/// with `s0` = the probe), and no server connection holds such a statement afterwards.
+#[test]
+fn many_processes_connecting_at_once_through_pgbouncer_prepare_nothing_under_driver_names() {
+    let bouncer = PgBouncer::start_with_pool_size(&common::direct_url(), 2).unwrap();
+    let bouncer_addr: std::net::SocketAddr =
+        format!("127.0.0.1:{}", bouncer.port()).parse().unwrap();
+    for mode in [
+        StatementMode::Auto,
+        StatementMode::Sql,
+        StatementMode::Unprepared,
+    ] {
+        let proxy = common::proxy::Proxy::start(0, bouncer_addr).unwrap();
+        let port = proxy.port();
+        let dbs: Vec<Db> = common::race(12, move |_| {
+            let config = common::config_at("127.0.0.1", port);
+            let db = pgtenure::DbBuilder::from_config(config)
+                .statement_mode(mode)
+                .max_size(1)
+                .and_then(|b| b.build())
+                .unwrap_or_else(|e| panic!("{mode}: {e}"));
+            let fires = FireClaims::new(&db);
+            // Any statement on the connection (the fire claims table need not exist).
+            let _ = fires.claim("probe@1");
+            db
+        });
+        assert_eq!(
+            proxy.driver_named_statements(),
+            0,
+            "{mode}: a statement was prepared under a driver-chosen name"
+        );
+        let named: Vec<i64> = (0..20)
+            .map(|_| {
+                let mut c = postgres::Client::connect(bouncer.url(), NoTls).unwrap();
+                let rows = c
+                    .simple_query(
+                        "SELECT count(*) FROM pg_prepared_statements WHERE name ~ '^s[0-9]+$'",
+                    )
+                    .unwrap();
+                rows.iter()
+                    .find_map(|m| match m {
+                        postgres::SimpleQueryMessage::Row(r) => {
+                            r.get(0).map(|v| v.parse().unwrap())
+                        }
+                        _ => None,
+                    })
+                    .unwrap_or(0)
+            })
+            .collect();
+        assert!(
+            named.iter().all(|n| *n == 0),
+            "{mode}: server connections hold driver-named statements: {named:?}"
+        );
+        drop(dbs);
+    }
+}

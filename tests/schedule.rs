@@ -1326,3 +1326,94 @@ fn a_step_whose_claim_lands_in_the_next_period_runs_the_tick_due_then() {
     let ticks: Vec<SystemTime> = runs(&runs_t).iter().map(|(tick, _, _)| *tick).collect();
     assert_eq!(ticks.len(), 2, "{ticks:?}");
 }
+
+#[test]
+fn hand_driven_steps_beside_a_started_scheduler_never_run_a_tick_twice_or_early() {
+    // Attack on run_pending's own clock read and its second look after a misfire: a started
+    // scheduler, a hand-driven one on a slow link (150 ms each way, so its claims land late and
+    // some past their grace), and a hand-driven one whose host clock runs 700 ms ahead and then
+    // steps back 2 s, all with jitter and RunOnce on one job every 200 ms. Every tick runs at most
+    // once, and never before it was due by the database clock.
+    let mut tables = Tables::new();
+    let (table, runs_t) = (claims_table(&mut tables), runs_table(&mut tables));
+    let every = Schedule::every(Duration::from_millis(200)).unwrap();
+    let job = |name: &str| {
+        Job::new("job", every.clone(), record(&runs_t, name))
+            .unwrap()
+            .with_jitter(Duration::from_millis(50))
+            .unwrap()
+            .with_misfire(Misfire::RunOnce {
+                within: Duration::from_millis(500),
+            })
+    };
+    let started = Scheduler::new(&db())
+        .with_table(&table)
+        .unwrap()
+        .with_job(job("started"))
+        .unwrap()
+        .start()
+        .unwrap();
+    let proxy = Proxy::start(0, database_addr()).unwrap();
+    let slow_db = DbBuilder::from_config(proxy.config()).build().unwrap();
+    let slow = Scheduler::new(&slow_db)
+        .with_table(&table)
+        .unwrap()
+        .with_job(job("slow"))
+        .unwrap();
+    let ahead = Arc::new(AtomicI64::new(700_000));
+    let clock = {
+        let ahead = ahead.clone();
+        Arc::new(move || {
+            let us = ahead.load(Ordering::SeqCst);
+            if us >= 0 {
+                SystemTime::now() + Duration::from_micros(us as u64)
+            } else {
+                SystemTime::now() - Duration::from_micros(us.unsigned_abs())
+            }
+        })
+    };
+    let skewed = Scheduler::new(&db())
+        .with_table(&table)
+        .unwrap()
+        .with_clock(clock)
+        .with_job(job("skewed"))
+        .unwrap();
+    proxy.set_latency(Duration::from_millis(150));
+    let until = Instant::now() + Duration::from_secs(4);
+    let stepping = std::thread::spawn(move || {
+        let mut ran = 0;
+        while Instant::now() < until {
+            ran += slow.run_pending().unwrap_or(0);
+        }
+        ran
+    });
+    let mut skewed_ran = 0;
+    let mut stepped = false;
+    while Instant::now() < until {
+        if !stepped && Instant::now() + Duration::from_secs(2) > until {
+            ahead.store(-2_000_000, Ordering::SeqCst);
+            stepped = true;
+        }
+        skewed_ran += skewed.run_pending().unwrap();
+        // Real time is the subject: a step every 30 ms, as a caller's own loop.
+        std::thread::sleep(Duration::from_millis(30));
+    }
+    let slow_ran = stepping.join().unwrap();
+    started.stop().unwrap();
+    let runs = runs(&runs_t);
+    let ticks: BTreeSet<SystemTime> = runs.iter().map(|(t, _, _)| *t).collect();
+    let by = |name: &str| runs.iter().filter(|(_, n, _)| n == name).count();
+    println!(
+        "{} runs of {} ticks: started {}, slow {} (said {slow_ran}), skewed {} (said {skewed_ran})",
+        runs.len(),
+        ticks.len(),
+        by("started"),
+        by("slow"),
+        by("skewed")
+    );
+    assert_eq!(ticks.len(), runs.len(), "a tick ran twice: {runs:?}");
+    for (tick, name, at) in &runs {
+        assert!(at >= tick, "{name} ran tick {tick:?} early, at {at:?}");
+    }
+    assert!(runs.len() >= 10, "only {} runs in 4 s", runs.len());
+}

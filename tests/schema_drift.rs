@@ -433,3 +433,187 @@ fn process_columns_of_another_type_are_errors_of_the_view_and_of_a_tick() {
         leaser.delete_process().unwrap();
     }
 }
+
+/// A processes table made before the `settled` column (an older pgtenure's, not migrated): every
+/// heartbeat and tick is an error naming the column and the CHANGELOG's `ALTER TABLE`, permanent,
+/// in every statement mode; a `run` loop ends at startup with it, and nothing panics.
+#[test]
+fn a_processes_table_without_settled_is_an_error_naming_the_column_and_ends_the_loop() {
+    library_panics();
+    let m = Membership::new();
+    alter(&format!("ALTER TABLE {} DROP COLUMN settled", m.procs));
+    for mode in modes() {
+        let db = db_in(mode);
+        let leaser = leaser(&db, &m.procs, &m.units);
+        for (what, result) in [
+            ("heartbeat", leaser.heartbeat().map(|_| ())),
+            ("tick", leaser.tick().map(|_| ())),
+        ] {
+            let err = result.expect_err(what);
+            let text = err.to_string();
+            assert_eq!(err.kind(), ErrorKind::Database, "{mode} {what}: {text}");
+            assert!(err.is_permanent(), "{mode} {what}: {text}");
+            assert!(text.contains("settled"), "{mode} {what}: {text}");
+            assert!(text.contains("ALTER TABLE"), "{mode} {what}: {text}");
+        }
+        let (_stop, shutdown) = pgtenure::crossbeam_channel::bounded::<()>(0);
+        let ended = leaser.run(&shutdown).expect_err("run ends with the error");
+        assert!(ended.to_string().contains("settled"), "{mode}: {ended}");
+    }
+    // Made NULL in one live row (a DBA's change): the other processes' ticks are errors, never a
+    // panic of the loop's thread, and the loop goes on (stop still returns).
+    alter(&format!(
+        "ALTER TABLE {procs} ADD COLUMN settled boolean NOT NULL DEFAULT true;
+         ALTER TABLE {procs} ALTER settled DROP NOT NULL",
+        procs = m.procs
+    ));
+    let db = db_in(StatementMode::Auto);
+    let other = leaser(&db, &m.procs, &m.units);
+    other.heartbeat().unwrap();
+    alter(&format!(
+        "UPDATE {} SET settled = NULL WHERE process_id = '{}'",
+        m.procs,
+        other.process_id()
+    ));
+    let running = leaser(&db, &m.procs, &m.units).spawn().unwrap();
+    let says = "is NULL";
+    let err = leaser(&db, &m.procs, &m.units).tick().map(|_| ());
+    let text = err
+        .expect_err("a tick reads every live process's settled")
+        .to_string();
+    assert!(
+        text.contains(says) || text.contains("others_settled"),
+        "{text}"
+    );
+    running.stop().unwrap();
+    assert_eq!(library_panics(), Vec::<String>::new());
+}
+
+/// Every background thread at once, then every table changed under them while they run (a DBA's
+/// `ALTER TABLE` mid-flight, after each started cleanly): a lease's renewal thread, a campaign, a
+/// membership loop and a started scheduler meet errors, never a panic, and each stops within its
+/// bound.
+#[test]
+fn tables_changed_under_running_threads_never_panic_them_and_every_owner_stops() {
+    library_panics();
+    // The harness's logger, so the loops' errors show with --nocapture.
+    let _ = db();
+    let mut tables = Tables::new();
+    let Names {
+        tick: tick_t,
+        lease: lease_t,
+        leader: leader_t,
+        procs: procs_t,
+        units: units_t,
+        ..
+    } = tables.every_primitive();
+    for mode in modes() {
+        let db = db_in(mode);
+        let leases = Leases::new(&db).with_table(&lease_t).unwrap();
+        leases.create_table().unwrap();
+        let lease = leases
+            .acquire(&format!("k-{mode}"), Duration::from_millis(900))
+            .unwrap()
+            .expect("a free key");
+        let elector = Elector::new(&db)
+            .with_table(&leader_t)
+            .unwrap()
+            .with_name(&format!("fleet-{mode}"))
+            .unwrap()
+            .with_ttl(Duration::from_millis(900))
+            .unwrap();
+        elector.create_table().unwrap();
+        let leadership = elector.campaign().unwrap();
+        let units = Units::new(&db).with_tables(&procs_t, &units_t).unwrap();
+        units.create_tables().unwrap();
+        units.add(&[Unit::new("t", 1).unwrap()]).unwrap();
+        let mut config = common::hand_driven();
+        config.ttl = Duration::from_millis(900);
+        config.heartbeat_interval = Duration::from_millis(300);
+        config.rebalance_interval = Duration::from_millis(100);
+        let running = Leaser::new(&db, Arc::new(Quiet), config, Arc::new(NoHooks))
+            .unwrap()
+            .with_tables(&procs_t, &units_t)
+            .unwrap()
+            .spawn()
+            .unwrap();
+        TickClaims::new(&db)
+            .with_table(&tick_t)
+            .unwrap()
+            .create_table()
+            .unwrap();
+        let scheduler = Scheduler::new(&db)
+            .with_table(&tick_t)
+            .unwrap()
+            .job(
+                "job",
+                Schedule::every(Duration::from_millis(100)).unwrap(),
+                |_| Ok(()),
+            )
+            .unwrap()
+            .start()
+            .unwrap();
+        // Every thread has done its first round.
+        common::wait_for("the threads to start", Duration::from_secs(10), || {
+            (leadership.is_leading() && running.owned().len() == 1).then_some(())
+        });
+        alter(&format!(
+            "ALTER TABLE {lease_t} ALTER token TYPE numeric(20,0);
+             ALTER TABLE {leader_t} ALTER term TYPE numeric;
+             ALTER TABLE {procs_t} ALTER weight TYPE numeric;
+             ALTER TABLE {procs_t} RENAME COLUMN changes TO changes_x;
+             ALTER TABLE {units_t} ALTER token TYPE numeric(20,0);
+             ALTER TABLE {tick_t} ALTER token TYPE numeric(20,0)"
+        ));
+        // Real time is the subject: the loops run into the change for a while (each polls at
+        // least every 300 ms).
+        std::thread::sleep(Duration::from_millis(1500));
+        let stopped = std::time::Instant::now();
+        let _ = lease.release();
+        let _ = leadership.stop();
+        let _ = running.stop();
+        let _ = scheduler.stop();
+        assert!(
+            stopped.elapsed() < Duration::from_secs(10),
+            "{mode}: stopping took {:?}",
+            stopped.elapsed()
+        );
+        assert_eq!(library_panics(), Vec::<String>::new(), "{mode}");
+        // Back as the library makes them, for the next mode.
+        alter(&format!(
+            "ALTER TABLE {lease_t} ALTER token TYPE bigint;
+             ALTER TABLE {leader_t} ALTER term TYPE bigint;
+             ALTER TABLE {procs_t} ALTER weight TYPE bigint;
+             ALTER TABLE {procs_t} RENAME COLUMN changes_x TO changes;
+             ALTER TABLE {units_t} ALTER token TYPE bigint;
+             ALTER TABLE {tick_t} ALTER token TYPE bigint"
+        ));
+    }
+}
+
+/// A unit's token made numeric: the tick's statistics digest the tokens with a function that has
+/// no numeric form, so the server refuses the statement itself (42883); the error still says what
+/// to do (run the migrations), in every mode, and is permanent.
+#[test]
+fn a_unit_token_made_numeric_is_an_error_of_a_tick_that_says_to_run_the_migrations() {
+    let m = Membership::new();
+    alter(&format!(
+        "ALTER TABLE {} ALTER token TYPE numeric(20,0)",
+        m.units
+    ));
+    for mode in modes() {
+        let db = db_in(mode);
+        let leaser = leaser(&db, &m.procs, &m.units);
+        leaser.heartbeat().unwrap();
+        let err = leaser
+            .tick()
+            .map(|_| ())
+            .expect_err("the tick's statistics");
+        let text = err.to_string();
+        assert_eq!(err.kind(), ErrorKind::Database, "{mode}: {text}");
+        assert!(err.is_permanent(), "{mode}: {text}");
+        assert!(text.contains("(42883)"), "{mode}: {text}");
+        assert!(text.contains("run the migrations"), "{mode}: {text}");
+        leaser.delete_process().unwrap();
+    }
+}

@@ -6,8 +6,13 @@
 -- A new row is settled only with $7 (no probation); any later beat settles it: a process counts in the
 -- fair share, and is shed to, once it has shown it stays (a crash-looping slot's incarnations die
 -- before their second beat and never count).
+-- The count and weight are reported only by a process whose local view is known to match the
+-- database ($8): one that has not read its units yet (restarted under its process id, or back from a
+-- lapse) keeps what the row says, which claims and gives back keep true, instead of reporting zero:
+-- the other processes compute their fair share from these, and would shed for a process that
+-- seems to own nothing.
 -- $1 process id, $2 TTL in microseconds, $3 unit count, $4 owned weight, $5 hostname, $6 version,
--- $7 settled from the first beat.
+-- $7 settled from the first beat, $8 whether $3 and $4 are known.
 WITH previous AS (
     SELECT expires_at FROM {processes} WHERE process_id = $1::uuid
 ),
@@ -17,8 +22,8 @@ beat AS (
     VALUES ($1::uuid, now() + $2::bigint * interval '1 microsecond', $3, $4, $5, $6, now(), $7)
     ON CONFLICT (process_id) DO UPDATE
        SET expires_at = greatest(p.expires_at, EXCLUDED.expires_at),
-           unit_count = EXCLUDED.unit_count,
-           weight = EXCLUDED.weight,
+           unit_count = CASE WHEN $8 THEN EXCLUDED.unit_count ELSE p.unit_count END,
+           weight = CASE WHEN $8 THEN EXCLUDED.weight ELSE p.weight END,
            settled = true
     RETURNING p.expires_at, p.settled
 )

@@ -339,7 +339,8 @@ impl DbBuilder {
 
 /// A failed connection attempt back as the error to report when waiting cannot fix it, else as
 /// itself, for the pool to retry. Waiting cannot fix the server's rejection of the credentials
-/// (class 28: a wrong password, an unknown role) or of the database (3D000); nor, without a server
+/// (class 28: a wrong password, an unknown role) or of the database (3D000), of a startup setting
+/// or of a privilege (see below); nor, without a server
 /// report, a TLS refusal (the server does not offer TLS, its certificate did not verify) or settings
 /// that lack what the server asks for (a password). A failure to reach the server, or a connection
 /// that broke, has a plain I/O error as its cause and may pass.
@@ -350,13 +351,17 @@ fn for_good(e: postgres::Error) -> Result<postgres::Error> {
         {
             return Err(Error::from_postgres("connect", e));
         }
-        // The server is shutting down, starting, out of connections or failing (08, 53, 57, 58,
-        // XX): waiting may fix it. Anything else it said of the connection's own startup packet
-        // (an option it does not know, 42704; a value it refuses, 22023) will be said again.
-        if ["08", "53", "57", "58", "XX"].contains(&&code[..2]) {
-            return Ok(e);
-        }
-        return Err(startup_refused(e));
+        // What the server said of the connection's own startup settings will be said again: a
+        // parameter it does not know (42704), a value it refuses (22023), one that cannot be set
+        // at connect time (55P02), or one the role may not set, like a database it may not
+        // connect to (42501). Anything else may pass: the server shutting down, starting, out of
+        // connections (08, 53, 57), or a database an operator closed to connections for a while
+        // (55000), as any code this list does not know.
+        return match code {
+            "42704" | "22023" | "55P02" => Err(startup_refused(e, STARTUP_SETTING)),
+            "42501" => Err(startup_refused(e, PRIVILEGE)),
+            _ => Ok(e),
+        };
     }
     if e.is_closed() {
         return Ok(e);
@@ -374,20 +379,26 @@ fn for_good(e: postgres::Error) -> Result<postgres::Error> {
     }
 }
 
-/// The error of a connection whose startup settings the server refused, with its reason.
-fn startup_refused(e: postgres::Error) -> Error {
+/// What to do about a startup setting the server refused.
+const STARTUP_SETTING: &str = "the server refused a setting the connection sends at startup: fix \
+    or remove it in the connection string (its options, such as options=-c name=value, or another \
+    parameter); pgtenure's own settings (statement_mode, sslmode) go beside them, not inside \
+    options";
+
+/// What to do about a privilege the connection lacks.
+const PRIVILEGE: &str = "the role lacks a privilege the connection needs: grant it CONNECT on the \
+    database, or remove a setting in the connection string's options that only a privileged role \
+    may set";
+
+/// The error of a connection the server refused at startup for good, with its reason and `advice`.
+fn startup_refused(e: postgres::Error, advice: &str) -> Error {
     let reason = match e.as_db_error() {
         Some(db) => format!("{} ({})", db.message(), db.code().code()),
         None => chain(&e),
     };
     Error::new(
         ErrorKind::Database,
-        format!(
-            "connect failed: {reason}; the server refused a setting the connection sends at \
-             startup: fix or remove it in the connection string (its options, such as \
-             options=-c name=value, or another parameter); pgtenure's own settings \
-             (statement_mode, sslmode) go beside them, not inside options"
-        ),
+        format!("connect failed: {reason}; {advice}"),
     )
     .with_source(e)
 }

@@ -402,6 +402,19 @@ fn classify_db_error(db: &DbError) -> (ErrorKind, &'static str) {
              CHANGELOG for its ALTER TABLE",
         );
     }
+    // A statement that worked on the tables pgtenure makes: a column of another type makes an
+    // operator or function it applies to that column missing (hashint8(numeric), 42883) or its
+    // result of the wrong type (42804).
+    if *code == SqlState::UNDEFINED_FUNCTION || *code == SqlState::DATATYPE_MISMATCH {
+        return (
+            ErrorKind::Database,
+            "a column is of another type than pgtenure makes it (a DBA's ALTER TABLE, a table \
+             of another version): run the migrations (pgtenure::migrate or create_table, and the \
+             CHANGELOG's ALTER TABLE statements for an older table) or undo the change to the \
+             table; if the server lacks a WAL function (pg_current_wal_lsn), turn off \
+             timeline-folded tokens with Db::with_timeline_tokens(false)",
+        );
+    }
     (ErrorKind::Database, "the database refused the statement")
 }
 

@@ -51,8 +51,9 @@ pub struct Config {
     /// - **Cold start.** In a cold fleet, one where no live process owns a unit, a settled
     ///   process claims once every other live process it sees has settled too, so processes
     ///   started within one heartbeat interval of each other claim each unit once and shed none;
-    ///   a live set that never settles (a crash loop) ends that wait one heartbeat interval, this
-    ///   duration and one `ttl` after the process's first tick. `Some(d)` with `d` above zero also
+    ///   a live set that never settles (a crash loop) ends that wait two heartbeat intervals after
+    ///   the process's first tick once it counts (with a duration `d` set below: one heartbeat
+    ///   interval, `d` and one `ttl`). `Some(d)` with `d` above zero also
     ///   waits, in a cold fleet, until the other live processes have been the same set for `d`
     ///   (by the wall clock; a join or leave starts the wait again), like Kafka's initial
     ///   rebalance delay.
@@ -138,12 +139,25 @@ impl Config {
         self.warm_up != Some(Duration::ZERO)
     }
 
-    /// The longest cold-start wait, however often the live set changes: a heartbeat interval (for
-    /// the others to settle), the warm-up and a TTL after the first look (an incarnation that
-    /// crashed before it settled stays in the live set for a TTL).
+    /// The longest cold-start wait, from the first look (this process's first tick once it counts,
+    /// about one heartbeat interval after it started), however often the live set changes.
+    ///
+    /// Waiting only for the others to settle (no warm-up duration): two heartbeat intervals. A
+    /// process started within one heartbeat interval of this one settles within one heartbeat
+    /// interval of that first look; the second is slack for a late beat. A crash-looping slot's
+    /// incarnations never settle, and waiting for their rows to expire (a TTL) kept every unit of
+    /// a cold fleet unowned a TTL longer than a clean cold start.
+    ///
+    /// With a warm-up duration: a heartbeat interval (for the others to settle), the warm-up and a
+    /// TTL (an incarnation that crashed before it settled stays in the live set for a TTL, and the
+    /// set must hold still for the warm-up).
     pub(super) fn warm_up_most(&self) -> Duration {
+        let wait = self.warm_up_wait();
+        if wait.is_zero() {
+            return self.heartbeat_interval.saturating_mul(2);
+        }
         self.heartbeat_interval
-            .saturating_add(self.warm_up_wait())
+            .saturating_add(wait)
             .saturating_add(self.ttl)
     }
 }
@@ -272,6 +286,19 @@ mod tests {
             "no wall-clock wait by default"
         );
         assert!(Config::default().probation(), "a probation by default");
+        // The longest cold-start wait: two heartbeat intervals when only settling is waited for
+        // (never a TTL more: a crash-looping slot would hold every unit of a cold fleet that long),
+        // a heartbeat interval, the warm-up and a TTL with a warm-up duration.
+        let defaults = Config::default().validated().unwrap();
+        assert_eq!(defaults.warm_up_most(), Duration::from_secs(10));
+        let with_wait = Config {
+            warm_up: Some(Duration::from_secs(3)),
+            ..Config::default()
+        };
+        assert_eq!(
+            with_wait.validated().unwrap().warm_up_most(),
+            Duration::from_secs(5 + 3 + 15)
+        );
         for config in refused {
             let shown = format!("{config:?}");
             assert!(

@@ -190,7 +190,10 @@ impl Leaser {
     ///
     /// A database or connection error.
     pub fn heartbeat(&self) -> Result<()> {
-        let reported = self.local.lock().reported();
+        let (reported, known) = {
+            let local = self.local.lock();
+            (local.reported(), local.ready && !local.reread)
+        };
         let sent = Instant::now();
         let beat = self.sql.heartbeat(
             &self.db,
@@ -198,6 +201,7 @@ impl Leaser {
                 process: &self.process_id,
                 ttl_us: self.ttl_us,
                 reported,
+                known,
                 hostname: &self.config.hostname,
                 version: &self.config.version,
                 settled: !self.config.probation(),

@@ -92,6 +92,9 @@ pub(super) struct Heartbeat<'a> {
     pub(super) ttl_us: i64,
     /// What the process owns, to report.
     pub(super) reported: Reported,
+    /// Whether `reported` is known to match the database (the process has read its units since it
+    /// started or lapsed); if not, the row keeps the count and weight it has.
+    pub(super) known: bool,
     pub(super) hostname: &'a str,
     pub(super) version: &'a str,
     /// A new row is settled at once (no probation).
@@ -234,6 +237,7 @@ impl Statements {
             beat.hostname,
             beat.version,
             beat.settled,
+            beat.known,
         );
         let row = db.query_one("heartbeat", Policy::ONCE, &self.heartbeat, &params)?;
         let read = Read::new(&row, "heartbeat", &self.processes);

@@ -29,6 +29,7 @@
 mod common;
 
 mod campaign;
+mod crash_loops;
 mod elector;
 mod harness;
 mod leases;

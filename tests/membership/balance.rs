@@ -450,7 +450,7 @@ fn a_unit_disabled_while_its_owner_claims_is_given_back_later() {
 }
 
 /// Units that changed owner between two snapshots of who owns what.
-fn moved(
+pub(super) fn moved(
     before: &BTreeMap<Option<String>, BTreeSet<Unit>>,
     after: &BTreeMap<Option<String>, BTreeSet<Unit>>,
 ) -> usize {
@@ -467,7 +467,7 @@ fn moved(
 }
 
 /// Whether every process holds floor or ceil of `total / n`.
-fn exact(counts: &[usize], total: usize) -> bool {
+pub(super) fn exact(counts: &[usize], total: usize) -> bool {
     let floor = total / counts.len();
     counts.iter().sum::<usize>() == total && counts.iter().all(|c| *c == floor || *c == floor + 1)
 }
@@ -602,7 +602,7 @@ fn ten_of_forty_processes_crashing_at_once_move_only_their_units() {
 /// Crashes the `crashed` processes after their TTL: they stop heartbeating and ticking, and their
 /// rows are made to expire now (as waiting out the TTL would, without the wait); the `live` ones
 /// heartbeat once more (as their loops would).
-fn expire_keeping_alive(fleet: &Fleet, crashed: &[&Leaser], live: &[&Leaser]) {
+pub(super) fn expire_keeping_alive(fleet: &Fleet, crashed: &[&Leaser], live: &[&Leaser]) {
     let ids: Vec<&str> = crashed.iter().map(|l| l.process_id()).collect();
     client()
         .execute(
@@ -619,7 +619,7 @@ fn expire_keeping_alive(fleet: &Fleet, crashed: &[&Leaser], live: &[&Leaser]) {
 }
 
 /// How many units the database says `leaser` owns.
-fn before_units(fleet: &Fleet, leaser: &Leaser) -> usize {
+pub(super) fn before_units(fleet: &Fleet, leaser: &Leaser) -> usize {
     fleet
         .ownership()
         .get(&Some(leaser.process_id().to_owned()))

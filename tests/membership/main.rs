@@ -9,6 +9,7 @@ mod common;
 mod balance;
 mod delivery;
 mod departures;
+mod probation;
 mod running;
 mod units;
 
