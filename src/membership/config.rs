@@ -44,24 +44,33 @@ pub struct Config {
     /// - **Probation.** A process counts in the fair share, claims, and is shed to only once it
     ///   has shown it stays: from its second heartbeat (its row is then *settled*), or at once when
     ///   it owns units (restarted under its process id). An instance crash-looping under a new id
-    ///   at each start dies before its second beat: the healthy processes never shed to it, and
-    ///   the slot costs the fleet at most its own share (its last working incarnation's units,
-    ///   claimed by the others once that row expires). A process joining a fleet that works (a
-    ///   rolling deploy) claims its share one heartbeat interval after it starts.
+    ///   at each start, dying within a heartbeat interval, never settles: the healthy processes
+    ///   never shed to it, and the slot costs the fleet at most its own share (its last working
+    ///   incarnation's units, claimed by the others once that row expires). A process joining a
+    ///   fleet that works (a rolling deploy) claims its share one heartbeat interval after it
+    ///   starts.
+    /// - **Slower crash loops.** An incarnation that lives past its second heartbeat but less
+    ///   than a `ttl` is shed to, and the rows of dead incarnations count for a `ttl` after their
+    ///   last beat: such a loop can cost the fleet more than the slot's share (incarnations living
+    ///   1.5 s with 1 s heartbeats and a 3 s TTL: about 230 units shed by the healthy processes in
+    ///   12 s, up to 222 units without a working owner where the slot's share is 125). Set
+    ///   `warm_up` to the `ttl` where that can happen: a process then settles only once it has
+    ///   been live for a `ttl`, and no loop costs more than one share, at the price of a newcomer
+    ///   taking its share a `ttl` after it starts.
     /// - **Cold start.** In a cold fleet, one where no live process owns a unit, a settled
     ///   process claims once every other live process it sees has settled too, so processes
     ///   started within one heartbeat interval of each other claim each unit once and shed none;
     ///   a live set that never settles (a crash loop) ends that wait two heartbeat intervals after
     ///   the process's first tick once it counts (with a duration `d` set below: one heartbeat
-    ///   interval, `d` and one `ttl`). `Some(d)` with `d` above zero also
-    ///   waits, in a cold fleet, until the other live processes have been the same set for `d`
-    ///   (by the wall clock; a join or leave starts the wait again), like Kafka's initial
-    ///   rebalance delay.
+    ///   interval, `d` and one `ttl`).
     ///
-    /// `Some(Duration::ZERO)` turns both off: a process counts from its first heartbeat and
-    /// claims at its first tick (fleets that never crash-loop, tests that want claims in the first
-    /// round). Defaults to `None`: the probation and the cold-start wait for settled processes,
-    /// with no wall-clock wait.
+    /// `Some(d)` with `d` above zero also makes a process settle only at a heartbeat at least `d`
+    /// after its first (by the database clock), and waits, in a cold fleet, until the other live
+    /// processes have been the same set for `d` (by the wall clock; a join or leave starts the
+    /// wait again), like Kafka's initial rebalance delay. `Some(Duration::ZERO)` turns all of it
+    /// off: a process counts from its first heartbeat and claims at its first tick (fleets that
+    /// never crash-loop, tests that want claims in the first round). Defaults to `None`: settled
+    /// at the second heartbeat, with no wall-clock wait.
     pub warm_up: Option<Duration>,
 }
 

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
 use parking_lot::Mutex;
@@ -45,6 +45,8 @@ pub struct Leaser {
     pub(super) hooks: Arc<dyn Hooks>,
     pub(super) process_id: String,
     pub(super) ttl_us: i64,
+    /// How long the process row must have been live before a beat settles it (the warm-up).
+    pub(super) settle_after_us: i64,
     pub(super) cutoff_us: i64,
     pub(super) sql: Arc<Statements>,
     pub(super) local: Mutex<Local>,
@@ -87,6 +89,7 @@ impl Leaser {
             reconciler,
             ttl_us: micros("membership ttl", config.ttl, MIN_DURATION)?,
             cutoff_us: micros("sweep cutoff", config.sweep_cutoff, MIN_DURATION)?,
+            settle_after_us: micros("warm-up", config.warm_up_wait(), Duration::ZERO)?,
             config,
             hooks,
             process_id,
@@ -205,6 +208,7 @@ impl Leaser {
                 hostname: &self.config.hostname,
                 version: &self.config.version,
                 settled: !self.config.probation(),
+                settle_after_us: self.settle_after_us,
             },
         );
         observe::heartbeat(beat.is_ok());

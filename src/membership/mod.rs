@@ -19,12 +19,12 @@
 //!
 //! A new process counts in the fair share, claims, and is shed to once it has shown it stays: from
 //! its second heartbeat (its row is then *settled*; see [`Config::warm_up`]). So a slot that keeps
-//! crashing and restarting under new ids (a bad deploy, an OOM loop) never takes units from the
-//! healthy processes: 8 processes on 1,000 units with one slot restarting every 300 ms shed none
+//! crashing and restarting under new ids (a bad deploy, an OOM loop) within a heartbeat interval
+//! never takes units from the healthy processes (for slower loops, set `warm_up` to the TTL): 8 processes on 1,000 units with one slot restarting every 300 ms shed none
 //! and never had more than that slot's 125 units without a working owner, where counting every
 //! live incarnation shed 575 units to incarnations that died and left up to 587 unowned for the
 //! whole loop (the crash-loop subject of the checker, `cargo test --release --test checker
-//! a_crash_looping -- --nocapture`). In a cold fleet (no live process owns a unit) a settled
+//! crash_loop -- --nocapture`). In a cold fleet (no live process owns a unit) a settled
 //! process also waits until every other live process it sees has settled, so a fleet started
 //! together claims each unit once: eight processes started within one heartbeat interval on 1,000
 //! units claim 1,000 units and shed none, where without the wait the first to tick claimed every

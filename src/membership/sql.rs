@@ -99,6 +99,8 @@ pub(super) struct Heartbeat<'a> {
     pub(super) version: &'a str,
     /// A new row is settled at once (no probation).
     pub(super) settled: bool,
+    /// A later beat settles the row once it has been live this long (microseconds).
+    pub(super) settle_after_us: i64,
 }
 
 /// What a heartbeat answered.
@@ -238,6 +240,7 @@ impl Statements {
             beat.version,
             beat.settled,
             beat.known,
+            beat.settle_after_us,
         );
         let row = db.query_one("heartbeat", Policy::ONCE, &self.heartbeat, &params)?;
         let read = Read::new(&row, "heartbeat", &self.processes);

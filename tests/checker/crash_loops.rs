@@ -67,6 +67,8 @@ struct Shape {
     length: Duration,
     /// Whether the looping slots stay down instead of restarting (a crash of several at once).
     stay_down: bool,
+    /// Every process's `Config::warm_up`.
+    warm_up: Option<Duration>,
 }
 
 /// What came of it (every field is printed through `Debug`; some are asserted).
@@ -112,6 +114,7 @@ fn crash_loop(shape: &Shape) -> Figures {
     config.heartbeat_interval = Duration::from_secs(1);
     config.rebalance_interval = Duration::from_millis(500);
     config.sweep_cutoff = Duration::from_secs(60);
+    config.warm_up = shape.warm_up;
     let registry = Arc::new(Registry::default());
     let healthy_moves = Arc::new(Moves::default());
     let slot_moves = Arc::new(Moves::default());
@@ -274,6 +277,7 @@ fn two_slots_crash_looping_at_once_cost_the_fleet_at_most_their_own_shares() {
         cold: false,
         length: Duration::from_secs(10),
         stay_down: false,
+        warm_up: None,
     }));
 }
 
@@ -285,20 +289,45 @@ fn a_crash_loop_faster_than_a_rebalance_costs_the_fleet_at_most_its_own_share() 
         cold: false,
         length: Duration::from_secs(10),
         stay_down: false,
+        warm_up: None,
     }));
 }
 
 #[test]
-#[ignore = "defect: an incarnation that lives past its second heartbeat but less than a TTL is \
-            shed to (236 units in 12 s), and the rows of dead incarnations keep counting in the \
-            fair share for a TTL (up to 222 units without a working owner; bound 125)"]
-fn a_crash_loop_slower_than_the_heartbeat_interval_costs_the_fleet_at_most_its_own_share() {
+fn the_issues_crash_loop_costs_the_fleet_at_most_its_own_share() {
+    // The loop of the report: one slot of eight restarting under a new id every 300 ms, for as long
+    // as the checker runs (10 to 60 s). Beside the bound, the units without a working owner add up
+    // to about the slot's share for one TTL, not for the whole loop.
+    let figures = crash_loop(&Shape {
+        looping: 1,
+        life: Duration::from_millis(300),
+        cold: false,
+        length: crate::harness::run_for().clamp(Duration::from_secs(10), Duration::from_secs(60)),
+        stay_down: false,
+        warm_up: None,
+    });
+    assert_bound(&figures);
+    let bound = (TOTAL / SLOTS) as f64 * Duration::from_secs(3 + 3).as_secs_f64();
+    assert!(
+        figures.unit_secs <= bound,
+        "{:.0} unit-seconds without a working owner (bound {bound:.0}): {figures:?}",
+        figures.unit_secs
+    );
+}
+
+#[test]
+fn a_crash_loop_slower_than_the_heartbeat_interval_is_bounded_with_a_warm_up_of_one_ttl() {
+    // Incarnations that live past their second heartbeat but less than a TTL settle by default and
+    // are shed to, and dead rows count for a TTL: such a loop can cost more than one share
+    // (Config::warm_up says so). With the warm-up set to the TTL a process settles only once it has
+    // been live for a TTL, which none of these incarnations is.
     assert_bound(&crash_loop(&Shape {
         looping: 1,
         life: Duration::from_millis(1500),
         cold: false,
         length: Duration::from_secs(12),
         stay_down: false,
+        warm_up: Some(Duration::from_secs(3)),
     }));
 }
 
@@ -315,6 +344,7 @@ fn a_crash_loop_crossing_a_cold_start_delays_the_fleets_first_claims_by_less_tha
         cold: true,
         length: Duration::from_secs(6),
         stay_down: false,
+        warm_up: None,
     });
     let figures = crash_loop(&Shape {
         looping: 1,
@@ -322,6 +352,7 @@ fn a_crash_loop_crossing_a_cold_start_delays_the_fleets_first_claims_by_less_tha
         cold: true,
         length: Duration::from_secs(12),
         stay_down: false,
+        warm_up: None,
     });
     let (clean, first) = (
         clean.first_owned.expect("the clean fleet never claimed"),
@@ -351,6 +382,7 @@ fn half_the_fleet_killed_at_once_leaves_their_units_unowned_for_at_most_a_ttl() 
         cold: false,
         length: Duration::from_secs(8),
         stay_down: true,
+        warm_up: None,
     });
     let ttl = Duration::from_secs(3);
     assert_eq!(

@@ -718,18 +718,19 @@ fn a_cold_fleet_that_keeps_changing_still_claims_after_a_bounded_warm_up() {
 }
 
 #[test]
-fn a_process_joining_a_warm_fleet_claims_its_share_without_waiting() {
+fn a_process_joining_a_warm_fleet_claims_its_share_once_it_settles() {
     // A rolling deploy: the fleet's processes own every unit and shed the newcomer's share to it
-    // at once; the newcomer must take them at its next tick, not after a warm-up (they would sit
-    // unowned meanwhile).
+    // once it has settled (its second heartbeat, by default); the newcomer takes them at its next
+    // tick, not after a wall-clock wait (they would sit unowned meanwhile). With a warm-up duration
+    // it settles only once it has been live that long: here an hour, so it never counts.
     let fleet = Fleet::new(40);
     let (warm, _) = fleet.leaser(config(Duration::from_secs(30)));
     warm.heartbeat().unwrap();
     warm.tick().unwrap();
     assert_eq!(warm.owned().len(), 40);
     let mut joining = config(Duration::from_secs(30));
-    joining.warm_up = Some(Duration::from_secs(3600));
-    let (newcomer, _) = fleet.leaser(joining);
+    joining.warm_up = None;
+    let (newcomer, _) = fleet.leaser(joining.clone());
     let leasers = [&warm, &newcomer];
     let mut rounds = Vec::new();
     for _ in 0..3 {
@@ -737,6 +738,17 @@ fn a_process_joining_a_warm_fleet_claims_its_share_without_waiting() {
     }
     assert_eq!(rounds[2], vec![20, 20], "rounds: {rounds:?}");
     assert_disjoint(&fleet, &leasers);
+    newcomer.release().unwrap();
+    newcomer.delete_process().unwrap();
+    assert_eq!(round(&[&warm]), vec![40]);
+    joining.warm_up = Some(Duration::from_secs(3600));
+    let (patient, _) = fleet.leaser(joining);
+    let leasers = [&warm, &patient];
+    let mut rounds = Vec::new();
+    for _ in 0..3 {
+        rounds.push(round(&leasers));
+    }
+    assert_eq!(rounds, vec![vec![40, 0]; 3], "not live for its warm-up yet");
 }
 
 /// The default configuration with a TTL long enough that no process of a hand-driven test expires
