@@ -94,9 +94,9 @@ struct Figures {
     bound: usize,
 }
 
-fn crash_loop(shape: &Shape) -> Figures {
-    let share = TOTAL.div_ceil(SLOTS);
-    let bound = share * shape.looping;
+/// Tables with the fleet's 1,000 units, their names, a pool, and the fleet's configuration (TTL
+/// 3 s, heartbeats every second, ticks every 500 ms).
+fn fleet() -> (Tables, String, String, pgtenure::Db, Config) {
     let mut tables = Tables::new();
     let (procs, units_t) = (tables.name("procs"), tables.name("units"));
     let db = crate::common::db();
@@ -114,6 +114,13 @@ fn crash_loop(shape: &Shape) -> Figures {
     config.heartbeat_interval = Duration::from_secs(1);
     config.rebalance_interval = Duration::from_millis(500);
     config.sweep_cutoff = Duration::from_secs(60);
+    (tables, procs, units_t, db, config)
+}
+
+fn crash_loop(shape: &Shape) -> Figures {
+    let share = TOTAL.div_ceil(SLOTS);
+    let bound = share * shape.looping;
+    let (_tables, procs, units_t, db, mut config) = fleet();
     config.warm_up = shape.warm_up;
     let registry = Arc::new(Registry::default());
     let healthy_moves = Arc::new(Moves::default());
@@ -409,23 +416,7 @@ fn a_rolling_deploy_replacing_each_process_in_turn_moves_each_share_at_most_twic
     // takes to share again. Nothing is worked on twice; no more than a share is ever without an
     // owner.
     let share = TOTAL / SLOTS;
-    let mut tables = Tables::new();
-    let (procs, units_t) = (tables.name("procs"), tables.name("units"));
-    let db = crate::common::db();
-    let units = Units::new(&db).with_tables(&procs, &units_t).unwrap();
-    units.create_tables().unwrap();
-    units
-        .add(
-            &(0..TOTAL as i32)
-                .map(|i| Unit::new("t", i).unwrap())
-                .collect::<Vec<_>>(),
-        )
-        .unwrap();
-    let mut config = Config::default();
-    config.ttl = Duration::from_secs(3);
-    config.heartbeat_interval = Duration::from_secs(1);
-    config.rebalance_interval = Duration::from_millis(500);
-    config.sweep_cutoff = Duration::from_secs(60);
+    let (_tables, procs, units_t, db, config) = fleet();
     let registry = Arc::new(Registry::default());
     let start = |id: usize| -> pgtenure::membership::Running {
         let leaser = Leaser::new(
