@@ -230,6 +230,8 @@ fn create_table_needs_no_create_privilege_once_the_table_exists() {
     client()
         .batch_execute(&format!("CREATE SCHEMA {schema}"))
         .unwrap();
+    // Dropped before the role, which has privileges on it.
+    let _schema = DropSchema(schema.clone());
     TickClaims::new(&db())
         .with_table(&table)
         .unwrap()
