@@ -1538,3 +1538,39 @@ fn watch_prints_the_listing_again_at_each_interval() {
     let out = env.run(&["lease", "release", "k", "--force", "--watch"]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
 }
+
+/// A loss while pgtenure stops what an exited CMD left running (a worker that ignores SIGTERM,
+/// given --grace to exit) is a loss like any other: the worker gets SIGKILL at once, as after a
+/// loss while CMD runs, not at the end of a grace period that the next holder would share with
+/// it. It once ran on for the whole --grace (60 s here) beside the key's next holder.
+#[test]
+fn a_loss_while_a_left_worker_is_given_its_grace_kills_it_at_once() {
+    let env = Env::new();
+    env.leases().create_table().unwrap();
+    let ttl = Duration::from_millis(1500);
+    let cmd_pid = env.file("cmd.pid");
+    let then = format!("echo $$ > {}; exit 7", cmd_pid.display());
+    let (child, worker) = run_daemonizing(&env, "1500ms", "60s", "trap \"\" TERM;", &then);
+    let cmd: libc::pid_t = wait_for("CMD's pid", Duration::from_secs(10), || {
+        read(&cmd_pid).and_then(|p| p.trim().parse().ok())
+    });
+    wait_for("CMD to exit", Duration::from_secs(10), || {
+        (!alive(cmd)).then_some(())
+    });
+    assert!(alive(worker.pid), "the worker ignores SIGTERM");
+    assert!(env.leases().force_release("k").unwrap());
+    let released = Instant::now();
+    let contender = env.leases().with_owner("next-holder").unwrap();
+    let grant = contender.try_acquire("k", ttl).unwrap();
+    assert!(grant.is_some(), "the key is free once force-released");
+    let (status, stderr) = finish(child, Duration::from_secs(10));
+    worker.assert_stopped("after pgtenure exited on the loss");
+    assert_eq!(status.code(), Some(LOST), "a loss, not CMD's 7: {stderr}");
+    assert!(stderr.contains("lost"), "{stderr}");
+    // Seen within a third of the TTL, then SIGKILL at once (CMD has exited).
+    let took = released.elapsed();
+    assert!(
+        took <= ttl / 3 + Duration::from_secs(2),
+        "the worker ran {took:?} beside the next holder"
+    );
+}

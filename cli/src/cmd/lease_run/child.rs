@@ -8,6 +8,7 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use pgtenure::crossbeam_channel::{bounded, never, select, Receiver};
+use pgtenure::LeaseLoss;
 
 use super::signal_status;
 use super::tree::{self, Proc, Root};
@@ -111,6 +112,8 @@ pub(super) struct Cmd {
     exited: Receiver<()>,
     /// The processes of the tree that pgtenure was not allowed to signal, already said.
     refused: Vec<libc::pid_t>,
+    /// The loss seen while [`Cmd::stop`] ended what an exited CMD left running (why).
+    pub(super) lost_while_stopping: Option<String>,
 }
 
 impl Cmd {
@@ -125,6 +128,7 @@ impl Cmd {
             waiter: None,
             exited: never(),
             refused: Vec::new(),
+            lost_while_stopping: None,
         }
     }
 
@@ -236,7 +240,9 @@ impl Cmd {
     /// `grace` for every process of the tree to exit, passing on the `signals` pgtenure gets
     /// meanwhile, then sends SIGKILL to whatever runs on, scanning again until nothing does. After a
     /// loss, the rest of the tree gets SIGKILL as soon as CMD has exited (no tenure is left to
-    /// finish in). Reaps the tree's orphans, and CMD last: CMD's status (`None` if waiting failed).
+    /// finish in), and so it does when the lease is lost (`loss`) during an [`Ending::Exited`]
+    /// stop: the loss is kept in [`Cmd::lost_while_stopping`]. Reaps the tree's orphans, and CMD
+    /// last: CMD's status (`None` if waiting failed).
     ///
     /// A process that cannot be killed (one that changed its user ID, one in an uninterruptible
     /// sleep) keeps this waiting: nothing of CMD's may run on after the lease.
@@ -244,11 +250,16 @@ impl Cmd {
         &mut self,
         grace: Duration,
         signals: Option<&Receiver<i32>>,
+        loss: Option<&Receiver<LeaseLoss>>,
         ending: Ending,
     ) -> Option<ExitStatus> {
         let deadline = Instant::now().checked_add(grace);
         let signals = signals.cloned().unwrap_or_else(never);
-        let lost = ending == Ending::Lost;
+        let mut lost = ending == Ending::Lost;
+        let mut loss = match (lost, loss) {
+            (false, Some(loss)) => loss.clone(),
+            _ => never(),
+        };
         let mut termed = lost;
         let mut killed = false;
         let mut empty_once = false;
@@ -323,6 +334,21 @@ impl Cmd {
                         self.signal_tree(signal);
                     }
                 }
+                recv(loss) -> reason => {
+                    // CMD has exited: what it left gets SIGKILL at the next turn, at once, as
+                    // after a loss while CMD runs; no tenure is left for its grace period.
+                    loss = never();
+                    lost = true;
+                    let reason = reason.map_or_else(
+                        |_| "its renewal stopped".to_owned(),
+                        |reason| reason.to_string(),
+                    );
+                    say!(
+                        "pgtenure: lease lost ({reason}) while what CMD left ran; stopping it \
+                         with SIGKILL"
+                    );
+                    self.lost_while_stopping = Some(reason);
+                }
                 default(poll) => {}
             }
         }
@@ -341,7 +367,7 @@ impl Cmd {
     pub(super) fn kill_tree(&mut self) {
         if !self.reaped {
             self.signal_tree(libc::SIGKILL);
-            self.stop(Duration::ZERO, None, Ending::Lost);
+            self.stop(Duration::ZERO, None, None, Ending::Lost);
         }
     }
 }

@@ -15,7 +15,8 @@
 //!   lease until CMD has exited, then releases it.
 //! - CMD's end ends its tree: what CMD left running gets SIGTERM, and SIGKILL after the grace
 //!   period, and the lease is released only once nothing of the tree runs. After a loss, what CMD
-//!   left gets SIGKILL as soon as CMD has exited.
+//!   left gets SIGKILL as soon as CMD has exited, and at once when the loss comes during that
+//!   grace period (then pgtenure exits 76).
 //! - CMD is killed (SIGKILL) by the kernel when `pgtenure` dies in any other way (`kill -9`, the OOM
 //!   killer, a crash): Linux's parent-death signal, set in the child before `exec`. SIGKILL, not
 //!   SIGTERM: nobody is left to renew the lease or to enforce the grace period, and a CMD that
@@ -77,10 +78,11 @@ none can leave CMD's tree. CMD runs in a process group of its own: SIGINT, SIGTE
 SIGQUIT sent to pgtenure (a terminal's Ctrl-C included) are passed to that group and to every other
 process of the tree, and pgtenure keeps the lease until CMD exits. CMD's end ends its tree: what
 CMD left running gets SIGTERM, and SIGKILL after --grace, and the lease is released only once all of
-it is gone. If pgtenure dies otherwise (kill -9, the OOM killer, a crash), the kernel kills CMD at
-once with SIGKILL (Linux's parent-death signal; CMD cannot clean up then, as nobody is left to
-renew the lease). That signal reaches CMD itself, not the processes it starts, which run on: a
-shell wrapper should exec its last command, and a CMD that starts daemons can be run as
+it is gone (a loss meanwhile gets it SIGKILL at once, and pgtenure exits 76). If pgtenure dies
+otherwise (kill -9, the OOM killer, a crash), the kernel kills CMD at once with SIGKILL (Linux's
+parent-death signal; CMD cannot clean up then, as nobody is left to renew the lease). That signal
+reaches CMD itself, not the processes it starts, which run on: a shell wrapper should exec its
+last command, and a CMD that starts daemons can be run as
 `unshare --pid --fork --kill-child CMD` (as root; elsewhere add --user --map-root-user where user
 namespaces are allowed): its PID namespace, and all in it, dies with CMD. A process that another
 service starts for CMD (systemd-run, at, ssh) is not CMD's. CMD is a background job to a terminal:
@@ -93,9 +95,9 @@ writes with PGTENURE_LEASE_TOKEN where a second writer would do harm.
 Exit status:
   CMD's own status     CMD ran and exited (128+N when a signal N ended it); the lease is released
   75                   the lease was not acquired within --wait (another holder has it)
-  76                   the lease was lost while CMD ran (force-released, taken after a lapse, or not
-                       renewed in time); CMD's tree got SIGTERM, then SIGKILL once CMD exited or
-                       after --grace
+  76                   the lease was lost while CMD ran, or what it left after it exited
+                       (force-released, taken after a lapse, or not renewed in time); CMD's tree
+                       got SIGTERM, then SIGKILL once CMD exited or after --grace
   126, 127             CMD could not be executed, or was not found
   1                    an error (said on stderr), e.g. the database could not be reached
   128+N                pgtenure got signal N while waiting for the lease (CMD never ran)
@@ -293,9 +295,18 @@ impl LeaseRunArgs {
                 recv(exited) -> _ => {
                     // CMD's end ends its tree, before the lease is released: what CMD left
                     // running (a daemon it started, a background job) gets SIGTERM, and SIGKILL
-                    // after the grace period, while the lease is still renewed.
-                    let status = cmd.stop(self.grace, Some(&signals.received), Ending::Exited);
+                    // after the grace period, while the lease is still renewed; a loss meanwhile
+                    // gets them SIGKILL at once, and is the exit status.
+                    let status = cmd.stop(
+                        self.grace,
+                        Some(&signals.received),
+                        Some(lease.lost()),
+                        Ending::Exited,
+                    );
                     release(lease);
+                    if cmd.lost_while_stopping.is_some() {
+                        return Ok(EXIT_LOST);
+                    }
                     return Ok(status.map_or(EXIT_ERROR, exit_status));
                 }
                 recv(lease.lost()) -> reason => {
@@ -310,7 +321,7 @@ impl LeaseRunArgs {
                          started with SIGTERM, SIGKILL after {:?}",
                         self.key, self.grace
                     );
-                    cmd.stop(self.grace, Some(&signals.received), Ending::Lost);
+                    cmd.stop(self.grace, Some(&signals.received), None, Ending::Lost);
                     release(lease);
                     return Ok(EXIT_LOST);
                 }
