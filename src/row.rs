@@ -94,7 +94,7 @@ impl<'r> Read<'r> {
     }
 
     /// The column `name` as a `T`.
-    pub(crate) fn get<T: Column<'r>>(&self, name: &str) -> Result<T> {
+    pub(crate) fn column<T: Column<'r>>(&self, name: &str) -> Result<T> {
         match self.row.columns().iter().position(|c| c.name() == name) {
             Some(index) => self.read(index, &format!("{name:?}")),
             // The driver's own error for an absent column is the cause.

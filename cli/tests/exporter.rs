@@ -1527,6 +1527,7 @@ fn stalled_clients_are_cut_off_and_hold_up_no_scrape() {
             break;
         }
         assert!(Instant::now() < deadline, "still refused: {answer:?}");
+        // A bounded wait on a state (the exporter answering again), polled.
         thread::sleep(Duration::from_millis(50));
     }
     exporter.stop();

@@ -271,7 +271,7 @@ impl Db {
             LazyLock::new(|| Statement::new(TIMELINE_PROBE.to_owned()));
         match self.query_one("probe the timeline", Policy::IDEMPOTENT, &PROBE, &()) {
             Ok(row) => match Read::server(&row, "probe the timeline", &"the timeline probe")
-                .get::<Option<String>>("walfile")
+                .column::<Option<String>>("walfile")
             {
                 Ok(wal) => wal.map(|_| true),
                 Err(e) => {
@@ -710,16 +710,16 @@ fn session(client: &mut postgres::Client) -> std::result::Result<Option<Seen>, F
 fn seen(row: &Row) -> Result<Seen> {
     let read = Read::server(row, "probe the session", &"the session probe");
     Ok(Seen {
-        pid: read.get("pid")?,
+        pid: read.column("pid")?,
         addr: read
-            .get::<Option<String>>("addr")?
+            .column::<Option<String>>("addr")?
             .and_then(|a| a.parse().ok()),
         addr_port: read
-            .get::<Option<i32>>("addr_port")?
+            .column::<Option<i32>>("addr_port")?
             .and_then(|p| u16::try_from(p).ok()),
         // Out of range: no port to compare with.
-        port: u16::try_from(read.get::<i32>("port")?).unwrap_or(0),
-        socket_dirs: read.get("socket_dirs")?,
+        port: u16::try_from(read.column::<i32>("port")?).unwrap_or(0),
+        socket_dirs: read.column("socket_dirs")?,
     })
 }
 

@@ -183,10 +183,10 @@ impl Db {
         };
         let columns = Read::new(row, "read promotion record", &"<table>_promotion");
         let read = Promotion {
-            timeline: columns.get("timeline")?,
-            seen_at: columns.get("seen_at")?,
-            grants_from: columns.get("grants_from")?,
-            longest_ttl: columns.get("longest_ttl")?,
+            timeline: columns.column("timeline")?,
+            seen_at: columns.column("seen_at")?,
+            grants_from: columns.column("grants_from")?,
+            longest_ttl: columns.column("longest_ttl")?,
         };
         let mut known = self.promotions.0.lock();
         let before = known.insert(name.to_owned(), read);

@@ -115,7 +115,7 @@ fn companion_of(
     rows.first()
         .map(|row| {
             let read = Read::server(row, context, &"pg_class");
-            Ok((read.get("kind")?, read.get("on_table")?))
+            Ok((read.column("kind")?, read.column("on_table")?))
         })
         .transpose()
 }

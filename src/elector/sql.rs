@@ -100,13 +100,13 @@ impl Statements {
             return Ok((PollAnswer::default(), sent));
         };
         let read = Read::new(row, "elect leader", &self.table);
-        let leader = match read.get::<Option<String>>("holder")? {
+        let leader = match read.column::<Option<String>>("holder")? {
             Some(holder) => Some(LeaderInfo {
                 name: name.to_owned(),
                 holder,
-                term: read.get("term")?,
-                elected_at: read.get("elected_at")?,
-                expires_at: read.get("expires_at")?,
+                term: read.column("term")?,
+                elected_at: read.column("elected_at")?,
+                expires_at: read.column("expires_at")?,
                 live: true,
                 resign_requested: false,
             }),
@@ -114,10 +114,10 @@ impl Statements {
         };
         let answer = PollAnswer {
             leader,
-            mine: read.get("mine")?,
-            ended: read.get("ended")?,
-            my_term: read.get("my_term")?,
-            stale: read.get("stale")?,
+            mine: read.column("mine")?,
+            ended: read.column("ended")?,
+            my_term: read.column("my_term")?,
+            stale: read.column("stale")?,
         };
         Ok((answer, sent))
     }
@@ -145,7 +145,7 @@ impl Statements {
         rows.first()
             .map(|row| {
                 let read = Read::new(row, "request resignation", &self.table);
-                Ok((read.get("holder")?, read.get("term")?))
+                Ok((read.column("holder")?, read.column("term")?))
             })
             .transpose()
     }
@@ -158,12 +158,12 @@ impl Statements {
                 let read = Read::new(row, "read leader", &self.table);
                 Ok(LeaderInfo {
                     name: name.to_owned(),
-                    holder: read.get("holder")?,
-                    term: read.get("term")?,
-                    elected_at: read.get("elected_at")?,
-                    expires_at: read.get("expires_at")?,
+                    holder: read.column("holder")?,
+                    term: read.column("term")?,
+                    elected_at: read.column("elected_at")?,
+                    expires_at: read.column("expires_at")?,
                     live: true,
-                    resign_requested: read.get("resign_requested")?,
+                    resign_requested: read.column("resign_requested")?,
                 })
             })
             .transpose()
@@ -176,13 +176,13 @@ impl Statements {
             .map(|row| {
                 let read = Read::new(row, "read leaders", &self.table);
                 Ok(LeaderInfo {
-                    name: read.get("name")?,
-                    holder: read.get("holder")?,
-                    term: read.get("term")?,
-                    elected_at: read.get("elected_at")?,
-                    expires_at: read.get("expires_at")?,
-                    live: read.get("live")?,
-                    resign_requested: read.get("resign_requested")?,
+                    name: read.column("name")?,
+                    holder: read.column("holder")?,
+                    term: read.column("term")?,
+                    elected_at: read.column("elected_at")?,
+                    expires_at: read.column("expires_at")?,
+                    live: read.column("live")?,
+                    resign_requested: read.column("resign_requested")?,
                 })
             })
             .collect()

@@ -42,7 +42,7 @@ impl Statements {
     ) -> Result<bool> {
         let params = (key, holder, ttl_us, claim_id);
         let row = db.query_one("claim fire", Policy::IDEMPOTENT, &self.claim, &params)?;
-        Read::new(&row, "claim fire", &self.table).get("won")
+        Read::new(&row, "claim fire", &self.table).column("won")
     }
 
     /// How many claims that expired more than `older_us` ago were deleted.

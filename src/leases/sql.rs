@@ -129,10 +129,10 @@ impl Statements {
         let mut answer = AcquireAnswer::default();
         for row in &rows {
             let read = Read::new(row, "acquire lease", &self.table);
-            if read.get("stale")? {
+            if read.column("stale")? {
                 answer.stale = true;
             } else if answer.granted.is_none() {
-                answer.granted = Some((read.get("token")?, read.get("superseded")?));
+                answer.granted = Some((read.column("token")?, read.column("superseded")?));
             }
         }
         Ok((answer, sent))
@@ -153,9 +153,9 @@ impl Statements {
             .map(|row| {
                 let read = Read::new(row, "renew leases", &self.table);
                 Ok((
-                    read.get("key")?,
-                    read.get("token")?,
-                    read.get("superseded")?,
+                    read.column("key")?,
+                    read.column("token")?,
+                    read.column("superseded")?,
                 ))
             })
             .collect()
@@ -190,8 +190,8 @@ impl Statements {
         let renewed = |row: &Row| {
             let read = Read::new(row, "renew lease", &self.table);
             Ok(Renewed {
-                superseded: read.get("superseded")?,
-                stale: read.get("stale")?,
+                superseded: read.column("superseded")?,
+                stale: read.column("stale")?,
             })
         };
         Ok(rows.first().map(renewed).transpose())
@@ -241,11 +241,11 @@ impl Statements {
     /// Whether a release's row says it released; logs the rows it swept.
     fn released(&self, row: &Row) -> Result<bool> {
         let read = Read::new(row, "release lease", &self.table);
-        let swept: i64 = read.get("swept")?;
+        let swept: i64 = read.column("swept")?;
         if swept > 0 {
             log::info!(target: "pgtenure::leases", "deleted {swept} lease rows that lapsed over an hour ago");
         }
-        read.get("released")
+        read.column("released")
     }
 
     /// Flags the live lease on `key` as superseded: whether there was one.
@@ -300,17 +300,17 @@ impl Statements {
         let mut soonest = Vec::new();
         for row in &rows {
             if Read::new(row, context, &self.table)
-                .get::<Option<&str>>("key")?
+                .column::<Option<&str>>("key")?
                 .is_some()
             {
                 soonest.push(lease_info(row, context, &self.table)?);
             }
         }
         Ok(LeaseSummary {
-            rows: read.get("lease_rows")?,
-            held: read.get("held")?,
-            superseded: read.get("held_superseded")?,
-            next_lapse: read.get("next_lapse")?,
+            rows: read.column("lease_rows")?,
+            held: read.column("held")?,
+            superseded: read.column("held_superseded")?,
+            next_lapse: read.column("next_lapse")?,
             soonest,
         })
     }
@@ -325,7 +325,7 @@ impl Statements {
             &params,
         )?;
         rows.first()
-            .map(|row| Read::new(row, "force release lease", &self.table).get("owner"))
+            .map(|row| Read::new(row, "force release lease", &self.table).column("owner"))
             .transpose()
     }
 
@@ -347,11 +347,11 @@ impl Statements {
         };
         let context = "read lease refusal";
         let read = Read::new(first, context, &self.table);
-        let row = match read.get::<Option<String>>("owner")? {
+        let row = match read.column::<Option<String>>("owner")? {
             Some(_) => Some(lease_info(first, context, &self.table)?),
             None => None,
         };
-        Ok((row, read.get("grants_from")?))
+        Ok((row, read.column("grants_from")?))
     }
 
     /// Whether, inside `tx`, `owner`'s tenure `token` of `key` is live (its row then locked
@@ -373,13 +373,13 @@ impl Statements {
 fn lease_info(row: &Row, context: &str, table: &TableName) -> Result<LeaseInfo> {
     let read = Read::new(row, context, table);
     Ok(LeaseInfo {
-        key: read.get("key")?,
-        owner: read.get("owner")?,
-        token: read.get("token")?,
-        acquired_at: read.get("acquired_at")?,
-        held_until: read.get("held_until")?,
-        superseded: read.get("superseded")?,
-        live: read.get("live")?,
+        key: read.column("key")?,
+        owner: read.column("owner")?,
+        token: read.column("token")?,
+        acquired_at: read.column("acquired_at")?,
+        held_until: read.column("held_until")?,
+        superseded: read.column("superseded")?,
+        live: read.column("live")?,
     })
 }
 

@@ -245,8 +245,8 @@ impl Statements {
         let row = db.query_one("heartbeat", Policy::ONCE, &self.heartbeat, &params)?;
         let read = Read::new(&row, "heartbeat", &self.processes);
         Ok(Beat {
-            lapsed: read.get("lapsed")?,
-            settled: read.get("settled")?,
+            lapsed: read.column("lapsed")?,
+            settled: read.column("settled")?,
         })
     }
 
@@ -259,22 +259,22 @@ impl Statements {
             Read::new(&row, context, &self.processes),
             Read::new(&row, context, &self.units),
         );
-        let ids: Vec<String> = processes.get("others")?;
-        let weights: Vec<i64> = processes.get("others_weights")?;
-        let others_settled: Vec<bool> = processes.get("others_settled")?;
-        let unowned: i64 = units.get("unowned_weight")?;
-        let orphaned: i64 = processes.get("orphaned_weight")?;
+        let ids: Vec<String> = processes.column("others")?;
+        let weights: Vec<i64> = processes.column("others_weights")?;
+        let others_settled: Vec<bool> = processes.column("others_settled")?;
+        let unowned: i64 = units.column("unowned_weight")?;
+        let orphaned: i64 = processes.column("orphaned_weight")?;
         Ok(Stats {
-            live: processes.get("live")?,
-            live_self: processes.get("live_self")?,
+            live: processes.column("live")?,
+            live_self: processes.column("live_self")?,
             others: ids.into_iter().zip(weights).collect(),
             others_settled,
-            settled_self: processes.get("settled_self")?,
+            settled_self: processes.column("settled_self")?,
             claimable: unowned + orphaned,
-            changes: processes.get("changes")?,
+            changes: processes.column("changes")?,
             digest: Digest {
-                units: units.get("owned_units")?,
-                marks: units.get("owned_marks")?,
+                units: units.column("owned_units")?,
+                marks: units.column("owned_marks")?,
             },
         })
     }
@@ -374,7 +374,7 @@ impl Statements {
         // Counts, never negative.
         let count = |table, name| {
             Read::new(&row, context, table)
-                .get::<i64>(name)
+                .column::<i64>(name)
                 .map(|n| u64::try_from(n).unwrap_or_default())
         };
         Ok(Sweep {
@@ -415,7 +415,7 @@ impl Statements {
         let params = (unit.tenant.as_str(), unit.shard, weight);
         let rows = db.query("set unit weight", Policy::ONCE, &self.set_weight, &params)?;
         rows.first()
-            .map(|row| Read::new(row, "set unit weight", &self.units).get("owner"))
+            .map(|row| Read::new(row, "set unit weight", &self.units).column("owner"))
             .transpose()
     }
 
@@ -453,12 +453,12 @@ impl Statements {
                 let read = Read::new(row, "read assignments", &self.units);
                 Ok(Assignment {
                     unit: unit(&read)?,
-                    weight: read.get("weight")?,
-                    owner: read.get("owner")?,
+                    weight: read.column("weight")?,
+                    owner: read.column("owner")?,
                     owner_live: Read::new(row, "read assignments", &self.processes)
-                        .get("owner_live")?,
-                    token: read.get("token")?,
-                    claimed_at: read.get("claimed_at")?,
+                        .column("owner_live")?,
+                    token: read.column("token")?,
+                    claimed_at: read.column("claimed_at")?,
                 })
             })
             .collect()
@@ -472,15 +472,15 @@ impl Statements {
             .map(|row| {
                 let read = Read::new(row, context, &self.processes);
                 Ok(ProcessInfo {
-                    id: read.get("process_id")?,
-                    hostname: read.get("hostname")?,
-                    version: read.get("version")?,
-                    started_at: read.get("started_at")?,
-                    expires_at: read.get("expires_at")?,
-                    live: read.get("live")?,
-                    settled: read.get("settled")?,
-                    units: read.get("unit_count")?,
-                    weight: read.get("weight")?,
+                    id: read.column("process_id")?,
+                    hostname: read.column("hostname")?,
+                    version: read.column("version")?,
+                    started_at: read.column("started_at")?,
+                    expires_at: read.column("expires_at")?,
+                    live: read.column("live")?,
+                    settled: read.column("settled")?,
+                    units: read.column("unit_count")?,
+                    weight: read.column("weight")?,
                 })
             })
             .collect()
@@ -492,8 +492,8 @@ impl Statements {
         let row = db.query_one(context, Policy::IDEMPOTENT, &self.unowned, &())?;
         let read = Read::new(&row, context, &self.units);
         Ok(Unowned {
-            units: read.get("units")?,
-            weight: read.get("weight")?,
+            units: read.column("units")?,
+            weight: read.column("weight")?,
         })
     }
 }
@@ -501,8 +501,8 @@ impl Statements {
 /// A row's unit.
 fn unit(read: &Read<'_>) -> Result<Unit> {
     Ok(Unit {
-        tenant: read.get("tenant")?,
-        shard: read.get("shard")?,
+        tenant: read.column("tenant")?,
+        shard: read.column("shard")?,
     })
 }
 
@@ -511,11 +511,11 @@ fn unit_hold(read: Read<'_>) -> Result<(Unit, Hold)> {
     Ok((
         unit(&read)?,
         Hold {
-            weight: read.get("weight")?,
+            weight: read.column("weight")?,
             // NULL until the unit's first claim (a table made before tokens).
-            token: read.get::<Option<i64>>("token")?.unwrap_or_default(),
-            removed: read.get("removed")?,
-            mark: read.get("mark")?,
+            token: read.column::<Option<i64>>("token")?.unwrap_or_default(),
+            removed: read.column("removed")?,
+            mark: read.column("mark")?,
         },
     ))
 }

@@ -386,7 +386,12 @@ fn same_backend(client: &mut Client, cache: &Cache) -> Result<bool, Failure> {
         .simple_query("SELECT pg_backend_pid()")
         .map_err(Failure::before_sending)?;
     let now = answer.iter().find_map(|message| match message {
-        SimpleQueryMessage::Row(row) => row.get(0).and_then(|v| v.parse::<i32>().ok()),
+        // try_get: an answer without the column tells nothing, never panics.
+        SimpleQueryMessage::Row(row) => row
+            .try_get(0)
+            .ok()
+            .flatten()
+            .and_then(|v| v.parse::<i32>().ok()),
         _ => None,
     });
     Ok(now == Some(pid))

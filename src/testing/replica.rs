@@ -231,8 +231,8 @@ impl ReplicatedPostgres {
                         let read =
                             Columns::server(&row, "wait for the standby", &"pg_stat_replication");
                         Ok((
-                            read.get::<String>("state")?,
-                            read.get::<String>("sync_state")?,
+                            read.column::<String>("state")?,
+                            read.column::<String>("sync_state")?,
                         ))
                     })
                     .transpose()

@@ -89,12 +89,12 @@ impl Statements {
         let row = one_row("claim tick", rows)?;
         let started = started.unwrap_or_else(Instant::now);
         let read = Read::new(&row, "claim tick", &self.table);
-        let db_now = read.get("db_now")?;
-        let answer = if read.get("too_far")? {
+        let db_now = read.column("db_now")?;
+        let answer = if read.column("too_far")? {
             ClaimAnswer::TooFar { db_now }
         } else {
             ClaimAnswer::Claimed {
-                token: read.get("token")?,
+                token: read.column("token")?,
                 db_now,
             }
         };
@@ -154,7 +154,7 @@ impl Statements {
             &self.now,
             &(),
         )?;
-        Read::server(&row, "read the database clock", &"now()").get("db_now")
+        Read::server(&row, "read the database clock", &"now()").column("db_now")
     }
 
     /// Every job's row, in job id order.
@@ -164,12 +164,12 @@ impl Statements {
             .map(|row| {
                 let read = Read::new(row, "read jobs", &self.table);
                 Ok(JobInfo {
-                    job_id: read.get("job_id")?,
-                    tick: read.get("tick")?,
-                    owner: read.get("owner")?,
-                    token: read.get("token")?,
-                    busy_until: read.get("busy_until")?,
-                    busy: read.get("busy")?,
+                    job_id: read.column("job_id")?,
+                    tick: read.column("tick")?,
+                    owner: read.column("owner")?,
+                    token: read.column("token")?,
+                    busy_until: read.column("busy_until")?,
+                    busy: read.column("busy")?,
                 })
             })
             .collect()
