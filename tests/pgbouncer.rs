@@ -281,9 +281,10 @@ fn auto_does_not_prove_a_pooler_listed_before_the_server_it_forwards_to() {
         format!("127.0.0.1,{host}"),
         format!("{},{port}", bouncer.port()),
     );
-    assert_eq!(
-        (pooler_first.protocol, pooler_first.sql),
-        (0, 1),
+    // One connection or two: the pool keeps one idle beside the one in use, and which of them
+    // the next operation gets (and so how many ran a statement) is up to timing.
+    assert!(
+        pooler_first.protocol == 0 && pooler_first.sql >= 1,
         "a connection through the pooler listed first was proven direct: {pooler_first}"
     );
     // The server first: the driver reaches it, and the proof holds.
@@ -291,9 +292,8 @@ fn auto_does_not_prove_a_pooler_listed_before_the_server_it_forwards_to() {
         format!("{host},127.0.0.1"),
         format!("{port},{}", bouncer.port()),
     );
-    assert_eq!(
-        (server_first.protocol, server_first.sql),
-        (1, 0),
+    assert!(
+        server_first.protocol >= 1 && server_first.sql == 0,
         "{server_first}"
     );
 }
