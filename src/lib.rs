@@ -49,7 +49,7 @@
 //!   reason, leadership per fleet, units moved, scheduled runs and misfires, statement errors by
 //!   SQLSTATE class, pool waits) through the `metrics` facade; the application installs the
 //!   exporter. Off by default, and then nothing of it is compiled in. `docs/metrics.md` lists them;
-//!   [`describe_metrics`] gives their help texts.
+//!   `describe_metrics` gives their help texts.
 //! - `testing`: `testing::TempPostgres`, throwaway servers for tests, and
 //!   `testing::ReplicatedPostgres`, a primary with a streaming standby and a failover.
 //!
@@ -92,11 +92,13 @@
 //! - [`elector`]: [`Elector`], one row per fleet.
 //! - [`membership`]: [`membership::Leaser`], [`membership::Units`], the fair-share arithmetic.
 //! - [`schedule`]: [`schedule::Scheduler`], recurring jobs on tick claims.
-//! - [`testing`] (feature `testing`): [`testing::TempPostgres`], a throwaway server for tests;
-//!   [`testing::ReplicatedPostgres`], a primary with a streaming standby, for failover tests.
+//! - `testing` (feature `testing`): `testing::TempPostgres`, a throwaway server for tests;
+//!   `testing::ReplicatedPostgres`, a primary with a streaming standby, for failover tests.
 //!
 //! The SQL lives in `sql/<module>/<operation>.sql`, one statement per file.
 
+// docs.rs builds every feature (Cargo.toml) and marks what each item needs.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_debug_implementations, unreachable_pub)]
 #![warn(missing_docs, rust_2018_idioms)]
 
@@ -114,6 +116,7 @@ pub mod schedule;
 mod statement;
 mod table_name;
 #[cfg(feature = "testing")]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
 pub mod tick_claims;
 mod timestamp;
@@ -135,6 +138,7 @@ pub use crate::timestamp::Timestamp;
 /// `# HELP` lines of a Prometheus exporter show them. The first [`Db`] built does it; call this
 /// after installing a recorder later than that.
 #[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub fn describe_metrics() {
     observe::describe();
 }

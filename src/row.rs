@@ -1,5 +1,5 @@
 //! Reading the database's answer: every column pgtenure reads goes through [`Read`], which returns
-//! an [`Error`] instead of panicking (invariant 6 of the design: the answer is input).
+//! an [`Error`] instead of panicking (whatever the database answers is input, and no answer may panic).
 //!
 //! A column of another type than the statement expects (a DBA's `ALTER TABLE`, a migration gone
 //! wrong, a version skew in a rolling upgrade), a column missing from the answer, or a NULL where a

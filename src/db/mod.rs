@@ -414,7 +414,8 @@ impl Db {
     }
 
     /// Runs `statement` on a pooled connection, sending it again on another connection only when
-    /// that is safe (invariant 9 of the design: an unknown outcome is not "never ran").
+    /// that is safe (a statement whose outcome is unknown may have committed: an unknown outcome is
+    /// not "never ran").
     ///
     /// A pooled connection whose server session ended while it sat idle (a terminated backend, an
     /// idle-session timeout, a restarted server) answers the next statement with the server's

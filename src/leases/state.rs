@@ -157,8 +157,8 @@ impl LeaseState {
     }
 
     /// Clears this purpose's cancel key after its statement returned: `false` when the watcher took
-    /// it meanwhile, so a cancel may still reach the connection's backend (invariant 11 of the
-    /// design: that connection must not be used again).
+    /// it meanwhile, so a cancel may still reach the connection's backend (a cancel names a
+    /// backend, not a statement: that connection must not be used again).
     pub(super) fn clear_in_flight(&self, purpose: Purpose) -> bool {
         let mut inner = self.inner.lock();
         if inner.in_flight.as_ref().is_some_and(|(p, _)| *p == purpose) {

@@ -52,6 +52,7 @@ impl Schedule {
     /// [`ErrorKind::InvalidInput`](crate::error::ErrorKind::InvalidInput) when the expression does not
     /// parse or never matches a time.
     #[cfg(feature = "cron")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "cron")))]
     pub fn cron(expr: &str) -> Result<Schedule> {
         Schedule::cron_in(expr, "UTC")
     }
@@ -68,6 +69,7 @@ impl Schedule {
     ///
     /// As [`Schedule::cron`], and when the zone is not known here.
     #[cfg(feature = "cron")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "cron")))]
     pub fn cron_in(expr: &str, zone: &str) -> Result<Schedule> {
         Ok(Schedule {
             kind: Kind::Cron(std::sync::Arc::new(super::cron::CronTicks::parse(

@@ -8,8 +8,8 @@ use postgres::types::{ToSql, Type};
 /// A bind value, typed by its statement.
 pub(crate) type Value<'a> = &'a (dyn ToSql + Sync);
 
-/// A Rust value bound as one built-in PostgreSQL type (invariant 2: parameter types stay
-/// built-in, so the driver never looks a type up with statements of its own).
+/// A Rust value bound as one built-in PostgreSQL type (parameter types stay built-in,
+/// so the driver never looks a type up with statements of its own).
 pub(crate) trait Param: ToSql + Sync {
     /// The type it is bound as.
     const TYPE: Type;
