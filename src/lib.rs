@@ -63,8 +63,9 @@
 //! One convention everywhere:
 //!
 //! - A handle is made by `new` from what it cannot do without (the [`Db`], and for a
-//!   [`membership::Leaser`] its reconciler, [`membership::Config`] and [`membership::Hooks`]), and
-//!   adjusted by consuming `with_*` methods: `TickClaims::new(&db).with_table("jobs")?`. A builder
+//!   [`membership::Leaser`] its reconciler and [`membership::Config`]), and adjusted by consuming
+//!   `with_*` methods: `TickClaims::new(&db).with_table("jobs")?`. Hooks attach the same way on
+//!   every handle that has them: `with_hooks(Arc<dyn …Hooks>)`. A builder
 //!   ([`DbBuilder`]) names its setters after what they set, without `with_`.
 //! - A setter returns `Result<Self>` when its value can be invalid and refuses it there, with
 //!   [`ErrorKind::InvalidInput`]; nothing checks it again later, and nothing was sent or stored. A

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime};
 
 use common::{client, db, Names, Quiet, Tables};
-use pgtenure::membership::{Leaser, NoHooks, Unit, Units};
+use pgtenure::membership::{Leaser, Unit, Units};
 use pgtenure::schedule::{Schedule, Scheduler};
 use pgtenure::{
     Db, Elector, Error, ErrorKind, FireClaims, LeaseLoss, Leases, StatementMode, TickClaims,
@@ -355,15 +355,10 @@ impl Membership {
 }
 
 fn leaser(db: &Db, procs: &str, units: &str) -> Leaser {
-    Leaser::new(
-        db,
-        Arc::new(Quiet),
-        common::hand_driven(),
-        Arc::new(NoHooks),
-    )
-    .unwrap()
-    .with_tables(procs, units)
-    .unwrap()
+    Leaser::new(db, Arc::new(Quiet), common::hand_driven())
+        .unwrap()
+        .with_tables(procs, units)
+        .unwrap()
 }
 
 #[test]
@@ -531,7 +526,7 @@ fn tables_changed_under_running_threads_never_panic_them_and_every_owner_stops()
         config.ttl = Duration::from_millis(900);
         config.heartbeat_interval = Duration::from_millis(300);
         config.rebalance_interval = Duration::from_millis(100);
-        let running = Leaser::new(&db, Arc::new(Quiet), config, Arc::new(NoHooks))
+        let running = Leaser::new(&db, Arc::new(Quiet), config)
             .unwrap()
             .with_tables(&procs_t, &units_t)
             .unwrap()

@@ -36,7 +36,7 @@
 //! ```no_run
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! use std::sync::Arc;
-//! use pgtenure::membership::{Config, Leaser, NoHooks, Reconciler, Unit, UnitLoss, Units};
+//! use pgtenure::membership::{Config, Leaser, Reconciler, Unit, UnitLoss, Units};
 //! use pgtenure::Db;
 //!
 //! struct Pollers;
@@ -50,7 +50,7 @@
 //! units.create_tables()?;
 //! units.add(&[Unit::new("acme", 0)?, Unit::new("acme", 1)?])?;
 //!
-//! let running = Leaser::new(&db, Arc::new(Pollers), Config::default(), Arc::new(NoHooks))?.spawn()?;
+//! let running = Leaser::new(&db, Arc::new(Pollers), Config::default())?.spawn()?;
 //! // A write for a unit this process owns, fenced:
 //! let unit = Unit::new("acme", 0)?;
 //! let mut conn = db.connection()?;

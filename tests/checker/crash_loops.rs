@@ -139,8 +139,8 @@ fn crash_loop(shape: &Shape) -> Figures {
                     expired: lapses.clone(),
                 }),
                 config.clone(),
-                moves.clone(),
             )
+            .map(|leaser| leaser.with_hooks(moves.clone()))
             .unwrap()
             .with_tables(&procs, &units_t)
             .unwrap(),
@@ -427,7 +427,6 @@ fn a_rolling_deploy_replacing_each_process_in_turn_moves_each_share_at_most_twic
                 drain_ms: 0,
             }),
             config.clone(),
-            Arc::new(pgtenure::membership::NoHooks),
         )
         .unwrap()
         .with_tables(&procs, &units_t)

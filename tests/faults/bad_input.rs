@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use crate::common::{client, count, db, Names, Tables};
-use pgtenure::membership::{Config, Leaser, NoHooks, Unit, Units};
+use pgtenure::membership::{Config, Leaser, Unit, Units};
 use pgtenure::{Db, Elector, ErrorKind, FireClaims, Leases, TickClaims};
 
 use crate::common::Quiet;
@@ -213,9 +213,7 @@ fn bad_input_matrix_is_refused_before_any_statement_and_changes_nothing() {
     ] {
         cases.push((
             format!("membership config: {what}"),
-            Box::new(move || {
-                Leaser::new(&db(), Arc::new(Quiet), config.clone(), Arc::new(NoHooks)).map(|_| ())
-            }),
+            Box::new(move || Leaser::new(&db(), Arc::new(Quiet), config.clone()).map(|_| ())),
         ));
     }
 

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use crate::common::proxy::{database_addr, Proxy};
 use crate::common::{client, db, wait_for, Tables};
-use pgtenure::membership::{Leaser, NoHooks, Reconciler, Unit, UnitLoss, Units};
+use pgtenure::membership::{Leaser, Reconciler, Unit, UnitLoss, Units};
 
 use super::{config, Fleet, Recorder};
 
@@ -24,7 +24,7 @@ fn run_starts_while_the_database_is_unreachable_and_stops_promptly() {
     let mut cfg = config(Duration::from_secs(3));
     cfg.rebalance_interval = Duration::from_millis(100);
     let leaser = Arc::new(
-        Leaser::new(&lazy, Arc::new(Recorder::default()), cfg, Arc::new(NoHooks))
+        Leaser::new(&lazy, Arc::new(Recorder::default()), cfg)
             .unwrap()
             .with_tables(&fleet.processes, &fleet.units_table)
             .unwrap(),
@@ -102,7 +102,6 @@ fn run_ends_with_a_permanent_error_and_never_returns_ok_after_failing_all_along(
         &crate::common::db(),
         Arc::new(Recorder::default()),
         config(Duration::from_secs(3)),
-        Arc::new(NoHooks),
     )
     .unwrap()
     .with_tables(&tables.name("no_procs"), &tables.name("no_units"))
@@ -128,7 +127,6 @@ fn run_ends_with_a_permanent_error_and_never_returns_ok_after_failing_all_along(
         &nowhere,
         Arc::new(Recorder::default()),
         config(Duration::from_secs(3)),
-        Arc::new(NoHooks),
     )
     .unwrap();
     // Signalled from the start: the first heartbeat fails, and the loop stops with its error.
