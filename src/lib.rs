@@ -68,8 +68,12 @@
 //!   every handle that has them: `with_hooks(Arc<dyn …Hooks>)`. A builder
 //!   ([`DbBuilder`]) names its setters after what they set, without `with_`.
 //! - A setter returns `Result<Self>` when its value can be invalid and refuses it there, with
-//!   [`ErrorKind::InvalidInput`]; nothing checks it again later, and nothing was sent or stored. A
-//!   setter whose every value is valid (a switch) returns `Self`.
+//!   [`ErrorKind::InvalidInput`]; nothing was sent or stored. A setter whose every value is valid
+//!   (a switch) returns `Self`. A rule between two settings (an elector's retry period below its
+//!   TTL, a membership claim batch within the per-tick cap, a heartbeat within the TTL) is checked
+//!   once, where the handle is built or first used ([`elector::Elector::campaign`],
+//!   [`membership::Leaser::new`]), and its error names both settings: the order of the setters
+//!   never matters. Nothing is clamped: a value out of range is refused.
 //! - Every setter's documentation ends with its default. There is no "zero means the default":
 //!   a zero duration, a zero size or a blank name is refused, in setters and in
 //!   [`membership::Config`] alike (checked once, by [`membership::Leaser::new`]).

@@ -524,7 +524,8 @@ fn scheduler(seen: &Seen, tables: &mut Tables) {
                 .unwrap()
                 .with_misfire(Misfire::RunOnce {
                     within: Duration::from_secs(2 * 86_400),
-                }),
+                })
+                .unwrap(),
         )
         .unwrap();
     let (_, moved) = seen.across(|| assert_eq!(once.run_pending().unwrap(), 1));
@@ -548,7 +549,8 @@ fn scheduler(seen: &Seen, tables: &mut Tables) {
             .unwrap()
             .with_misfire(Misfire::RunOnce {
                 within: Duration::from_secs(2 * 86_400),
-            }),
+            })
+            .unwrap(),
         )
         .unwrap();
     let (_, moved) = seen.across(|| failing.run_pending().unwrap());

@@ -185,7 +185,8 @@ fn missed_ticks_are_skipped_or_the_latest_run_once() {
                 .unwrap()
                 .with_misfire(Misfire::RunOnce {
                     within: Duration::from_secs(2 * 86_400),
-                }),
+                })
+                .unwrap(),
         )
         .unwrap();
     assert_eq!(
@@ -600,7 +601,8 @@ fn run_once_runs_the_latest_tick_missed_in_an_outage_once_the_database_is_back()
     .unwrap()
     .with_misfire(Misfire::RunOnce {
         within: Duration::from_secs(30),
-    });
+    })
+    .unwrap();
     let scheduler = Scheduler::new(&via)
         .with_table(&table)
         .unwrap()
@@ -1350,6 +1352,7 @@ fn hand_driven_steps_beside_a_started_scheduler_never_run_a_tick_twice_or_early(
             .with_misfire(Misfire::RunOnce {
                 within: Duration::from_millis(500),
             })
+            .unwrap()
     };
     let started = Scheduler::new(&db())
         .with_table(&table)

@@ -219,7 +219,8 @@ fn start(
             ),
         )
         .unwrap()
-        .with_misfire(spec.misfire);
+        .with_misfire(spec.misfire)
+        .unwrap();
         scheduler = scheduler.with_job(job).unwrap();
     }
     Instance {

@@ -203,12 +203,17 @@ fn bad_input_matrix_is_refused_before_any_statement_and_changes_nothing() {
     zero_ttl.ttl = Duration::ZERO;
     let mut no_batch = Config::default();
     no_batch.claim_batch = 0;
+    // A rule between two settings is refused, not clamped.
+    let mut big_batch = Config::default();
+    big_batch.max_claim_per_tick = 8;
+    big_batch.claim_batch = 9;
     let mut blank_host = Config::default();
     blank_host.hostname = " ".into();
     for (what, config) in [
         ("heartbeat not below the TTL", late_beats),
         ("zero TTL", zero_ttl),
         ("zero claim batch", no_batch),
+        ("claim batch above the per-tick cap", big_batch),
         ("blank hostname", blank_host),
     ] {
         cases.push((
