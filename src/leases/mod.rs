@@ -147,11 +147,11 @@ pub struct Leases {
 
 /// Whether an acquire by an owner that already holds the key live keeps that tenure's token.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Tenure {
+enum Reacquire {
     /// Raw grants: an idempotent re-acquire keeps the token.
-    Keep,
+    KeepsToken,
     /// Managed leases: always a new tenure with a new token.
-    New,
+    NewTenure,
 }
 
 impl Leases {
@@ -251,7 +251,7 @@ impl Leases {
             log::debug!(target: "pgtenure::leases", "lease {key:?} is already held by this Leases family");
             return Ok(None);
         }
-        let (token, sent) = match self.acquire_statement(key, ttl_us, Tenure::New) {
+        let (token, sent) = match self.acquire_statement(key, ttl_us, Reacquire::NewTenure) {
             Ok(Some((token, _, sent))) => (token, sent),
             Ok(None) => {
                 self.shared.forget(key);
@@ -327,7 +327,7 @@ impl Leases {
         if managed() {
             return Ok(None);
         }
-        let granted = self.acquire_statement(key, ttl_us, Tenure::Keep)?;
+        let granted = self.acquire_statement(key, ttl_us, Reacquire::KeepsToken)?;
         // A managed acquire of this family that began meanwhile may have won the tenure this grant
         // re-acquired: never hand out its token twice.
         if managed() {
@@ -347,9 +347,9 @@ impl Leases {
         &self,
         key: &str,
         ttl_us: i64,
-        tenure: Tenure,
+        reacquire: Reacquire,
     ) -> Result<Option<(i64, bool, Instant)>> {
-        let keep = tenure == Tenure::Keep;
+        let keep = reacquire == Reacquire::KeepsToken;
         let (db, sql, owner) = (&self.shared.db, &self.shared.sql, &self.shared.owner);
         let answered = db.grant(&sql.promotion, ttl_us, |promotion| {
             sql.acquire(db, key, owner, ttl_us, keep, promotion)
