@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use pgtenure::membership::{Leaser, Reconciler, Unit, UnitLoss, Units};
 use pgtenure::schedule::{Schedule, Scheduler};
-use pgtenure::{Db, Elector};
+use pgtenure::{elector::Elector, Db};
 
 struct Workers;
 
@@ -44,7 +44,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let every = Schedule::every(Duration::from_secs(2))?;
     let scheduling = Scheduler::new(&db)
         .job("report", every, |run| {
-            println!("  report for tick {}", pgtenure::Timestamp(run.tick()));
+            println!("  report for tick {}", pgtenure::Timestamp::new(run.tick()));
             Ok(())
         })?
         .start()?;

@@ -1,11 +1,11 @@
 //! pgtenure: coordinate many instances of an application through one PostgreSQL database, without
 //! an async runtime.
 //!
-//! - [`TickClaims`]: each tick of a recurring job runs on exactly one instance.
-//! - [`FireClaims`]: one claim per fire key, held for a TTL.
-//! - [`Leases`]: one holder per key, with fencing tokens; a managed [`Lease`] renews on a thread of
-//!   its own and signals loss on a channel; [`Leases::with_lease`] runs a closure under a lease.
-//! - [`Elector`]: one leader per fleet, with terms, resignation and who-leads.
+//! - [`tick_claims::TickClaims`]: each tick of a recurring job runs on exactly one instance.
+//! - [`fire_claims::FireClaims`]: one claim per fire key, held for a TTL.
+//! - [`leases::Leases`]: one holder per key, with fencing tokens; a managed [`leases::Lease`] renews on a thread of
+//!   its own and signals loss on a channel; [`leases::Leases::with_lease`] runs a closure under a lease.
+//! - [`elector::Elector`]: one leader per fleet, with terms, resignation and who-leads.
 //! - [`membership`]: process heartbeats and fair-share ownership of (tenant, shard) units, a
 //!   [`membership::Leaser`] per process driven tick by tick or by its `run` loop.
 //! - [`schedule`]: recurring jobs on tick claims, each tick run on one instance when it is due by
@@ -13,7 +13,7 @@
 //!
 //! Operators see what is held with the views (`Leases::holder`, `Leases::list`, `TickClaims::jobs`,
 //! `Elector::leaders`, `membership::Units::assignments` and `processes`), release a stuck lease
-//! with [`Leases::force_release`], and do both from a shell with the `pgtenure` command (the
+//! with [`leases::Leases::force_release`], and do both from a shell with the `pgtenure` command (the
 //! workspace's `pgtenure-cli` crate), which also runs a command under a lease (`pgtenure lease-run`).
 //!
 //! Every operation is one SQL statement in its own implicit transaction, prepared once per server
@@ -25,7 +25,7 @@
 //! ```no_run
 //! # fn main() -> Result<(), pgtenure::Error> {
 //! use std::time::{Duration, SystemTime};
-//! use pgtenure::{Db, TickClaims};
+//! use pgtenure::{Db, tick_claims::TickClaims};
 //!
 //! let db = Db::connect("postgres://postgres@localhost/app")?;
 //! pgtenure::migrate(&db)?; // creates every default table; safe on every instance at once
@@ -77,9 +77,9 @@
 //! - Every setter's documentation ends with its default. There is no "zero means the default":
 //!   a zero duration, a zero size or a blank name is refused, in setters and in
 //!   [`membership::Config`] alike (checked once, by [`membership::Leaser::new`]).
-//! - An instance *owns* what it claims or acquires ([`TickClaims::with_owner`],
-//!   [`FireClaims::with_owner`], [`Leases::with_owner`]); leadership has a *holder*
-//!   ([`Elector::with_holder`], [`LeaderInfo`]'s `holder`).
+//! - An instance *owns* what it claims or acquires ([`tick_claims::TickClaims::with_owner`],
+//!   [`fire_claims::FireClaims::with_owner`], [`leases::Leases::with_owner`]); leadership has a *holder*
+//!   ([`elector::Elector::with_holder`], [`elector::LeaderInfo`]'s `holder`).
 //! - Callbacks are traits, and every method beyond the essential ones has a do-nothing default
 //!   ([`membership::Reconciler`]'s `in_flight`, every [`membership::Hooks`] method), so they can
 //!   grow without breaking implementations.
@@ -89,12 +89,12 @@
 //! - At the root: [`Db`] and [`DbBuilder`] (the shared r2d2 pool behind one handle, whatever its
 //!   TLS connector; [`SslMode`], [`StatementMode`]), [`Error`] and [`ErrorKind`] (classified by
 //!   SQLSTATE), [`Timestamp`].
-//! - [`tick_claims`]: [`TickClaims`] and [`TickClaim`], one row per job.
-//! - [`fire_claims`]: [`FireClaims`], one row per fire key.
-//! - [`leases`]: [`Leases`], [`Lease`] and its renewal thread, the deadline watcher that signals loss
-//!   at the local deadline, [`Leases::fence`], and what operators read and release
-//!   ([`Leases::holder`], [`Leases::list`], [`Leases::force_release`], [`Leases::refusal`]).
-//! - [`elector`]: [`Elector`], one row per fleet.
+//! - [`tick_claims`]: [`tick_claims::TickClaims`] and [`tick_claims::TickClaim`], one row per job.
+//! - [`fire_claims`]: [`fire_claims::FireClaims`], one row per fire key.
+//! - [`leases`]: [`leases::Leases`], [`leases::Lease`] and its renewal thread, the deadline watcher that signals loss
+//!   at the local deadline, [`leases::Leases::fence`], and what operators read and release
+//!   ([`leases::Leases::holder`], [`leases::Leases::list`], [`leases::Leases::force_release`], [`leases::Leases::refusal`]).
+//! - [`elector`]: [`elector::Elector`], one row per fleet.
 //! - [`membership`]: [`membership::Leaser`], [`membership::Units`], the fair-share arithmetic.
 //! - [`schedule`]: [`schedule::Scheduler`], recurring jobs on tick claims.
 //! - [`testing`] (feature `testing`): [`testing::TempPostgres`], a throwaway server for tests;
@@ -124,16 +124,8 @@ pub mod tick_claims;
 mod timestamp;
 
 pub use crate::db::{Connection, Db, DbBuilder, SslMode, StatementMode, StatementModes};
-pub use crate::elector::{
-    Elector, LeaderEvent, LeaderHooks, LeaderInfo, LeaderLoss, Leadership, NoLeaderHooks,
-};
 pub use crate::error::{Error, ErrorKind, Result};
-pub use crate::fire_claims::FireClaims;
 pub use crate::input::{MAX_DURATION, MAX_KEY_BYTES, MIN_DURATION};
-pub use crate::leases::{
-    Grant, KeyRenewal, Lease, LeaseInfo, LeaseLoss, LeaseSummary, Leases, Refusal, Renewal,
-};
-pub use crate::tick_claims::{JobInfo, TickClaim, TickClaims};
 pub use crate::timestamp::Timestamp;
 
 /// Describes every metric pgtenure reports (help text and unit) to the installed recorder, as the
@@ -144,7 +136,7 @@ pub fn describe_metrics() {
     observe::describe();
 }
 
-/// The channel crate of [`Lease::lost`] and [`membership::Leaser::run`], re-exported.
+/// The channel crate of [`leases::Lease::lost`] and [`membership::Leaser::run`], re-exported.
 pub use crossbeam_channel;
 /// The driver, re-exported so that users can name its types (`postgres::Transaction`,
 /// `postgres::Config`) at the version pgtenure uses.
@@ -165,10 +157,10 @@ pub use r2d2_postgres;
 ///
 /// A database or connection error; creating needs `CREATE` on the schema.
 pub fn migrate(db: &Db) -> Result<()> {
-    TickClaims::new(db).create_table()?;
-    FireClaims::new(db).create_table()?;
-    Leases::new(db).create_table()?;
-    Elector::new(db).create_table()?;
+    tick_claims::TickClaims::new(db).create_table()?;
+    fire_claims::FireClaims::new(db).create_table()?;
+    leases::Leases::new(db).create_table()?;
+    elector::Elector::new(db).create_table()?;
     membership::Units::new(db).create_tables()?;
     Ok(())
 }
@@ -177,19 +169,19 @@ pub fn migrate(db: &Db) -> Result<()> {
 const _: fn() = || {
     fn send_sync<T: Send + Sync>() {}
     send_sync::<Db>();
-    send_sync::<TickClaims>();
-    send_sync::<TickClaim>();
-    send_sync::<FireClaims>();
-    send_sync::<Leases>();
-    send_sync::<Lease>();
-    send_sync::<Grant>();
-    send_sync::<Renewal>();
-    send_sync::<LeaseInfo>();
-    send_sync::<Refusal>();
-    send_sync::<Elector>();
-    send_sync::<LeaderInfo>();
-    send_sync::<Leadership>();
-    send_sync::<LeaderEvent>();
+    send_sync::<tick_claims::TickClaims>();
+    send_sync::<tick_claims::TickClaim>();
+    send_sync::<fire_claims::FireClaims>();
+    send_sync::<leases::Leases>();
+    send_sync::<leases::Lease>();
+    send_sync::<leases::Grant>();
+    send_sync::<leases::Renewal>();
+    send_sync::<leases::LeaseInfo>();
+    send_sync::<leases::Refusal>();
+    send_sync::<elector::Elector>();
+    send_sync::<elector::LeaderInfo>();
+    send_sync::<elector::Leadership>();
+    send_sync::<elector::LeaderEvent>();
     send_sync::<elector::NoLeaderHooks>();
     send_sync::<membership::Leaser>();
     send_sync::<membership::Units>();

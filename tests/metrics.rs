@@ -18,7 +18,10 @@ use metrics::{
 use parking_lot::Mutex;
 use pgtenure::membership::{Leaser, Unit, Units};
 use pgtenure::schedule::{Job, Misfire, Schedule, Scheduler};
-use pgtenure::{Db, Elector, FireClaims, LeaseLoss, Leases, TickClaims};
+use pgtenure::{
+    elector::Elector, fire_claims::FireClaims, leases::LeaseLoss, leases::Leases,
+    tick_claims::TickClaims, Db,
+};
 
 /// A metric and its labels, sorted: `name{k="v",...}`.
 type Series = String;

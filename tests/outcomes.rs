@@ -16,7 +16,10 @@ use common::{client, db, wait_for, Role, Tables};
 use parking_lot::Mutex;
 use pgtenure::membership::{Leaser, Reconciler, Unit, UnitLoss, Units};
 use pgtenure::postgres::error::SqlState;
-use pgtenure::{Db, DbBuilder, Elector, FireClaims, LeaseLoss, Leases, TickClaims};
+use pgtenure::{
+    elector::Elector, fire_claims::FireClaims, leases::LeaseLoss, leases::Leases,
+    tick_claims::TickClaims, Db, DbBuilder,
+};
 
 /// A pool through `proxy`, with a short pool timeout.
 fn proxied(proxy: &Proxy, max_size: u32) -> Db {

@@ -15,7 +15,9 @@ use std::time::{Duration, SystemTime};
 use common::{db, hand_driven, leader_table, lease_table, wait_for, Tables};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
 use pgtenure::membership::{Leaser, Unit, Units};
-use pgtenure::{Elector, FireClaims, Leases, TickClaims};
+use pgtenure::{
+    elector::Elector, fire_claims::FireClaims, leases::Leases, tick_claims::TickClaims,
+};
 
 /// The metrics docs/metrics.md lists.
 fn documented() -> BTreeSet<String> {

@@ -13,7 +13,7 @@ use common::{client, db, wait_for, Tables};
 use parking_lot::Mutex;
 use pgtenure::postgres::types::Type;
 use pgtenure::schedule::{Job, Misfire, Run, RunResult, Schedule, ScheduleHooks, Scheduler};
-use pgtenure::{DbBuilder, Error, TickClaims};
+use pgtenure::{tick_claims::TickClaims, DbBuilder, Error};
 
 fn claims_table(tables: &mut Tables) -> String {
     let table = tables.name("ticks");

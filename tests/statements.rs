@@ -11,7 +11,10 @@ use std::time::{Duration, SystemTime};
 use common::proxy::{database_addr, Proxy};
 use common::{client, Names, Quiet, Tables};
 use pgtenure::membership::{Leaser, Unit, Units};
-use pgtenure::{Db, DbBuilder, Elector, FireClaims, Leases, StatementMode, TickClaims};
+use pgtenure::{
+    elector::Elector, fire_claims::FireClaims, leases::Leases, tick_claims::TickClaims, Db,
+    DbBuilder, StatementMode,
+};
 
 /// Every primitive on its own tables, on one pool.
 struct Fleet {

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use pgtenure::{DbBuilder, Elector, LeaderEvent, Leadership};
+use pgtenure::{elector::Elector, elector::LeaderEvent, elector::Leadership, DbBuilder};
 use serde_json::{json, Value};
 
 use super::common::proxy::{database_addr, Proxy};

@@ -6,7 +6,9 @@ use std::time::{Duration, SystemTime};
 
 use pgtenure::membership::{Leaser, Unit, Units};
 use pgtenure::testing::render_sql;
-use pgtenure::{Db, Elector, FireClaims, Leases, TickClaims};
+use pgtenure::{
+    elector::Elector, fire_claims::FireClaims, leases::Leases, tick_claims::TickClaims, Db,
+};
 
 use super::common::Quiet;
 use super::pgbench::{Arg, Script, Step};

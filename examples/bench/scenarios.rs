@@ -9,7 +9,10 @@ use std::time::{Duration, Instant, SystemTime};
 
 use pgtenure::membership::{Config, Leaser, Unit, Units};
 use pgtenure::postgres::Client;
-use pgtenure::{Db, DbBuilder, Elector, FireClaims, Leases, TickClaims};
+use pgtenure::{
+    elector::Elector, fire_claims::FireClaims, leases::Leases, tick_claims::TickClaims, Db,
+    DbBuilder,
+};
 use serde_json::{json, Value};
 
 use super::common::{hand_driven, Quiet};

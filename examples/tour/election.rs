@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use pgtenure::{Db, Elector, LeaderEvent, Leadership};
+use pgtenure::{elector::Elector, elector::LeaderEvent, elector::Leadership, Db};
 
 use crate::clock::round_ms;
 use crate::INSTANCES;

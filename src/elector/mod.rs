@@ -31,7 +31,7 @@
 //!
 //! ```no_run
 //! # fn main() -> Result<(), pgtenure::Error> {
-//! use pgtenure::{Db, Elector};
+//! use pgtenure::{Db, elector::Elector};
 //!
 //! let db = Db::connect("postgres://postgres@localhost/app")?;
 //! let elector = Elector::new(&db).with_name("billing")?;

@@ -35,7 +35,7 @@
 //! # fn main() -> Result<(), pgtenure::Error> {
 //! # fn export_invoices(_: &mut pgtenure::postgres::Transaction<'_>) -> Result<(), pgtenure::postgres::Error> { Ok(()) }
 //! use std::time::Duration;
-//! use pgtenure::{Db, Leases};
+//! use pgtenure::{Db, leases::Leases};
 //!
 //! let db = Db::connect("postgres://postgres@localhost/app")?;
 //! let leases = Leases::new(&db);

@@ -13,7 +13,7 @@
 //! a transaction of yours, that this process still owns the unit under that token, so a process
 //! that was paused while its units moved cannot write for them. Drive the steps by hand in tests,
 //! or let [`Leaser::spawn`] run the loop on a thread it owns in production. (A [`Leaser::tick`] is
-//! one such rebalance step; the ticks of [`TickClaims`](crate::TickClaims) are something else, the
+//! one such rebalance step; the ticks of [`TickClaims`](crate::tick_claims::TickClaims) are something else, the
 //! scheduled instants of a recurring job.) [`Units::assignments`] and [`Units::processes`] show
 //! operators who owns what.
 //!

@@ -32,7 +32,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use pgtenure::{Db, Elector, LeaderHooks, LeaderLoss, Leadership};
+use pgtenure::{
+    elector::Elector, elector::LeaderHooks, elector::LeaderLoss, elector::Leadership, Db,
+};
 
 use crate::common::proxy::{database_addr, Proxy};
 use crate::common::{client, ledger, Tables};

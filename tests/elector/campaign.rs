@@ -10,7 +10,8 @@ use crate::common::proxy::{database_addr, Proxy};
 use crate::common::{self, db, wait_for, Tables};
 use parking_lot::Mutex;
 use pgtenure::{
-    Db, DbBuilder, Elector, LeaderEvent, LeaderHooks, LeaderLoss, Leadership, NoLeaderHooks,
+    elector::Elector, elector::LeaderEvent, elector::LeaderHooks, elector::LeaderLoss,
+    elector::Leadership, elector::NoLeaderHooks, Db, DbBuilder,
 };
 
 use super::table;
@@ -353,7 +354,7 @@ fn a_panicking_hook_ends_the_campaign_and_stop_says_so() {
         fn lost(&self, _: i64, _: LeaderLoss) {
             self.call();
         }
-        fn observed(&self, _: Option<&pgtenure::LeaderInfo>) {
+        fn observed(&self, _: Option<&pgtenure::elector::LeaderInfo>) {
             self.call();
         }
     }

@@ -5,7 +5,10 @@ use std::time::{Duration, SystemTime};
 
 use crate::common::{client, count, db, Names, Tables};
 use pgtenure::membership::{Config, Leaser, Unit, Units};
-use pgtenure::{Db, Elector, ErrorKind, FireClaims, Leases, TickClaims};
+use pgtenure::{
+    elector::Elector, fire_claims::FireClaims, leases::Leases, tick_claims::TickClaims, Db,
+    ErrorKind,
+};
 
 use crate::common::Quiet;
 

@@ -6,7 +6,10 @@ use std::time::{Duration, SystemTime};
 use crate::common::proxy::{database_addr, Proxy};
 use crate::common::{db, Names, Tables};
 use pgtenure::membership::{Leaser, Unit, Units};
-use pgtenure::{DbBuilder, Elector, FireClaims, Leases, StatementMode, TickClaims};
+use pgtenure::{
+    elector::Elector, fire_claims::FireClaims, leases::Leases, tick_claims::TickClaims, DbBuilder,
+    StatementMode,
+};
 
 use crate::common::Quiet;
 

@@ -84,7 +84,7 @@ fn derived_index_names_that_collide_are_refused_or_reported_never_skipped() {
     client()
         .batch_execute(&format!("CREATE TABLE {leases_t}_token_seq (x int)"))
         .unwrap();
-    let err = pgtenure::Leases::new(&db())
+    let err = pgtenure::leases::Leases::new(&db())
         .with_table(&leases_t)
         .unwrap()
         .create_table()

@@ -13,7 +13,7 @@ mod units;
 
 use clap::Subcommand;
 use pgtenure::membership::Units;
-use pgtenure::{Db, Elector, Error, Leases, TickClaims};
+use pgtenure::{elector::Elector, leases::Leases, tick_claims::TickClaims, Db, Error};
 
 use crate::{Failure, Global};
 

@@ -8,7 +8,10 @@ use std::time::{Duration, Instant, SystemTime};
 use pgtenure::membership::{ProcessInfo, Units, Unowned};
 use pgtenure::postgres::error::SqlState;
 use pgtenure::postgres::types::Type;
-use pgtenure::{Db, Elector, Error, JobInfo, LeaderInfo, LeaseSummary, Leases, TickClaims};
+use pgtenure::{
+    elector::Elector, elector::LeaderInfo, leases::LeaseSummary, leases::Leases,
+    tick_claims::JobInfo, tick_claims::TickClaims, Db, Error,
+};
 
 use crate::Failure;
 

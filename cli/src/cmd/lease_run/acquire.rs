@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use pgtenure::crossbeam_channel::{bounded, select};
 use pgtenure::postgres::error::SqlState;
-use pgtenure::{Lease, Leases, Refusal};
+use pgtenure::{leases::Lease, leases::Leases, leases::Refusal};
 
 use super::{release, LeaseRunArgs};
 use crate::output::time;

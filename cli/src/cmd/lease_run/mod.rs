@@ -43,7 +43,7 @@ use std::time::Duration;
 
 use clap::Args;
 use pgtenure::crossbeam_channel::select;
-use pgtenure::{Db, Lease};
+use pgtenure::{leases::Lease, Db};
 
 use self::acquire::acquire;
 use self::child::{exit_status, prepare_child, Cmd, Ending};
