@@ -113,26 +113,14 @@ use crate::table_name::TableName;
 /// The table [`Leases::new`] uses unless [`Leases::with_table`] names another.
 pub const DEFAULT_TABLE: &str = "pgtenure_leases";
 
-/// Checks a managed lease's key and TTL as [`Leases::acquire`] does, without a database: a tool can
-/// refuse bad input before it connects.
-///
-/// # Errors
-///
-/// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when the key is blank, contains a
-/// NUL byte or is over 1,024 bytes, or `ttl` is under [`MIN_MANAGED_TTL`] (30 ms) or over 100 years;
-/// the message says what is wrong and what is accepted.
-pub fn check_acquire(key: &str, ttl: Duration) -> Result<()> {
+/// Checks a managed lease's key and TTL as [`Leases::acquire`] does, before anything is sent.
+fn check_acquire(key: &str, ttl: Duration) -> Result<()> {
     check_key("lease key", key)?;
     micros("managed lease ttl", ttl, MIN_MANAGED_TTL).map(drop)
 }
 
-/// Checks an owner name as [`Leases::with_owner`] does, without a database.
-///
-/// # Errors
-///
-/// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when `owner` is blank, contains a
-/// NUL byte or is longer than 1,024 bytes.
-pub fn check_owner(owner: &str) -> Result<()> {
+/// Checks an owner name as [`Leases::with_owner`] does.
+fn check_owner(owner: &str) -> Result<()> {
     check_key("owner", owner)
 }
 

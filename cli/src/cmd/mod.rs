@@ -68,10 +68,10 @@ impl Command {
 
     /// Checks the subcommand's own arguments that the library would refuse (a lease key, a fleet
     /// name), on a pool that has connected nothing yet.
-    pub(crate) fn check(&self, db: &Db) -> Result<(), Error> {
+    pub(crate) fn check(&self, db: &Db) -> Result<(), String> {
         match self {
             Command::Lease(args) => args.check(),
-            Command::Leader(args) => args.check(db),
+            Command::Leader(args) => args.check(db).map_err(|e| e.to_string()),
             _ => Ok(()),
         }
     }
