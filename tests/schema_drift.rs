@@ -551,7 +551,7 @@ fn tables_changed_under_running_threads_never_panic_them_and_every_owner_stops()
             .unwrap();
         // Every thread has done its first round.
         common::wait_for("the threads to start", Duration::from_secs(10), || {
-            (leadership.is_leading() && running.owned().len() == 1).then_some(())
+            (leadership.is_leading() && running.leaser().owned().len() == 1).then_some(())
         });
         alter(&format!(
             "ALTER TABLE {lease_t} ALTER token TYPE numeric(20,0);

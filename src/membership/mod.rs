@@ -55,7 +55,7 @@
 //! let unit = Unit::new("acme", 0)?;
 //! let mut conn = db.connection()?;
 //! let mut tx = conn.transaction()?;
-//! if running.fence(&mut tx, &unit)? {
+//! if running.leaser().fence(&mut tx, &unit)? {
 //!     tx.execute("update offsets set position = position + 1 where tenant = $1", &[&unit.tenant])?;
 //! }
 //! tx.commit()?;

@@ -1,7 +1,6 @@
 //! The membership loop and its liveness watcher.
 
 use std::fmt;
-use std::ops::Deref;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -93,9 +92,9 @@ impl Leaser {
 
     /// Runs [`Leaser::run`] on a thread of its own (`pgtenure-membership`) and returns the handle
     /// that owns it: [`Running::stop`] ends the loop, gives the units back ([`Leaser::release`]),
-    /// deletes the process row ([`Leaser::delete_process`]) and joins the thread. The handle derefs
-    /// to the leaser ([`Leaser::owned`], [`Leaser::fence`] through it), and
-    /// [`Running::leaser`] shares it.
+    /// deletes the process row ([`Leaser::delete_process`]) and joins the thread.
+    /// [`Running::leaser`] reaches the leaser ([`Leaser::owned`], [`Leaser::fence`]) and shares it
+    /// with other threads.
     ///
     /// # Errors
     ///
@@ -234,7 +233,8 @@ impl Drop for Ran<'_> {
     }
 }
 
-/// A [`Leaser::run`] loop on a thread of its own ([`Leaser::spawn`]); derefs to the [`Leaser`].
+/// A [`Leaser::run`] loop on a thread of its own ([`Leaser::spawn`]); [`Running::leaser`] reaches
+/// the [`Leaser`].
 ///
 /// Stopping ([`Running::stop`], or dropping the handle) ends the loop after the database call in
 /// progress, tells the reconciler every unit is lost ([`UnitLoss::Released`](super::UnitLoss)),
@@ -287,14 +287,6 @@ impl Running {
         let released = self.leaser.release().map(drop);
         let deleted = self.leaser.delete_process();
         ran.and(released).and(deleted)
-    }
-}
-
-impl Deref for Running {
-    type Target = Leaser;
-
-    fn deref(&self) -> &Leaser {
-        &self.leaser
     }
 }
 

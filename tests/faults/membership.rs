@@ -170,15 +170,15 @@ fn paused_member_child(procs: &str, units: &str, ledger: &str) {
     let unit = Unit::new("t", 0).unwrap();
     let running = leaser.spawn().unwrap();
     let token = wait_for("the child to own its unit", Duration::from_secs(10), || {
-        running.token(&unit)
+        running.leaser().token(&unit)
     });
     println!("TOKEN {token}");
     let started = Instant::now();
     let mut refused_after_loss = false;
     while started.elapsed() < Duration::from_secs(30) && !refused_after_loss {
-        let write = fenced_unit_write(&running, ledger, &unit);
+        let write = fenced_unit_write(running.leaser(), ledger, &unit);
         println!("WRITE {write:?}");
-        refused_after_loss = write == Write::Refused && running.token(&unit) != Some(token);
+        refused_after_loss = write == Write::Refused && running.leaser().token(&unit) != Some(token);
         thread::sleep(Duration::from_millis(40));
     }
     // Not `stop`: the unit is the parent's now, and the release must not matter.

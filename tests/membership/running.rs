@@ -147,14 +147,14 @@ fn a_spawned_leaser_runs_refuses_a_second_loop_and_hands_over_on_stop() {
     let (a, recorder) = fleet.leaser(fast);
     let running = a.spawn().unwrap();
     wait_for("the spawned loop to claim", Duration::from_secs(10), || {
-        (running.owned().len() == 6).then_some(())
+        (running.leaser().owned().len() == 6).then_some(())
     });
     let (_never, shutdown) = pgtenure::crossbeam_channel::bounded::<()>(0);
-    let second = running.run(&shutdown).unwrap_err();
+    let second = running.leaser().run(&shutdown).unwrap_err();
     assert!(second.is_invalid_input(), "{second}");
     assert!(second.to_string().contains("already running"), "{second}");
     assert!(!running.is_finished());
-    let id = running.process_id().to_owned();
+    let id = running.leaser().process_id().to_owned();
     running.stop().unwrap();
     assert_eq!(recorder.lost_for(UnitLoss::Released), 6);
     let ownership = fleet.ownership();
@@ -210,7 +210,7 @@ fn a_second_spawn_of_a_running_leaser_is_refused_and_changes_nothing() {
     let a = Arc::new(a);
     let running = a.clone().spawn_shared().unwrap();
     wait_for("the loop to claim", Duration::from_secs(10), || {
-        (running.owned().len() == 2).then_some(())
+        (running.leaser().owned().len() == 2).then_some(())
     });
     let err = a.clone().spawn_shared().unwrap_err();
     assert!(err.is_invalid_input(), "{err}");
