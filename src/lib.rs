@@ -58,6 +58,34 @@
 //! Every call that touches the database blocks the calling thread (see [`Db`] for the bounds). Do not
 //! call pgtenure from inside an async runtime's worker thread.
 //!
+//! # Background loops
+//!
+//! Each primitive can be driven by hand, one step at a time on the caller's thread (tests, and
+//! callers with a loop of their own), or by a loop on a thread the library starts and a handle
+//! owns:
+//!
+//! | by hand | owned loop | its handle |
+//! |---|---|---|
+//! | [`elector::Elector::is_leader`] | [`elector::Elector::campaign`] | [`elector::Leadership`] |
+//! | [`membership::Leaser::heartbeat`], [`tick`](membership::Leaser::tick) | [`membership::Leaser::spawn`] ([`run`](membership::Leaser::run) on a thread of yours) | [`membership::Running`] |
+//! | [`schedule::Scheduler::run_pending`] | [`schedule::Scheduler::start`] | [`schedule::Scheduling`] |
+//!
+//! `campaign` borrows the elector (it keeps polling a clone); `spawn` and `start` take the leaser
+//! and the scheduler (reach them with `leaser()` and `scheduler()`). Every handle has one shape:
+//! `stop(self) -> Result<()>` stops the loop (resigning, releasing the units, or waiting for the
+//! runs in progress) and returns within a bound its documentation states, `is_finished()` says
+//! whether the loop ended on its own, and dropping the handle does what `stop` does and logs the
+//! error instead of returning it. What a loop decides reaches the application in decision order:
+//! a leadership's [`events`](elector::Leadership::events) and [`elector::LeaderHooks`], the
+//! [`membership::Reconciler`] and [`membership::Hooks`], and [`schedule::ScheduleHooks`]. A loop
+//! that meets an error waiting cannot fix as it starts (a missing table, a missing privilege)
+//! ends with it instead of retrying forever: `campaign` and `start` return it, a spawned leaser's
+//! loop ends (`is_finished()` turns true) and its `stop` returns it.
+//!
+//! A managed lease ([`leases::Leases::acquire`]) is held, not run: its renewal thread belongs to
+//! the [`leases::Lease`], which ends it with [`release`](leases::Lease::release) (or `Drop`) and
+//! reports its loss on [`lost`](leases::Lease::lost).
+//!
 //! # Configuration
 //!
 //! One convention everywhere:

@@ -436,7 +436,9 @@ fn a_rolling_deploy_replacing_each_process_in_turn_moves_each_share_at_most_twic
     let _load = Load::start(9);
     let even = |fleet: &[pgtenure::membership::Running]| {
         registry.active.lock().len() == TOTAL
-            && fleet.iter().all(|r| r.leaser().owned().len().abs_diff(share) <= 1)
+            && fleet
+                .iter()
+                .all(|r| r.leaser().owned().len().abs_diff(share) <= 1)
     };
     let mut fleet: Vec<pgtenure::membership::Running> = (0..SLOTS).map(start).collect();
     wait_for("a settled fleet", Duration::from_secs(60), || {

@@ -178,7 +178,8 @@ fn paused_member_child(procs: &str, units: &str, ledger: &str) {
     while started.elapsed() < Duration::from_secs(30) && !refused_after_loss {
         let write = fenced_unit_write(running.leaser(), ledger, &unit);
         println!("WRITE {write:?}");
-        refused_after_loss = write == Write::Refused && running.leaser().token(&unit) != Some(token);
+        refused_after_loss =
+            write == Write::Refused && running.leaser().token(&unit) != Some(token);
         thread::sleep(Duration::from_millis(40));
     }
     // Not `stop`: the unit is the parent's now, and the release must not matter.

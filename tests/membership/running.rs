@@ -221,3 +221,55 @@ fn a_second_spawn_of_a_running_leaser_is_refused_and_changes_nothing() {
         "stopped, it may run again"
     );
 }
+
+/// Every loop handle stops within its documented bound (as `Leadership::stop` does): a `Running`
+/// whose loop is stuck in a statement on a network that stopped forwarding (a blackhole: the
+/// kernel acknowledges, so no TCP timeout ends it) returns from `stop` within twice the pool's
+/// connection timeout plus 2 s, with a connection error, instead of waiting for the database.
+#[test]
+fn stop_returns_within_its_bound_while_the_loop_is_stuck_on_the_database() {
+    let fleet = Fleet::new(4);
+    let proxy = Proxy::start(0, database_addr()).unwrap();
+    let pool_timeout = Duration::from_millis(500);
+    let via = pgtenure::DbBuilder::from_config(proxy.config())
+        .max_size(2)
+        .unwrap()
+        .connection_timeout(pool_timeout)
+        .unwrap()
+        .build()
+        .unwrap();
+    let mut cfg = config(Duration::from_secs(1));
+    cfg.rebalance_interval = Duration::from_millis(100);
+    let running = Leaser::new(&via, Arc::new(Recorder::default()), cfg)
+        .unwrap()
+        .with_tables(&fleet.processes, &fleet.units_table)
+        .unwrap()
+        .spawn()
+        .unwrap();
+    wait_for(
+        "the loop to claim the units",
+        Duration::from_secs(10),
+        || (running.leaser().owned().len() == 4).then_some(()),
+    );
+    proxy.blackhole();
+    // No heartbeat succeeds any more: once the liveness deadline has passed, the loop is stuck in
+    // a statement (or a connect) that nothing ends.
+    wait_for("the loop to be stuck", Duration::from_secs(10), || {
+        running.leaser().owned().is_empty().then_some(())
+    });
+    assert!(!running.is_finished());
+    let bound = pool_timeout * 2 + Duration::from_secs(2);
+    let (tx, rx) = pgtenure::crossbeam_channel::bounded(1);
+    let started = Instant::now();
+    thread::spawn(move || {
+        let _ = tx.send(running.stop());
+    });
+    let stopped = rx.recv_timeout(bound + Duration::from_secs(3));
+    let took = started.elapsed();
+    proxy.heal();
+    let stopped = stopped.unwrap_or_else(|_| panic!("stop had not returned after {took:?}"));
+    let err = stopped.unwrap_err();
+    assert_eq!(err.kind(), pgtenure::ErrorKind::Connection, "{err}");
+    assert!(err.to_string().contains("did not stop within"), "{err}");
+    assert!(took >= bound, "{took:?}: it waited its bound first");
+}
