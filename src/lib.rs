@@ -1,31 +1,40 @@
 //! pgtenure: coordinate many instances of an application through one PostgreSQL database, without
 //! an async runtime.
 //!
-//! - [`tick_claims::TickClaims`]: each tick of a recurring job runs on exactly one instance.
-//! - [`fire_claims::FireClaims`]: one claim per fire key, held for a TTL.
-//! - [`leases::Leases`]: one holder per key, with fencing tokens; a managed [`leases::Lease`] renews on a thread of
-//!   its own and signals loss on a channel; [`leases::Leases::with_lease`] runs a closure under a lease.
-//! - [`elector::Elector`]: one leader per fleet, with terms, resignation and who-leads.
+//! - [`TickClaims`](tick_claims::TickClaims): each tick of a recurring job runs on exactly one
+//!   instance.
+//! - [`FireClaims`](fire_claims::FireClaims): one claim per fire key, held for a TTL.
+//! - [`Leases`](leases::Leases): one holder per key, with fencing tokens; a managed
+//!   [`Lease`](leases::Lease) renews on a thread of its own and signals loss on a channel;
+//!   [`Leases::with_lease`](leases::Leases::with_lease) runs a closure under a lease.
+//! - [`Elector`](elector::Elector): one leader per fleet, with terms, resignation and who-leads.
 //! - [`membership`]: process heartbeats and fair-share ownership of (tenant, shard) units, a
-//!   [`membership::Leaser`] per process driven tick by tick or by its `run` loop.
+//!   [`Leaser`](membership::Leaser) per process driven tick by tick or by its `run` loop.
 //! - [`schedule`]: recurring jobs on tick claims, each tick run on one instance when it is due by
 //!   the database clock.
 //!
+//! Each primitive's types live in its module, and have that one path
+//! (`pgtenure::leases::Leases`); the root holds what every module shares (the [`Db`], the
+//! [`Error`]). The [module map](#module-map) below lists the whole public API.
+//!
 //! Operators see what is held with the views (`Leases::holder`, `Leases::list`, `TickClaims::jobs`,
-//! `Elector::leaders`, `membership::Units::assignments` and `processes`), release a stuck lease
-//! with [`leases::Leases::force_release`], and do both from a shell with the `pgtenure` command (the
-//! workspace's `pgtenure-cli` crate), which also runs a command under a lease (`pgtenure lease-run`).
+//! `Elector::leaders`, `Units::assignments` and `processes`), release a stuck lease with
+//! [`Leases::force_release`](leases::Leases::force_release), and do both from a shell with the
+//! `pgtenure` command (the workspace's `pgtenure-cli` crate), which also runs a command under a
+//! lease (`pgtenure lease-run`).
 //!
 //! Every operation is one SQL statement in its own implicit transaction, prepared once per server
 //! connection under a name derived from its content and run with `EXECUTE`: one round trip, planned
-//! once, no session state a pooler could mix up, so it works through PgBouncer in transaction mode. Every expiry and busy deadline is computed by PostgreSQL's `now()`, so instances
-//! whose clocks disagree still agree. Bad input is refused with
-//! [`ErrorKind::InvalidInput`] before anything is sent.
+//! once, no session state a pooler could mix up, so it works through PgBouncer in transaction mode.
+//! Every expiry and busy deadline is computed by PostgreSQL's `now()`, so instances whose clocks
+//! disagree still agree. Bad input is refused with [`ErrorKind::InvalidInput`] before anything is
+//! sent.
 //!
 //! ```no_run
 //! # fn main() -> Result<(), pgtenure::Error> {
 //! use std::time::{Duration, SystemTime};
-//! use pgtenure::{Db, tick_claims::TickClaims};
+//! use pgtenure::tick_claims::TickClaims;
+//! use pgtenure::Db;
 //!
 //! let db = Db::connect("postgres://postgres@localhost/app")?;
 //! pgtenure::migrate(&db)?; // creates every default table; safe on every instance at once
@@ -112,21 +121,96 @@
 //!   ([`membership::Reconciler`]'s `in_flight`, every [`membership::Hooks`] method), so they can
 //!   grow without breaking implementations.
 //!
-//! # Layout
+//! # Module map
 //!
-//! - At the root: [`Db`] and [`DbBuilder`] (the shared r2d2 pool behind one handle, whatever its
-//!   TLS connector; [`SslMode`], [`StatementMode`]), [`Error`] and [`ErrorKind`] (classified by
-//!   SQLSTATE), [`Timestamp`].
-//! - [`tick_claims`]: [`tick_claims::TickClaims`] and [`tick_claims::TickClaim`], one row per job.
-//! - [`fire_claims`]: [`fire_claims::FireClaims`], one row per fire key.
-//! - [`leases`]: [`leases::Leases`], [`leases::Lease`] and its renewal thread, the deadline watcher that signals loss
-//!   at the local deadline, [`leases::Leases::fence`], and what operators read and release
-//!   ([`leases::Leases::holder`], [`leases::Leases::list`], [`leases::Leases::force_release`], [`leases::Leases::refusal`]).
-//! - [`elector`]: [`elector::Elector`], one row per fleet.
-//! - [`membership`]: [`membership::Leaser`], [`membership::Units`], the fair-share arithmetic.
-//! - [`schedule`]: [`schedule::Scheduler`], recurring jobs on tick claims.
-//! - [`testing`] (feature `testing`): [`testing::TempPostgres`], a throwaway server for tests;
-//!   [`testing::ReplicatedPostgres`], a primary with a streaming standby, for failover tests.
+//! Every public item, by its one path (methods are on each type's page).
+//!
+//! At the root, what all modules share:
+//! - [`Db`]: the shared r2d2 pool of `postgres` connections every primitive takes; [`DbBuilder`]
+//!   configures one (TLS, pool size, statement mode, `application_name`).
+//! - [`Connection`]: a connection of the pool, for your own statements (a fenced write).
+//! - [`SslMode`], [`StatementMode`]: how connections use TLS and send statements;
+//!   [`StatementModes`]: how many statements went each way.
+//! - [`Error`], [`ErrorKind`], [`Result`]: the one error type, classified by SQLSTATE.
+//! - [`Timestamp`]: a time shown as RFC 3339 in UTC, as the operator views show them.
+//! - [`migrate`]: creates every default table; `describe_metrics` (feature `metrics`): the
+//!   metrics' help texts.
+//! - [`MIN_DURATION`], [`MAX_DURATION`], [`MAX_KEY_BYTES`]: the limits every TTL, busy period and
+//!   key is checked against.
+//! - [`postgres`], [`r2d2`], [`r2d2_postgres`], [`crossbeam_channel`]: the crates in the API,
+//!   re-exported.
+//!
+//! [`tick_claims`], one row per job:
+//! - [`TickClaims`](tick_claims::TickClaims): claims a job's tick for one instance.
+//! - [`TickClaim`](tick_claims::TickClaim): a tick won (token, deadline, `extend`, `fence`,
+//!   `release`).
+//! - [`JobInfo`](tick_claims::JobInfo): a job's row, for operators.
+//! - [`tick_claims::DEFAULT_TABLE`].
+//!
+//! [`fire_claims`], one row per fire key:
+//! - [`FireClaims`](fire_claims::FireClaims): claims a fire key once for a TTL; `purge`.
+//! - [`fire_claims::DEFAULT_TABLE`], [`fire_claims::DEFAULT_TTL`].
+//!
+//! [`leases`], one holder per key:
+//! - [`Leases`](leases::Leases): a family of leases for one owner: managed (`acquire`,
+//!   `with_lease`), raw (`try_acquire`, `renew`, `release`), `fence`, and what operators read and
+//!   release (`holder`, `list`, `force_release`, `refusal`).
+//! - [`Lease`](leases::Lease): a managed lease, renewed on its own thread, its loss on a channel.
+//! - [`LeaseLoss`](leases::LeaseLoss): why a managed lease was lost.
+//! - [`Grant`](leases::Grant), [`Renewal`](leases::Renewal), [`KeyRenewal`](leases::KeyRenewal):
+//!   what a raw acquire and a raw renewal answer.
+//! - [`Refusal`](leases::Refusal): why an acquire was refused.
+//! - [`LeaseInfo`](leases::LeaseInfo), [`LeaseSummary`](leases::LeaseSummary): a key's row and a
+//!   listing's totals, for operators.
+//! - [`leases::DEFAULT_TABLE`], [`leases::MIN_MANAGED_TTL`].
+//!
+//! [`elector`], one leader per fleet:
+//! - [`Elector`](elector::Elector): polls for the leadership (`is_leader`), `resign`,
+//!   `request_resign`, `fence`, `leader`, `leaders`, and `campaign`.
+//! - [`Leadership`](elector::Leadership): a campaign's loop handle.
+//! - [`LeaderEvent`](elector::LeaderEvent), [`LeaderLoss`](elector::LeaderLoss): what a campaign
+//!   tells, in decision order.
+//! - [`LeaderHooks`](elector::LeaderHooks), [`NoLeaderHooks`](elector::NoLeaderHooks): a campaign's
+//!   observer.
+//! - [`LeaderInfo`](elector::LeaderInfo): who leads a fleet, for everyone.
+//! - [`elector::DEFAULT_TABLE`], [`elector::DEFAULT_NAME`], [`elector::DEFAULT_TTL`],
+//!   [`elector::EVENTS_CAPACITY`].
+//!
+//! [`membership`], fair-share ownership of units:
+//! - [`Leaser`](membership::Leaser): one process's membership (`heartbeat`, `tick`, `sweep`,
+//!   `owned`, `fence`, `release`, `run`, `spawn`).
+//! - [`Running`](membership::Running): a spawned leaser's loop handle.
+//! - [`Config`](membership::Config): a leaser's timing and claim sizing.
+//! - [`Reconciler`](membership::Reconciler): the application's side (units gained and lost);
+//!   [`UnitLoss`](membership::UnitLoss): why units were lost.
+//! - [`Hooks`](membership::Hooks), [`NoHooks`](membership::NoHooks): a leaser's observer.
+//! - [`Unit`](membership::Unit): a (tenant, shard) unit.
+//! - [`Units`](membership::Units): the fleet's units (`add`, `remove`, `set_weight`) and what
+//!   operators read (`assignments`, `processes`, `unowned`).
+//! - [`Rebalance`](membership::Rebalance), [`Sweep`](membership::Sweep): what a tick and a sweep
+//!   did.
+//! - [`Assignment`](membership::Assignment), [`ProcessInfo`](membership::ProcessInfo),
+//!   [`Unowned`](membership::Unowned): the operators' views.
+//! - [`membership::DEFAULT_PROCESSES_TABLE`], [`membership::DEFAULT_UNITS_TABLE`].
+//!
+//! [`schedule`], recurring jobs on tick claims:
+//! - [`Scheduler`](schedule::Scheduler): the jobs of one instance (`job`, `with_job`,
+//!   `run_pending`, `start`).
+//! - [`Scheduling`](schedule::Scheduling): a started scheduler's loop handle.
+//! - [`Schedule`](schedule::Schedule): `every` period, or `cron` (feature `cron`).
+//! - [`Job`](schedule::Job): a job with its options; [`Misfire`](schedule::Misfire): what to do
+//!   with missed ticks.
+//! - [`Run`](schedule::Run): the tick a run was given (token, deadline, `fence`);
+//!   [`RunResult`](schedule::RunResult): what a job returns.
+//! - [`ScheduleHooks`](schedule::ScheduleHooks), [`NoScheduleHooks`](schedule::NoScheduleHooks):
+//!   a scheduler's observer; [`Clock`](schedule::Clock): a host clock for tests.
+//!
+//! `testing` (feature `testing`), throwaway servers for tests:
+//! - `TempPostgres`, `TempPostgresBuilder`: a server of its own in a temporary directory.
+//! - `ReplicatedPostgres`, `Replication`: a primary with a streaming standby, and a failover.
+//! - `PgBouncer`: a pooler in front of a server.
+//! - `database_url`: `$DATABASE_URL`, else a shared throwaway server; `render_sql`: a statement
+//!   of `sql/` with its tables, for other clients.
 //!
 //! The SQL lives in `sql/<module>/<operation>.sql`, one statement per file.
 
