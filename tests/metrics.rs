@@ -19,8 +19,11 @@ use parking_lot::Mutex;
 use pgtenure::membership::{Leaser, Unit, Units};
 use pgtenure::schedule::{Job, Misfire, Schedule, Scheduler};
 use pgtenure::{
-    elector::Elector, fire_claims::FireClaims, leases::LeaseLoss, leases::Leases,
-    tick_claims::TickClaims, Db,
+    elector::Elector,
+    fire_claims::FireClaims,
+    leases::{LeaseLoss, Leases},
+    tick_claims::TickClaims,
+    Db,
 };
 
 /// A metric and its labels, sorted: `name{k="v",...}`.

@@ -8,7 +8,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::{client, db, leader_table, lease_table, wait_for, Tables};
 use pgtenure::{
-    elector::Elector, leases::LeaseLoss, leases::Leases, leases::Refusal, tick_claims::TickClaims,
+    elector::Elector,
+    leases::{LeaseLoss, Leases, Refusal},
+    tick_claims::TickClaims,
     ErrorKind,
 };
 

@@ -17,8 +17,11 @@ use parking_lot::Mutex;
 use pgtenure::membership::{Leaser, Reconciler, Unit, UnitLoss, Units};
 use pgtenure::postgres::error::SqlState;
 use pgtenure::{
-    elector::Elector, fire_claims::FireClaims, leases::LeaseLoss, leases::Leases,
-    tick_claims::TickClaims, Db, DbBuilder,
+    elector::Elector,
+    fire_claims::FireClaims,
+    leases::{LeaseLoss, Leases},
+    tick_claims::TickClaims,
+    Db, DbBuilder,
 };
 
 /// A pool through `proxy`, with a short pool timeout.

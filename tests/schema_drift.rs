@@ -14,8 +14,11 @@ use common::{client, db, Names, Quiet, Tables};
 use pgtenure::membership::{Leaser, Unit, Units};
 use pgtenure::schedule::{Schedule, Scheduler};
 use pgtenure::{
-    elector::Elector, fire_claims::FireClaims, leases::LeaseLoss, leases::Leases,
-    tick_claims::TickClaims, Db, Error, ErrorKind, StatementMode,
+    elector::Elector,
+    fire_claims::FireClaims,
+    leases::{LeaseLoss, Leases},
+    tick_claims::TickClaims,
+    Db, Error, ErrorKind, StatementMode,
 };
 
 /// The statement modes to try: all of them on a direct connection; through PgBouncer every mode

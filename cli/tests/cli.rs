@@ -15,7 +15,11 @@ use std::time::{Duration, Instant, UNIX_EPOCH};
 
 use pgtenure::membership::{Config, Leaser, Reconciler, Unit, UnitLoss, Units};
 use pgtenure::postgres::{Client, NoTls};
-use pgtenure::{elector::Elector, leases::LeaseLoss, leases::Leases, tick_claims::TickClaims};
+use pgtenure::{
+    elector::Elector,
+    leases::{LeaseLoss, Leases},
+    tick_claims::TickClaims,
+};
 use serde_json::Value;
 
 const NOT_ACQUIRED: i32 = 75;

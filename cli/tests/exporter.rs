@@ -21,7 +21,12 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use pgtenure::membership::{Config, Leaser, Reconciler, Unit, UnitLoss, Units};
 use pgtenure::postgres::{Client, NoTls};
 use pgtenure::testing::TempPostgres;
-use pgtenure::{elector::Elector, leases::Grant, leases::Leases, tick_claims::TickClaims, Db};
+use pgtenure::{
+    elector::Elector,
+    leases::{Grant, Leases},
+    tick_claims::TickClaims,
+    Db,
+};
 
 /// One test's tables, dropped with it.
 struct Tables {

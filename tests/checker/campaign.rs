@@ -33,7 +33,8 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use pgtenure::{
-    elector::Elector, elector::LeaderHooks, elector::LeaderLoss, elector::Leadership, Db,
+    elector::{Elector, LeaderHooks, LeaderLoss, Leadership},
+    Db,
 };
 
 use crate::common::proxy::{database_addr, Proxy};

@@ -10,8 +10,8 @@ use crate::common::proxy::{database_addr, Proxy};
 use crate::common::{self, db, wait_for, Tables};
 use parking_lot::Mutex;
 use pgtenure::{
-    elector::Elector, elector::LeaderEvent, elector::LeaderHooks, elector::LeaderLoss,
-    elector::Leadership, elector::NoLeaderHooks, Db, DbBuilder,
+    elector::{Elector, LeaderEvent, LeaderHooks, LeaderLoss, Leadership, NoLeaderHooks},
+    Db, DbBuilder,
 };
 
 use super::table;

@@ -19,7 +19,11 @@ use std::time::Duration;
 
 use pgtenure::postgres::{self, NoTls};
 use pgtenure::testing::ReplicatedPostgres;
-use pgtenure::{elector::Elector, elector::LeaderEvent, leases::Leases, Db};
+use pgtenure::{
+    elector::{Elector, LeaderEvent},
+    leases::Leases,
+    Db,
+};
 
 /// The key the holder leases, and the ledger key of the leader's writes.
 const KEY: &str = "job";

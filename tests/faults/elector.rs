@@ -3,7 +3,7 @@
 use std::time::{Duration, Instant};
 
 use crate::common::{db, wait_for, Tables};
-use pgtenure::{elector::Elector, elector::LeaderEvent};
+use pgtenure::elector::{Elector, LeaderEvent};
 
 use super::child::Child;
 use super::CHILD_ENV;

@@ -9,7 +9,8 @@ use crate::common::proxy::{database_addr, Proxy};
 use crate::common::{client, count, db, lease_table, ledger, wait_for, Tables};
 use pgtenure::testing::TempPostgres;
 use pgtenure::{
-    leases::KeyRenewal, leases::LeaseLoss, leases::Leases, Db, DbBuilder, StatementMode,
+    leases::{KeyRenewal, LeaseLoss, Leases},
+    Db, DbBuilder, StatementMode,
 };
 
 use super::child::Child;

@@ -6,7 +6,10 @@ use std::thread;
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::common::{client, count, db, wait_for, Tables};
-use pgtenure::{leases::KeyRenewal, leases::Leases, leases::Refusal, ErrorKind};
+use pgtenure::{
+    leases::{KeyRenewal, Leases, Refusal},
+    ErrorKind,
+};
 
 use super::{fence_check, leases, other, row};
 

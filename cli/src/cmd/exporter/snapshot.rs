@@ -9,8 +9,10 @@ use pgtenure::membership::{ProcessInfo, Units, Unowned};
 use pgtenure::postgres::error::SqlState;
 use pgtenure::postgres::types::Type;
 use pgtenure::{
-    elector::Elector, elector::LeaderInfo, leases::LeaseSummary, leases::Leases,
-    tick_claims::JobInfo, tick_claims::TickClaims, Db, Error,
+    elector::{Elector, LeaderInfo},
+    leases::{LeaseSummary, Leases},
+    tick_claims::{JobInfo, TickClaims},
+    Db, Error,
 };
 
 use crate::Failure;
