@@ -70,7 +70,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         format!("cron_service_ticks_{}", std::process::id()),
         format!("cron_service_runs_{}", std::process::id()),
     );
-    pgtenure::TickClaims::new(&db)
+    pgtenure::tick_claims::TickClaims::new(&db)
         .with_table(&claims)?
         .create_table()?;
     db.connection()?.batch_execute(&format!(

@@ -18,7 +18,7 @@ mod common;
 
 use std::time::{Duration, SystemTime};
 
-use pgtenure::{Db, Elector, TickClaims};
+use pgtenure::{elector::Elector, tick_claims::TickClaims, Db};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let n: usize = std::env::args().nth(1).map_or(Ok(2000), |n| n.parse())?;

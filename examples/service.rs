@@ -13,9 +13,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use pgtenure::membership::{Leaser, NoHooks, Reconciler, Unit, UnitLoss, Units};
+use pgtenure::membership::{Leaser, Reconciler, Unit, UnitLoss, Units};
 use pgtenure::schedule::{Schedule, Scheduler};
-use pgtenure::{Db, Elector};
+use pgtenure::{elector::Elector, Db};
 
 struct Workers;
 
@@ -39,18 +39,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .collect::<Result<_, _>>()?;
     Units::new(&db).add(&units)?;
 
-    let membership = Leaser::new(
-        &db,
-        Arc::new(Workers),
-        Default::default(),
-        Arc::new(NoHooks),
-    )?
-    .spawn()?;
+    let membership = Leaser::new(&db, Arc::new(Workers), Default::default())?.spawn()?;
     let leadership = Elector::new(&db).with_name("service-demo")?.campaign()?;
     let every = Schedule::every(Duration::from_secs(2))?;
     let scheduling = Scheduler::new(&db)
         .job("report", every, |run| {
-            println!("  report for tick {}", pgtenure::Timestamp(run.tick()));
+            println!("  report for tick {}", pgtenure::Timestamp::new(run.tick()));
             Ok(())
         })?
         .start()?;

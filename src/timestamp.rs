@@ -8,14 +8,40 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 /// words. Wrap any `SystemTime` to log it the same way:
 ///
 /// ```
-/// use std::time::{Duration, UNIX_EPOCH};
+/// use std::time::{Duration, SystemTime, UNIX_EPOCH};
 /// use pgtenure::Timestamp;
 ///
 /// let t = UNIX_EPOCH + Duration::from_millis(1_764_625_427_123);
-/// assert_eq!(Timestamp(t).to_string(), "2025-12-01T21:43:47.123Z");
+/// assert_eq!(Timestamp::new(t).to_string(), "2025-12-01T21:43:47.123Z");
+/// assert_eq!(Timestamp::from(t).system_time(), t);
+/// assert_eq!(SystemTime::from(Timestamp::new(t)), t);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Timestamp(pub SystemTime);
+pub struct Timestamp(SystemTime);
+
+impl Timestamp {
+    /// Wraps `time` to show it.
+    pub const fn new(time: SystemTime) -> Timestamp {
+        Timestamp(time)
+    }
+
+    /// The time shown.
+    pub const fn system_time(&self) -> SystemTime {
+        self.0
+    }
+}
+
+impl From<SystemTime> for Timestamp {
+    fn from(time: SystemTime) -> Timestamp {
+        Timestamp(time)
+    }
+}
+
+impl From<Timestamp> for SystemTime {
+    fn from(timestamp: Timestamp) -> SystemTime {
+        timestamp.0
+    }
+}
 
 /// PostgreSQL's epoch, 2000-01-01, as seconds after the Unix one.
 const POSTGRES_EPOCH_SECS: u64 = 946_684_800;

@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime};
 
 use common::{client, db, wait_for, Role, Tables};
 use pgtenure::postgres::{self, NoTls};
-use pgtenure::{Db, ErrorKind, FireClaims, TickClaims};
+use pgtenure::{fire_claims::FireClaims, tick_claims::TickClaims, Db, ErrorKind};
 
 fn setting(db: &Db, name: &str) -> String {
     let mut conn = db.connection().unwrap();
@@ -475,12 +475,12 @@ fn a_server_that_refuses_wal_functions_still_grants_with_plain_tokens() {
     let plain = Db::connect(&url).unwrap();
     assert!(!plain.timeline_tokens(), "the probe saw the refusal");
     pgtenure::migrate(&plain).unwrap();
-    let lease = pgtenure::Leases::new(&plain)
+    let lease = pgtenure::leases::Leases::new(&plain)
         .try_acquire("k", Duration::from_secs(30))
         .unwrap()
         .expect("granted");
     assert_eq!(lease.token(), 1);
-    let elector = pgtenure::Elector::new(&plain);
+    let elector = pgtenure::elector::Elector::new(&plain);
     assert!(elector.is_leader().unwrap());
     assert_eq!(elector.term(), Some(1));
     let tick = SystemTime::UNIX_EPOCH + Duration::from_secs(60);
@@ -491,7 +491,7 @@ fn a_server_that_refuses_wal_functions_still_grants_with_plain_tokens() {
     assert_eq!(claim.token(), 1);
 
     let forced = Db::connect(&url).unwrap().with_timeline_tokens(true);
-    let err = pgtenure::Leases::new(&forced)
+    let err = pgtenure::leases::Leases::new(&forced)
         .try_acquire("other", Duration::from_secs(30))
         .unwrap_err();
     assert_eq!(err.code().map(|c| c.code()), Some("42501"), "{err}");
@@ -623,7 +623,7 @@ fn a_refused_wal_function_is_reported_as_unsupported_with_the_timeline_advice() 
     let role = Role::new(&mut tables, "read committed");
     let schema = tables.name("shim");
     let table = tables.name("lease");
-    pgtenure::Leases::new(&db())
+    pgtenure::leases::Leases::new(&db())
         .with_table(&table)
         .unwrap()
         .create_table()
@@ -652,7 +652,7 @@ fn a_refused_wal_function_is_reported_as_unsupported_with_the_timeline_advice() 
             .build()
             .unwrap()
             .with_timeline_tokens(true);
-        let err = pgtenure::Leases::new(&as_role)
+        let err = pgtenure::leases::Leases::new(&as_role)
             .with_table(&table)
             .unwrap()
             .try_acquire("k", Duration::from_secs(30))

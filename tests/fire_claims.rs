@@ -5,7 +5,7 @@ mod common;
 use std::time::{Duration, SystemTime};
 
 use common::{client, count, db, wait_for, Tables};
-use pgtenure::{ErrorKind, FireClaims};
+use pgtenure::{fire_claims::FireClaims, ErrorKind};
 
 fn fires(tables: &mut Tables, ttl: Duration) -> (FireClaims, String) {
     let table = tables.name("fire");

@@ -6,7 +6,7 @@ mod common;
 use std::time::Duration;
 
 use common::{client, db, wait_for, Tables};
-use pgtenure::Leases;
+use pgtenure::leases::Leases;
 
 /// How many threads of this process carry `name` (Linux: /proc/self/task/*/comm).
 fn threads_named(name: &str) -> usize {

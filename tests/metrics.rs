@@ -16,9 +16,15 @@ use metrics::{
     Counter, Gauge, Histogram, HistogramFn, Key, KeyName, Metadata, Recorder, SharedString,
 };
 use parking_lot::Mutex;
-use pgtenure::membership::{Leaser, NoHooks, Unit, Units};
+use pgtenure::membership::{Leaser, Unit, Units};
 use pgtenure::schedule::{Job, Misfire, Schedule, Scheduler};
-use pgtenure::{Db, Elector, FireClaims, LeaseLoss, Leases, TickClaims};
+use pgtenure::{
+    elector::Elector,
+    fire_claims::FireClaims,
+    leases::{LeaseLoss, Leases},
+    tick_claims::TickClaims,
+    Db,
+};
 
 /// A metric and its labels, sorted: `name{k="v",...}`.
 type Series = String;
@@ -435,7 +441,7 @@ fn membership(seen: &Seen, tables: &mut Tables) {
     let all: Vec<Unit> = (0..6).map(|i| Unit::new("m", i).unwrap()).collect();
     units.add(&all).unwrap();
     let leaser = |config| {
-        Leaser::new(&db(), Arc::new(common::Quiet), config, Arc::new(NoHooks))
+        Leaser::new(&db(), Arc::new(common::Quiet), config)
             .unwrap()
             .with_tables(&procs, &units_table)
             .unwrap()
@@ -464,15 +470,10 @@ fn membership(seen: &Seen, tables: &mut Tables) {
     // It owns nothing now, without waiting for a tick (a released process ticks no more).
     assert_eq!(moved.value("pgtenure_units_owned"), Some(0.0));
 
-    let lost = Leaser::new(
-        &db(),
-        Arc::new(common::Quiet),
-        hand_driven(),
-        Arc::new(NoHooks),
-    )
-    .unwrap()
-    .with_tables(&tables.name("no_procs"), &tables.name("no_units"))
-    .unwrap();
+    let lost = Leaser::new(&db(), Arc::new(common::Quiet), hand_driven())
+        .unwrap()
+        .with_tables(&tables.name("no_procs"), &tables.name("no_units"))
+        .unwrap();
     let (_, moved) = seen.across(|| {
         lost.heartbeat().unwrap_err();
         lost.tick().unwrap_err();
@@ -529,7 +530,8 @@ fn scheduler(seen: &Seen, tables: &mut Tables) {
                 .unwrap()
                 .with_misfire(Misfire::RunOnce {
                     within: Duration::from_secs(2 * 86_400),
-                }),
+                })
+                .unwrap(),
         )
         .unwrap();
     let (_, moved) = seen.across(|| assert_eq!(once.run_pending().unwrap(), 1));
@@ -553,7 +555,8 @@ fn scheduler(seen: &Seen, tables: &mut Tables) {
             .unwrap()
             .with_misfire(Misfire::RunOnce {
                 within: Duration::from_secs(2 * 86_400),
-            }),
+            })
+            .unwrap(),
         )
         .unwrap();
     let (_, moved) = seen.across(|| failing.run_pending().unwrap());

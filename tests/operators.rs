@@ -7,7 +7,12 @@ mod common;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::{client, db, leader_table, lease_table, wait_for, Tables};
-use pgtenure::{Elector, ErrorKind, LeaseLoss, Leases, Refusal, TickClaims};
+use pgtenure::{
+    elector::Elector,
+    leases::{LeaseLoss, Leases, Refusal},
+    tick_claims::TickClaims,
+    ErrorKind,
+};
 
 fn fence_check(leases: &Leases, key: &str, token: i64) -> bool {
     let mut conn = db().connection().unwrap();
@@ -173,7 +178,7 @@ fn infinite_times_print_as_infinity() {
             &[],
         )
         .unwrap();
-    let show = |i: usize| pgtenure::Timestamp(row.get::<_, SystemTime>(i)).to_string();
+    let show = |i: usize| pgtenure::Timestamp::new(row.get::<_, SystemTime>(i)).to_string();
     assert_eq!(show(0), "infinity");
     assert_eq!(show(1), "-infinity");
     assert_eq!(show(2), "294276-12-31T23:59:59.999Z");
@@ -229,7 +234,7 @@ fn force_release_ends_a_raw_grant_and_a_missing_key_is_not_released() {
     assert!(!operator.force_release("absent").unwrap());
     assert!(operator.force_release("raw").unwrap());
     let renewal = holder.renew(&["raw"], ttl).unwrap();
-    assert_eq!(renewal.get("raw"), Some(pgtenure::KeyRenewal::Lost));
+    assert_eq!(renewal.get("raw"), Some(pgtenure::leases::KeyRenewal::Lost));
 }
 
 #[test]

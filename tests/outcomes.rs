@@ -14,9 +14,15 @@ use std::time::{Duration, Instant, SystemTime};
 use common::proxy::{database_addr, Proxy};
 use common::{client, db, wait_for, Role, Tables};
 use parking_lot::Mutex;
-use pgtenure::membership::{Leaser, NoHooks, Reconciler, Unit, UnitLoss, Units};
+use pgtenure::membership::{Leaser, Reconciler, Unit, UnitLoss, Units};
 use pgtenure::postgres::error::SqlState;
-use pgtenure::{Db, DbBuilder, Elector, FireClaims, LeaseLoss, Leases, TickClaims};
+use pgtenure::{
+    elector::Elector,
+    fire_claims::FireClaims,
+    leases::{LeaseLoss, Leases},
+    tick_claims::TickClaims,
+    Db, DbBuilder,
+};
 
 /// A pool through `proxy`, with a short pool timeout.
 fn proxied(proxy: &Proxy, max_size: u32) -> Db {
@@ -159,15 +165,10 @@ fn units_claimed_when_the_answer_is_lost_are_worked_on_after_the_next_tick() {
     units.add(&batch).unwrap();
     let proxy = Proxy::start(0, database_addr()).unwrap();
     let told = Arc::new(Told::default());
-    let leaser = Leaser::new(
-        &proxied(&proxy, 2),
-        told.clone(),
-        common::hand_driven(),
-        Arc::new(NoHooks),
-    )
-    .unwrap()
-    .with_tables(&procs, &units_t)
-    .unwrap();
+    let leaser = Leaser::new(&proxied(&proxy, 2), told.clone(), common::hand_driven())
+        .unwrap()
+        .with_tables(&procs, &units_t)
+        .unwrap();
     leaser.heartbeat().unwrap();
     proxy.fin_after_answer("claimed AS");
     let first = leaser.tick();

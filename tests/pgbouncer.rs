@@ -10,7 +10,10 @@ use std::time::{Duration, SystemTime};
 use common::{client, Names, Tables};
 use pgtenure::postgres::{self, NoTls};
 use pgtenure::testing::PgBouncer;
-use pgtenure::{Db, Elector, FireClaims, Leases, StatementMode, StatementModes, TickClaims};
+use pgtenure::{
+    elector::Elector, fire_claims::FireClaims, leases::Leases, tick_claims::TickClaims, Db,
+    StatementMode, StatementModes,
+};
 
 #[test]
 fn every_primitive_works_through_pgbouncer_in_transaction_mode() {

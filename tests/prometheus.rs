@@ -14,8 +14,10 @@ use std::time::{Duration, SystemTime};
 
 use common::{db, hand_driven, leader_table, lease_table, wait_for, Tables};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
-use pgtenure::membership::{Leaser, NoHooks, Unit, Units};
-use pgtenure::{Elector, FireClaims, Leases, TickClaims};
+use pgtenure::membership::{Leaser, Unit, Units};
+use pgtenure::{
+    elector::Elector, fire_claims::FireClaims, leases::Leases, tick_claims::TickClaims,
+};
 
 /// The metrics docs/metrics.md lists.
 fn documented() -> BTreeSet<String> {
@@ -87,15 +89,10 @@ fn the_metrics_through_a_prometheus_exporter_pass_promtool() {
     let units = Units::new(&db()).with_tables(&procs, &units_table).unwrap();
     units.create_tables().unwrap();
     units.add(&[Unit::new("p", 0).unwrap()]).unwrap();
-    let leaser = Leaser::new(
-        &db(),
-        Arc::new(common::Quiet),
-        hand_driven(),
-        Arc::new(NoHooks),
-    )
-    .unwrap()
-    .with_tables(&procs, &units_table)
-    .unwrap();
+    let leaser = Leaser::new(&db(), Arc::new(common::Quiet), hand_driven())
+        .unwrap()
+        .with_tables(&procs, &units_table)
+        .unwrap();
     leaser.heartbeat().unwrap();
     leaser.tick().unwrap();
     leaser.release().unwrap();

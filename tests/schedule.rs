@@ -13,7 +13,7 @@ use common::{client, db, wait_for, Tables};
 use parking_lot::Mutex;
 use pgtenure::postgres::types::Type;
 use pgtenure::schedule::{Job, Misfire, Run, RunResult, Schedule, ScheduleHooks, Scheduler};
-use pgtenure::{DbBuilder, Error, TickClaims};
+use pgtenure::{tick_claims::TickClaims, DbBuilder, Error};
 
 fn claims_table(tables: &mut Tables) -> String {
     let table = tables.name("ticks");
@@ -185,7 +185,8 @@ fn missed_ticks_are_skipped_or_the_latest_run_once() {
                 .unwrap()
                 .with_misfire(Misfire::RunOnce {
                     within: Duration::from_secs(2 * 86_400),
-                }),
+                })
+                .unwrap(),
         )
         .unwrap();
     assert_eq!(
@@ -282,6 +283,8 @@ fn a_failing_job_is_reported_and_the_scheduler_goes_on() {
     wait_for("a run after the failures", Duration::from_secs(10), || {
         (hooks.finished.load(Ordering::SeqCst) >= 1).then_some(())
     });
+    // A job's panic does not end the scheduler's loop.
+    assert!(!scheduler.is_finished());
     scheduler.stop().unwrap();
     assert_eq!(hooks.failed.load(Ordering::SeqCst), 2);
 }
@@ -600,7 +603,8 @@ fn run_once_runs_the_latest_tick_missed_in_an_outage_once_the_database_is_back()
     .unwrap()
     .with_misfire(Misfire::RunOnce {
         within: Duration::from_secs(30),
-    });
+    })
+    .unwrap();
     let scheduler = Scheduler::new(&via)
         .with_table(&table)
         .unwrap()
@@ -1350,6 +1354,7 @@ fn hand_driven_steps_beside_a_started_scheduler_never_run_a_tick_twice_or_early(
             .with_misfire(Misfire::RunOnce {
                 within: Duration::from_millis(500),
             })
+            .unwrap()
     };
     let started = Scheduler::new(&db())
         .with_table(&table)

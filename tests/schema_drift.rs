@@ -11,10 +11,14 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime};
 
 use common::{client, db, Names, Quiet, Tables};
-use pgtenure::membership::{Leaser, NoHooks, Unit, Units};
+use pgtenure::membership::{Leaser, Unit, Units};
 use pgtenure::schedule::{Schedule, Scheduler};
 use pgtenure::{
-    Db, Elector, Error, ErrorKind, FireClaims, LeaseLoss, Leases, StatementMode, TickClaims,
+    elector::Elector,
+    fire_claims::FireClaims,
+    leases::{LeaseLoss, Leases},
+    tick_claims::TickClaims,
+    Db, Error, ErrorKind, StatementMode,
 };
 
 /// The statement modes to try: all of them on a direct connection; through PgBouncer every mode
@@ -355,15 +359,10 @@ impl Membership {
 }
 
 fn leaser(db: &Db, procs: &str, units: &str) -> Leaser {
-    Leaser::new(
-        db,
-        Arc::new(Quiet),
-        common::hand_driven(),
-        Arc::new(NoHooks),
-    )
-    .unwrap()
-    .with_tables(procs, units)
-    .unwrap()
+    Leaser::new(db, Arc::new(Quiet), common::hand_driven())
+        .unwrap()
+        .with_tables(procs, units)
+        .unwrap()
 }
 
 #[test]
@@ -531,7 +530,7 @@ fn tables_changed_under_running_threads_never_panic_them_and_every_owner_stops()
         config.ttl = Duration::from_millis(900);
         config.heartbeat_interval = Duration::from_millis(300);
         config.rebalance_interval = Duration::from_millis(100);
-        let running = Leaser::new(&db, Arc::new(Quiet), config, Arc::new(NoHooks))
+        let running = Leaser::new(&db, Arc::new(Quiet), config)
             .unwrap()
             .with_tables(&procs_t, &units_t)
             .unwrap()
@@ -555,7 +554,7 @@ fn tables_changed_under_running_threads_never_panic_them_and_every_owner_stops()
             .unwrap();
         // Every thread has done its first round.
         common::wait_for("the threads to start", Duration::from_secs(10), || {
-            (leadership.is_leading() && running.owned().len() == 1).then_some(())
+            (leadership.is_leading() && running.leaser().owned().len() == 1).then_some(())
         });
         alter(&format!(
             "ALTER TABLE {lease_t} ALTER token TYPE numeric(20,0);

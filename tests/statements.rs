@@ -10,8 +10,11 @@ use std::time::{Duration, SystemTime};
 
 use common::proxy::{database_addr, Proxy};
 use common::{client, Names, Quiet, Tables};
-use pgtenure::membership::{Leaser, NoHooks, Unit, Units};
-use pgtenure::{Db, DbBuilder, Elector, FireClaims, Leases, StatementMode, TickClaims};
+use pgtenure::membership::{Leaser, Unit, Units};
+use pgtenure::{
+    elector::Elector, fire_claims::FireClaims, leases::Leases, tick_claims::TickClaims, Db,
+    DbBuilder, StatementMode,
+};
 
 /// Every primitive on its own tables, on one pool.
 struct Fleet {
@@ -45,15 +48,10 @@ impl Fleet {
             leases: Leases::new(db).with_table(&lease_t).unwrap(),
             elector: Elector::new(db).with_table(&leader_t).unwrap(),
             units: Units::new(db).with_tables(&procs_t, &units_t).unwrap(),
-            leaser: Leaser::new(
-                db,
-                Arc::new(Quiet),
-                common::hand_driven(),
-                Arc::new(NoHooks),
-            )
-            .unwrap()
-            .with_tables(&procs_t, &units_t)
-            .unwrap(),
+            leaser: Leaser::new(db, Arc::new(Quiet), common::hand_driven())
+                .unwrap()
+                .with_tables(&procs_t, &units_t)
+                .unwrap(),
             lease_t,
             leader_t,
             procs_t,
@@ -285,15 +283,10 @@ fn every_statement_settles_on_a_generic_plan(db: &Db, sql_level: bool) {
     lease.release().unwrap();
     // Another process joins and leaves, again and again: this one sheds to its fair share each time.
     let other_db = Db::connect(&common::direct_url()).unwrap();
-    let other = Leaser::new(
-        &other_db,
-        Arc::new(Quiet),
-        common::hand_driven(),
-        Arc::new(NoHooks),
-    )
-    .unwrap()
-    .with_tables(&fleet.procs_t, &fleet.units_t)
-    .unwrap();
+    let other = Leaser::new(&other_db, Arc::new(Quiet), common::hand_driven())
+        .unwrap()
+        .with_tables(&fleet.procs_t, &fleet.units_t)
+        .unwrap();
     let exercised: Vec<Unit> = (0..10).map(|s| Unit::new("t", s).unwrap()).collect();
     assert_eq!(fleet.units.remove(&exercised).unwrap(), 10);
     fleet

@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime};
 
 use common::{accepts, temp_dirs_of, wait_for};
 use pgtenure::testing::TempPostgres;
-use pgtenure::{Db, TickClaims};
+use pgtenure::{tick_claims::TickClaims, Db};
 
 const CHILD_ENV: &str = "PGTENURE_TEST_CHILD";
 

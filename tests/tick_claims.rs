@@ -5,7 +5,7 @@ mod common;
 use std::time::{Duration, SystemTime};
 
 use common::{client, count, db, db_now, wait_for, Tables};
-use pgtenure::{ErrorKind, TickClaims};
+use pgtenure::{tick_claims::TickClaims, ErrorKind};
 
 const MINUTE: Duration = Duration::from_secs(60);
 

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use common::tls::{encrypted, server, Authority};
 use pgtenure::testing::TempPostgres;
-use pgtenure::{Db, ErrorKind, Leases, SslMode};
+use pgtenure::{leases::Leases, Db, ErrorKind, SslMode};
 
 /// One TLS server for this binary, its CA's file, and a file of another CA.
 struct Fixture {

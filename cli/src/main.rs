@@ -25,6 +25,7 @@ macro_rules! say {
 
 mod cmd;
 mod duration;
+mod input;
 mod output;
 mod signals;
 
@@ -172,7 +173,7 @@ fn check(cli: &Cli) -> Result<(), String> {
         global.ticks(&db).map_err(checked)?;
         global.units(&db).map_err(checked)?;
     }
-    cli.command.check(&db).map_err(checked)
+    cli.command.check(&db)
 }
 
 /// Connects and runs the subcommand, once or, with `--watch`, at every interval until interrupted.

@@ -8,7 +8,7 @@ use std::time::SystemTime;
 
 use pgtenure::membership::{Assignment, ProcessInfo};
 use pgtenure::postgres::error::SqlState;
-use pgtenure::{Db, Error, JobInfo, LeaderInfo, LeaseInfo};
+use pgtenure::{elector::LeaderInfo, leases::LeaseInfo, tick_claims::JobInfo, Db, Error};
 use serde_json::{json, Value};
 
 use self::table::Table;
@@ -98,7 +98,7 @@ fn yes_no(b: bool) -> String {
 
 /// A database timestamp in UTC, to the millisecond: `2026-12-01T21:53:47.123Z`.
 pub(crate) fn time(t: SystemTime) -> String {
-    pgtenure::Timestamp(t).to_string()
+    pgtenure::Timestamp::new(t).to_string()
 }
 
 /// `t` against the database's `now`: `in 4s` ahead, `2m ago` behind (`now` at the second).

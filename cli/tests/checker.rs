@@ -38,7 +38,7 @@ use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use pgtenure::postgres::{Client, NoTls};
-use pgtenure::{Db, Leases};
+use pgtenure::{leases::Leases, Db};
 
 const KEYS: [&str; 2] = ["k0", "k1"];
 /// pgtenure processes at a time, one per worker thread.

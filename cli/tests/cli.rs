@@ -13,9 +13,13 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant, UNIX_EPOCH};
 
-use pgtenure::membership::{Config, Leaser, NoHooks, Reconciler, Unit, UnitLoss, Units};
+use pgtenure::membership::{Config, Leaser, Reconciler, Unit, UnitLoss, Units};
 use pgtenure::postgres::{Client, NoTls};
-use pgtenure::{Elector, LeaseLoss, Leases, TickClaims};
+use pgtenure::{
+    elector::Elector,
+    leases::{LeaseLoss, Leases},
+    tick_claims::TickClaims,
+};
 use serde_json::Value;
 
 const NOT_ACQUIRED: i32 = 75;
@@ -209,7 +213,7 @@ fn listings_match_what_the_library_holds() {
         })
         .collect();
     units.add(&registered).unwrap();
-    let leaser = Leaser::new(&db(), Arc::new(Quiet), hand_driven(), Arc::new(NoHooks))
+    let leaser = Leaser::new(&db(), Arc::new(Quiet), hand_driven())
         .unwrap()
         .with_tables(&env.processes, &env.units)
         .unwrap();

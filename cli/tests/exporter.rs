@@ -18,10 +18,15 @@ use std::sync::{mpsc, Arc};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use pgtenure::membership::{Config, Leaser, NoHooks, Reconciler, Unit, UnitLoss, Units};
+use pgtenure::membership::{Config, Leaser, Reconciler, Unit, UnitLoss, Units};
 use pgtenure::postgres::{Client, NoTls};
 use pgtenure::testing::TempPostgres;
-use pgtenure::{Db, Elector, Grant, Leases, TickClaims};
+use pgtenure::{
+    elector::Elector,
+    leases::{Grant, Leases},
+    tick_claims::TickClaims,
+    Db,
+};
 
 /// One test's tables, dropped with it.
 struct Tables {
@@ -68,7 +73,7 @@ impl Tables {
         let mut config = Config::default();
         config.warm_up = Some(Duration::ZERO);
         config.hostname = hostname.to_owned();
-        Leaser::new(db, Arc::new(Quiet), config, Arc::new(NoHooks))
+        Leaser::new(db, Arc::new(Quiet), config)
             .unwrap()
             .with_tables(&self.processes, &self.units)
             .unwrap()

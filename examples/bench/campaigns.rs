@@ -4,7 +4,10 @@
 
 use std::time::{Duration, Instant};
 
-use pgtenure::{DbBuilder, Elector, LeaderEvent, Leadership};
+use pgtenure::{
+    elector::{Elector, LeaderEvent, Leadership},
+    DbBuilder,
+};
 use serde_json::{json, Value};
 
 use super::common::proxy::{database_addr, Proxy};

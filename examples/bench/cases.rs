@@ -4,9 +4,11 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use pgtenure::membership::{Leaser, NoHooks, Unit, Units};
+use pgtenure::membership::{Leaser, Unit, Units};
 use pgtenure::testing::render_sql;
-use pgtenure::{Db, Elector, FireClaims, Leases, TickClaims};
+use pgtenure::{
+    elector::Elector, fire_claims::FireClaims, leases::Leases, tick_claims::TickClaims, Db,
+};
 
 use super::common::Quiet;
 use super::pgbench::{Arg, Script, Step};
@@ -130,7 +132,7 @@ pub fn cases(db: &Db, id: u32) -> Result<Fixture, Error> {
     config.heartbeat_interval = Duration::from_secs(60);
     let leasers: Vec<Arc<Leaser>> = (0..8)
         .map(|_| {
-            Leaser::new(db, Arc::new(Quiet), config.clone(), Arc::new(NoHooks))
+            Leaser::new(db, Arc::new(Quiet), config.clone())
                 .and_then(|l| l.with_tables(&t.procs, &t.units))
                 .map(Arc::new)
         })

@@ -26,7 +26,9 @@ mod scheduler;
 mod shapes;
 
 use pgtenure::postgres::{Client, NoTls};
-use pgtenure::{DbBuilder, Elector, FireClaims, Leases, TickClaims};
+use pgtenure::{
+    elector::Elector, fire_claims::FireClaims, leases::Leases, tick_claims::TickClaims, DbBuilder,
+};
 use serde_json::json;
 
 type Error = Box<dyn std::error::Error + Send + Sync>;

@@ -7,9 +7,12 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant, SystemTime};
 
-use pgtenure::membership::{Config, Leaser, NoHooks, Unit, Units};
+use pgtenure::membership::{Config, Leaser, Unit, Units};
 use pgtenure::postgres::Client;
-use pgtenure::{Db, DbBuilder, Elector, FireClaims, Leases, TickClaims};
+use pgtenure::{
+    elector::Elector, fire_claims::FireClaims, leases::Leases, tick_claims::TickClaims, Db,
+    DbBuilder,
+};
 use serde_json::{json, Value};
 
 use super::common::{hand_driven, Quiet};
@@ -47,7 +50,7 @@ pub fn membership(db: &Db, admin: &mut Client, max_units: i32, secs: f64) -> Res
         config.max_claim_per_tick = 100_000;
         let leasers: Vec<Leaser> = (0..8)
             .map(|_| {
-                Leaser::new(db, Arc::new(Quiet), config.clone(), Arc::new(NoHooks))
+                Leaser::new(db, Arc::new(Quiet), config.clone())
                     .unwrap()
                     .with_tables(&procs_t, &units_t)
                     .unwrap()
@@ -130,7 +133,7 @@ pub fn cold_start(db: &Db, admin: &mut Client) -> Result<Value, Error> {
         let started = Instant::now();
         let mut running = Vec::new();
         for counter in &counters {
-            let leaser = Leaser::new(db, counter.clone(), config.clone(), Arc::new(NoHooks))?
+            let leaser = Leaser::new(db, counter.clone(), config.clone())?
                 .with_tables(&procs_t, &units_t)?;
             running.push(leaser.spawn()?);
             std::thread::sleep(Duration::from_millis(45));
@@ -405,7 +408,7 @@ fn convergence(
     config.ttl = ttl;
     config.heartbeat_interval = Duration::from_millis(500);
     let make = |db: &Db| {
-        Leaser::new(db, Arc::new(Quiet), config.clone(), Arc::new(NoHooks))
+        Leaser::new(db, Arc::new(Quiet), config.clone())
             .unwrap()
             .with_tables(procs_t, units_t)
             .unwrap()

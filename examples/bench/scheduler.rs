@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime};
 
 use pgtenure::postgres::Client;
 use pgtenure::schedule::{Run, Schedule, ScheduleHooks, Scheduler};
-use pgtenure::{Db, TickClaims};
+use pgtenure::{tick_claims::TickClaims, Db};
 use serde_json::{json, Value};
 
 use super::Error;

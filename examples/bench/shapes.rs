@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use pgtenure::membership::{Leaser, NoHooks, Unit, Units};
+use pgtenure::membership::{Leaser, Unit, Units};
 use pgtenure::postgres::Client;
 use pgtenure::Db;
 use serde_json::{json, Value};
@@ -52,7 +52,7 @@ impl Shape<'_> {
         let mut config = super::common::hand_driven();
         config.ttl = Duration::from_secs(2);
         config.heartbeat_interval = Duration::from_millis(500);
-        let leaser = Leaser::new(self.db, Arc::new(Quiet), config, Arc::new(NoHooks))?
+        let leaser = Leaser::new(self.db, Arc::new(Quiet), config)?
             .with_tables(&self.procs_t, &self.units_t)?;
         leaser.heartbeat()?;
         self.leasers.push(leaser);

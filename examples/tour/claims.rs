@@ -6,7 +6,7 @@ use std::thread;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use parking_lot::Mutex;
-use pgtenure::{Db, FireClaims, TickClaims};
+use pgtenure::{fire_claims::FireClaims, tick_claims::TickClaims, Db};
 
 use crate::clock::{clock, next_boundary, sleep_until};
 use crate::INSTANCES;

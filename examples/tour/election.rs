@@ -2,7 +2,10 @@
 
 use std::time::{Duration, Instant};
 
-use pgtenure::{Db, Elector, LeaderEvent, Leadership};
+use pgtenure::{
+    elector::{Elector, LeaderEvent, Leadership},
+    Db,
+};
 
 use crate::clock::round_ms;
 use crate::INSTANCES;

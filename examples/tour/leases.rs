@@ -7,7 +7,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use pgtenure::{Db, Leases};
+use pgtenure::{leases::Leases, Db};
 
 use crate::clock::round_ms;
 use crate::INSTANCES;

@@ -4,7 +4,7 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use pgtenure::membership::{Config, Leaser, NoHooks, Reconciler, Unit, UnitLoss, Units};
+use pgtenure::membership::{Config, Leaser, Reconciler, Unit, UnitLoss, Units};
 use pgtenure::Db;
 
 /// The tour's reconciler: it counts the losses it hears, by reason.
@@ -47,8 +47,7 @@ pub fn membership(db: &Db) -> Result<(), Box<dyn std::error::Error>> {
     let tally = Arc::new(Tally::default());
     let leasers: Vec<Leaser> = (0..4)
         .map(|_| {
-            Leaser::new(db, tally.clone(), config.clone(), Arc::new(NoHooks))?
-                .with_tables(&processes, &units_table)
+            Leaser::new(db, tally.clone(), config.clone())?.with_tables(&processes, &units_table)
         })
         .collect::<Result<_, _>>()?;
     println!(

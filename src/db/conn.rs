@@ -21,7 +21,7 @@ use r2d2_postgres::PostgresConnectionManager;
 /// goes back to the pool when dropped.
 ///
 /// Get one with [`Db::connection`](crate::Db::connection), for your own statements on the pool
-/// pgtenure uses: a fenced write ([`Leases::fence`](crate::Leases::fence)), a check, a migration.
+/// pgtenure uses: a fenced write ([`Leases::fence`](crate::leases::Leases::fence)), a check, a migration.
 pub struct Connection {
     pooled: Box<dyn Pooled>,
     canceller: Arc<dyn Canceller>,

@@ -236,13 +236,13 @@ impl Db {
     /// grant; that holder believes it holds the key until its local deadline, at most one TTL
     /// after the old primary's last commit, so the wait keeps anyone else from being granted what
     /// an old holder still believes it holds. Live tenures are not held off: their renewals go on.
-    /// A refused acquire says until when ([`Refusal::HeldOff`](crate::Refusal::HeldOff)).
+    /// A refused acquire says until when ([`Refusal::HeldOff`](crate::leases::Refusal::HeldOff)).
     ///
     /// The record is a one-row table beside the lease or leader table (`<table>_promotion`), read
     /// once per `Db` and table (one more statement at the first grant, and after a promotion) and
     /// passed to grants as parameters. Not covered: a holder whose TTL is longer than both the
     /// longest TTL the standby received and the contender's own (a longer TTL first asked for within the replication lag, or the raw
-    /// [`Leases::renew`](crate::Leases::renew) with a longer TTL than the grant's): keep each
+    /// [`Leases::renew`](crate::leases::Leases::renew) with a longer TTL than the grant's): keep each
     /// key's and each fleet's TTL the same everywhere.
     ///
     /// Defaults to `true`. With synchronous replication the standby has every acknowledged

@@ -191,9 +191,12 @@ impl Elector {
     ///
     /// # Errors
     ///
-    /// The first poll's error when waiting cannot fix it; [`ErrorKind::Setup`] when a thread cannot
-    /// be started.
+    /// [`ErrorKind::InvalidInput`], before anything is sent, when the retry period
+    /// ([`Elector::with_retry_period`]) is not below the TTL ([`Elector::with_ttl`]); the first
+    /// poll's error when waiting cannot fix it; [`ErrorKind::Setup`] when a thread cannot be
+    /// started.
     pub fn campaign(&self) -> Result<Leadership> {
+        super::check_retry(self.retry, self.ttl)?;
         let (events_tx, events) = bounded(EVENTS_CAPACITY);
         let shared = Arc::new(Shared {
             elector: self.clone(),

@@ -31,7 +31,7 @@
 //!
 //! ```no_run
 //! # fn main() -> Result<(), pgtenure::Error> {
-//! use pgtenure::{Db, Elector};
+//! use pgtenure::{Db, elector::Elector};
 //!
 //! let db = Db::connect("postgres://postgres@localhost/app")?;
 //! let elector = Elector::new(&db).with_name("billing")?;
@@ -191,25 +191,25 @@ impl Elector {
     /// # Errors
     ///
     /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when `ttl` is under 1 ms or over
-    /// 100 years, or not above a retry period set before ([`Elector::with_retry_period`]; set the
-    /// TTL first).
+    /// 100 years. That it is above the retry period is checked by [`Elector::campaign`], so the
+    /// two setters can come in either order.
     pub fn with_ttl(mut self, ttl: Duration) -> Result<Elector> {
         self.ttl_us = micros("leader ttl", ttl, MIN_DURATION)?;
-        check_retry(self.retry, ttl)?;
         self.ttl = ttl;
         Ok(self)
     }
 
-    /// How often [`Elector::campaign`]'s thread polls (and so renews while leading). Defaults to a
-    /// third of the TTL.
+    /// How often [`Elector::campaign`]'s thread polls (and so renews while leading); it must be
+    /// below the TTL, which [`Elector::campaign`] checks (a leader would lose its tenure between
+    /// polls), so this and [`Elector::with_ttl`] can come in either order. Defaults to a third of
+    /// the TTL.
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when `period` is under 1 ms,
-    /// over 100 years, or not below the TTL (a leader would lose its tenure between polls).
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when `period` is under 1 ms or
+    /// over 100 years.
     pub fn with_retry_period(mut self, period: Duration) -> Result<Elector> {
         micros("retry period", period, MIN_DURATION)?;
-        check_retry(Some(period), self.ttl)?;
         self.retry = Some(period);
         Ok(self)
     }
@@ -290,12 +290,14 @@ impl Elector {
     }
 }
 
-/// Refuses a retry period that is not below the TTL.
+/// Refuses a retry period that is not below the TTL: the one rule between two of an elector's
+/// settings, checked where a campaign starts.
 fn check_retry(retry: Option<Duration>, ttl: Duration) -> Result<()> {
     match retry {
         Some(retry) if retry >= ttl => Err(Error::invalid_input(format!(
-            "retry period {retry:?} is not below the TTL {ttl:?}: a leader would lose its tenure \
-             between polls (set the TTL first, then a shorter retry period)"
+            "retry period {retry:?} (with_retry_period) is not below the TTL {ttl:?} (with_ttl): a \
+             leader would lose its tenure between polls; set a retry period below the TTL (a third \
+             of it by default)"
         ))),
         _ => Ok(()),
     }
@@ -308,6 +310,7 @@ impl fmt::Debug for Elector {
             .field("name", &self.name)
             .field("holder", &self.holder)
             .field("ttl", &self.ttl)
+            .field("retry_period", &self.retry_period())
             .field("term", &self.term())
             .finish()
     }

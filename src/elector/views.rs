@@ -44,8 +44,8 @@ impl fmt::Display for LeaderInfo {
             write!(
                 f,
                 "fleet {name:?}: led by {holder} (term {term}) since {} until {}",
-                Timestamp(self.elected_at),
-                Timestamp(self.expires_at)
+                Timestamp::new(self.elected_at),
+                Timestamp::new(self.expires_at)
             )?;
             if self.resign_requested {
                 f.write_str(", asked to resign")?;
@@ -55,7 +55,7 @@ impl fmt::Display for LeaderInfo {
             write!(
                 f,
                 "fleet {name:?}: nobody leads (last: {holder}, term {term}, ended {})",
-                Timestamp(self.expires_at)
+                Timestamp::new(self.expires_at)
             )
         }
     }

@@ -1,6 +1,6 @@
 //! Fire claims: one claim per fire key, held for a TTL.
 //!
-//! Where [`TickClaims`](crate::TickClaims) keep one row per job, fire claims keep one row per *fire*:
+//! Where [`TickClaims`](crate::tick_claims::TickClaims) keep one row per job, fire claims keep one row per *fire*:
 //! a scheduler that computes a fire key for each occurrence of a job (the convention is
 //! `"<job>@<unix-nanos>"`, the job's name and the scheduled instant) calls [`FireClaims::claim`] on
 //! every instance; exactly one gets `true` and runs that fire. The claim is reserved for the TTL
@@ -14,7 +14,7 @@
 //! ```no_run
 //! # fn main() -> Result<(), pgtenure::Error> {
 //! use std::time::{Duration, UNIX_EPOCH};
-//! use pgtenure::{Db, FireClaims};
+//! use pgtenure::{Db, fire_claims::FireClaims};
 //!
 //! let db = Db::connect("postgres://postgres@localhost/app")?;
 //! let fires = FireClaims::new(&db).with_ttl(Duration::from_secs(120))?;

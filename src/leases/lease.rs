@@ -43,7 +43,7 @@ const IDLE_THREAD_WAIT: Duration = Duration::from_millis(100);
 /// so it never falls after the database's expiry: stop the protected work when it passes.
 ///
 /// Loss is signalled at the local deadline even while the thread is stuck in a blocking call: the
-/// [`Leases`](crate::Leases) family's deadline watcher sends it and cancels the stuck statement.
+/// [`Leases`](crate::leases::Leases) family's deadline watcher sends it and cancels the stuck statement.
 ///
 /// [`Lease::release`] stops the renewals and releases the row, guarded by owner and token, on the
 /// lease's own thread. It returns within 5 s in all: waiting for a renewal in progress, for a pool
@@ -115,7 +115,7 @@ impl Lease {
     }
 
     /// The tenure's fencing token: larger than every earlier tenure's of the key. Pass it to
-    /// [`Leases::fence`](crate::Leases::fence) inside the transaction of every protected write.
+    /// [`Leases::fence`](crate::leases::Leases::fence) inside the transaction of every protected write.
     pub fn token(&self) -> i64 {
         self.state.token
     }

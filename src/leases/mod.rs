@@ -35,7 +35,7 @@
 //! # fn main() -> Result<(), pgtenure::Error> {
 //! # fn export_invoices(_: &mut pgtenure::postgres::Transaction<'_>) -> Result<(), pgtenure::postgres::Error> { Ok(()) }
 //! use std::time::Duration;
-//! use pgtenure::{Db, Leases};
+//! use pgtenure::{Db, leases::Leases};
 //!
 //! let db = Db::connect("postgres://postgres@localhost/app")?;
 //! let leases = Leases::new(&db);
@@ -113,26 +113,14 @@ use crate::table_name::TableName;
 /// The table [`Leases::new`] uses unless [`Leases::with_table`] names another.
 pub const DEFAULT_TABLE: &str = "pgtenure_leases";
 
-/// Checks a managed lease's key and TTL as [`Leases::acquire`] does, without a database: a tool can
-/// refuse bad input before it connects.
-///
-/// # Errors
-///
-/// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when the key is blank, contains a
-/// NUL byte or is over 1,024 bytes, or `ttl` is under [`MIN_MANAGED_TTL`] (30 ms) or over 100 years;
-/// the message says what is wrong and what is accepted.
-pub fn check_acquire(key: &str, ttl: Duration) -> Result<()> {
+/// Checks a managed lease's key and TTL as [`Leases::acquire`] does, before anything is sent.
+fn check_acquire(key: &str, ttl: Duration) -> Result<()> {
     check_key("lease key", key)?;
     micros("managed lease ttl", ttl, MIN_MANAGED_TTL).map(drop)
 }
 
-/// Checks an owner name as [`Leases::with_owner`] does, without a database.
-///
-/// # Errors
-///
-/// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when `owner` is blank, contains a
-/// NUL byte or is longer than 1,024 bytes.
-pub fn check_owner(owner: &str) -> Result<()> {
+/// Checks an owner name as [`Leases::with_owner`] does.
+fn check_owner(owner: &str) -> Result<()> {
     check_key("owner", owner)
 }
 
@@ -147,11 +135,11 @@ pub struct Leases {
 
 /// Whether an acquire by an owner that already holds the key live keeps that tenure's token.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Tenure {
+enum Reacquire {
     /// Raw grants: an idempotent re-acquire keeps the token.
-    Keep,
+    KeepsToken,
     /// Managed leases: always a new tenure with a new token.
-    New,
+    NewTenure,
 }
 
 impl Leases {
@@ -251,7 +239,7 @@ impl Leases {
             log::debug!(target: "pgtenure::leases", "lease {key:?} is already held by this Leases family");
             return Ok(None);
         }
-        let (token, sent) = match self.acquire_statement(key, ttl_us, Tenure::New) {
+        let (token, sent) = match self.acquire_statement(key, ttl_us, Reacquire::NewTenure) {
             Ok(Some((token, _, sent))) => (token, sent),
             Ok(None) => {
                 self.shared.forget(key);
@@ -327,7 +315,7 @@ impl Leases {
         if managed() {
             return Ok(None);
         }
-        let granted = self.acquire_statement(key, ttl_us, Tenure::Keep)?;
+        let granted = self.acquire_statement(key, ttl_us, Reacquire::KeepsToken)?;
         // A managed acquire of this family that began meanwhile may have won the tenure this grant
         // re-acquired: never hand out its token twice.
         if managed() {
@@ -347,9 +335,9 @@ impl Leases {
         &self,
         key: &str,
         ttl_us: i64,
-        tenure: Tenure,
+        reacquire: Reacquire,
     ) -> Result<Option<(i64, bool, Instant)>> {
-        let keep = tenure == Tenure::Keep;
+        let keep = reacquire == Reacquire::KeepsToken;
         let (db, sql, owner) = (&self.shared.db, &self.shared.sql, &self.shared.owner);
         let answered = db.grant(&sql.promotion, ttl_us, |promotion| {
             sql.acquire(db, key, owner, ttl_us, keep, promotion)

@@ -22,7 +22,7 @@ pub(super) enum Command {
     Release { was: Status, until: Instant },
 }
 
-/// What a lease's thread needs: the family, not the [`Leases`](crate::Leases) handle, so that it
+/// What a lease's thread needs: the family, not the [`Leases`](crate::leases::Leases) handle, so that it
 /// never keeps the deadline watcher alive (it reaches the watcher through a weak reference).
 pub(super) struct Renewer {
     pub(super) family: Arc<Family>,

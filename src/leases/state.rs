@@ -12,7 +12,7 @@ use parking_lot::Mutex;
 
 use super::watcher::{Deadline, Timer};
 
-/// Why a managed lease was lost; sent once on [`Lease::lost`](crate::Lease::lost).
+/// Why a managed lease was lost; sent once on [`Lease::lost`](crate::leases::Lease::lost).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum LeaseLoss {
@@ -22,10 +22,10 @@ pub enum LeaseLoss {
     Expired,
     /// The database refused a renewal: the row is no longer this tenure's (taken after a lapse,
     /// deleted, released by someone else, force-released by an operator
-    /// ([`Leases::force_release`](crate::Leases::force_release)), or acquired again as a new tenure
+    /// ([`Leases::force_release`](crate::leases::Leases::force_release)), or acquired again as a new tenure
     /// by this owner).
     Refused,
-    /// A contender asked for the key ([`Leases::supersede`](crate::Leases::supersede)). The row is
+    /// A contender asked for the key ([`Leases::supersede`](crate::leases::Leases::supersede)). The row is
     /// still held; stop the work and release, and the contender acquires it.
     Superseded,
 }

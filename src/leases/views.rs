@@ -103,8 +103,8 @@ impl fmt::Display for LeaseInfo {
             write!(
                 f,
                 "lease {key:?}: held by {owner} (token {token}) since {} until {}",
-                Timestamp(self.acquired_at),
-                Timestamp(self.held_until)
+                Timestamp::new(self.acquired_at),
+                Timestamp::new(self.held_until)
             )?;
             if self.superseded {
                 f.write_str(", superseded")?;
@@ -114,7 +114,7 @@ impl fmt::Display for LeaseInfo {
             write!(
                 f,
                 "lease {key:?}: not held; last held by {owner} (token {token}), lapsed at {}",
-                Timestamp(self.held_until)
+                Timestamp::new(self.held_until)
             )
         }
     }
@@ -144,7 +144,7 @@ impl fmt::Display for Refusal {
                 write!(
                     f,
                     "nobody holds it, but grants wait out a promotion of the server until {}",
-                    Timestamp(*until)
+                    Timestamp::new(*until)
                 )?;
                 if let Some(row) = row {
                     write!(f, "; {row}")?;
@@ -212,12 +212,12 @@ impl Leases {
     ///
     /// The row stays and gets a fresh token from the key's sequence that no holder has, so tokens
     /// stay monotonic and the ended tenure cannot come back: a managed holder learns
-    /// [`LeaseLoss::Refused`](crate::LeaseLoss::Refused) at its next renewal (within a third of
+    /// [`LeaseLoss::Refused`](crate::leases::LeaseLoss::Refused) at its next renewal (within a third of
     /// its TTL; also a renewal already waiting for the row's lock, whose transaction began before
     /// this one), its [`Leases::fence`] fails from now on, and a raw holder's [`Leases::renew`]
-    /// reports the key [`KeyRenewal::Lost`](crate::KeyRenewal::Lost). (Raw renewals are guarded by
+    /// reports the key [`KeyRenewal::Lost`](crate::leases::KeyRenewal::Lost). (Raw renewals are guarded by
     /// owner only: one that was already waiting for the row's lock renews it under the new token,
-    /// which its [`KeyRenewal::Held`](crate::KeyRenewal::Held) shows.)
+    /// which its [`KeyRenewal::Held`](crate::leases::KeyRenewal::Held) shows.)
     /// The next acquire, by anyone, wins a new tenure at once.
     ///
     /// This cuts a tenure short: a holder that is paused (or cut off from the database) still

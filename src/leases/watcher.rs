@@ -1,4 +1,4 @@
-//! The deadline watcher: one thread per [`Leases`](crate::Leases) family that signals a lease's loss
+//! The deadline watcher: one thread per [`Leases`](crate::leases::Leases) family that signals a lease's loss
 //! at its local deadline even while the lease's renewal thread is stuck in a blocking call.
 //!
 //! A thread blocked inside `postgres::Client` (waiting on a row lock, on a blackholed socket, on the

@@ -33,7 +33,7 @@ pub struct Config {
     /// How long a process row must have been expired before a sweep deletes it; must exceed `ttl`.
     /// Defaults to 1 hour.
     pub sweep_cutoff: Duration,
-    /// The most units one claim statement takes, at least 1; clamped to `max_claim_per_tick`.
+    /// The most units one claim statement takes, at least 1 and at most `max_claim_per_tick`.
     /// Defaults to 64.
     pub claim_batch: u32,
     /// The most units (by weight) one tick claims, at least 1. Defaults to 1,024.
@@ -128,7 +128,13 @@ impl Config {
         if self.max_claim_per_tick > i32::MAX as u32 {
             return Err(Error::invalid_input("max_claim_per_tick is above 2^31 - 1"));
         }
-        self.claim_batch = self.claim_batch.min(self.max_claim_per_tick);
+        if self.claim_batch > self.max_claim_per_tick {
+            return Err(Error::invalid_input(format!(
+                "claim_batch {} is above max_claim_per_tick {}; a tick never claims more than \
+                 max_claim_per_tick, so set claim_batch at most that",
+                self.claim_batch, self.max_claim_per_tick
+            )));
+        }
         self.process_id = Some(match self.process_id.take() {
             Some(id) => parse_uuid(&id)?,
             None => random_uuid(),
@@ -222,15 +228,23 @@ mod tests {
         assert_eq!((c.claim_batch, c.max_claim_per_tick), (64, 1024));
         assert!(c.process_id.is_some());
 
-        let clamp = Config {
+        // A batch above the per-tick cap is refused, naming both, not clamped.
+        let over = Config {
             claim_batch: 5000,
             ..Config::default()
         };
-        assert_eq!(
-            clamp.validated().unwrap().claim_batch,
-            1024,
-            "clamped to the per-tick cap"
+        let err = over.validated().unwrap_err();
+        assert!(err.is_invalid_input());
+        assert!(
+            err.to_string().contains("claim_batch 5000")
+                && err.to_string().contains("max_claim_per_tick 1024"),
+            "{err}"
         );
+        let at_cap = Config {
+            claim_batch: 1024,
+            ..Config::default()
+        };
+        assert_eq!(at_cap.validated().unwrap().claim_batch, 1024);
 
         let refused = [
             Config {

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Sender;
 use parking_lot::Mutex;
 
-use super::config::{Config, Hooks};
+use super::config::{Config, Hooks, NoHooks};
 use super::deliver::{Delivery, Outbox};
 use super::local::{stop_after, Local};
 use super::sql::{Batch, Beat, Heartbeat, Statements};
@@ -62,8 +62,8 @@ pub struct Leaser {
 }
 
 impl Leaser {
-    /// A leaser for one process, on the default tables; `hooks` observes its ticks ([`NoHooks`](super::NoHooks)
-    /// for none).
+    /// A leaser for one process, on the default tables, observed by no hooks (attach them with
+    /// [`Leaser::with_hooks`]).
     ///
     /// # Errors
     ///
@@ -71,12 +71,7 @@ impl Leaser {
     /// a zero duration or claim size, a heartbeat interval not below four fifths of the TTL, a sweep
     /// cutoff not above it, a negative or non-finite hysteresis, a process id that is not a UUID, a
     /// blank or NUL-carrying hostname or version.
-    pub fn new(
-        db: &Db,
-        reconciler: Arc<dyn Reconciler>,
-        config: Config,
-        hooks: Arc<dyn Hooks>,
-    ) -> Result<Leaser> {
+    pub fn new(db: &Db, reconciler: Arc<dyn Reconciler>, config: Config) -> Result<Leaser> {
         let config = config.validated()?;
         let process_id = config.process_id.clone().expect("validated");
         let warm_up = Mutex::new(WarmUp::new(
@@ -91,7 +86,7 @@ impl Leaser {
             cutoff_us: micros("sweep cutoff", config.sweep_cutoff, MIN_DURATION)?,
             settle_after_us: micros("warm-up", config.warm_up_wait(), Duration::ZERO)?,
             config,
-            hooks,
+            hooks: Arc::new(NoHooks),
             process_id,
             sql: Statements::default_tables(),
             local: Mutex::new(Local::default()),
@@ -101,6 +96,13 @@ impl Leaser {
             outbox: Outbox::default(),
             running: AtomicBool::new(false),
         })
+    }
+
+    /// Observes this leaser's ticks, heartbeats and sweeps with `hooks`. Defaults to
+    /// [`NoHooks`](super::NoHooks).
+    pub fn with_hooks(mut self, hooks: Arc<dyn Hooks>) -> Leaser {
+        self.hooks = hooks;
+        self
     }
 
     /// Uses other tables (each `table` or `schema.table`), the same as the fleet's [`Units`](super::Units).

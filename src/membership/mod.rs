@@ -13,7 +13,7 @@
 //! a transaction of yours, that this process still owns the unit under that token, so a process
 //! that was paused while its units moved cannot write for them. Drive the steps by hand in tests,
 //! or let [`Leaser::spawn`] run the loop on a thread it owns in production. (A [`Leaser::tick`] is
-//! one such rebalance step; the ticks of [`TickClaims`](crate::TickClaims) are something else, the
+//! one such rebalance step; the ticks of [`TickClaims`](crate::tick_claims::TickClaims) are something else, the
 //! scheduled instants of a recurring job.) [`Units::assignments`] and [`Units::processes`] show
 //! operators who owns what.
 //!
@@ -36,7 +36,7 @@
 //! ```no_run
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! use std::sync::Arc;
-//! use pgtenure::membership::{Config, Leaser, NoHooks, Reconciler, Unit, UnitLoss, Units};
+//! use pgtenure::membership::{Config, Leaser, Reconciler, Unit, UnitLoss, Units};
 //! use pgtenure::Db;
 //!
 //! struct Pollers;
@@ -50,12 +50,12 @@
 //! units.create_tables()?;
 //! units.add(&[Unit::new("acme", 0)?, Unit::new("acme", 1)?])?;
 //!
-//! let running = Leaser::new(&db, Arc::new(Pollers), Config::default(), Arc::new(NoHooks))?.spawn()?;
+//! let running = Leaser::new(&db, Arc::new(Pollers), Config::default())?.spawn()?;
 //! // A write for a unit this process owns, fenced:
 //! let unit = Unit::new("acme", 0)?;
 //! let mut conn = db.connection()?;
 //! let mut tx = conn.transaction()?;
-//! if running.fence(&mut tx, &unit)? {
+//! if running.leaser().fence(&mut tx, &unit)? {
 //!     tx.execute("update offsets set position = position + 1 where tenant = $1", &[&unit.tenant])?;
 //! }
 //! tx.commit()?;

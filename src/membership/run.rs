@@ -1,19 +1,22 @@
 //! The membership loop and its liveness watcher.
 
 use std::fmt;
-use std::ops::Deref;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{after, at, bounded, never, select, Receiver, Sender};
+use crossbeam_channel::{after, at, bounded, never, select, Receiver, RecvTimeoutError, Sender};
 
 use super::leaser::Leaser;
 use crate::error::{Error, ErrorKind, Result};
 
 /// First and longest wait between heartbeats while `run` waits for the database at startup.
 const STARTUP_BACKOFF: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(30));
+
+/// What `stop` allows, beyond waiting for connections, for the statements of the loop's step in
+/// progress.
+const STOP_GRACE: Duration = Duration::from_secs(2);
 
 impl Leaser {
     /// Runs the membership loop on the calling thread until `shutdown` yields or disconnects.
@@ -93,9 +96,9 @@ impl Leaser {
 
     /// Runs [`Leaser::run`] on a thread of its own (`pgtenure-membership`) and returns the handle
     /// that owns it: [`Running::stop`] ends the loop, gives the units back ([`Leaser::release`]),
-    /// deletes the process row ([`Leaser::delete_process`]) and joins the thread. The handle derefs
-    /// to the leaser ([`Leaser::owned`], [`Leaser::fence`] through it), and
-    /// [`Running::leaser`] shares it.
+    /// deletes the process row ([`Leaser::delete_process`]) and joins the thread.
+    /// [`Running::leaser`] reaches the leaser ([`Leaser::owned`], [`Leaser::fence`]) and shares it
+    /// with other threads.
     ///
     /// # Errors
     ///
@@ -117,10 +120,13 @@ impl Leaser {
         // would release the running loop's units.
         self.claim_loop()?;
         let (stop, shutdown) = bounded::<()>(0);
+        let (done, finished) = bounded::<()>(0);
         let leaser = Arc::clone(&self);
         let thread = std::thread::Builder::new()
             .name("pgtenure-membership".into())
             .spawn(move || {
+                // Dropped when the thread ends, also on unwinding: `stop` waits for that.
+                let _done = done;
                 let _ran = Ran(&leaser.running);
                 leaser.run_claimed(&shutdown)
             })
@@ -132,6 +138,7 @@ impl Leaser {
             leaser: self,
             stop: Some(stop),
             thread: Some(thread),
+            finished,
         })
     }
 
@@ -234,20 +241,30 @@ impl Drop for Ran<'_> {
     }
 }
 
-/// A [`Leaser::run`] loop on a thread of its own ([`Leaser::spawn`]); derefs to the [`Leaser`].
+/// A [`Leaser::run`] loop on a thread of its own ([`Leaser::spawn`]); [`Running::leaser`] reaches
+/// the [`Leaser`].
 ///
 /// Stopping ([`Running::stop`], or dropping the handle) ends the loop after the database call in
 /// progress, tells the reconciler every unit is lost ([`UnitLoss::Released`](super::UnitLoss)),
 /// gives the units back and deletes the process row, so the others take the units over at their
-/// next tick, and joins the thread. Bounded: each of the three steps waits at most the pool's
-/// connection timeout (10 s by default) for a connection plus one statement, whose duration the TCP
-/// timeouts bound when the network is dead (see [`Db`](crate::Db)). A statement waiting for a row
-/// lock is not bounded that way: end this process's fenced transactions ([`Leaser::fence`]) before
-/// stopping, or the release waits for them.
+/// next tick, and joins the thread.
+///
+/// Bounded: it waits for the loop's thread at most twice the pool's connection timeout (10 s by
+/// default) plus 2 s, then for the release and the delete, each at most the pool's connection
+/// timeout for a connection plus one statement, whose duration the TCP timeouts bound when the
+/// network is dead (see [`Db`](crate::Db)). A loop not done by then (a statement stuck on a
+/// database that does not answer) is left to end on its own, and `stop` returns an
+/// [`ErrorKind::Connection`](crate::ErrorKind::Connection) error without releasing: the loop
+/// starts nothing more once its statement returns, the reconciler still hears every unit lost at
+/// the local liveness deadline, and the units become claimable when the process row expires. A
+/// statement waiting for a row lock is not bounded by the TCP timeouts: end this process's fenced
+/// transactions ([`Leaser::fence`]) before stopping, or the release waits for them.
 pub struct Running {
     leaser: Arc<Leaser>,
     stop: Option<Sender<()>>,
     thread: Option<JoinHandle<Result<()>>>,
+    /// Disconnects when the thread ends (the bounded join).
+    finished: Receiver<()>,
 }
 
 impl Running {
@@ -273,28 +290,45 @@ impl Running {
         self.shut_down()
     }
 
+    /// How long `stop` waits for the loop's thread.
+    fn stop_bound(&self) -> Duration {
+        self.leaser
+            .db
+            .pool_timeout()
+            .saturating_mul(2)
+            .saturating_add(STOP_GRACE)
+    }
+
     fn shut_down(&mut self) -> Result<()> {
         drop(self.stop.take());
         let ran = match self.thread.take() {
-            Some(thread) => thread.join().unwrap_or_else(|_| {
-                Err(Error::new(
-                    ErrorKind::Setup,
-                    "the membership thread panicked (a reconciler or hook panicked?)",
-                ))
-            }),
+            Some(thread) => {
+                let bound = self.stop_bound();
+                match self.finished.recv_timeout(bound) {
+                    Err(RecvTimeoutError::Disconnected) => thread.join().unwrap_or_else(|_| {
+                        Err(Error::new(
+                            ErrorKind::Setup,
+                            "the membership thread panicked (a reconciler or hook panicked?)",
+                        ))
+                    }),
+                    _ => {
+                        log::error!(target: "pgtenure::membership", "process {}: the loop did not stop within {bound:?} (a statement stuck on the database); leaving its thread to end on its own, without releasing: the units become claimable when the process row expires", self.leaser.process_id);
+                        return Err(Error::new(
+                            ErrorKind::Connection,
+                            format!(
+                                "the membership loop did not stop within {bound:?}: a statement \
+                                 is stuck on the database; its units become claimable when the \
+                                 process row expires"
+                            ),
+                        ));
+                    }
+                }
+            }
             None => Ok(()),
         };
         let released = self.leaser.release().map(drop);
         let deleted = self.leaser.delete_process();
         ran.and(released).and(deleted)
-    }
-}
-
-impl Deref for Running {
-    type Target = Leaser;
-
-    fn deref(&self) -> &Leaser {
-        &self.leaser
     }
 }
 

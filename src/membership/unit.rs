@@ -91,7 +91,7 @@ impl UnitLoss {
 ///
 /// That last message comes from a thread, which a starved machine may run late. Work that must never
 /// overlap another process's should also check [`Leaser::owned`](super::Leaser::owned) or [`Leaser::live_until`](super::Leaser::live_until) (which
-/// follow the clock, as [`Lease::is_held`](crate::Lease::is_held) does) before each step, and fence
+/// follow the clock, as [`Lease::is_held`](crate::leases::Lease::is_held) does) before each step, and fence
 /// its writes.
 pub trait Reconciler: Send + Sync {
     /// These units are now this process's: start their work.

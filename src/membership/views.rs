@@ -78,7 +78,7 @@ impl fmt::Display for Assignment {
             write!(f, " (token {token})")?;
         }
         if let Some(at) = self.claimed_at {
-            write!(f, " since {}", Timestamp(at))?;
+            write!(f, " since {}", Timestamp::new(at))?;
         }
         if !self.owner_live {
             f.write_str(", whose process expired")?;
@@ -102,10 +102,10 @@ impl fmt::Display for ProcessInfo {
                 (true, false) => "live, not yet settled, until",
                 (false, _) => "expired at",
             },
-            Timestamp(self.expires_at),
+            Timestamp::new(self.expires_at),
             self.units,
             self.weight,
-            Timestamp(self.started_at)
+            Timestamp::new(self.started_at)
         )
     }
 }

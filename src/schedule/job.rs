@@ -10,7 +10,7 @@ use crossbeam_channel::{after, bounded, select, Receiver, Sender};
 use parking_lot::Mutex;
 
 use crate::error::{Error, Result};
-use crate::input::{check_key, micros, MAX_DURATION, MIN_DURATION};
+use crate::input::{check_key, micros, MIN_DURATION};
 use crate::observe;
 use crate::tick_claims::TickClaim;
 
@@ -181,15 +181,20 @@ impl Job {
 
     /// What to do with missed ticks. Defaults to [`Misfire::Skip`].
     ///
-    /// A [`Misfire::RunOnce`] window over 100 years counts as 100 years.
-    pub fn with_misfire(mut self, misfire: Misfire) -> Job {
-        self.misfire = match misfire {
-            Misfire::RunOnce { within } => Misfire::RunOnce {
-                within: within.min(MAX_DURATION),
-            },
-            other => other,
-        };
-        self
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`](crate::error::ErrorKind::InvalidInput) when a
+    /// [`Misfire::RunOnce`] window is under 1 ms or over 100 years (nothing is clamped).
+    pub fn with_misfire(mut self, misfire: Misfire) -> Result<Job> {
+        if let Misfire::RunOnce { within } = misfire {
+            micros(
+                "misfire window (Misfire::RunOnce within)",
+                within,
+                MIN_DURATION,
+            )?;
+        }
+        self.misfire = misfire;
+        Ok(self)
     }
 
     /// How long a won tick keeps the job busy fleet-wide: no later tick starts anywhere meanwhile.
@@ -651,6 +656,7 @@ impl Drop for Reservation {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::input::MAX_DURATION;
 
     fn at(secs: u64, millis: u64) -> SystemTime {
         UNIX_EPOCH + Duration::from_secs(secs) + Duration::from_millis(millis)
@@ -661,7 +667,8 @@ mod tests {
         JobState::new(
             Job::new("j", schedule, |_| Ok(()))
                 .unwrap()
-                .with_misfire(misfire),
+                .with_misfire(misfire)
+                .unwrap(),
         )
     }
 
@@ -722,7 +729,8 @@ mod tests {
             JobState::new(
                 Job::new("j", schedule, |_| Ok(()))
                     .unwrap()
-                    .with_misfire(misfire),
+                    .with_misfire(misfire)
+                    .unwrap(),
             )
         };
         let skip = every_10s(Misfire::Skip);
@@ -848,14 +856,45 @@ mod tests {
             .with_busy(MAX_DURATION)
             .unwrap()
             .with_misfire(Misfire::RunOnce {
-                within: Duration::MAX,
-            });
+                within: MAX_DURATION,
+            })
+            .unwrap();
         let j = JobState::new(longest);
         for now in [at(0, 0), at(10, 0), at(253_402_300_000, 0)] {
             let _ = j.look(now);
             let _ = j.next_due();
         }
         let _ = j.job.allowed_lateness(at(10, 0));
+    }
+
+    #[test]
+    fn a_misfire_window_out_of_range_is_refused_not_clamped() {
+        let job = || {
+            Job::new(
+                "j",
+                Schedule::every(Duration::from_secs(1)).unwrap(),
+                |_| Ok(()),
+            )
+        };
+        for within in [
+            Duration::ZERO,
+            MAX_DURATION + Duration::from_micros(1),
+            Duration::MAX,
+        ] {
+            let err = job()
+                .unwrap()
+                .with_misfire(Misfire::RunOnce { within })
+                .unwrap_err();
+            assert!(err.is_invalid_input(), "{within:?}: {err}");
+            assert!(err.to_string().contains("misfire window"), "{err}");
+        }
+        for within in [MIN_DURATION, MAX_DURATION] {
+            let job = job()
+                .unwrap()
+                .with_misfire(Misfire::RunOnce { within })
+                .unwrap();
+            assert_eq!(job.misfire, Misfire::RunOnce { within });
+        }
     }
 
     #[test]

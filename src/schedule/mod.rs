@@ -14,7 +14,7 @@
 //! - **Never two runs of one job at once.** One scheduler never starts a job while its own previous
 //!   run of it goes on, whatever the busy period says; and a run keeps the job busy fleet-wide while
 //!   it goes on: a thread per run (`pgtenure-schedule-busy`) extends the claim's busy period every
-//!   third of it ([`TickClaim::extend`](crate::TickClaim::extend)). If this instance crashes, pauses
+//!   third of it ([`TickClaim::extend`](crate::tick_claims::TickClaim::extend)). If this instance crashes, pauses
 //!   or loses the database, the job is free one busy period after the last extension; a run must
 //!   then stop by [`Run::deadline`], and [`Run::fence`] refuses its writes after it.
 //! - **Nothing queues up.** A due tick is claimed only when a worker is free to run it at once. A

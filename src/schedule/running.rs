@@ -265,6 +265,13 @@ impl Scheduling {
         &self.scheduler
     }
 
+    /// Whether the scheduler's timer thread has ended on its own (it does not: a job's or a hook's
+    /// panic is caught and reported; only a panic of the scheduler's own code ends it). No tick is
+    /// claimed after that, and [`Scheduling::stop`] returns the error.
+    pub fn is_finished(&self) -> bool {
+        self.timer.as_ref().is_none_or(JoinHandle::is_finished)
+    }
+
     fn shut_down(&mut self) -> Result<()> {
         self.scheduler.stopping.store(true, Ordering::SeqCst);
         // The timer owns the work queue's sender: once it has returned, idle workers end.

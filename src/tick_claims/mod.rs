@@ -21,7 +21,7 @@
 //! ```no_run
 //! # fn main() -> Result<(), pgtenure::Error> {
 //! use std::time::{Duration, SystemTime, UNIX_EPOCH};
-//! use pgtenure::{Db, TickClaims};
+//! use pgtenure::{Db, tick_claims::TickClaims};
 //!
 //! let db = Db::connect("postgres://postgres@localhost/app")?;
 //! let claims = TickClaims::new(&db);

@@ -35,12 +35,12 @@ impl fmt::Display for JobInfo {
             f,
             "job {:?}: tick {} claimed by {} (token {}), ",
             self.job_id,
-            Timestamp(self.tick),
+            Timestamp::new(self.tick),
             self.owner,
             self.token
         )?;
         match self.busy_until {
-            Some(until) if self.busy => write!(f, "busy until {}", Timestamp(until)),
+            Some(until) if self.busy => write!(f, "busy until {}", Timestamp::new(until)),
             _ => f.write_str("idle"),
         }
     }

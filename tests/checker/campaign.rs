@@ -32,7 +32,10 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use pgtenure::{Db, Elector, LeaderHooks, LeaderLoss, Leadership};
+use pgtenure::{
+    elector::{Elector, LeaderHooks, LeaderLoss, Leadership},
+    Db,
+};
 
 use crate::common::proxy::{database_addr, Proxy};
 use crate::common::{client, ledger, Tables};

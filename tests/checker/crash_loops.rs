@@ -139,8 +139,8 @@ fn crash_loop(shape: &Shape) -> Figures {
                     expired: lapses.clone(),
                 }),
                 config.clone(),
-                moves.clone(),
             )
+            .map(|leaser| leaser.with_hooks(moves.clone()))
             .unwrap()
             .with_tables(&procs, &units_t)
             .unwrap(),
@@ -427,7 +427,6 @@ fn a_rolling_deploy_replacing_each_process_in_turn_moves_each_share_at_most_twic
                 drain_ms: 0,
             }),
             config.clone(),
-            Arc::new(pgtenure::membership::NoHooks),
         )
         .unwrap()
         .with_tables(&procs, &units_t)
@@ -437,7 +436,9 @@ fn a_rolling_deploy_replacing_each_process_in_turn_moves_each_share_at_most_twic
     let _load = Load::start(9);
     let even = |fleet: &[pgtenure::membership::Running]| {
         registry.active.lock().len() == TOTAL
-            && fleet.iter().all(|r| r.owned().len().abs_diff(share) <= 1)
+            && fleet
+                .iter()
+                .all(|r| r.leaser().owned().len().abs_diff(share) <= 1)
     };
     let mut fleet: Vec<pgtenure::membership::Running> = (0..SLOTS).map(start).collect();
     wait_for("a settled fleet", Duration::from_secs(60), || {

@@ -7,7 +7,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use pgtenure::{Db, Elector};
+use pgtenure::{elector::Elector, Db};
 
 use crate::common::proxy::{database_addr, Proxy};
 use crate::common::{ledger, Tables};
@@ -80,7 +80,7 @@ fn electors_under_random_faults_never_have_two_leaders_writing() {
                                 let _ = e.request_resign();
                             }
                             1 => {
-                                let _ = campaign.take().map(pgtenure::Leadership::stop);
+                                let _ = campaign.take().map(pgtenure::elector::Leadership::stop);
                                 campaign = e.campaign().ok();
                             }
                             _ => {}

@@ -9,7 +9,10 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use pgtenure::crossbeam_channel::{after, select};
-use pgtenure::{Db, LeaseLoss, Leases};
+use pgtenure::{
+    leases::{LeaseLoss, Leases},
+    Db,
+};
 
 use crate::common::beliefs::Beliefs;
 use crate::common::proxy::{database_addr, Proxy};

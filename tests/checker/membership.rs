@@ -216,8 +216,8 @@ fn membership_under_random_faults_never_works_a_unit_twice() {
                         drain_ms: 60,
                     }),
                     config.clone(),
-                    ticks[i].clone(),
                 )
+                .map(|leaser| leaser.with_hooks(ticks[i].clone()))
                 .unwrap()
                 .with_tables(&procs, &units_t)
                 .unwrap(),

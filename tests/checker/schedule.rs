@@ -21,7 +21,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use parking_lot::Mutex;
 use pgtenure::schedule::{Job, Misfire, Run, RunResult, Schedule, ScheduleHooks, Scheduler};
-use pgtenure::{Db, Error, TickClaims};
+use pgtenure::{tick_claims::TickClaims, Db, Error};
 
 use crate::common::proxy::{database_addr, Proxy};
 use crate::common::{client, db, ledger, Tables};
@@ -219,7 +219,8 @@ fn start(
             ),
         )
         .unwrap()
-        .with_misfire(spec.misfire);
+        .with_misfire(spec.misfire)
+        .unwrap();
         scheduler = scheduler.with_job(job).unwrap();
     }
     Instance {

@@ -21,7 +21,7 @@ impl Beliefs {
     /// acquire may only come to register once its lease has expired and another was granted. Checked
     /// under the lock, so the registered instant is one at which the lease was held, and a later
     /// registration always replaces an earlier one.
-    pub fn granted(&self, key: &str, lease: &pgtenure::Lease, owner: &str) -> u64 {
+    pub fn granted(&self, key: &str, lease: &pgtenure::leases::Lease, owner: &str) -> u64 {
         let me = self.next.fetch_add(1, Ordering::SeqCst);
         let mut current = self.current.lock();
         let at = Instant::now();
@@ -33,7 +33,7 @@ impl Beliefs {
 
     /// Counts a violation when `lease` (registered as `me`) is still held after another lease of
     /// `key` was registered.
-    pub fn check(&self, key: &str, me: u64, lease: &pgtenure::Lease) {
+    pub fn check(&self, key: &str, me: u64, lease: &pgtenure::leases::Lease) {
         let at = Instant::now();
         if lease.is_held() {
             self.checks.fetch_add(1, Ordering::Relaxed);

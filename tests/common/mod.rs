@@ -221,7 +221,7 @@ impl Drop for Tables {
 /// A fresh lease table (and its token sequence), created through the shared pool.
 pub fn lease_table(tables: &mut Tables) -> String {
     let table = tables.name("lease");
-    pgtenure::Leases::new(&db())
+    pgtenure::leases::Leases::new(&db())
         .with_table(&table)
         .unwrap()
         .create_table()
@@ -232,7 +232,7 @@ pub fn lease_table(tables: &mut Tables) -> String {
 /// A fresh leader table, created.
 pub fn leader_table(tables: &mut Tables) -> String {
     let table = tables.name("leader");
-    pgtenure::Elector::new(&db())
+    pgtenure::elector::Elector::new(&db())
         .with_table(&table)
         .unwrap()
         .create_table()

@@ -10,7 +10,8 @@ use crate::common::proxy::{database_addr, Proxy};
 use crate::common::{self, db, wait_for, Tables};
 use parking_lot::Mutex;
 use pgtenure::{
-    Db, DbBuilder, Elector, LeaderEvent, LeaderHooks, LeaderLoss, Leadership, NoLeaderHooks,
+    elector::{Elector, LeaderEvent, LeaderHooks, LeaderLoss, Leadership, NoLeaderHooks},
+    Db, DbBuilder,
 };
 
 use super::table;
@@ -259,21 +260,66 @@ fn a_partitioned_leader_is_told_at_its_deadline_and_events_keep_their_order() {
 fn a_retry_period_not_below_the_ttl_is_refused_and_startup_errors_come_back_at_once() {
     let mut tables = Tables::new();
     let table = table(&mut tables);
-    // Refused where it is set, whichever of the two comes last.
-    let slow = Elector::new(&db())
-        .with_table(&table)
+    // The same settings in either order make the same elector: the rule between them is checked
+    // where the campaign starts, not by whichever setter comes last.
+    let missing = tables.name("missing");
+    let ttl_first = Elector::new(&db())
+        .with_table(&missing)
+        .unwrap()
+        .with_holder("h")
         .unwrap()
         .with_ttl(Duration::from_secs(1))
         .unwrap()
-        .with_retry_period(Duration::from_secs(1));
-    assert!(slow.unwrap_err().is_invalid_input());
-    let short = Elector::new(&db())
+        .with_retry_period(Duration::from_secs(2))
+        .unwrap();
+    let retry_first = Elector::new(&db())
+        .with_table(&missing)
+        .unwrap()
+        .with_holder("h")
+        .unwrap()
         .with_retry_period(Duration::from_secs(2))
         .unwrap()
-        .with_ttl(Duration::from_secs(2));
-    assert!(short.unwrap_err().is_invalid_input());
+        .with_ttl(Duration::from_secs(1))
+        .unwrap();
+    assert_eq!(format!("{ttl_first:?}"), format!("{retry_first:?}"));
+    assert_eq!(
+        (ttl_first.ttl(), ttl_first.retry_period()),
+        (Duration::from_secs(1), Duration::from_secs(2))
+    );
+    // Refused where it is used, naming both settings, before anything is sent (the table does not
+    // exist: a poll would have failed with 42P01).
+    for elector in [&ttl_first, &retry_first] {
+        let err = elector.campaign().unwrap_err();
+        assert!(err.is_invalid_input(), "{err}");
+        let message = err.to_string();
+        assert!(
+            message.contains("with_retry_period") && message.contains("with_ttl"),
+            "{message}"
+        );
+    }
+    // The same pair, the other way round, is a valid campaign whichever setter came last.
+    let fine = |retry_first: bool| {
+        let e = Elector::new(&db()).with_table(&table).unwrap();
+        if retry_first {
+            e.with_retry_period(Duration::from_millis(300))
+                .unwrap()
+                .with_ttl(Duration::from_secs(1))
+                .unwrap()
+        } else {
+            e.with_ttl(Duration::from_secs(1))
+                .unwrap()
+                .with_retry_period(Duration::from_millis(300))
+                .unwrap()
+        }
+    };
+    assert_eq!(fine(true).retry_period(), fine(false).retry_period());
+    // A single value out of range is still refused by its setter, at once.
     assert!(Elector::new(&db())
         .with_retry_period(Duration::ZERO)
+        .unwrap_err()
+        .is_invalid_input());
+    assert!(Elector::new(&db())
+        .with_ttl(Duration::ZERO)
         .unwrap_err()
         .is_invalid_input());
     // A missing table: waiting cannot fix it, so campaign() says so instead of looping.
@@ -308,7 +354,7 @@ fn a_panicking_hook_ends_the_campaign_and_stop_says_so() {
         fn lost(&self, _: i64, _: LeaderLoss) {
             self.call();
         }
-        fn observed(&self, _: Option<&pgtenure::LeaderInfo>) {
+        fn observed(&self, _: Option<&pgtenure::elector::LeaderInfo>) {
             self.call();
         }
     }

@@ -6,7 +6,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::common::{self, client, db, wait_for, Tables};
-use pgtenure::{Elector, ErrorKind};
+use pgtenure::{elector::Elector, ErrorKind};
 
 use super::table;
 

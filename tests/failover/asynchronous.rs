@@ -7,7 +7,10 @@ use std::time::{Duration, Instant};
 
 use crate::common::wait_for;
 use pgtenure::testing::{ReplicatedPostgres, Replication};
-use pgtenure::{Elector, Leases, Refusal};
+use pgtenure::{
+    elector::Elector,
+    leases::{Leases, Refusal},
+};
 
 use super::{
     assert_ledger_ordered, create_tables, elected, fenced_write, init_logs, ledger, pool,

@@ -19,7 +19,11 @@ use std::time::Duration;
 
 use pgtenure::postgres::{self, NoTls};
 use pgtenure::testing::ReplicatedPostgres;
-use pgtenure::{Db, Elector, LeaderEvent, Leases};
+use pgtenure::{
+    elector::{Elector, LeaderEvent},
+    leases::Leases,
+    Db,
+};
 
 /// The key the holder leases, and the ledger key of the leader's writes.
 const KEY: &str = "job";
@@ -252,7 +256,7 @@ fn print_table(title: &str, trials: &[Trial]) {
 }
 
 /// The term of `leadership`'s first event, which must be its election (within 10 s).
-fn elected(leadership: &pgtenure::Leadership) -> i64 {
+fn elected(leadership: &pgtenure::elector::Leadership) -> i64 {
     match leadership
         .events()
         .recv_timeout(Duration::from_secs(10))

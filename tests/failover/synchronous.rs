@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use crate::common::wait_for;
 use pgtenure::testing::{ReplicatedPostgres, Replication};
-use pgtenure::{Elector, Leases};
+use pgtenure::{elector::Elector, leases::Leases};
 
 use super::{
     assert_ledger_ordered, client, create_tables, elected, fenced_write, init_logs, ledger, pool,

@@ -4,8 +4,11 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use crate::common::{client, count, db, Names, Tables};
-use pgtenure::membership::{Config, Leaser, NoHooks, Unit, Units};
-use pgtenure::{Db, Elector, ErrorKind, FireClaims, Leases, TickClaims};
+use pgtenure::membership::{Config, Leaser, Unit, Units};
+use pgtenure::{
+    elector::Elector, fire_claims::FireClaims, leases::Leases, tick_claims::TickClaims, Db,
+    ErrorKind,
+};
 
 use crate::common::Quiet;
 
@@ -203,19 +206,22 @@ fn bad_input_matrix_is_refused_before_any_statement_and_changes_nothing() {
     zero_ttl.ttl = Duration::ZERO;
     let mut no_batch = Config::default();
     no_batch.claim_batch = 0;
+    // A rule between two settings is refused, not clamped.
+    let mut big_batch = Config::default();
+    big_batch.max_claim_per_tick = 8;
+    big_batch.claim_batch = 9;
     let mut blank_host = Config::default();
     blank_host.hostname = " ".into();
     for (what, config) in [
         ("heartbeat not below the TTL", late_beats),
         ("zero TTL", zero_ttl),
         ("zero claim batch", no_batch),
+        ("claim batch above the per-tick cap", big_batch),
         ("blank hostname", blank_host),
     ] {
         cases.push((
             format!("membership config: {what}"),
-            Box::new(move || {
-                Leaser::new(&db(), Arc::new(Quiet), config.clone(), Arc::new(NoHooks)).map(|_| ())
-            }),
+            Box::new(move || Leaser::new(&db(), Arc::new(Quiet), config.clone()).map(|_| ())),
         ));
     }
 

@@ -3,7 +3,7 @@
 use std::time::{Duration, Instant};
 
 use crate::common::{db, wait_for, Tables};
-use pgtenure::{Elector, LeaderEvent};
+use pgtenure::elector::{Elector, LeaderEvent};
 
 use super::child::Child;
 use super::CHILD_ENV;

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use crate::common::{client, lease_table, Role, Tables};
-use pgtenure::{DbBuilder, ErrorKind, Leases};
+use pgtenure::{leases::Leases, DbBuilder, ErrorKind};
 
 #[test]
 fn a_serializable_default_makes_contended_acquires_fail_cleanly_never_twice() {

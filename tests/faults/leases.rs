@@ -8,7 +8,10 @@ use std::time::{Duration, Instant, SystemTime};
 use crate::common::proxy::{database_addr, Proxy};
 use crate::common::{client, count, db, lease_table, ledger, wait_for, Tables};
 use pgtenure::testing::TempPostgres;
-use pgtenure::{Db, DbBuilder, KeyRenewal, LeaseLoss, Leases, StatementMode};
+use pgtenure::{
+    leases::{KeyRenewal, LeaseLoss, Leases},
+    Db, DbBuilder, StatementMode,
+};
 
 use super::child::Child;
 use super::{fenced_write, Write, CHILD_ENV};

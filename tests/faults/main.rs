@@ -14,7 +14,7 @@ mod leases;
 mod membership;
 mod round_trips;
 
-use pgtenure::{Db, Leases};
+use pgtenure::{leases::Leases, Db};
 
 const CHILD_ENV: &str = "PGTENURE_FAULT_CHILD";
 

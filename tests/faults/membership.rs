@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use crate::common::proxy::{database_addr, Proxy};
 use crate::common::registry::{Registry, Worker};
 use crate::common::{client, count, db, ledger, wait_for, Running, Tables};
-use pgtenure::membership::{Config, Leaser, NoHooks, Reconciler, Unit, UnitLoss, Units};
+use pgtenure::membership::{Config, Leaser, Reconciler, Unit, UnitLoss, Units};
 use pgtenure::DbBuilder;
 
 use super::child::Child;
@@ -47,7 +47,7 @@ fn partitions_and_crashes_during_rebalancing_never_let_two_processes_work_a_unit
                 drain_ms: 0,
             });
             Arc::new(
-                Leaser::new(&via, worker, config.clone(), Arc::new(NoHooks))
+                Leaser::new(&via, worker, config.clone())
                     .unwrap()
                     .with_tables(&procs, &units_t)
                     .unwrap(),
@@ -163,22 +163,23 @@ fn member_config() -> Config {
 /// The child side of the pause test: own the one unit and write through its fence, until told to
 /// stop by the clock.
 fn paused_member_child(procs: &str, units: &str, ledger: &str) {
-    let leaser = Leaser::new(&db(), Arc::new(Printer), member_config(), Arc::new(NoHooks))
+    let leaser = Leaser::new(&db(), Arc::new(Printer), member_config())
         .unwrap()
         .with_tables(procs, units)
         .unwrap();
     let unit = Unit::new("t", 0).unwrap();
     let running = leaser.spawn().unwrap();
     let token = wait_for("the child to own its unit", Duration::from_secs(10), || {
-        running.token(&unit)
+        running.leaser().token(&unit)
     });
     println!("TOKEN {token}");
     let started = Instant::now();
     let mut refused_after_loss = false;
     while started.elapsed() < Duration::from_secs(30) && !refused_after_loss {
-        let write = fenced_unit_write(&running, ledger, &unit);
+        let write = fenced_unit_write(running.leaser(), ledger, &unit);
         println!("WRITE {write:?}");
-        refused_after_loss = write == Write::Refused && running.token(&unit) != Some(token);
+        refused_after_loss =
+            write == Write::Refused && running.leaser().token(&unit) != Some(token);
         thread::sleep(Duration::from_millis(40));
     }
     // Not `stop`: the unit is the parent's now, and the release must not matter.
@@ -225,7 +226,7 @@ fn a_paused_member_process_is_refused_on_resume_and_learns_its_loss() {
     // pause, so that is safe, and the takeover comes after.
     let (p, u, l) = (procs.clone(), units_t.clone(), ledger.clone());
     let takeover = thread::spawn(move || {
-        let other = Leaser::new(&db(), Arc::new(Printer), member_config(), Arc::new(NoHooks))
+        let other = Leaser::new(&db(), Arc::new(Printer), member_config())
             .unwrap()
             .with_tables(&p, &u)
             .unwrap();

@@ -5,8 +5,11 @@ use std::time::{Duration, SystemTime};
 
 use crate::common::proxy::{database_addr, Proxy};
 use crate::common::{db, Names, Tables};
-use pgtenure::membership::{Leaser, NoHooks, Unit, Units};
-use pgtenure::{DbBuilder, Elector, FireClaims, Leases, StatementMode, TickClaims};
+use pgtenure::membership::{Leaser, Unit, Units};
+use pgtenure::{
+    elector::Elector, fire_claims::FireClaims, leases::Leases, tick_claims::TickClaims, DbBuilder,
+    StatementMode,
+};
 
 use crate::common::Quiet;
 
@@ -75,15 +78,10 @@ fn every_operation_is_one_round_trip_in(mode: StatementMode) {
     let leases = Leases::new(&via).with_table(&lease_t).unwrap();
     let elector = Elector::new(&via).with_table(&leader_t).unwrap();
     let units = Units::new(&via).with_tables(&procs_t, &units_t).unwrap();
-    let leaser = Leaser::new(
-        &via,
-        Arc::new(Quiet),
-        crate::common::hand_driven(),
-        Arc::new(NoHooks),
-    )
-    .unwrap()
-    .with_tables(&procs_t, &units_t)
-    .unwrap();
+    let leaser = Leaser::new(&via, Arc::new(Quiet), crate::common::hand_driven())
+        .unwrap()
+        .with_tables(&procs_t, &units_t)
+        .unwrap();
 
     // Each operation twice, on other keys the second time: the first use of a statement on a
     // connection also prepares it (one more round trip); from then on, one round trip each.

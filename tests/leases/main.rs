@@ -8,7 +8,7 @@ mod managed;
 mod tenures;
 
 use crate::common::{client, db, Tables};
-use pgtenure::Leases;
+use pgtenure::leases::Leases;
 
 fn leases(tables: &mut Tables) -> (Leases, String) {
     let table = tables.name("lease");

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use crate::common::beliefs::Beliefs;
 use crate::common::{client, db, wait_for, Tables};
-use pgtenure::{KeyRenewal, LeaseLoss, Leases};
+use pgtenure::leases::{KeyRenewal, LeaseLoss, Leases};
 
 use super::{leases, other, row};
 

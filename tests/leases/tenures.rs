@@ -6,7 +6,10 @@ use std::thread;
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::common::{client, count, db, wait_for, Tables};
-use pgtenure::{ErrorKind, KeyRenewal, Leases, Refusal};
+use pgtenure::{
+    leases::{KeyRenewal, Leases, Refusal},
+    ErrorKind,
+};
 
 use super::{fence_check, leases, other, row};
 
@@ -34,7 +37,7 @@ fn sixteen_threads_contend_and_no_two_tenures_overlap_in_the_fenced_ledger() {
         raw_grants.clone(),
     );
     crate::common::race(16, move |i| {
-        let leases = pgtenure::Leases::new(&stress)
+        let leases = pgtenure::leases::Leases::new(&stress)
             .with_table(&t)
             .unwrap()
             .with_owner(&format!("worker-{i}"))

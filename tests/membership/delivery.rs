@@ -9,7 +9,7 @@ use std::time::Duration;
 use crate::common::proxy::{database_addr, Proxy};
 use crate::common::{client, wait_for};
 use parking_lot::Mutex;
-use pgtenure::membership::{Config, Hooks, Leaser, NoHooks, Reconciler, Unit, UnitLoss};
+use pgtenure::membership::{Config, Hooks, Leaser, Reconciler, Unit, UnitLoss};
 
 use super::{assert_disjoint, config, Fleet, Recorder};
 
@@ -45,8 +45,8 @@ fn hooks_see_claims_sheds_ticks_and_ownership() {
         &fleet.db,
         Arc::new(Recorder::default()),
         config(Duration::from_secs(30)),
-        metrics.clone(),
     )
+    .map(|leaser| leaser.with_hooks(metrics.clone()))
     .unwrap()
     .with_tables(&fleet.processes, &fleet.units_table)
     .unwrap();
@@ -116,7 +116,8 @@ fn a_slow_units_lost_never_lets_an_older_gain_arrive_after_a_newer_loss() {
     fast.sweep_cutoff = Duration::from_secs(5);
     let metrics = Arc::new(Metrics::default());
     let leaser = Arc::new(
-        Leaser::new(&slow_db, drain.clone(), fast, metrics.clone())
+        Leaser::new(&slow_db, drain.clone(), fast)
+            .map(|leaser| leaser.with_hooks(metrics.clone()))
             .unwrap()
             .with_tables(&fleet.processes, &fleet.units_table)
             .unwrap(),
@@ -218,7 +219,6 @@ fn a_shed_unit_stays_owned_until_its_worker_has_been_told() {
             &fleet.db,
             Arc::new(Gate { calls, go: gate }),
             config(Duration::from_secs(30)),
-            Arc::new(NoHooks),
         )
         .unwrap()
         .with_tables(&fleet.processes, &fleet.units_table)

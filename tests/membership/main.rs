@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use crate::common::{client, db, Tables};
 use parking_lot::Mutex;
-use pgtenure::membership::{Config, Leaser, NoHooks, Reconciler, Unit, UnitLoss, Units};
+use pgtenure::membership::{Config, Leaser, Reconciler, Unit, UnitLoss, Units};
 use pgtenure::postgres;
 use pgtenure::Db;
 
@@ -106,7 +106,7 @@ impl Fleet {
 
     fn leaser(&self, config: Config) -> (Leaser, Arc<Recorder>) {
         let recorder = Arc::new(Recorder::default());
-        let leaser = Leaser::new(&self.db, recorder.clone(), config, Arc::new(NoHooks))
+        let leaser = Leaser::new(&self.db, recorder.clone(), config)
             .unwrap()
             .with_tables(&self.processes, &self.units_table)
             .unwrap();
@@ -115,7 +115,7 @@ impl Fleet {
 
     /// A leaser of this fleet on `db`, telling `reconciler`.
     fn leaser_with(&self, db: &Db, reconciler: Arc<dyn Reconciler>, config: Config) -> Leaser {
-        Leaser::new(db, reconciler, config, Arc::new(NoHooks))
+        Leaser::new(db, reconciler, config)
             .unwrap()
             .with_tables(&self.processes, &self.units_table)
             .unwrap()
@@ -152,7 +152,7 @@ impl Fleet {
         }
         let db = pgtenure::DbBuilder::from_config(connect).build().unwrap();
         let recorder = Arc::new(Recorder::default());
-        let leaser = Leaser::new(&db, recorder.clone(), config, Arc::new(NoHooks))
+        let leaser = Leaser::new(&db, recorder.clone(), config)
             .unwrap()
             .with_tables(&self.processes, &self.units_table)
             .unwrap();

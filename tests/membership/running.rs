@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use crate::common::proxy::{database_addr, Proxy};
 use crate::common::{client, db, wait_for, Tables};
-use pgtenure::membership::{Leaser, NoHooks, Reconciler, Unit, UnitLoss, Units};
+use pgtenure::membership::{Leaser, Reconciler, Unit, UnitLoss, Units};
 
 use super::{config, Fleet, Recorder};
 
@@ -24,7 +24,7 @@ fn run_starts_while_the_database_is_unreachable_and_stops_promptly() {
     let mut cfg = config(Duration::from_secs(3));
     cfg.rebalance_interval = Duration::from_millis(100);
     let leaser = Arc::new(
-        Leaser::new(&lazy, Arc::new(Recorder::default()), cfg, Arc::new(NoHooks))
+        Leaser::new(&lazy, Arc::new(Recorder::default()), cfg)
             .unwrap()
             .with_tables(&fleet.processes, &fleet.units_table)
             .unwrap(),
@@ -84,7 +84,7 @@ fn derived_index_names_that_collide_are_refused_or_reported_never_skipped() {
     client()
         .batch_execute(&format!("CREATE TABLE {leases_t}_token_seq (x int)"))
         .unwrap();
-    let err = pgtenure::Leases::new(&db())
+    let err = pgtenure::leases::Leases::new(&db())
         .with_table(&leases_t)
         .unwrap()
         .create_table()
@@ -102,7 +102,6 @@ fn run_ends_with_a_permanent_error_and_never_returns_ok_after_failing_all_along(
         &crate::common::db(),
         Arc::new(Recorder::default()),
         config(Duration::from_secs(3)),
-        Arc::new(NoHooks),
     )
     .unwrap()
     .with_tables(&tables.name("no_procs"), &tables.name("no_units"))
@@ -128,7 +127,6 @@ fn run_ends_with_a_permanent_error_and_never_returns_ok_after_failing_all_along(
         &nowhere,
         Arc::new(Recorder::default()),
         config(Duration::from_secs(3)),
-        Arc::new(NoHooks),
     )
     .unwrap();
     // Signalled from the start: the first heartbeat fails, and the loop stops with its error.
@@ -149,14 +147,14 @@ fn a_spawned_leaser_runs_refuses_a_second_loop_and_hands_over_on_stop() {
     let (a, recorder) = fleet.leaser(fast);
     let running = a.spawn().unwrap();
     wait_for("the spawned loop to claim", Duration::from_secs(10), || {
-        (running.owned().len() == 6).then_some(())
+        (running.leaser().owned().len() == 6).then_some(())
     });
     let (_never, shutdown) = pgtenure::crossbeam_channel::bounded::<()>(0);
-    let second = running.run(&shutdown).unwrap_err();
+    let second = running.leaser().run(&shutdown).unwrap_err();
     assert!(second.is_invalid_input(), "{second}");
     assert!(second.to_string().contains("already running"), "{second}");
     assert!(!running.is_finished());
-    let id = running.process_id().to_owned();
+    let id = running.leaser().process_id().to_owned();
     running.stop().unwrap();
     assert_eq!(recorder.lost_for(UnitLoss::Released), 6);
     let ownership = fleet.ownership();
@@ -212,7 +210,7 @@ fn a_second_spawn_of_a_running_leaser_is_refused_and_changes_nothing() {
     let a = Arc::new(a);
     let running = a.clone().spawn_shared().unwrap();
     wait_for("the loop to claim", Duration::from_secs(10), || {
-        (running.owned().len() == 2).then_some(())
+        (running.leaser().owned().len() == 2).then_some(())
     });
     let err = a.clone().spawn_shared().unwrap_err();
     assert!(err.is_invalid_input(), "{err}");
@@ -222,4 +220,56 @@ fn a_second_spawn_of_a_running_leaser_is_refused_and_changes_nothing() {
         a.clone().spawn_shared().is_ok(),
         "stopped, it may run again"
     );
+}
+
+/// Every loop handle stops within its documented bound (as `Leadership::stop` does): a `Running`
+/// whose loop is stuck in a statement on a network that stopped forwarding (a blackhole: the
+/// kernel acknowledges, so no TCP timeout ends it) returns from `stop` within twice the pool's
+/// connection timeout plus 2 s, with a connection error, instead of waiting for the database.
+#[test]
+fn stop_returns_within_its_bound_while_the_loop_is_stuck_on_the_database() {
+    let fleet = Fleet::new(4);
+    let proxy = Proxy::start(0, database_addr()).unwrap();
+    let pool_timeout = Duration::from_millis(500);
+    let via = pgtenure::DbBuilder::from_config(proxy.config())
+        .max_size(2)
+        .unwrap()
+        .connection_timeout(pool_timeout)
+        .unwrap()
+        .build()
+        .unwrap();
+    let mut cfg = config(Duration::from_secs(1));
+    cfg.rebalance_interval = Duration::from_millis(100);
+    let running = Leaser::new(&via, Arc::new(Recorder::default()), cfg)
+        .unwrap()
+        .with_tables(&fleet.processes, &fleet.units_table)
+        .unwrap()
+        .spawn()
+        .unwrap();
+    wait_for(
+        "the loop to claim the units",
+        Duration::from_secs(10),
+        || (running.leaser().owned().len() == 4).then_some(()),
+    );
+    proxy.blackhole();
+    // No heartbeat succeeds any more: once the liveness deadline has passed, the loop is stuck in
+    // a statement (or a connect) that nothing ends.
+    wait_for("the loop to be stuck", Duration::from_secs(10), || {
+        running.leaser().owned().is_empty().then_some(())
+    });
+    assert!(!running.is_finished());
+    let bound = pool_timeout * 2 + Duration::from_secs(2);
+    let (tx, rx) = pgtenure::crossbeam_channel::bounded(1);
+    let started = Instant::now();
+    thread::spawn(move || {
+        let _ = tx.send(running.stop());
+    });
+    let stopped = rx.recv_timeout(bound + Duration::from_secs(3));
+    let took = started.elapsed();
+    proxy.heal();
+    let stopped = stopped.unwrap_or_else(|_| panic!("stop had not returned after {took:?}"));
+    let err = stopped.unwrap_err();
+    assert_eq!(err.kind(), pgtenure::ErrorKind::Connection, "{err}");
+    assert!(err.to_string().contains("did not stop within"), "{err}");
+    assert!(took >= bound, "{took:?}: it waited its bound first");
 }

@@ -2,7 +2,7 @@
 //! down.
 
 use clap::{Args, Subcommand};
-use pgtenure::{Db, Elector, Error};
+use pgtenure::{elector::Elector, Db, Error};
 use serde_json::json;
 
 use crate::output::{leaders_json, leaders_table, show, view};

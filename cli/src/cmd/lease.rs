@@ -1,7 +1,7 @@
 //! `pgtenure lease show KEY` and `pgtenure lease release KEY --force`: one lease.
 
 use clap::{Args, Subcommand};
-use pgtenure::{Db, Error};
+use pgtenure::Db;
 use serde_json::json;
 
 use crate::output::{leases_json, leases_table, show, view};
@@ -34,9 +34,9 @@ impl LeaseArgs {
         }
     }
 
-    /// Checks the key as an acquire checks it (the TTL aside).
-    pub(crate) fn check(&self) -> Result<(), Error> {
-        pgtenure::leases::check_acquire(self.key(), pgtenure::leases::MIN_MANAGED_TTL)
+    /// Checks the key as an acquire checks it.
+    pub(crate) fn check(&self) -> Result<(), String> {
+        crate::input::check_key("lease key", self.key())
     }
 
     /// Whether it only lists: `show` does, `release` acts.

@@ -13,7 +13,7 @@ mod units;
 
 use clap::Subcommand;
 use pgtenure::membership::Units;
-use pgtenure::{Db, Elector, Error, Leases, TickClaims};
+use pgtenure::{elector::Elector, leases::Leases, tick_claims::TickClaims, Db, Error};
 
 use crate::{Failure, Global};
 
@@ -68,10 +68,10 @@ impl Command {
 
     /// Checks the subcommand's own arguments that the library would refuse (a lease key, a fleet
     /// name), on a pool that has connected nothing yet.
-    pub(crate) fn check(&self, db: &Db) -> Result<(), Error> {
+    pub(crate) fn check(&self, db: &Db) -> Result<(), String> {
         match self {
             Command::Lease(args) => args.check(),
-            Command::Leader(args) => args.check(db),
+            Command::Leader(args) => args.check(db).map_err(|e| e.to_string()),
             _ => Ok(()),
         }
     }

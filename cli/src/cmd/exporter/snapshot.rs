@@ -8,7 +8,12 @@ use std::time::{Duration, Instant, SystemTime};
 use pgtenure::membership::{ProcessInfo, Units, Unowned};
 use pgtenure::postgres::error::SqlState;
 use pgtenure::postgres::types::Type;
-use pgtenure::{Db, Elector, Error, JobInfo, LeaderInfo, LeaseSummary, Leases, TickClaims};
+use pgtenure::{
+    elector::{Elector, LeaderInfo},
+    leases::{LeaseSummary, Leases},
+    tick_claims::{JobInfo, TickClaims},
+    Db, Error,
+};
 
 use crate::Failure;
 

@@ -5,8 +5,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use pgtenure::crossbeam_channel::{bounded, select};
+use pgtenure::leases::{Lease, Leases, Refusal};
 use pgtenure::postgres::error::SqlState;
-use pgtenure::{Lease, Leases, Refusal};
 
 use super::{release, LeaseRunArgs};
 use crate::output::time;

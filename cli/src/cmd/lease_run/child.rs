@@ -8,7 +8,7 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use pgtenure::crossbeam_channel::{bounded, never, select, Receiver};
-use pgtenure::LeaseLoss;
+use pgtenure::leases::LeaseLoss;
 
 use super::signal_status;
 use super::tree::{self, Proc, Root};

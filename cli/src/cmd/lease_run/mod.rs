@@ -43,7 +43,7 @@ use std::time::Duration;
 
 use clap::Args;
 use pgtenure::crossbeam_channel::select;
-use pgtenure::{Db, Lease};
+use pgtenure::{leases::Lease, Db};
 
 use self::acquire::acquire;
 use self::child::{exit_status, prepare_child, Cmd, Ending};
@@ -213,15 +213,16 @@ impl LeaseRunArgs {
         &self.key
     }
 
-    /// Checks the arguments before anything connects: no listing flag, and with the library's own
-    /// checks the key (not blank, no NUL byte, at most 1,024 bytes), the TTL (30 ms to 100 years,
-    /// a managed lease's) and the owner name. `--wait` and `--grace` (0 to 100 years) were bounded
+    /// Checks the arguments before anything connects: no listing flag, and by the library's rules
+    /// ([`crate::input`]) the key (not blank, no NUL byte, at most 1,024 bytes), the TTL (30 ms
+    /// to 100 years, a managed lease's) and the owner name. `--wait` and `--grace` (0 to 100 years) were bounded
     /// when parsed. The error says what is wrong and what is accepted; it is a usage error.
     pub(crate) fn check(&self) -> Result<(), String> {
         self.listing.check()?;
-        pgtenure::leases::check_acquire(&self.key, self.ttl).map_err(|e| e.to_string())?;
+        crate::input::check_key("lease key", &self.key)?;
+        crate::input::check_managed_ttl(self.ttl)?;
         if let Some(owner) = &self.owner {
-            pgtenure::leases::check_owner(owner).map_err(|e| format!("--owner: {e}"))?;
+            crate::input::check_key("owner", owner).map_err(|e| format!("--owner: {e}"))?;
         }
         Ok(())
     }
