@@ -50,6 +50,8 @@
 //!   SQLSTATE class, pool waits) through the `metrics` facade; the application installs the
 //!   exporter. Off by default, and then nothing of it is compiled in. `docs/metrics.md` lists them;
 //!   [`describe_metrics`] gives their help texts.
+//! - `diesel`: fences on a `diesel::PgConnection` inside the caller's Diesel transaction
+//!   ([`fence::Fence::check_diesel`]). Off by default; Diesel's PostgreSQL backend links libpq.
 //! - `testing`: `testing::TempPostgres`, throwaway servers for tests, and
 //!   `testing::ReplicatedPostgres`, a primary with a streaming standby and a failover.
 //!
@@ -92,17 +94,21 @@
 //! - [`elector`]: [`Elector`], one row per fleet.
 //! - [`membership`]: [`membership::Leaser`], [`membership::Units`], the fair-share arithmetic.
 //! - [`schedule`]: [`schedule::Scheduler`], recurring jobs on tick claims.
+//! - [`fence`]: [`fence::Fence`], a held thing's fence as a value (statement and parameters) that
+//!   any driver runs inside its own transaction; `docs/fencing.md` shows Diesel, psql and Python.
 //! - [`testing`] (feature `testing`): [`testing::TempPostgres`], a throwaway server for tests;
 //!   [`testing::ReplicatedPostgres`], a primary with a streaming standby, for failover tests.
 //!
 //! The SQL lives in `sql/<module>/<operation>.sql`, one statement per file.
 
 #![warn(missing_debug_implementations, unreachable_pub)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs, rust_2018_idioms)]
 
 mod db;
 pub mod elector;
 mod error;
+pub mod fence;
 pub mod fire_claims;
 mod input;
 mod instance;
@@ -139,6 +145,11 @@ pub fn describe_metrics() {
     observe::describe();
 }
 
+/// Diesel, re-exported (feature `diesel`) so that users can name the connection type
+/// [`fence::Fence::check_diesel`] takes at the version pgtenure resolved.
+#[cfg(feature = "diesel")]
+#[cfg_attr(docsrs, doc(cfg(feature = "diesel")))]
+pub use diesel;
 /// The channel crate of [`Lease::lost`] and [`membership::Leaser::run`], re-exported.
 pub use crossbeam_channel;
 /// The driver, re-exported so that users can name its types (`postgres::Transaction`,
@@ -191,6 +202,7 @@ const _: fn() = || {
     send_sync::<membership::NoHooks>();
     send_sync::<schedule::Scheduler>();
     send_sync::<schedule::Scheduling>();
+    send_sync::<fence::Fence>();
 };
 
 /// The README's examples, compiled as doctests so that they stay true.
@@ -207,6 +219,8 @@ mod docs_doctests {
     pub struct Connections;
     #[doc = include_str!("../docs/design.md")]
     pub struct Design;
+    #[doc = include_str!("../docs/fencing.md")]
+    pub struct Fencing;
     #[doc = include_str!("../docs/metrics.md")]
     pub struct Metrics;
     #[doc = include_str!("../docs/high-availability.md")]

@@ -53,6 +53,7 @@ use parking_lot::Mutex;
 use self::sql::Statements;
 use crate::db::{Companion, Db};
 use crate::error::{Error, Result};
+use crate::fence::Fence;
 use crate::input::{check_key, micros, MIN_DURATION};
 use crate::instance::default_owner;
 use crate::table_name::TableName;
@@ -286,7 +287,15 @@ impl Elector {
     ///
     /// A database or connection error (the transaction is then aborted).
     pub fn fence(&self, tx: &mut postgres::Transaction<'_>, term: i64) -> Result<bool> {
-        self.sql.fence(tx, &self.name, &self.holder, term)
+        self.fence_statement(term).check(tx)
+    }
+
+    /// The fence of this instance's tenure `term` as a value: the statement and its parameters
+    /// (fleet name, holder, term), for any driver to run inside its own transaction
+    /// ([`crate::fence`]). [`Elector::fence`] runs it; a campaign gives its current term's with
+    /// [`Leadership::fence_statement`].
+    pub fn fence_statement(&self, term: i64) -> Fence {
+        self.sql.fence(&self.name, &self.holder, term)
     }
 }
 

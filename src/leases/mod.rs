@@ -105,6 +105,7 @@ pub use self::timing::MIN_MANAGED_TTL;
 pub use self::views::{LeaseInfo, LeaseSummary, Refusal};
 use crate::db::{Companion, Db, Policy};
 use crate::error::Result;
+use crate::fence::Fence;
 use crate::input::{check_key, micros, MIN_DURATION};
 use crate::instance::default_owner;
 use crate::observe;
@@ -477,7 +478,8 @@ impl Leases {
 
     /// Checks, inside the caller's transaction, that this owner's tenure `token` of `key` is live by
     /// `clock_timestamp()`, and locks the lease row `FOR SHARE` until the transaction ends, so no
-    /// takeover can commit before it. Write only when it returns `true`.
+    /// takeover can commit before it. Write only when it returns `true`. A convenience for a raw
+    /// tenure ([`Grant`]); a managed lease fences itself ([`Lease::fence`]).
     ///
     /// The lock also makes renewals of the lease wait until the transaction ends: keep fenced
     /// transactions well inside the lease's slack (a third of the TTL).
@@ -487,8 +489,18 @@ impl Leases {
     /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a bad key; otherwise a database
     /// or connection error (the transaction is then aborted).
     pub fn fence(&self, tx: &mut postgres::Transaction<'_>, key: &str, token: i64) -> Result<bool> {
+        self.fence_statement(key, token)?.check(tx)
+    }
+
+    /// The fence of this owner's tenure `token` of `key` as a value, for another driver or
+    /// process to run inside its own transaction ([`crate::fence`]); [`Leases::fence`] runs it.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a bad key.
+    pub fn fence_statement(&self, key: &str, token: i64) -> Result<Fence> {
         check_key("lease key", key)?;
-        self.shared.sql.fence(tx, key, &self.shared.owner, token)
+        Ok(self.shared.sql.fence(key, &self.shared.owner, token))
     }
 }
 
