@@ -15,10 +15,12 @@
 //!   [`Leases::release`]. These are guarded by owner only (a re-acquire by the same owner inside its
 //!   tenure is idempotent and keeps the token); [`Leases::release_tenure`] also checks the token.
 //!
-//! Protect each write with [`Leases::fence`] inside the write's own transaction: it locks the lease
-//! row `FOR SHARE` where key, owner and token match and the lease is live by `clock_timestamp()`, so
-//! a takeover waits until that transaction ends and a paused, stale holder can never commit a write
-//! after another tenure began.
+//! Protect each write with [`Lease::fence`] (for a raw tenure, [`Leases::fence`]) inside the
+//! write's own transaction: it locks the lease row `FOR SHARE` where key, owner and token match and
+//! the lease is live by `clock_timestamp()`, so a takeover waits until that transaction ends and a
+//! paused, stale holder can never commit a write after another tenure began. Another driver
+//! (Diesel, psql, Python) runs the same fence as a value, [`Lease::fence_statement`]
+//! ([`crate::fence`]).
 //!
 //! # Replication and failover
 //!
@@ -44,7 +46,7 @@
 //! let ran = leases.with_lease("invoice-export", Duration::from_secs(30), |lease| {
 //!     let mut conn = db.connection().expect("a connection");
 //!     let mut tx = conn.transaction()?;
-//!     if leases.fence(&mut tx, lease.key(), lease.token()).unwrap_or(false) {
+//!     if lease.fence(&mut tx).unwrap_or(false) {
 //!         export_invoices(&mut tx)?; // the protected write
 //!         tx.commit()?;
 //!     }
