@@ -145,13 +145,13 @@ pub fn describe_metrics() {
     observe::describe();
 }
 
+/// The channel crate of [`Lease::lost`] and [`membership::Leaser::run`], re-exported.
+pub use crossbeam_channel;
 /// Diesel, re-exported (feature `diesel`) so that users can name the connection type
 /// [`fence::Fence::check_diesel`] takes at the version pgtenure resolved.
 #[cfg(feature = "diesel")]
 #[cfg_attr(docsrs, doc(cfg(feature = "diesel")))]
 pub use diesel;
-/// The channel crate of [`Lease::lost`] and [`membership::Leaser::run`], re-exported.
-pub use crossbeam_channel;
 /// The driver, re-exported so that users can name its types (`postgres::Transaction`,
 /// `postgres::Config`) at the version pgtenure uses.
 pub use postgres;

@@ -65,7 +65,10 @@ fn assert_shape(fence: &Fence, table: &str) {
     assert!(!sql.contains("--"), "comments stripped: {sql}");
     assert!(sql.contains("clock_timestamp()"), "{sql}");
     assert!(sql.contains("FOR SHARE"), "{sql}");
-    assert!(sql.contains(&format!("\"{table}\"")), "table rendered: {sql}");
+    assert!(
+        sql.contains(&format!("\"{table}\"")),
+        "table rendered: {sql}"
+    );
     assert!(!sql.contains('{'), "every table rendered: {sql}");
 }
 
@@ -91,15 +94,24 @@ fn a_leases_fence_value_holds_while_held_and_is_refused_after_a_takeover() {
     assert_eq!(fence.params()[2].as_i64(), Some(lease.token()));
     assert_eq!(a.fence_statement("k", lease.token()).unwrap(), fence);
     assert!(run_by_text(&fence), "held: the value holds");
-    assert!(held_form(|tx| lease.fence(tx).unwrap()), "and the lease's own fence");
+    assert!(
+        held_form(|tx| lease.fence(tx).unwrap()),
+        "and the lease's own fence"
+    );
 
     // A takeover: an operator ends the tenure, another owner acquires.
     assert!(b.force_release("k").unwrap());
     let taken = b.try_acquire("k", MINUTE).unwrap().unwrap();
     assert!(taken.token() > lease.token());
     assert!(!run_by_text(&fence), "the stale value is refused");
-    assert!(!held_form(|tx| lease.fence(tx).unwrap()), "and the lease's fence");
-    assert!(!held_form(|tx| a.fence(tx, "k", taken.token()).unwrap()), "a, b's token");
+    assert!(
+        !held_form(|tx| lease.fence(tx).unwrap()),
+        "and the lease's fence"
+    );
+    assert!(
+        !held_form(|tx| a.fence(tx, "k", taken.token()).unwrap()),
+        "a, b's token"
+    );
     assert!(run_by_text(&b.fence_statement("k", taken.token()).unwrap()));
 
     // Bad input is refused before anything is sent.
@@ -121,7 +133,10 @@ fn a_tick_claims_fence_value_holds_while_busy_and_is_refused_after_release_and_t
     let (a, b) = (family("a"), family("b"));
     a.create_table().unwrap();
     let now = db_now(&mut client());
-    let secs = now.duration_since(SystemTime::UNIX_EPOCH).unwrap().as_secs();
+    let secs = now
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
     let tick = SystemTime::UNIX_EPOCH + Duration::from_secs(secs - secs % 60) - 5 * MINUTE;
 
     let claim = a.claim("report", tick, MINUTE).unwrap().unwrap();
@@ -245,7 +260,7 @@ fn a_units_fence_value_holds_while_owned_and_stays_pinned_to_its_claim() {
         .unwrap();
     leaser.heartbeat().unwrap();
     leaser.tick().unwrap();
-    assert_eq!(leaser.owned(), [unit.clone()]);
+    assert_eq!(leaser.owned(), std::slice::from_ref(&unit));
 
     let first = leaser.fence_statement(&unit).unwrap();
     assert_shape(&first, &units_table);
@@ -273,8 +288,8 @@ fn a_units_fence_value_holds_while_owned_and_stays_pinned_to_its_claim() {
 
 /// The psql worked example of docs/fencing.md, as written there: the block between the markers.
 fn psql_example() -> String {
-    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/fencing.md"))
-        .unwrap();
+    let doc =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/fencing.md")).unwrap();
     let start = doc.find("<!-- psql example: begin -->").unwrap();
     let end = doc.find("<!-- psql example: end -->").unwrap();
     let block = &doc[start..end];
@@ -326,7 +341,11 @@ fn the_psql_example_writes_while_the_lease_is_held_and_nothing_after_a_takeover(
         .query(&format!("SELECT token FROM {exports}"), &[])
         .unwrap();
     let tokens: Vec<i64> = rows.iter().map(|r| r.get(0)).collect();
-    assert_eq!(tokens, [lease.token()], "written once, with the lease's token");
+    assert_eq!(
+        tokens,
+        [lease.token()],
+        "written once, with the lease's token"
+    );
 
     assert!(b.force_release("invoice-export").unwrap());
     b.try_acquire("invoice-export", MINUTE).unwrap().unwrap();

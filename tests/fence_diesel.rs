@@ -84,7 +84,11 @@ fn a_stale_holders_diesel_write_is_refused_and_a_live_holders_goes_through() {
     let taken = b.try_acquire("k", MINUTE).unwrap().unwrap();
     assert!(taken.token() > lease.token());
     assert!(!fenced_write(&mut conn), "stale: the fence refuses");
-    assert_eq!(written(&exports), [lease.token()], "and nothing was written");
+    assert_eq!(
+        written(&exports),
+        [lease.token()],
+        "and nothing was written"
+    );
 }
 
 #[test]
@@ -149,7 +153,11 @@ fn a_takeover_waits_for_the_holders_diesel_transaction_to_end() {
         .expect("b takes the lapsed key once the fence's transaction ended");
     thread.join().unwrap();
     assert!(taken.token() > grant.token());
-    assert_eq!(written(&exports), [grant.token()], "the holder's write landed");
+    assert_eq!(
+        written(&exports),
+        [grant.token()],
+        "the holder's write landed"
+    );
     let holder = a.holder("k").unwrap().unwrap();
     assert_eq!(holder.owner, "b");
     assert_eq!(holder.token, taken.token());
@@ -170,7 +178,10 @@ fn a_diesel_fence_that_fails_says_why_and_aborts_the_transaction() {
     assert_eq!(error.kind(), ErrorKind::Database);
     let message = error.to_string();
     assert!(message.starts_with("fence lease failed: "), "{message}");
-    assert!(message.contains("does not exist"), "the server's reason: {message}");
+    assert!(
+        message.contains("does not exist"),
+        "the server's reason: {message}"
+    );
     assert!(error.source().is_some(), "Diesel's error is the source");
     // The connection is usable again once the transaction rolled back.
     let one: i32 = diesel::select(diesel::dsl::sql::<Integer>("1"))

@@ -1659,7 +1659,10 @@ fn lease_run_gives_cmd_its_fence_and_the_psql_example_writes_only_while_held() {
         .unwrap();
     let written = |client: &mut Client| -> Vec<i64> {
         client
-            .query(&format!("SELECT token FROM {} ORDER BY token", exports.0), &[])
+            .query(
+                &format!("SELECT token FROM {} ORDER BY token", exports.0),
+                &[],
+            )
             .unwrap()
             .iter()
             .map(|r| r.get(0))
@@ -1721,6 +1724,9 @@ fn lease_run_gives_cmd_its_fence_and_the_psql_example_writes_only_while_held() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     let (status, stderr) = finish(child, Duration::from_secs(30));
     assert_eq!(status.code(), Some(LOST), "{stderr}");
-    assert!(stderr.contains("fence refused"), "the script says so: {stderr}");
+    assert!(
+        stderr.contains("fence refused"),
+        "the script says so: {stderr}"
+    );
     assert_eq!(written(&mut client), [token], "the stale run wrote nothing");
 }

@@ -7,7 +7,9 @@
 //! Beyond taking and renewing the leadership:
 //!
 //! - [`Elector::term`]: the current tenure's term, a fencing token that strictly increases across
-//!   tenures (drawn from a sequence);
+//!   tenures (drawn from a sequence); [`Elector::fence`] (and a campaign's [`Leadership::fence`])
+//!   checks it inside a leader-only write's transaction, and [`Elector::fence_statement`] gives
+//!   that fence as a value for another driver ([`crate::fence`]);
 //! - a local deadline: `is_leader` never answers `true` past the tenure's local deadline, taken
 //!   before the renewal was sent, so it never falls after the database's expiry;
 //! - [`Elector::resign`]: give up at once, so that the next poll elsewhere wins without waiting for

@@ -5,10 +5,10 @@ use std::time::Instant;
 
 use super::LeaderInfo;
 use crate::db::{Db, GrantAnswer, Policy, Promotion};
-use crate::fence::{statement_text, Fence};
 use crate::error::Result;
+use crate::fence::{statement_text, Fence};
 use crate::row::Read;
-use crate::statement::{Statement};
+use crate::statement::Statement;
 use crate::table_name::{render, TableName};
 
 const CREATE_SEQUENCE: &str = include_str!("../../sql/elector/create_sequence.sql");

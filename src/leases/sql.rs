@@ -7,8 +7,8 @@ use postgres::Row;
 
 use super::{LeaseInfo, LeaseSummary};
 use crate::db::{Conn, Db, GrantAnswer, Policy, Promotion};
-use crate::fence::{statement_text, Fence};
 use crate::error::{Error, ErrorKind, Result};
+use crate::fence::{statement_text, Fence};
 use crate::row::Read;
 use crate::statement::{Failure, Statement};
 use crate::table_name::{render, TableName};

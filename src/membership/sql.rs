@@ -8,10 +8,10 @@ use super::local::{Digest, Hold};
 use super::unit::Unit;
 use super::views::{Assignment, ProcessInfo, Unowned};
 use crate::db::{Companion, Db, Policy};
-use crate::fence::{statement_text, Fence};
 use crate::error::{Error, Result};
+use crate::fence::{statement_text, Fence};
 use crate::row::Read;
-use crate::statement::{Statement};
+use crate::statement::Statement;
 use crate::table_name::{render_tables, TableName};
 
 /// The processes table unless [`Leaser::with_tables`](super::Leaser::with_tables) names another.

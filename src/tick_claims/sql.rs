@@ -5,10 +5,10 @@ use std::time::{Instant, SystemTime};
 
 use super::JobInfo;
 use crate::db::{one_row, Db, Policy};
-use crate::fence::{statement_text, Fence};
 use crate::error::Result;
+use crate::fence::{statement_text, Fence};
 use crate::row::Read;
-use crate::statement::{Statement};
+use crate::statement::Statement;
 use crate::table_name::{render, TableName};
 
 const CREATE_TABLE: &str = include_str!("../../sql/tick_claims/create_table.sql");
