@@ -2,9 +2,13 @@
 //! parameters, run by a plain `postgres::Client` of the test's own (another driver, as far as
 //! pgtenure knows: its own connection, types inferred by the server), hold while the thing is held
 //! and are refused after it was lost or taken over. And the psql worked example of
-//! docs/fencing.md, run as written.
+//! docs/fencing.md, run as written. With the feature `diesel`, the same through Diesel
+//! (`through_diesel.rs`).
 
+#[path = "../common/mod.rs"]
 mod common;
+#[cfg(feature = "diesel")]
+mod through_diesel;
 
 use std::process::Command;
 use std::sync::Arc;

@@ -1,12 +1,11 @@
-//! Fences through Diesel (feature `diesel`), on a real server: a stale holder's Diesel write is
-//! refused, a takeover waits for the holder's Diesel transaction, and a failing fence says why.
-
-mod common;
+//! Fences through Diesel (feature `diesel`: `cargo test --features diesel --test fence`), on a real
+//! server: a stale holder's Diesel write is refused, a takeover waits for the holder's Diesel
+//! transaction, and a failing fence says why.
 
 use std::error::Error as StdError;
 use std::time::Duration;
 
-use common::{client, db, direct_url, wait_for, Tables};
+use crate::common::{client, db, direct_url, wait_for, Tables};
 use pgtenure::crossbeam_channel::{bounded, TryRecvError};
 use pgtenure::diesel::sql_types::{BigInt, Integer};
 use pgtenure::diesel::{Connection, PgConnection, RunQueryDsl};
