@@ -74,7 +74,7 @@ impl TickClaim {
 
     /// Checks, inside the caller's transaction, that this run is still the job's latest claim and
     /// busy by `clock_timestamp()`, and locks the job's row `FOR SHARE` until the transaction ends,
-    /// so no later tick can be claimed before it commits (as [`Lease::fence`](crate::Lease::fence)
+    /// so no later tick can be claimed before it commits (as [`Lease::fence`](crate::leases::Lease::fence)
     /// does for a lease). Make a write that only this run may make only when it returns `true`: a
     /// run that outlived its busy period, or was released, is refused.
     ///
