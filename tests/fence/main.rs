@@ -363,3 +363,29 @@ fn the_psql_example_writes_while_the_lease_is_held_and_nothing_after_a_takeover(
         .get(0);
     assert_eq!(count, 1, "the stale holder wrote nothing");
 }
+
+#[test]
+fn the_lease_statement_in_docs_fencing_md_is_the_one_sent_for_the_default_table() {
+    let doc =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/fencing.md")).unwrap();
+    let after = doc
+        .split("For the default lease table the statement reads:")
+        .nth(1)
+        .unwrap();
+    let shown = after
+        .split("```sql\n")
+        .nth(1)
+        .unwrap()
+        .split("\n```")
+        .next()
+        .unwrap();
+    // Only rendered, never sent: the default table need not exist.
+    let leases = Leases::new(&db());
+    let fence = leases.fence_statement("k", 1).unwrap();
+    assert_eq!(fence.sql(), shown);
+    let params = format!(
+        "-- $1 text = \"k\"\n-- $2 text = {:?}\n-- $3 bigint = 1",
+        leases.owner()
+    );
+    assert_eq!(fence.to_string(), format!("{shown}\n{params}"));
+}
