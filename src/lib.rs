@@ -59,6 +59,8 @@
 //!   SQLSTATE class, pool waits) through the `metrics` facade; the application installs the
 //!   exporter. Off by default, and then nothing of it is compiled in. `docs/metrics.md` lists them;
 //!   `describe_metrics` gives their help texts.
+//! - `diesel`: fences on a `diesel::PgConnection` inside the caller's Diesel transaction
+//!   (`fence::Fence::check_diesel`). Off by default; Diesel's PostgreSQL backend links libpq.
 //! - `testing`: `testing::TempPostgres`, throwaway servers for tests, and
 //!   `testing::ReplicatedPostgres`, a primary with a streaming standby and a failover.
 //!
@@ -193,6 +195,13 @@
 //!   [`Unowned`](membership::Unowned): the operators' views.
 //! - [`membership::DEFAULT_PROCESSES_TABLE`], [`membership::DEFAULT_UNITS_TABLE`].
 //!
+//! [`fence`], fencing from any driver:
+//! - [`Fence`](fence::Fence): a held thing's fence as a value (statement text and typed
+//!   parameters) that any driver runs inside its own transaction (`check` on a
+//!   `postgres::Transaction`, `check_diesel` with feature `diesel`); `docs/fencing.md` shows
+//!   Diesel, psql and Python. Every held thing has `fence(tx)` and `fence_statement()`.
+//! - [`Param`](fence::Param): one typed parameter of a fence.
+//!
 //! [`schedule`], recurring jobs on tick claims:
 //! - [`Scheduler`](schedule::Scheduler): the jobs of one instance (`job`, `with_job`,
 //!   `run_pending`, `start`).
@@ -217,11 +226,13 @@
 // docs.rs builds every feature (Cargo.toml) and marks what each item needs.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_debug_implementations, unreachable_pub)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs, rust_2018_idioms)]
 
 mod db;
 pub mod elector;
 mod error;
+pub mod fence;
 pub mod fire_claims;
 mod input;
 mod instance;
@@ -254,6 +265,11 @@ pub fn describe_metrics() {
 
 /// The channel crate of [`leases::Lease::lost`] and [`membership::Leaser::run`], re-exported.
 pub use crossbeam_channel;
+/// Diesel, re-exported (feature `diesel`) so that users can name the connection type
+/// [`fence::Fence::check_diesel`] takes at the version pgtenure resolved.
+#[cfg(feature = "diesel")]
+#[cfg_attr(docsrs, doc(cfg(feature = "diesel")))]
+pub use diesel;
 /// The driver, re-exported so that users can name its types (`postgres::Transaction`,
 /// `postgres::Config`) at the version pgtenure uses.
 pub use postgres;
@@ -304,6 +320,7 @@ const _: fn() = || {
     send_sync::<membership::NoHooks>();
     send_sync::<schedule::Scheduler>();
     send_sync::<schedule::Scheduling>();
+    send_sync::<fence::Fence>();
 };
 
 /// The README's examples, compiled as doctests so that they stay true.
@@ -320,6 +337,8 @@ mod docs_doctests {
     pub struct Connections;
     #[doc = include_str!("../docs/design.md")]
     pub struct Design;
+    #[doc = include_str!("../docs/fencing.md")]
+    pub struct Fencing;
     #[doc = include_str!("../docs/metrics.md")]
     pub struct Metrics;
     #[doc = include_str!("../docs/high-availability.md")]

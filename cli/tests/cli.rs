@@ -1623,3 +1623,114 @@ fn a_daemon_of_a_job_that_was_pgtenures_before_cmd_is_not_signalled() {
     assert_eq!(status.code(), Some(0), "{stderr}");
     assert!(!stderr.contains("leaving"), "{stderr}");
 }
+
+/// The psql example of docs/fencing.md as written there, its protected write aimed at `exports`
+/// (the example names `invoice_exports`; nothing else changes).
+fn psql_fence_example(exports: &str) -> String {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/fencing.md"))
+        .unwrap();
+    let start = doc.find("<!-- psql example: begin -->").unwrap();
+    let end = doc.find("<!-- psql example: end -->").unwrap();
+    let code = doc[start..end].split("```sh\n").nth(1).unwrap();
+    code.split("```")
+        .next()
+        .unwrap()
+        .replace("invoice_exports", exports)
+}
+
+/// Drops a table of the test's own.
+struct DropTable(String);
+
+impl Drop for DropTable {
+    fn drop(&mut self) {
+        if let Ok(mut c) = Client::connect(&url(), NoTls) {
+            let _ = c.batch_execute(&format!("DROP TABLE IF EXISTS {}", self.0));
+        }
+    }
+}
+
+#[test]
+fn lease_run_gives_cmd_its_fence_and_the_psql_example_writes_only_while_held() {
+    let env = Env::new();
+    env.leases().create_table().unwrap();
+    let exports = DropTable(unique("exports"));
+    let mut client = Client::connect(&url(), NoTls).unwrap();
+    client
+        .batch_execute(&format!(
+            "CREATE TABLE {} (token bigint NOT NULL, note text NOT NULL)",
+            exports.0
+        ))
+        .unwrap();
+    let written = |client: &mut Client| -> Vec<i64> {
+        client
+            .query(
+                &format!("SELECT token FROM {} ORDER BY token", exports.0),
+                &[],
+            )
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect()
+    };
+    let script = env.file("export-invoices.sh");
+    std::fs::write(&script, psql_fence_example(&exports.0)).unwrap();
+    let script = script.display().to_string();
+
+    // Held: the script's fenced write lands, with the lease's token.
+    let token_file = env.file("token");
+    let held = env
+        .command(&[
+            "lease-run",
+            "invoice-export",
+            "--",
+            "sh",
+            "-c",
+            &format!(
+                "echo $PGTENURE_LEASE_TOKEN > {}; DATABASE_URL='{}' sh {script}",
+                token_file.display(),
+                url()
+            ),
+        ])
+        .output()
+        .unwrap();
+    assert!(held.status.success(), "{}", text(&held.stderr));
+    let token: i64 = read(&token_file).unwrap().trim().parse().unwrap();
+    assert_eq!(written(&mut client), [token]);
+
+    // Stale: CMD runs the script only once lease-run has seen its lease end (a force release)
+    // and sent it SIGTERM, as a CMD too slow to stop would.
+    let (started, lost) = (env.file("started"), env.file("lost"));
+    let child = env
+        .command(&[
+            "lease-run",
+            "invoice-export",
+            "--ttl",
+            "1s",
+            "--grace",
+            "20s",
+            "--",
+            "sh",
+            "-c",
+            &format!(
+                "trap 'echo > {lost}' TERM; echo > {started}; \
+                 until [ -e {lost} ]; do sleep 0.02; done; DATABASE_URL='{}' sh {script}",
+                url(),
+                started = started.display(),
+                lost = lost.display(),
+            ),
+        ])
+        .spawn()
+        .unwrap();
+    wait_for("the command to start", Duration::from_secs(10), || {
+        read(&started)
+    });
+    let out = env.run(&["lease", "release", "invoice-export", "--force"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let (status, stderr) = finish(child, Duration::from_secs(30));
+    assert_eq!(status.code(), Some(LOST), "{stderr}");
+    assert!(
+        stderr.contains("fence refused"),
+        "the script says so: {stderr}"
+    );
+    assert_eq!(written(&mut client), [token], "the stale run wrote nothing");
+}

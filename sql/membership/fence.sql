@@ -6,12 +6,13 @@
 -- unit (claim.sql) and takes it only afterwards, so a write fenced here commits before the unit can
 -- change hands. The liveness is read from the statement's snapshot; expiries only grow, so a process
 -- it shows live is live.
--- $1 process id, $2 tenant, $3 shard, $4 token.
+-- $1 process id (text, cast here: a driver that infers parameter types binds it as text, as it
+-- is documented), $2 tenant, $3 shard, $4 token.
 WITH locked AS MATERIALIZED (
     SELECT u.process_id
       FROM {units} u
      WHERE u.tenant = $2 AND u.shard = $3
-       AND u.process_id = $1::uuid AND u.token = $4
+       AND u.process_id = $1::text::uuid AND u.token = $4
        FOR SHARE OF u
 )
 SELECT true AS owned

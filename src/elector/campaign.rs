@@ -21,6 +21,7 @@ use parking_lot::Mutex;
 use super::poll::Poll;
 use super::{CampaignLink, Campaigning, Elector, LeaderInfo};
 use crate::error::{Error, ErrorKind, Result};
+use crate::fence::Fence;
 use crate::observe;
 
 /// How many events [`Leadership::events`] keeps unread; past that, the oldest are dropped (and
@@ -563,6 +564,33 @@ impl Leadership {
     /// without its `Elected`; [`Leadership::term`] is the truth.
     pub fn dropped_events(&self) -> u64 {
         self.shared.dropped.load(Ordering::Relaxed)
+    }
+
+    /// Checks, inside the caller's transaction, that the term this campaign leads with now is live
+    /// by `clock_timestamp()`, and locks the leader row `FOR SHARE` until the transaction ends, so
+    /// no new election can commit before it. Make a leader-only write only when it returns `true`;
+    /// `false` without a statement when not leading.
+    ///
+    /// It fences the current term. Work begun under a term that must not write under a later one
+    /// (lost, then elected again) takes [`Leadership::fence_statement`] when it begins and runs that
+    /// value: it stays pinned to its term.
+    ///
+    /// # Errors
+    ///
+    /// A database or connection error (the transaction is then aborted).
+    pub fn fence(&self, tx: &mut postgres::Transaction<'_>) -> Result<bool> {
+        match self.fence_statement() {
+            Some(fence) => fence.check(tx),
+            None => Ok(false),
+        }
+    }
+
+    /// The fence of the term this campaign leads with now, as a value (fleet name, holder, term)
+    /// for any driver to run inside its own transaction ([`crate::fence`]); `None` when not
+    /// leading. The value is pinned to that term.
+    pub fn fence_statement(&self) -> Option<Fence> {
+        self.term()
+            .map(|term| self.shared.elector.fence_statement(term))
     }
 
     /// The elector campaigning (for [`Elector::fence`], [`Elector::leader`]).

@@ -7,7 +7,9 @@
 //! Beyond taking and renewing the leadership:
 //!
 //! - [`Elector::term`]: the current tenure's term, a fencing token that strictly increases across
-//!   tenures (drawn from a sequence);
+//!   tenures (drawn from a sequence); [`Elector::fence`] (and a campaign's [`Leadership::fence`])
+//!   checks it inside a leader-only write's transaction, and [`Elector::fence_statement`] gives
+//!   that fence as a value for another driver ([`crate::fence`]);
 //! - a local deadline: `is_leader` never answers `true` past the tenure's local deadline, taken
 //!   before the renewal was sent, so it never falls after the database's expiry;
 //! - [`Elector::resign`]: give up at once, so that the next poll elsewhere wins without waiting for
@@ -53,6 +55,7 @@ use parking_lot::Mutex;
 use self::sql::Statements;
 use crate::db::{Companion, Db};
 use crate::error::{Error, Result};
+use crate::fence::Fence;
 use crate::input::{check_key, micros, MIN_DURATION};
 use crate::instance::default_owner;
 use crate::table_name::TableName;
@@ -286,7 +289,15 @@ impl Elector {
     ///
     /// A database or connection error (the transaction is then aborted).
     pub fn fence(&self, tx: &mut postgres::Transaction<'_>, term: i64) -> Result<bool> {
-        self.sql.fence(tx, &self.name, &self.holder, term)
+        self.fence_statement(term).check(tx)
+    }
+
+    /// The fence of this instance's tenure `term` as a value: the statement and its parameters
+    /// (fleet name, holder, term), for any driver to run inside its own transaction
+    /// ([`crate::fence`]). [`Elector::fence`] runs it; a campaign gives its current term's with
+    /// [`Leadership::fence_statement`].
+    pub fn fence_statement(&self, term: i64) -> Fence {
+        self.sql.fence(&self.name, &self.holder, term)
     }
 }
 

@@ -5,9 +5,10 @@ use std::time::Instant;
 
 use super::LeaderInfo;
 use crate::db::{Db, GrantAnswer, Policy, Promotion};
-use crate::error::{Error, Result};
+use crate::error::Result;
+use crate::fence::{statement_text, Fence};
 use crate::row::Read;
-use crate::statement::{in_transaction, Statement};
+use crate::statement::Statement;
 use crate::table_name::{render, TableName};
 
 const CREATE_SEQUENCE: &str = include_str!("../../sql/elector/create_sequence.sql");
@@ -32,7 +33,7 @@ pub(super) struct Statements {
     leaders: Statement,
     /// Sent unprepared: it runs inside the caller's transaction, where a missing prepared
     /// statement would abort it.
-    fence: String,
+    fence: Arc<str>,
 }
 
 /// What a poll's statement answered (`sql/elector/is_leader.sql`).
@@ -72,7 +73,7 @@ impl Statements {
             leader: Statement::new(render(LEADER, &table)),
             request_resign: Statement::new(render(REQUEST_RESIGN, &table)),
             leaders: Statement::new(render(LEADERS, &table)),
-            fence: render(FENCE, &table),
+            fence: statement_text(&render(FENCE, &table)),
             table,
         })
     }
@@ -188,17 +189,13 @@ impl Statements {
             .collect()
     }
 
-    /// Whether, inside `tx`, `holder`'s tenure `term` of `name` is live (its row then locked
-    /// `FOR SHARE` until `tx` ends).
-    pub(super) fn fence(
-        &self,
-        tx: &mut postgres::Transaction<'_>,
-        name: &str,
-        holder: &str,
-        term: i64,
-    ) -> Result<bool> {
-        let rows = in_transaction(tx, &self.fence, &(name, holder, term))
-            .map_err(|e| Error::from_postgres("fence leadership", e))?;
-        Ok(!rows.is_empty())
+    /// The fence of `holder`'s tenure `term` of `name`: run inside a transaction, whether it is
+    /// live (its row then locked `FOR SHARE` until the transaction ends).
+    pub(super) fn fence(&self, name: &str, holder: &str, term: i64) -> Fence {
+        Fence::new(
+            "fence leadership",
+            self.fence.clone(),
+            vec![name.into(), holder.into(), term.into()],
+        )
     }
 }

@@ -160,6 +160,57 @@ impl Error {
         error
     }
 
+    /// Classifies a Diesel error from a statement pgtenure ran on the caller's Diesel connection (a
+    /// fence), `context` saying what it was. Diesel 2.2 and 2.3 give the server's message and a
+    /// coarse kind, not the SQLSTATE: the kind is chosen from Diesel's, never from the text.
+    #[cfg(feature = "diesel")]
+    pub(crate) fn from_diesel(context: &str, err: diesel::result::Error) -> Error {
+        use diesel::result::{DatabaseErrorKind, Error as Diesel};
+
+        let (kind, reason, advice) = match &err {
+            Diesel::DatabaseError(db_kind, info) => {
+                let mut reason = info.message().to_owned();
+                if let Some(details) = info.details() {
+                    reason.push_str(&format!(" ({details})"));
+                }
+                let (kind, advice) = match db_kind {
+                    DatabaseErrorKind::SerializationFailure => (
+                        ErrorKind::Serialization,
+                        "the transaction's isolation level or a deadlock made the database refuse \
+                         it; roll back and retry the whole transaction",
+                    ),
+                    DatabaseErrorKind::ClosedConnection => (
+                        ErrorKind::Connection,
+                        "the connection closed; the transaction did not commit, retry it once the \
+                         database is reachable",
+                    ),
+                    _ => (
+                        ErrorKind::Database,
+                        "the database refused the fence statement; the transaction is aborted, \
+                         roll it back (a missing table: call create_table() or pgtenure::migrate())",
+                    ),
+                };
+                (kind, reason, advice)
+            }
+            Diesel::BrokenTransactionManager => (
+                ErrorKind::Database,
+                err.to_string(),
+                "Diesel's transaction manager is broken: discard the connection",
+            ),
+            _ => (
+                ErrorKind::Database,
+                err.to_string(),
+                "Diesel refused the statement or its result",
+            ),
+        };
+        observe::statement_error(match kind {
+            ErrorKind::Connection => "connection",
+            ErrorKind::Serialization => "40",
+            _ => "driver",
+        });
+        Error::new(kind, format!("{context} failed: {reason}; {advice}")).with_source(err)
+    }
+
     /// A statement that pgtenure itself cancelled (`why`: when and what follows), answered 57014.
     pub(crate) fn cancelled_by_pgtenure(context: &str, why: &str, err: postgres::Error) -> Error {
         observe::statement_error("57");

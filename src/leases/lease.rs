@@ -13,6 +13,7 @@ use super::renewer::{Command, Renewer};
 use super::state::{LeaseLoss, LeaseState, Purpose, Status};
 use super::watcher::Watch;
 use crate::error::{Error, ErrorKind, Result};
+use crate::fence::Fence;
 
 /// How long [`Lease::release`] (and dropping a lease) waits in all: for the lease's thread to finish
 /// a renewal in progress, for a pool connection, and for the release statement, which the deadline
@@ -114,10 +115,36 @@ impl Lease {
         &self.state.key
     }
 
-    /// The tenure's fencing token: larger than every earlier tenure's of the key. Pass it to
-    /// [`Leases::fence`](crate::leases::Leases::fence) inside the transaction of every protected write.
+    /// The tenure's fencing token: larger than every earlier tenure's of the key. Fence every
+    /// protected write with [`Lease::fence`] (which checks it), or stamp it on writes that a
+    /// downstream system orders by token.
     pub fn token(&self) -> i64 {
         self.state.token
+    }
+
+    /// Checks, inside the caller's transaction, that this tenure (key, owner and token) is live by
+    /// `clock_timestamp()`, and locks the lease row `FOR SHARE` until the transaction ends, so no
+    /// takeover (another owner's acquire after a lapse, a force release) can commit before it.
+    /// Make the protected write only when it returns `true`: after a loss it returns `false`.
+    ///
+    /// It asks the database, not [`Lease::is_held`]: the database is the judge of the write. The
+    /// lock also makes the lease's renewal wait until the transaction ends: keep fenced
+    /// transactions well inside the lease's slack (a third of the TTL). For a driver other than
+    /// `postgres` (Diesel, psql, Python), run [`Lease::fence_statement`].
+    ///
+    /// # Errors
+    ///
+    /// A database or connection error (the transaction is then aborted).
+    pub fn fence(&self, tx: &mut postgres::Transaction<'_>) -> Result<bool> {
+        self.fence_statement().check(tx)
+    }
+
+    /// This tenure's fence as a value: the statement and its parameters (key, owner, token), for
+    /// any driver to run inside its own transaction ([`crate::fence`]). [`Lease::fence`] runs it.
+    pub fn fence_statement(&self) -> Fence {
+        self.shared
+            .sql
+            .fence(&self.state.key, &self.shared.owner, self.state.token)
     }
 
     /// The TTL the lease renews with.

@@ -15,10 +15,12 @@
 //!   [`Leases::release`]. These are guarded by owner only (a re-acquire by the same owner inside its
 //!   tenure is idempotent and keeps the token); [`Leases::release_tenure`] also checks the token.
 //!
-//! Protect each write with [`Leases::fence`] inside the write's own transaction: it locks the lease
-//! row `FOR SHARE` where key, owner and token match and the lease is live by `clock_timestamp()`, so
-//! a takeover waits until that transaction ends and a paused, stale holder can never commit a write
-//! after another tenure began.
+//! Protect each write with [`Lease::fence`] (for a raw tenure, [`Leases::fence`]) inside the
+//! write's own transaction: it locks the lease row `FOR SHARE` where key, owner and token match and
+//! the lease is live by `clock_timestamp()`, so a takeover waits until that transaction ends and a
+//! paused, stale holder can never commit a write after another tenure began. Another driver
+//! (Diesel, psql, Python) runs the same fence as a value, [`Lease::fence_statement`]
+//! ([`crate::fence`]).
 //!
 //! # Replication and failover
 //!
@@ -44,7 +46,7 @@
 //! let ran = leases.with_lease("invoice-export", Duration::from_secs(30), |lease| {
 //!     let mut conn = db.connection().expect("a connection");
 //!     let mut tx = conn.transaction()?;
-//!     if leases.fence(&mut tx, lease.key(), lease.token()).unwrap_or(false) {
+//!     if lease.fence(&mut tx).unwrap_or(false) {
 //!         export_invoices(&mut tx)?; // the protected write
 //!         tx.commit()?;
 //!     }
@@ -105,6 +107,7 @@ pub use self::timing::MIN_MANAGED_TTL;
 pub use self::views::{LeaseInfo, LeaseSummary, Refusal};
 use crate::db::{Companion, Db, Policy};
 use crate::error::Result;
+use crate::fence::Fence;
 use crate::input::{check_key, micros, MIN_DURATION};
 use crate::instance::default_owner;
 use crate::observe;
@@ -465,7 +468,8 @@ impl Leases {
 
     /// Checks, inside the caller's transaction, that this owner's tenure `token` of `key` is live by
     /// `clock_timestamp()`, and locks the lease row `FOR SHARE` until the transaction ends, so no
-    /// takeover can commit before it. Write only when it returns `true`.
+    /// takeover can commit before it. Write only when it returns `true`. A convenience for a raw
+    /// tenure ([`Grant`]); a managed lease fences itself ([`Lease::fence`]).
     ///
     /// The lock also makes renewals of the lease wait until the transaction ends: keep fenced
     /// transactions well inside the lease's slack (a third of the TTL).
@@ -475,8 +479,18 @@ impl Leases {
     /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a bad key; otherwise a database
     /// or connection error (the transaction is then aborted).
     pub fn fence(&self, tx: &mut postgres::Transaction<'_>, key: &str, token: i64) -> Result<bool> {
+        self.fence_statement(key, token)?.check(tx)
+    }
+
+    /// The fence of this owner's tenure `token` of `key` as a value, for another driver or
+    /// process to run inside its own transaction ([`crate::fence`]); [`Leases::fence`] runs it.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a bad key.
+    pub fn fence_statement(&self, key: &str, token: i64) -> Result<Fence> {
         check_key("lease key", key)?;
-        self.shared.sql.fence(tx, key, &self.shared.owner, token)
+        Ok(self.shared.sql.fence(key, &self.shared.owner, token))
     }
 }
 

@@ -8,8 +8,9 @@ use postgres::Row;
 use super::{LeaseInfo, LeaseSummary};
 use crate::db::{Conn, Db, GrantAnswer, Policy, Promotion};
 use crate::error::{Error, ErrorKind, Result};
+use crate::fence::{statement_text, Fence};
 use crate::row::Read;
-use crate::statement::{in_transaction, Failure, Statement};
+use crate::statement::{Failure, Statement};
 use crate::table_name::{render, TableName};
 
 const CREATE_SEQUENCE: &str = include_str!("../../sql/leases/create_sequence.sql");
@@ -46,7 +47,7 @@ pub(crate) struct Statements {
     force_release: Statement,
     /// Sent unprepared: it runs inside the caller's transaction, where a missing prepared
     /// statement would abort it.
-    fence: String,
+    fence: Arc<str>,
 }
 
 /// What an acquire's statement answered (`sql/leases/acquire.sql`).
@@ -102,7 +103,7 @@ impl Statements {
             list: Statement::new(render(LIST, &table)),
             summary: Statement::new(render(SUMMARY, &table)),
             force_release: Statement::new(render(FORCE_RELEASE, &table)),
-            fence: render(FENCE, &table),
+            fence: statement_text(&render(FENCE, &table)),
             table,
         })
     }
@@ -354,18 +355,14 @@ impl Statements {
         Ok((row, read.column("grants_from")?))
     }
 
-    /// Whether, inside `tx`, `owner`'s tenure `token` of `key` is live (its row then locked
-    /// `FOR SHARE` until `tx` ends).
-    pub(super) fn fence(
-        &self,
-        tx: &mut postgres::Transaction<'_>,
-        key: &str,
-        owner: &str,
-        token: i64,
-    ) -> Result<bool> {
-        let rows = in_transaction(tx, &self.fence, &(key, owner, token))
-            .map_err(|e| Error::from_postgres("fence", e))?;
-        Ok(!rows.is_empty())
+    /// The fence of `owner`'s tenure `token` of `key`: run inside a transaction, whether it is live
+    /// (its row then locked `FOR SHARE` until the transaction ends).
+    pub(super) fn fence(&self, key: &str, owner: &str, token: i64) -> Fence {
+        Fence::new(
+            "fence lease",
+            self.fence.clone(),
+            vec![key.into(), owner.into(), token.into()],
+        )
     }
 }
 

@@ -16,6 +16,7 @@ use super::unit::{Reconciler, Unit, UnitLoss};
 use super::warm_up::WarmUp;
 use crate::db::Db;
 use crate::error::{Error, ErrorKind, Result};
+use crate::fence::Fence;
 use crate::input::{micros, MIN_DURATION};
 use crate::observe;
 use crate::table_name::TableName;
@@ -166,10 +167,22 @@ impl Leaser {
     ///
     /// A database or connection error (the transaction is then aborted).
     pub fn fence(&self, tx: &mut postgres::Transaction<'_>, unit: &Unit) -> Result<bool> {
-        let Some(token) = self.token(unit) else {
-            return Ok(false);
-        };
-        self.sql.fence(tx, &self.process_id, unit, token)
+        match self.fence_statement(unit) {
+            Some(fence) => fence.check(tx),
+            None => Ok(false),
+        }
+    }
+
+    /// The fence of this process's claim of `unit` as a value: the statement and its parameters
+    /// (process id, tenant, shard, the claim's token), for any driver to run inside its own
+    /// transaction ([`crate::fence`]); `None` when this process does not own `unit` by its own
+    /// account (as [`Leaser::token`]). [`Leaser::fence`] runs it.
+    ///
+    /// The value is pinned to the claim: taken when work on the unit begins, it keeps refusing
+    /// after the unit moved, even once this process claims it again (under a newer token).
+    pub fn fence_statement(&self, unit: &Unit) -> Option<Fence> {
+        let token = self.token(unit)?;
+        Some(self.sql.fence(&self.process_id, unit, token))
     }
 
     /// The local liveness deadline, if a heartbeat has succeeded: the instant before it was sent,

@@ -11,7 +11,8 @@
 //! so work can stop before new work starts, and says which units have work in flight, so shedding
 //! prefers idle units. Every claim of a unit draws a fencing token: [`Leaser::fence`] checks, inside
 //! a transaction of yours, that this process still owns the unit under that token, so a process
-//! that was paused while its units moved cannot write for them. Drive the steps by hand in tests,
+//! that was paused while its units moved cannot write for them ([`Leaser::fence_statement`] gives
+//! that fence as a value, pinned to the claim, for another driver: [`crate::fence`]). Drive the steps by hand in tests,
 //! or let [`Leaser::spawn`] run the loop on a thread it owns in production. (A [`Leaser::tick`] is
 //! one such rebalance step; the ticks of [`TickClaims`](crate::tick_claims::TickClaims) are something else, the
 //! scheduled instants of a recurring job.) [`Units::assignments`] and [`Units::processes`] show

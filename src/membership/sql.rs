@@ -9,8 +9,9 @@ use super::unit::Unit;
 use super::views::{Assignment, ProcessInfo, Unowned};
 use crate::db::{Companion, Db, Policy};
 use crate::error::{Error, Result};
+use crate::fence::{statement_text, Fence};
 use crate::row::Read;
-use crate::statement::{in_transaction, Statement};
+use crate::statement::Statement;
 use crate::table_name::{render_tables, TableName};
 
 /// The processes table unless [`Leaser::with_tables`](super::Leaser::with_tables) names another.
@@ -59,7 +60,7 @@ pub(super) struct Statements {
     set_weight: Statement,
     bump_changes: Statement,
     /// Run on the caller's transaction, unprepared (see [`Leaser::fence`](super::Leaser::fence)).
-    fence: String,
+    fence: Arc<str>,
     assignments: Statement,
     processes_view: Statement,
     unowned: Statement,
@@ -188,7 +189,7 @@ impl Statements {
             remove_units: dml(REMOVE_UNITS),
             set_weight: dml(SET_WEIGHT),
             bump_changes: dml(BUMP_CHANGES),
-            fence: render_tables(FENCE, &both),
+            fence: statement_text(&render_tables(FENCE, &both)),
             assignments: dml(ASSIGNMENTS),
             processes_view: dml(PROCESSES),
             unowned: dml(UNOWNED),
@@ -425,19 +426,20 @@ impl Statements {
         Ok(())
     }
 
-    /// Whether, inside `tx`, `process` still owns `unit` under `token` while live (the row then
-    /// locked `FOR SHARE` until `tx` ends).
-    pub(super) fn fence(
-        &self,
-        tx: &mut postgres::Transaction<'_>,
-        process: &str,
-        unit: &Unit,
-        token: i64,
-    ) -> Result<bool> {
-        let params = (process, unit.tenant.as_str(), unit.shard, token);
-        let rows = in_transaction(tx, &self.fence, &params)
-            .map_err(|e| Error::from_postgres("fence unit", e))?;
-        Ok(!rows.is_empty())
+    /// The fence of `process`'s claim `token` of `unit`: run inside a transaction, whether the
+    /// process still owns it under that token while live (the row then locked `FOR SHARE` until
+    /// the transaction ends).
+    pub(super) fn fence(&self, process: &str, unit: &Unit, token: i64) -> Fence {
+        Fence::new(
+            "fence unit",
+            self.fence.clone(),
+            vec![
+                process.into(),
+                unit.tenant.as_str().into(),
+                unit.shard.into(),
+                token.into(),
+            ],
+        )
     }
 
     /// Every registered unit, in unit order.

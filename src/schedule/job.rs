@@ -10,6 +10,7 @@ use crossbeam_channel::{after, bounded, select, Receiver, Sender};
 use parking_lot::Mutex;
 
 use crate::error::{Error, Result};
+use crate::fence::Fence;
 use crate::input::{check_key, micros, MIN_DURATION};
 use crate::observe;
 use crate::tick_claims::TickClaim;
@@ -329,6 +330,12 @@ impl Run {
     /// A database or connection error (the transaction is then aborted).
     pub fn fence(&self, tx: &mut postgres::Transaction<'_>) -> Result<bool> {
         self.claim.fence(tx)
+    }
+
+    /// This run's fence as a value (its tick claim's: job id, owner, token), for any driver to run
+    /// inside its own transaction ([`crate::fence`]). [`Run::fence`] runs it.
+    pub fn fence_statement(&self) -> Fence {
+        self.claim.fence_statement()
     }
 }
 

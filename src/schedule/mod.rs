@@ -23,7 +23,7 @@
 //!   [`Misfire::RunOnce`] the latest missed tick runs once, then the current one. A tick whose claim
 //!   failed is looked at again a second later under the same rule.
 //! - A run gets a [`Run`]: its job id, tick, fencing token and deadline, and [`Run::fence`] for its
-//!   writes.
+//!   writes ([`Run::fence_statement`] for another driver's: [`crate::fence`]).
 //! - A job that returns an error or panics is logged and reported to the [`ScheduleHooks`]; the
 //!   scheduler goes on. A panic in the scheduler's own threads (or in a hook) is caught, logged and
 //!   reported to [`ScheduleHooks::panicked`].

@@ -356,17 +356,6 @@ impl Call<'_, '_> {
     }
 }
 
-/// Runs `text` with `params` unprepared inside the caller's transaction (a fence: a missing
-/// prepared statement there would abort the transaction).
-pub(crate) fn in_transaction<P: Params>(
-    tx: &mut postgres::Transaction<'_>,
-    text: &str,
-    params: &P,
-) -> Result<Vec<Row>, postgres::Error> {
-    let values = params.values();
-    tx.query_typed(text, &typed(&values, P::TYPES))
-}
-
 /// Each value beside its type, as the driver's unprepared `query_typed` takes them.
 fn typed<'a>(values: &[Value<'a>], types: &[Type]) -> Vec<(Value<'a>, Type)> {
     values

@@ -7,6 +7,7 @@ use parking_lot::Mutex;
 
 use super::TickClaims;
 use crate::error::Result;
+use crate::fence::Fence;
 use crate::input::{micros, MIN_DURATION};
 
 /// A won tick: this instance runs it.
@@ -73,7 +74,7 @@ impl TickClaim {
 
     /// Checks, inside the caller's transaction, that this run is still the job's latest claim and
     /// busy by `clock_timestamp()`, and locks the job's row `FOR SHARE` until the transaction ends,
-    /// so no later tick can be claimed before it commits (as [`Leases::fence`](crate::leases::Leases::fence)
+    /// so no later tick can be claimed before it commits (as [`Lease::fence`](crate::leases::Lease::fence)
     /// does for a lease). Make a write that only this run may make only when it returns `true`: a
     /// run that outlived its busy period, or was released, is refused.
     ///
@@ -81,10 +82,15 @@ impl TickClaim {
     ///
     /// A database or connection error (the transaction is then aborted).
     pub fn fence(&self, tx: &mut postgres::Transaction<'_>) -> Result<bool> {
+        self.fence_statement().check(tx)
+    }
+
+    /// This claim's fence as a value: the statement and its parameters (job id, owner, token), for
+    /// any driver to run inside its own transaction ([`crate::fence`]). [`TickClaim::fence`] runs
+    /// it.
+    pub fn fence_statement(&self) -> Fence {
         let claims = &self.claims;
-        claims
-            .sql
-            .fence(tx, &self.job_id, &claims.owner, self.token)
+        claims.sql.fence(&self.job_id, &claims.owner, self.token)
     }
 
     /// Ends the busy period now, so that the next tick can be claimed without waiting for `busy_for`

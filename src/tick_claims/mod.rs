@@ -15,6 +15,9 @@
 //!   [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) and stored nowhere, so one instance
 //!   with a clock far ahead cannot lock the job out for the others.
 //!
+//! A run's writes fence themselves with [`TickClaim::fence`] inside their transaction (another driver
+//! runs the same fence as a value, [`TickClaim::fence_statement`]: [`crate::fence`]).
+//!
 //! Ticks are data the caller supplies; whether a claim is busy is decided by PostgreSQL's `now()`, so
 //! instances whose clocks disagree still agree. Ticks are compared at microsecond precision.
 //!

@@ -5,9 +5,10 @@ use std::time::{Instant, SystemTime};
 
 use super::JobInfo;
 use crate::db::{one_row, Db, Policy};
-use crate::error::{Error, Result};
+use crate::error::Result;
+use crate::fence::{statement_text, Fence};
 use crate::row::Read;
-use crate::statement::{in_transaction, Statement};
+use crate::statement::Statement;
 use crate::table_name::{render, TableName};
 
 const CREATE_TABLE: &str = include_str!("../../sql/tick_claims/create_table.sql");
@@ -29,7 +30,7 @@ pub(super) struct Statements {
     jobs: Statement,
     /// Sent unprepared: it runs inside the caller's transaction, where a missing prepared
     /// statement would abort it.
-    fence: String,
+    fence: Arc<str>,
 }
 
 /// What the claim statement answered.
@@ -50,7 +51,7 @@ impl Statements {
             claim: Statement::new(render(CLAIM, &table)),
             release: Statement::new(render(RELEASE, &table)),
             extend: Statement::new(render(EXTEND, &table)),
-            fence: render(FENCE, &table),
+            fence: statement_text(&render(FENCE, &table)),
             now: Statement::new(NOW.to_owned()),
             jobs: Statement::new(render(JOBS, &table)),
             table,
@@ -120,18 +121,14 @@ impl Statements {
         Ok((!rows.is_empty()).then(|| started.unwrap_or_else(Instant::now)))
     }
 
-    /// Whether, inside `tx`, the claim `token` is still the job's latest and busy (its row then
-    /// locked `FOR SHARE` until `tx` ends).
-    pub(super) fn fence(
-        &self,
-        tx: &mut postgres::Transaction<'_>,
-        job_id: &str,
-        owner: &str,
-        token: i64,
-    ) -> Result<bool> {
-        let rows = in_transaction(tx, &self.fence, &(job_id, owner, token))
-            .map_err(|e| Error::from_postgres("fence tick claim", e))?;
-        Ok(!rows.is_empty())
+    /// The fence of the claim `token`: run inside a transaction, whether it is still the job's
+    /// latest and busy (its row then locked `FOR SHARE` until the transaction ends).
+    pub(super) fn fence(&self, job_id: &str, owner: &str, token: i64) -> Fence {
+        Fence::new(
+            "fence tick claim",
+            self.fence.clone(),
+            vec![job_id.into(), owner.into(), token.into()],
+        )
     }
 
     /// Ends the claim `token`'s busy period: whether it was still busy.

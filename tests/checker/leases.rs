@@ -62,7 +62,7 @@ fn lease_worker(
                     if !lease.is_held() {
                         break;
                     }
-                    write(db, ledger, key, lease.token(), owner, counts, |tx| leases.fence(tx, key, lease.token()));
+                    write(db, ledger, key, lease.token(), owner, counts, |tx| lease.fence(tx));
                     beliefs.check(key, me, lease);
                     select! {
                         recv(lease.lost()) -> reason => {

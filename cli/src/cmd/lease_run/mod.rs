@@ -66,10 +66,16 @@ const EXIT_CANNOT_EXECUTE: u8 = 126;
 const ENV_KEY: &str = "PGTENURE_LEASE_KEY";
 /// The environment variable that carries the lease's fencing token to CMD.
 const ENV_TOKEN: &str = "PGTENURE_LEASE_TOKEN";
+/// The environment variable that carries the lease's owner to CMD (its fence's `$2`).
+const ENV_OWNER: &str = "PGTENURE_LEASE_OWNER";
+/// The environment variable that carries the lease's fence statement to CMD (`$1` key, `$2` owner,
+/// `$3` token; docs/fencing.md).
+const ENV_FENCE_SQL: &str = "PGTENURE_FENCE_SQL";
 
 /// What `pgtenure lease-run --help` says after the options.
 pub(super) const EXIT_HELP: &str = "\
-CMD runs with PGTENURE_LEASE_KEY and PGTENURE_LEASE_TOKEN (the fencing token) in its environment.
+CMD runs with PGTENURE_LEASE_KEY, PGTENURE_LEASE_OWNER, PGTENURE_LEASE_TOKEN (the fencing token)
+and PGTENURE_FENCE_SQL (the lease's fence: $1 key, $2 owner, $3 token) in its environment.
 The lease renews every third of --ttl while CMD runs; a failed renewal (a killed connection, a
 restarting database) is retried until the lease's local deadline.
 CMD never outlives the lease, however pgtenure ends, and CMD includes every process it starts,
@@ -90,7 +96,7 @@ it cannot read from it, and Ctrl-Z does nothing. Give lease-run non-interactive 
 A loss is the key force-released (pgtenure lease release --force), taken after a lapse, asked for
 by a contender (Leases::supersede), or not renewed before the lease's local deadline. CMD can still
 run for up to a third of --ttl before the loss is seen, and for --grace after it: fence CMD's own
-writes with PGTENURE_LEASE_TOKEN where a second writer would do harm.
+writes with PGTENURE_FENCE_SQL where a second writer would do harm (docs/fencing.md).
 
 Exit status:
   CMD's own status     CMD ran and exited (128+N when a signal N ended it); the lease is released
@@ -262,6 +268,8 @@ impl LeaseRunArgs {
             .args(&self.command[1..])
             .env(ENV_KEY, &self.key)
             .env(ENV_TOKEN, lease.token().to_string())
+            .env(ENV_OWNER, leases.owner())
+            .env(ENV_FENCE_SQL, lease.fence_statement().sql())
             .process_group(0);
         prepare_child(&mut command);
         // Before the spawn: no process of CMD's tree can leave it before pgtenure reaps it.
