@@ -28,7 +28,7 @@
 //!
 //! Each held thing also runs its fence itself on a `postgres` transaction (`lease.fence(&mut tx)`,
 //! `claim.fence(&mut tx)`, …), which is [`Fence::check`] of that value. With the feature `diesel`,
-//! [`Fence::check_diesel`] runs it on a `diesel::PgConnection` inside the caller's
+//! `Fence::check_diesel` runs it on a `diesel::PgConnection` inside the caller's
 //! `conn.transaction(|conn| …)`. Any other driver or language runs [`Fence::sql`] with
 //! [`Fence::params`] bound in order: `docs/fencing.md` in the repository shows psql and Python.
 //!
