@@ -51,7 +51,8 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 use self::sql::Statements;
-use crate::db::{Companion, Db};
+use crate::db::Db;
+use crate::migrations::Kind;
 use crate::error::{Error, Result};
 use crate::input::{check_key, micros, MIN_DURATION};
 use crate::instance::default_owner;
@@ -262,15 +263,9 @@ impl Elector {
     ///
     /// A database or connection error; creating needs `CREATE` on the schema, which must exist.
     pub fn create_table(&self) -> Result<()> {
-        self.db.create_table(
-            "create leader table",
-            &self.sql.table,
-            &self.sql.create,
-            &[
-                Companion::sequence(self.sql.table.derived("term_seq")),
-                Companion::promotion(&self.sql.table, self.db.timeline_tokens()),
-            ],
-        )
+        self.db
+            .migrate_table(Kind::Elector, &self.sql.table)
+            .map(drop)
     }
 }
 

@@ -35,7 +35,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use self::sql::Statements;
-use crate::db::{Companion, Db};
+use crate::db::Db;
+use crate::migrations::Kind;
 use crate::error::Result;
 use crate::input::{check_key, micros, MIN_DURATION};
 use crate::instance::{default_owner, random_u64};
@@ -131,12 +132,9 @@ impl FireClaims {
     ///
     /// A database or connection error; creating needs `CREATE` on the schema, which must exist.
     pub fn create_table(&self) -> Result<()> {
-        self.db.create_table(
-            "create fire claims table",
-            &self.sql.table,
-            &self.sql.create,
-            &[Companion::index(self.sql.table.derived("expires_at"))],
-        )
+        self.db
+            .migrate_table(Kind::FireClaims, &self.sql.table)
+            .map(drop)
     }
 
     /// Claims `fire_key`: `true` when no live claim existed and this caller now holds it for the

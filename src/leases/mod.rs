@@ -103,7 +103,8 @@ pub use self::lease::Lease;
 pub use self::state::LeaseLoss;
 pub use self::timing::MIN_MANAGED_TTL;
 pub use self::views::{LeaseInfo, LeaseSummary, Refusal};
-use crate::db::{Companion, Db, Policy};
+use crate::db::{Db, Policy};
+use crate::migrations::Kind;
 use crate::error::Result;
 use crate::input::{check_key, micros, MIN_DURATION};
 use crate::instance::default_owner;
@@ -208,16 +209,10 @@ impl Leases {
     ///
     /// A database or connection error; creating needs `CREATE` on the schema, which must exist.
     pub fn create_table(&self) -> Result<()> {
-        let sql = &self.shared.sql;
-        self.shared.db.create_table(
-            "create leases table",
-            &sql.table,
-            &sql.create,
-            &[
-                Companion::sequence(sql.table.derived("token_seq")),
-                Companion::promotion(&sql.table, self.shared.db.timeline_tokens()),
-            ],
-        )
+        self.shared
+            .db
+            .migrate_table(Kind::Leases, &self.shared.sql.table)
+            .map(drop)
     }
 
     /// Acquires `key` for `ttl` and starts a thread that renews it every `ttl / 3`.
@@ -351,6 +346,7 @@ impl Leases {
     ) -> Result<Option<(i64, bool, Instant)>> {
         let keep = tenure == Tenure::Keep;
         let (db, sql, owner) = (&self.shared.db, &self.shared.sql, &self.shared.owner);
+        sql.check_schema(db)?;
         let answered = db.grant(&sql.promotion, ttl_us, |promotion| {
             sql.acquire(db, key, owner, ttl_us, keep, promotion)
         });

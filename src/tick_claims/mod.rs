@@ -46,6 +46,7 @@ use parking_lot::Mutex;
 
 use self::sql::{ClaimAnswer, Statements};
 use crate::db::Db;
+use crate::migrations::Kind;
 use crate::error::{Error, Result};
 use crate::input::{check_key, check_tick, micros, MIN_DURATION};
 use crate::instance::{default_owner, random_u64};
@@ -120,9 +121,9 @@ impl TickClaims {
     ///
     /// A database or connection error; creating needs `CREATE` on the schema, which must exist.
     pub fn create_table(&self) -> Result<()> {
-        let ddl = [self.sql.create_table.clone()];
         self.db
-            .create_table("create tick claims table", &self.sql.table, &ddl, &[])
+            .migrate_table(Kind::TickClaims, &self.sql.table)
+            .map(drop)
     }
 
     /// Claims `tick` of `job_id`, keeping the job busy for `busy_for` unless released earlier.
