@@ -299,10 +299,11 @@ fn a_table_recorded_as_another_kind_is_refused() {
 }
 
 /// The rolling upgrade in short (the checker runs it longer, under load): two processes of the
-/// previous release and two of this one share 150 units on the migrated tables.
+/// previous release and two of this one share 150 units on the migrated tables, and the old ones
+/// are replaced by new ones one by one.
 #[test]
 fn the_previous_release_and_this_one_share_units_on_the_migrated_tables() {
-    let figures = rolling::rolling_upgrade(150, 2, 2, Duration::from_secs(4));
+    let figures = rolling::rolling_upgrade(150, 2, 2, Duration::from_secs(6), true);
     println!("rolling upgrade: {figures:?}");
     assert_eq!(figures.violations, 0);
     assert!(figures.old_claimed > 0);

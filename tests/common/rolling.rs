@@ -1,3 +1,5 @@
+#![allow(dead_code)]
+
 //! A rolling upgrade of a membership fleet: "old" processes run the previous release's statements
 //! (`tests/fixtures/membership_before_settled/`, the `sql/membership/` files of commit a4c4d70, the
 //! last before the processes table got its `settled` column) beside processes of this build, both
@@ -55,8 +57,16 @@ pub struct Figures {
 }
 
 /// Runs `old` old and `new` new processes over `units` units for `duration`, the tables made
-/// with the previous release's DDL first and migrated, then checks the ledger.
-pub fn rolling_upgrade(units: usize, old: usize, new: usize, duration: Duration) -> Figures {
+/// with the previous release's DDL first and migrated, then checks the ledger. With `replace`,
+/// the old processes are replaced one by one during the run, as a rolling deploy does: each stops
+/// as a crash would (its units move once its row expires) and a new process starts in its place.
+pub fn rolling_upgrade(
+    units: usize,
+    old: usize,
+    new: usize,
+    duration: Duration,
+    replace: bool,
+) -> Figures {
     let mut tables = Tables::new();
     let (procs, units_t) = (tables.name("procs"), tables.name("units"));
     let mut admin = postgres::Client::connect(&direct_url(), NoTls).unwrap();
@@ -91,14 +101,18 @@ pub fn rolling_upgrade(units: usize, old: usize, new: usize, duration: Duration)
     config.ttl = Duration::from_millis(900);
     config.heartbeat_interval = Duration::from_millis(200);
     config.rebalance_interval = Duration::from_millis(100);
+    let start = Instant::now();
+    // Old process i stops at its turn when replacing, else at the end.
+    let turn = |i: usize| start + duration * (i as u32 + 1) / (old as u32 + 1);
     let olds: Vec<_> = (0..old)
         .map(|i| {
             let (done, writes, claimed) = (done.clone(), old_writes.clone(), old_claimed.clone());
             let (procs, units_t, ledger_t) = (procs.clone(), units_t.clone(), ledger_t.clone());
             let ttl = config.ttl;
+            let stop_at = replace.then(|| turn(i));
             thread::spawn(move || {
                 let mut process = OldProcess::new(i, &procs, &units_t, &ledger_t, units, ttl);
-                while !done.load(Ordering::SeqCst) {
+                while !done.load(Ordering::SeqCst) && stop_at.is_none_or(|t| Instant::now() < t) {
                     process.round(&writes, &claimed);
                     thread::sleep(Duration::from_millis(100));
                 }
@@ -106,17 +120,17 @@ pub fn rolling_upgrade(units: usize, old: usize, new: usize, duration: Duration)
             })
         })
         .collect();
-    let leasers: Vec<Arc<Leaser>> = (0..new)
-        .map(|_| {
-            Arc::new(
-                Leaser::new(&db, Arc::new(Quiet), config.clone(), Arc::new(NoHooks))
-                    .unwrap()
-                    .with_tables(&procs, &units_t)
-                    .unwrap(),
-            )
-        })
-        .collect();
-    let mut running: Vec<Running> = leasers.iter().map(|l| Running::start(l.clone())).collect();
+    let make = || {
+        Arc::new(
+            Leaser::new(&db, Arc::new(Quiet), config.clone(), Arc::new(NoHooks))
+                .unwrap()
+                .with_tables(&procs, &units_t)
+                .unwrap(),
+        )
+    };
+    let leasers: Arc<parking_lot::Mutex<Vec<Arc<Leaser>>>> =
+        Arc::new(parking_lot::Mutex::new((0..new).map(|_| make()).collect()));
+    let mut running: Vec<Running> = leasers.lock().iter().map(|l| Running::start(l.clone())).collect();
     let new_writes = Arc::new(AtomicU64::new(0));
     let writer = {
         let (leasers, done, writes, ledger_t) = (
@@ -128,9 +142,14 @@ pub fn rolling_upgrade(units: usize, old: usize, new: usize, duration: Duration)
         thread::spawn(move || {
             let db = crate::common::db();
             let insert = format!("INSERT INTO {ledger_t} (key, token, owner) VALUES ($1, $2, $3)");
+            let mut round = 0;
             while !done.load(Ordering::SeqCst) {
+                round += 1;
+                let leasers = leasers.lock().clone();
                 for leaser in &leasers {
-                    for unit in leaser.owned().into_iter().take(6) {
+                    let owned = leaser.owned();
+                    let from = round * 6 % owned.len().max(1);
+                    for unit in owned.into_iter().cycle().skip(from).take(6) {
                         let Ok(mut conn) = db.connection() else { continue };
                         let Ok(mut tx) = conn.transaction() else { continue };
                         let token = leaser.token(&unit).unwrap_or(-1);
@@ -148,7 +167,17 @@ pub fn rolling_upgrade(units: usize, old: usize, new: usize, duration: Duration)
             }
         })
     };
-    thread::sleep(duration); // real time is the subject: the fleet runs side by side this long
+    if replace {
+        for i in 0..old {
+            // Real time is the subject: the deploy replaces one old process per turn.
+            thread::sleep(turn(i).saturating_duration_since(Instant::now()));
+            let leaser = make();
+            running.push(Running::start(leaser.clone()));
+            leasers.lock().push(leaser);
+        }
+    }
+    // Real time is the subject: the fleet runs side by side this long.
+    thread::sleep((start + duration).saturating_duration_since(Instant::now()));
     // Every unit has one live owner, old or new.
     let owned_by_live = format!(
         "SELECT count(*) FROM \"{units_t}\" u JOIN \"{procs}\" p ON p.process_id = u.process_id
@@ -170,7 +199,7 @@ pub fn rolling_upgrade(units: usize, old: usize, new: usize, duration: Duration)
     let figures = Figures {
         units,
         old_processes: old,
-        new_processes: new,
+        new_processes: new + if replace { old } else { 0 },
         duration,
         old_writes: old_writes.load(Ordering::SeqCst),
         new_writes: new_writes.load(Ordering::SeqCst),
@@ -201,6 +230,7 @@ struct OldProcess {
     /// What it owns by the database's last answer: unit -> token.
     owned: BTreeMap<(String, i32), (i64, i32)>,
     rng: u64,
+    round: usize,
 }
 
 impl OldProcess {
@@ -226,6 +256,7 @@ impl OldProcess {
             deadline: None,
             owned: BTreeMap::new(),
             rng: 0x9e37_79b9 + i as u64,
+            round: 0,
         }
     }
 
@@ -323,8 +354,16 @@ impl OldProcess {
             }
         }
         // Work: fenced writes, only while its local deadline has not passed.
-        let units: Vec<((String, i32), i64)> =
-            self.owned.iter().take(6).map(|(u, (t, _))| (u.clone(), *t)).collect();
+        self.round += 1;
+        let from = self.round * 6 % self.owned.len().max(1);
+        let units: Vec<((String, i32), i64)> = self
+            .owned
+            .iter()
+            .cycle()
+            .skip(from)
+            .take(6.min(self.owned.len()))
+            .map(|(u, (t, _))| (u.clone(), *t))
+            .collect();
         for ((tenant, shard), token) in units {
             if !self.live() {
                 break;
