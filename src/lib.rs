@@ -92,6 +92,8 @@
 //! - [`elector`]: [`Elector`], one row per fleet.
 //! - [`membership`]: [`membership::Leaser`], [`membership::Units`], the fair-share arithmetic.
 //! - [`schedule`]: [`schedule::Scheduler`], recurring jobs on tick claims.
+//! - [`migrations`]: schema versions, [`migrate`] for named tables, the SQL per table
+//!   ([`migrations::plan`]).
 //! - [`testing`] (feature `testing`): [`testing::TempPostgres`], a throwaway server for tests;
 //!   [`testing::ReplicatedPostgres`], a primary with a streaming standby, for failover tests.
 //!
@@ -165,7 +167,8 @@ pub use r2d2_postgres;
 /// # Errors
 ///
 /// [`ErrorKind::Schema`] when a table is at a newer version than this pgtenure knows (upgrade
-/// pgtenure) or is recorded as another kind of table; a database or connection error (creating and
+/// pgtenure; during a rolling upgrade or after a rollback, go on without migrating: the handles
+/// check for themselves) or is recorded as another kind of table; a database or connection error (creating and
 /// altering need `CREATE` on the schema and ownership of the tables; a table at the current
 /// version needs neither).
 pub fn migrate(db: &Db) -> Result<()> {
@@ -227,4 +230,6 @@ mod docs_doctests {
     pub struct Primitives;
     #[doc = include_str!("../docs/reliability.md")]
     pub struct Reliability;
+    #[doc = include_str!("../docs/upgrading.md")]
+    pub struct Upgrading;
 }

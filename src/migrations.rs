@@ -113,6 +113,13 @@ impl Kind {
         self.latest()
     }
 
+    /// The oldest build (by the version it migrates to) whose statements still work on a table
+    /// at [`Kind::latest`]: every step so far only added, so 1. A release that contracts (drops
+    /// or changes what older builds read) raises it, and older builds then refuse the table.
+    fn usable_from(self) -> u32 {
+        1
+    }
+
     /// The statements that make the table at its latest version, and what it needs beside it.
     fn create(self, table: &TableName, fold: bool) -> Vec<String> {
         let on = |sql: &str| render(sql, table);
@@ -200,10 +207,12 @@ impl Kind {
     /// The version record, as the table's comment.
     fn record(self, table: &TableName, version: u32) -> String {
         format!(
-            "COMMENT ON TABLE {} IS 'pgtenure: {} table, schema version {version} (written by \
-             pgtenure migrate; keep it: see docs/upgrading.md)'",
+            "COMMENT ON TABLE {} IS 'pgtenure: {} table, schema version {version}, usable by \
+             builds of version {} and later (written by pgtenure migrate; keep it: see \
+             docs/upgrading.md)'",
             table.quoted(),
-            self.name()
+            self.name(),
+            self.usable_from()
         )
     }
 }
@@ -240,7 +249,7 @@ impl Found {
         if !present {
             return Ok(Found::Absent);
         }
-        if let Some((recorded, version)) = comment.and_then(parse_record) {
+        if let Some((recorded, version, usable_from)) = comment.and_then(parse_record) {
             if recorded != Some(kind) {
                 let what = recorded.map_or("an unknown kind of", Kind::name);
                 return Err(Error::new(
@@ -249,6 +258,18 @@ impl Found {
                         "table {table} is recorded as pgtenure's {what} table (schema version \
                          {version}), not a {} table: name another table for this handle",
                         kind.name()
+                    ),
+                ));
+            }
+            if usable_from > kind.latest() {
+                return Err(Error::new(
+                    ErrorKind::Schema,
+                    format!(
+                        "the {} table {table} is at schema version {version}, which a newer \
+                         pgtenure changed so that builds before its version {usable_from} of this \
+                         table cannot use it (this one knows {}): upgrade pgtenure",
+                        kind.name(),
+                        kind.latest()
                     ),
                 ));
             }
@@ -286,13 +307,22 @@ impl Found {
     }
 }
 
-/// Parses `pgtenure: <kind> table, schema version <n> …`: the kind (`None` when this build does
-/// not know it) and the version.
-fn parse_record(comment: &str) -> Option<(Option<Kind>, u32)> {
+/// Parses `pgtenure: <kind> table, schema version <n>[, usable by builds of version <m> and
+/// later] …`: the kind (`None` when this build does not know it), the version, and the oldest
+/// build that can use the table (1 when not said).
+fn parse_record(comment: &str) -> Option<(Option<Kind>, u32, u32)> {
+    let number = |text: &str| -> Option<(u32, usize)> {
+        let digits: String = text.chars().take_while(char::is_ascii_digit).collect();
+        Some((digits.parse().ok()?, digits.len()))
+    };
     let rest = comment.strip_prefix("pgtenure: ")?;
     let (kind, rest) = rest.split_once(" table, schema version ")?;
-    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
-    Some((Kind::from_name(kind), digits.parse().ok()?))
+    let (version, len) = number(rest)?;
+    let usable_from = rest[len..]
+        .strip_prefix(", usable by builds of version ")
+        .and_then(number)
+        .map_or(1, |(m, _)| m);
+    Some((Kind::from_name(kind), version, usable_from))
 }
 
 /// What [`plan`] found for one table and the SQL that brings it to this build's version (empty
@@ -614,12 +644,16 @@ mod tests {
         for kind in [Kind::TickClaims, Kind::Leases, Kind::Units] {
             let record = kind.record(&t, 7);
             let comment = record.split('\'').nth(1).unwrap();
-            assert_eq!(parse_record(comment), Some((Some(kind), 7)));
+            assert_eq!(parse_record(comment), Some((Some(kind), 7, 1)));
         }
         assert_eq!(parse_record("a table of mine"), None);
         assert_eq!(
             parse_record("pgtenure: queue table, schema version 3"),
-            Some((None, 3))
+            Some((None, 3, 1))
+        );
+        assert_eq!(
+            parse_record("pgtenure: units table, schema version 12, usable by builds of version 9"),
+            Some((Some(Kind::Units), 12, 9))
         );
     }
 
@@ -643,6 +677,20 @@ mod tests {
             Found::read(Kind::Leases, &leases, true, None, &[], &promotion).unwrap(),
             Found::Unrecorded(2)
         );
+    }
+
+    #[test]
+    fn a_table_contracted_past_this_build_is_refused() {
+        let t = TableName::parse("u").unwrap();
+        let newer = "pgtenure: units table, schema version 6, usable by builds of version 4 and later";
+        assert_eq!(
+            Found::read(Kind::Units, &t, true, Some(newer), &[], &[]).unwrap(),
+            Found::Recorded(6)
+        );
+        let contracted = "pgtenure: units table, schema version 7, usable by builds of version 5";
+        let err = Found::read(Kind::Units, &t, true, Some(contracted), &[], &[]).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Schema);
+        assert!(err.to_string().contains("upgrade pgtenure"), "{err}");
     }
 
     #[test]

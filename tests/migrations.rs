@@ -244,6 +244,19 @@ fn a_table_migrated_by_a_newer_pgtenure_is_refused_unchanged_and_still_used() {
     let lease = leases.acquire("k", Duration::from_secs(5)).unwrap().unwrap();
     assert!(lease.token() > 0);
     lease.release().unwrap();
+    // A newer release that contracted the table (dropped what this build reads) says so in the
+    // record: this build's handles refuse it at their first call.
+    client()
+        .batch_execute(&format!(
+            "COMMENT ON TABLE \"{}\" IS 'pgtenure: leases table, schema version 10, usable by \
+             builds of version 3 and later'",
+            n.lease
+        ))
+        .unwrap();
+    let leases = Leases::new(&common::fresh_db()).with_table(&n.lease).unwrap();
+    let err = leases.try_acquire("k", Duration::from_secs(5)).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Schema);
+    assert!(err.to_string().contains("upgrade pgtenure"), "{err}");
 }
 
 #[test]
