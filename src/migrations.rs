@@ -126,10 +126,16 @@ impl Kind {
         match self {
             Kind::TickClaims => vec![on(TICKS_CREATE)],
             Kind::FireClaims => vec![on(FIRES_CREATE), on(FIRES_INDEX)],
-            Kind::Leases => [vec![on(LEASES_SEQUENCE), on(LEASES_CREATE)], promotion(table, fold)]
-                .concat(),
-            Kind::Elector => [vec![on(LEADER_SEQUENCE), on(LEADER_CREATE)], promotion(table, fold)]
-                .concat(),
+            Kind::Leases => [
+                vec![on(LEASES_SEQUENCE), on(LEASES_CREATE)],
+                promotion(table, fold),
+            ]
+            .concat(),
+            Kind::Elector => [
+                vec![on(LEADER_SEQUENCE), on(LEADER_CREATE)],
+                promotion(table, fold),
+            ]
+            .concat(),
             Kind::Processes => vec![on(PROCESSES_CREATE)],
             Kind::Units => vec![
                 on(UNITS_CREATE),
@@ -166,7 +172,10 @@ impl Kind {
                 (2, Marker::Column("resign_requested")),
                 (3, Marker::Relation("promotion")),
             ],
-            Kind::Processes => &[(2, Marker::Column("changes")), (3, Marker::Column("settled"))],
+            Kind::Processes => &[
+                (2, Marker::Column("changes")),
+                (3, Marker::Column("settled")),
+            ],
             // Version 2 changed an index's columns: nothing a statement fails without.
             Kind::Units => &[(3, Marker::Column("removed")), (4, Marker::Column("token"))],
         }
@@ -471,7 +480,10 @@ impl Default for Tables {
                 (Kind::FireClaims, table(crate::fire_claims::DEFAULT_TABLE)),
                 (Kind::Leases, table(crate::leases::DEFAULT_TABLE)),
                 (Kind::Elector, table(crate::elector::DEFAULT_TABLE)),
-                (Kind::Processes, table(crate::membership::DEFAULT_PROCESSES_TABLE)),
+                (
+                    Kind::Processes,
+                    table(crate::membership::DEFAULT_PROCESSES_TABLE),
+                ),
                 (Kind::Units, table(crate::membership::DEFAULT_UNITS_TABLE)),
             ],
         }
@@ -664,7 +676,10 @@ mod tests {
         let found = |c: &[&str]| Found::read(Kind::Processes, &t, true, None, &cols(c), &[]);
         assert_eq!(found(&["process_id"]).unwrap(), Found::Unrecorded(1));
         assert_eq!(found(&["changes"]).unwrap(), Found::Unrecorded(2));
-        assert_eq!(found(&["changes", "settled"]).unwrap(), Found::Unrecorded(3));
+        assert_eq!(
+            found(&["changes", "settled"]).unwrap(),
+            Found::Unrecorded(3)
+        );
         // A later column without an earlier one: the earlier step is still missing.
         assert_eq!(found(&["settled"]).unwrap(), Found::Unrecorded(1));
         let units = |c: &[&str]| Found::read(Kind::Units, &t, true, None, &cols(c), &[]);
@@ -682,7 +697,8 @@ mod tests {
     #[test]
     fn a_table_contracted_past_this_build_is_refused() {
         let t = TableName::parse("u").unwrap();
-        let newer = "pgtenure: units table, schema version 6, usable by builds of version 4 and later";
+        let newer =
+            "pgtenure: units table, schema version 6, usable by builds of version 4 and later";
         assert_eq!(
             Found::read(Kind::Units, &t, true, Some(newer), &[], &[]).unwrap(),
             Found::Recorded(6)

@@ -58,7 +58,10 @@ fn make_all_v1(n: &Names) {
 
 fn comment(table: &str) -> Option<String> {
     client()
-        .query_one("SELECT obj_description(to_regclass($1), 'pg_class')", &[&table])
+        .query_one(
+            "SELECT obj_description(to_regclass($1), 'pg_class')",
+            &[&table],
+        )
         .unwrap()
         .get(0)
 }
@@ -89,7 +92,9 @@ fn a_fresh_database_is_created_at_this_version_and_recorded() {
         assert_eq!(plan.recorded_version(), Some(plan.target()), "{plan}");
     }
     assert_eq!(
-        comment(&n.lease).as_deref().map(|c| c.starts_with("pgtenure: leases table, schema version 2")),
+        comment(&n.lease)
+            .as_deref()
+            .map(|c| c.starts_with("pgtenure: leases table, schema version 2")),
         Some(true)
     );
 }
@@ -127,7 +132,13 @@ fn a_handle_on_an_older_table_fails_its_first_call_naming_the_versions() {
     let err = leases.try_acquire("k", Duration::from_secs(5)).unwrap_err();
     check("acquire lease", err, &n.lease, 1, 2);
     let elector = Elector::new(&db).with_table(&n.leader).unwrap();
-    check("is_leader", elector.is_leader().unwrap_err(), &n.leader, 1, 3);
+    check(
+        "is_leader",
+        elector.is_leader().unwrap_err(),
+        &n.leader,
+        1,
+        3,
+    );
     let leaser = Leaser::new(&db, Arc::new(Quiet), Config::default(), Arc::new(NoHooks))
         .unwrap()
         .with_tables(&n.procs, &n.units)
@@ -144,14 +155,19 @@ fn a_handle_on_an_older_table_fails_its_first_call_naming_the_versions() {
 
     // Migrated: the same handles work (the failed check was not cached).
     let before = migrations::plan(&db, &tables_for(&n)).unwrap();
-    assert!(before.iter().all(|p| p.recorded_version().is_none() && p.version() == Some(1)));
+    assert!(before
+        .iter()
+        .all(|p| p.recorded_version().is_none() && p.version() == Some(1)));
     migrations::migrate(&db, &tables_for(&n)).unwrap();
     assert!(ticks
         .claim("job", SystemTime::now(), Duration::from_secs(1))
         .unwrap()
         .is_some());
     assert!(fires.claim("f").unwrap());
-    assert!(leases.try_acquire("k", Duration::from_secs(5)).unwrap().is_some());
+    assert!(leases
+        .try_acquire("k", Duration::from_secs(5))
+        .unwrap()
+        .is_some());
     assert!(elector.is_leader().unwrap());
     leaser.heartbeat().unwrap();
     for plan in migrations::plan(&db, &tables_for(&n)).unwrap() {
@@ -215,7 +231,11 @@ fn many_instances_migrate_old_and_fresh_tables_at_once() {
         .unwrap();
     let index: String = row.get(0);
     assert!(index.contains("(process_id, slot)"), "{index}");
-    assert_eq!(row.get::<_, i64>(1), 1, "the sequence is owned by the token column");
+    assert_eq!(
+        row.get::<_, i64>(1),
+        1,
+        "the sequence is owned by the token column"
+    );
 }
 
 #[test]
@@ -223,7 +243,11 @@ fn a_table_migrated_by_a_newer_pgtenure_is_refused_unchanged_and_still_used() {
     let mut tables = Tables::new();
     let n = tables.every_primitive();
     let db = db();
-    Leases::new(&db).with_table(&n.lease).unwrap().create_table().unwrap();
+    Leases::new(&db)
+        .with_table(&n.lease)
+        .unwrap()
+        .create_table()
+        .unwrap();
     let newer = "pgtenure: leases table, schema version 9 (written by pgtenure migrate)";
     client()
         .batch_execute(&format!("COMMENT ON TABLE \"{}\" IS '{newer}'", n.lease))
@@ -231,17 +255,30 @@ fn a_table_migrated_by_a_newer_pgtenure_is_refused_unchanged_and_still_used() {
     let err = migrations::migrate(&db, &tables_for(&n)).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Schema);
     let text = err.to_string();
-    for needle in [n.lease.as_str(), "schema version 9", "(2)", "upgrade pgtenure", "nothing was changed"] {
+    for needle in [
+        n.lease.as_str(),
+        "schema version 9",
+        "(2)",
+        "upgrade pgtenure",
+        "nothing was changed",
+    ] {
         assert!(text.contains(needle), "{needle:?} not in {text}");
     }
     // Nothing changed: no other table was created, the record is the newer one.
     assert!(!common::table_exists(&mut client(), &n.tick));
     assert_eq!(comment(&n.lease).as_deref(), Some(newer));
-    let err = Leases::new(&db).with_table(&n.lease).unwrap().create_table().unwrap_err();
+    let err = Leases::new(&db)
+        .with_table(&n.lease)
+        .unwrap()
+        .create_table()
+        .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Schema);
     // This build's handles keep working against it (a rolling upgrade: N against N+1).
     let leases = Leases::new(&db).with_table(&n.lease).unwrap();
-    let lease = leases.acquire("k", Duration::from_secs(5)).unwrap().unwrap();
+    let lease = leases
+        .acquire("k", Duration::from_secs(5))
+        .unwrap()
+        .unwrap();
     assert!(lease.token() > 0);
     lease.release().unwrap();
     // A newer release that contracted the table (dropped what this build reads) says so in the
@@ -253,7 +290,9 @@ fn a_table_migrated_by_a_newer_pgtenure_is_refused_unchanged_and_still_used() {
             n.lease
         ))
         .unwrap();
-    let leases = Leases::new(&common::fresh_db()).with_table(&n.lease).unwrap();
+    let leases = Leases::new(&common::fresh_db())
+        .with_table(&n.lease)
+        .unwrap();
     let err = leases.try_acquire("k", Duration::from_secs(5)).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Schema);
     assert!(err.to_string().contains("upgrade pgtenure"), "{err}");
@@ -271,10 +310,15 @@ fn a_table_without_a_record_is_taken_at_the_version_its_columns_show() {
         .batch_execute(&format!("COMMENT ON TABLE \"{}\" IS NULL", n.procs))
         .unwrap();
     let fresh = common::fresh_db();
-    let leaser = Leaser::new(&fresh, Arc::new(Quiet), Config::default(), Arc::new(NoHooks))
-        .unwrap()
-        .with_tables(&n.procs, &n.units)
-        .unwrap();
+    let leaser = Leaser::new(
+        &fresh,
+        Arc::new(Quiet),
+        Config::default(),
+        Arc::new(NoHooks),
+    )
+    .unwrap()
+    .with_tables(&n.procs, &n.units)
+    .unwrap();
     leaser.heartbeat().unwrap();
     let plan = migrations::plan(&fresh, &tables_for(&n)).unwrap();
     let procs = plan.iter().find(|p| p.kind() == "processes").unwrap();
@@ -285,10 +329,15 @@ fn a_table_without_a_record_is_taken_at_the_version_its_columns_show() {
         .batch_execute(&format!("ALTER TABLE \"{}\" DROP COLUMN settled", n.procs))
         .unwrap();
     let other = common::fresh_db();
-    let leaser = Leaser::new(&other, Arc::new(Quiet), Config::default(), Arc::new(NoHooks))
-        .unwrap()
-        .with_tables(&n.procs, &n.units)
-        .unwrap();
+    let leaser = Leaser::new(
+        &other,
+        Arc::new(Quiet),
+        Config::default(),
+        Arc::new(NoHooks),
+    )
+    .unwrap()
+    .with_tables(&n.procs, &n.units)
+    .unwrap();
     let err = leaser.heartbeat().unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Schema);
     assert!(err.to_string().contains("no version record"), "{err}");
@@ -303,7 +352,11 @@ fn a_table_recorded_as_another_kind_is_refused() {
     let mut tables = Tables::new();
     let n = tables.every_primitive();
     let db = db();
-    Leases::new(&db).with_table(&n.lease).unwrap().create_table().unwrap();
+    Leases::new(&db)
+        .with_table(&n.lease)
+        .unwrap()
+        .create_table()
+        .unwrap();
     let ticks = TickClaims::new(&db).with_table(&n.lease).unwrap();
     let err = ticks.jobs().unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Schema);
@@ -335,4 +388,34 @@ fn membership_units_are_added_after_migrating() {
     assert_eq!(err.kind(), ErrorKind::Schema);
     units.create_tables().unwrap();
     assert_eq!(units.add(&[Unit::new("t", 1).unwrap()]).unwrap(), 1);
+}
+
+/// The loops that start threads report an older table at once, as a permanent error, before any
+/// thread runs: the scheduler's start, the elector's campaign, the membership loop (above).
+#[test]
+fn loops_report_an_older_table_at_start() {
+    let mut tables = Tables::new();
+    let n = tables.every_primitive();
+    make_v1("tick_claims", &n.tick);
+    make_v1("leader", &n.leader);
+    let db = db();
+    let every = pgtenure::schedule::Schedule::every(Duration::from_secs(1)).unwrap();
+    let err = pgtenure::schedule::Scheduler::new(&db)
+        .with_table(&n.tick)
+        .unwrap()
+        .job("job", every, |_| Ok(()))
+        .unwrap()
+        .start()
+        .map(drop)
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Schema, "{err}");
+    assert!(err.to_string().contains(&n.tick), "{err}");
+    let err = Elector::new(&db)
+        .with_table(&n.leader)
+        .unwrap()
+        .campaign()
+        .map(drop)
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Schema, "{err}");
+    assert!(err.to_string().contains("needs (3)"), "{err}");
 }

@@ -1650,13 +1650,21 @@ fn migrate_dry_run_prints_the_sql_and_migrate_applies_it() {
         )),
         "{sql}"
     );
-    assert!(sql.contains(&format!("-- leases table {}: does not exist", env.leases)), "{sql}");
-    assert!(sql.contains(&format!("CREATE TABLE IF NOT EXISTS \"{fires}\"")), "{sql}");
+    assert!(
+        sql.contains(&format!("-- leases table {}: does not exist", env.leases)),
+        "{sql}"
+    );
+    assert!(
+        sql.contains(&format!("CREATE TABLE IF NOT EXISTS \"{fires}\"")),
+        "{sql}"
+    );
     assert!(sql.contains("schema version 3"), "{sql}");
     // Nothing was applied.
     let mut c = Client::connect(&url(), NoTls).unwrap();
     let exists = |c: &mut Client, t: &str| -> bool {
-        c.query_one("SELECT to_regclass($1) IS NOT NULL", &[&t]).unwrap().get(0)
+        c.query_one("SELECT to_regclass($1) IS NOT NULL", &[&t])
+            .unwrap()
+            .get(0)
     };
     assert!(!exists(&mut c, &env.leases));
     assert!(!exists(&mut c, &fires));
@@ -1677,10 +1685,20 @@ fn migrate_dry_run_prints_the_sql_and_migrate_applies_it() {
         )),
         "{said}"
     );
-    assert!(said.contains(&format!("leases table {}: created at schema version 2", env.leases)), "{said}");
+    assert!(
+        said.contains(&format!(
+            "leases table {}: created at schema version 2",
+            env.leases
+        )),
+        "{said}"
+    );
     assert!(exists(&mut c, &fires));
     members.heartbeat().unwrap();
-    assert!(env.leases().acquire("k", Duration::from_secs(5)).unwrap().is_some());
+    assert!(env
+        .leases()
+        .acquire("k", Duration::from_secs(5))
+        .unwrap()
+        .is_some());
 
     let plans = env.json(&["migrate", "--dry-run", "--fire-claims-table", &fires]);
     let plans = plans.as_array().unwrap();

@@ -52,10 +52,10 @@ use parking_lot::Mutex;
 
 use self::sql::Statements;
 use crate::db::Db;
-use crate::migrations::Kind;
 use crate::error::{Error, Result};
 use crate::input::{check_key, micros, MIN_DURATION};
 use crate::instance::default_owner;
+use crate::migrations::Kind;
 use crate::table_name::TableName;
 
 /// The table [`Elector::new`] uses unless [`Elector::with_table`] names another.

@@ -36,10 +36,10 @@ use std::time::Duration;
 
 use self::sql::Statements;
 use crate::db::Db;
-use crate::migrations::Kind;
 use crate::error::Result;
 use crate::input::{check_key, micros, MIN_DURATION};
 use crate::instance::{default_owner, random_u64};
+use crate::migrations::Kind;
 use crate::observe;
 use crate::table_name::TableName;
 

@@ -53,4 +53,3 @@ impl Statements {
         Read::new(&row, "purge fire claims", &self.table).at(0)
     }
 }
-

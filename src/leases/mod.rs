@@ -104,10 +104,10 @@ pub use self::state::LeaseLoss;
 pub use self::timing::MIN_MANAGED_TTL;
 pub use self::views::{LeaseInfo, LeaseSummary, Refusal};
 use crate::db::{Db, Policy};
-use crate::migrations::Kind;
 use crate::error::Result;
 use crate::input::{check_key, micros, MIN_DURATION};
 use crate::instance::default_owner;
+use crate::migrations::Kind;
 use crate::observe;
 use crate::table_name::TableName;
 

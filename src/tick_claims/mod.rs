@@ -46,10 +46,10 @@ use parking_lot::Mutex;
 
 use self::sql::{ClaimAnswer, Statements};
 use crate::db::Db;
-use crate::migrations::Kind;
 use crate::error::{Error, Result};
 use crate::input::{check_key, check_tick, micros, MIN_DURATION};
 use crate::instance::{default_owner, random_u64};
+use crate::migrations::Kind;
 use crate::observe;
 use crate::table_name::TableName;
 

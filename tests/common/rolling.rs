@@ -25,7 +25,10 @@ use pgtenure::postgres::{self, NoTls};
 
 use crate::common::{direct_url, ledger, wait_for, Quiet, Running, Tables};
 
-const DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/membership_before_settled");
+const DIR: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/fixtures/membership_before_settled"
+);
 
 /// The previous release's statement `name`, rendered for the two tables.
 fn old_sql(name: &str, procs: &str, units: &str) -> String {
@@ -130,7 +133,11 @@ pub fn rolling_upgrade(
     };
     let leasers: Arc<parking_lot::Mutex<Vec<Arc<Leaser>>>> =
         Arc::new(parking_lot::Mutex::new((0..new).map(|_| make()).collect()));
-    let mut running: Vec<Running> = leasers.lock().iter().map(|l| Running::start(l.clone())).collect();
+    let mut running: Vec<Running> = leasers
+        .lock()
+        .iter()
+        .map(|l| Running::start(l.clone()))
+        .collect();
     let new_writes = Arc::new(AtomicU64::new(0));
     let writer = {
         let (leasers, done, writes, ledger_t) = (
@@ -150,12 +157,18 @@ pub fn rolling_upgrade(
                     let owned = leaser.owned();
                     let from = round * 6 % owned.len().max(1);
                     for unit in owned.into_iter().cycle().skip(from).take(6) {
-                        let Ok(mut conn) = db.connection() else { continue };
-                        let Ok(mut tx) = conn.transaction() else { continue };
+                        let Ok(mut conn) = db.connection() else {
+                            continue;
+                        };
+                        let Ok(mut tx) = conn.transaction() else {
+                            continue;
+                        };
                         let token = leaser.token(&unit).unwrap_or(-1);
                         if let Ok(true) = leaser.fence(&mut tx, &unit) {
                             let owner = leaser.process_id();
-                            if tx.execute(&insert, &[&unit.to_string(), &token, &owner]).is_ok()
+                            if tx
+                                .execute(&insert, &[&unit.to_string(), &token, &owner])
+                                .is_ok()
                                 && tx.commit().is_ok()
                             {
                                 writes.fetch_add(1, Ordering::SeqCst);
@@ -183,10 +196,14 @@ pub fn rolling_upgrade(
         "SELECT count(*) FROM \"{units_t}\" u JOIN \"{procs}\" p ON p.process_id = u.process_id
           WHERE p.expires_at > now()"
     );
-    wait_for("every unit to have a live owner", Duration::from_secs(15), || {
-        let n: i64 = admin.query_one(&owned_by_live, &[]).unwrap().get(0);
-        (n == units as i64).then_some(())
-    });
+    wait_for(
+        "every unit to have a live owner",
+        Duration::from_secs(15),
+        || {
+            let n: i64 = admin.query_one(&owned_by_live, &[]).unwrap().get(0);
+            (n == units as i64).then_some(())
+        },
+    );
     done.store(true, Ordering::SeqCst);
     writer.join().unwrap();
     for t in olds {
@@ -234,7 +251,14 @@ struct OldProcess {
 }
 
 impl OldProcess {
-    fn new(i: usize, procs: &str, units_t: &str, ledger: &str, units: usize, ttl: Duration) -> OldProcess {
+    fn new(
+        i: usize,
+        procs: &str,
+        units_t: &str,
+        ledger: &str,
+        units: usize,
+        ttl: Duration,
+    ) -> OldProcess {
         let sql = |name| old_sql(name, procs, units_t);
         let mut client = postgres::Client::connect(&direct_url(), NoTls).unwrap();
         let id: String = client
@@ -296,14 +320,28 @@ impl OldProcess {
             Err(_) => return,
         }
         // What it owns, by the database.
-        let Ok(rows) = self.client.query_typed(&self.owned_sql, &[(&self.id, Type::TEXT)]) else {
+        let Ok(rows) = self
+            .client
+            .query_typed(&self.owned_sql, &[(&self.id, Type::TEXT)])
+        else {
             return;
         };
         self.owned = rows
             .iter()
-            .map(|r| ((r.get("tenant"), r.get("shard")), (r.get::<_, Option<i64>>("token").unwrap_or(-1), r.get("weight"))))
+            .map(|r| {
+                (
+                    (r.get("tenant"), r.get("shard")),
+                    (
+                        r.get::<_, Option<i64>>("token").unwrap_or(-1),
+                        r.get("weight"),
+                    ),
+                )
+            })
             .collect();
-        let Ok(stats) = self.client.query_typed(&self.stats, &[(&self.id, Type::TEXT)]) else {
+        let Ok(stats) = self
+            .client
+            .query_typed(&self.stats, &[(&self.id, Type::TEXT)])
+        else {
             return;
         };
         let live: i64 = stats[0].get("live");
@@ -329,12 +367,19 @@ impl OldProcess {
             ) {
                 claimed.fetch_add(rows.len() as u64, Ordering::SeqCst);
                 for r in &rows {
-                    self.owned
-                        .insert((r.get("tenant"), r.get("shard")), (r.get("token"), r.get("weight")));
+                    self.owned.insert(
+                        (r.get("tenant"), r.get("shard")),
+                        (r.get("token"), r.get("weight")),
+                    );
                 }
             }
         } else if self.owned.len() > share + 1 {
-            let excess: Vec<(String, i32)> = self.owned.keys().take(self.owned.len() - share).cloned().collect();
+            let excess: Vec<(String, i32)> = self
+                .owned
+                .keys()
+                .take(self.owned.len() - share)
+                .cloned()
+                .collect();
             let tenants: Vec<&str> = excess.iter().map(|(t, _)| t.as_str()).collect();
             let shards: Vec<i32> = excess.iter().map(|(_, s)| *s).collect();
             let (count, weight) = (count - excess.len() as i32, weight);
@@ -368,7 +413,9 @@ impl OldProcess {
             if !self.live() {
                 break;
             }
-            let Ok(mut tx) = self.client.transaction() else { return };
+            let Ok(mut tx) = self.client.transaction() else {
+                return;
+            };
             let fenced = tx.query_typed(
                 &self.fence,
                 &[

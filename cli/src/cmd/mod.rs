@@ -51,10 +51,12 @@ pub(crate) enum Command {
     /// Serve /metrics (Prometheus) and / (a status page) from the tables, until interrupted.
     Exporter(ExporterArgs),
     /// Create pgtenure's tables or bring them to this version's schema; --dry-run prints the SQL.
-    #[command(after_help = "Safe while instances run, and from several at once (each table in one \
+    #[command(
+        after_help = "Safe while instances run, and from several at once (each table in one \
                             transaction under pgtenure's advisory lock). A table migrated by a \
                             newer pgtenure is refused and nothing is changed. The table flags name \
-                            the tables; see docs/upgrading.md.")]
+                            the tables; see docs/upgrading.md."
+    )]
     Migrate(MigrateArgs),
 }
 
