@@ -79,16 +79,18 @@ pub fn rolling_upgrade(
         .unwrap();
     let db = crate::common::db();
     let handle = Units::new(&db).with_tables(&procs, &units_t).unwrap();
-    // (the units table had not changed since, so this build makes it as that release did)
-    handle.create_tables().unwrap();
-    // ... migrated by the first new instance to start.
-    pgtenure::migrations::migrate(
+    // ... migrated by the first new instance to start (the units table had not changed since, so
+    // it is made as that release made it).
+    let plans = pgtenure::migrations::plan(
         &db,
         &pgtenure::migrations::Tables::default()
             .with_membership(&procs, &units_t)
             .unwrap(),
     )
     .unwrap();
+    let found = plans.iter().find(|p| p.kind() == "processes").unwrap();
+    assert_eq!((found.recorded_version(), found.version()), (None, Some(2)));
+    handle.create_tables().unwrap();
     handle
         .add(
             &(0..units as i32)
