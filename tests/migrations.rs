@@ -14,9 +14,13 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use common::{client, db, Names, Quiet, Tables};
+use pgtenure::elector::Elector;
+use pgtenure::fire_claims::FireClaims;
+use pgtenure::leases::Leases;
 use pgtenure::membership::{Config, Leaser, NoHooks, Unit, Units};
 use pgtenure::migrations::{self, Plan};
-use pgtenure::{Elector, ErrorKind, FireClaims, Leases, TickClaims};
+use pgtenure::tick_claims::TickClaims;
+use pgtenure::ErrorKind;
 
 const V1: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/schema_v1");
 
