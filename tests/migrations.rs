@@ -423,3 +423,48 @@ fn loops_report_an_older_table_at_start() {
     assert_eq!(err.kind(), ErrorKind::Schema, "{err}");
     assert!(err.to_string().contains("needs (3)"), "{err}");
 }
+
+/// A table with every column but no version record (made before versions were recorded, by
+/// another role): a role that may use it but not alter it still migrates (there is nothing to do
+/// but the record, which its owner's migrate writes), and its handles work.
+#[test]
+fn a_role_that_does_not_own_a_current_table_without_a_record_still_migrates() {
+    let mut tables = Tables::new();
+    let n = tables.every_primitive();
+    let role = common::Role::new(&mut tables, "read committed");
+    let db = db();
+    let ticks = TickClaims::new(&db).with_table(&n.tick).unwrap();
+    ticks.create_table().unwrap();
+    client()
+        .batch_execute(&format!(
+            "COMMENT ON TABLE \"{0}\" IS NULL; GRANT ALL ON \"{0}\" TO {1}",
+            n.tick, role.name
+        ))
+        .unwrap();
+    let limited = pgtenure::DbBuilder::from_config(role.config("limited"))
+        .build()
+        .unwrap();
+    let theirs = TickClaims::new(&limited).with_table(&n.tick).unwrap();
+    theirs.create_table().unwrap();
+    assert!(theirs
+        .claim("job", SystemTime::now(), Duration::from_secs(1))
+        .unwrap()
+        .is_some());
+    assert_eq!(comment(&n.tick), None, "the record is the owner's to write");
+    // A table that lacks a step is another matter: the role cannot migrate it, and says so.
+    client()
+        .batch_execute(&format!("ALTER TABLE \"{}\" DROP COLUMN claim_id", n.tick))
+        .unwrap();
+    let err = TickClaims::new(&limited)
+        .with_table(&n.tick)
+        .unwrap()
+        .create_table()
+        .unwrap_err();
+    assert_eq!(
+        err.code(),
+        Some(&pgtenure::postgres::error::SqlState::INSUFFICIENT_PRIVILEGE),
+        "{err}"
+    );
+    ticks.create_table().unwrap();
+    assert!(comment(&n.tick).unwrap().contains("schema version 2"));
+}

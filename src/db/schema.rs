@@ -5,6 +5,7 @@
 use std::collections::HashSet;
 
 use parking_lot::Mutex;
+use postgres::error::SqlState;
 use postgres::types::Type;
 
 use super::{Db, Policy};
@@ -88,8 +89,27 @@ impl Db {
             .map_err(fail)?;
         let found = Db::found_on(&mut tx, context, kind, table)?;
         let plan = Plan::new(kind, table, found, self.timeline_tokens())?;
-        for statement in plan.statements() {
-            tx.batch_execute(statement).map_err(fail)?;
+        if found == Found::Unrecorded(kind.latest()) {
+            // Every column there, only the record missing (a table made before versions were
+            // recorded, or by a DBA without the COMMENT): a role that does not own it (it was
+            // made by another) cannot write the record, and needs nothing else, so it goes on.
+            let mut steps = tx.savepoint("pgtenure_record").map_err(fail)?;
+            let applied = plan
+                .statements()
+                .iter()
+                .try_for_each(|statement| steps.batch_execute(statement));
+            match applied {
+                Ok(()) => steps.commit().map_err(fail)?,
+                Err(e) if e.code() == Some(&SqlState::INSUFFICIENT_PRIVILEGE) => {
+                    drop(steps);
+                    log::warn!(target: "pgtenure::db", "{context}: table {table} has no schema version record and this role cannot write it ({e}); its columns are those of version {}, so nothing else is needed: its owner's migrate records it", kind.latest());
+                }
+                Err(e) => return Err(fail(e)),
+            }
+        } else {
+            for statement in plan.statements() {
+                tx.batch_execute(statement).map_err(fail)?;
+            }
         }
         let quoted = table.quoted();
         for companion in kind.companions(table, self.timeline_tokens()) {
