@@ -202,12 +202,16 @@ impl Leases {
         &self.shared.owner
     }
 
-    /// Creates the table and its token sequence unless the table exists. Every instance may call it
+    /// Creates the table and its token sequence, or brings them to this version's schema (see
+    /// [`crate::migrations`]); a table at this version is left as it is. Every instance may call it
     /// at startup, all at once.
     ///
     /// # Errors
     ///
-    /// A database or connection error; creating needs `CREATE` on the schema, which must exist.
+    /// [`ErrorKind::Schema`](crate::ErrorKind::Schema) when the table was migrated by a newer
+    /// pgtenure (nothing is changed; this one's handles still use it) or is recorded as another
+    /// kind of pgtenure table; a database or connection error: creating and migrating need
+    /// `CREATE` on the schema, which must exist, and ownership of the table.
     pub fn create_table(&self) -> Result<()> {
         self.shared
             .db
