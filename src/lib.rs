@@ -198,6 +198,8 @@ const _: fn() = || {
     send_sync::<membership::NoHooks>();
     send_sync::<schedule::Scheduler>();
     send_sync::<schedule::Scheduling>();
+    send_sync::<migrations::Plan>();
+    send_sync::<migrations::Tables>();
 };
 
 /// The README's examples, compiled as doctests so that they stay true.
