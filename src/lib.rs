@@ -202,6 +202,11 @@
 //!   Diesel, psql and Python. Every held thing has `fence(tx)` and `fence_statement()`.
 //! - [`Param`](fence::Param): one typed parameter of a fence.
 //!
+//! [`migrations`], schema versions:
+//! - [`migrations::migrate`]: brings named tables to this build's schema version;
+//!   [`migrations::plan`]: the SQL it would run, per table ([`Plan`](migrations::Plan)), applying
+//!   nothing; [`Tables`](migrations::Tables): which tables.
+//!
 //! [`schedule`], recurring jobs on tick claims:
 //! - [`Scheduler`](schedule::Scheduler): the jobs of one instance (`job`, `with_job`,
 //!   `run_pending`, `start`).
@@ -238,6 +243,7 @@ mod input;
 mod instance;
 pub mod leases;
 pub mod membership;
+pub mod migrations;
 mod observe;
 mod row;
 pub mod schedule;
@@ -278,23 +284,27 @@ pub use r2d2;
 /// The pool's connection manager, re-exported for [`Db::from_pool`].
 pub use r2d2_postgres;
 
-/// Creates every default table (tick claims, fire claims, leases, leader, processes and units) unless
-/// it exists.
+/// Creates every default table (tick claims, fire claims, leases, leader, processes and units), or
+/// brings it to the schema version this pgtenure needs.
 ///
-/// Idempotent, and safe when every instance calls it at the same moment: each table is created under
-/// a transaction-level advisory lock. Tables with other names are created by each primitive's
-/// `create_table`.
+/// Each table's version is recorded in its comment; its missing steps (each idempotent) and the
+/// new record run in one transaction under a transaction-level advisory lock, so every instance
+/// may call this at startup at the same moment. A table at a newer version than this pgtenure
+/// knows is refused, and then nothing was changed: a newer pgtenure migrated it (this one keeps
+/// working against it). Tables with other names: [`migrations::migrate`] with
+/// [`migrations::Tables`], or each primitive's `create_table`. The SQL it would run, for a DBA
+/// who applies DDL by hand: [`migrations::plan`] and `pgtenure migrate --dry-run`; the versions
+/// and rolling upgrades: `docs/upgrading.md`.
 ///
 /// # Errors
 ///
-/// A database or connection error; creating needs `CREATE` on the schema.
+/// [`ErrorKind::Schema`] when a table is at a newer version than this pgtenure knows (upgrade
+/// pgtenure; during a rolling upgrade or after a rollback, go on without migrating: the handles
+/// check for themselves) or is recorded as another kind of table; a database or connection error (creating and
+/// altering need `CREATE` on the schema and ownership of the tables; a table at the current
+/// version needs neither).
 pub fn migrate(db: &Db) -> Result<()> {
-    tick_claims::TickClaims::new(db).create_table()?;
-    fire_claims::FireClaims::new(db).create_table()?;
-    leases::Leases::new(db).create_table()?;
-    elector::Elector::new(db).create_table()?;
-    membership::Units::new(db).create_tables()?;
-    Ok(())
+    migrations::migrate(db, &migrations::Tables::default()).map(drop)
 }
 
 // Every public handle and value crosses threads: checked when the crate compiles.
@@ -321,6 +331,8 @@ const _: fn() = || {
     send_sync::<schedule::Scheduler>();
     send_sync::<schedule::Scheduling>();
     send_sync::<fence::Fence>();
+    send_sync::<migrations::Plan>();
+    send_sync::<migrations::Tables>();
 };
 
 /// The README's examples, compiled as doctests so that they stay true.
@@ -355,4 +367,6 @@ mod docs_doctests {
     pub struct Primitives;
     #[doc = include_str!("../docs/reliability.md")]
     pub struct Reliability;
+    #[doc = include_str!("../docs/upgrading.md")]
+    pub struct Upgrading;
 }

@@ -163,8 +163,8 @@ impl<'r> Read<'r> {
             }
             (Made::Table, _) => {
                 "the table is not as this version of pgtenure makes it: run the migrations \
-                 (pgtenure::migrate or create_table, and the CHANGELOG's ALTER TABLE statements \
-                 for an older table) or undo the change to the table"
+                 (pgtenure::migrate or `pgtenure migrate`; see docs/upgrading.md) or undo the \
+                 change to the table"
             }
             (Made::Server, _) => {
                 "the server answered in a way pgtenure does not expect (a PostgreSQL version or \

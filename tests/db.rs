@@ -266,7 +266,7 @@ fn create_table_needs_no_create_privilege_once_the_table_exists() {
     // The server's reason and SQLSTATE, after pgtenure's words, and advice that is the fix.
     assert!(
         err.to_string().starts_with(&format!(
-            "create tick claims table failed: permission denied for schema {schema} (42501); grant"
+            "migrate tick_claims table failed: permission denied for schema {schema} (42501); grant"
         )),
         "{err}"
     );

@@ -433,14 +433,19 @@ fn process_columns_of_another_type_are_errors_of_the_view_and_of_a_tick() {
     }
 }
 
-/// A processes table made before the `settled` column (an older pgtenure's, not migrated): every
-/// heartbeat and tick is an error naming the column and the CHANGELOG's `ALTER TABLE`, permanent,
-/// in every statement mode; a `run` loop ends at startup with it, and nothing panics.
+/// A processes table made before the `settled` column (an older pgtenure's, not migrated: no
+/// version record, the columns of version 2): every heartbeat and tick is a schema error naming
+/// the table, the versions and the migration, permanent, in every statement mode; a `run` loop
+/// ends at startup with it, and nothing panics. The same column dropped from a table recorded at
+/// this version (a DBA's change) is the server's 42703, naming the column, with the same advice.
 #[test]
 fn a_processes_table_without_settled_is_an_error_naming_the_column_and_ends_the_loop() {
     library_panics();
     let m = Membership::new();
-    alter(&format!("ALTER TABLE {} DROP COLUMN settled", m.procs));
+    alter(&format!(
+        "ALTER TABLE {procs} DROP COLUMN settled; COMMENT ON TABLE {procs} IS NULL",
+        procs = m.procs
+    ));
     for mode in modes() {
         let db = db_in(mode);
         let leaser = leaser(&db, &m.procs, &m.units);
@@ -450,11 +455,29 @@ fn a_processes_table_without_settled_is_an_error_naming_the_column_and_ends_the_
         ] {
             let err = result.expect_err(what);
             let text = err.to_string();
-            assert_eq!(err.kind(), ErrorKind::Database, "{mode} {what}: {text}");
+            assert_eq!(err.kind(), ErrorKind::Schema, "{mode} {what}: {text}");
             assert!(err.is_permanent(), "{mode} {what}: {text}");
-            assert!(text.contains("settled"), "{mode} {what}: {text}");
-            assert!(text.contains("ALTER TABLE"), "{mode} {what}: {text}");
+            assert!(text.contains(&m.procs), "{mode} {what}: {text}");
+            assert!(text.contains("schema version 2"), "{mode} {what}: {text}");
+            assert!(text.contains("pgtenure migrate"), "{mode} {what}: {text}");
         }
+        let (_stop, shutdown) = pgtenure::crossbeam_channel::bounded::<()>(0);
+        let ended = leaser.run(&shutdown).expect_err("run ends with the error");
+        assert_eq!(ended.kind(), ErrorKind::Schema, "{mode}: {ended}");
+    }
+    alter(&format!(
+        "COMMENT ON TABLE {} IS 'pgtenure: processes table, schema version 3'",
+        m.procs
+    ));
+    for mode in modes() {
+        let db = db_in(mode);
+        let leaser = leaser(&db, &m.procs, &m.units);
+        let err = leaser.heartbeat().expect_err("heartbeat");
+        let text = err.to_string();
+        assert_eq!(err.kind(), ErrorKind::Database, "{mode}: {text}");
+        assert!(err.is_permanent(), "{mode}: {text}");
+        assert!(text.contains("settled"), "{mode}: {text}");
+        assert!(text.contains("run the migrations"), "{mode}: {text}");
         let (_stop, shutdown) = pgtenure::crossbeam_channel::bounded::<()>(0);
         let ended = leaser.run(&shutdown).expect_err("run ends with the error");
         assert!(ended.to_string().contains("settled"), "{mode}: {ended}");

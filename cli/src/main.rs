@@ -173,7 +173,7 @@ fn check(cli: &Cli) -> Result<(), String> {
         global.ticks(&db).map_err(checked)?;
         global.units(&db).map_err(checked)?;
     }
-    cli.command.check(&db)
+    cli.command.check(&db, global)
 }
 
 /// Connects and runs the subcommand, once or, with `--watch`, at every interval until interrupted.

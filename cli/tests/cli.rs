@@ -1624,6 +1624,95 @@ fn a_daemon_of_a_job_that_was_pgtenures_before_cmd_is_not_signalled() {
     assert!(!stderr.contains("leaving"), "{stderr}");
 }
 
+/// `pgtenure migrate --dry-run` prints, per table from its current version, the SQL `migrate`
+/// would run and changes nothing; `pgtenure migrate` applies it (a table made before the
+/// `settled` column, as the CHANGELOG's hand-written `ALTER TABLE` used to fix, included), after
+/// which the dry run has nothing to do and the library's handles work.
+#[test]
+fn migrate_dry_run_prints_the_sql_and_migrate_applies_it() {
+    let env = Env::new();
+    let fires = unique("fires");
+    let _drop_fires = DropTable(fires.clone());
+    // A processes table as pgtenure made it before `settled`, without a version record.
+    Client::connect(&url(), NoTls)
+        .unwrap()
+        .batch_execute(&format!(
+            "CREATE TABLE \"{}\" (process_id uuid PRIMARY KEY, expires_at timestamptz NOT NULL,
+                unit_count integer NOT NULL DEFAULT 0, weight bigint NOT NULL DEFAULT 0,
+                changes bigint NOT NULL DEFAULT 0, hostname text NOT NULL, version text NOT NULL,
+                started_at timestamptz NOT NULL) WITH (fillfactor = 50)",
+            env.processes
+        ))
+        .unwrap();
+    let dry = env.run(&["migrate", "--dry-run", "--fire-claims-table", &fires]);
+    assert!(dry.status.success(), "{}", text(&dry.stderr));
+    let sql = text(&dry.stdout);
+    assert!(
+        sql.contains(&format!(
+            "ALTER TABLE \"{}\" ADD COLUMN IF NOT EXISTS settled boolean NOT NULL DEFAULT true;",
+            env.processes
+        )),
+        "{sql}"
+    );
+    assert!(
+        sql.contains(&format!("-- leases table {}: does not exist", env.leases)),
+        "{sql}"
+    );
+    assert!(
+        sql.contains(&format!("CREATE TABLE IF NOT EXISTS \"{fires}\"")),
+        "{sql}"
+    );
+    assert!(sql.contains("schema version 3"), "{sql}");
+    // Nothing was applied.
+    let mut c = Client::connect(&url(), NoTls).unwrap();
+    let exists = |c: &mut Client, t: &str| -> bool {
+        c.query_one("SELECT to_regclass($1) IS NOT NULL", &[&t])
+            .unwrap()
+            .get(0)
+    };
+    assert!(!exists(&mut c, &env.leases));
+    assert!(!exists(&mut c, &fires));
+    let members = Leaser::new(&db(), Arc::new(Quiet), Config::default())
+        .unwrap()
+        .with_tables(&env.processes, &env.units)
+        .unwrap();
+    let err = members.heartbeat().unwrap_err();
+    assert_eq!(err.kind(), pgtenure::ErrorKind::Schema, "{err}");
+
+    let out = env.run(&["migrate", "--fire-claims-table", &fires]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let said = text(&out.stdout);
+    assert!(
+        said.contains(&format!(
+            "processes table {}: had no version record (columns of version 2); migrated to 3",
+            env.processes
+        )),
+        "{said}"
+    );
+    assert!(
+        said.contains(&format!(
+            "leases table {}: created at schema version 2",
+            env.leases
+        )),
+        "{said}"
+    );
+    assert!(exists(&mut c, &fires));
+    members.heartbeat().unwrap();
+    assert!(env
+        .leases()
+        .acquire("k", Duration::from_secs(5))
+        .unwrap()
+        .is_some());
+
+    let plans = env.json(&["migrate", "--dry-run", "--fire-claims-table", &fires]);
+    let plans = plans.as_array().unwrap();
+    assert_eq!(plans.len(), 6);
+    for plan in plans {
+        assert_eq!(plan["statements"].as_array().unwrap().len(), 0, "{plan}");
+        assert_eq!(plan["recorded_version"], plan["target"], "{plan}");
+    }
+}
+
 /// The psql example of docs/fencing.md as written there, its protected write aimed at `exports`
 /// (the example names `invoice_exports`; nothing else changes).
 fn psql_fence_example(exports: &str) -> String {
@@ -1644,7 +1733,7 @@ struct DropTable(String);
 impl Drop for DropTable {
     fn drop(&mut self) {
         if let Ok(mut c) = Client::connect(&url(), NoTls) {
-            let _ = c.batch_execute(&format!("DROP TABLE IF EXISTS {}", self.0));
+            let _ = c.batch_execute(&format!("DROP TABLE IF EXISTS \"{}\"", self.0));
         }
     }
 }

@@ -30,6 +30,7 @@ pub(crate) use self::outcome::{discard, Policy, Resend};
 use self::promotion::Promotions;
 pub(crate) use self::promotion::{GrantAnswer, Promotion};
 pub(crate) use self::schema::Companion;
+use self::schema::SchemaChecks;
 pub use self::ssl::SslMode;
 use crate::error::classify::{connection_lost, deadlocked, never_ran, outcome_unknown};
 
@@ -71,6 +72,8 @@ pub struct Db {
     promotion_hold_off: bool,
     /// The promotion records read so far, by table.
     promotions: Arc<Promotions>,
+    /// The tables whose schema versions were found good enough for the handles' statements.
+    schemas: Arc<SchemaChecks>,
 }
 
 /// Whether the server folds its timeline into tokens: `Some(true)` when a primary answers the WAL
@@ -204,6 +207,7 @@ impl Db {
             timeline_tokens: true,
             promotion_hold_off: true,
             promotions: Arc::new(Promotions::default()),
+            schemas: Arc::new(SchemaChecks::default()),
         }
     }
 

@@ -1,15 +1,21 @@
-//! Creating a primitive's tables: under one advisory lock, checking the indexes and sequences
-//! the statements rely on.
+//! Creating and migrating a primitive's tables under one advisory lock (the versions and steps are
+//! in [`crate::migrations`]), checking the indexes and sequences the statements rely on, and a
+//! handle's check of its tables' versions before its first statement.
 
+use std::collections::HashSet;
+
+use parking_lot::Mutex;
+use postgres::error::SqlState;
 use postgres::types::Type;
 
-use super::Db;
+use super::{Db, Policy};
 use crate::error::{Error, ErrorKind, Result};
+use crate::migrations::{too_old, Found, Kind, Plan, VERSION_SQL};
 use crate::row::Read;
+use crate::statement::Statement;
 use crate::table_name::{render, TableName};
 
 const LOCK_SQL: &str = include_str!("../../sql/schema/lock.sql");
-const EXISTS_SQL: &str = include_str!("../../sql/schema/table_exists.sql");
 const COMPANION_SQL: &str = include_str!("../../sql/schema/companion.sql");
 const CREATE_PROMOTION: &str = include_str!("../../sql/schema/create_promotion.sql");
 const SEED_PROMOTION: &str = include_str!("../../sql/schema/seed_promotion.sql");
@@ -18,51 +24,103 @@ const SEED_PROMOTION: &str = include_str!("../../sql/schema/seed_promotion.sql")
 const DDL_LOCK_KEY: i64 = 0x7067_7465_6e75_7265;
 
 impl Db {
-    /// Creates a table and its companions (`ddl`, one statement each) unless `table` exists, under a
-    /// transaction-level advisory lock so that every instance may call it at once: concurrent
-    /// `CREATE TABLE IF NOT EXISTS` statements can otherwise fail on PostgreSQL's catalog. An
-    /// existing table is left as it is, and then the role needs no `CREATE` privilege.
+    /// Reads what the catalog says of `kind`'s `table` (the version statement, on `client`).
+    fn found_on(
+        client: &mut impl postgres::GenericClient,
+        context: &str,
+        kind: Kind,
+        table: &TableName,
+    ) -> Result<Found> {
+        let quoted = table.quoted();
+        let relations = kind.marker_relations(table);
+        let row = client
+            .query_typed(
+                VERSION_SQL,
+                &[(&quoted, Type::TEXT), (&relations, Type::TEXT_ARRAY)],
+            )
+            .map_err(|e| Error::from_postgres(context, e))
+            .and_then(|rows| super::one_row(context, rows))?;
+        let read = Read::server(&row, context, &"the catalog");
+        let comment: Option<String> = read.column("comment")?;
+        let columns: Vec<String> = read.column("columns")?;
+        let found: Vec<String> = read.column("relations")?;
+        Found::read(
+            kind,
+            table,
+            read.column("present")?,
+            comment.as_deref(),
+            &columns,
+            &found,
+        )
+    }
+
+    /// What [`Db::migrate_table`] would run on `table`, from the catalog now.
+    pub(crate) fn plan_table(&self, kind: Kind, table: &TableName) -> Result<Plan> {
+        let context = format!("plan migration of {} table", kind.name());
+        let mut conn = self.conn_until(&context, None)?;
+        let found = Db::found_on(&mut *conn, &context, kind, table)?;
+        Plan::new(kind, table, found, self.timeline_tokens())
+    }
+
+    /// Creates `kind`'s `table` at this build's version, or brings it there step by step, in one
+    /// transaction under a transaction-level advisory lock, so that every instance may call it at
+    /// once (concurrent `CREATE TABLE IF NOT EXISTS` statements can otherwise fail on PostgreSQL's
+    /// catalog, and each finds the table as the one before it left it). A table at this build's
+    /// version is left as it is, and then the role needs no `CREATE` privilege; one at a newer
+    /// version is refused, unchanged.
     ///
-    /// Then checks that every companion in `expected` is what the statements need: `IF NOT EXISTS`
+    /// Then checks that every companion the statements need is what they need: `IF NOT EXISTS`
     /// skips an index or a sequence whose name another relation already has, so a name taken by a
     /// table (or a companion dropped by hand) would otherwise go unnoticed until it costs a scan or a
     /// failed `nextval`.
-    pub(crate) fn create_table(
-        &self,
-        context: &str,
-        table: &TableName,
-        ddl: &[String],
-        expected: &[Companion],
-    ) -> Result<()> {
+    pub(crate) fn migrate_table(&self, kind: Kind, table: &TableName) -> Result<Plan> {
+        let context = format!("migrate {} table", kind.name());
+        let context = context.as_str();
         let fail = |e| Error::from_postgres(context, e);
         let mut conn = self.conn_until(context, None)?;
-        let mut tx = conn.transaction().map_err(fail)?;
+        // READ COMMITTED whatever the role's default: each statement after the lock must see what
+        // the instance that held it before committed.
+        let mut tx = conn
+            .build_transaction()
+            .isolation_level(postgres::IsolationLevel::ReadCommitted)
+            .start()
+            .map_err(fail)?;
         tx.query_typed(LOCK_SQL, &[(&DDL_LOCK_KEY, Type::INT8)])
             .map_err(fail)?;
-        let quoted = table.quoted();
-        let exists: bool = Read::server(
-            &tx.query_typed_one(EXISTS_SQL, &[(&quoted, Type::TEXT)])
-                .map_err(fail)?,
-            context,
-            &"to_regclass()",
-        )
-        .at(0)?;
-        if exists {
-            log::debug!(target: "pgtenure::db", "{context}: table {table} exists");
+        let found = Db::found_on(&mut tx, context, kind, table)?;
+        let plan = Plan::new(kind, table, found, self.timeline_tokens())?;
+        if found == Found::Unrecorded(kind.latest()) {
+            // Every column there, only the record missing (a table made before versions were
+            // recorded, or by a DBA without the COMMENT): a role that does not own it (it was
+            // made by another) cannot write the record, and needs nothing else, so it goes on.
+            let mut steps = tx.savepoint("pgtenure_record").map_err(fail)?;
+            let applied = plan
+                .statements()
+                .iter()
+                .try_for_each(|statement| steps.batch_execute(statement));
+            match applied {
+                Ok(()) => steps.commit().map_err(fail)?,
+                Err(e) if e.code() == Some(&SqlState::INSUFFICIENT_PRIVILEGE) => {
+                    drop(steps);
+                    log::warn!(target: "pgtenure::db", "{context}: table {table} has no schema version record and this role cannot write it ({e}); its columns are those of version {}, so nothing else is needed: its owner's migrate records it", kind.latest());
+                }
+                Err(e) => return Err(fail(e)),
+            }
         } else {
-            for statement in ddl {
+            for statement in plan.statements() {
                 tx.batch_execute(statement).map_err(fail)?;
             }
         }
-        for companion in expected {
-            let mut found = companion_of(&mut tx, context, companion, &quoted)?;
+        let quoted = table.quoted();
+        for companion in kind.companions(table, self.timeline_tokens()) {
+            let mut found = companion_of(&mut tx, context, &companion, &quoted)?;
             if found.is_none() && !companion.create.is_empty() {
-                // A companion added in a later version: made for tables that predate it.
+                // Dropped by hand: made again.
                 for statement in &companion.create {
                     tx.batch_execute(statement).map_err(fail)?;
                 }
                 log::info!(target: "pgtenure::db", "{context}: created {} for {table}", companion.name);
-                found = companion_of(&mut tx, context, companion, &quoted)?;
+                found = companion_of(&mut tx, context, &companion, &quoted)?;
             }
             let ok = match (companion.kind, &found) {
                 (CompanionKind::Index, Some((kind, on_table))) => kind == "i" && *on_table,
@@ -91,10 +149,83 @@ impl Db {
             }
         }
         tx.commit().map_err(fail)?;
-        if !exists {
-            log::info!(target: "pgtenure::db", "{context}: created table {table}");
+        match found {
+            Found::Absent => {
+                log::info!(target: "pgtenure::db", "{context}: created table {table} at schema version {}", plan.target());
+            }
+            _ if plan.is_current() => {
+                log::debug!(target: "pgtenure::db", "{context}: table {table} is at schema version {}", plan.target());
+            }
+            _ => {
+                log::info!(target: "pgtenure::db", "{context}: migrated table {table} from schema version {:?} to {}", plan.version(), plan.target());
+            }
         }
-        Ok(())
+        self.schemas.passed(kind, table);
+        Ok(plan)
+    }
+
+    /// `Ok` when `kind`'s `table` is at least at the version its statements need, or missing (its
+    /// statements say so); read once per `Db` and table through `statement`
+    /// (`sql/schema/version.sql`), in the connection's statement mode.
+    pub(crate) fn check_version(
+        &self,
+        kind: Kind,
+        table: &TableName,
+        statement: &Statement,
+    ) -> Result<()> {
+        if self.schemas.has_passed(kind, table) {
+            return Ok(());
+        }
+        let context = format!("check the {} table's schema version", kind.name());
+        let relations = kind.marker_relations(table);
+        let row = self.query_one(
+            &context,
+            Policy::IDEMPOTENT,
+            statement,
+            &(table.quoted(), relations),
+        )?;
+        let read = Read::server(&row, &context, &"the catalog");
+        let comment: Option<String> = read.column("comment")?;
+        let columns: Vec<String> = read.column("columns")?;
+        let present: Vec<String> = read.column("relations")?;
+        let found = Found::read(
+            kind,
+            table,
+            read.column("present")?,
+            comment.as_deref(),
+            &columns,
+            &present,
+        )?;
+        match found {
+            // Not cached: the statements report the missing table, until it is made.
+            Found::Absent => Ok(()),
+            Found::Recorded(v) | Found::Unrecorded(v) if v < kind.needed() => {
+                Err(too_old(kind, table, found))
+            }
+            Found::Unrecorded(v) => {
+                log::info!(target: "pgtenure::db", "table {table} has no schema version record; its columns are those of version {v} of the {} table (run the migrations to record it)", kind.name());
+                self.schemas.passed(kind, table);
+                Ok(())
+            }
+            Found::Recorded(_) => {
+                self.schemas.passed(kind, table);
+                Ok(())
+            }
+        }
+    }
+}
+
+/// The tables whose versions a [`Db`] found good enough, by kind and quoted name.
+#[derive(Debug, Default)]
+pub(crate) struct SchemaChecks(Mutex<HashSet<(Kind, String)>>);
+
+impl SchemaChecks {
+    fn passed(&self, kind: Kind, table: &TableName) {
+        self.0.lock().insert((kind, table.quoted()));
+    }
+
+    fn has_passed(&self, kind: Kind, table: &TableName) -> bool {
+        self.0.lock().contains(&(kind, table.quoted()))
     }
 }
 

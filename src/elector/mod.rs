@@ -53,11 +53,12 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 use self::sql::Statements;
-use crate::db::{Companion, Db};
+use crate::db::Db;
 use crate::error::{Error, Result};
 use crate::fence::Fence;
 use crate::input::{check_key, micros, MIN_DURATION};
 use crate::instance::default_owner;
+use crate::migrations::Kind;
 use crate::table_name::TableName;
 
 /// The table [`Elector::new`] uses unless [`Elector::with_table`] names another.
@@ -258,22 +259,20 @@ impl Elector {
         self.ttl
     }
 
-    /// Creates the table and its term sequence unless the table exists. Every instance may call it
+    /// Creates the table and its term sequence, or brings them to this version's schema (see
+    /// [`crate::migrations`]); a table at this version is left as it is. Every instance may call it
     /// at startup, all at once.
     ///
     /// # Errors
     ///
-    /// A database or connection error; creating needs `CREATE` on the schema, which must exist.
+    /// [`ErrorKind::Schema`](crate::ErrorKind::Schema) when the table was migrated by a newer
+    /// pgtenure (nothing is changed; this one's handles still use it) or is recorded as another
+    /// kind of pgtenure table; a database or connection error: creating and migrating need
+    /// `CREATE` on the schema, which must exist, and ownership of the table.
     pub fn create_table(&self) -> Result<()> {
-        self.db.create_table(
-            "create leader table",
-            &self.sql.table,
-            &self.sql.create,
-            &[
-                Companion::sequence(self.sql.table.derived("term_seq")),
-                Companion::promotion(&self.sql.table, self.db.timeline_tokens()),
-            ],
-        )
+        self.db
+            .migrate_table(Kind::Elector, &self.sql.table)
+            .map(drop)
     }
 }
 

@@ -75,13 +75,14 @@ impl Elector {
             let tenure = self.tenure.lock();
             (tenure.term, tenure.resigned)
         };
-        let result = self
-            .db
-            .grant(&self.sql.promotion, self.ttl_us, |promotion| {
-                let (name, holder) = (&self.name, &self.holder);
-                self.sql
-                    .is_leader(&self.db, name, holder, self.ttl_us, guard, promotion)
-            });
+        let result = self.sql.check_schema(&self.db).and_then(|()| {
+            self.db
+                .grant(&self.sql.promotion, self.ttl_us, |promotion| {
+                    let (name, holder) = (&self.name, &self.holder);
+                    self.sql
+                        .is_leader(&self.db, name, holder, self.ttl_us, guard, promotion)
+                })
+        });
         let mut tenure = self.tenure.lock();
         let (answer, sent) = match result {
             Ok(answered) => answered,

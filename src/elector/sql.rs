@@ -7,12 +7,11 @@ use super::LeaderInfo;
 use crate::db::{Db, GrantAnswer, Policy, Promotion};
 use crate::error::Result;
 use crate::fence::{statement_text, Fence};
+use crate::migrations::{Gate, Kind};
 use crate::row::Read;
 use crate::statement::Statement;
 use crate::table_name::{render, TableName};
 
-const CREATE_SEQUENCE: &str = include_str!("../../sql/elector/create_sequence.sql");
-const CREATE_TABLE: &str = include_str!("../../sql/elector/create_table.sql");
 const IS_LEADER: &str = include_str!("../../sql/elector/is_leader.sql");
 const PROMOTION: &str = include_str!("../../sql/schema/promotion.sql");
 const RESIGN: &str = include_str!("../../sql/elector/resign.sql");
@@ -23,7 +22,8 @@ const LEADERS: &str = include_str!("../../sql/elector/leaders.sql");
 
 pub(super) struct Statements {
     pub(super) table: TableName,
-    pub(super) create: [String; 2],
+    /// The check of the table's schema version before the first statement.
+    gate: Gate,
     is_leader: Statement,
     /// Reads (and records) the table's promotion record before polls that may win.
     pub(super) promotion: Statement,
@@ -61,12 +61,15 @@ impl GrantAnswer for PollAnswer {
 }
 
 impl Statements {
+    /// Checks, once per `Db`, that the table is at the schema version these statements need (a
+    /// grant reads the promotion record before its own statement).
+    pub(super) fn check_schema(&self, db: &Db) -> Result<()> {
+        self.gate.check(db)
+    }
+
     pub(super) fn new(table: TableName) -> Arc<Statements> {
         Arc::new(Statements {
-            create: [
-                render(CREATE_SEQUENCE, &table),
-                render(CREATE_TABLE, &table),
-            ],
+            gate: Gate::new(vec![(Kind::Elector, table.clone())]),
             is_leader: Statement::new(render(IS_LEADER, &table)),
             promotion: Statement::new(render(PROMOTION, &table)),
             resign: Statement::new(render(RESIGN, &table)),
@@ -91,6 +94,7 @@ impl Statements {
         term: Option<i64>,
         promotion: Promotion,
     ) -> Result<(PollAnswer, Instant)> {
+        self.gate.check(db)?;
         let params = promotion.grant_params(db, name, holder, ttl_us, term);
         let mut sent = Instant::now();
         let rows = db.with_conn("elect leader", Policy::IDEMPOTENT, |conn| {
@@ -125,6 +129,7 @@ impl Statements {
 
     /// Ends `holder`'s tenure `term` of `name`: whether it was live.
     pub(super) fn resign(&self, db: &Db, name: &str, holder: &str, term: i64) -> Result<bool> {
+        self.gate.check(db)?;
         let params = (name, holder, term);
         let rows = db.query(
             "resign leadership",
@@ -137,6 +142,7 @@ impl Statements {
 
     /// Asks `name`'s live leader to step down: its holder and term, when there is one.
     pub(super) fn request_resign(&self, db: &Db, name: &str) -> Result<Option<(String, i64)>> {
+        self.gate.check(db)?;
         let rows = db.query(
             "request resignation",
             Policy::IDEMPOTENT,
@@ -153,6 +159,7 @@ impl Statements {
 
     /// `name`'s live leader.
     pub(super) fn leader(&self, db: &Db, name: &str) -> Result<Option<LeaderInfo>> {
+        self.gate.check(db)?;
         let rows = db.query("read leader", Policy::IDEMPOTENT, &self.leader, &(name,))?;
         rows.first()
             .map(|row| {
@@ -172,6 +179,7 @@ impl Statements {
 
     /// Every fleet's row, in name order.
     pub(super) fn leaders(&self, db: &Db) -> Result<Vec<LeaderInfo>> {
+        self.gate.check(db)?;
         let rows = db.query("read leaders", Policy::IDEMPOTENT, &self.leaders, &())?;
         rows.iter()
             .map(|row| {

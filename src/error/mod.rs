@@ -53,6 +53,13 @@ pub enum ErrorKind {
     /// The environment could not be prepared: the PostgreSQL server binaries are missing, a
     /// temporary directory could not be made, a throwaway server did not start.
     Setup,
+    /// A table's schema version does not fit this pgtenure: a handle's table is older than its
+    /// statements need (run [`migrate`](crate::migrate) or `pgtenure migrate`), or
+    /// [`migrate`](crate::migrate) found a table migrated by a newer pgtenure (upgrade pgtenure;
+    /// nothing was changed), or a table recorded as another kind of pgtenure table. `Display`
+    /// names the table, the version found and the one needed. Permanent: waiting does not fix it.
+    /// See `docs/upgrading.md`.
+    Schema,
 }
 
 impl fmt::Display for ErrorKind {
@@ -64,6 +71,7 @@ impl fmt::Display for ErrorKind {
             ErrorKind::Serialization => "serialization failure",
             ErrorKind::Database => "database error",
             ErrorKind::Setup => "setup error",
+            ErrorKind::Schema => "schema version mismatch",
         })
     }
 }
@@ -449,8 +457,8 @@ fn classify_db_error(db: &DbError) -> (ErrorKind, &'static str) {
     if *code == SqlState::UNDEFINED_COLUMN {
         return (
             ErrorKind::Database,
-            "the table lacks a column pgtenure needs (made by an earlier version?): see the \
-             CHANGELOG for its ALTER TABLE",
+            "the table lacks a column pgtenure needs (made by an earlier version?): run the \
+             migrations (pgtenure::migrate or `pgtenure migrate`; see docs/upgrading.md)",
         );
     }
     // A statement that worked on the tables pgtenure makes: a column of another type makes an
@@ -460,9 +468,9 @@ fn classify_db_error(db: &DbError) -> (ErrorKind, &'static str) {
         return (
             ErrorKind::Database,
             "a column is of another type than pgtenure makes it (a DBA's ALTER TABLE, a table \
-             of another version): run the migrations (pgtenure::migrate or create_table, and the \
-             CHANGELOG's ALTER TABLE statements for an older table) or undo the change to the \
-             table; if the server lacks a WAL function (pg_current_wal_lsn), turn off \
+             of another version): run the migrations (pgtenure::migrate or `pgtenure migrate`; see \
+             docs/upgrading.md) or undo the change to the table; if the server lacks a WAL \
+             function (pg_current_wal_lsn), turn off \
              timeline-folded tokens with Db::with_timeline_tokens(false)",
         );
     }

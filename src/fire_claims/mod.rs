@@ -35,10 +35,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use self::sql::Statements;
-use crate::db::{Companion, Db};
+use crate::db::Db;
 use crate::error::Result;
 use crate::input::{check_key, micros, MIN_DURATION};
 use crate::instance::{default_owner, random_u64};
+use crate::migrations::Kind;
 use crate::observe;
 use crate::table_name::TableName;
 
@@ -124,19 +125,20 @@ impl FireClaims {
         self.ttl
     }
 
-    /// Creates the table and its `expires_at` index unless the table exists. Every instance may call
+    /// Creates the table and its `expires_at` index, or brings them to this version's schema (see
+    /// [`crate::migrations`]); a table at this version is left as it is. Every instance may call
     /// it at startup, all at once.
     ///
     /// # Errors
     ///
-    /// A database or connection error; creating needs `CREATE` on the schema, which must exist.
+    /// [`ErrorKind::Schema`](crate::ErrorKind::Schema) when the table was migrated by a newer
+    /// pgtenure (nothing is changed; this one's handles still use it) or is recorded as another
+    /// kind of pgtenure table; a database or connection error: creating and migrating need
+    /// `CREATE` on the schema, which must exist, and ownership of the table.
     pub fn create_table(&self) -> Result<()> {
-        self.db.create_table(
-            "create fire claims table",
-            &self.sql.table,
-            &self.sql.create,
-            &[Companion::index(self.sql.table.derived("expires_at"))],
-        )
+        self.db
+            .migrate_table(Kind::FireClaims, &self.sql.table)
+            .map(drop)
     }
 
     /// Claims `fire_key`: `true` when no live claim existed and this caller now holds it for the

@@ -4,18 +4,18 @@ use std::sync::Arc;
 
 use crate::db::{Db, Policy};
 use crate::error::Result;
+use crate::migrations::{Gate, Kind};
 use crate::row::Read;
 use crate::statement::Statement;
 use crate::table_name::{render, TableName};
 
-const CREATE_TABLE: &str = include_str!("../../sql/fire_claims/create_table.sql");
-const CREATE_INDEX: &str = include_str!("../../sql/fire_claims/create_index.sql");
 const CLAIM: &str = include_str!("../../sql/fire_claims/claim.sql");
 const PURGE: &str = include_str!("../../sql/fire_claims/purge.sql");
 
 pub(super) struct Statements {
     pub(super) table: TableName,
-    pub(super) create: [String; 2],
+    /// The check of the table's schema version before the first statement.
+    gate: Gate,
     claim: Statement,
     purge: Statement,
 }
@@ -23,7 +23,7 @@ pub(super) struct Statements {
 impl Statements {
     pub(super) fn new(table: TableName) -> Arc<Statements> {
         Arc::new(Statements {
-            create: [render(CREATE_TABLE, &table), render(CREATE_INDEX, &table)],
+            gate: Gate::new(vec![(Kind::FireClaims, table.clone())]),
             claim: Statement::new(render(CLAIM, &table)),
             purge: Statement::new(render(PURGE, &table)),
             table,
@@ -40,6 +40,7 @@ impl Statements {
         ttl_us: i64,
         claim_id: i64,
     ) -> Result<bool> {
+        self.gate.check(db)?;
         let params = (key, holder, ttl_us, claim_id);
         let row = db.query_one("claim fire", Policy::IDEMPOTENT, &self.claim, &params)?;
         Read::new(&row, "claim fire", &self.table).column("won")
@@ -47,20 +48,8 @@ impl Statements {
 
     /// How many claims that expired more than `older_us` ago were deleted.
     pub(super) fn purge(&self, db: &Db, older_us: i64) -> Result<i64> {
+        self.gate.check(db)?;
         let row = db.query_one("purge fire claims", Policy::ONCE, &self.purge, &(older_us,))?;
         Read::new(&row, "purge fire claims", &self.table).at(0)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn index_name_is_unqualified_and_table_is_qualified() {
-        let sql = Statements::new(TableName::parse("ops.fires").unwrap());
-        assert!(
-            sql.create[1].contains("INDEX IF NOT EXISTS \"fires_expires_at\" ON \"ops\".\"fires\"")
-        );
     }
 }

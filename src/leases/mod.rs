@@ -105,11 +105,12 @@ pub use self::lease::Lease;
 pub use self::state::LeaseLoss;
 pub use self::timing::MIN_MANAGED_TTL;
 pub use self::views::{LeaseInfo, LeaseSummary, Refusal};
-use crate::db::{Companion, Db, Policy};
+use crate::db::{Db, Policy};
 use crate::error::Result;
 use crate::fence::Fence;
 use crate::input::{check_key, micros, MIN_DURATION};
 use crate::instance::default_owner;
+use crate::migrations::Kind;
 use crate::observe;
 use crate::table_name::TableName;
 
@@ -192,23 +193,21 @@ impl Leases {
         &self.shared.owner
     }
 
-    /// Creates the table and its token sequence unless the table exists. Every instance may call it
+    /// Creates the table and its token sequence, or brings them to this version's schema (see
+    /// [`crate::migrations`]); a table at this version is left as it is. Every instance may call it
     /// at startup, all at once.
     ///
     /// # Errors
     ///
-    /// A database or connection error; creating needs `CREATE` on the schema, which must exist.
+    /// [`ErrorKind::Schema`](crate::ErrorKind::Schema) when the table was migrated by a newer
+    /// pgtenure (nothing is changed; this one's handles still use it) or is recorded as another
+    /// kind of pgtenure table; a database or connection error: creating and migrating need
+    /// `CREATE` on the schema, which must exist, and ownership of the table.
     pub fn create_table(&self) -> Result<()> {
-        let sql = &self.shared.sql;
-        self.shared.db.create_table(
-            "create leases table",
-            &sql.table,
-            &sql.create,
-            &[
-                Companion::sequence(sql.table.derived("token_seq")),
-                Companion::promotion(&sql.table, self.shared.db.timeline_tokens()),
-            ],
-        )
+        self.shared
+            .db
+            .migrate_table(Kind::Leases, &self.shared.sql.table)
+            .map(drop)
     }
 
     /// Acquires `key` for `ttl` and starts a thread that renews it every `ttl / 3`.
@@ -342,6 +341,7 @@ impl Leases {
     ) -> Result<Option<(i64, bool, Instant)>> {
         let keep = reacquire == Reacquire::KeepsToken;
         let (db, sql, owner) = (&self.shared.db, &self.shared.sql, &self.shared.owner);
+        sql.check_schema(db)?;
         let answered = db.grant(&sql.promotion, ttl_us, |promotion| {
             sql.acquire(db, key, owner, ttl_us, keep, promotion)
         });

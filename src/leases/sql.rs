@@ -9,12 +9,11 @@ use super::{LeaseInfo, LeaseSummary};
 use crate::db::{Conn, Db, GrantAnswer, Policy, Promotion};
 use crate::error::{Error, ErrorKind, Result};
 use crate::fence::{statement_text, Fence};
+use crate::migrations::{Gate, Kind};
 use crate::row::Read;
 use crate::statement::{Failure, Statement};
 use crate::table_name::{render, TableName};
 
-const CREATE_SEQUENCE: &str = include_str!("../../sql/leases/create_sequence.sql");
-const CREATE_TABLE: &str = include_str!("../../sql/leases/create_table.sql");
 const ACQUIRE: &str = include_str!("../../sql/leases/acquire.sql");
 const RENEW: &str = include_str!("../../sql/leases/renew.sql");
 const RENEW_TENURE: &str = include_str!("../../sql/leases/renew_tenure.sql");
@@ -31,7 +30,8 @@ const FORCE_RELEASE: &str = include_str!("../../sql/leases/force_release.sql");
 
 pub(crate) struct Statements {
     pub(super) table: TableName,
-    pub(super) create: [String; 2],
+    /// The check of the table's schema version before the first statement.
+    gate: Gate,
     acquire: Statement,
     renew: Statement,
     renew_tenure: Statement,
@@ -85,12 +85,15 @@ type RenewTenure<'a> = (&'a str, &'a str, i64, i64, Option<i64>);
 type Release<'a> = (&'a str, &'a str, Option<i64>);
 
 impl Statements {
+    /// Checks, once per `Db`, that the table is at the schema version these statements need (a
+    /// grant reads the promotion record before its own statement).
+    pub(super) fn check_schema(&self, db: &Db) -> Result<()> {
+        self.gate.check(db)
+    }
+
     pub(super) fn new(table: TableName) -> Arc<Statements> {
         Arc::new(Statements {
-            create: [
-                render(CREATE_SEQUENCE, &table),
-                render(CREATE_TABLE, &table),
-            ],
+            gate: Gate::new(vec![(Kind::Leases, table.clone())]),
             acquire: Statement::new(render(ACQUIRE, &table)),
             renew: Statement::new(render(RENEW, &table)),
             renew_tenure: Statement::new(render(RENEW_TENURE, &table)),
@@ -121,6 +124,7 @@ impl Statements {
         keep: bool,
         promotion: Promotion,
     ) -> Result<(AcquireAnswer, Instant)> {
+        self.gate.check(db)?;
         let params = promotion.grant_params(db, key, owner, ttl_us, keep);
         let mut sent = Instant::now();
         let rows = db.with_conn("acquire lease", Policy::IDEMPOTENT, |conn| {
@@ -148,6 +152,7 @@ impl Statements {
         owner: &str,
         ttl_us: i64,
     ) -> Result<Vec<(String, i64, bool)>> {
+        self.gate.check(db)?;
         let params = (keys, owner, ttl_us);
         let rows = db.query("renew leases", Policy::IDEMPOTENT, &self.renew, &params)?;
         rows.iter()
@@ -251,6 +256,7 @@ impl Statements {
 
     /// Flags the live lease on `key` as superseded: whether there was one.
     pub(super) fn supersede(&self, db: &Db, key: &str) -> Result<bool> {
+        self.gate.check(db)?;
         let row = db.query_one(
             "supersede lease",
             Policy::IDEMPOTENT,
@@ -262,6 +268,7 @@ impl Statements {
 
     /// The row of `key`, live or lapsed.
     pub(super) fn holder(&self, db: &Db, key: &str) -> Result<Option<LeaseInfo>> {
+        self.gate.check(db)?;
         let rows = db.query(
             "read lease holder",
             Policy::IDEMPOTENT,
@@ -275,6 +282,7 @@ impl Statements {
 
     /// Every row whose key starts with `prefix`, in key order.
     pub(super) fn list(&self, db: &Db, prefix: &str) -> Result<Vec<LeaseInfo>> {
+        self.gate.check(db)?;
         let rows = db.query("list leases", Policy::IDEMPOTENT, &self.list, &(prefix,))?;
         rows.iter()
             .map(|row| lease_info(row, "list leases", &self.table))
@@ -283,6 +291,7 @@ impl Statements {
 
     /// The counts and the `soonest` held leases closest to lapsing.
     pub(super) fn summary(&self, db: &Db, soonest: i64) -> Result<LeaseSummary> {
+        self.gate.check(db)?;
         let rows = db.query(
             "summarize leases",
             Policy::IDEMPOTENT,
@@ -318,6 +327,7 @@ impl Statements {
 
     /// Ends the live tenure of `key`, whoever holds it: its owner when there was one.
     pub(super) fn force_release(&self, db: &Db, key: &str) -> Result<Option<String>> {
+        self.gate.check(db)?;
         let params = (key, db.timeline_tokens());
         let rows = db.query(
             "force release lease",
@@ -337,6 +347,7 @@ impl Statements {
         db: &Db,
         key: &str,
     ) -> Result<(Option<LeaseInfo>, Option<SystemTime>)> {
+        self.gate.check(db)?;
         let rows = db.query(
             "read lease refusal",
             Policy::IDEMPOTENT,
@@ -387,7 +398,6 @@ mod tests {
     #[test]
     fn the_sequence_is_named_after_the_table_in_its_schema() {
         let sql = Statements::new(TableName::parse("ops.locks").unwrap());
-        assert!(sql.create[0].contains("\"ops\".\"locks_token_seq\""));
         assert!(sql
             .acquire
             .text()

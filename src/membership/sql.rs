@@ -7,9 +7,10 @@ use super::leaser::Sweep;
 use super::local::{Digest, Hold};
 use super::unit::Unit;
 use super::views::{Assignment, ProcessInfo, Unowned};
-use crate::db::{Companion, Db, Policy};
+use crate::db::{Db, Policy};
 use crate::error::{Error, Result};
 use crate::fence::{statement_text, Fence};
+use crate::migrations::{Gate, Kind};
 use crate::row::Read;
 use crate::statement::Statement;
 use crate::table_name::{render_tables, TableName};
@@ -19,12 +20,6 @@ pub const DEFAULT_PROCESSES_TABLE: &str = "pgtenure_processes";
 /// The units table unless [`Leaser::with_tables`](super::Leaser::with_tables) names another.
 pub const DEFAULT_UNITS_TABLE: &str = "pgtenure_units";
 
-const CREATE_PROCESSES: &str = include_str!("../../sql/membership/create_processes.sql");
-const CREATE_UNITS: &str = include_str!("../../sql/membership/create_units.sql");
-const CREATE_SEQUENCE: &str = include_str!("../../sql/membership/create_sequence.sql");
-const CREATE_OWNER_INDEX: &str = include_str!("../../sql/membership/create_owner_index.sql");
-const CREATE_CLAIMABLE_INDEX: &str =
-    include_str!("../../sql/membership/create_claimable_index.sql");
 const HEARTBEAT: &str = include_str!("../../sql/membership/heartbeat.sql");
 const OWNED: &str = include_str!("../../sql/membership/owned.sql");
 const STATS: &str = include_str!("../../sql/membership/stats.sql");
@@ -45,8 +40,8 @@ const UNOWNED: &str = include_str!("../../sql/membership/unowned.sql");
 pub(super) struct Statements {
     pub(super) processes: TableName,
     pub(super) units: TableName,
-    pub(super) create_processes: [String; 1],
-    pub(super) create_units: [String; 4],
+    /// The check of both tables' schema versions before the first statement.
+    gate: Gate,
     heartbeat: Statement,
     owned: Statement,
     stats: Statement,
@@ -168,15 +163,11 @@ impl Statements {
     pub(super) fn render(processes: TableName, units: TableName) -> Arc<Statements> {
         let both = [("units", &units), ("processes", &processes)];
         let dml = |sql: &str| Statement::new(render_tables(sql, &both));
-        let on = |sql: &str, table: &TableName| render_tables(sql, &[("table", table)]);
         Arc::new(Statements {
-            create_processes: [on(CREATE_PROCESSES, &processes)],
-            create_units: [
-                on(CREATE_UNITS, &units),
-                on(CREATE_SEQUENCE, &units),
-                on(CREATE_OWNER_INDEX, &units),
-                on(CREATE_CLAIMABLE_INDEX, &units),
-            ],
+            gate: Gate::new(vec![
+                (Kind::Processes, processes.clone()),
+                (Kind::Units, units.clone()),
+            ]),
             heartbeat: dml(HEARTBEAT),
             owned: dml(OWNED),
             stats: dml(STATS),
@@ -206,24 +197,8 @@ impl Statements {
     }
 
     pub(super) fn create_tables(&self, db: &Db) -> Result<()> {
-        db.create_table(
-            "create processes table",
-            &self.processes,
-            &self.create_processes,
-            &[],
-        )?;
-        let [owner, claimable] =
-            UNIT_INDEXES.map(|suffix| Companion::index(self.units.derived(suffix)));
-        db.create_table(
-            "create units table",
-            &self.units,
-            &self.create_units,
-            &[
-                owner,
-                claimable,
-                Companion::sequence(self.units.derived(TOKEN_SEQUENCE)),
-            ],
-        )
+        db.migrate_table(Kind::Processes, &self.processes)?;
+        db.migrate_table(Kind::Units, &self.units).map(drop)
     }
 }
 
@@ -232,6 +207,7 @@ impl Statements {
     /// at once with `settled` (else from its second beat): whether the row had lapsed (or was
     /// absent), and whether it is settled now.
     pub(super) fn heartbeat(&self, db: &Db, beat: &Heartbeat<'_>) -> Result<Beat> {
+        self.gate.check(db)?;
         let params = (
             beat.process,
             beat.ttl_us,
@@ -253,6 +229,7 @@ impl Statements {
 
     /// What a tick decides from, without scanning units.
     pub(super) fn stats(&self, db: &Db, process: &str) -> Result<Stats> {
+        self.gate.check(db)?;
         let context = "read membership stats";
         let row = db.query_one(context, Policy::IDEMPOTENT, &self.stats, &(process,))?;
         // Each column is named with the table it is computed from.
@@ -282,6 +259,7 @@ impl Statements {
 
     /// The unit rows that name `process`.
     pub(super) fn owned(&self, db: &Db, process: &str) -> Result<Vec<(Unit, Hold)>> {
+        self.gate.check(db)?;
         let rows = db.query(
             "read owned units",
             Policy::IDEMPOTENT,
@@ -305,6 +283,7 @@ impl Statements {
         slot: i32,
         reported: Reported,
     ) -> Result<Vec<(Unit, Hold)>> {
+        self.gate.check(db)?;
         let params = (
             process,
             limit,
@@ -328,6 +307,7 @@ impl Statements {
         units: &Batch<'_>,
         reported: Reported,
     ) -> Result<Vec<Unit>> {
+        self.gate.check(db)?;
         let params = (
             process,
             &units.tenants,
@@ -349,6 +329,7 @@ impl Statements {
         keep: &Batch<'_>,
         reported: Reported,
     ) -> Result<Vec<Unit>> {
+        self.gate.check(db)?;
         let params = (
             process,
             &keep.tenants,
@@ -363,6 +344,7 @@ impl Statements {
 
     /// Deletes `process`'s row, freeing its units.
     pub(super) fn delete_process(&self, db: &Db, process: &str) -> Result<()> {
+        self.gate.check(db)?;
         let context = "delete process";
         db.query_one(context, Policy::ONCE, &self.delete_process, &(process,))?;
         Ok(())
@@ -370,6 +352,7 @@ impl Statements {
 
     /// Deletes process rows expired for longer than `cutoff_us` and frees their units.
     pub(super) fn sweep(&self, db: &Db, cutoff_us: i64) -> Result<Sweep> {
+        self.gate.check(db)?;
         let context = "sweep processes";
         let row = db.query_one(context, Policy::ONCE, &self.sweep, &(cutoff_us,))?;
         // Counts, never negative.
@@ -393,6 +376,7 @@ impl Statements {
         remove: bool,
         units: &Batch<'_>,
     ) -> Result<(u64, Vec<String>)> {
+        self.gate.check(db)?;
         let statement = if remove {
             &self.remove_units
         } else {
@@ -413,6 +397,7 @@ impl Statements {
         unit: &Unit,
         weight: i32,
     ) -> Result<Option<Option<String>>> {
+        self.gate.check(db)?;
         let params = (unit.tenant.as_str(), unit.shard, weight);
         let rows = db.query("set unit weight", Policy::ONCE, &self.set_weight, &params)?;
         rows.first()
@@ -422,6 +407,7 @@ impl Statements {
 
     /// Moves the change counters of `owners`.
     pub(super) fn bump_changes(&self, db: &Db, context: &str, owners: &[String]) -> Result<()> {
+        self.gate.check(db)?;
         db.query(context, Policy::IDEMPOTENT, &self.bump_changes, &(owners,))?;
         Ok(())
     }
@@ -444,6 +430,7 @@ impl Statements {
 
     /// Every registered unit, in unit order.
     pub(super) fn assignments(&self, db: &Db) -> Result<Vec<Assignment>> {
+        self.gate.check(db)?;
         let rows = db.query(
             "read assignments",
             Policy::IDEMPOTENT,
@@ -468,6 +455,7 @@ impl Statements {
 
     /// Every process row, oldest first.
     pub(super) fn processes(&self, db: &Db) -> Result<Vec<ProcessInfo>> {
+        self.gate.check(db)?;
         let context = "read processes";
         let rows = db.query(context, Policy::IDEMPOTENT, &self.processes_view, &())?;
         rows.iter()
@@ -490,6 +478,7 @@ impl Statements {
 
     /// The enabled units no live process owns, and their weight.
     pub(super) fn unowned(&self, db: &Db) -> Result<Unowned> {
+        self.gate.check(db)?;
         let context = "count unowned units";
         let row = db.query_one(context, Policy::IDEMPOTENT, &self.unowned, &())?;
         let read = Read::new(&row, context, &self.units);
@@ -538,11 +527,6 @@ mod tests {
             .claim
             .text()
             .contains("FROM \"m\".\"procs\" WHERE process_id"));
-        assert!(
-            sql.create_units[2].contains("INDEX IF NOT EXISTS \"units_owner\" ON \"m\".\"units\"")
-        );
-        assert!(sql.create_units[1].contains("SEQUENCE IF NOT EXISTS \"m\".\"units_token_seq\""));
-        assert!(sql.create_units[3].contains("\"units_claimable\""));
         assert!(!sql.claim.text().contains('{'));
     }
 }

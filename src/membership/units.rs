@@ -41,11 +41,16 @@ impl Units {
         Ok(self)
     }
 
-    /// Creates both tables and the units' indexes unless they exist; safe from every instance at once.
+    /// Creates both tables and the units' indexes, or brings them to this version's schema (see
+    /// [`crate::migrations`]); tables at this version are left as they are. Safe from every
+    /// instance at once.
     ///
     /// # Errors
     ///
-    /// A database or connection error; creating needs `CREATE` on the schema.
+    /// [`ErrorKind::Schema`](crate::ErrorKind::Schema) when a table was migrated by a newer
+    /// pgtenure (nothing is changed; this one's handles still use it) or is recorded as another
+    /// kind of pgtenure table; a database or connection error: creating and migrating need
+    /// `CREATE` on the schema, which must exist, and ownership of the table.
     pub fn create_tables(&self) -> Result<()> {
         self.sql.create_tables(&self.db)
     }

@@ -52,6 +52,7 @@ use crate::db::Db;
 use crate::error::{Error, Result};
 use crate::input::{check_key, check_tick, micros, MIN_DURATION};
 use crate::instance::{default_owner, random_u64};
+use crate::migrations::Kind;
 use crate::observe;
 use crate::table_name::TableName;
 
@@ -117,15 +118,19 @@ impl TickClaims {
         &self.owner
     }
 
-    /// Creates the table unless it exists. Every instance may call it at startup, all at once.
+    /// Creates the table, or brings it to this version's schema (see [`crate::migrations`]); a
+    /// table at this version is left as it is. Every instance may call it at startup, all at once.
     ///
     /// # Errors
     ///
-    /// A database or connection error; creating needs `CREATE` on the schema, which must exist.
+    /// [`ErrorKind::Schema`](crate::ErrorKind::Schema) when the table was migrated by a newer
+    /// pgtenure (nothing is changed; this one's handles still use it) or is recorded as another
+    /// kind of pgtenure table; a database or connection error: creating and migrating need
+    /// `CREATE` on the schema, which must exist, and ownership of the table.
     pub fn create_table(&self) -> Result<()> {
-        let ddl = [self.sql.create_table.clone()];
         self.db
-            .create_table("create tick claims table", &self.sql.table, &ddl, &[])
+            .migrate_table(Kind::TickClaims, &self.sql.table)
+            .map(drop)
     }
 
     /// Claims `tick` of `job_id`, keeping the job busy for `busy_for` unless released earlier.

@@ -7,11 +7,11 @@ use super::JobInfo;
 use crate::db::{one_row, Db, Policy};
 use crate::error::Result;
 use crate::fence::{statement_text, Fence};
+use crate::migrations::{Gate, Kind};
 use crate::row::Read;
 use crate::statement::Statement;
 use crate::table_name::{render, TableName};
 
-const CREATE_TABLE: &str = include_str!("../../sql/tick_claims/create_table.sql");
 const CLAIM: &str = include_str!("../../sql/tick_claims/claim.sql");
 const RELEASE: &str = include_str!("../../sql/tick_claims/release.sql");
 const EXTEND: &str = include_str!("../../sql/tick_claims/extend.sql");
@@ -22,7 +22,8 @@ const JOBS: &str = include_str!("../../sql/tick_claims/jobs.sql");
 /// The statements, rendered once for a table.
 pub(super) struct Statements {
     pub(super) table: TableName,
-    pub(super) create_table: String,
+    /// The check of the table's schema version before the first statement.
+    gate: Gate,
     claim: Statement,
     release: Statement,
     extend: Statement,
@@ -47,7 +48,7 @@ pub(super) enum ClaimAnswer {
 impl Statements {
     pub(super) fn new(table: TableName) -> Arc<Statements> {
         Arc::new(Statements {
-            create_table: render(CREATE_TABLE, &table),
+            gate: Gate::new(vec![(Kind::TickClaims, table.clone())]),
             claim: Statement::new(render(CLAIM, &table)),
             release: Statement::new(render(RELEASE, &table)),
             extend: Statement::new(render(EXTEND, &table)),
@@ -73,6 +74,7 @@ impl Statements {
         claim_id: i64,
         lead_us: i64,
     ) -> Result<(ClaimAnswer, Instant)> {
+        self.gate.check(db)?;
         let params = (
             job_id,
             tick,
@@ -112,6 +114,7 @@ impl Statements {
         token: i64,
         busy_us: i64,
     ) -> Result<Option<Instant>> {
+        self.gate.check(db)?;
         let params = (job_id, owner, token, busy_us);
         let mut started = None;
         let rows = db.with_conn("extend tick claim", Policy::IDEMPOTENT, |conn| {
@@ -133,6 +136,7 @@ impl Statements {
 
     /// Ends the claim `token`'s busy period: whether it was still busy.
     pub(super) fn release(&self, db: &Db, job_id: &str, owner: &str, token: i64) -> Result<bool> {
+        self.gate.check(db)?;
         let params = (job_id, owner, token);
         let rows = db.query(
             "release tick claim",
@@ -156,6 +160,7 @@ impl Statements {
 
     /// Every job's row, in job id order.
     pub(super) fn jobs(&self, db: &Db) -> Result<Vec<JobInfo>> {
+        self.gate.check(db)?;
         let rows = db.query("read jobs", Policy::IDEMPOTENT, &self.jobs, &())?;
         rows.iter()
             .map(|row| {
@@ -182,6 +187,5 @@ mod tests {
         let sql = Statements::new(TableName::parse("ops.ticks").unwrap());
         assert!(sql.claim.text().contains("UPDATE \"ops\".\"ticks\" AS c"));
         assert!(!sql.claim.text().contains("{table"));
-        assert!(sql.create_table.contains("\"ops\".\"ticks\""));
     }
 }

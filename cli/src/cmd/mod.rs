@@ -8,6 +8,7 @@ mod lease;
 mod lease_run;
 mod leases;
 mod members;
+mod migrate;
 mod status;
 mod units;
 
@@ -24,6 +25,7 @@ pub(crate) use self::lease::LeaseArgs;
 pub(crate) use self::lease_run::LeaseRunArgs;
 pub(crate) use self::leases::LeasesArgs;
 pub(crate) use self::members::MembersArgs;
+pub(crate) use self::migrate::MigrateArgs;
 pub(crate) use self::status::StatusArgs;
 pub(crate) use self::units::UnitsArgs;
 
@@ -48,6 +50,14 @@ pub(crate) enum Command {
     LeaseRun(LeaseRunArgs),
     /// Serve /metrics (Prometheus) and / (a status page) from the tables, until interrupted.
     Exporter(ExporterArgs),
+    /// Create pgtenure's tables or bring them to this version's schema; --dry-run prints the SQL.
+    #[command(
+        after_help = "Safe while instances run, and from several at once (each table in one \
+                            transaction under pgtenure's advisory lock). A table migrated by a \
+                            newer pgtenure is refused and nothing is changed. The table flags name \
+                            the tables; see docs/upgrading.md."
+    )]
+    Migrate(MigrateArgs),
 }
 
 impl Command {
@@ -63,13 +73,15 @@ impl Command {
             Command::Jobs(args) => args.run(db, global),
             Command::LeaseRun(args) => args.run(db, global),
             Command::Exporter(args) => args.run(db, global),
+            Command::Migrate(args) => args.run(db, global),
         }
     }
 
     /// Checks the subcommand's own arguments that the library would refuse (a lease key, a fleet
     /// name), on a pool that has connected nothing yet.
-    pub(crate) fn check(&self, db: &Db) -> Result<(), String> {
+    pub(crate) fn check(&self, db: &Db, global: &Global) -> Result<(), String> {
         match self {
+            Command::Migrate(args) => args.tables(global).map(drop).map_err(|e| e.to_string()),
             Command::Lease(args) => args.check(),
             Command::Leader(args) => args.check(db).map_err(|e| e.to_string()),
             _ => Ok(()),
@@ -92,7 +104,7 @@ impl Command {
             | Command::Jobs(_) => true,
             Command::Lease(args) => args.lists(),
             Command::Leader(args) => args.lists(),
-            Command::LeaseRun(_) | Command::Exporter(_) => false,
+            Command::LeaseRun(_) | Command::Exporter(_) | Command::Migrate(_) => false,
         }
     }
 
@@ -118,6 +130,7 @@ impl Command {
             Command::Jobs(_) => "jobs".to_owned(),
             Command::LeaseRun(args) => format!("lease-run {}", args.key()),
             Command::Exporter(_) => "exporter".to_owned(),
+            Command::Migrate(_) => "migrate".to_owned(),
         }
     }
 }

@@ -135,7 +135,8 @@ impl Tables {
 
     /// One section: its rows, `None` when `table` does not exist, or `None` and a [`Denied`]
     /// when the role cannot read it (42501, or a 42P01 for a table its search path holds in a
-    /// schema it has no `USAGE` on).
+    /// schema it has no `USAGE` on) or the table is at an older schema version than this
+    /// pgtenure reads (`ErrorKind::Schema`).
     fn section<T>(
         &self,
         primitive: &'static str,
@@ -159,6 +160,9 @@ impl Tables {
                 Some(why) => format!("{why}; the server says {server}"),
                 None => return Ok(None),
             },
+            // Older than this pgtenure reads (or recorded as another kind): unreadable until
+            // migrated, and the message says so.
+            _ if e.kind() == pgtenure::ErrorKind::Schema => e.to_string(),
             _ => return Err(e.into()),
         };
         denied.push(Denied {

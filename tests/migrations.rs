@@ -1,0 +1,460 @@
+//! Schema versions (`docs/upgrading.md`): `migrate` creates tables at this build's version and
+//! brings older ones there step by step, from every instance at once; it refuses a table migrated
+//! by a newer pgtenure and changes nothing; a handle on a table older than it needs fails its first
+//! call with `ErrorKind::Schema` (table, version found, version needed), never a 42703 deep in a
+//! loop; and a fleet of the previous release and this one keeps every guarantee on the migrated
+//! tables (the rolling upgrade, also under the checker).
+#![allow(dead_code)]
+
+mod common;
+#[path = "common/rolling.rs"]
+mod rolling;
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use common::{client, db, Names, Quiet, Tables};
+use pgtenure::elector::Elector;
+use pgtenure::fire_claims::FireClaims;
+use pgtenure::leases::Leases;
+use pgtenure::membership::{Config, Leaser, Unit, Units};
+use pgtenure::migrations::{self, Plan};
+use pgtenure::tick_claims::TickClaims;
+use pgtenure::ErrorKind;
+
+const V1: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/schema_v1");
+
+/// Makes `table` as the oldest pgtenure did (`tests/fixtures/schema_v1/<kind>.sql`).
+fn make_v1(kind: &str, table: &str) {
+    let text = std::fs::read_to_string(format!("{V1}/{kind}.sql")).unwrap();
+    let (mut out, mut rest) = (String::new(), text.as_str());
+    while let Some(i) = rest.find('{') {
+        out.push_str(&rest[..i]);
+        let end = i + rest[i..].find('}').unwrap();
+        match rest[i + 1..end].split_once(':') {
+            Some((_, suffix)) => out.push_str(&format!("\"{table}_{suffix}\"")),
+            None => out.push_str(&format!("\"{table}\"")),
+        }
+        rest = &rest[end + 1..];
+    }
+    out.push_str(rest);
+    client().batch_execute(&out).unwrap();
+}
+
+fn tables_for(n: &Names) -> migrations::Tables {
+    migrations::Tables::default()
+        .with_tick_claims(&n.tick)
+        .and_then(|t| t.with_fire_claims(&n.fire))
+        .and_then(|t| t.with_leases(&n.lease))
+        .and_then(|t| t.with_leader(&n.leader))
+        .and_then(|t| t.with_membership(&n.procs, &n.units))
+        .unwrap()
+}
+
+fn make_all_v1(n: &Names) {
+    make_v1("tick_claims", &n.tick);
+    make_v1("fire_claims", &n.fire);
+    make_v1("leases", &n.lease);
+    make_v1("leader", &n.leader);
+    make_v1("processes", &n.procs);
+    make_v1("units", &n.units);
+}
+
+fn comment(table: &str) -> Option<String> {
+    client()
+        .query_one(
+            "SELECT obj_description(to_regclass($1), 'pg_class')",
+            &[&table],
+        )
+        .unwrap()
+        .get(0)
+}
+
+fn versions(plans: &[Plan]) -> Vec<(String, Option<u32>, u32)> {
+    plans
+        .iter()
+        .map(|p| (p.kind().to_owned(), p.version(), p.target()))
+        .collect()
+}
+
+#[test]
+fn a_fresh_database_is_created_at_this_version_and_recorded() {
+    let mut tables = Tables::new();
+    let n = tables.every_primitive();
+    let db = db();
+    let plans = migrations::plan(&db, &tables_for(&n)).unwrap();
+    assert!(plans.iter().all(|p| !p.exists() && !p.is_current()));
+    let done = migrations::migrate(&db, &tables_for(&n)).unwrap();
+    assert_eq!(
+        versions(&done),
+        versions(&plans),
+        "migrate ran what plan said"
+    );
+    let plans = migrations::plan(&db, &tables_for(&n)).unwrap();
+    for plan in &plans {
+        assert!(plan.is_current(), "{plan}");
+        assert_eq!(plan.recorded_version(), Some(plan.target()), "{plan}");
+    }
+    assert_eq!(
+        comment(&n.lease)
+            .as_deref()
+            .map(|c| c.starts_with("pgtenure: leases table, schema version 2")),
+        Some(true)
+    );
+}
+
+/// The case the CHANGELOG's hand-written `ALTER TABLE` used to cover: a processes table made
+/// before `settled`, under a new Leaser: its first heartbeat and its run loop fail with the
+/// schema error, and both work once migrated.
+#[test]
+fn a_handle_on_an_older_table_fails_its_first_call_naming_the_versions() {
+    let mut tables = Tables::new();
+    let n = tables.every_primitive();
+    make_all_v1(&n);
+    let db = db();
+    let check = |what: &str, err: pgtenure::Error, table: &str, found: u32, needed: u32| {
+        assert_eq!(err.kind(), ErrorKind::Schema, "{what}: {err}");
+        assert!(err.is_permanent(), "{what}");
+        let text = err.to_string();
+        for needle in [
+            table.to_owned(),
+            format!("schema version {found}"),
+            format!("needs ({needed})"),
+            "pgtenure migrate".to_owned(),
+        ] {
+            assert!(text.contains(&needle), "{what}: {needle:?} not in {text}");
+        }
+    };
+    let ticks = TickClaims::new(&db).with_table(&n.tick).unwrap();
+    let err = ticks
+        .claim("job", SystemTime::now(), Duration::from_secs(1))
+        .unwrap_err();
+    check("claim tick", err, &n.tick, 1, 2);
+    let fires = FireClaims::new(&db).with_table(&n.fire).unwrap();
+    check("claim fire", fires.claim("f").unwrap_err(), &n.fire, 1, 2);
+    let leases = Leases::new(&db).with_table(&n.lease).unwrap();
+    let err = leases.try_acquire("k", Duration::from_secs(5)).unwrap_err();
+    check("acquire lease", err, &n.lease, 1, 2);
+    let elector = Elector::new(&db).with_table(&n.leader).unwrap();
+    check(
+        "is_leader",
+        elector.is_leader().unwrap_err(),
+        &n.leader,
+        1,
+        3,
+    );
+    let leaser = Leaser::new(&db, Arc::new(Quiet), Config::default())
+        .unwrap()
+        .with_tables(&n.procs, &n.units)
+        .unwrap();
+    check("heartbeat", leaser.heartbeat().unwrap_err(), &n.procs, 1, 3);
+    // The run loop reports it as permanent at once instead of retrying.
+    let (_stop, shutdown) = pgtenure::crossbeam_channel::bounded::<()>(0);
+    let started = std::time::Instant::now();
+    check("run", leaser.run(&shutdown).unwrap_err(), &n.procs, 1, 3);
+    assert!(started.elapsed() < Duration::from_secs(5));
+    // Nothing was written by any of them.
+    assert_eq!(common::count(&mut client(), &n.lease), 0);
+    assert_eq!(common::count(&mut client(), &n.procs), 0);
+
+    // Migrated: the same handles work (the failed check was not cached).
+    let before = migrations::plan(&db, &tables_for(&n)).unwrap();
+    assert!(before
+        .iter()
+        .all(|p| p.recorded_version().is_none() && p.version() == Some(1)));
+    migrations::migrate(&db, &tables_for(&n)).unwrap();
+    assert!(ticks
+        .claim("job", SystemTime::now(), Duration::from_secs(1))
+        .unwrap()
+        .is_some());
+    assert!(fires.claim("f").unwrap());
+    assert!(leases
+        .try_acquire("k", Duration::from_secs(5))
+        .unwrap()
+        .is_some());
+    assert!(elector.is_leader().unwrap());
+    leaser.heartbeat().unwrap();
+    for plan in migrations::plan(&db, &tables_for(&n)).unwrap() {
+        assert!(plan.is_current(), "{plan}");
+    }
+}
+
+/// The oldest layout of every table, and every layout in between, migrated to this build's by
+/// every instance at once; the rows already there stay.
+#[test]
+fn many_instances_migrate_old_and_fresh_tables_at_once() {
+    let mut tables = Tables::new();
+    let old = tables.every_primitive();
+    let fresh = tables.every_primitive();
+    make_all_v1(&old);
+    client()
+        .batch_execute(&format!(
+            "INSERT INTO \"{t}\" (job_id, tick, owner, token) VALUES ('kept', now(), 'o', 7);
+             INSERT INTO \"{u}\" (tenant, shard) VALUES ('kept', 1)",
+            t = old.tick,
+            u = old.units
+        ))
+        .unwrap();
+    let (old_t, fresh_t) = (tables_for(&old), tables_for(&fresh));
+    let results = common::race(8, move |i| {
+        let db = common::fresh_db();
+        let t = if i % 2 == 0 { &old_t } else { &fresh_t };
+        migrations::migrate(&db, t).map(|plans| plans.len())
+    });
+    for r in results {
+        assert_eq!(r.unwrap(), 6);
+    }
+    let db = db();
+    for plan in migrations::plan(&db, &tables_for(&old))
+        .unwrap()
+        .into_iter()
+        .chain(migrations::plan(&db, &tables_for(&fresh)).unwrap())
+    {
+        assert!(plan.is_current(), "{plan}");
+        assert_eq!(plan.recorded_version(), Some(plan.target()));
+    }
+    let ticks = TickClaims::new(&db).with_table(&old.tick).unwrap();
+    let jobs = ticks.jobs().unwrap();
+    assert_eq!(jobs.len(), 1);
+    assert_eq!(jobs[0].token, 7);
+    let units = Units::new(&db).with_tables(&old.procs, &old.units).unwrap();
+    assert_eq!(units.assignments().unwrap().len(), 1);
+    // The owner index was rebuilt with slot; the token sequence belongs to the token column.
+    let row = client()
+        .query_one(
+            "SELECT pg_get_indexdef(to_regclass($1)),
+                    (SELECT count(*) FROM pg_depend d
+                      WHERE d.objid = to_regclass($2) AND d.refobjid = to_regclass($3)
+                        AND d.deptype = 'a')",
+            &[
+                &format!("{}_owner", old.units),
+                &format!("{}_token_seq", old.units),
+                &old.units,
+            ],
+        )
+        .unwrap();
+    let index: String = row.get(0);
+    assert!(index.contains("(process_id, slot)"), "{index}");
+    assert_eq!(
+        row.get::<_, i64>(1),
+        1,
+        "the sequence is owned by the token column"
+    );
+}
+
+#[test]
+fn a_table_migrated_by_a_newer_pgtenure_is_refused_unchanged_and_still_used() {
+    let mut tables = Tables::new();
+    let n = tables.every_primitive();
+    let db = db();
+    Leases::new(&db)
+        .with_table(&n.lease)
+        .unwrap()
+        .create_table()
+        .unwrap();
+    let newer = "pgtenure: leases table, schema version 9 (written by pgtenure migrate)";
+    client()
+        .batch_execute(&format!("COMMENT ON TABLE \"{}\" IS '{newer}'", n.lease))
+        .unwrap();
+    let err = migrations::migrate(&db, &tables_for(&n)).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Schema);
+    let text = err.to_string();
+    for needle in [
+        n.lease.as_str(),
+        "schema version 9",
+        "(2)",
+        "upgrade pgtenure",
+        "nothing was changed",
+    ] {
+        assert!(text.contains(needle), "{needle:?} not in {text}");
+    }
+    // Nothing changed: no other table was created, the record is the newer one.
+    assert!(!common::table_exists(&mut client(), &n.tick));
+    assert_eq!(comment(&n.lease).as_deref(), Some(newer));
+    let err = Leases::new(&db)
+        .with_table(&n.lease)
+        .unwrap()
+        .create_table()
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Schema);
+    // This build's handles keep working against it (a rolling upgrade: N against N+1).
+    let leases = Leases::new(&db).with_table(&n.lease).unwrap();
+    let lease = leases
+        .acquire("k", Duration::from_secs(5))
+        .unwrap()
+        .unwrap();
+    assert!(lease.token() > 0);
+    lease.release().unwrap();
+    // A newer release that contracted the table (dropped what this build reads) says so in the
+    // record: this build's handles refuse it at their first call.
+    client()
+        .batch_execute(&format!(
+            "COMMENT ON TABLE \"{}\" IS 'pgtenure: leases table, schema version 10, usable by \
+             builds of version 3 and later'",
+            n.lease
+        ))
+        .unwrap();
+    let leases = Leases::new(&common::fresh_db())
+        .with_table(&n.lease)
+        .unwrap();
+    let err = leases.try_acquire("k", Duration::from_secs(5)).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Schema);
+    assert!(err.to_string().contains("upgrade pgtenure"), "{err}");
+}
+
+#[test]
+fn a_table_without_a_record_is_taken_at_the_version_its_columns_show() {
+    let mut tables = Tables::new();
+    let n = tables.every_primitive();
+    let db = db();
+    migrations::migrate(&db, &tables_for(&n)).unwrap();
+    // As pgtenure made it before versions were recorded (or a DBA from the DDL, without the
+    // COMMENT): every column there, no record.
+    client()
+        .batch_execute(&format!("COMMENT ON TABLE \"{}\" IS NULL", n.procs))
+        .unwrap();
+    let fresh = common::fresh_db();
+    let leaser = Leaser::new(&fresh, Arc::new(Quiet), Config::default())
+        .unwrap()
+        .with_tables(&n.procs, &n.units)
+        .unwrap();
+    leaser.heartbeat().unwrap();
+    let plan = migrations::plan(&fresh, &tables_for(&n)).unwrap();
+    let procs = plan.iter().find(|p| p.kind() == "processes").unwrap();
+    assert_eq!((procs.recorded_version(), procs.version()), (None, Some(3)));
+    assert!(procs.to_string().contains("no version record"), "{procs}");
+    // A record-less table without `settled` is version 2, too old.
+    client()
+        .batch_execute(&format!("ALTER TABLE \"{}\" DROP COLUMN settled", n.procs))
+        .unwrap();
+    let other = common::fresh_db();
+    let leaser = Leaser::new(&other, Arc::new(Quiet), Config::default())
+        .unwrap()
+        .with_tables(&n.procs, &n.units)
+        .unwrap();
+    let err = leaser.heartbeat().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Schema);
+    assert!(err.to_string().contains("no version record"), "{err}");
+    // Migrating a record-less table runs every step (each changing nothing already there).
+    migrations::migrate(&other, &tables_for(&n)).unwrap();
+    leaser.heartbeat().unwrap();
+    assert!(comment(&n.procs).unwrap().contains("schema version 3"));
+}
+
+#[test]
+fn a_table_recorded_as_another_kind_is_refused() {
+    let mut tables = Tables::new();
+    let n = tables.every_primitive();
+    let db = db();
+    Leases::new(&db)
+        .with_table(&n.lease)
+        .unwrap()
+        .create_table()
+        .unwrap();
+    let ticks = TickClaims::new(&db).with_table(&n.lease).unwrap();
+    let err = ticks.jobs().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Schema);
+    assert!(err.to_string().contains("leases table"), "{err}");
+    assert_eq!(ticks.create_table().unwrap_err().kind(), ErrorKind::Schema);
+}
+
+/// The rolling upgrade in short (the checker runs it longer, under load): two processes of the
+/// previous release and two of this one share 150 units on the migrated tables, and the old ones
+/// are replaced by new ones one by one.
+#[test]
+fn the_previous_release_and_this_one_share_units_on_the_migrated_tables() {
+    let figures = rolling::rolling_upgrade(150, 2, 2, Duration::from_secs(6), true);
+    println!("rolling upgrade: {figures:?}");
+    assert_eq!(figures.violations, 0);
+    assert!(figures.old_claimed > 0);
+}
+
+#[test]
+fn membership_units_are_added_after_migrating() {
+    // A plain check that the migrated units table takes this build's writes.
+    let mut tables = Tables::new();
+    let n = tables.every_primitive();
+    make_v1("processes", &n.procs);
+    make_v1("units", &n.units);
+    let db = db();
+    let units = Units::new(&db).with_tables(&n.procs, &n.units).unwrap();
+    let err = units.add(&[Unit::new("t", 1).unwrap()]).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Schema);
+    units.create_tables().unwrap();
+    assert_eq!(units.add(&[Unit::new("t", 1).unwrap()]).unwrap(), 1);
+}
+
+/// The loops that start threads report an older table at once, as a permanent error, before any
+/// thread runs: the scheduler's start, the elector's campaign, the membership loop (above).
+#[test]
+fn loops_report_an_older_table_at_start() {
+    let mut tables = Tables::new();
+    let n = tables.every_primitive();
+    make_v1("tick_claims", &n.tick);
+    make_v1("leader", &n.leader);
+    let db = db();
+    let every = pgtenure::schedule::Schedule::every(Duration::from_secs(1)).unwrap();
+    let err = pgtenure::schedule::Scheduler::new(&db)
+        .with_table(&n.tick)
+        .unwrap()
+        .job("job", every, |_| Ok(()))
+        .unwrap()
+        .start()
+        .map(drop)
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Schema, "{err}");
+    assert!(err.to_string().contains(&n.tick), "{err}");
+    let err = Elector::new(&db)
+        .with_table(&n.leader)
+        .unwrap()
+        .campaign()
+        .map(drop)
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Schema, "{err}");
+    assert!(err.to_string().contains("needs (3)"), "{err}");
+}
+
+/// A table with every column but no version record (made before versions were recorded, by
+/// another role): a role that may use it but not alter it still migrates (there is nothing to do
+/// but the record, which its owner's migrate writes), and its handles work.
+#[test]
+fn a_role_that_does_not_own_a_current_table_without_a_record_still_migrates() {
+    let mut tables = Tables::new();
+    let n = tables.every_primitive();
+    let role = common::Role::new(&mut tables, "read committed");
+    let db = db();
+    let ticks = TickClaims::new(&db).with_table(&n.tick).unwrap();
+    ticks.create_table().unwrap();
+    client()
+        .batch_execute(&format!(
+            "COMMENT ON TABLE \"{0}\" IS NULL; GRANT ALL ON \"{0}\" TO {1}",
+            n.tick, role.name
+        ))
+        .unwrap();
+    let limited = pgtenure::DbBuilder::from_config(role.config("limited"))
+        .build()
+        .unwrap();
+    let theirs = TickClaims::new(&limited).with_table(&n.tick).unwrap();
+    theirs.create_table().unwrap();
+    assert!(theirs
+        .claim("job", SystemTime::now(), Duration::from_secs(1))
+        .unwrap()
+        .is_some());
+    assert_eq!(comment(&n.tick), None, "the record is the owner's to write");
+    // A table that lacks a step is another matter: the role cannot migrate it, and says so.
+    client()
+        .batch_execute(&format!("ALTER TABLE \"{}\" DROP COLUMN claim_id", n.tick))
+        .unwrap();
+    let err = TickClaims::new(&limited)
+        .with_table(&n.tick)
+        .unwrap()
+        .create_table()
+        .unwrap_err();
+    assert_eq!(
+        err.code(),
+        Some(&pgtenure::postgres::error::SqlState::INSUFFICIENT_PRIVILEGE),
+        "{err}"
+    );
+    ticks.create_table().unwrap();
+    assert!(comment(&n.tick).unwrap().contains("schema version 2"));
+}
