@@ -231,7 +231,6 @@
 // docs.rs builds every feature (Cargo.toml) and marks what each item needs.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_debug_implementations, unreachable_pub)]
-#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs, rust_2018_idioms)]
 
 mod db;
