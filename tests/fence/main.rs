@@ -304,11 +304,16 @@ fn psql_example() -> String {
 /// Runs the psql example for `fence`, its protected write aimed at `exports` (the example names
 /// `invoice_exports`; the test's own table is put in its place, nothing else changes).
 fn run_psql_example(fence: &Fence, exports: &str) -> std::process::Output {
+    run_psql_example_at(&direct_url(), fence, exports)
+}
+
+/// [`run_psql_example`] with `DATABASE_URL` set to `url`.
+fn run_psql_example_at(url: &str, fence: &Fence, exports: &str) -> std::process::Output {
     let script = psql_example().replace("invoice_exports", exports);
     Command::new("sh")
         .arg("-c")
         .arg(&script)
-        .env("DATABASE_URL", direct_url())
+        .env("DATABASE_URL", url)
         .env("PGTENURE_FENCE_SQL", fence.sql())
         .env("PGTENURE_LEASE_KEY", fence.params()[0].to_string())
         .env("PGTENURE_LEASE_OWNER", fence.params()[1].to_string())
@@ -362,6 +367,49 @@ fn the_psql_example_writes_while_the_lease_is_held_and_nothing_after_a_takeover(
         .unwrap()
         .get(0);
     assert_eq!(count, 1, "the stale holder wrote nothing");
+}
+
+/// Behind PgBouncer in transaction mode, a server connection goes from client to client with its
+/// session state, prepared statements included (they outlive the transaction that made them, even
+/// a rolled-back one): the example must leave none behind, or the next run on that server
+/// connection fails to prepare its fence ("prepared statement already exists").
+#[test]
+fn the_psql_example_runs_again_and_again_through_pgbouncer_in_transaction_mode() {
+    let mut tables = Tables::new();
+    let table = tables.name("lease");
+    let exports = tables.name("exports");
+    client()
+        .batch_execute(&format!(
+            "CREATE TABLE {exports} (token bigint NOT NULL, note text NOT NULL)"
+        ))
+        .unwrap();
+    let leases = Leases::new(&db())
+        .with_table(&table)
+        .unwrap()
+        .with_owner("a")
+        .unwrap();
+    leases.create_table().unwrap();
+    let lease = leases.acquire("invoice-export", MINUTE).unwrap().unwrap();
+    let fence = lease.fence_statement();
+    // One server connection: every run gets the one the previous run used.
+    let bouncer = pgtenure::testing::PgBouncer::start_with_pool_size(&direct_url(), 1).unwrap();
+    for run in 1..=3 {
+        let out = run_psql_example_at(bouncer.url(), &fence, &exports);
+        assert!(
+            out.status.success(),
+            "run {run} through PgBouncer: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let count: i64 = client()
+        .query_one(&format!("SELECT count(*) FROM {exports}"), &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(count, 3, "each run wrote once, fenced");
+    lease.release().unwrap();
+    let stale = run_psql_example_at(bouncer.url(), &fence, &exports);
+    assert!(stale.status.success(), "psql: {stale:?}");
+    assert!(String::from_utf8_lossy(&stale.stderr).contains("fence refused"));
 }
 
 #[test]
