@@ -7,6 +7,7 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+mod takeovers;
 #[cfg(feature = "diesel")]
 mod through_diesel;
 
