@@ -139,8 +139,8 @@
 //!   metrics' help texts.
 //! - [`MIN_DURATION`], [`MAX_DURATION`], [`MAX_KEY_BYTES`]: the limits every TTL, busy period and
 //!   key is checked against.
-//! - [`postgres`], [`r2d2`], [`r2d2_postgres`], [`crossbeam_channel`]: the crates in the API,
-//!   re-exported.
+//! - [`postgres`], [`r2d2`], [`r2d2_postgres`], [`crossbeam_channel`], and `diesel` (feature
+//!   `diesel`): the crates in the API, re-exported.
 //!
 //! [`tick_claims`], one row per job:
 //! - [`TickClaims`](tick_claims::TickClaims): claims a job's tick for one instance.
