@@ -229,6 +229,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs, rust_2018_idioms)]
 
+mod busy;
 mod db;
 pub mod elector;
 mod error;

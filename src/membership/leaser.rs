@@ -60,6 +60,9 @@ pub struct Leaser {
     pub(super) outbox: Outbox,
     /// Whether `run` is running (one at a time).
     pub(super) running: AtomicBool,
+    /// When the run loop's database call in progress began: a [`Running`](super::Running)'s stop
+    /// bound counts from there.
+    pub(super) busy: crate::busy::Busy,
 }
 
 impl Leaser {
@@ -96,6 +99,7 @@ impl Leaser {
             watch: Mutex::new(None),
             outbox: Outbox::default(),
             running: AtomicBool::new(false),
+            busy: crate::busy::Busy::default(),
         })
     }
 
