@@ -280,3 +280,107 @@ fn a_unit_is_claimed_by_another_process_only_after_the_fenced_transaction() {
     b.delete_process().unwrap();
     a.delete_process().unwrap();
 }
+
+/// Runs `fence` by a plain client in a transaction begun (with `isolation`) before the tenure
+/// lapsed, after it lapsed by the database clock (`lapsed`, one boolean): whether it held.
+fn late_in_a_long_transaction(fence: &Fence, isolation: &str, lapsed: &str) -> bool {
+    let mut c = client();
+    c.batch_execute(&format!("BEGIN ISOLATION LEVEL {isolation}"))
+        .unwrap();
+    // The transaction's start (now()) and, under REPEATABLE READ, its snapshot: before the lapse.
+    c.query_one("SELECT now()", &[]).unwrap();
+    wait_until("the tenure to lapse", lapsed);
+    let params: Vec<Box<dyn ToSql + Sync>> = fence
+        .params()
+        .iter()
+        .map(|param| -> Box<dyn ToSql + Sync> {
+            match param {
+                Param::Text(text) => Box::new(text.clone()),
+                Param::Int8(value) => Box::new(*value),
+                Param::Int4(value) => Box::new(*value),
+                other => panic!("a parameter type this test does not know: {other:?}"),
+            }
+        })
+        .collect();
+    let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(|p| &**p).collect();
+    let held = !c.query(fence.sql(), &refs).unwrap().is_empty();
+    c.batch_execute("ROLLBACK").unwrap();
+    held
+}
+
+/// A fence run late in a transaction that began while the tenure was live judges liveness by the
+/// clock at that moment (`clock_timestamp()`), not by the transaction's start (`now()`), under
+/// READ COMMITTED and REPEATABLE READ alike, for every held thing.
+#[test]
+fn a_fence_late_in_a_long_transaction_is_refused_once_the_tenure_lapsed() {
+    let mut tables = Tables::new();
+    let short = Duration::from_millis(700);
+    for isolation in ["READ COMMITTED", "REPEATABLE READ"] {
+        let lease_t = tables.name("lease");
+        let leases = Leases::new(&db()).with_table(&lease_t).unwrap();
+        leases.create_table().unwrap();
+        let grant = leases.try_acquire("k", short).unwrap().unwrap();
+        let fence = leases.fence_statement("k", grant.token()).unwrap();
+        let lapsed = format!("SELECT held_until <= now() FROM {lease_t} WHERE key = 'k'");
+        assert!(
+            !late_in_a_long_transaction(&fence, isolation, &lapsed),
+            "lease, {isolation}"
+        );
+
+        let tick_t = tables.name("tick");
+        let ticks = TickClaims::new(&db()).with_table(&tick_t).unwrap();
+        ticks.create_table().unwrap();
+        let secs = db_now(&mut client())
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        let tick = SystemTime::UNIX_EPOCH + Duration::from_secs(secs - secs % 60 - 300);
+        let claim = ticks.claim("job", tick, short).unwrap().unwrap();
+        let lapsed = format!("SELECT busy_until <= now() FROM {tick_t} WHERE job_id = 'job'");
+        assert!(
+            !late_in_a_long_transaction(&claim.fence_statement(), isolation, &lapsed),
+            "tick claim, {isolation}"
+        );
+
+        let leader_t = tables.name("leader");
+        let elector = Elector::new(&db())
+            .with_table(&leader_t)
+            .unwrap()
+            .with_ttl(short)
+            .unwrap();
+        elector.create_table().unwrap();
+        assert!(elector.is_leader().unwrap());
+        let fence = elector.fence_statement(elector.term().unwrap());
+        let lapsed = format!("SELECT expires_at <= now() FROM {leader_t}");
+        assert!(
+            !late_in_a_long_transaction(&fence, isolation, &lapsed),
+            "leadership term, {isolation}"
+        );
+
+        let (procs, units_t) = (tables.name("procs"), tables.name("units"));
+        let units = Units::new(&db()).with_tables(&procs, &units_t).unwrap();
+        units.create_tables().unwrap();
+        let unit = Unit::new("acme", 1).unwrap();
+        units.add(std::slice::from_ref(&unit)).unwrap();
+        let leaser = Leaser::new(&db(), Arc::new(Quiet), hand_driven())
+            .unwrap()
+            .with_tables(&procs, &units_t)
+            .unwrap();
+        leaser.heartbeat().unwrap();
+        leaser.tick().unwrap();
+        let fence = leaser.fence_statement(&unit).expect("owned");
+        // Its process row lapses soon (as if its heartbeats stopped).
+        client()
+            .batch_execute(&format!(
+                "UPDATE {procs} SET expires_at = now() + interval '700 ms' WHERE process_id = '{}'",
+                leaser.process_id()
+            ))
+            .unwrap();
+        let lapsed = format!("SELECT bool_and(expires_at <= now()) FROM {procs}");
+        assert!(
+            !late_in_a_long_transaction(&fence, isolation, &lapsed),
+            "unit, {isolation}"
+        );
+        leaser.delete_process().unwrap();
+    }
+}
