@@ -438,3 +438,64 @@ fn the_lease_statement_in_docs_fencing_md_is_the_one_sent_for_the_default_table(
     );
     assert_eq!(fence.to_string(), format!("{shown}\n{params}"));
 }
+
+/// Drops a schema of the test's own, with all in it.
+struct DropSchema(String);
+
+impl Drop for DropSchema {
+    fn drop(&mut self) {
+        let _ = client().batch_execute(&format!("DROP SCHEMA IF EXISTS {} CASCADE", self.0));
+    }
+}
+
+/// A lease table in a schema of its own, with a mixed-case name (kept as written: rendered
+/// double-quoted): the fence value names it so, and runs as it is by a plain client, by the held
+/// form and by the psql example (its text passed through a psql variable).
+#[test]
+fn a_fence_on_a_mixed_case_schema_qualified_table_runs_everywhere() {
+    let mut tables = Tables::new();
+    let schema = format!("t_fence_schema_{}", std::process::id());
+    let _drop = DropSchema(schema.clone());
+    client()
+        .batch_execute(&format!("CREATE SCHEMA {schema}"))
+        .unwrap();
+    let qualified = format!("{schema}.Odd_Leases");
+    let exports = tables.name("exports");
+    client()
+        .batch_execute(&format!(
+            "CREATE TABLE {exports} (token bigint NOT NULL, note text NOT NULL)"
+        ))
+        .unwrap();
+    let leases = Leases::new(&db())
+        .with_table(&qualified)
+        .unwrap()
+        .with_owner("o'wner \\ \"x\"\nline")
+        .unwrap();
+    leases.create_table().unwrap();
+    let key = "ké'y \\ \"q\"\n:owner; --";
+    let lease = leases.acquire(key, MINUTE).unwrap().unwrap();
+    let fence = lease.fence_statement();
+    assert!(
+        fence
+            .sql()
+            .contains(&format!("FROM \"{schema}\".\"Odd_Leases\"")),
+        "{}",
+        fence.sql()
+    );
+    assert!(run_by_text(&fence));
+    assert!(held_form(|tx| lease.fence(tx).unwrap()));
+    let out = run_psql_example(&fence, &exports);
+    assert!(out.status.success(), "psql: {out:?}");
+    let count: i64 = client()
+        .query_one(&format!("SELECT count(*) FROM {exports}"), &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        count, 1,
+        "the psql example wrote under the odd key and owner"
+    );
+    lease.release().unwrap();
+    assert!(!run_by_text(&fence));
+    let out = run_psql_example(&fence, &exports);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("fence refused"));
+}
