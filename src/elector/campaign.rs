@@ -466,6 +466,8 @@ impl Shared {
 
     /// Delivers every queued event, in order, to the channel and the hooks.
     fn flush(&self) {
+        // The hooks are the application's code, not a database call: not counted in stop's bound.
+        let _paused = self.busy.pause();
         let _turn = self.delivering.lock();
         *self.deliverer.lock() = Some(std::thread::current().id());
         loop {

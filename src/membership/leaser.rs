@@ -127,6 +127,13 @@ impl Leaser {
         &self.process_id
     }
 
+    /// Delivers what was decided to the reconciler. Its calls are the application's code, not a
+    /// database call: a [`Running`](super::Running)'s stop bound does not count them.
+    pub(super) fn deliver(&self) {
+        let _paused = self.busy.pause();
+        self.outbox.flush(&*self.reconciler);
+    }
+
     /// The configuration in force (defaults filled in).
     pub fn config(&self) -> &Config {
         &self.config
@@ -259,7 +266,7 @@ impl Leaser {
                 self.process_id
             );
         }
-        self.outbox.flush(&*self.reconciler);
+        self.deliver();
         if let Some(watch) = self.watch.lock().as_ref() {
             // A full channel already holds a wake-up; the watcher re-reads the deadline anyway.
             let _ = watch.try_send(());
@@ -285,7 +292,7 @@ impl Leaser {
             }
             self.outbox.push(Delivery::Lost(lost, UnitLoss::Expired));
         }
-        self.outbox.flush(&*self.reconciler);
+        self.deliver();
     }
 
     /// Deletes process rows expired for longer than the sweep cutoff and frees their units, in one
@@ -368,7 +375,7 @@ impl Leaser {
             drop(local);
             drop(_one_at_a_time);
             // Whatever a concurrent tick queued meanwhile.
-            self.outbox.flush(&*self.reconciler);
+            self.deliver();
             return Ok(());
         }
         Err(Error::new(
@@ -396,7 +403,7 @@ impl Leaser {
             let lost = local.forget_all();
             self.outbox.push(Delivery::Lost(lost, UnitLoss::Released));
         }
-        self.outbox.flush(&*self.reconciler);
+        self.deliver();
     }
 }
 

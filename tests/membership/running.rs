@@ -329,3 +329,63 @@ fn dropping_many_running_leasers_during_an_outage_does_not_multiply_the_bound() 
         "dropping three running leasers during the outage took {took:?} (bound {bound:?} each)"
     );
 }
+
+/// The stop bound counts the loop's database calls, not the reconciler's: a `units_gained` that
+/// runs longer than the bound (the application starting its work) is waited for, and the stop
+/// then releases the units and deletes the process row as usual.
+#[test]
+fn a_slow_reconciler_does_not_eat_into_the_stop_bound() {
+    struct Slow {
+        started: parking_lot::Mutex<Option<Instant>>,
+        gained: std::sync::atomic::AtomicUsize,
+    }
+    impl Reconciler for Slow {
+        fn units_gained(&self, units: &[Unit]) {
+            self.gained
+                .fetch_add(units.len(), std::sync::atomic::Ordering::SeqCst);
+            *self.started.lock() = Some(Instant::now());
+            // Real time is the subject: a callback longer than the stop bound.
+            thread::sleep(Duration::from_millis(3500));
+        }
+        fn units_lost(&self, _: &[Unit], _: UnitLoss) {}
+    }
+    let fleet = Fleet::new(2);
+    let pool_timeout = Duration::from_millis(300);
+    let short = pgtenure::DbBuilder::from_config(crate::common::url_config())
+        .connection_timeout(pool_timeout)
+        .unwrap()
+        .build()
+        .unwrap();
+    let slow = Arc::new(Slow {
+        started: parking_lot::Mutex::new(None),
+        gained: Default::default(),
+    });
+    let running = fleet
+        .leaser_with(&short, slow.clone(), config(Duration::from_secs(10)))
+        .spawn()
+        .unwrap();
+    let started = wait_for("units_gained to begin", Duration::from_secs(10), || {
+        *slow.started.lock()
+    });
+    let bound = pool_timeout * 2 + Duration::from_secs(2);
+    // Stop once the callback has run longer than the bound.
+    while started.elapsed() < bound + Duration::from_millis(200) {
+        thread::sleep(Duration::from_millis(20));
+    }
+    let id = running.leaser().process_id().to_owned();
+    running
+        .stop()
+        .expect("stopped after the callback, units released");
+    let owned: i64 = client()
+        .query_one(
+            &format!(
+                "SELECT count(*) FROM {} WHERE process_id = $1::text::uuid",
+                fleet.units_table
+            ),
+            &[&id],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(owned, 0, "the units were given back");
+    assert_eq!(slow.gained.load(std::sync::atomic::Ordering::SeqCst), 2);
+}
