@@ -499,3 +499,51 @@ fn a_fence_on_a_mixed_case_schema_qualified_table_runs_everywhere() {
     let out = run_psql_example(&fence, &exports);
     assert!(String::from_utf8_lossy(&out.stderr).contains("fence refused"));
 }
+
+/// Drops a role of the test's own (and what was granted to it).
+struct DropRole(String);
+
+impl Drop for DropRole {
+    fn drop(&mut self) {
+        let _ = client().batch_execute(&format!(
+            "DROP OWNED BY {0}; DROP ROLE IF EXISTS {0}",
+            self.0
+        ));
+    }
+}
+
+/// `FOR SHARE` needs `UPDATE` on a column of the table besides `SELECT`: a writer's role with
+/// `SELECT` alone is refused (42501, as docs/fencing.md says); with `UPDATE` on the informational
+/// `acquired_at` column, the fence holds.
+#[test]
+fn a_writers_role_needs_select_and_update_on_one_column_to_fence() {
+    let mut tables = Tables::new();
+    let table = tables.name("lease");
+    let role = format!("t_fence_writer_{}", std::process::id());
+    let _drop = DropRole(role.clone());
+    let leases = Leases::new(&db()).with_table(&table).unwrap();
+    leases.create_table().unwrap();
+    let lease = leases.acquire("k", MINUTE).unwrap().unwrap();
+    let fence = lease.fence_statement();
+    let mut c = client();
+    c.batch_execute(&format!(
+        "CREATE ROLE {role}; GRANT SELECT ON {table} TO {role}"
+    ))
+    .unwrap();
+    let as_writer = |c: &mut pgtenure::postgres::Client| {
+        let mut tx = c.transaction().unwrap();
+        tx.batch_execute(&format!("SET LOCAL ROLE {role}")).unwrap();
+        let held = fence.check(&mut tx);
+        drop(tx);
+        held
+    };
+    let refused = as_writer(&mut c).unwrap_err();
+    assert_eq!(refused.kind(), pgtenure::ErrorKind::Database, "{refused}");
+    assert!(refused.to_string().contains("42501"), "{refused}");
+    c.batch_execute(&format!("GRANT UPDATE (acquired_at) ON {table} TO {role}"))
+        .unwrap();
+    assert!(
+        as_writer(&mut c).unwrap(),
+        "SELECT and UPDATE (acquired_at)"
+    );
+}
