@@ -547,3 +547,47 @@ fn a_writers_role_needs_select_and_update_on_one_column_to_fence() {
         "SELECT and UPDATE (acquired_at)"
     );
 }
+
+/// A leader asked to step down keeps its fence until it has stopped believing (no one else can be
+/// elected meanwhile); once it has told `Lost` and resigned, its campaign gives no fence, the
+/// value taken while it led is refused, and the next leader's holds.
+#[test]
+fn a_leader_asked_to_resign_loses_its_fence_with_its_term() {
+    use pgtenure::elector::LeaderEvent;
+    let mut tables = Tables::new();
+    let table = tables.name("leader");
+    let elector = |holder: &str| {
+        Elector::new(&db())
+            .with_table(&table)
+            .unwrap()
+            .with_holder(holder)
+            .unwrap()
+            .with_ttl(Duration::from_secs(30))
+            .unwrap()
+            .with_retry_period(Duration::from_millis(200))
+            .unwrap()
+    };
+    let (a, b) = (elector("a"), elector("b"));
+    a.create_table().unwrap();
+    let leadership = a.campaign().unwrap();
+    let term = wait_for("a elected", Duration::from_secs(10), || leadership.term());
+    let pinned = leadership.fence_statement().unwrap();
+    assert!(run_by_text(&pinned));
+    assert!(b.request_resign().unwrap(), "asked");
+    wait_for("a's Lost", Duration::from_secs(10), || {
+        leadership.events().try_iter().find_map(|e| match e {
+            LeaderEvent::Lost { term: t, .. } if t == term => Some(()),
+            _ => None,
+        })
+    });
+    assert_eq!(leadership.fence_statement(), None, "not leading: no fence");
+    assert!(!held_form(|tx| leadership.fence(tx).unwrap()));
+    let elected = wait_for("b elected", Duration::from_secs(10), || {
+        b.is_leader().unwrap().then(|| b.term().unwrap())
+    });
+    assert!(elected > term);
+    assert!(!run_by_text(&pinned), "the old term's value is refused");
+    assert!(run_by_text(&b.fence_statement(elected)));
+    leadership.stop().unwrap();
+    b.resign().unwrap();
+}
