@@ -14,7 +14,8 @@
 //!   back; a paused, stale holder can never commit after another tenure began.
 //!
 //! Make the write only when it returned a row, and commit; otherwise roll back. Outside a
-//! transaction (autocommit) the lock ends with the statement and the fence protects nothing. Keep
+//! transaction (autocommit) the lock ends with the statement and the fence protects nothing
+//! (`check_diesel` refuses a fence that held there). Keep
 //! fenced transactions short: the lock also makes the holder's own renewal wait.
 //!
 //! | Held thing | Give it with | Parameters |
@@ -215,8 +216,9 @@ impl Fence {
     /// Runs the fence on a Diesel connection, inside the caller's transaction
     /// (`conn.transaction(|conn| …)`): `true` when it holds (the row is then locked `FOR SHARE`
     /// until that transaction ends), `false` when it does not. Make the protected write only on
-    /// `true`. Outside a transaction the lock ends with the statement and the fence protects
-    /// nothing.
+    /// `true`. Outside a transaction the lock would end with the statement and the fence protect
+    /// nothing: a fence that holds there is refused (one more statement asks the server whether a
+    /// transaction is open; a refused fence needs none).
     ///
     /// ```no_run
     /// # fn main() -> Result<(), pgtenure::Error> {
@@ -241,8 +243,10 @@ impl Fence {
     ///
     /// # Errors
     ///
-    /// A database or connection error, with the server's reason (Diesel 2.2 and 2.3 report no
-    /// SQLSTATE); the transaction is then aborted. The Diesel error is the `source()`.
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) outside a transaction, when
+    /// the fence held (its lock is already gone). A database or connection error, with the
+    /// server's reason (Diesel 2.2 and 2.3 report no SQLSTATE); the transaction is then aborted.
+    /// The Diesel error is the `source()`.
     #[cfg(feature = "diesel")]
     #[cfg_attr(docsrs, doc(cfg(feature = "diesel")))]
     pub fn check_diesel(&self, conn: &mut diesel::PgConnection) -> Result<bool> {
@@ -261,7 +265,25 @@ impl Fence {
         let rows = query
             .execute(conn)
             .map_err(|e| Error::from_diesel(self.context, e))?;
-        Ok(rows > 0)
+        if rows == 0 {
+            return Ok(false);
+        }
+        // Held: but outside a transaction its lock ended with the statement, and a `true` would
+        // protect nothing. The server knows (Diesel's own depth misses a plain `BEGIN`): locking
+        // the row gave the transaction an id, which a transaction of its own (autocommit) has
+        // not.
+        let outside = diesel::select(diesel::dsl::sql::<diesel::sql_types::Bool>(
+            "txid_current_if_assigned() IS NULL",
+        ))
+        .get_result::<bool>(conn)
+        .map_err(|e| Error::from_diesel(self.context, e))?;
+        if outside {
+            return Err(Error::invalid_input(format!(
+                "{} outside a transaction: its row lock ended with the statement, so it protects                  no write; run check_diesel inside conn.transaction(|conn| ...), before the write",
+                self.context
+            )));
+        }
+        Ok(true)
     }
 }
 

@@ -139,8 +139,8 @@
 //!   metrics' help texts.
 //! - [`MIN_DURATION`], [`MAX_DURATION`], [`MAX_KEY_BYTES`]: the limits every TTL, busy period and
 //!   key is checked against.
-//! - [`postgres`], [`r2d2`], [`r2d2_postgres`], [`crossbeam_channel`]: the crates in the API,
-//!   re-exported.
+//! - [`postgres`], [`r2d2`], [`r2d2_postgres`], [`crossbeam_channel`], and `diesel` (feature
+//!   `diesel`): the crates in the API, re-exported.
 //!
 //! [`tick_claims`], one row per job:
 //! - [`TickClaims`](tick_claims::TickClaims): claims a job's tick for one instance.
@@ -233,6 +233,7 @@
 #![warn(missing_debug_implementations, unreachable_pub)]
 #![warn(missing_docs, rust_2018_idioms)]
 
+mod busy;
 mod db;
 pub mod elector;
 mod error;

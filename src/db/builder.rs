@@ -156,11 +156,14 @@ impl DbBuilder {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when it is zero.
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when it is under 1 ms or over
+    /// 100 years, as every duration (it bounds every checkout and each loop handle's `stop`).
     pub fn connection_timeout(mut self, timeout: Duration) -> Result<DbBuilder> {
-        if timeout.is_zero() {
-            return Err(Error::invalid_input("pool connection_timeout is zero"));
-        }
+        crate::input::micros(
+            "pool connection_timeout",
+            timeout,
+            crate::input::MIN_DURATION,
+        )?;
         self.connection_timeout = timeout;
         Ok(self)
     }

@@ -174,9 +174,10 @@ impl r2d2::HandleEvent for ConnectAttempts {
 }
 
 impl<T: MakeTls> Pooling<T> {
-    /// A pool whose checkouts wait for its own connection timeout.
+    /// A pool whose checkouts wait for its own connection timeout, up to 100 years (r2d2 takes
+    /// any: a deadline that far would overflow an `Instant`).
     pub(crate) fn new(pool: Pool<PostgresConnectionManager<T>>, tls: T) -> Pooling<T> {
-        let wait = pool.connection_timeout();
+        let wait = pool.connection_timeout().min(crate::input::MAX_DURATION);
         Pooling {
             pool,
             canceller: Arc::new(CancelWith(tls)),

@@ -176,7 +176,8 @@ impl Db {
     /// r2d2 backs off between attempts to reconnect up to half the pool's `connection_timeout`,
     /// so after an outage (a restart, a failover) a pool with r2d2's default 30 s can stay unusable
     /// for up to 15 s after the server is back; checkouts wait the pool's timeout. Pools that
-    /// pgtenure builds cap the back-off at 500 ms and still wait the whole timeout.
+    /// pgtenure builds cap the back-off at 500 ms and still wait the whole timeout. A pool
+    /// timeout over 100 years (r2d2 accepts up to `Duration::MAX`) waits 100 years.
     pub fn from_pool(pool: Pool<PostgresConnectionManager<NoTls>>) -> Db {
         Db::from_source(Pooling::new(pool, NoTls))
     }

@@ -20,6 +20,7 @@ use parking_lot::Mutex;
 
 use super::poll::Poll;
 use super::{CampaignLink, Campaigning, Elector, LeaderInfo};
+use crate::busy::Busy;
 use crate::error::{Error, ErrorKind, Result};
 use crate::fence::Fence;
 use crate::observe;
@@ -165,6 +166,8 @@ struct Shared {
     /// Set (under `state`) by `stop`: nothing more is decided or told; the thread only finishes
     /// its statement and resigns.
     stopped: AtomicBool,
+    /// When the poll in progress began: `stop`'s bound counts from there.
+    busy: Busy,
 }
 
 #[derive(Default)]
@@ -210,6 +213,7 @@ impl Elector {
             oldest: events.clone(),
             dropped: AtomicU64::new(0),
             stopped: AtomicBool::new(false),
+            busy: Busy::default(),
         });
         // A resign on this elector (or a clone) now goes through the campaign.
         self.tenure.lock().campaign = CampaignLink(Some(
@@ -265,6 +269,7 @@ impl Shared {
                     break;
                 }
                 next = Instant::now() + retry;
+                let _busy = self.busy.enter();
                 // A resignation that failed is sent again before anything else.
                 self.finish_resign();
                 let observing = self
@@ -461,6 +466,8 @@ impl Shared {
 
     /// Delivers every queued event, in order, to the channel and the hooks.
     fn flush(&self) {
+        // The hooks are the application's code, not a database call: not counted in stop's bound.
+        let _paused = self.busy.pause();
         let _turn = self.delivering.lock();
         *self.deliverer.lock() = Some(std::thread::current().id());
         loop {
@@ -611,7 +618,9 @@ impl Leadership {
     ///
     /// Bounded: it waits for the loop's thread at most twice the pool's connection timeout (10 s by
     /// default; one poll in progress and the resignation, each waiting for a connection) plus 2 s
-    /// (their statements). A thread not done by then (a poll stuck on a database that does not
+    /// (their statements), counted from the start of the poll in progress if there is one (so
+    /// stopping or dropping many campaigns whose polls hang on one outage takes one bound, not
+    /// one each). A thread not done by then (a poll stuck on a database that does not
     /// answer: a blackholed network, a hung server or pooler) is left to end on its own, and `stop`
     /// returns an [`ErrorKind::Connection`] error. That thread tells nothing more and never polls
     /// again: once its statement returns (the TCP timeouts, see [`Db`](crate::Db), or the network
@@ -646,7 +655,9 @@ impl Leadership {
             return Ok(());
         };
         let bound = self.stop_bound();
-        match self.finished.recv_timeout(bound) {
+        // Counted from the start of the poll in progress: dropping many campaigns whose polls
+        // hang on one outage takes one bound, not one each.
+        match self.finished.recv_timeout(self.shared.busy.wait(bound)) {
             Err(RecvTimeoutError::Disconnected) => thread.join().unwrap_or_else(|_| {
                 Err(Error::new(
                     ErrorKind::Setup,

@@ -20,6 +20,13 @@ pub struct Config {
     /// Stored in the process row once, for operators. Defaults to `"unknown"`.
     pub version: String,
     /// The process id, UUID text; `None` draws a random one. Defaults to `None`.
+    ///
+    /// Never give one id to two live processes: nothing tells them apart (they heartbeat one row,
+    /// both own its units, and both pass a unit's fence, which checks the process id and the
+    /// claim's token). A process restarted under its id adopts its previous incarnation's units
+    /// and their fences while that incarnation's row is live: after a crash (not a graceful
+    /// [`Running::stop`](super::Running::stop), which deletes the row) start it under a new id, or
+    /// only once the old row expired (one TTL).
     pub process_id: Option<String>,
     /// How long a process row stays live after a heartbeat. Defaults to 15 s.
     pub ttl: Duration,

@@ -60,6 +60,9 @@ pub struct Leaser {
     pub(super) outbox: Outbox,
     /// Whether `run` is running (one at a time).
     pub(super) running: AtomicBool,
+    /// When the run loop's database call in progress began: a [`Running`](super::Running)'s stop
+    /// bound counts from there.
+    pub(super) busy: crate::busy::Busy,
 }
 
 impl Leaser {
@@ -96,6 +99,7 @@ impl Leaser {
             watch: Mutex::new(None),
             outbox: Outbox::default(),
             running: AtomicBool::new(false),
+            busy: crate::busy::Busy::default(),
         })
     }
 
@@ -121,6 +125,13 @@ impl Leaser {
     /// This process's id (UUID text).
     pub fn process_id(&self) -> &str {
         &self.process_id
+    }
+
+    /// Delivers what was decided to the reconciler. Its calls are the application's code, not a
+    /// database call: a [`Running`](super::Running)'s stop bound does not count them.
+    pub(super) fn deliver(&self) {
+        let _paused = self.busy.pause();
+        self.outbox.flush(&*self.reconciler);
     }
 
     /// The configuration in force (defaults filled in).
@@ -255,7 +266,7 @@ impl Leaser {
                 self.process_id
             );
         }
-        self.outbox.flush(&*self.reconciler);
+        self.deliver();
         if let Some(watch) = self.watch.lock().as_ref() {
             // A full channel already holds a wake-up; the watcher re-reads the deadline anyway.
             let _ = watch.try_send(());
@@ -281,7 +292,7 @@ impl Leaser {
             }
             self.outbox.push(Delivery::Lost(lost, UnitLoss::Expired));
         }
-        self.outbox.flush(&*self.reconciler);
+        self.deliver();
     }
 
     /// Deletes process rows expired for longer than the sweep cutoff and frees their units, in one
@@ -364,7 +375,7 @@ impl Leaser {
             drop(local);
             drop(_one_at_a_time);
             // Whatever a concurrent tick queued meanwhile.
-            self.outbox.flush(&*self.reconciler);
+            self.deliver();
             return Ok(());
         }
         Err(Error::new(
@@ -392,7 +403,7 @@ impl Leaser {
             let lost = local.forget_all();
             self.outbox.push(Delivery::Lost(lost, UnitLoss::Released));
         }
-        self.outbox.flush(&*self.reconciler);
+        self.deliver();
     }
 }
 

@@ -157,7 +157,11 @@ impl Leaser {
     fn run_loop(&self, shutdown: &Receiver<()>) -> Result<()> {
         let (mut backoff, max_backoff) = STARTUP_BACKOFF;
         loop {
-            match self.heartbeat() {
+            let beat = {
+                let _busy = self.busy.enter();
+                self.heartbeat()
+            };
+            match beat {
                 Ok(()) => break,
                 Err(e) if e.is_permanent() => {
                     log::error!(
@@ -194,6 +198,7 @@ impl Leaser {
                 recv(at(next)) -> _ => {}
             }
             let now = Instant::now();
+            let _busy = self.busy.enter();
             if now >= next_beat {
                 let was_settled = self.local.lock().settled;
                 if let Err(e) = self.heartbeat() {
@@ -250,7 +255,9 @@ impl Drop for Ran<'_> {
 /// next tick, and joins the thread.
 ///
 /// Bounded: it waits for the loop's thread at most twice the pool's connection timeout (10 s by
-/// default) plus 2 s, then for the release and the delete, each at most the pool's connection
+/// default) plus 2 s, counted from the start of the loop's database call in progress if there is
+/// one (so stopping or dropping many handles whose loops hang on one outage takes one bound, not
+/// one each), then for the release and the delete, each at most the pool's connection
 /// timeout for a connection plus one statement, whose duration the TCP timeouts bound when the
 /// network is dead (see [`Db`](crate::Db)). A loop not done by then (a statement stuck on a
 /// database that does not answer) is left to end on its own, and `stop` returns an
@@ -304,7 +311,9 @@ impl Running {
         let ran = match self.thread.take() {
             Some(thread) => {
                 let bound = self.stop_bound();
-                match self.finished.recv_timeout(bound) {
+                // Counted from the start of the loop's call in progress: dropping many handles
+                // whose loops hang on one outage takes one bound, not one each.
+                match self.finished.recv_timeout(self.leaser.busy.wait(bound)) {
                     Err(RecvTimeoutError::Disconnected) => thread.join().unwrap_or_else(|_| {
                         Err(Error::new(
                             ErrorKind::Setup,

@@ -101,7 +101,7 @@ impl Leaser {
         // Deliver and call the hooks outside the tick's lock, so that they may call back into the
         // leaser. Units chosen to shed are reported lost here, before they are given back below:
         // their work has stopped before another process can claim them.
-        self.outbox.flush(&*self.reconciler);
+        self.deliver();
         let mut rebalance =
             decided.inspect_err(|_| observe::membership_tick(started.elapsed(), None))?;
         if rebalance.claimed > 0 {

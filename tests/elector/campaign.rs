@@ -939,3 +939,50 @@ fn a_reader_that_fell_behind_finds_the_latest_events_last() {
          leading now; read: {told:?}"
     );
 }
+
+/// Invariant 12: "dropping many handles during an outage must not multiply" a bound. Three
+/// campaigns, each leading its own fleet, whose polls hang on a database that does not answer:
+/// dropped together (a `Vec` of them), they must take about one bound, not one each.
+#[test]
+fn dropping_many_campaigns_during_an_outage_does_not_multiply_the_bound() {
+    let mut tables = Tables::new();
+    let table = table(&mut tables);
+    let proxy = Proxy::start(0, database_addr()).unwrap();
+    let mut config = proxy.config();
+    config.tcp_user_timeout(Duration::from_secs(1));
+    let via = DbBuilder::from_config(config)
+        .connection_timeout(Duration::from_millis(500))
+        .unwrap()
+        .build()
+        .unwrap();
+    let campaigns: Vec<_> = (0..3)
+        .map(|i| {
+            elector_on(&via, &table, "hung")
+                .with_name(&format!("fleet-{i}"))
+                .unwrap()
+                .with_ttl(Duration::from_secs(3))
+                .unwrap()
+                .with_retry_period(Duration::from_millis(200))
+                .unwrap()
+                .campaign()
+                .unwrap()
+        })
+        .collect();
+    for campaign in &campaigns {
+        assert!(campaign.is_leading());
+    }
+    proxy.blackhole();
+    // Every campaign's next poll is on the wire and hangs (real time is the subject: the polls
+    // come every 200 ms).
+    thread::sleep(Duration::from_millis(600));
+    let bound = Duration::from_millis(500) * 2 + Duration::from_secs(2);
+    let dropping = Instant::now();
+    drop(campaigns);
+    let took = dropping.elapsed();
+    proxy.heal();
+    println!("dropping three campaigns during the outage took {took:?}");
+    assert!(
+        took < bound + Duration::from_millis(1500),
+        "dropping three campaigns during the outage took {took:?} (bound {bound:?} each)"
+    );
+}

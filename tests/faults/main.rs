@@ -11,6 +11,7 @@ mod child;
 mod elector;
 mod isolation;
 mod leases;
+mod limits;
 mod membership;
 mod round_trips;
 

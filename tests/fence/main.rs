@@ -7,6 +7,7 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+mod takeovers;
 #[cfg(feature = "diesel")]
 mod through_diesel;
 
@@ -304,11 +305,16 @@ fn psql_example() -> String {
 /// Runs the psql example for `fence`, its protected write aimed at `exports` (the example names
 /// `invoice_exports`; the test's own table is put in its place, nothing else changes).
 fn run_psql_example(fence: &Fence, exports: &str) -> std::process::Output {
+    run_psql_example_at(&direct_url(), fence, exports)
+}
+
+/// [`run_psql_example`] with `DATABASE_URL` set to `url`.
+fn run_psql_example_at(url: &str, fence: &Fence, exports: &str) -> std::process::Output {
     let script = psql_example().replace("invoice_exports", exports);
     Command::new("sh")
         .arg("-c")
         .arg(&script)
-        .env("DATABASE_URL", direct_url())
+        .env("DATABASE_URL", url)
         .env("PGTENURE_FENCE_SQL", fence.sql())
         .env("PGTENURE_LEASE_KEY", fence.params()[0].to_string())
         .env("PGTENURE_LEASE_OWNER", fence.params()[1].to_string())
@@ -364,6 +370,49 @@ fn the_psql_example_writes_while_the_lease_is_held_and_nothing_after_a_takeover(
     assert_eq!(count, 1, "the stale holder wrote nothing");
 }
 
+/// Behind PgBouncer in transaction mode, a server connection goes from client to client with its
+/// session state, prepared statements included (they outlive the transaction that made them, even
+/// a rolled-back one): the example must leave none behind, or the next run on that server
+/// connection fails to prepare its fence ("prepared statement already exists").
+#[test]
+fn the_psql_example_runs_again_and_again_through_pgbouncer_in_transaction_mode() {
+    let mut tables = Tables::new();
+    let table = tables.name("lease");
+    let exports = tables.name("exports");
+    client()
+        .batch_execute(&format!(
+            "CREATE TABLE {exports} (token bigint NOT NULL, note text NOT NULL)"
+        ))
+        .unwrap();
+    let leases = Leases::new(&db())
+        .with_table(&table)
+        .unwrap()
+        .with_owner("a")
+        .unwrap();
+    leases.create_table().unwrap();
+    let lease = leases.acquire("invoice-export", MINUTE).unwrap().unwrap();
+    let fence = lease.fence_statement();
+    // One server connection: every run gets the one the previous run used.
+    let bouncer = pgtenure::testing::PgBouncer::start_with_pool_size(&direct_url(), 1).unwrap();
+    for run in 1..=3 {
+        let out = run_psql_example_at(bouncer.url(), &fence, &exports);
+        assert!(
+            out.status.success(),
+            "run {run} through PgBouncer: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let count: i64 = client()
+        .query_one(&format!("SELECT count(*) FROM {exports}"), &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(count, 3, "each run wrote once, fenced");
+    lease.release().unwrap();
+    let stale = run_psql_example_at(bouncer.url(), &fence, &exports);
+    assert!(stale.status.success(), "psql: {stale:?}");
+    assert!(String::from_utf8_lossy(&stale.stderr).contains("fence refused"));
+}
+
 #[test]
 fn the_lease_statement_in_docs_fencing_md_is_the_one_sent_for_the_default_table() {
     let doc =
@@ -388,4 +437,157 @@ fn the_lease_statement_in_docs_fencing_md_is_the_one_sent_for_the_default_table(
         leases.owner()
     );
     assert_eq!(fence.to_string(), format!("{shown}\n{params}"));
+}
+
+/// Drops a schema of the test's own, with all in it.
+struct DropSchema(String);
+
+impl Drop for DropSchema {
+    fn drop(&mut self) {
+        let _ = client().batch_execute(&format!("DROP SCHEMA IF EXISTS {} CASCADE", self.0));
+    }
+}
+
+/// A lease table in a schema of its own, with a mixed-case name (kept as written: rendered
+/// double-quoted): the fence value names it so, and runs as it is by a plain client, by the held
+/// form and by the psql example (its text passed through a psql variable).
+#[test]
+fn a_fence_on_a_mixed_case_schema_qualified_table_runs_everywhere() {
+    let mut tables = Tables::new();
+    let schema = format!("t_fence_schema_{}", std::process::id());
+    let _drop = DropSchema(schema.clone());
+    client()
+        .batch_execute(&format!("CREATE SCHEMA {schema}"))
+        .unwrap();
+    let qualified = format!("{schema}.Odd_Leases");
+    let exports = tables.name("exports");
+    client()
+        .batch_execute(&format!(
+            "CREATE TABLE {exports} (token bigint NOT NULL, note text NOT NULL)"
+        ))
+        .unwrap();
+    let leases = Leases::new(&db())
+        .with_table(&qualified)
+        .unwrap()
+        .with_owner("o'wner \\ \"x\"\nline")
+        .unwrap();
+    leases.create_table().unwrap();
+    let key = "ké'y \\ \"q\"\n:owner; --";
+    let lease = leases.acquire(key, MINUTE).unwrap().unwrap();
+    let fence = lease.fence_statement();
+    assert!(
+        fence
+            .sql()
+            .contains(&format!("FROM \"{schema}\".\"Odd_Leases\"")),
+        "{}",
+        fence.sql()
+    );
+    assert!(run_by_text(&fence));
+    assert!(held_form(|tx| lease.fence(tx).unwrap()));
+    let out = run_psql_example(&fence, &exports);
+    assert!(out.status.success(), "psql: {out:?}");
+    let count: i64 = client()
+        .query_one(&format!("SELECT count(*) FROM {exports}"), &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        count, 1,
+        "the psql example wrote under the odd key and owner"
+    );
+    lease.release().unwrap();
+    assert!(!run_by_text(&fence));
+    let out = run_psql_example(&fence, &exports);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("fence refused"));
+}
+
+/// Drops a role of the test's own (and what was granted to it).
+struct DropRole(String);
+
+impl Drop for DropRole {
+    fn drop(&mut self) {
+        let _ = client().batch_execute(&format!(
+            "DROP OWNED BY {0}; DROP ROLE IF EXISTS {0}",
+            self.0
+        ));
+    }
+}
+
+/// `FOR SHARE` needs `UPDATE` on a column of the table besides `SELECT`: a writer's role with
+/// `SELECT` alone is refused (42501, as docs/fencing.md says); with `UPDATE` on the informational
+/// `acquired_at` column, the fence holds.
+#[test]
+fn a_writers_role_needs_select_and_update_on_one_column_to_fence() {
+    let mut tables = Tables::new();
+    let table = tables.name("lease");
+    let role = format!("t_fence_writer_{}", std::process::id());
+    let _drop = DropRole(role.clone());
+    let leases = Leases::new(&db()).with_table(&table).unwrap();
+    leases.create_table().unwrap();
+    let lease = leases.acquire("k", MINUTE).unwrap().unwrap();
+    let fence = lease.fence_statement();
+    let mut c = client();
+    c.batch_execute(&format!(
+        "CREATE ROLE {role}; GRANT SELECT ON {table} TO {role}"
+    ))
+    .unwrap();
+    let as_writer = |c: &mut pgtenure::postgres::Client| {
+        let mut tx = c.transaction().unwrap();
+        tx.batch_execute(&format!("SET LOCAL ROLE {role}")).unwrap();
+        let held = fence.check(&mut tx);
+        drop(tx);
+        held
+    };
+    let refused = as_writer(&mut c).unwrap_err();
+    assert_eq!(refused.kind(), pgtenure::ErrorKind::Database, "{refused}");
+    assert!(refused.to_string().contains("42501"), "{refused}");
+    c.batch_execute(&format!("GRANT UPDATE (acquired_at) ON {table} TO {role}"))
+        .unwrap();
+    assert!(
+        as_writer(&mut c).unwrap(),
+        "SELECT and UPDATE (acquired_at)"
+    );
+}
+
+/// A leader asked to step down keeps its fence until it has stopped believing (no one else can be
+/// elected meanwhile); once it has told `Lost` and resigned, its campaign gives no fence, the
+/// value taken while it led is refused, and the next leader's holds.
+#[test]
+fn a_leader_asked_to_resign_loses_its_fence_with_its_term() {
+    use pgtenure::elector::LeaderEvent;
+    let mut tables = Tables::new();
+    let table = tables.name("leader");
+    let elector = |holder: &str| {
+        Elector::new(&db())
+            .with_table(&table)
+            .unwrap()
+            .with_holder(holder)
+            .unwrap()
+            .with_ttl(Duration::from_secs(30))
+            .unwrap()
+            .with_retry_period(Duration::from_millis(200))
+            .unwrap()
+    };
+    let (a, b) = (elector("a"), elector("b"));
+    a.create_table().unwrap();
+    let leadership = a.campaign().unwrap();
+    let term = wait_for("a elected", Duration::from_secs(10), || leadership.term());
+    let pinned = leadership.fence_statement().unwrap();
+    assert!(run_by_text(&pinned));
+    assert!(b.request_resign().unwrap(), "asked");
+    wait_for("a's Lost", Duration::from_secs(10), || {
+        leadership.events().try_iter().find_map(|e| match e {
+            LeaderEvent::Lost { term: t, .. } if t == term => Some(()),
+            _ => None,
+        })
+    });
+    assert_eq!(leadership.fence_statement(), None, "not leading: no fence");
+    assert!(!held_form(|tx| leadership.fence(tx).unwrap()));
+    let elected = wait_for("b elected", Duration::from_secs(10), || {
+        b.is_leader().unwrap().then(|| b.term().unwrap())
+    });
+    assert!(elected > term);
+    assert!(!run_by_text(&pinned), "the old term's value is refused");
+    assert!(run_by_text(&b.fence_statement(elected)));
+    leadership.stop().unwrap();
+    b.resign().unwrap();
 }

@@ -188,3 +188,62 @@ fn a_diesel_fence_that_fails_says_why_and_aborts_the_transaction() {
         .unwrap();
     assert_eq!(one, 1);
 }
+
+/// Outside a transaction (Diesel's autocommit) the fence's row lock ends with its statement: a
+/// `true` there would protect nothing, so it is refused, saying to run it in `conn.transaction`;
+/// inside one, begun by Diesel or by a plain `BEGIN`, it holds.
+#[test]
+fn a_diesel_fence_outside_a_transaction_is_refused() {
+    let mut tables = Tables::new();
+    let table = tables.name("lease");
+    let a = family(&table, "a");
+    a.create_table().unwrap();
+    let lease = a.acquire("k", MINUTE).unwrap().unwrap();
+    let fence = lease.fence_statement();
+    let mut conn = diesel_conn();
+    let refused = fence.check_diesel(&mut conn).unwrap_err();
+    assert_eq!(refused.kind(), ErrorKind::InvalidInput, "{refused}");
+    assert!(
+        refused.to_string().contains("transaction"),
+        "says why: {refused}"
+    );
+    let held = conn
+        .transaction(|conn| fence.check_diesel(conn).map_err(BoxError::from))
+        .unwrap();
+    assert!(held, "inside a Diesel transaction");
+    diesel::sql_query("BEGIN").execute(&mut conn).unwrap();
+    assert!(
+        fence.check_diesel(&mut conn).unwrap(),
+        "inside a plain BEGIN"
+    );
+    diesel::sql_query("COMMIT").execute(&mut conn).unwrap();
+    // A fence that does not hold says so, in a transaction or not.
+    lease.release().unwrap();
+    assert!(!fence.check_diesel(&mut conn).unwrap());
+}
+
+/// Through PgBouncer in transaction mode (one server connection, shared by every client): a
+/// Diesel fence sends only unnamed statements, so it holds inside a transaction, again and again,
+/// and is still refused outside one.
+#[test]
+fn a_diesel_fence_runs_through_pgbouncer_in_transaction_mode() {
+    let mut tables = Tables::new();
+    let table = tables.name("lease");
+    let exports = exports_table(&mut tables);
+    let a = family(&table, "a");
+    a.create_table().unwrap();
+    let lease = a.acquire("k", MINUTE).unwrap().unwrap();
+    let fence = lease.fence_statement();
+    let bouncer = pgtenure::testing::PgBouncer::start_with_pool_size(&direct_url(), 1).unwrap();
+    for _ in 0..3 {
+        let mut conn = PgConnection::establish(bouncer.url()).unwrap();
+        conn.transaction(|conn| {
+            assert!(fence.check_diesel(conn)?);
+            write(conn, &exports, lease.token())
+        })
+        .unwrap();
+        let refused = fence.check_diesel(&mut conn).unwrap_err();
+        assert_eq!(refused.kind(), ErrorKind::InvalidInput, "{refused}");
+    }
+    assert_eq!(written(&exports), [lease.token(); 3]);
+}
