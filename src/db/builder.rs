@@ -45,6 +45,9 @@ pub struct DbBuilder {
     read_committed: bool,
     ssl_mode: SslMode,
     root_cert: Option<String>,
+    /// The client certificate and key files (`sslcert`, `sslkey`).
+    client_cert: Option<String>,
+    client_key: Option<String>,
     statement_mode: StatementMode,
 }
 
@@ -68,8 +71,76 @@ impl DbBuilder {
             read_committed: true,
             ssl_mode,
             root_cert: None,
+            client_cert: None,
+            client_key: None,
             statement_mode: StatementMode::Auto,
         }
+    }
+
+    /// Starts from the environment, as psql does with no connection string: see
+    /// [`Db::from_env`].
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a `PG*` variable or a
+    /// service file value that does not parse (naming it), and for a service that no service file
+    /// defines.
+    pub fn from_env() -> Result<DbBuilder> {
+        Db::builder_with("", &super::libpq::Process)
+    }
+
+    /// The client certificate (a PEM file, with the certificates between it and the server's
+    /// trusted authority after it, if any) and its private key (a PEM file, PKCS#8, PKCS#1 or SEC1,
+    /// unencrypted) presented to a server that asks for one: libpq's `sslcert` and `sslkey`, for
+    /// servers whose `pg_hba.conf` admits with `cert` (mutual TLS). The key file must not be
+    /// readable by group or others (0600; 0640 when owned by root), as libpq requires. Read by
+    /// [`DbBuilder::build`]. Defaults to the connection string's `sslcert` and `sslkey`, else
+    /// `~/.postgresql/postgresql.crt` and `~/.postgresql/postgresql.key` when they exist.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when a path is blank or holds a
+    /// NUL byte.
+    pub fn ssl_client_cert(self, cert: &str, key: &str) -> Result<DbBuilder> {
+        self.client_files(Some(cert.to_owned()), Some(key.to_owned()))
+    }
+
+    pub(super) fn client_files(
+        mut self,
+        cert: Option<String>,
+        key: Option<String>,
+    ) -> Result<DbBuilder> {
+        for (name, path) in [("sslcert", &cert), ("sslkey", &key)] {
+            if path
+                .as_deref()
+                .is_some_and(|p| p.trim().is_empty() || p.contains('\0'))
+            {
+                return Err(Error::invalid_input(format!(
+                    "{name} is blank or holds a NUL byte; give a PEM file's path"
+                )));
+            }
+        }
+        if cert.is_some() {
+            self.client_cert = cert;
+        }
+        if key.is_some() {
+            self.client_key = key;
+        }
+        Ok(self)
+    }
+
+    /// The `application_name` to report when neither the connection string, the service nor
+    /// `PGAPPNAME` names one (libpq's `fallback_application_name`): a tool's own name, which the
+    /// user's choice overrides.
+    ///
+    /// # Errors
+    ///
+    /// As [`DbBuilder::application_name`].
+    pub fn fallback_application_name(self, name: &str) -> Result<DbBuilder> {
+        if self.config.get_application_name().is_some() {
+            return Ok(self);
+        }
+        self.application_name(name)
     }
 
     /// How connections use TLS (see [`SslMode`]). Defaults to the URL's `sslmode`, else `Prefer`.
@@ -277,7 +348,13 @@ impl DbBuilder {
         if self.ssl_mode == SslMode::Disable {
             return Ok(None);
         }
-        super::tls::connector(self.ssl_mode, self.root_cert.as_deref()).map(Some)
+        super::tls::connector(&super::tls::Settings {
+            mode: self.ssl_mode,
+            root_cert: self.root_cert.as_deref(),
+            client_cert: self.client_cert.as_deref(),
+            client_key: self.client_key.as_deref(),
+        })
+        .map(Some)
     }
 
     #[cfg(not(feature = "tls"))]
@@ -422,7 +499,8 @@ fn refused(e: postgres::Error) -> Error {
         "the server does not offer TLS: turn it on in the server's settings (ssl = on), or \
          connect with sslmode=prefer or sslmode=disable"
     } else if text.contains("password missing") {
-        "the server asks for a password: put it in the URL (postgres://user:password@host/db)"
+        "the server asks for a password: put it in the password file (~/.pgpass or PGPASSFILE, \
+         mode 0600: host:port:database:user:password), in PGPASSWORD, or in the URL"
     } else {
         "waiting will not fix this: check sslmode against the server's TLS settings, and that \
          the URL has the password the server asks for"
@@ -466,6 +544,8 @@ impl fmt::Debug for DbBuilder {
             .field("read_committed", &self.read_committed)
             .field("ssl_mode", &self.ssl_mode)
             .field("root_cert", &self.root_cert)
+            .field("client_cert", &self.client_cert)
+            .field("client_key", &self.client_key)
             .field("statement_mode", &self.statement_mode)
             .finish()
     }

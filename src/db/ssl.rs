@@ -37,7 +37,7 @@ impl SslMode {
         !matches!(self, SslMode::Disable | SslMode::Prefer)
     }
 
-    fn parse(value: &str) -> Result<SslMode> {
+    pub(super) fn parse(value: &str) -> Result<SslMode> {
         Ok(match value {
             "disable" => SslMode::Disable,
             // libpq's "allow" tries plain first, then TLS: with no TLS refused by a server that
@@ -73,13 +73,19 @@ impl fmt::Display for SslMode {
 pub(crate) struct UrlParams {
     pub(crate) mode: Option<SslMode>,
     pub(crate) root_cert: Option<String>,
+    /// The client certificate (`sslcert`) and its key (`sslkey`), PEM files.
+    pub(crate) cert: Option<String>,
+    pub(crate) key: Option<String>,
+    /// The service whose settings fill what the string leaves unset (`service`).
+    pub(crate) service: Option<String>,
     pub(crate) statement_mode: Option<StatementMode>,
 }
 
-/// Parameters pgtenure refuses rather than ignores: client certificates are not supported.
-const UNSUPPORTED: &[&str] = &["sslcert", "sslkey", "sslpassword", "sslcrl", "sslcrldir"];
+/// Parameters pgtenure refuses rather than ignores: encrypted client keys and revocation lists are
+/// not supported.
+const UNSUPPORTED: &[&str] = &["sslpassword", "sslcrl", "sslcrldir"];
 
-/// Takes `sslmode`, `sslrootcert` and `statement_mode` out of a `postgres://` URL's query or a
+/// Takes `sslmode`, `sslrootcert`, `sslcert`, `sslkey`, `service` and `statement_mode` out of a `postgres://` URL's query or a
 /// `key=value` string.
 pub(crate) fn split(url: &str) -> Result<(String, UrlParams)> {
     if url.contains("://") {
@@ -138,6 +144,9 @@ fn take(params: &mut UrlParams, key: &str, value: impl FnOnce() -> Result<String
     match key {
         "sslmode" => params.mode = Some(SslMode::parse(&value()?)?),
         "sslrootcert" => params.root_cert = Some(value()?),
+        "sslcert" => params.cert = Some(value()?),
+        "sslkey" => params.key = Some(value()?),
+        "service" => params.service = Some(value()?),
         // pgtenure's own parameter: two of them are a mistake somewhere, not a choice to guess.
         "statement_mode" if params.statement_mode.is_some() => {
             return Err(Error::invalid_input(
@@ -147,9 +156,9 @@ fn take(params: &mut UrlParams, key: &str, value: impl FnOnce() -> Result<String
         "statement_mode" => params.statement_mode = Some(StatementMode::parse(&value()?)?),
         key if UNSUPPORTED.contains(&key) => {
             return Err(Error::invalid_input(format!(
-                "the database URL sets {key}: client certificates and revocation lists are not \
-                 supported; authenticate with a password, or build a pool of your own with a TLS \
-                 connector that presents one and use Db::from_tls_pool"
+                "the database URL sets {key}: encrypted client keys and revocation lists are not \
+                 supported; decrypt the key into a file only you can read (chmod 600), or build a \
+                 pool of your own with a TLS connector and use Db::from_tls_pool"
             )))
         }
         _ => return Ok(false),
@@ -236,7 +245,7 @@ mod tests {
         UrlParams {
             mode,
             root_cert: root_cert.map(str::to_owned),
-            statement_mode: None,
+            ..UrlParams::default()
         }
     }
 
@@ -308,8 +317,8 @@ mod tests {
         for (text, says) in [
             ("postgres://db/app?sslmode=verify", "sslmode \"verify\""),
             ("host=db sslmode=strict", "sslmode \"strict\""),
-            ("host=db sslcert=/c.pem", "sets sslcert"),
-            ("postgres://db/app?sslkey=k.pem", "sets sslkey"),
+            ("host=db sslcrl=/c.pem", "sets sslcrl"),
+            ("postgres://db/app?sslpassword=x", "sets sslpassword"),
             ("host=db sslrootcert='/unclosed", "unclosed quote"),
             ("postgres://db/app?sslrootcert=%zz", "two hex digits"),
         ] {
