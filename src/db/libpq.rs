@@ -104,6 +104,22 @@ pub(crate) fn fill(
     Ok(())
 }
 
+/// The port that libpq would give a URL's hosts that name none: the service's, else `PGPORT`.
+///
+/// # Errors
+///
+/// As [`fill`], for the service.
+pub(crate) fn port_for_url(params: &UrlParams, env: &dyn Environment) -> Result<Option<String>> {
+    let service = params.service.clone().or_else(|| env.var("PGSERVICE"));
+    if let Some(service) = service {
+        let (_, pairs) = find_service(&service, env)?;
+        if let Some((_, port)) = pairs.into_iter().find(|(k, _)| k == "port") {
+            return Ok(Some(port));
+        }
+    }
+    Ok(env.var("PGPORT"))
+}
+
 fn in_source(e: Error, source: &str) -> Error {
     Error::invalid_input(format!("{source}: {e}"))
 }
@@ -427,7 +443,10 @@ mod tests {
     }
 
     fn filled(url: &str, env: &Vars) -> Result<(postgres::Config, UrlParams)> {
-        let (rest, mut params) = super::super::ssl::split(url)?;
+        let (mut rest, mut params) = super::super::ssl::split(url)?;
+        if let Some(port) = port_for_url(&params, env)? {
+            rest = super::super::ssl::with_port(&rest, &port).unwrap_or(rest);
+        }
         let mut config: postgres::Config = rest.parse().unwrap();
         fill(&mut config, &mut params, env)?;
         Ok((config, params))
@@ -498,6 +517,11 @@ mod tests {
         // A URL with a host but no port takes PGPORT, as libpq does.
         let (config, _) = filled("host=h user=u", &env).unwrap();
         assert_eq!(config.get_ports(), &[6543]);
+        let (config, _) = filled("postgres://u@h/db", &env).unwrap();
+        assert_eq!(config.get_ports(), &[6543]);
+        // A URL without a host takes PGHOST.
+        let (config, _) = filled("postgres://u@/db", &env).unwrap();
+        assert_eq!(config.get_hosts(), &[Host::Tcp("env-host".into())]);
     }
 
     #[test]

@@ -165,7 +165,10 @@ impl Db {
 
     /// A builder from `url` (possibly empty), completed from `env` as libpq does.
     fn builder_with(url: &str, env: &dyn libpq::Environment) -> Result<DbBuilder> {
-        let (url, mut params) = ssl::split(url)?;
+        let (mut url, mut params) = ssl::split(url)?;
+        if let Some(port) = libpq::port_for_url(&params, env)? {
+            url = ssl::with_port(&url, &port).unwrap_or(url);
+        }
         let mut config = url.parse::<postgres::Config>().map_err(|e| {
             Error::invalid_input(format!(
                 "the database URL does not parse ({e}); write postgres://user@host:port/database \

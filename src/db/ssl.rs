@@ -117,6 +117,31 @@ fn split_url(url: &str) -> Result<(String, UrlParams)> {
     Ok((rest, params))
 }
 
+/// A `postgres://` URL whose hosts name no port, with `port` after each (the driver takes 5432 for
+/// a host without one, where libpq takes the service's or `PGPORT`'s): `None` when it names a port
+/// or no host, or is not a URL.
+pub(crate) fn with_port(url: &str, port: &str) -> Option<String> {
+    let (scheme, rest) = url.split_once("://")?;
+    let end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(end);
+    let (userinfo, hosts) = match authority.rfind('@') {
+        Some(at) => (&authority[..=at], &authority[at + 1..]),
+        None => ("", authority),
+    };
+    if hosts.is_empty() {
+        return None;
+    }
+    let has_port = |host: &str| match host.rfind(']') {
+        Some(close) => host[close..].contains(':'),
+        None => host.contains(':'),
+    };
+    if hosts.split(',').any(has_port) {
+        return None;
+    }
+    let hosts: Vec<String> = hosts.split(',').map(|h| format!("{h}:{port}")).collect();
+    Some(format!("{scheme}://{userinfo}{}{tail}", hosts.join(",")))
+}
+
 fn split_pairs(text: &str) -> Result<(String, UrlParams)> {
     let mut params = UrlParams::default();
     let mut kept: Vec<&str> = Vec::new();
@@ -326,6 +351,22 @@ mod tests {
             assert!(err.is_invalid_input(), "{text}");
             assert!(err.to_string().contains(says), "{text}: {err}");
         }
+    }
+
+    #[test]
+    fn a_port_is_added_only_to_urls_whose_hosts_name_none() {
+        assert_eq!(
+            with_port("postgres://u:p@a,b/db?x=1", "6000").as_deref(),
+            Some("postgres://u:p@a:6000,b:6000/db?x=1")
+        );
+        assert_eq!(
+            with_port("postgres://[::1]/db", "6000").as_deref(),
+            Some("postgres://[::1]:6000/db")
+        );
+        assert_eq!(with_port("postgres://h:5433/db", "6000"), None);
+        assert_eq!(with_port("postgres://[::1]:5433/db", "6000"), None);
+        assert_eq!(with_port("postgres:///db", "6000"), None);
+        assert_eq!(with_port("host=h", "6000"), None);
     }
 
     #[test]
