@@ -84,7 +84,11 @@ fn the_library_connects_from_libpqs_environment() {
     );
 
     // A URL's values win; what it leaves unset (the password) still comes from the environment.
-    let by_url = Db::connect(&format!("postgres://postgres@127.0.0.1:{}/postgres", pg.port())).unwrap();
+    let by_url = Db::connect(&format!(
+        "postgres://postgres@127.0.0.1:{}/postgres",
+        pg.port()
+    ))
+    .unwrap();
     assert_eq!(one(&by_url, "SELECT current_user::text"), "postgres");
     let partial = Db::connect("postgres://127.0.0.1/postgres?application_name=url-wins").unwrap();
     assert_eq!(one(&partial, "SELECT current_user::text"), "app");
@@ -108,7 +112,10 @@ fn the_library_connects_from_libpqs_environment() {
     let services = home.join("services.conf");
     std::fs::write(
         &services,
-        format!("[coordination]\nhost=127.0.0.1\nport={}\ndbname=postgres\n", pg.port()),
+        format!(
+            "[coordination]\nhost=127.0.0.1\nport={}\ndbname=postgres\n",
+            pg.port()
+        ),
     )
     .unwrap();
     std::env::set_var("PGSERVICEFILE", &services);

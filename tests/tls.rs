@@ -404,8 +404,7 @@ fn a_client_certificate_reaches_a_server_that_admits_only_cert() {
     assert!(took < Duration::from_secs(2), "took {took:?}");
     assert_eq!(err.kind(), ErrorKind::Database, "{err}");
     assert!(
-        err.to_string().contains("no pg_hba.conf entry")
-            || err.to_string().contains("certificate"),
+        err.to_string().contains("no pg_hba.conf entry") || err.to_string().contains("certificate"),
         "{err}"
     );
 }
@@ -426,7 +425,9 @@ fn a_client_key_open_to_others_is_refused_before_connecting() {
     assert!(err.is_invalid_input(), "{err}");
     assert!(
         err.to_string().contains("group or world access")
-            && err.to_string().contains(&format!("chmod 600 {}", open.display())),
+            && err
+                .to_string()
+                .contains(&format!("chmod 600 {}", open.display())),
         "{err}"
     );
     let (err, _) = refused(&format!(

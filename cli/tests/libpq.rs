@@ -55,11 +55,7 @@ fn pgtenure(home: &Path, vars: &[(&str, String)], args: &[&str]) -> Output {
     for (name, value) in vars {
         command.env(name, value);
     }
-    command
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap()
+    command.args(args).stdin(Stdio::null()).output().unwrap()
 }
 
 fn text(bytes: &[u8]) -> String {
@@ -92,7 +88,15 @@ fn test_database_variables() -> Vec<(&'static str, String)> {
     };
     vec![
         ("PGHOST", host),
-        ("PGPORT", config.get_ports().first().copied().unwrap_or(5432).to_string()),
+        (
+            "PGPORT",
+            config
+                .get_ports()
+                .first()
+                .copied()
+                .unwrap_or(5432)
+                .to_string(),
+        ),
         ("PGUSER", config.get_user().unwrap().to_owned()),
         ("PGDATABASE", config.get_dbname().unwrap().to_owned()),
     ]
@@ -138,12 +142,20 @@ fn the_command_needs_no_url_when_libpq_variables_name_the_database() {
     vars.push(("PGTENURE_LEASES_TABLE", held.table.clone()));
     let out = pgtenure(&home.0, &vars, &["leases", "--json"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
-    assert!(text(&out.stdout).contains("held-by-library"), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stdout).contains("held-by-library"),
+        "{}",
+        text(&out.stdout)
+    );
 
     // Nothing named: still a usage error, saying what to set.
     let out = pgtenure(&home.0, &[], &["leases"]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
-    assert!(text(&out.stderr).contains("PGHOST"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("PGHOST"),
+        "{}",
+        text(&out.stderr)
+    );
 
     // A URL's values win over the variables: a wrong PGDATABASE under a right URL is not used.
     let mut wrong = vec![("PGDATABASE", "no_such_database".to_owned())];
@@ -154,10 +166,18 @@ fn the_command_needs_no_url_when_libpq_variables_name_the_database() {
     let out = pgtenure(
         &home.0,
         &wrong,
-        &["--url", url().split('?').next().unwrap().rsplit_once('/').unwrap().0, "leases"],
+        &[
+            "--url",
+            url().split('?').next().unwrap().rsplit_once('/').unwrap().0,
+            "leases",
+        ],
     );
     assert_eq!(out.status.code(), Some(1));
-    assert!(text(&out.stderr).contains("no_such_database"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("no_such_database"),
+        "{}",
+        text(&out.stderr)
+    );
 }
 
 #[test]
@@ -222,7 +242,11 @@ fn every_subcommand_accepts_every_table_flag_and_its_variable() {
         assert_eq!(out.status.code(), Some(0), "{flag}: {}", text(&out.stderr));
         let mut with_variable = vars.clone();
         with_variable.push((name, other));
-        let out = pgtenure(&home.0, &with_variable, &["lease-run", "other-key", "--", "true"]);
+        let out = pgtenure(
+            &home.0,
+            &with_variable,
+            &["lease-run", "other-key", "--", "true"],
+        );
         assert_eq!(out.status.code(), Some(0), "{name}: {}", text(&out.stderr));
     }
     // A bad name in a variable is the same usage error as in a flag, whatever the subcommand.
@@ -242,7 +266,8 @@ fn password_server() -> TempPostgres {
         )
         .start()
         .unwrap();
-    let mut admin = pgtenure::postgres::Client::connect(pg.url(), pgtenure::postgres::NoTls).unwrap();
+    let mut admin =
+        pgtenure::postgres::Client::connect(pg.url(), pgtenure::postgres::NoTls).unwrap();
     admin
         .batch_execute(
             "CREATE ROLE app LOGIN PASSWORD 'from:the\\file'; GRANT CREATE ON SCHEMA public TO app",
@@ -265,7 +290,11 @@ fn the_password_file_is_read_unless_others_can_read_it() {
     // ~/.pgpass, with an escaped colon and backslash in the password and a wildcard port.
     let pgpass = home.0.join(".pgpass");
     let line = "127.0.0.1:*:postgres:app:from\\:the\\\\file\n";
-    tls_free_write_mode(&pgpass, &format!("# test\nother:*:*:*:wrong\n{line}"), 0o600);
+    tls_free_write_mode(
+        &pgpass,
+        &format!("# test\nother:*:*:*:wrong\n{line}"),
+        0o600,
+    );
     let out = pgtenure(&home.0, &vars, &["lease-run", "k", "--", "true"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
 
@@ -324,12 +353,24 @@ mod over_tls {
         let pg = server(&ca);
         let home = Scratch::new();
         let root = ca.write(&home.0, "ca.crt");
-        let out = pgtenure(&home.0, &tls_vars(&pg, "verify-full", &root), &["lease-run", "k", "--", "true"]);
+        let out = pgtenure(
+            &home.0,
+            &tls_vars(&pg, "verify-full", &root),
+            &["lease-run", "k", "--", "true"],
+        );
         assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
         let other = Authority::new("other").write(&home.0, "other.crt");
-        let out = pgtenure(&home.0, &tls_vars(&pg, "verify-full", &other), &["lease-run", "k", "--", "true"]);
+        let out = pgtenure(
+            &home.0,
+            &tls_vars(&pg, "verify-full", &other),
+            &["lease-run", "k", "--", "true"],
+        );
         assert_eq!(out.status.code(), Some(1));
-        assert!(text(&out.stderr).contains("UnknownIssuer"), "{}", text(&out.stderr));
+        assert!(
+            text(&out.stderr).contains("UnknownIssuer"),
+            "{}",
+            text(&out.stderr)
+        );
         // libpq's rule: require with ~/.postgresql/root.crt present verifies as verify-ca.
         std::fs::create_dir_all(home.0.join(".postgresql")).unwrap();
         std::fs::copy(&other, home.0.join(".postgresql/root.crt")).unwrap();
@@ -337,7 +378,11 @@ mod over_tls {
         require.retain(|(name, _)| *name != "PGSSLROOTCERT");
         let out = pgtenure(&home.0, &require, &["lease-run", "k", "--", "true"]);
         assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
-        assert!(text(&out.stderr).contains("UnknownIssuer"), "{}", text(&out.stderr));
+        assert!(
+            text(&out.stderr).contains("UnknownIssuer"),
+            "{}",
+            text(&out.stderr)
+        );
         std::fs::copy(&root, home.0.join(".postgresql/root.crt")).unwrap();
         let out = pgtenure(&home.0, &require, &["lease-run", "k", "--", "true"]);
         assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
@@ -351,7 +396,11 @@ mod over_tls {
         let root = home.0.join("server.crt");
         std::fs::write(&root, cert).unwrap();
         for mode in ["require", "verify-ca", "verify-full"] {
-            let out = pgtenure(&home.0, &tls_vars(&pg, mode, &root), &["lease-run", "k", "--", "true"]);
+            let out = pgtenure(
+                &home.0,
+                &tls_vars(&pg, mode, &root),
+                &["lease-run", "k", "--", "true"],
+            );
             assert_eq!(out.status.code(), Some(0), "{mode}: {}", text(&out.stderr));
         }
     }

@@ -337,7 +337,12 @@ fn password_from_file(config: &postgres::Config, env: &dyn Environment) -> Optio
             _ => "localhost".to_owned(),
         },
     };
-    let port = config.get_ports().first().copied().unwrap_or(5432).to_string();
+    let port = config
+        .get_ports()
+        .first()
+        .copied()
+        .unwrap_or(5432)
+        .to_string();
     let user = config.get_user()?;
     let dbname = config.get_dbname().unwrap_or(user);
     let found = lookup(&text, [host.as_str(), &port, dbname, user]);
@@ -409,8 +414,8 @@ fn split_fields(line: &str) -> Vec<String> {
     while let Some(c) = chars.next() {
         match c {
             '\\' => {
-                if let Some(escaped) = chars.next() {
-                    fields.last_mut().map(|f| f.push(escaped));
+                if let (Some(escaped), Some(f)) = (chars.next(), fields.last_mut()) {
+                    f.push(escaped);
                 }
             }
             ':' if fields.len() < 5 => fields.push(String::new()),
@@ -453,10 +458,8 @@ mod tests {
     }
 
     fn temp_dir(name: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!(
-            "pgtenure-libpq-{name}-{}",
-            std::process::id()
-        ));
+        let dir =
+            std::env::temp_dir().join(format!("pgtenure-libpq-{name}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         dir
     }

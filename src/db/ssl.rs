@@ -1,4 +1,5 @@
-//! What a connection string says that the driver does not read: `sslmode` and `sslrootcert` (the
+//! What a connection string says that the driver does not read: `sslmode`, `sslrootcert`,
+//! `sslcert`, `sslkey` and `service` (the
 //! driver knows only `disable`, `prefer` and `require`, and no root certificates), and pgtenure's
 //! own `statement_mode`, taken out before the driver parses the rest.
 
@@ -18,10 +19,12 @@ pub enum SslMode {
     /// No TLS.
     Disable,
     /// TLS when the server offers it, else plain; the certificate is not checked (unless
-    /// `sslrootcert` is given: then as `VerifyCa`). The default, as with libpq.
+    /// `sslrootcert` is given or `~/.postgresql/root.crt` exists: then as `VerifyCa`, as with
+    /// libpq). The default, as with libpq.
     Prefer,
-    /// TLS or no connection; the certificate is not checked (unless `sslrootcert` is given: then as
-    /// `VerifyCa`). Protects against eavesdropping, not against an impostor.
+    /// TLS or no connection; the certificate is not checked (unless `sslrootcert` is given or
+    /// `~/.postgresql/root.crt` exists: then as `VerifyCa`, as libpq does). Protects against
+    /// eavesdropping, not against an impostor.
     Require,
     /// TLS, and the server's certificate must be signed by a certificate authority of
     /// `sslrootcert`; the host name is not checked.

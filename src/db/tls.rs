@@ -274,7 +274,11 @@ impl ServerCertVerifier for Verifier {
         let Some(chain) = &self.chain else {
             return Ok(ServerCertVerified::assertion());
         };
-        if self.trusted.iter().any(|t| t.as_ref() == end_entity.as_ref()) {
+        if self
+            .trusted
+            .iter()
+            .any(|t| t.as_ref() == end_entity.as_ref())
+        {
             // The very certificate the user trusts: no chain to build. Its name is still checked
             // under verify-full. (Its validity dates are not: the user pinned this certificate.)
             if self.names {

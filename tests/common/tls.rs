@@ -100,7 +100,9 @@ impl Authority {
 /// clients as their `sslrootcert`.
 pub fn self_signed() -> (String, String) {
     let mut params = CertificateParams::new(vec!["localhost".to_owned()]).unwrap();
-    params.distinguished_name.push(DnType::CommonName, "localhost");
+    params
+        .distinguished_name
+        .push(DnType::CommonName, "localhost");
     params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
     let key = KeyPair::generate().unwrap();
     let cert = params.self_signed(&key).unwrap();
@@ -109,7 +111,12 @@ pub fn self_signed() -> (String, String) {
 
 /// A server with `ssl = on`, the certificate and key given, and optionally the CA that client
 /// certificates must be signed by and a `pg_hba.conf` of its own.
-pub fn server_with(cert: String, key: String, client_ca: Option<&str>, hba: Option<&str>) -> TempPostgres {
+pub fn server_with(
+    cert: String,
+    key: String,
+    client_ca: Option<&str>,
+    hba: Option<&str>,
+) -> TempPostgres {
     let mut builder = TempPostgres::builder()
         .setting("ssl", "on")
         .and_then(|b| b.setting("ssl_cert_file", "server.crt"))
