@@ -152,10 +152,15 @@ fn main() -> ExitCode {
 }
 
 /// The library's warnings about the connection's settings (a password file open to others, which
-/// is ignored), said on stderr as psql says them.
-struct Warnings;
+/// is ignored), said on stderr as psql says them; each once, though the settings are read twice
+/// (checked before connecting, then used).
+struct Warnings {
+    said: std::sync::Mutex<Vec<String>>,
+}
 
-static WARNINGS: Warnings = Warnings;
+static WARNINGS: Warnings = Warnings {
+    said: std::sync::Mutex::new(Vec::new()),
+};
 
 impl log::Log for Warnings {
     fn enabled(&self, metadata: &log::Metadata<'_>) -> bool {
@@ -163,8 +168,17 @@ impl log::Log for Warnings {
     }
 
     fn log(&self, record: &log::Record<'_>) {
-        if self.enabled(record.metadata()) {
-            say!("pgtenure: warning: {}", record.args());
+        if !self.enabled(record.metadata()) {
+            return;
+        }
+        let text = record.args().to_string();
+        let mut said = self
+            .said
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !said.contains(&text) {
+            say!("pgtenure: warning: {text}");
+            said.push(text);
         }
     }
 

@@ -310,6 +310,7 @@ fn the_password_file_is_read_unless_others_can_read_it() {
         "{stderr}"
     );
     assert!(stderr.contains("~/.pgpass"), "{stderr}");
+    assert_eq!(stderr.matches("pgtenure: warning").count(), 1, "{stderr}");
 
     // PGPASSFILE names another file.
     let elsewhere = home.0.join("passwords");

@@ -256,6 +256,7 @@ impl DbBuilder {
     /// within the connection timeout, saying why the first attempt failed.
     pub fn build(self) -> Result<Db> {
         check_available(self.ssl_mode)?;
+        check_client_cert(&self)?;
         match self.tls()? {
             None => self.build_with(NoTls),
             #[cfg(feature = "tls")]
@@ -324,6 +325,7 @@ impl DbBuilder {
     /// used (as [`DbBuilder::build`]); nothing is connected.
     pub fn build_lazy(self) -> Result<Db> {
         check_available(self.ssl_mode)?;
+        check_client_cert(&self)?;
         match self.tls()? {
             None => Ok(self.build_lazy_with(NoTls)),
             #[cfg(feature = "tls")]
@@ -510,6 +512,19 @@ fn refused(e: postgres::Error) -> Error {
         format!("connect failed: {text}; {advice}"),
     )
     .with_source(e)
+}
+
+/// Refuses a client certificate this build cannot present.
+fn check_client_cert(builder: &DbBuilder) -> Result<()> {
+    if builder.client_cert.is_some()
+        && builder.ssl_mode != SslMode::Disable
+        && !cfg!(feature = "tls")
+    {
+        return Err(Error::invalid_input(
+            "sslcert needs TLS, and pgtenure was built without it: enable its cargo feature \"tls\"",
+        ));
+    }
+    Ok(())
 }
 
 /// Refuses a mode this build cannot serve.
