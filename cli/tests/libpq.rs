@@ -127,7 +127,10 @@ impl HeldLease {
 impl Drop for HeldLease {
     fn drop(&mut self) {
         if let Ok(mut c) = db().connection() {
-            let _ = c.batch_execute(&format!("DROP TABLE IF EXISTS {} CASCADE", self.table));
+            let _ = c.batch_execute(&format!(
+                "DROP TABLE IF EXISTS {l}, {l}_promotion CASCADE; DROP SEQUENCE IF EXISTS {l}_token_seq",
+                l = self.table
+            ));
         }
     }
 }

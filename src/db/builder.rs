@@ -53,7 +53,8 @@ pub struct DbBuilder {
 
 impl DbBuilder {
     /// Starts from a driver configuration you built; pgtenure's connection defaults are applied to
-    /// whatever it leaves unset.
+    /// whatever it leaves unset. The environment (`PG*` variables, `~/.pgpass`, service files) is
+    /// not read: it is for [`Db::builder`] and [`DbBuilder::from_env`].
     ///
     /// The driver's `ssl_mode` of `config` is taken as the [`SslMode`] (`Require` needs the feature
     /// `tls`, checked by [`DbBuilder::build`]); [`DbBuilder::ssl_mode`] and

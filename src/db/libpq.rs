@@ -457,11 +457,20 @@ mod tests {
         Ok((config, params))
     }
 
-    fn temp_dir(name: &str) -> PathBuf {
+    /// A scratch directory, removed when dropped (a failed assertion included).
+    struct Scratch(PathBuf);
+
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn temp_dir(name: &str) -> Scratch {
         let dir =
             std::env::temp_dir().join(format!("pgtenure-libpq-{name}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        dir
+        Scratch(dir)
     }
 
     #[cfg(unix)]
@@ -577,8 +586,8 @@ mod tests {
     #[cfg(unix)]
     #[test]
     fn a_password_file_open_to_others_is_ignored() {
-        let dir = temp_dir("pgpass");
-        let file = dir.join("pgpass");
+        let scratch = temp_dir("pgpass");
+        let file = scratch.0.join("pgpass");
         let file_text = file.display().to_string();
         let env = vars(&[
             ("PGPASSFILE", &file_text),
@@ -597,13 +606,13 @@ mod tests {
             let (config, _) = filled("", &env).unwrap();
             assert_eq!(config.get_password(), None, "mode {open:o}");
         }
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
     fn a_service_supplies_what_the_url_leaves_unset_before_the_environment() {
         use postgres::config::Host;
-        let dir = temp_dir("service");
+        let scratch = temp_dir("service");
+        let dir = &scratch.0;
         let file = dir.join("services.conf");
         std::fs::write(
             &file,
@@ -644,6 +653,5 @@ mod tests {
         std::fs::write(&file, "[billing]\nhost=h\nsslcrl=/x\n").unwrap();
         let err = filled("", &env).unwrap_err();
         assert!(err.to_string().contains("sets \"sslcrl\""), "{err}");
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
