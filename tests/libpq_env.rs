@@ -3,8 +3,6 @@
 //!
 //! One test in this binary: it sets the process's environment, which no other thread reads then.
 
-mod common;
-
 use std::path::Path;
 
 use pgtenure::postgres::{Client, NoTls};
