@@ -352,7 +352,7 @@ fn connecting_fails_at_once_with_the_reason_when_waiting_cannot_fix_it() {
         ("mysql://u@h/db", "scheme is \"mysql\""),
         ("postgress://u:secret@h/db", "scheme is \"postgress\""),
         ("127.0.0.1:5432", "does not parse"),
-        ("postgres:///db", "names no host"),
+        ("postgres://h/db?sslmode=on", "sslmode \"on\""),
     ] {
         let err = Db::connect(url).unwrap_err();
         assert_eq!(err.kind(), ErrorKind::InvalidInput, "{url:?}: {err}");
@@ -439,6 +439,12 @@ fn without_the_tls_feature_a_mode_needing_tls_is_refused_naming_it() {
         .build()
         .unwrap_err();
     assert!(err.to_string().contains("feature \"tls\""), "{err}");
+    // A client certificate is not silently left out.
+    let err = Db::builder("postgres://u@db.example/app?sslcert=/c.pem&sslkey=/c.key")
+        .and_then(|b| b.build_lazy())
+        .unwrap_err();
+    assert!(err.is_invalid_input(), "{err}");
+    assert!(err.to_string().contains("sslcert needs TLS"), "{err}");
 
     let url = format!(
         "{}?sslmode=prefer",

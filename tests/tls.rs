@@ -7,7 +7,7 @@ mod common;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use common::tls::{encrypted, server, Authority};
+use common::tls::{encrypted, self_signed, server, server_with, write_mode, Authority};
 use pgtenure::testing::TempPostgres;
 use pgtenure::{leases::Leases, Db, ErrorKind, SslMode};
 
@@ -269,4 +269,172 @@ fn a_lease_statement_stuck_at_its_deadline_is_cancelled_over_tls() {
     admin
         .batch_execute("DROP TABLE t_tls_cancel; DROP TABLE t_tls_cancel_leases")
         .unwrap();
+}
+
+/// A server whose self-signed certificate is given to clients as their `sslrootcert`, as
+/// self-hosted servers are set up (PostgreSQL's docs make it with `openssl req -x509`).
+struct SelfSigned {
+    pg: TempPostgres,
+    cert: String,
+}
+
+fn self_signed_server() -> &'static SelfSigned {
+    static SERVER: OnceLock<SelfSigned> = OnceLock::new();
+    SERVER.get_or_init(|| {
+        let (cert, key) = self_signed();
+        let pg = server_with(cert.clone(), key, None, None);
+        let file = pg.dir().join("self-signed.crt");
+        std::fs::write(&file, cert).unwrap();
+        SelfSigned {
+            cert: file.display().to_string(),
+            pg,
+        }
+    })
+}
+
+/// Regression (issue 34): refused as `CaUsedAsEndEntity` by require, verify-ca and verify-full,
+/// where psql connects.
+#[test]
+fn a_self_signed_certificate_given_as_its_own_root_is_trusted_as_psql_trusts_it() {
+    let s = self_signed_server();
+    let at = |host: &str, mode: &str| {
+        format!(
+            "postgres://postgres@{host}:{}/postgres?sslmode={mode}&sslrootcert={}",
+            s.pg.port(),
+            s.cert
+        )
+    };
+    for mode in ["require", "verify-ca", "verify-full"] {
+        let db = connected(&at("localhost", mode));
+        assert!(encrypted(&mut db.connection().unwrap()), "{mode}");
+    }
+    // verify-full still checks the name it was issued for; verify-ca does not.
+    let (err, _) = refused(&at("127.0.0.1", "verify-full"));
+    assert_eq!(err.kind(), ErrorKind::Database, "{err}");
+    assert!(
+        err.to_string()
+            .contains("not issued for the host name connected to"),
+        "{err}"
+    );
+    assert!(encrypted(
+        &mut connected(&at("127.0.0.1", "verify-ca"))
+            .connection()
+            .unwrap()
+    ));
+    // A root file without that certificate still refuses it.
+    let other = Authority::new("another CA").write(s.pg.dir(), "unrelated-ca.crt");
+    let (err, _) = refused(&format!(
+        "postgres://postgres@localhost:{}/postgres?sslmode=verify-ca&sslrootcert={}",
+        s.pg.port(),
+        other.display()
+    ));
+    assert_eq!(err.kind(), ErrorKind::Database, "{err}");
+    assert!(
+        err.to_string().contains("CaUsedAsEndEntity")
+            && err.to_string().contains("certificate was refused"),
+        "{err}"
+    );
+}
+
+/// A server that admits only clients presenting a certificate signed by its CA (`hostssl ...
+/// cert`), and the files of such a client certificate for the user `postgres`.
+struct MutualTls {
+    pg: TempPostgres,
+    ca: String,
+    cert: String,
+    key: String,
+}
+
+fn mutual_tls_server() -> &'static MutualTls {
+    static SERVER: OnceLock<MutualTls> = OnceLock::new();
+    SERVER.get_or_init(|| {
+        let ca = Authority::new("pgtenure mutual TLS CA");
+        let (cert, key) = ca.server_cert(&["localhost"]);
+        let pg = server_with(
+            cert,
+            key,
+            Some(&ca.pem),
+            Some("local all all trust\nhostssl all all 127.0.0.1/32 cert\n"),
+        );
+        let (client_cert, client_key) = ca.client_cert("postgres");
+        let dir = pg.dir();
+        let cert_file = dir.join("client.crt");
+        std::fs::write(&cert_file, client_cert).unwrap();
+        let key_file = dir.join("client.key");
+        write_mode(&key_file, &client_key, 0o600);
+        MutualTls {
+            ca: ca.write(dir, "ca.crt").display().to_string(),
+            cert: cert_file.display().to_string(),
+            key: key_file.display().to_string(),
+            pg,
+        }
+    })
+}
+
+/// Regression (issue 34): sslcert and sslkey were refused, so a server admitting only `cert`
+/// could not be reached.
+#[test]
+fn a_client_certificate_reaches_a_server_that_admits_only_cert() {
+    let m = mutual_tls_server();
+    let base = format!(
+        "postgres://postgres@localhost:{}/postgres?sslmode=verify-full&sslrootcert={}",
+        m.pg.port(),
+        m.ca
+    );
+    let db = connected(&format!("{base}&sslcert={}&sslkey={}", m.cert, m.key));
+    assert!(encrypted(&mut db.connection().unwrap()));
+    let who: String = db
+        .connection()
+        .unwrap()
+        .query_one("SELECT current_user::text", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(who, "postgres");
+    // The builder's setter says the same.
+    let built = Db::builder(&base)
+        .and_then(|b| b.ssl_client_cert(&m.cert, &m.key))
+        .and_then(|b| b.connection_timeout(Duration::from_secs(5)))
+        .and_then(|b| b.build())
+        .unwrap();
+    assert!(encrypted(&mut built.connection().unwrap()));
+
+    // Without one, the server's refusal reaches the error, at once.
+    let (err, took) = refused(&base);
+    println!("no client certificate: {took:?}: {err}");
+    assert!(took < Duration::from_secs(2), "took {took:?}");
+    assert_eq!(err.kind(), ErrorKind::Database, "{err}");
+    assert!(
+        err.to_string().contains("no pg_hba.conf entry") || err.to_string().contains("certificate"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_client_key_open_to_others_is_refused_before_connecting() {
+    let m = mutual_tls_server();
+    let open = m.pg.dir().join("open.key");
+    write_mode(&open, &std::fs::read_to_string(&m.key).unwrap(), 0o644);
+    let (err, _) = refused(&format!(
+        "postgres://postgres@localhost:{}/postgres?sslmode=verify-full&sslrootcert={}\
+         &sslcert={}&sslkey={}",
+        m.pg.port(),
+        m.ca,
+        m.cert,
+        open.display()
+    ));
+    assert!(err.is_invalid_input(), "{err}");
+    assert!(
+        err.to_string().contains("group or world access")
+            && err
+                .to_string()
+                .contains(&format!("chmod 600 {}", open.display())),
+        "{err}"
+    );
+    let (err, _) = refused(&format!(
+        "postgres://postgres@localhost:{}/postgres?sslmode=require&sslcert={}",
+        m.pg.port(),
+        m.cert,
+    ));
+    assert!(err.is_invalid_input(), "{err}");
+    assert!(err.to_string().contains("without sslkey"), "{err}");
 }

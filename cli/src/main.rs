@@ -67,7 +67,10 @@ struct Cli {
 
 #[derive(Args, Debug)]
 struct Global {
-    /// The database: a postgres:// URL or key=value connection string.
+    /// The database: a postgres:// URL or key=value connection string. Without it, libpq's
+    /// environment names the database as it does for psql (PGHOST, PGPORT, PGUSER, PGDATABASE,
+    /// PGSERVICE; the password from PGPASSWORD or ~/.pgpass; TLS from PGSSLMODE, PGSSLROOTCERT,
+    /// PGSSLCERT, PGSSLKEY), and fills what the URL leaves unset.
     #[arg(long, env = "DATABASE_URL", global = true, hide_env_values = true)]
     url: Option<String>,
     /// Print JSON instead of a table (the same as `-o json`).
@@ -83,20 +86,20 @@ struct Global {
     /// How often `--watch` prints the listing again, e.g. 2s or 500ms (100ms or more).
     #[arg(long, global = true, default_value = "2s", value_parser = parse_interval)]
     interval: Duration,
-    /// The leases table.
-    #[arg(long, global = true, default_value = pgtenure::leases::DEFAULT_TABLE)]
+    /// The leases table. Accepted by every subcommand.
+    #[arg(long, global = true, env = "PGTENURE_LEASES_TABLE", default_value = pgtenure::leases::DEFAULT_TABLE)]
     leases_table: String,
-    /// The leader table.
-    #[arg(long, global = true, default_value = pgtenure::elector::DEFAULT_TABLE)]
+    /// The leader table. Accepted by every subcommand.
+    #[arg(long, global = true, env = "PGTENURE_LEADER_TABLE", default_value = pgtenure::elector::DEFAULT_TABLE)]
     leader_table: String,
-    /// The tick claims (jobs) table.
-    #[arg(long, global = true, default_value = pgtenure::tick_claims::DEFAULT_TABLE)]
+    /// The tick claims (jobs) table. Accepted by every subcommand.
+    #[arg(long, global = true, env = "PGTENURE_TICKS_TABLE", default_value = pgtenure::tick_claims::DEFAULT_TABLE)]
     ticks_table: String,
-    /// The membership processes table.
-    #[arg(long, global = true, default_value = pgtenure::membership::DEFAULT_PROCESSES_TABLE)]
+    /// The membership processes table. Accepted by every subcommand.
+    #[arg(long, global = true, env = "PGTENURE_PROCESSES_TABLE", default_value = pgtenure::membership::DEFAULT_PROCESSES_TABLE)]
     processes_table: String,
-    /// The membership units table.
-    #[arg(long, global = true, default_value = pgtenure::membership::DEFAULT_UNITS_TABLE)]
+    /// The membership units table. Accepted by every subcommand.
+    #[arg(long, global = true, env = "PGTENURE_UNITS_TABLE", default_value = pgtenure::membership::DEFAULT_UNITS_TABLE)]
     units_table: String,
 }
 
@@ -108,6 +111,9 @@ impl Global {
 }
 
 fn main() -> ExitCode {
+    if log::set_logger(&WARNINGS).is_ok() {
+        log::set_max_level(log::LevelFilter::Warn);
+    }
     let cli = Cli::parse();
     // Arguments clap cannot check alone are checked before connecting: a usage error (exit 2).
     if let Command::LeaseRun(args) = &cli.command {
@@ -145,6 +151,70 @@ fn main() -> ExitCode {
     }
 }
 
+/// The library's warnings about the connection's settings (a password file open to others, which
+/// is ignored), said on stderr as psql says them; each once, though the settings are read twice
+/// (checked before connecting, then used).
+struct Warnings {
+    said: std::sync::Mutex<Vec<String>>,
+}
+
+static WARNINGS: Warnings = Warnings {
+    said: std::sync::Mutex::new(Vec::new()),
+};
+
+impl log::Log for Warnings {
+    fn enabled(&self, metadata: &log::Metadata<'_>) -> bool {
+        metadata.level() <= log::Level::Warn && metadata.target().starts_with("pgtenure::db::libpq")
+    }
+
+    fn log(&self, record: &log::Record<'_>) {
+        if !self.enabled(record.metadata()) {
+            return;
+        }
+        let text = record.args().to_string();
+        let mut said = self
+            .said
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !said.contains(&text) {
+            say!("pgtenure: warning: {text}");
+            said.push(text);
+        }
+    }
+
+    fn flush(&self) {}
+}
+
+/// The libpq variables that name a database: with one set, no URL is needed.
+const NAMING_VARIABLES: &[&str] = &[
+    "PGHOST",
+    "PGHOSTADDR",
+    "PGPORT",
+    "PGUSER",
+    "PGDATABASE",
+    "PGSERVICE",
+];
+
+/// The builder for the database given: `--url` (or DATABASE_URL), completed from libpq's
+/// environment; else libpq's environment alone when it names a database.
+fn builder(global: &Global) -> Result<pgtenure::DbBuilder, String> {
+    let url = global.url.as_deref().unwrap_or_default();
+    if !url.trim().is_empty() {
+        return Db::builder(url).map_err(|e| e.to_string());
+    }
+    if NAMING_VARIABLES
+        .iter()
+        .any(|v| std::env::var_os(v).is_some_and(|v| !v.is_empty()))
+    {
+        return pgtenure::DbBuilder::from_env().map_err(|e| e.to_string());
+    }
+    Err(
+        "no database given; pass --url postgres://user@host:port/database, set DATABASE_URL, or \
+         set libpq's PGHOST, PGDATABASE, PGUSER or PGSERVICE as for psql"
+            .into(),
+    )
+}
+
 /// A `--watch` interval: 100 ms or more (a listing is several statements; faster would load the
 /// database for a screen nobody reads that fast).
 fn parse_interval(text: &str) -> Result<Duration, String> {
@@ -156,41 +226,30 @@ fn parse_interval(text: &str) -> Result<Duration, String> {
 /// has connected nothing yet.
 fn check(cli: &Cli) -> Result<(), String> {
     let global = &cli.global;
-    let url = global.url.as_deref().unwrap_or_default();
-    if url.trim().is_empty() {
-        return Err(
-            "no database given; pass --url postgres://user@host:port/database or set DATABASE_URL"
-                .into(),
-        );
-    }
     let checked = |e: Error| e.to_string();
-    let db = Db::builder(url)
-        .and_then(|builder| builder.build_lazy())
-        .map_err(checked)?;
+    let db = builder(global)?.build_lazy().map_err(checked)?;
+    // Every table flag is checked, whether this subcommand reads its table or not: a bad name is
+    // a mistake in the alias or the PGTENURE_*_TABLE variable that every subcommand shares.
     global.leases(&db).map_err(checked)?;
-    if !matches!(cli.command, Command::LeaseRun(_)) {
-        global.elector(&db).map_err(checked)?;
-        global.ticks(&db).map_err(checked)?;
-        global.units(&db).map_err(checked)?;
-    }
+    global.elector(&db).map_err(checked)?;
+    global.ticks(&db).map_err(checked)?;
+    global.units(&db).map_err(checked)?;
     cli.command.check(&db, global)
 }
 
 /// Connects and runs the subcommand, once or, with `--watch`, at every interval until interrupted.
 fn run(cli: Cli) -> Result<u8, Failure> {
     let global = &cli.global;
-    // Given and well-formed: checked before.
-    let url = global.url.as_deref().unwrap_or_default();
     // A few connections suffice (lease-run's renewals and release, or one listing at a time), and an
     // operator waits 5 s, not the library's 10 s, to hear that the database is unreachable.
-    let mut builder = Db::builder(url)?
+    // Given and well-formed: checked before.
+    let builder = builder(global)?
         .max_size(4)?
-        .connection_timeout(Duration::from_secs(5))?;
-    // Named after what this run does (`pgtenure lease-run KEY`), so an operator can tell its
-    // sessions apart in pg_stat_activity; an application_name in the URL wins.
-    if !url.contains("application_name") {
-        builder = builder.application_name(&cli.command.application_name())?;
-    }
+        .connection_timeout(Duration::from_secs(5))?
+        // Named after what this run does (`pgtenure lease-run KEY`), so an operator can tell its
+        // sessions apart in pg_stat_activity; an application_name in the URL, the service or
+        // PGAPPNAME wins.
+        .fallback_application_name(&cli.command.application_name())?;
     // The exporter starts while the database is down, and says so in its metrics.
     let db = if cli.command.serves() {
         builder.build_lazy()?

@@ -45,12 +45,16 @@ pub struct DbBuilder {
     read_committed: bool,
     ssl_mode: SslMode,
     root_cert: Option<String>,
+    /// The client certificate and key files (`sslcert`, `sslkey`).
+    client_cert: Option<String>,
+    client_key: Option<String>,
     statement_mode: StatementMode,
 }
 
 impl DbBuilder {
     /// Starts from a driver configuration you built; pgtenure's connection defaults are applied to
-    /// whatever it leaves unset.
+    /// whatever it leaves unset. The environment (`PG*` variables, `~/.pgpass`, service files) is
+    /// not read: it is for [`Db::builder`] and [`DbBuilder::from_env`].
     ///
     /// The driver's `ssl_mode` of `config` is taken as the [`SslMode`] (`Require` needs the feature
     /// `tls`, checked by [`DbBuilder::build`]); [`DbBuilder::ssl_mode`] and
@@ -68,8 +72,76 @@ impl DbBuilder {
             read_committed: true,
             ssl_mode,
             root_cert: None,
+            client_cert: None,
+            client_key: None,
             statement_mode: StatementMode::Auto,
         }
+    }
+
+    /// Starts from the environment, as psql does with no connection string: see
+    /// [`Db::from_env`].
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a `PG*` variable or a
+    /// service file value that does not parse (naming it), and for a service that no service file
+    /// defines.
+    pub fn from_env() -> Result<DbBuilder> {
+        Db::builder_with("", &super::libpq::Process)
+    }
+
+    /// The client certificate (a PEM file, with the certificates between it and the server's
+    /// trusted authority after it, if any) and its private key (a PEM file, PKCS#8, PKCS#1 or SEC1,
+    /// unencrypted) presented to a server that asks for one: libpq's `sslcert` and `sslkey`, for
+    /// servers whose `pg_hba.conf` admits with `cert` (mutual TLS). The key file must not be
+    /// readable by group or others (0600; 0640 when owned by root), as libpq requires. Read by
+    /// [`DbBuilder::build`]. Defaults to the connection string's `sslcert` and `sslkey`, else
+    /// `~/.postgresql/postgresql.crt` and `~/.postgresql/postgresql.key` when they exist.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when a path is blank or holds a
+    /// NUL byte.
+    pub fn ssl_client_cert(self, cert: &str, key: &str) -> Result<DbBuilder> {
+        self.client_files(Some(cert.to_owned()), Some(key.to_owned()))
+    }
+
+    pub(super) fn client_files(
+        mut self,
+        cert: Option<String>,
+        key: Option<String>,
+    ) -> Result<DbBuilder> {
+        for (name, path) in [("sslcert", &cert), ("sslkey", &key)] {
+            if path
+                .as_deref()
+                .is_some_and(|p| p.trim().is_empty() || p.contains('\0'))
+            {
+                return Err(Error::invalid_input(format!(
+                    "{name} is blank or holds a NUL byte; give a PEM file's path"
+                )));
+            }
+        }
+        if cert.is_some() {
+            self.client_cert = cert;
+        }
+        if key.is_some() {
+            self.client_key = key;
+        }
+        Ok(self)
+    }
+
+    /// The `application_name` to report when neither the connection string, the service nor
+    /// `PGAPPNAME` names one (libpq's `fallback_application_name`): a tool's own name, which the
+    /// user's choice overrides.
+    ///
+    /// # Errors
+    ///
+    /// As [`DbBuilder::application_name`].
+    pub fn fallback_application_name(self, name: &str) -> Result<DbBuilder> {
+        if self.config.get_application_name().is_some() {
+            return Ok(self);
+        }
+        self.application_name(name)
     }
 
     /// How connections use TLS (see [`SslMode`]). Defaults to the URL's `sslmode`, else `Prefer`.
@@ -188,6 +260,7 @@ impl DbBuilder {
     /// within the connection timeout, saying why the first attempt failed.
     pub fn build(self) -> Result<Db> {
         check_available(self.ssl_mode)?;
+        check_client_cert(&self)?;
         match self.tls()? {
             None => self.build_with(NoTls),
             #[cfg(feature = "tls")]
@@ -256,6 +329,7 @@ impl DbBuilder {
     /// used (as [`DbBuilder::build`]); nothing is connected.
     pub fn build_lazy(self) -> Result<Db> {
         check_available(self.ssl_mode)?;
+        check_client_cert(&self)?;
         match self.tls()? {
             None => Ok(self.build_lazy_with(NoTls)),
             #[cfg(feature = "tls")]
@@ -280,7 +354,13 @@ impl DbBuilder {
         if self.ssl_mode == SslMode::Disable {
             return Ok(None);
         }
-        super::tls::connector(self.ssl_mode, self.root_cert.as_deref()).map(Some)
+        super::tls::connector(&super::tls::Settings {
+            mode: self.ssl_mode,
+            root_cert: self.root_cert.as_deref(),
+            client_cert: self.client_cert.as_deref(),
+            client_key: self.client_key.as_deref(),
+        })
+        .map(Some)
     }
 
     #[cfg(not(feature = "tls"))]
@@ -425,7 +505,8 @@ fn refused(e: postgres::Error) -> Error {
         "the server does not offer TLS: turn it on in the server's settings (ssl = on), or \
          connect with sslmode=prefer or sslmode=disable"
     } else if text.contains("password missing") {
-        "the server asks for a password: put it in the URL (postgres://user:password@host/db)"
+        "the server asks for a password: put it in the password file (~/.pgpass or PGPASSFILE, \
+         mode 0600: host:port:database:user:password), in PGPASSWORD, or in the URL"
     } else {
         "waiting will not fix this: check sslmode against the server's TLS settings, and that \
          the URL has the password the server asks for"
@@ -435,6 +516,19 @@ fn refused(e: postgres::Error) -> Error {
         format!("connect failed: {text}; {advice}"),
     )
     .with_source(e)
+}
+
+/// Refuses a client certificate this build cannot present.
+fn check_client_cert(builder: &DbBuilder) -> Result<()> {
+    if builder.client_cert.is_some()
+        && builder.ssl_mode != SslMode::Disable
+        && !cfg!(feature = "tls")
+    {
+        return Err(Error::invalid_input(
+            "sslcert needs TLS, and pgtenure was built without it: enable its cargo feature \"tls\"",
+        ));
+    }
+    Ok(())
 }
 
 /// Refuses a mode this build cannot serve.
@@ -469,6 +563,8 @@ impl fmt::Debug for DbBuilder {
             .field("read_committed", &self.read_committed)
             .field("ssl_mode", &self.ssl_mode)
             .field("root_cert", &self.root_cert)
+            .field("client_cert", &self.client_cert)
+            .field("client_key", &self.client_key)
             .field("statement_mode", &self.statement_mode)
             .finish()
     }

@@ -2,6 +2,7 @@
 
 mod builder;
 pub(crate) mod conn;
+mod libpq;
 mod mode;
 mod outcome;
 mod promotion;
@@ -93,8 +94,11 @@ impl Db {
     /// connections and does not run a health check on checkout (that would cost a round trip per
     /// operation; a broken connection is found by its failed statement and dropped).
     ///
-    /// TLS follows `sslmode` and `sslrootcert` in `url`, as with libpq (see [`SslMode`]; every mode
-    /// that needs TLS needs the cargo feature `tls`). The default is `prefer`: TLS when the server
+    /// What `url` leaves unset is taken from the environment as libpq takes it (a service file, the
+    /// `PG*` variables, `~/.pgpass`; see [`Db::from_env`]): what `url` says always wins.
+    ///
+    /// TLS follows `sslmode`, `sslrootcert`, `sslcert` and `sslkey` in `url`, as with libpq (see
+    /// [`SslMode`]; every mode that needs TLS needs the cargo feature `tls`). The default is `prefer`: TLS when the server
     /// offers it and the feature is on, the certificate unchecked. Use `verify-full` for a database
     /// reached over a network.
     ///
@@ -103,7 +107,7 @@ impl Db {
     /// # Errors
     ///
     /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) at once when `url` is empty, has
-    /// another scheme than `postgres://` or `postgresql://`, names no host, does not parse, has an
+    /// another scheme than `postgres://` or `postgresql://`, does not parse, has an
     /// unknown `sslmode`, needs TLS without the feature `tls`, or names root certificates that
     /// cannot be read; [`ErrorKind::Database`](crate::ErrorKind::Database) at once, with the
     /// server's reason and SQLSTATE, when the server refuses what waiting cannot fix
@@ -127,7 +131,8 @@ impl Db {
         let url = url.trim();
         if url.is_empty() {
             return Err(Error::invalid_input(
-                "the database URL is empty; give postgres://user@host:port/database",
+                "the database URL is empty; give postgres://user@host:port/database, or use \
+                 Db::from_env to connect as psql would with no arguments (PGHOST, PGSERVICE, ...)",
             ));
         }
         // Never the URL itself in a message: it may hold a password.
@@ -138,19 +143,40 @@ impl Db {
                 )));
             }
         }
-        let (url, params) = ssl::split(url)?;
-        let config = url.parse::<postgres::Config>().map_err(|e| {
+        Db::builder_with(url, &libpq::Process)
+    }
+
+    /// Connects as psql does when given no connection string: everything from the service file
+    /// (`PGSERVICE`), the `PG*` environment variables (`PGHOST`, `PGPORT`, `PGUSER`,
+    /// `PGPASSWORD`, `PGDATABASE`, `PGSSLMODE`, `PGSSLROOTCERT`, `PGSSLCERT`, `PGSSLKEY`,
+    /// `PGAPPNAME`, `PGCONNECT_TIMEOUT`, ...) and the password file (`PGPASSFILE` or
+    /// `~/.pgpass`), else libpq's defaults (the local Unix socket, the login name as user and
+    /// database). pgtenure's own defaults then apply as with [`Db::connect`]. See
+    /// `docs/connections.md`.
+    ///
+    /// # Errors
+    ///
+    /// As [`Db::connect`]; [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) also for a
+    /// variable or service file value that does not parse (naming it) and for a service that no
+    /// service file defines.
+    pub fn from_env() -> Result<Db> {
+        DbBuilder::from_env()?.build()
+    }
+
+    /// A builder from `url` (possibly empty), completed from `env` as libpq does.
+    fn builder_with(url: &str, env: &dyn libpq::Environment) -> Result<DbBuilder> {
+        let (mut url, mut params) = ssl::split(url)?;
+        if let Some(port) = libpq::port_for_url(&params, env)? {
+            url = ssl::with_port(&url, &port).unwrap_or(url);
+        }
+        let mut config = url.parse::<postgres::Config>().map_err(|e| {
             Error::invalid_input(format!(
                 "the database URL does not parse ({e}); write postgres://user@host:port/database \
                  or key=value pairs such as \"host=db user=app dbname=app\""
             ))
             .with_source(e)
         })?;
-        if config.get_hosts().is_empty() {
-            return Err(Error::invalid_input(
-                "the database URL names no host; write postgres://user@host:port/database",
-            ));
-        }
+        libpq::fill(&mut config, &mut params, env)?;
         let mut builder = DbBuilder::from_config(config);
         if let Some(mode) = params.mode {
             builder = builder.ssl_mode(mode)?;
@@ -158,6 +184,7 @@ impl Db {
         if let Some(root_cert) = &params.root_cert {
             builder = builder.ssl_root_cert(root_cert)?;
         }
+        builder = builder.client_files(params.cert, params.key)?;
         if let Some(mode) = params.statement_mode {
             builder = builder.statement_mode(mode);
         }

@@ -1,4 +1,5 @@
-//! What a connection string says that the driver does not read: `sslmode` and `sslrootcert` (the
+//! What a connection string says that the driver does not read: `sslmode`, `sslrootcert`,
+//! `sslcert`, `sslkey` and `service` (the
 //! driver knows only `disable`, `prefer` and `require`, and no root certificates), and pgtenure's
 //! own `statement_mode`, taken out before the driver parses the rest.
 
@@ -18,10 +19,12 @@ pub enum SslMode {
     /// No TLS.
     Disable,
     /// TLS when the server offers it, else plain; the certificate is not checked (unless
-    /// `sslrootcert` is given: then as `VerifyCa`). The default, as with libpq.
+    /// `sslrootcert` is given or `~/.postgresql/root.crt` exists: then as `VerifyCa`, as with
+    /// libpq). The default, as with libpq.
     Prefer,
-    /// TLS or no connection; the certificate is not checked (unless `sslrootcert` is given: then as
-    /// `VerifyCa`). Protects against eavesdropping, not against an impostor.
+    /// TLS or no connection; the certificate is not checked (unless `sslrootcert` is given or
+    /// `~/.postgresql/root.crt` exists: then as `VerifyCa`, as libpq does). Protects against
+    /// eavesdropping, not against an impostor.
     Require,
     /// TLS, and the server's certificate must be signed by a certificate authority of
     /// `sslrootcert`; the host name is not checked.
@@ -37,7 +40,7 @@ impl SslMode {
         !matches!(self, SslMode::Disable | SslMode::Prefer)
     }
 
-    fn parse(value: &str) -> Result<SslMode> {
+    pub(super) fn parse(value: &str) -> Result<SslMode> {
         Ok(match value {
             "disable" => SslMode::Disable,
             // libpq's "allow" tries plain first, then TLS: with no TLS refused by a server that
@@ -73,13 +76,19 @@ impl fmt::Display for SslMode {
 pub(crate) struct UrlParams {
     pub(crate) mode: Option<SslMode>,
     pub(crate) root_cert: Option<String>,
+    /// The client certificate (`sslcert`) and its key (`sslkey`), PEM files.
+    pub(crate) cert: Option<String>,
+    pub(crate) key: Option<String>,
+    /// The service whose settings fill what the string leaves unset (`service`).
+    pub(crate) service: Option<String>,
     pub(crate) statement_mode: Option<StatementMode>,
 }
 
-/// Parameters pgtenure refuses rather than ignores: client certificates are not supported.
-const UNSUPPORTED: &[&str] = &["sslcert", "sslkey", "sslpassword", "sslcrl", "sslcrldir"];
+/// Parameters pgtenure refuses rather than ignores: encrypted client keys and revocation lists are
+/// not supported.
+const UNSUPPORTED: &[&str] = &["sslpassword", "sslcrl", "sslcrldir"];
 
-/// Takes `sslmode`, `sslrootcert` and `statement_mode` out of a `postgres://` URL's query or a
+/// Takes `sslmode`, `sslrootcert`, `sslcert`, `sslkey`, `service` and `statement_mode` out of a `postgres://` URL's query or a
 /// `key=value` string.
 pub(crate) fn split(url: &str) -> Result<(String, UrlParams)> {
     if url.contains("://") {
@@ -111,6 +120,31 @@ fn split_url(url: &str) -> Result<(String, UrlParams)> {
     Ok((rest, params))
 }
 
+/// A `postgres://` URL whose hosts name no port, with `port` after each (the driver takes 5432 for
+/// a host without one, where libpq takes the service's or `PGPORT`'s): `None` when it names a port
+/// or no host, or is not a URL.
+pub(crate) fn with_port(url: &str, port: &str) -> Option<String> {
+    let (scheme, rest) = url.split_once("://")?;
+    let end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(end);
+    let (userinfo, hosts) = match authority.rfind('@') {
+        Some(at) => (&authority[..=at], &authority[at + 1..]),
+        None => ("", authority),
+    };
+    if hosts.is_empty() {
+        return None;
+    }
+    let has_port = |host: &str| match host.rfind(']') {
+        Some(close) => host[close..].contains(':'),
+        None => host.contains(':'),
+    };
+    if hosts.split(',').any(has_port) {
+        return None;
+    }
+    let hosts: Vec<String> = hosts.split(',').map(|h| format!("{h}:{port}")).collect();
+    Some(format!("{scheme}://{userinfo}{}{tail}", hosts.join(",")))
+}
+
 fn split_pairs(text: &str) -> Result<(String, UrlParams)> {
     let mut params = UrlParams::default();
     let mut kept: Vec<&str> = Vec::new();
@@ -138,6 +172,9 @@ fn take(params: &mut UrlParams, key: &str, value: impl FnOnce() -> Result<String
     match key {
         "sslmode" => params.mode = Some(SslMode::parse(&value()?)?),
         "sslrootcert" => params.root_cert = Some(value()?),
+        "sslcert" => params.cert = Some(value()?),
+        "sslkey" => params.key = Some(value()?),
+        "service" => params.service = Some(value()?),
         // pgtenure's own parameter: two of them are a mistake somewhere, not a choice to guess.
         "statement_mode" if params.statement_mode.is_some() => {
             return Err(Error::invalid_input(
@@ -147,9 +184,9 @@ fn take(params: &mut UrlParams, key: &str, value: impl FnOnce() -> Result<String
         "statement_mode" => params.statement_mode = Some(StatementMode::parse(&value()?)?),
         key if UNSUPPORTED.contains(&key) => {
             return Err(Error::invalid_input(format!(
-                "the database URL sets {key}: client certificates and revocation lists are not \
-                 supported; authenticate with a password, or build a pool of your own with a TLS \
-                 connector that presents one and use Db::from_tls_pool"
+                "the database URL sets {key}: encrypted client keys and revocation lists are not \
+                 supported; decrypt the key into a file only you can read (chmod 600), or build a \
+                 pool of your own with a TLS connector and use Db::from_tls_pool"
             )))
         }
         _ => return Ok(false),
@@ -236,7 +273,7 @@ mod tests {
         UrlParams {
             mode,
             root_cert: root_cert.map(str::to_owned),
-            statement_mode: None,
+            ..UrlParams::default()
         }
     }
 
@@ -308,8 +345,8 @@ mod tests {
         for (text, says) in [
             ("postgres://db/app?sslmode=verify", "sslmode \"verify\""),
             ("host=db sslmode=strict", "sslmode \"strict\""),
-            ("host=db sslcert=/c.pem", "sets sslcert"),
-            ("postgres://db/app?sslkey=k.pem", "sets sslkey"),
+            ("host=db sslcrl=/c.pem", "sets sslcrl"),
+            ("postgres://db/app?sslpassword=x", "sets sslpassword"),
             ("host=db sslrootcert='/unclosed", "unclosed quote"),
             ("postgres://db/app?sslrootcert=%zz", "two hex digits"),
         ] {
@@ -317,6 +354,22 @@ mod tests {
             assert!(err.is_invalid_input(), "{text}");
             assert!(err.to_string().contains(says), "{text}: {err}");
         }
+    }
+
+    #[test]
+    fn a_port_is_added_only_to_urls_whose_hosts_name_none() {
+        assert_eq!(
+            with_port("postgres://u:p@a,b/db?x=1", "6000").as_deref(),
+            Some("postgres://u:p@a:6000,b:6000/db?x=1")
+        );
+        assert_eq!(
+            with_port("postgres://[::1]/db", "6000").as_deref(),
+            Some("postgres://[::1]:6000/db")
+        );
+        assert_eq!(with_port("postgres://h:5433/db", "6000"), None);
+        assert_eq!(with_port("postgres://[::1]:5433/db", "6000"), None);
+        assert_eq!(with_port("postgres:///db", "6000"), None);
+        assert_eq!(with_port("host=h", "6000"), None);
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! TLS for pgtenure's own pools (feature `tls`): a rustls connector that checks the server's
-//! certificate as the `sslmode` asks, with the root certificates of `sslrootcert`.
+//! certificate as the `sslmode` asks, with the root certificates of `sslrootcert`, and presents
+//! the client certificate of `sslcert` and `sslkey`.
 //!
 //! rustls with its `ring` provider: no system library to build against, and the driver's rustls
 //! adapter supports channel binding (SCRAM-SHA-256-PLUS).
@@ -8,10 +9,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::client::WebPkiServerVerifier;
+use rustls::client::{verify_server_name, WebPkiServerVerifier};
 use rustls::crypto::{verify_tls12_signature, verify_tls13_signature, CryptoProvider};
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls::server::ParsedCertificate;
 use rustls::{
     CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme,
 };
@@ -20,46 +22,165 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 use super::ssl::SslMode;
 use crate::error::{Error, Result};
 
-/// The connector for `mode`, checking certificates against `root_cert` (a PEM file, or `system`
-/// for the operating system's trust store). Without `root_cert`, `verify-ca` and `verify-full` use
-/// `~/.postgresql/root.crt` as libpq does, and fail when it is missing.
-pub(crate) fn connector(mode: SslMode, root_cert: Option<&str>) -> Result<MakeRustlsConnect> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    // A root certificate given to `prefer` or `require` is used, as with libpq: as `verify-ca`.
-    let checks_chain =
-        mode == SslMode::VerifyFull || mode == SslMode::VerifyCa || root_cert.is_some();
-    let chain = if checks_chain {
-        let roots = Arc::new(roots(mode, root_cert)?);
-        let webpki = WebPkiServerVerifier::builder_with_provider(roots, Arc::clone(&provider))
-            .build()
-            .map_err(|e| {
-                Error::invalid_input(format!("the root certificates cannot be used: {e}"))
-            })?;
-        Some(webpki)
+/// What the connector is made from: libpq's `sslmode`, `sslrootcert`, `sslcert` and `sslkey`.
+pub(crate) struct Settings<'a> {
+    pub(crate) mode: SslMode,
+    pub(crate) root_cert: Option<&'a str>,
+    pub(crate) client_cert: Option<&'a str>,
+    pub(crate) client_key: Option<&'a str>,
+}
+
+/// The connector for the settings: certificates checked against `root_cert` (a PEM file, or
+/// `system` for the operating system's trust store), a client certificate presented when one is
+/// given. Without `root_cert`, `~/.postgresql/root.crt` is used as libpq uses it: required by
+/// `verify-ca` and `verify-full`, and, when it exists, checked by `prefer` and `require` too
+/// (which then verify as `verify-ca`).
+pub(crate) fn connector(settings: &Settings<'_>) -> Result<MakeRustlsConnect> {
+    let mode = settings.mode;
+    let provider = provider();
+    // A root certificate given to `prefer` or `require`, or present in libpq's default place, is
+    // used, as with libpq: as `verify-ca`.
+    let default_root = default_file("root.crt");
+    let checks_chain = mode == SslMode::VerifyFull
+        || mode == SslMode::VerifyCa
+        || settings.root_cert.is_some()
+        || default_root.is_some();
+    let (chain, trusted) = if checks_chain {
+        let (roots, trusted) = roots(mode, settings.root_cert)?;
+        if !matches!(mode, SslMode::VerifyCa | SslMode::VerifyFull) {
+            log::debug!(
+                target: "pgtenure::db::tls",
+                "sslmode={mode} with a root certificate file: the server's certificate is \
+                 verified as with verify-ca, as libpq does"
+            );
+        }
+        let webpki =
+            WebPkiServerVerifier::builder_with_provider(Arc::new(roots), Arc::clone(&provider))
+                .build()
+                .map_err(|e| {
+                    Error::invalid_input(format!("the root certificates cannot be used: {e}"))
+                })?;
+        (Some(webpki), trusted)
     } else {
-        None
+        (None, Vec::new())
     };
     let verifier = Arc::new(Verifier {
         chain,
+        trusted,
         names: mode == SslMode::VerifyFull,
         provider: Arc::clone(&provider),
     });
-    let config = ClientConfig::builder_with_provider(provider)
+    let builder = ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(|e| Error::setup(format!("the TLS stack cannot be set up: {e}")))?
         .dangerous()
-        .with_custom_certificate_verifier(verifier)
-        .with_no_client_auth();
+        .with_custom_certificate_verifier(verifier);
+    let config = match client_files(settings)? {
+        Some((cert, key)) => {
+            let (chain, key_der) = client_identity(&cert, &key)?;
+            builder.with_client_auth_cert(chain, key_der).map_err(|e| {
+                Error::invalid_input(format!(
+                    "sslcert {} and sslkey {} cannot be used together: {e}",
+                    cert.display(),
+                    key.display()
+                ))
+            })?
+        }
+        None => builder.with_no_client_auth(),
+    };
     Ok(MakeRustlsConnect::new(config))
 }
 
-fn roots(mode: SslMode, root_cert: Option<&str>) -> Result<RootCertStore> {
+/// The process's default provider when the application installed one (to choose aws-lc-rs and its
+/// post-quantum key exchange, say), else *ring*.
+fn provider() -> Arc<CryptoProvider> {
+    if let Some(installed) = CryptoProvider::get_default() {
+        return Arc::clone(installed);
+    }
+    // rustls 0.23.48 deprecates its ring provider because ring has no post-quantum key exchange
+    // (which PostgreSQL servers built on OpenSSL before 3.5 do not offer either). ring builds
+    // without a C toolchain or cmake, which aws-lc-rs needs; an application that wants
+    // post-quantum key exchange installs aws-lc-rs as the process default, used above.
+    #[allow(deprecated)]
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// The client certificate and key files: the given ones, else libpq's defaults when they exist.
+fn client_files(settings: &Settings<'_>) -> Result<Option<(PathBuf, PathBuf)>> {
+    let cert = settings
+        .client_cert
+        .map(PathBuf::from)
+        .or_else(|| default_file("postgresql.crt"));
+    let Some(cert) = cert else {
+        if let Some(key) = settings.client_key {
+            return Err(Error::invalid_input(format!(
+                "sslkey {key} is given without sslcert: give the client certificate too"
+            )));
+        }
+        return Ok(None);
+    };
+    let key = settings
+        .client_key
+        .map(PathBuf::from)
+        .or_else(|| default_file("postgresql.key"))
+        .ok_or_else(|| {
+            Error::invalid_input(format!(
+                "sslcert {} is given without sslkey: give the client certificate's key too",
+                cert.display()
+            ))
+        })?;
+    Ok(Some((cert, key)))
+}
+
+/// The client certificate chain and its key, read from PEM files; a key file open to group or
+/// others is refused, as libpq refuses it.
+fn client_identity(
+    cert: &Path,
+    key: &Path,
+) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>)> {
+    let chain = pem_file(cert, "sslcert")?;
+    let meta = std::fs::metadata(key).map_err(|e| {
+        Error::invalid_input(format!("sslkey {} cannot be read: {e}", key.display()))
+    })?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let mode = meta.permissions().mode() & 0o777;
+        // libpq: 0600 or less when the user owns it, 0640 or less when root does (a key shared
+        // through a group such as ssl-cert).
+        let allowed = if meta.uid() == 0 { 0o640 } else { 0o600 };
+        if mode & !allowed != 0 {
+            return Err(Error::invalid_input(format!(
+                "sslkey {} has group or world access (mode {mode:o}); the private key must be \
+                 readable by its owner only: chmod 600 {}",
+                key.display(),
+                key.display()
+            )));
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = meta;
+    let key_der = PrivateKeyDer::from_pem_file(key).map_err(|e| {
+        Error::invalid_input(format!(
+            "sslkey {} holds no unencrypted PEM private key: {e}",
+            key.display()
+        ))
+    })?;
+    Ok((chain, key_der))
+}
+
+/// The roots, and the certificates of a file named by the user (a self-signed server certificate
+/// among them is trusted as itself; the system's store is not read this way).
+fn roots(
+    mode: SslMode,
+    root_cert: Option<&str>,
+) -> Result<(RootCertStore, Vec<CertificateDer<'static>>)> {
     let mut roots = RootCertStore::empty();
     let (certs, from) = match root_cert {
         Some("system") => (system_roots()?, "the system's trust store".to_owned()),
-        Some(path) => (pem_file(Path::new(path))?, path.to_owned()),
+        Some(path) => (pem_file(Path::new(path), "sslrootcert")?, path.to_owned()),
         None => {
-            let default = default_root_cert().ok_or_else(|| {
+            let default = default_file("root.crt").ok_or_else(|| {
                 Error::invalid_input(format!(
                     "sslmode={mode} needs the certificate authority to check the server against: \
                      set sslrootcert=/path/to/ca.pem, or sslrootcert=system for the system's \
@@ -67,9 +188,14 @@ fn roots(mode: SslMode, root_cert: Option<&str>) -> Result<RootCertStore> {
                      to encrypt without checking"
                 ))
             })?;
-            let certs = pem_file(&default)?;
+            let certs = pem_file(&default, "sslrootcert")?;
             (certs, default.display().to_string())
         }
+    };
+    let trusted = if root_cert == Some("system") {
+        Vec::new()
+    } else {
+        certs.clone()
     };
     let (added, _ignored) = roots.add_parsable_certificates(certs);
     if added == 0 {
@@ -77,21 +203,22 @@ fn roots(mode: SslMode, root_cert: Option<&str>) -> Result<RootCertStore> {
             "sslrootcert: {from} holds no usable certificate"
         )));
     }
-    Ok(roots)
+    Ok((roots, trusted))
 }
 
-fn pem_file(path: &Path) -> Result<Vec<CertificateDer<'static>>> {
+/// The certificates of a PEM file, for the parameter `what`.
+fn pem_file(path: &Path, what: &str) -> Result<Vec<CertificateDer<'static>>> {
     let certs = CertificateDer::pem_file_iter(path)
         .and_then(|certs| certs.collect::<std::result::Result<Vec<_>, _>>())
         .map_err(|e| {
             Error::invalid_input(format!(
-                "sslrootcert {} cannot be read as PEM certificates: {e}",
+                "{what} {} cannot be read as PEM certificates: {e}",
                 path.display()
             ))
         })?;
     if certs.is_empty() {
         return Err(Error::invalid_input(format!(
-            "sslrootcert {} holds no PEM certificate",
+            "{what} {} holds no PEM certificate",
             path.display()
         )));
     }
@@ -112,10 +239,11 @@ fn system_roots() -> Result<Vec<CertificateDer<'static>>> {
     Ok(found.certs)
 }
 
-/// libpq's default root certificate file.
-fn default_root_cert() -> Option<PathBuf> {
+/// One of libpq's default files in `~/.postgresql/` (`root.crt`, `postgresql.crt`,
+/// `postgresql.key`), when it exists.
+fn default_file(name: &str) -> Option<PathBuf> {
     let home = std::env::var_os("HOME")?;
-    let path = Path::new(&home).join(".postgresql").join("root.crt");
+    let path = Path::new(&home).join(".postgresql").join(name);
     path.is_file().then_some(path)
 }
 
@@ -125,6 +253,11 @@ fn default_root_cert() -> Option<PathBuf> {
 #[derive(Debug)]
 struct Verifier {
     chain: Option<Arc<WebPkiServerVerifier>>,
+    /// The certificates of the user's `sslrootcert` file: a server presenting one of them is
+    /// trusted as itself (a self-signed server certificate given as its own root), as OpenSSL and
+    /// so libpq trust it, where webpki refuses a trust anchor as the end entity
+    /// (`CaUsedAsEndEntity`).
+    trusted: Vec<CertificateDer<'static>>,
     names: bool,
     provider: Arc<CryptoProvider>,
 }
@@ -141,6 +274,19 @@ impl ServerCertVerifier for Verifier {
         let Some(chain) = &self.chain else {
             return Ok(ServerCertVerified::assertion());
         };
+        if self
+            .trusted
+            .iter()
+            .any(|t| t.as_ref() == end_entity.as_ref())
+        {
+            // The very certificate the user trusts: no chain to build. Its name is still checked
+            // under verify-full. (Its validity dates are not: the user pinned this certificate.)
+            if self.names {
+                let parsed = ParsedCertificate::try_from(end_entity)?;
+                verify_server_name(&parsed, server_name)?;
+            }
+            return Ok(ServerCertVerified::assertion());
+        }
         match chain.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now) {
             // The name is checked only once the chain verified.
             Err(rustls::Error::InvalidCertificate(

@@ -367,14 +367,15 @@ fn classify_db_error(db: &DbError) -> (ErrorKind, &'static str) {
             ErrorKind::Database,
             "the server admits no such connection: check the user (it must exist and may log in), \
              the database, and the server's pg_hba.conf rules for this address; where they admit \
-             only TLS (hostssl), connect with sslmode=require or stronger",
+             only TLS (hostssl), connect with sslmode=require or stronger, and where they ask for \
+             a client certificate (cert), give it with sslcert and sslkey (or PGSSLCERT, PGSSLKEY)",
         );
     }
     if code.code().starts_with("28") {
         return (
             ErrorKind::Database,
-            "the server refused the credentials; check the user and password in the URL, and the \
-             server's pg_hba.conf",
+            "the server refused the credentials; check the user and password (in the URL, \
+             PGPASSWORD or ~/.pgpass), and the server's pg_hba.conf",
         );
     }
     if *code == SqlState::INVALID_CATALOG_NAME {

@@ -79,3 +79,68 @@ pub fn encrypted(conn: &mut pgtenure::postgres::Client) -> bool {
     .unwrap()
     .get(0)
 }
+
+impl Authority {
+    /// A client certificate and its key (PEM) for the database user `user` (its common name, which
+    /// `cert` authentication compares with the user connecting).
+    pub fn client_cert(&self, user: &str) -> (String, String) {
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.distinguished_name.push(DnType::CommonName, user);
+        params.use_authority_key_identifier_extension = true;
+        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        let key = KeyPair::generate().unwrap();
+        let cert = params.signed_by(&key, &self.issuer).unwrap();
+        (cert.pem(), key.serialize_pem())
+    }
+}
+
+/// A self-signed server certificate for `localhost` and its key (PEM), made as PostgreSQL's docs
+/// make one (`openssl req -new -x509 ...`: a CA certificate that is its own issuer), to be given to
+/// clients as their `sslrootcert`.
+pub fn self_signed() -> (String, String) {
+    let mut params = CertificateParams::new(vec!["localhost".to_owned()]).unwrap();
+    params
+        .distinguished_name
+        .push(DnType::CommonName, "localhost");
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let key = KeyPair::generate().unwrap();
+    let cert = params.self_signed(&key).unwrap();
+    (cert.pem(), key.serialize_pem())
+}
+
+/// A server with `ssl = on`, the certificate and key given, and optionally the CA that client
+/// certificates must be signed by and a `pg_hba.conf` of its own.
+pub fn server_with(
+    cert: String,
+    key: String,
+    client_ca: Option<&str>,
+    hba: Option<&str>,
+) -> TempPostgres {
+    let mut builder = TempPostgres::builder()
+        .setting("ssl", "on")
+        .and_then(|b| b.setting("ssl_cert_file", "server.crt"))
+        .and_then(|b| b.setting("ssl_key_file", "server.key"))
+        .and_then(|b| b.file("server.crt", cert))
+        .and_then(|b| b.file("server.key", key))
+        .unwrap();
+    if let Some(ca) = client_ca {
+        builder = builder
+            .setting("ssl_ca_file", "client-ca.crt")
+            .and_then(|b| b.file("client-ca.crt", ca.to_owned()))
+            .unwrap();
+    }
+    if let Some(hba) = hba {
+        builder = builder.hba(hba);
+    }
+    builder
+        .start()
+        .unwrap_or_else(|e| panic!("no TLS server: {e}"))
+}
+
+/// Writes `text` to `path` with the permissions `mode`.
+pub fn write_mode(path: &std::path::Path, text: &str, mode: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(path, text).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}

@@ -140,7 +140,9 @@ pub(crate) struct LeaseRunArgs {
 }
 
 /// The listings' flags, which lease-run refuses: declared here, hidden, so that its help leaves
-/// them out (a flag of the same name in a subcommand keeps the global one out of it).
+/// them out (a flag of the same name in a subcommand keeps the global one out of it). The table
+/// flags are not among them: lease-run accepts them all, so that one alias or one set of
+/// `PGTENURE_*_TABLE` variables serves every subcommand (kubectl ignores `--namespace` alike).
 #[derive(Args, Debug)]
 struct ListingFlags {
     #[arg(long, hide = true)]
@@ -151,14 +153,6 @@ struct ListingFlags {
     watch: bool,
     #[arg(long, hide = true, value_parser = duration::parse)]
     interval: Option<Duration>,
-    #[arg(long, hide = true)]
-    leader_table: Option<String>,
-    #[arg(long, hide = true)]
-    ticks_table: Option<String>,
-    #[arg(long, hide = true)]
-    processes_table: Option<String>,
-    #[arg(long, hide = true)]
-    units_table: Option<String>,
 }
 
 impl ListingFlags {
@@ -176,32 +170,11 @@ impl ListingFlags {
                     .to_owned(),
             );
         }
-        let not =
-            |value: &Option<String>, default: &str| value.as_deref().is_some_and(|v| v != default);
         let flags = [
             (self.output.is_some_and(|o| o != Output::Table), "--output"),
             (
                 self.interval.is_some_and(|i| i != DEFAULT_INTERVAL),
                 "--interval",
-            ),
-            (
-                not(&self.leader_table, pgtenure::elector::DEFAULT_TABLE),
-                "--leader-table",
-            ),
-            (
-                not(&self.ticks_table, pgtenure::tick_claims::DEFAULT_TABLE),
-                "--ticks-table",
-            ),
-            (
-                not(
-                    &self.processes_table,
-                    pgtenure::membership::DEFAULT_PROCESSES_TABLE,
-                ),
-                "--processes-table",
-            ),
-            (
-                not(&self.units_table, pgtenure::membership::DEFAULT_UNITS_TABLE),
-                "--units-table",
             ),
         ];
         match flags.into_iter().find(|(set, _)| *set) {
