@@ -458,3 +458,68 @@ fn a_role_that_does_not_own_a_current_table_without_a_record_still_migrates() {
     ticks.create_table().unwrap();
     assert!(comment(&n.tick).unwrap().contains("schema version 2"));
 }
+
+/// A long transaction on a table (here a tick claim's fence held by a slow writer) while an
+/// instance's startup migrates that table: its `ALTER TABLE` waits for the ACCESS EXCLUSIVE lock,
+/// and every later statement on the table queues behind the waiting ALTER. Each attempt waits at
+/// most 100 ms for the lock, so the previous release's statements on the table (here its claim)
+/// keep running within a bound far below any TTL, and the migration succeeds once the
+/// transaction ends.
+#[test]
+fn a_migration_behind_a_long_transaction_does_not_stall_the_running_fleet() {
+    let mut tables = Tables::new();
+    let n = tables.every_primitive();
+    make_v1("tick_claims", &n.tick);
+    let claim = format!(
+        "UPDATE \"{}\" SET busy_until = now() + interval '1 second' WHERE job_id = 'k'",
+        n.tick
+    );
+    client()
+        .batch_execute(&format!(
+            "INSERT INTO \"{t}\" (job_id, tick, owner, token) VALUES ('j', now(), 'o', 1);
+             INSERT INTO \"{t}\" (job_id, tick, owner, token) VALUES ('k', now(), 'o', 1)",
+            t = n.tick
+        ))
+        .unwrap();
+    let mut writer = client();
+    let mut fenced = writer.transaction().unwrap();
+    fenced
+        .query(
+            &format!("SELECT 1 FROM \"{}\" WHERE job_id = 'j' FOR SHARE", n.tick),
+            &[],
+        )
+        .unwrap();
+    let db = db();
+    let ticks = TickClaims::new(&db).with_table(&n.tick).unwrap();
+    let migrating = std::thread::spawn(move || ticks.create_table());
+    let mut watch = client();
+    let waiting = format!(
+        "SELECT 1 FROM pg_locks WHERE relation = to_regclass('\"{}\"') AND mode = \
+         'AccessExclusiveLock' AND NOT granted",
+        n.tick
+    );
+    common::wait_for(
+        "the migration to wait for its lock",
+        Duration::from_secs(10),
+        || (!watch.query(&waiting, &[]).unwrap().is_empty()).then_some(()),
+    );
+    // The previous release's claims of another job, one after another for 1.5 s (real time is the subject: the
+    // migration's attempts come and go meanwhile), each bounded by a statement timeout far below
+    // a TTL: a statement queued behind the waiting ALTER would wait for the whole transaction.
+    let mut old = client();
+    old.batch_execute("SET statement_timeout = '1s'").unwrap();
+    let (start, mut longest, mut claims) = (std::time::Instant::now(), Duration::ZERO, 0);
+    while start.elapsed() < Duration::from_millis(1500) {
+        let sent = std::time::Instant::now();
+        if let Err(e) = old.execute(&claim, &[]) {
+            panic!("the previous release's claim waited past 1 s behind the migration: {e:?}");
+        }
+        longest = longest.max(sent.elapsed());
+        claims += 1;
+    }
+    eprintln!("{claims} claims during the migration's attempts, the longest took {longest:?}");
+    assert_eq!(comment(&n.tick).map(|c| c.contains("version 2")), None);
+    fenced.commit().unwrap();
+    migrating.join().unwrap().unwrap();
+    assert!(comment(&n.tick).unwrap().contains("schema version 2"));
+}

@@ -3,6 +3,7 @@
 //! handle's check of its tables' versions before its first statement.
 
 use std::collections::HashSet;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use postgres::error::SqlState;
@@ -16,12 +17,21 @@ use crate::statement::Statement;
 use crate::table_name::{render, TableName};
 
 const LOCK_SQL: &str = include_str!("../../sql/schema/lock.sql");
+const LOCK_TIMEOUT_SQL: &str = include_str!("../../sql/schema/lock_timeout.sql");
 const COMPANION_SQL: &str = include_str!("../../sql/schema/companion.sql");
 const CREATE_PROMOTION: &str = include_str!("../../sql/schema/create_promotion.sql");
 const SEED_PROMOTION: &str = include_str!("../../sql/schema/seed_promotion.sql");
 
 /// The transaction-level advisory lock key every pgtenure `create_table` takes ("pgtenure" in ASCII).
 const DDL_LOCK_KEY: i64 = 0x7067_7465_6e75_7265;
+
+/// How long one attempt of a migration waits for a table lock (`lock_timeout`): the longest the
+/// fleet's statements on the table queue behind it while a long transaction holds the table.
+pub(crate) const MIGRATE_LOCK_WAIT: Duration = Duration::from_millis(100);
+const MIGRATE_LOCK_WAIT_SQL: &str = "100ms";
+
+/// How long a migration keeps trying again after its attempts found the table locked.
+pub(crate) const MIGRATE_PATIENCE: Duration = Duration::from_secs(60);
 
 impl Db {
     /// Reads what the catalog says of `kind`'s `table` (the version statement, on `client`).
@@ -73,7 +83,45 @@ impl Db {
     /// skips an index or a sequence whose name another relation already has, so a name taken by a
     /// table (or a companion dropped by hand) would otherwise go unnoticed until it costs a scan or a
     /// failed `nextval`.
+    ///
+    /// Each attempt waits for a table lock at most [`MIGRATE_LOCK_WAIT`]: an `ALTER TABLE` waiting
+    /// behind a long transaction on the table (a fenced write, a listing, `pg_dump`) would queue
+    /// every statement of the fleet behind it, past their TTLs. An attempt that timed out rolled
+    /// back; the next one starts after a pause, until [`MIGRATE_PATIENCE`] has passed, and then
+    /// the error ([`ErrorKind::Timeout`]) says the table was in use.
     pub(crate) fn migrate_table(&self, kind: Kind, table: &TableName) -> Result<Plan> {
+        let give_up = Instant::now() + MIGRATE_PATIENCE;
+        let mut pause = Duration::from_millis(50);
+        let mut attempts = 0u32;
+        loop {
+            attempts += 1;
+            match self.migrate_table_once(kind, table) {
+                Err(e) if e.code() == Some(&SqlState::LOCK_NOT_AVAILABLE) => {
+                    let now = Instant::now();
+                    if now + pause >= give_up {
+                        return Err(Error::new(
+                            ErrorKind::Timeout,
+                            format!(
+                                "migrate {} table {table} failed: the table stayed locked by                                  another transaction for {}s ({attempts} attempts, each waiting                                  at most {} ms so that the statements of running instances do                                  not queue behind the migration); end the long transactions on                                  it (SELECT pid, xact_start, query FROM pg_stat_activity; a                                  fenced write, a listing, pg_dump) and migrate again",
+                                kind.name(),
+                                MIGRATE_PATIENCE.as_secs(),
+                                MIGRATE_LOCK_WAIT.as_millis()
+                            ),
+                        )
+                        .with_source(e));
+                    }
+                    log::info!(target: "pgtenure::db", "migrate {} table {table}: the table is locked by another transaction ({e}); trying again in {} ms", kind.name(), pause.as_millis());
+                    // Spread the instances that all found it locked.
+                    let spread = crate::instance::random_u64() % (pause.as_millis() as u64 + 1);
+                    std::thread::sleep(pause / 2 + Duration::from_millis(spread / 2));
+                    pause = (pause * 2).min(Duration::from_secs(1));
+                }
+                other => return other,
+            }
+        }
+    }
+
+    fn migrate_table_once(&self, kind: Kind, table: &TableName) -> Result<Plan> {
         let context = format!("migrate {} table", kind.name());
         let context = context.as_str();
         let fail = |e| Error::from_postgres(context, e);
@@ -86,6 +134,8 @@ impl Db {
             .start()
             .map_err(fail)?;
         tx.query_typed(LOCK_SQL, &[(&DDL_LOCK_KEY, Type::INT8)])
+            .map_err(fail)?;
+        tx.query_typed(LOCK_TIMEOUT_SQL, &[(&MIGRATE_LOCK_WAIT_SQL, Type::TEXT)])
             .map_err(fail)?;
         let found = Db::found_on(&mut tx, context, kind, table)?;
         let plan = Plan::new(kind, table, found, self.timeline_tokens())?;
