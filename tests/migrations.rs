@@ -523,3 +523,130 @@ fn a_migration_behind_a_long_transaction_does_not_stall_the_running_fleet() {
     migrating.join().unwrap().unwrap();
     assert!(comment(&n.tick).unwrap().contains("schema version 2"));
 }
+
+/// Another application's table under the name given for a pgtenure table (a typo in a table
+/// flag, a name already taken): refused by `migrate` and by the handles, and left as it was, not
+/// given pgtenure's columns and record.
+#[test]
+fn another_applications_table_of_the_name_is_refused_and_left_alone() {
+    let mut tables = Tables::new();
+    let n = tables.every_primitive();
+    client()
+        .batch_execute(&format!(
+            "CREATE TABLE \"{p}\" (id int PRIMARY KEY, name text);
+             INSERT INTO \"{p}\" VALUES (1, 'mine');
+             CREATE TABLE \"{t}\" (job_id text PRIMARY KEY, owner text)",
+            p = n.procs,
+            t = n.tick
+        ))
+        .unwrap();
+    let columns = |table: &str| -> Vec<String> {
+        client()
+            .query(
+                "SELECT attname::text FROM pg_attribute WHERE attrelid = to_regclass($1) AND \
+                 attnum > 0 AND NOT attisdropped ORDER BY attnum",
+                &[&table],
+            )
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect()
+    };
+    let db = db();
+    let err = migrations::migrate(&db, &tables_for(&n)).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Schema, "{err}");
+    assert!(err.to_string().contains(&n.tick), "{err}");
+    assert!(
+        err.to_string()
+            .contains("lacks the columns tick, busy_until, token"),
+        "{err}"
+    );
+    let units = Units::new(&db).with_tables(&n.procs, &n.units).unwrap();
+    let err = units.create_tables().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Schema, "{err}");
+    assert!(err.to_string().contains("process_id"), "{err}");
+    let err = units.processes().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Schema, "{err}");
+    assert!(
+        err.to_string().contains("lacks the columns process_id"),
+        "{err}"
+    );
+    assert_eq!(columns(&n.procs), ["id", "name"]);
+    assert_eq!(columns(&n.tick), ["job_id", "owner"]);
+    assert_eq!(comment(&n.procs), None);
+    assert_eq!(comment(&n.tick), None);
+    // Nothing else was made either: every table was read before any was changed.
+    assert!(!common::table_exists(&mut client(), &n.lease));
+}
+
+/// A column a version added, dropped by hand from a table whose record says it is current: the
+/// handles say which version the table is really at (not a 42703 naming a column), and `migrate`
+/// runs the steps again instead of finding nothing to do.
+#[test]
+fn a_column_dropped_from_a_current_table_is_reported_and_migrate_restores_it() {
+    let mut tables = Tables::new();
+    let n = tables.every_primitive();
+    migrations::migrate(&db(), &tables_for(&n)).unwrap();
+    client()
+        .batch_execute(&format!(
+            "ALTER TABLE \"{}\" DROP COLUMN settled; DROP TABLE \"{}_promotion\"",
+            n.procs, n.lease
+        ))
+        .unwrap();
+    let db = common::fresh_db();
+    let leaser = Leaser::new(&db, Arc::new(Quiet), Config::default())
+        .unwrap()
+        .with_tables(&n.procs, &n.units)
+        .unwrap();
+    let err = leaser.heartbeat().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Schema, "{err}");
+    let text = err.to_string();
+    assert!(
+        text.contains("schema version 2 (its record says 3"),
+        "{text}"
+    );
+    assert!(text.contains("pgtenure migrate"), "{text}");
+    let leases = Leases::new(&db).with_table(&n.lease).unwrap();
+    let err = leases.try_acquire("k", Duration::from_secs(5)).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Schema, "{err}");
+    let plans = migrations::plan(&db, &tables_for(&n)).unwrap();
+    let procs = plans.iter().find(|p| p.kind() == "processes").unwrap();
+    assert_eq!(
+        (procs.recorded_version(), procs.version()),
+        (Some(3), Some(2))
+    );
+    assert!(!procs.is_current(), "{procs}");
+    migrations::migrate(&db, &tables_for(&n)).unwrap();
+    leaser.heartbeat().unwrap();
+    assert!(leases
+        .try_acquire("k", Duration::from_secs(5))
+        .unwrap()
+        .is_some());
+    for plan in migrations::plan(&db, &tables_for(&n)).unwrap() {
+        assert!(plan.is_current(), "{plan}");
+    }
+}
+
+/// A comment shaped like pgtenure's record whose version cannot be read (out of range, negative):
+/// neither believed nor overwritten with this build's version.
+#[test]
+fn an_unreadable_version_record_is_refused_and_kept() {
+    let mut tables = Tables::new();
+    let n = tables.every_primitive();
+    let db = db();
+    migrations::migrate(&db, &tables_for(&n)).unwrap();
+    for version in ["99999999999", "-3"] {
+        let record = format!("pgtenure: tick_claims table, schema version {version}");
+        client()
+            .batch_execute(&format!("COMMENT ON TABLE \"{}\" IS '{record}'", n.tick))
+            .unwrap();
+        let err = migrations::migrate(&db, &tables_for(&n)).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Schema, "{err}");
+        assert!(err.to_string().contains("version record"), "{err}");
+        assert_eq!(comment(&n.tick).as_deref(), Some(record.as_str()));
+        let ticks = TickClaims::new(&common::fresh_db())
+            .with_table(&n.tick)
+            .unwrap();
+        assert_eq!(ticks.jobs().unwrap_err().kind(), ErrorKind::Schema);
+    }
+}

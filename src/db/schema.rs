@@ -249,7 +249,9 @@ impl Db {
         match found {
             // Not cached: the statements report the missing table, until it is made.
             Found::Absent => Ok(()),
-            Found::Recorded(v) | Found::Unrecorded(v) if v < kind.needed() => {
+            Found::Recorded(v) | Found::Unrecorded(v) | Found::Incomplete { columns: v, .. }
+                if v < kind.needed() =>
+            {
                 Err(too_old(kind, table, found))
             }
             Found::Unrecorded(v) => {
@@ -257,7 +259,7 @@ impl Db {
                 self.schemas.passed(kind, table);
                 Ok(())
             }
-            Found::Recorded(_) => {
+            Found::Recorded(_) | Found::Incomplete { .. } => {
                 self.schemas.passed(kind, table);
                 Ok(())
             }

@@ -64,6 +64,11 @@ fn summary(plan: &Plan) -> String {
     match (plan.exists(), plan.recorded_version(), plan.is_current()) {
         (false, _, _) => format!("{what}: created at schema version {target}"),
         (true, _, true) => format!("{what}: at schema version {target}, nothing to do"),
+        (true, Some(v), false) if plan.version() < Some(v) => format!(
+            "{what}: recorded at schema version {v} but had only what version {} added (dropped \
+             by hand?); every step ran again, now at {target}",
+            plan.version().unwrap_or(1)
+        ),
         (true, Some(v), false) => format!("{what}: migrated from schema version {v} to {target}"),
         (true, None, false) => format!(
             "{what}: had no version record (columns of version {}); migrated to {target}",
