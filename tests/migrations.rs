@@ -650,3 +650,153 @@ fn an_unreadable_version_record_is_refused_and_kept() {
         assert_eq!(ticks.jobs().unwrap_err().kind(), ErrorKind::Schema);
     }
 }
+
+/// Serializes this file's grants on the schema: concurrent GRANTs (and the REVOKEs of a role's
+/// DROP OWNED BY) on one schema can fail with "tuple concurrently updated".
+static GRANTS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Lets `role` create in the schema `public` (tried again if another test binary's grant on it
+/// raced this one).
+fn grant_create(role: &str) {
+    let sql = format!("GRANT CREATE ON SCHEMA public TO {role}");
+    for attempt in 1.. {
+        match client().batch_execute(&sql) {
+            Ok(()) => return,
+            Err(e) if attempt < 5 => eprintln!("{sql}: {e}; again"),
+            Err(e) => panic!("{sql}: {e}"),
+        }
+    }
+}
+
+/// Gives every table of `n` (and the sequences the oldest layout made) to `role`.
+fn give_to(n: &Names, role: &str) {
+    client()
+        .batch_execute(&format!(
+            "ALTER TABLE \"{t}\" OWNER TO {role}; ALTER TABLE \"{f}\" OWNER TO {role};
+             ALTER TABLE \"{l}\" OWNER TO {role}; ALTER TABLE \"{e}\" OWNER TO {role};
+             ALTER TABLE \"{p}\" OWNER TO {role}; ALTER TABLE \"{u}\" OWNER TO {role};
+             ALTER SEQUENCE \"{l}_token_seq\" OWNER TO {role};
+             ALTER SEQUENCE \"{e}_term_seq\" OWNER TO {role}",
+            t = n.tick,
+            f = n.fire,
+            l = n.lease,
+            e = n.leader,
+            p = n.procs,
+            u = n.units
+        ))
+        .unwrap();
+}
+
+/// A DBA migrating the application's tables as a superuser (or as a member of the owning role),
+/// `pgtenure migrate` in a deploy step: the steps run as the tables' owner, so what they make (the
+/// promotion records, the units' token sequence owned by its column) belongs to the owner, and the
+/// application's role keeps using every table. It used to fail on the units table (a sequence
+/// must have the same owner as its table, 55000) and leave promotion records the application's
+/// role could not read (42501 on every grant).
+#[test]
+fn a_superuser_migrating_another_roles_tables_leaves_them_usable_by_it() {
+    // Dropped last, after the role: its DROP OWNED BY revokes on the schema too.
+    let _grants = GRANTS.lock().unwrap_or_else(|e| e.into_inner());
+    let mut tables = Tables::new();
+    let n = tables.every_primitive();
+    let app = common::Role::new(&mut tables, "read committed");
+    make_all_v1(&n);
+    give_to(&n, &app.name);
+    // The owner made its tables, so it may create in their schema.
+    grant_create(&app.name);
+    migrations::migrate(&db(), &tables_for(&n)).unwrap();
+    let owners: Vec<(String, String)> = client()
+        .query(
+            "SELECT relname::text, pg_get_userbyid(relowner)::text FROM pg_class \
+              WHERE relname LIKE ANY ($1) AND relkind IN ('r', 'S') ORDER BY 1",
+            &[&vec![
+                format!("{}%", n.lease),
+                format!("{}%", n.leader),
+                format!("{}%", n.units),
+            ]],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(owners.len(), 8, "{owners:?}");
+    for (relation, owner) in &owners {
+        assert_eq!(owner, &app.name, "{relation}");
+    }
+    let theirs = pgtenure::DbBuilder::from_config(app.config("app"))
+        .build()
+        .unwrap();
+    let lease = Leases::new(&theirs)
+        .with_table(&n.lease)
+        .unwrap()
+        .try_acquire("k", Duration::from_secs(5))
+        .unwrap()
+        .expect("the key is free");
+    assert!(lease.token() > 0);
+    let elector = Elector::new(&theirs).with_table(&n.leader).unwrap();
+    assert!(elector.is_leader().unwrap());
+    let units = Units::new(&theirs).with_tables(&n.procs, &n.units).unwrap();
+    units.add(&[Unit::new("t", 1).unwrap()]).unwrap();
+    let leaser = Leaser::new(&theirs, Arc::new(Quiet), common::hand_driven())
+        .unwrap()
+        .with_tables(&n.procs, &n.units)
+        .unwrap();
+    leaser.heartbeat().unwrap();
+    leaser.tick().unwrap();
+    let owned = units.assignments().unwrap();
+    assert_eq!(owned[0].owner.as_deref(), Some(leaser.process_id()));
+    assert!(owned[0].token.is_some());
+    for plan in migrations::plan(&theirs, &tables_for(&n)).unwrap() {
+        assert!(plan.is_current(), "{plan}");
+    }
+}
+
+/// A role whose statement_timeout is shorter than another instance's migration: waiting for that
+/// migration (pgtenure's advisory lock) is waited out by trying again, not failed with 57014, so
+/// every instance starting at once still starts.
+#[test]
+fn migrating_at_once_under_a_short_statement_timeout_succeeds() {
+    let _grants = GRANTS.lock().unwrap_or_else(|e| e.into_inner());
+    let mut tables = Tables::new();
+    let n = tables.every_primitive();
+    let app = common::Role::new(&mut tables, "read committed");
+    client()
+        .batch_execute(&format!(
+            "ALTER ROLE {} SET statement_timeout = '50ms'",
+            app.name
+        ))
+        .unwrap();
+    make_all_v1(&n);
+    give_to(&n, &app.name);
+    grant_create(&app.name);
+    // Another instance's slow migration holds the lock for 300 ms.
+    let mut slow = client();
+    let mut holding = slow.transaction().unwrap();
+    holding
+        .execute(
+            "SELECT pg_advisory_xact_lock($1)",
+            &[&0x7067_7465_6e75_7265_i64],
+        )
+        .unwrap();
+    let t = tables_for(&n);
+    let config = app.config("app");
+    let racing = std::thread::spawn(move || {
+        common::race(6, move |_| {
+            let db = pgtenure::DbBuilder::from_config(config.clone())
+                .max_size(2)
+                .unwrap()
+                .build()
+                .unwrap();
+            migrations::migrate(&db, &t).map(|plans| plans.len())
+        })
+    });
+    // Real time is the subject: the others wait past their statement timeout.
+    std::thread::sleep(Duration::from_millis(300));
+    holding.commit().unwrap();
+    for result in racing.join().unwrap() {
+        assert_eq!(result.unwrap(), 6);
+    }
+    for plan in migrations::plan(&db(), &tables_for(&n)).unwrap() {
+        assert_eq!(plan.recorded_version(), Some(plan.target()), "{plan}");
+    }
+}

@@ -18,6 +18,8 @@ use crate::table_name::{render, TableName};
 
 const LOCK_SQL: &str = include_str!("../../sql/schema/lock.sql");
 const LOCK_TIMEOUT_SQL: &str = include_str!("../../sql/schema/lock_timeout.sql");
+const OWNER_SQL: &str = include_str!("../../sql/schema/owner.sql");
+const SET_ROLE_SQL: &str = include_str!("../../sql/schema/set_role.sql");
 const COMPANION_SQL: &str = include_str!("../../sql/schema/companion.sql");
 const CREATE_PROMOTION: &str = include_str!("../../sql/schema/create_promotion.sql");
 const SEED_PROMOTION: &str = include_str!("../../sql/schema/seed_promotion.sql");
@@ -95,50 +97,99 @@ impl Db {
         let mut attempts = 0u32;
         loop {
             attempts += 1;
-            match self.migrate_table_once(kind, table) {
-                Err(e) if e.code() == Some(&SqlState::LOCK_NOT_AVAILABLE) => {
-                    let now = Instant::now();
-                    if now + pause >= give_up {
-                        return Err(Error::new(
-                            ErrorKind::Timeout,
-                            format!(
-                                "migrate {} table {table} failed: the table stayed locked by                                  another transaction for {}s ({attempts} attempts, each waiting                                  at most {} ms so that the statements of running instances do                                  not queue behind the migration); end the long transactions on                                  it (SELECT pid, xact_start, query FROM pg_stat_activity; a                                  fenced write, a listing, pg_dump) and migrate again",
-                                kind.name(),
-                                MIGRATE_PATIENCE.as_secs(),
-                                MIGRATE_LOCK_WAIT.as_millis()
-                            ),
-                        )
-                        .with_source(e));
-                    }
-                    log::info!(target: "pgtenure::db", "migrate {} table {table}: the table is locked by another transaction ({e}); trying again in {} ms", kind.name(), pause.as_millis());
-                    // Spread the instances that all found it locked.
-                    let spread = crate::instance::random_u64() % (pause.as_millis() as u64 + 1);
-                    std::thread::sleep(pause / 2 + Duration::from_millis(spread / 2));
-                    pause = (pause * 2).min(Duration::from_secs(1));
-                }
-                other => return other,
+            let e = match self.migrate_table_once(kind, table) {
+                Ok(plan) => return Ok(plan),
+                Err(Attempt::Failed(e)) => return Err(e),
+                Err(Attempt::Busy(e)) => e,
+            };
+            if Instant::now() + pause >= give_up {
+                return Err(Error::new(
+                    ErrorKind::Timeout,
+                    format!(
+                        "migrate {} table {table} failed: the table stayed locked by other \
+                         transactions for {} s ({attempts} attempts, each waiting at most {} ms \
+                         so that the statements of running instances do not queue behind the \
+                         migration; last: {e}); end the long transactions on it (SELECT pid, \
+                         xact_start, query FROM pg_stat_activity: a fenced write, a listing, \
+                         pg_dump) and migrate again",
+                        kind.name(),
+                        MIGRATE_PATIENCE.as_secs(),
+                        MIGRATE_LOCK_WAIT.as_millis()
+                    ),
+                )
+                .with_source(e));
             }
+            log::info!(target: "pgtenure::db", "migrate {} table {table}: {e}; trying again in {} ms", kind.name(), pause.as_millis());
+            // Spread the instances that all found it locked.
+            let spread = crate::instance::random_u64() % (pause.as_millis() as u64 + 1);
+            std::thread::sleep(pause / 2 + Duration::from_millis(spread / 2));
+            pause = (pause * 2).min(Duration::from_secs(1));
         }
     }
 
-    fn migrate_table_once(&self, kind: Kind, table: &TableName) -> Result<Plan> {
-        let context = format!("migrate {} table", kind.name());
-        let context = context.as_str();
-        let fail = |e| Error::from_postgres(context, e);
-        let mut conn = self.conn_until(context, None)?;
+    /// One attempt of [`Db::migrate_table`], in one transaction: [`Attempt::Busy`] when it waited
+    /// too long for a lock (rolled back, nothing changed), to be tried again.
+    fn migrate_table_once(
+        &self,
+        kind: Kind,
+        table: &TableName,
+    ) -> std::result::Result<Plan, Attempt> {
+        let mut context = format!("migrate {} table", kind.name());
+        let mut conn = self.conn_until(&context, None)?;
         // READ COMMITTED whatever the role's default: each statement after the lock must see what
         // the instance that held it before committed.
         let mut tx = conn
             .build_transaction()
             .isolation_level(postgres::IsolationLevel::ReadCommitted)
             .start()
-            .map_err(fail)?;
+            .map_err(|e| Attempt::Failed(Error::from_postgres(&context, e)))?;
+        // Other instances migrating hold the advisory lock for as long as their steps take: a
+        // role's statement_timeout that ends this wait is waited out by trying again, as a lock
+        // timeout is.
         tx.query_typed(LOCK_SQL, &[(&DDL_LOCK_KEY, Type::INT8)])
-            .map_err(fail)?;
+            .map_err(|e| {
+                let busy = e.code() == Some(&SqlState::QUERY_CANCELED);
+                let e = Error::from_postgres(
+                    &format!("{context}: wait for the other instances' migrations"),
+                    e,
+                );
+                if busy {
+                    Attempt::Busy(e)
+                } else {
+                    Attempt::Failed(e)
+                }
+            })?;
         tx.query_typed(LOCK_TIMEOUT_SQL, &[(&MIGRATE_LOCK_WAIT_SQL, Type::TEXT)])
-            .map_err(fail)?;
-        let found = Db::found_on(&mut tx, context, kind, table)?;
+            .map_err(|e| Attempt::Failed(Error::from_postgres(&context, e)))?;
+        let found = Db::found_on(&mut tx, &context, kind, table)?;
         let plan = Plan::new(kind, table, found, self.timeline_tokens())?;
+        if found != Found::Absent {
+            // A superuser or a member of the owning role migrating another role's table: as the
+            // owner, so that what the steps make belongs to it (the application's role keeps
+            // using the promotion record; a sequence can be owned by the token column).
+            let owner = tx
+                .query_typed(OWNER_SQL, &[(&table.quoted(), Type::TEXT)])
+                .map_err(|e| Attempt::Failed(Error::from_postgres(&context, e)))?;
+            if let Some(row) = owner.first() {
+                let owner: String = Read::server(row, &context, &"pg_class").column("owner")?;
+                tx.query_typed(SET_ROLE_SQL, &[(&owner, Type::TEXT)])
+                    .map_err(|e| Attempt::Failed(Error::from_postgres(&context, e)))?;
+                log::info!(target: "pgtenure::db", "{context}: migrating table {table} as its owner, role {owner}");
+                context = format!("{context} (as the table's owner, role {owner})");
+            }
+        }
+        let context = context.as_str();
+        // A table lock not granted within lock_timeout: the fleet's statements queued behind it
+        // are let through, and the migration tries again.
+        let fail = |e: postgres::Error| {
+            let busy = e.code() == Some(&SqlState::LOCK_NOT_AVAILABLE);
+            let e = Error::from_postgres(context, e);
+            if busy {
+                Attempt::Busy(e)
+            } else {
+                Attempt::Failed(e)
+            }
+        };
         if found == Found::Unrecorded(kind.latest()) {
             // Every column there, only the record missing (a table made before versions were
             // recorded, or by a DBA without the COMMENT): a role that does not own it (it was
@@ -188,14 +239,14 @@ impl Db {
                         "the {what} does not exist (dropped, or the table was made by hand)"
                     ),
                 };
-                return Err(Error::new(
+                return Err(Attempt::Failed(Error::new(
                     ErrorKind::Database,
                     format!(
                         "{context} failed: {table} needs the {what} {} but {problem}; choose table \
                          names whose derived names are free, or create the {what} as sql/ describes",
                         companion.name
                     ),
-                ));
+                )));
             }
         }
         tx.commit().map_err(fail)?;
@@ -264,6 +315,20 @@ impl Db {
                 Ok(())
             }
         }
+    }
+}
+
+/// Why an attempt of a migration did not finish.
+enum Attempt {
+    /// It waited too long for a lock; rolled back, to be tried again.
+    Busy(Error),
+    /// Anything else: returned.
+    Failed(Error),
+}
+
+impl From<Error> for Attempt {
+    fn from(e: Error) -> Attempt {
+        Attempt::Failed(e)
     }
 }
 
