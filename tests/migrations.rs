@@ -459,8 +459,8 @@ fn a_role_that_does_not_own_a_current_table_without_a_record_still_migrates() {
     assert!(comment(&n.tick).unwrap().contains("schema version 2"));
 }
 
-/// A long transaction on a table (here a tick claim's fence held by a slow writer) while an
-/// instance's startup migrates that table: its `ALTER TABLE` waits for the ACCESS EXCLUSIVE lock,
+/// A long transaction on a table (here a tick claim's fence held by a slow writer) while six
+/// instances' startups migrate that table: its `ALTER TABLE` waits for the ACCESS EXCLUSIVE lock,
 /// and every later statement on the table queues behind the waiting ALTER. Each attempt waits at
 /// most 100 ms for the lock, so the previous release's statements on the table (here its claim)
 /// keep running within a bound far below any TTL, and the migration succeeds once the
@@ -489,9 +489,14 @@ fn a_migration_behind_a_long_transaction_does_not_stall_the_running_fleet() {
             &[],
         )
         .unwrap();
-    let db = db();
-    let ticks = TickClaims::new(&db).with_table(&n.tick).unwrap();
-    let migrating = std::thread::spawn(move || ticks.create_table());
+    // Six instances start and migrate at once.
+    let table = n.tick.clone();
+    let migrating = std::thread::spawn(move || {
+        common::race(6, move |_| {
+            let db = common::fresh_db();
+            TickClaims::new(&db).with_table(&table)?.create_table()
+        })
+    });
     let mut watch = client();
     let waiting = format!(
         "SELECT 1 FROM pg_locks WHERE relation = to_regclass('\"{}\"') AND mode = \
@@ -520,7 +525,9 @@ fn a_migration_behind_a_long_transaction_does_not_stall_the_running_fleet() {
     eprintln!("{claims} claims during the migration's attempts, the longest took {longest:?}");
     assert_eq!(comment(&n.tick).map(|c| c.contains("version 2")), None);
     fenced.commit().unwrap();
-    migrating.join().unwrap().unwrap();
+    for migrated in migrating.join().unwrap() {
+        migrated.unwrap();
+    }
     assert!(comment(&n.tick).unwrap().contains("schema version 2"));
 }
 
