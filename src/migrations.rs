@@ -227,11 +227,16 @@ impl Kind {
             .collect()
     }
 
-    /// The indexes, sequences and tables the statements rely on, checked after every migration.
+    /// The indexes, sequences and tables the statements rely on, checked after every migration;
+    /// an index or a promotion record dropped by hand is made again (a sequence is not: its
+    /// tokens would start again from 1).
     pub(crate) fn companions(self, table: &TableName, fold: bool) -> Vec<Companion> {
         match self {
             Kind::TickClaims | Kind::Processes => Vec::new(),
-            Kind::FireClaims => vec![Companion::index(table.derived("expires_at"))],
+            Kind::FireClaims => vec![Companion::index(
+                table.derived("expires_at"),
+                render(FIRES_INDEX, table),
+            )],
             Kind::Leases => vec![
                 Companion::sequence(table.derived("token_seq")),
                 Companion::promotion(table, fold),
@@ -241,8 +246,11 @@ impl Kind {
                 Companion::promotion(table, fold),
             ],
             Kind::Units => vec![
-                Companion::index(table.derived("owner")),
-                Companion::index(table.derived("claimable")),
+                Companion::index(table.derived("owner"), render(UNITS_OWNER_INDEX, table)),
+                Companion::index(
+                    table.derived("claimable"),
+                    render(UNITS_CLAIMABLE_INDEX, table),
+                ),
                 Companion::sequence(table.derived("token_seq")),
             ],
         }

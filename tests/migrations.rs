@@ -807,3 +807,36 @@ fn migrating_at_once_under_a_short_statement_timeout_succeeds() {
         assert_eq!(plan.recorded_version(), Some(plan.target()), "{plan}");
     }
 }
+
+/// Indexes dropped by hand (the statements work without them, only slower) are made again by
+/// `migrate`, as a dropped promotion record is, instead of failing every instance's startup.
+#[test]
+fn indexes_dropped_by_hand_are_made_again() {
+    let mut tables = Tables::new();
+    let n = tables.every_primitive();
+    let db = db();
+    migrations::migrate(&db, &tables_for(&n)).unwrap();
+    client()
+        .batch_execute(&format!(
+            "DROP INDEX \"{u}_claimable\"; DROP INDEX \"{u}_owner\"; DROP INDEX \"{f}_expires_at\"",
+            u = n.units,
+            f = n.fire
+        ))
+        .unwrap();
+    migrations::migrate(&db, &tables_for(&n)).unwrap();
+    let indexes: Vec<String> = client()
+        .query(
+            "SELECT pg_get_indexdef(to_regclass(n)) FROM unnest($1::text[]) AS n",
+            &[&vec![
+                format!("\"{}_claimable\"", n.units),
+                format!("\"{}_owner\"", n.units),
+                format!("\"{}_expires_at\"", n.fire),
+            ]],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get::<_, Option<String>>(0).expect("the index exists"))
+        .collect();
+    assert!(indexes[1].contains("(process_id, slot)"), "{indexes:?}");
+    assert!(indexes[2].contains("(expires_at)"), "{indexes:?}");
+}

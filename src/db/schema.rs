@@ -224,7 +224,10 @@ impl Db {
                 found = companion_of(&mut tx, context, &companion, &quoted)?;
             }
             let ok = match (companion.kind, &found) {
-                (CompanionKind::Index, Some((kind, on_table))) => kind == "i" && *on_table,
+                // "I": the index of a partitioned table.
+                (CompanionKind::Index, Some((kind, on_table))) => {
+                    (kind == "i" || kind == "I") && *on_table
+                }
                 (CompanionKind::Sequence, Some((kind, _))) => kind == "S",
                 (CompanionKind::Table, Some((kind, _))) => kind == "r",
                 (_, None) => false,
@@ -400,11 +403,13 @@ impl CompanionKind {
 }
 
 impl Companion {
-    pub(crate) fn index(name: String) -> Companion {
+    /// An index `create` makes (`CREATE INDEX IF NOT EXISTS`), again when dropped by hand: the
+    /// statements work without it, only slower, so a migration makes it rather than fail.
+    pub(crate) fn index(name: String, create: String) -> Companion {
         Companion {
             name,
             kind: CompanionKind::Index,
-            create: Vec::new(),
+            create: vec![create],
         }
     }
 
