@@ -381,14 +381,18 @@ impl Found {
                     ),
                 ));
             }
-            if !newer {
-                let shown = Found::from_marks(kind, version, &has);
-                if shown < version {
-                    return Ok(Found::Incomplete {
-                        recorded: version,
-                        columns: shown,
-                    });
-                }
+            // Every mark of the versions up to the recorded one (a version that left none, an
+            // index changed, is taken as the record says).
+            let complete = kind
+                .markers()
+                .iter()
+                .filter(|(at, _)| *at <= version)
+                .all(|(_, m)| has(m));
+            if !newer && !complete {
+                return Ok(Found::Incomplete {
+                    recorded: version,
+                    columns: Found::from_marks(kind, version, &has),
+                });
             }
             return Ok(Found::Recorded(version));
         }
@@ -870,6 +874,21 @@ mod tests {
                 recorded: 3,
                 columns: 2
             }
+        );
+        // Units version 2 changed an index only: a table recorded at 2 is at 2.
+        let units_v2 = Kind::Units.record(&t, 2);
+        let units_v2 = units_v2.split('\'').nth(1).unwrap();
+        assert_eq!(
+            Found::read(
+                Kind::Units,
+                &t,
+                true,
+                Some(units_v2),
+                &with_base(Kind::Units, &[]),
+                &[]
+            )
+            .unwrap(),
+            Found::Recorded(2)
         );
         // Another table of that name: refused, whether recorded or not.
         for comment in [None, Some(v3)] {
