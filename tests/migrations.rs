@@ -840,3 +840,32 @@ fn indexes_dropped_by_hand_are_made_again() {
     assert!(indexes[1].contains("(process_id, slot)"), "{indexes:?}");
     assert!(indexes[2].contains("(expires_at)"), "{indexes:?}");
 }
+
+/// Every instance's startup `migrate` on tables already at this version takes no lock on them: it
+/// returns while another transaction holds every table in ACCESS EXCLUSIVE mode (so it never waits
+/// behind, nor queues the fleet behind, anything).
+#[test]
+fn migrating_current_tables_takes_no_lock_on_them() {
+    let mut tables = Tables::new();
+    let n = tables.every_primitive();
+    migrations::migrate(&db(), &tables_for(&n)).unwrap();
+    let mut locker = client();
+    let mut locked = locker.transaction().unwrap();
+    locked
+        .batch_execute(&format!(
+            "LOCK TABLE \"{}\", \"{}\", \"{}\", \"{}\", \"{}\", \"{}\" IN ACCESS EXCLUSIVE MODE",
+            n.tick, n.fire, n.lease, n.leader, n.procs, n.units
+        ))
+        .unwrap();
+    let t = tables_for(&n);
+    let started = std::time::Instant::now();
+    let migrating = std::thread::spawn(move || migrations::migrate(&common::fresh_db(), &t));
+    common::wait_for("migrate to return", Duration::from_secs(10), || {
+        migrating.is_finished().then_some(())
+    });
+    eprintln!("migrate returned after {:?}", started.elapsed());
+    for plan in migrating.join().unwrap().unwrap() {
+        assert!(plan.is_current(), "{plan}");
+    }
+    locked.rollback().unwrap();
+}
