@@ -17,7 +17,7 @@ use crate::statement::Statement;
 use crate::table_name::{render, TableName};
 
 const LOCK_SQL: &str = include_str!("../../sql/schema/lock.sql");
-const LOCK_TIMEOUT_SQL: &str = include_str!("../../sql/schema/lock_timeout.sql");
+const BOUNDS_SQL: &str = include_str!("../../sql/schema/bounds.sql");
 const OWNER_SQL: &str = include_str!("../../sql/schema/owner.sql");
 const SET_ROLE_SQL: &str = include_str!("../../sql/schema/set_role.sql");
 const COMPANION_SQL: &str = include_str!("../../sql/schema/companion.sql");
@@ -31,6 +31,12 @@ const DDL_LOCK_KEY: i64 = 0x7067_7465_6e75_7265;
 /// fleet's statements on the table queue behind it while a long transaction holds the table.
 pub(crate) const MIGRATE_LOCK_WAIT: Duration = Duration::from_millis(100);
 const MIGRATE_LOCK_WAIT_SQL: &str = "100ms";
+
+/// How long a migration's transaction may wait for pgtenure's next statement before the server
+/// ends the session (`idle_in_transaction_session_timeout`): a process paused mid-migration must
+/// not hold the table's lock, and stop the fleet, for as long as it is paused. pgtenure sends the
+/// statements of a migration one after another, with nothing in between.
+const MIGRATE_IDLE_SQL: &str = "2s";
 
 /// How long a migration keeps trying again after its attempts found the table locked.
 pub(crate) const MIGRATE_PATIENCE: Duration = Duration::from_secs(60);
@@ -159,8 +165,14 @@ impl Db {
                     Attempt::Failed(e)
                 }
             })?;
-        tx.query_typed(LOCK_TIMEOUT_SQL, &[(&MIGRATE_LOCK_WAIT_SQL, Type::TEXT)])
-            .map_err(|e| Attempt::Failed(Error::from_postgres(&context, e)))?;
+        tx.query_typed(
+            BOUNDS_SQL,
+            &[
+                (&MIGRATE_LOCK_WAIT_SQL, Type::TEXT),
+                (&MIGRATE_IDLE_SQL, Type::TEXT),
+            ],
+        )
+        .map_err(|e| Attempt::Failed(Error::from_postgres(&context, e)))?;
         let found = Db::found_on(&mut tx, &context, kind, table)?;
         let plan = Plan::new(kind, table, found, self.timeline_tokens())?;
         if found != Found::Absent {
@@ -181,8 +193,11 @@ impl Db {
         let context = context.as_str();
         // A table lock not granted within lock_timeout: the fleet's statements queued behind it
         // are let through, and the migration tries again.
+        // Or this process was paused past MIGRATE_IDLE, and the server ended the session: the
+        // migration rolled back; another connection tries again.
         let fail = |e: postgres::Error| {
-            let busy = e.code() == Some(&SqlState::LOCK_NOT_AVAILABLE);
+            let busy = e.code() == Some(&SqlState::LOCK_NOT_AVAILABLE)
+                || e.code() == Some(&SqlState::IDLE_IN_TRANSACTION_SESSION_TIMEOUT);
             let e = Error::from_postgres(context, e);
             if busy {
                 Attempt::Busy(e)
