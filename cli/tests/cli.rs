@@ -1844,7 +1844,7 @@ fn a_migration_paused_after_its_alter_does_not_hold_the_table() {
          CREATE EVENT TRIGGER t_slow_alter ON ddl_command_end EXECUTE FUNCTION t_slow_alter()",
     )
     .unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_pgtenure"))
+    let child = Command::new(env!("CARGO_BIN_EXE_pgtenure"))
         .args(["migrate", "--url", server.url(), "--ticks-table", "t_ticks"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
