@@ -163,6 +163,41 @@ impl Kind {
         }
     }
 
+    /// The columns every version of the table has had (version 1's): a table without one of them
+    /// is not this kind of pgtenure table, or a column was dropped by hand.
+    fn base_columns(self) -> &'static [&'static str] {
+        match self {
+            Kind::TickClaims => &["job_id", "tick", "busy_until", "owner", "token"],
+            Kind::FireClaims => &["fire_key", "holder", "claimed_at", "expires_at"],
+            Kind::Leases => &[
+                "key",
+                "owner",
+                "held_until",
+                "token",
+                "superseded",
+                "acquired_at",
+            ],
+            Kind::Elector => &["name", "holder", "expires_at", "term", "elected_at"],
+            Kind::Processes => &[
+                "process_id",
+                "expires_at",
+                "unit_count",
+                "weight",
+                "hostname",
+                "version",
+                "started_at",
+            ],
+            Kind::Units => &[
+                "tenant",
+                "shard",
+                "process_id",
+                "claimed_at",
+                "weight",
+                "slot",
+            ],
+        }
+    }
+
     /// What each version added that shows in a table without a record.
     fn markers(self) -> &'static [(u32, Marker)] {
         match self {
@@ -192,11 +227,16 @@ impl Kind {
             .collect()
     }
 
-    /// The indexes, sequences and tables the statements rely on, checked after every migration.
+    /// The indexes, sequences and tables the statements rely on, checked after every migration;
+    /// an index or a promotion record dropped by hand is made again (a sequence is not: its
+    /// tokens would start again from 1).
     pub(crate) fn companions(self, table: &TableName, fold: bool) -> Vec<Companion> {
         match self {
             Kind::TickClaims | Kind::Processes => Vec::new(),
-            Kind::FireClaims => vec![Companion::index(table.derived("expires_at"))],
+            Kind::FireClaims => vec![Companion::index(
+                table.derived("expires_at"),
+                render(FIRES_INDEX, table),
+            )],
             Kind::Leases => vec![
                 Companion::sequence(table.derived("token_seq")),
                 Companion::promotion(table, fold),
@@ -206,8 +246,11 @@ impl Kind {
                 Companion::promotion(table, fold),
             ],
             Kind::Units => vec![
-                Companion::index(table.derived("owner")),
-                Companion::index(table.derived("claimable")),
+                Companion::index(table.derived("owner"), render(UNITS_OWNER_INDEX, table)),
+                Companion::index(
+                    table.derived("claimable"),
+                    render(UNITS_CLAIMABLE_INDEX, table),
+                ),
                 Companion::sequence(table.derived("token_seq")),
             ],
         }
@@ -243,6 +286,14 @@ pub(crate) enum Found {
     Recorded(u32),
     /// No record: the version its columns and companions show.
     Unrecorded(u32),
+    /// Its comment records a version, but it lacks what a version up to that one added (a column
+    /// dropped by hand, a companion table dropped): the version its columns and companions show.
+    Incomplete {
+        /// The version the record names.
+        recorded: u32,
+        /// The version its columns and companions show.
+        columns: u32,
+    },
 }
 
 impl Found {
@@ -258,7 +309,55 @@ impl Found {
         if !present {
             return Ok(Found::Absent);
         }
-        if let Some((recorded, version, usable_from)) = comment.and_then(parse_record) {
+        let record = match comment {
+            Some(comment) => parse_record(comment).map_err(|why| {
+                Error::new(
+                    ErrorKind::Schema,
+                    format!(
+                        "the comment of table {table} looks like pgtenure's version record but \
+                         {why} ({comment:?}); nothing was changed: restore the record pgtenure \
+                         wrote, or remove it (COMMENT ON TABLE {} IS NULL) so that the version is \
+                         read from the columns, and migrate (see docs/upgrading.md)",
+                        table.quoted()
+                    ),
+                )
+            })?,
+            None => None,
+        };
+        let has = |m: &Marker| match m {
+            Marker::Column(c) => columns.iter().any(|have| have == c),
+            Marker::Relation(suffix) => relations.contains(&table.derived(suffix)),
+        };
+        // A newer build may have contracted the table (dropped what this one knows): its record
+        // says who can use it, below.
+        let newer = matches!(record, Some((Some(k), v, _)) if k == kind && v > kind.latest());
+        let missing: Vec<&str> = kind
+            .base_columns()
+            .iter()
+            .copied()
+            .filter(|c| !columns.iter().any(|have| have == c))
+            .collect();
+        // (A record of another kind is refused below, as such.)
+        let this_kind = record.is_none_or(|(k, _, _)| k == Some(kind));
+        if !newer && this_kind && !missing.is_empty() {
+            let recorded = match record {
+                Some((_, v, _)) => format!(" (recorded at schema version {v})"),
+                None => String::new(),
+            };
+            return Err(Error::new(
+                ErrorKind::Schema,
+                format!(
+                    "table {table}{recorded} lacks the column{} {} that every pgtenure {} table \
+                     has: it is another table of that name (another application's?), or a column \
+                     was dropped by hand; nothing was changed: name another table for this handle, \
+                     or restore the column (see docs/upgrading.md)",
+                    if missing.len() == 1 { "" } else { "s" },
+                    missing.join(", "),
+                    kind.name()
+                ),
+            ));
+        }
+        if let Some((recorded, version, usable_from)) = record {
             if recorded != Some(kind) {
                 let what = recorded.map_or("an unknown kind of", Kind::name);
                 return Err(Error::new(
@@ -282,16 +381,34 @@ impl Found {
                     ),
                 ));
             }
+            // Every mark of the versions up to the recorded one (a version that left none, an
+            // index changed, is taken as the record says).
+            let complete = kind
+                .markers()
+                .iter()
+                .filter(|(at, _)| *at <= version)
+                .all(|(_, m)| has(m));
+            if !newer && !complete {
+                return Ok(Found::Incomplete {
+                    recorded: version,
+                    columns: Found::from_marks(kind, version, &has),
+                });
+            }
             return Ok(Found::Recorded(version));
         }
-        let has = |m: &Marker| match m {
-            Marker::Column(c) => columns.iter().any(|have| have == c),
-            Marker::Relation(suffix) => relations.contains(&table.derived(suffix)),
-        };
+        Ok(Found::Unrecorded(Found::from_marks(
+            kind,
+            kind.latest(),
+            &has,
+        )))
+    }
+
+    /// The version the marks of versions up to `upto` show.
+    fn from_marks(kind: Kind, upto: u32, has: &dyn Fn(&Marker) -> bool) -> u32 {
         // The last version that left a mark, with every mark up to it there. A version that left
         // none (an index changed) counts only once a later one's mark is found.
         let mut version = 1;
-        for v in 2..=kind.latest() {
+        for v in 2..=upto {
             let marks: Vec<&Marker> = kind
                 .markers()
                 .iter()
@@ -305,33 +422,45 @@ impl Found {
                 version = v;
             }
         }
-        Ok(Found::Unrecorded(version))
+        version
     }
 
     fn version(self) -> Option<u32> {
         match self {
             Found::Absent => None,
             Found::Recorded(v) | Found::Unrecorded(v) => Some(v),
+            Found::Incomplete { columns, .. } => Some(columns),
         }
     }
 }
 
 /// Parses `pgtenure: <kind> table, schema version <n>[, usable by builds of version <m> and
 /// later] …`: the kind (`None` when this build does not know it), the version, and the oldest
-/// build that can use the table (1 when not said).
-fn parse_record(comment: &str) -> Option<(Option<Kind>, u32, u32)> {
-    let number = |text: &str| -> Option<(u32, usize)> {
+/// build that can use the table (1 when not said). `Ok(None)`: not a record (another comment);
+/// `Err`: a record whose numbers cannot be read (a version out of range, negative, or missing),
+/// which is neither taken at face value nor overwritten.
+type Record = (Option<Kind>, u32, u32);
+fn parse_record(comment: &str) -> std::result::Result<Option<Record>, String> {
+    let number = |text: &str, what: &str| -> std::result::Result<(u32, usize), String> {
         let digits: String = text.chars().take_while(char::is_ascii_digit).collect();
-        Some((digits.parse().ok()?, digits.len()))
+        match digits.parse::<u32>() {
+            Ok(n) => Ok((n, digits.len())),
+            Err(_) if digits.is_empty() => Err(format!("names no {what}")),
+            Err(_) => Err(format!("its {what} {digits} is out of range")),
+        }
     };
-    let rest = comment.strip_prefix("pgtenure: ")?;
-    let (kind, rest) = rest.split_once(" table, schema version ")?;
-    let (version, len) = number(rest)?;
-    let usable_from = rest[len..]
-        .strip_prefix(", usable by builds of version ")
-        .and_then(number)
-        .map_or(1, |(m, _)| m);
-    Some((Kind::from_name(kind), version, usable_from))
+    let Some((kind, rest)) = comment
+        .strip_prefix("pgtenure: ")
+        .and_then(|rest| rest.split_once(" table, schema version "))
+    else {
+        return Ok(None);
+    };
+    let (version, len) = number(rest, "schema version")?;
+    let usable_from = match rest[len..].strip_prefix(", usable by builds of version ") {
+        Some(from) => number(from, "oldest usable version")?.0,
+        None => 1,
+    };
+    Ok(Some((Kind::from_name(kind), version, usable_from)))
 }
 
 /// What [`plan`] found for one table and the SQL that brings it to this build's version (empty
@@ -368,9 +497,9 @@ impl Plan {
                 ));
             }
             Found::Recorded(v) if v == latest => {}
-            // Without a record every step runs: each is idempotent, so what the table has
-            // already stays as it is.
-            Found::Recorded(_) | Found::Unrecorded(_) => {
+            // Without a record, or with one that says more than the table has, every step runs:
+            // each is idempotent, so what the table has already stays as it is.
+            Found::Recorded(_) | Found::Unrecorded(_) | Found::Incomplete { .. } => {
                 let from = match found {
                     Found::Recorded(v) => v + 1,
                     _ => 2,
@@ -407,13 +536,14 @@ impl Plan {
     /// The version the table's record names; `None` when it has none (or does not exist).
     pub fn recorded_version(&self) -> Option<u32> {
         match self.found {
-            Found::Recorded(v) => Some(v),
+            Found::Recorded(v) | Found::Incomplete { recorded: v, .. } => Some(v),
             _ => None,
         }
     }
 
-    /// The version the table is at: recorded, or read from its columns when it has no record;
-    /// `None` when it does not exist.
+    /// The version the table is at: recorded, or read from its columns when it has no record or
+    /// lacks what its record says it has (a column dropped by hand; [`Plan::recorded_version`]
+    /// then says more); `None` when it does not exist.
     pub fn version(&self) -> Option<u32> {
         self.found.version()
     }
@@ -445,6 +575,11 @@ impl fmt::Display for Plan {
             Found::Unrecorded(v) => format!(
                 "has no version record (its columns are those of version {v}; every step runs, \
                  each changing nothing that is there already)"
+            ),
+            Found::Incomplete { recorded, columns } => format!(
+                "records schema version {recorded} but lacks what a later version than \
+                 {columns} added (dropped by hand?; every step runs again, each changing nothing \
+                 that is there already)"
             ),
         };
         writeln!(
@@ -632,6 +767,10 @@ pub(crate) fn too_old(kind: Kind, table: &TableName, found: Found) -> Error {
         Found::Unrecorded(v) => {
             format!("schema version {v} (no version record; read from its columns)")
         }
+        Found::Incomplete { recorded, columns } => format!(
+            "schema version {columns} (its record says {recorded}, but it lacks what a later \
+             version added: dropped by hand?)"
+        ),
         Found::Absent => "no table".to_owned(),
     };
     Error::new(
@@ -656,23 +795,40 @@ mod tests {
         for kind in [Kind::TickClaims, Kind::Leases, Kind::Units] {
             let record = kind.record(&t, 7);
             let comment = record.split('\'').nth(1).unwrap();
-            assert_eq!(parse_record(comment), Some((Some(kind), 7, 1)));
+            assert_eq!(parse_record(comment), Ok(Some((Some(kind), 7, 1))));
         }
-        assert_eq!(parse_record("a table of mine"), None);
+        assert_eq!(parse_record("a table of mine"), Ok(None));
+        assert_eq!(parse_record("pgtenure: my notes"), Ok(None));
         assert_eq!(
             parse_record("pgtenure: queue table, schema version 3"),
-            Some((None, 3, 1))
+            Ok(Some((None, 3, 1)))
         );
         assert_eq!(
             parse_record("pgtenure: units table, schema version 12, usable by builds of version 9"),
-            Some((Some(Kind::Units), 12, 9))
+            Ok(Some((Some(Kind::Units), 12, 9)))
         );
+        // Numbers that cannot be read are neither believed nor overwritten.
+        for bad in [
+            "pgtenure: units table, schema version 99999999999",
+            "pgtenure: units table, schema version -3",
+            "pgtenure: units table, schema version ",
+            "pgtenure: units table, schema version 5, usable by builds of version x",
+        ] {
+            assert!(parse_record(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]
     fn versions_without_a_record_come_from_the_columns() {
         let t = TableName::parse("p").unwrap();
-        let cols = |c: &[&str]| c.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let with_base = |kind: Kind, c: &[&str]| {
+            kind.base_columns()
+                .iter()
+                .chain(c)
+                .map(|s| s.to_string())
+                .collect::<Vec<_>>()
+        };
+        let cols = |c: &[&str]| with_base(Kind::Processes, c);
         let found = |c: &[&str]| Found::read(Kind::Processes, &t, true, None, &cols(c), &[]);
         assert_eq!(found(&["process_id"]).unwrap(), Found::Unrecorded(1));
         assert_eq!(found(&["changes"]).unwrap(), Found::Unrecorded(2));
@@ -682,16 +838,68 @@ mod tests {
         );
         // A later column without an earlier one: the earlier step is still missing.
         assert_eq!(found(&["settled"]).unwrap(), Found::Unrecorded(1));
-        let units = |c: &[&str]| Found::read(Kind::Units, &t, true, None, &cols(c), &[]);
+        let units =
+            |c: &[&str]| Found::read(Kind::Units, &t, true, None, &with_base(Kind::Units, c), &[]);
         assert_eq!(units(&["slot"]).unwrap(), Found::Unrecorded(1));
         assert_eq!(units(&["removed"]).unwrap(), Found::Unrecorded(3));
         assert_eq!(units(&["removed", "token"]).unwrap(), Found::Unrecorded(4));
         let leases = TableName::parse("l").unwrap();
         let promotion = vec![leases.derived("promotion")];
         assert_eq!(
-            Found::read(Kind::Leases, &leases, true, None, &[], &promotion).unwrap(),
+            Found::read(
+                Kind::Leases,
+                &leases,
+                true,
+                None,
+                &with_base(Kind::Leases, &[]),
+                &promotion
+            )
+            .unwrap(),
             Found::Unrecorded(2)
         );
+        // A record that says more than the table has: the columns tell.
+        let v3 = Kind::Processes.record(&t, 3);
+        let v3 = v3.split('\'').nth(1).unwrap();
+        assert_eq!(
+            Found::read(
+                Kind::Processes,
+                &t,
+                true,
+                Some(v3),
+                &cols(&["changes"]),
+                &[]
+            )
+            .unwrap(),
+            Found::Incomplete {
+                recorded: 3,
+                columns: 2
+            }
+        );
+        // Units version 2 changed an index only: a table recorded at 2 is at 2.
+        let units_v2 = Kind::Units.record(&t, 2);
+        let units_v2 = units_v2.split('\'').nth(1).unwrap();
+        assert_eq!(
+            Found::read(
+                Kind::Units,
+                &t,
+                true,
+                Some(units_v2),
+                &with_base(Kind::Units, &[]),
+                &[]
+            )
+            .unwrap(),
+            Found::Recorded(2)
+        );
+        // Another table of that name: refused, whether recorded or not.
+        for comment in [None, Some(v3)] {
+            let other = vec!["id".to_owned(), "name".to_owned()];
+            let err = Found::read(Kind::Processes, &t, true, comment, &other, &[]).unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::Schema);
+            assert!(
+                err.to_string().contains("lacks the columns process_id"),
+                "{err}"
+            );
+        }
     }
 
     #[test]

@@ -458,3 +458,414 @@ fn a_role_that_does_not_own_a_current_table_without_a_record_still_migrates() {
     ticks.create_table().unwrap();
     assert!(comment(&n.tick).unwrap().contains("schema version 2"));
 }
+
+/// A long transaction on a table (here a tick claim's fence held by a slow writer) while six
+/// instances' startups migrate that table: its `ALTER TABLE` waits for the ACCESS EXCLUSIVE lock,
+/// and every later statement on the table queues behind the waiting ALTER. Each attempt waits at
+/// most 100 ms for the lock, so the previous release's statements on the table (here its claim)
+/// keep running within a bound far below any TTL, and the migration succeeds once the
+/// transaction ends.
+#[test]
+fn a_migration_behind_a_long_transaction_does_not_stall_the_running_fleet() {
+    let mut tables = Tables::new();
+    let n = tables.every_primitive();
+    make_v1("tick_claims", &n.tick);
+    let claim = format!(
+        "UPDATE \"{}\" SET busy_until = now() + interval '1 second' WHERE job_id = 'k'",
+        n.tick
+    );
+    client()
+        .batch_execute(&format!(
+            "INSERT INTO \"{t}\" (job_id, tick, owner, token) VALUES ('j', now(), 'o', 1);
+             INSERT INTO \"{t}\" (job_id, tick, owner, token) VALUES ('k', now(), 'o', 1)",
+            t = n.tick
+        ))
+        .unwrap();
+    let mut writer = client();
+    let mut fenced = writer.transaction().unwrap();
+    fenced
+        .query(
+            &format!("SELECT 1 FROM \"{}\" WHERE job_id = 'j' FOR SHARE", n.tick),
+            &[],
+        )
+        .unwrap();
+    // Six instances start and migrate at once.
+    let table = n.tick.clone();
+    let migrating = std::thread::spawn(move || {
+        common::race(6, move |_| {
+            let db = common::fresh_db();
+            TickClaims::new(&db).with_table(&table)?.create_table()
+        })
+    });
+    let mut watch = client();
+    let waiting = format!(
+        "SELECT 1 FROM pg_locks WHERE relation = to_regclass('\"{}\"') AND mode = \
+         'AccessExclusiveLock' AND NOT granted",
+        n.tick
+    );
+    common::wait_for(
+        "the migration to wait for its lock",
+        Duration::from_secs(10),
+        || (!watch.query(&waiting, &[]).unwrap().is_empty()).then_some(()),
+    );
+    // The previous release's claims of another job, one after another for 1.5 s (real time is the subject: the
+    // migration's attempts come and go meanwhile), each bounded by a statement timeout far below
+    // a TTL: a statement queued behind the waiting ALTER would wait for the whole transaction.
+    let mut old = client();
+    old.batch_execute("SET statement_timeout = '1s'").unwrap();
+    let (start, mut longest, mut claims) = (std::time::Instant::now(), Duration::ZERO, 0);
+    while start.elapsed() < Duration::from_millis(1500) {
+        let sent = std::time::Instant::now();
+        if let Err(e) = old.execute(&claim, &[]) {
+            panic!("the previous release's claim waited past 1 s behind the migration: {e:?}");
+        }
+        longest = longest.max(sent.elapsed());
+        claims += 1;
+    }
+    eprintln!("{claims} claims during the migration's attempts, the longest took {longest:?}");
+    assert_eq!(comment(&n.tick).map(|c| c.contains("version 2")), None);
+    fenced.commit().unwrap();
+    for migrated in migrating.join().unwrap() {
+        migrated.unwrap();
+    }
+    assert!(comment(&n.tick).unwrap().contains("schema version 2"));
+}
+
+/// Another application's table under the name given for a pgtenure table (a typo in a table
+/// flag, a name already taken): refused by `migrate` and by the handles, and left as it was, not
+/// given pgtenure's columns and record.
+#[test]
+fn another_applications_table_of_the_name_is_refused_and_left_alone() {
+    let mut tables = Tables::new();
+    let n = tables.every_primitive();
+    client()
+        .batch_execute(&format!(
+            "CREATE TABLE \"{p}\" (id int PRIMARY KEY, name text);
+             INSERT INTO \"{p}\" VALUES (1, 'mine');
+             CREATE TABLE \"{t}\" (job_id text PRIMARY KEY, owner text)",
+            p = n.procs,
+            t = n.tick
+        ))
+        .unwrap();
+    let columns = |table: &str| -> Vec<String> {
+        client()
+            .query(
+                "SELECT attname::text FROM pg_attribute WHERE attrelid = to_regclass($1) AND \
+                 attnum > 0 AND NOT attisdropped ORDER BY attnum",
+                &[&table],
+            )
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect()
+    };
+    let db = db();
+    let err = migrations::migrate(&db, &tables_for(&n)).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Schema, "{err}");
+    assert!(err.to_string().contains(&n.tick), "{err}");
+    assert!(
+        err.to_string()
+            .contains("lacks the columns tick, busy_until, token"),
+        "{err}"
+    );
+    let units = Units::new(&db).with_tables(&n.procs, &n.units).unwrap();
+    let err = units.create_tables().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Schema, "{err}");
+    assert!(err.to_string().contains("process_id"), "{err}");
+    let err = units.processes().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Schema, "{err}");
+    assert!(
+        err.to_string().contains("lacks the columns process_id"),
+        "{err}"
+    );
+    assert_eq!(columns(&n.procs), ["id", "name"]);
+    assert_eq!(columns(&n.tick), ["job_id", "owner"]);
+    assert_eq!(comment(&n.procs), None);
+    assert_eq!(comment(&n.tick), None);
+    // Nothing else was made either: every table was read before any was changed.
+    assert!(!common::table_exists(&mut client(), &n.lease));
+}
+
+/// A column a version added, dropped by hand from a table whose record says it is current: the
+/// handles say which version the table is really at (not a 42703 naming a column), and `migrate`
+/// runs the steps again instead of finding nothing to do.
+#[test]
+fn a_column_dropped_from_a_current_table_is_reported_and_migrate_restores_it() {
+    let mut tables = Tables::new();
+    let n = tables.every_primitive();
+    migrations::migrate(&db(), &tables_for(&n)).unwrap();
+    client()
+        .batch_execute(&format!(
+            "ALTER TABLE \"{}\" DROP COLUMN settled; DROP TABLE \"{}_promotion\"",
+            n.procs, n.lease
+        ))
+        .unwrap();
+    let db = common::fresh_db();
+    let leaser = Leaser::new(&db, Arc::new(Quiet), Config::default())
+        .unwrap()
+        .with_tables(&n.procs, &n.units)
+        .unwrap();
+    let err = leaser.heartbeat().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Schema, "{err}");
+    let text = err.to_string();
+    assert!(
+        text.contains("schema version 2 (its record says 3"),
+        "{text}"
+    );
+    assert!(text.contains("pgtenure migrate"), "{text}");
+    let leases = Leases::new(&db).with_table(&n.lease).unwrap();
+    let err = leases.try_acquire("k", Duration::from_secs(5)).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Schema, "{err}");
+    let plans = migrations::plan(&db, &tables_for(&n)).unwrap();
+    let procs = plans.iter().find(|p| p.kind() == "processes").unwrap();
+    assert_eq!(
+        (procs.recorded_version(), procs.version()),
+        (Some(3), Some(2))
+    );
+    assert!(!procs.is_current(), "{procs}");
+    migrations::migrate(&db, &tables_for(&n)).unwrap();
+    leaser.heartbeat().unwrap();
+    assert!(leases
+        .try_acquire("k", Duration::from_secs(5))
+        .unwrap()
+        .is_some());
+    for plan in migrations::plan(&db, &tables_for(&n)).unwrap() {
+        assert!(plan.is_current(), "{plan}");
+    }
+}
+
+/// A comment shaped like pgtenure's record whose version cannot be read (out of range, negative):
+/// neither believed nor overwritten with this build's version.
+#[test]
+fn an_unreadable_version_record_is_refused_and_kept() {
+    let mut tables = Tables::new();
+    let n = tables.every_primitive();
+    let db = db();
+    migrations::migrate(&db, &tables_for(&n)).unwrap();
+    for version in ["99999999999", "-3"] {
+        let record = format!("pgtenure: tick_claims table, schema version {version}");
+        client()
+            .batch_execute(&format!("COMMENT ON TABLE \"{}\" IS '{record}'", n.tick))
+            .unwrap();
+        let err = migrations::migrate(&db, &tables_for(&n)).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Schema, "{err}");
+        assert!(err.to_string().contains("version record"), "{err}");
+        assert_eq!(comment(&n.tick).as_deref(), Some(record.as_str()));
+        let ticks = TickClaims::new(&common::fresh_db())
+            .with_table(&n.tick)
+            .unwrap();
+        assert_eq!(ticks.jobs().unwrap_err().kind(), ErrorKind::Schema);
+    }
+}
+
+/// Serializes this file's grants on the schema: concurrent GRANTs (and the REVOKEs of a role's
+/// DROP OWNED BY) on one schema can fail with "tuple concurrently updated".
+static GRANTS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Lets `role` create in the schema `public` (tried again if another test binary's grant on it
+/// raced this one).
+fn grant_create(role: &str) {
+    let sql = format!("GRANT CREATE ON SCHEMA public TO {role}");
+    for attempt in 1.. {
+        match client().batch_execute(&sql) {
+            Ok(()) => return,
+            Err(e) if attempt < 5 => eprintln!("{sql}: {e}; again"),
+            Err(e) => panic!("{sql}: {e}"),
+        }
+    }
+}
+
+/// Gives every table of `n` (and the sequences the oldest layout made) to `role`.
+fn give_to(n: &Names, role: &str) {
+    client()
+        .batch_execute(&format!(
+            "ALTER TABLE \"{t}\" OWNER TO {role}; ALTER TABLE \"{f}\" OWNER TO {role};
+             ALTER TABLE \"{l}\" OWNER TO {role}; ALTER TABLE \"{e}\" OWNER TO {role};
+             ALTER TABLE \"{p}\" OWNER TO {role}; ALTER TABLE \"{u}\" OWNER TO {role};
+             ALTER SEQUENCE \"{l}_token_seq\" OWNER TO {role};
+             ALTER SEQUENCE \"{e}_term_seq\" OWNER TO {role}",
+            t = n.tick,
+            f = n.fire,
+            l = n.lease,
+            e = n.leader,
+            p = n.procs,
+            u = n.units
+        ))
+        .unwrap();
+}
+
+/// A DBA migrating the application's tables as a superuser (or as a member of the owning role),
+/// `pgtenure migrate` in a deploy step: the steps run as the tables' owner, so what they make (the
+/// promotion records, the units' token sequence owned by its column) belongs to the owner, and the
+/// application's role keeps using every table. It used to fail on the units table (a sequence
+/// must have the same owner as its table, 55000) and leave promotion records the application's
+/// role could not read (42501 on every grant).
+#[test]
+fn a_superuser_migrating_another_roles_tables_leaves_them_usable_by_it() {
+    // Dropped last, after the role: its DROP OWNED BY revokes on the schema too.
+    let _grants = GRANTS.lock().unwrap_or_else(|e| e.into_inner());
+    let mut tables = Tables::new();
+    let n = tables.every_primitive();
+    let app = common::Role::new(&mut tables, "read committed");
+    make_all_v1(&n);
+    give_to(&n, &app.name);
+    // The owner made its tables, so it may create in their schema.
+    grant_create(&app.name);
+    migrations::migrate(&db(), &tables_for(&n)).unwrap();
+    let owners: Vec<(String, String)> = client()
+        .query(
+            "SELECT relname::text, pg_get_userbyid(relowner)::text FROM pg_class \
+              WHERE relname LIKE ANY ($1) AND relkind IN ('r', 'S') ORDER BY 1",
+            &[&vec![
+                format!("{}%", n.lease),
+                format!("{}%", n.leader),
+                format!("{}%", n.units),
+            ]],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(owners.len(), 8, "{owners:?}");
+    for (relation, owner) in &owners {
+        assert_eq!(owner, &app.name, "{relation}");
+    }
+    let theirs = pgtenure::DbBuilder::from_config(app.config("app"))
+        .build()
+        .unwrap();
+    let lease = Leases::new(&theirs)
+        .with_table(&n.lease)
+        .unwrap()
+        .try_acquire("k", Duration::from_secs(5))
+        .unwrap()
+        .expect("the key is free");
+    assert!(lease.token() > 0);
+    let elector = Elector::new(&theirs).with_table(&n.leader).unwrap();
+    assert!(elector.is_leader().unwrap());
+    let units = Units::new(&theirs).with_tables(&n.procs, &n.units).unwrap();
+    units.add(&[Unit::new("t", 1).unwrap()]).unwrap();
+    let leaser = Leaser::new(&theirs, Arc::new(Quiet), common::hand_driven())
+        .unwrap()
+        .with_tables(&n.procs, &n.units)
+        .unwrap();
+    leaser.heartbeat().unwrap();
+    leaser.tick().unwrap();
+    let owned = units.assignments().unwrap();
+    assert_eq!(owned[0].owner.as_deref(), Some(leaser.process_id()));
+    assert!(owned[0].token.is_some());
+    for plan in migrations::plan(&theirs, &tables_for(&n)).unwrap() {
+        assert!(plan.is_current(), "{plan}");
+    }
+}
+
+/// A role whose statement_timeout is shorter than another instance's migration: waiting for that
+/// migration (pgtenure's advisory lock) is waited out by trying again, not failed with 57014, so
+/// every instance starting at once still starts.
+#[test]
+fn migrating_at_once_under_a_short_statement_timeout_succeeds() {
+    let _grants = GRANTS.lock().unwrap_or_else(|e| e.into_inner());
+    let mut tables = Tables::new();
+    let n = tables.every_primitive();
+    let app = common::Role::new(&mut tables, "read committed");
+    client()
+        .batch_execute(&format!(
+            "ALTER ROLE {} SET statement_timeout = '50ms'",
+            app.name
+        ))
+        .unwrap();
+    make_all_v1(&n);
+    give_to(&n, &app.name);
+    grant_create(&app.name);
+    // Another instance's slow migration holds the lock for 300 ms.
+    let mut slow = client();
+    let mut holding = slow.transaction().unwrap();
+    holding
+        .execute(
+            "SELECT pg_advisory_xact_lock($1)",
+            &[&0x7067_7465_6e75_7265_i64],
+        )
+        .unwrap();
+    let t = tables_for(&n);
+    let config = app.config("app");
+    let racing = std::thread::spawn(move || {
+        common::race(6, move |_| {
+            let db = pgtenure::DbBuilder::from_config(config.clone())
+                .max_size(2)
+                .unwrap()
+                .build()
+                .unwrap();
+            migrations::migrate(&db, &t).map(|plans| plans.len())
+        })
+    });
+    // Real time is the subject: the others wait past their statement timeout.
+    std::thread::sleep(Duration::from_millis(300));
+    holding.commit().unwrap();
+    for result in racing.join().unwrap() {
+        assert_eq!(result.unwrap(), 6);
+    }
+    for plan in migrations::plan(&db(), &tables_for(&n)).unwrap() {
+        assert_eq!(plan.recorded_version(), Some(plan.target()), "{plan}");
+    }
+}
+
+/// Indexes dropped by hand (the statements work without them, only slower) are made again by
+/// `migrate`, as a dropped promotion record is, instead of failing every instance's startup.
+#[test]
+fn indexes_dropped_by_hand_are_made_again() {
+    let mut tables = Tables::new();
+    let n = tables.every_primitive();
+    let db = db();
+    migrations::migrate(&db, &tables_for(&n)).unwrap();
+    client()
+        .batch_execute(&format!(
+            "DROP INDEX \"{u}_claimable\"; DROP INDEX \"{u}_owner\"; DROP INDEX \"{f}_expires_at\"",
+            u = n.units,
+            f = n.fire
+        ))
+        .unwrap();
+    migrations::migrate(&db, &tables_for(&n)).unwrap();
+    let indexes: Vec<String> = client()
+        .query(
+            "SELECT pg_get_indexdef(to_regclass(n)) FROM unnest($1::text[]) AS n",
+            &[&vec![
+                format!("\"{}_claimable\"", n.units),
+                format!("\"{}_owner\"", n.units),
+                format!("\"{}_expires_at\"", n.fire),
+            ]],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get::<_, Option<String>>(0).expect("the index exists"))
+        .collect();
+    assert!(indexes[1].contains("(process_id, slot)"), "{indexes:?}");
+    assert!(indexes[2].contains("(expires_at)"), "{indexes:?}");
+}
+
+/// Every instance's startup `migrate` on tables already at this version takes no lock on them: it
+/// returns while another transaction holds every table in ACCESS EXCLUSIVE mode (so it never waits
+/// behind, nor queues the fleet behind, anything).
+#[test]
+fn migrating_current_tables_takes_no_lock_on_them() {
+    let mut tables = Tables::new();
+    let n = tables.every_primitive();
+    migrations::migrate(&db(), &tables_for(&n)).unwrap();
+    let mut locker = client();
+    let mut locked = locker.transaction().unwrap();
+    locked
+        .batch_execute(&format!(
+            "LOCK TABLE \"{}\", \"{}\", \"{}\", \"{}\", \"{}\", \"{}\" IN ACCESS EXCLUSIVE MODE",
+            n.tick, n.fire, n.lease, n.leader, n.procs, n.units
+        ))
+        .unwrap();
+    let t = tables_for(&n);
+    let started = std::time::Instant::now();
+    let migrating = std::thread::spawn(move || migrations::migrate(&common::fresh_db(), &t));
+    common::wait_for("migrate to return", Duration::from_secs(10), || {
+        migrating.is_finished().then_some(())
+    });
+    eprintln!("migrate returned after {:?}", started.elapsed());
+    for plan in migrating.join().unwrap().unwrap() {
+        assert!(plan.is_current(), "{plan}");
+    }
+    locked.rollback().unwrap();
+}

@@ -1820,3 +1820,77 @@ fn lease_run_gives_cmd_its_fence_and_the_psql_example_writes_only_while_held() {
     );
     assert_eq!(written(&mut client), [token], "the stale run wrote nothing");
 }
+
+/// A `pgtenure migrate` paused (SIGSTOP: a frozen VM or container) right after its `ALTER TABLE`,
+/// inside the migration's transaction, holds the table's ACCESS EXCLUSIVE lock: every instance's
+/// statements on the table would wait for as long as it is paused. The server ends such a
+/// transaction after 2 s idle (`idle_in_transaction_session_timeout`, for the migration's
+/// transaction only), so the previous release's claim goes through within seconds and nothing
+/// was changed; resumed, the command migrates on a new connection. On a server of its own: the
+/// event trigger that holds the ALTER long enough to pause the command is database-wide.
+#[test]
+fn a_migration_paused_after_its_alter_does_not_hold_the_table() {
+    let server = pgtenure::testing::TempPostgres::start().unwrap();
+    let mut c = Client::connect(server.url(), NoTls).unwrap();
+    c.batch_execute(
+        "CREATE TABLE t_ticks (job_id text PRIMARY KEY, tick timestamptz NOT NULL,
+             busy_until timestamptz, owner text NOT NULL, token bigint NOT NULL);
+         INSERT INTO t_ticks VALUES ('k', now(), NULL, 'o', 1);
+         CREATE FUNCTION t_slow_alter() RETURNS event_trigger LANGUAGE plpgsql AS $$
+         BEGIN IF tg_tag = 'ALTER TABLE' THEN PERFORM pg_sleep(1); END IF; END $$;
+         CREATE EVENT TRIGGER t_slow_alter ON ddl_command_end EXECUTE FUNCTION t_slow_alter()",
+    )
+    .unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_pgtenure"))
+        .args(["migrate", "--url", server.url(), "--ticks-table", "t_ticks"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for(
+        "the migration's ALTER TABLE",
+        Duration::from_secs(10),
+        || {
+            let running: i64 = c
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' \
+                  AND query LIKE '%ALTER TABLE \"t_ticks\"%' AND pid <> pg_backend_pid()",
+                    &[],
+                )
+                .unwrap()
+                .get(0);
+            (running > 0).then_some(())
+        },
+    );
+    send(child.id() as libc::pid_t, libc::SIGSTOP);
+    c.batch_execute("DROP EVENT TRIGGER t_slow_alter; SET statement_timeout = '15s'")
+        .unwrap();
+    let sent = Instant::now();
+    let claimed = c.execute(
+        "UPDATE t_ticks SET busy_until = now() + interval '1 second' WHERE job_id = 'k'",
+        &[],
+    );
+    let waited = sent.elapsed();
+    let comment: Option<String> = c
+        .query_one("SELECT obj_description('t_ticks'::regclass)", &[])
+        .unwrap()
+        .get(0);
+    send(child.id() as libc::pid_t, libc::SIGCONT);
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        claimed.map_err(|e| e
+            .as_db_error()
+            .map_or(e.to_string(), |d| d.message().to_owned())),
+        Ok(1),
+        "the previous release's claim waited for the paused migration"
+    );
+    assert!(waited < Duration::from_secs(6), "{waited:?}");
+    assert_eq!(comment, None, "the paused migration rolled back");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("tick_claims table t_ticks: had no version record"),
+        "{}",
+        text(&out.stdout)
+    );
+    eprintln!("the claim waited {waited:?} behind the paused migration");
+}

@@ -3,6 +3,7 @@
 //! handle's check of its tables' versions before its first statement.
 
 use std::collections::HashSet;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use postgres::error::SqlState;
@@ -16,12 +17,29 @@ use crate::statement::Statement;
 use crate::table_name::{render, TableName};
 
 const LOCK_SQL: &str = include_str!("../../sql/schema/lock.sql");
+const BOUNDS_SQL: &str = include_str!("../../sql/schema/bounds.sql");
+const OWNER_SQL: &str = include_str!("../../sql/schema/owner.sql");
+const SET_ROLE_SQL: &str = include_str!("../../sql/schema/set_role.sql");
 const COMPANION_SQL: &str = include_str!("../../sql/schema/companion.sql");
 const CREATE_PROMOTION: &str = include_str!("../../sql/schema/create_promotion.sql");
 const SEED_PROMOTION: &str = include_str!("../../sql/schema/seed_promotion.sql");
 
 /// The transaction-level advisory lock key every pgtenure `create_table` takes ("pgtenure" in ASCII).
 const DDL_LOCK_KEY: i64 = 0x7067_7465_6e75_7265;
+
+/// How long one attempt of a migration waits for a table lock (`lock_timeout`): the longest the
+/// fleet's statements on the table queue behind it while a long transaction holds the table.
+pub(crate) const MIGRATE_LOCK_WAIT: Duration = Duration::from_millis(100);
+const MIGRATE_LOCK_WAIT_SQL: &str = "100ms";
+
+/// How long a migration's transaction may wait for pgtenure's next statement before the server
+/// ends the session (`idle_in_transaction_session_timeout`): a process paused mid-migration must
+/// not hold the table's lock, and stop the fleet, for as long as it is paused. pgtenure sends the
+/// statements of a migration one after another, with nothing in between.
+const MIGRATE_IDLE_SQL: &str = "2s";
+
+/// How long a migration keeps trying again after its attempts found the table locked.
+pub(crate) const MIGRATE_PATIENCE: Duration = Duration::from_secs(60);
 
 impl Db {
     /// Reads what the catalog says of `kind`'s `table` (the version statement, on `client`).
@@ -73,22 +91,120 @@ impl Db {
     /// skips an index or a sequence whose name another relation already has, so a name taken by a
     /// table (or a companion dropped by hand) would otherwise go unnoticed until it costs a scan or a
     /// failed `nextval`.
+    ///
+    /// Each attempt waits for a table lock at most [`MIGRATE_LOCK_WAIT`]: an `ALTER TABLE` waiting
+    /// behind a long transaction on the table (a fenced write, a listing, `pg_dump`) would queue
+    /// every statement of the fleet behind it, past their TTLs. An attempt that timed out rolled
+    /// back; the next one starts after a pause, until [`MIGRATE_PATIENCE`] has passed, and then
+    /// the error ([`ErrorKind::Timeout`]) says the table was in use.
     pub(crate) fn migrate_table(&self, kind: Kind, table: &TableName) -> Result<Plan> {
-        let context = format!("migrate {} table", kind.name());
-        let context = context.as_str();
-        let fail = |e| Error::from_postgres(context, e);
-        let mut conn = self.conn_until(context, None)?;
+        let give_up = Instant::now() + MIGRATE_PATIENCE;
+        let mut pause = Duration::from_millis(50);
+        let mut attempts = 0u32;
+        loop {
+            attempts += 1;
+            let e = match self.migrate_table_once(kind, table) {
+                Ok(plan) => return Ok(plan),
+                Err(Attempt::Failed(e)) => return Err(e),
+                Err(Attempt::Busy(e)) => e,
+            };
+            if Instant::now() + pause >= give_up {
+                return Err(Error::new(
+                    ErrorKind::Timeout,
+                    format!(
+                        "migrate {} table {table} failed: the table stayed locked by other \
+                         transactions for {} s ({attempts} attempts, each waiting at most {} ms \
+                         so that the statements of running instances do not queue behind the \
+                         migration; last: {e}); end the long transactions on it (SELECT pid, \
+                         xact_start, query FROM pg_stat_activity: a fenced write, a listing, \
+                         pg_dump) and migrate again",
+                        kind.name(),
+                        MIGRATE_PATIENCE.as_secs(),
+                        MIGRATE_LOCK_WAIT.as_millis()
+                    ),
+                )
+                .with_source(e));
+            }
+            log::info!(target: "pgtenure::db", "migrate {} table {table}: {e}; trying again in {} ms", kind.name(), pause.as_millis());
+            // Spread the instances that all found it locked.
+            let spread = crate::instance::random_u64() % (pause.as_millis() as u64 + 1);
+            std::thread::sleep(pause / 2 + Duration::from_millis(spread / 2));
+            pause = (pause * 2).min(Duration::from_secs(1));
+        }
+    }
+
+    /// One attempt of [`Db::migrate_table`], in one transaction: [`Attempt::Busy`] when it waited
+    /// too long for a lock (rolled back, nothing changed), to be tried again.
+    fn migrate_table_once(
+        &self,
+        kind: Kind,
+        table: &TableName,
+    ) -> std::result::Result<Plan, Attempt> {
+        let mut context = format!("migrate {} table", kind.name());
+        let mut conn = self.conn_until(&context, None)?;
         // READ COMMITTED whatever the role's default: each statement after the lock must see what
         // the instance that held it before committed.
         let mut tx = conn
             .build_transaction()
             .isolation_level(postgres::IsolationLevel::ReadCommitted)
             .start()
-            .map_err(fail)?;
+            .map_err(|e| Attempt::Failed(Error::from_postgres(&context, e)))?;
+        // Other instances migrating hold the advisory lock for as long as their steps take: a
+        // role's statement_timeout that ends this wait is waited out by trying again, as a lock
+        // timeout is.
         tx.query_typed(LOCK_SQL, &[(&DDL_LOCK_KEY, Type::INT8)])
-            .map_err(fail)?;
-        let found = Db::found_on(&mut tx, context, kind, table)?;
+            .map_err(|e| {
+                let busy = e.code() == Some(&SqlState::QUERY_CANCELED);
+                let e = Error::from_postgres(
+                    &format!("{context}: wait for the other instances' migrations"),
+                    e,
+                );
+                if busy {
+                    Attempt::Busy(e)
+                } else {
+                    Attempt::Failed(e)
+                }
+            })?;
+        tx.query_typed(
+            BOUNDS_SQL,
+            &[
+                (&MIGRATE_LOCK_WAIT_SQL, Type::TEXT),
+                (&MIGRATE_IDLE_SQL, Type::TEXT),
+            ],
+        )
+        .map_err(|e| Attempt::Failed(Error::from_postgres(&context, e)))?;
+        let found = Db::found_on(&mut tx, &context, kind, table)?;
         let plan = Plan::new(kind, table, found, self.timeline_tokens())?;
+        if found != Found::Absent {
+            // A superuser or a member of the owning role migrating another role's table: as the
+            // owner, so that what the steps make belongs to it (the application's role keeps
+            // using the promotion record; a sequence can be owned by the token column).
+            let owner = tx
+                .query_typed(OWNER_SQL, &[(&table.quoted(), Type::TEXT)])
+                .map_err(|e| Attempt::Failed(Error::from_postgres(&context, e)))?;
+            if let Some(row) = owner.first() {
+                let owner: String = Read::server(row, &context, &"pg_class").column("owner")?;
+                tx.query_typed(SET_ROLE_SQL, &[(&owner, Type::TEXT)])
+                    .map_err(|e| Attempt::Failed(Error::from_postgres(&context, e)))?;
+                log::info!(target: "pgtenure::db", "{context}: migrating table {table} as its owner, role {owner}");
+                context = format!("{context} (as the table's owner, role {owner})");
+            }
+        }
+        let context = context.as_str();
+        // A table lock not granted within lock_timeout: the fleet's statements queued behind it
+        // are let through, and the migration tries again.
+        // Or this process was paused past MIGRATE_IDLE, and the server ended the session: the
+        // migration rolled back; another connection tries again.
+        let fail = |e: postgres::Error| {
+            let busy = e.code() == Some(&SqlState::LOCK_NOT_AVAILABLE)
+                || e.code() == Some(&SqlState::IDLE_IN_TRANSACTION_SESSION_TIMEOUT);
+            let e = Error::from_postgres(context, e);
+            if busy {
+                Attempt::Busy(e)
+            } else {
+                Attempt::Failed(e)
+            }
+        };
         if found == Found::Unrecorded(kind.latest()) {
             // Every column there, only the record missing (a table made before versions were
             // recorded, or by a DBA without the COMMENT): a role that does not own it (it was
@@ -123,7 +239,10 @@ impl Db {
                 found = companion_of(&mut tx, context, &companion, &quoted)?;
             }
             let ok = match (companion.kind, &found) {
-                (CompanionKind::Index, Some((kind, on_table))) => kind == "i" && *on_table,
+                // "I": the index of a partitioned table.
+                (CompanionKind::Index, Some((kind, on_table))) => {
+                    (kind == "i" || kind == "I") && *on_table
+                }
                 (CompanionKind::Sequence, Some((kind, _))) => kind == "S",
                 (CompanionKind::Table, Some((kind, _))) => kind == "r",
                 (_, None) => false,
@@ -138,14 +257,14 @@ impl Db {
                         "the {what} does not exist (dropped, or the table was made by hand)"
                     ),
                 };
-                return Err(Error::new(
+                return Err(Attempt::Failed(Error::new(
                     ErrorKind::Database,
                     format!(
                         "{context} failed: {table} needs the {what} {} but {problem}; choose table \
                          names whose derived names are free, or create the {what} as sql/ describes",
                         companion.name
                     ),
-                ));
+                )));
             }
         }
         tx.commit().map_err(fail)?;
@@ -199,7 +318,9 @@ impl Db {
         match found {
             // Not cached: the statements report the missing table, until it is made.
             Found::Absent => Ok(()),
-            Found::Recorded(v) | Found::Unrecorded(v) if v < kind.needed() => {
+            Found::Recorded(v) | Found::Unrecorded(v) | Found::Incomplete { columns: v, .. }
+                if v < kind.needed() =>
+            {
                 Err(too_old(kind, table, found))
             }
             Found::Unrecorded(v) => {
@@ -207,11 +328,25 @@ impl Db {
                 self.schemas.passed(kind, table);
                 Ok(())
             }
-            Found::Recorded(_) => {
+            Found::Recorded(_) | Found::Incomplete { .. } => {
                 self.schemas.passed(kind, table);
                 Ok(())
             }
         }
+    }
+}
+
+/// Why an attempt of a migration did not finish.
+enum Attempt {
+    /// It waited too long for a lock; rolled back, to be tried again.
+    Busy(Error),
+    /// Anything else: returned.
+    Failed(Error),
+}
+
+impl From<Error> for Attempt {
+    fn from(e: Error) -> Attempt {
+        Attempt::Failed(e)
     }
 }
 
@@ -283,11 +418,13 @@ impl CompanionKind {
 }
 
 impl Companion {
-    pub(crate) fn index(name: String) -> Companion {
+    /// An index `create` makes (`CREATE INDEX IF NOT EXISTS`), again when dropped by hand: the
+    /// statements work without it, only slower, so a migration makes it rather than fail.
+    pub(crate) fn index(name: String, create: String) -> Companion {
         Companion {
             name,
             kind: CompanionKind::Index,
-            create: Vec::new(),
+            create: vec![create],
         }
     }
 

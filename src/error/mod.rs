@@ -33,6 +33,10 @@ pub enum ErrorKind {
     /// the lease's local deadline, or a release past its bound). `Display` says which it was when
     /// pgtenure sent the cancel. The statement did not take effect (its transaction rolled back);
     /// retrying later is reasonable.
+    ///
+    /// Also a migration that found its table locked by other transactions for a minute (each
+    /// attempt waits for the lock 100 ms at most, so that running instances do not queue behind
+    /// it): nothing was changed; end the long transactions and migrate again.
     Timeout,
     /// The statement failed because of a serialization failure or a deadlock, which happens when the
     /// database's or role's default isolation is `REPEATABLE READ` or `SERIALIZABLE` and callers race.

@@ -321,7 +321,14 @@ impl Role {
 impl Drop for Role {
     fn drop(&mut self) {
         if let Ok(mut c) = postgres::Client::connect(&direct_url(), NoTls) {
-            let _ = c.batch_execute(&format!("DROP OWNED BY {0}; DROP ROLE {0}", self.name));
+            // Tried again: its REVOKEs can race another test's GRANT on the same schema ("tuple
+            // concurrently updated"), which would leave the role behind.
+            for _ in 0..5 {
+                let sql = format!("DROP OWNED BY {0}; DROP ROLE {0}", self.name);
+                if c.batch_execute(&sql).is_ok() {
+                    break;
+                }
+            }
         }
     }
 }

@@ -3,7 +3,9 @@
 //! A rolling upgrade of a membership fleet: "old" processes run the previous release's statements
 //! (`tests/fixtures/membership_before_settled/`, the `sql/membership/` files of commit a4c4d70, the
 //! last before the processes table got its `settled` column) beside processes of this build, both
-//! against tables migrated to this build's schema. Every process writes for the units it owns
+//! against tables migrated to this build's schema: the old processes start on the previous
+//! release's processes table, and the first new instance migrates it while they run, as a deploy
+//! does. Every process writes for the units it owns
 //! through the unit's fence; the ledger proves that no two processes worked on a unit at once and
 //! that tokens only grew, and at the end every unit has one live owner.
 //!
@@ -54,6 +56,10 @@ pub struct Figures {
     pub writes: usize,
     /// Units the old processes claimed, over the run.
     pub old_claimed: u64,
+    /// Heartbeats of old processes that found their row expired (their units lost).
+    pub old_lapses: u64,
+    /// How long the first new instance's `migrate` took, the old processes running.
+    pub migrate_took: Duration,
     /// Violations found: a token that wrote after a higher one, or a token with two owners (the
     /// ledger proof panics on either, so a finished run found 0).
     pub violations: usize,
@@ -79,8 +85,22 @@ pub fn rolling_upgrade(
         .unwrap();
     let db = crate::common::db();
     let handle = Units::new(&db).with_tables(&procs, &units_t).unwrap();
-    // ... migrated by the first new instance to start (the units table had not changed since, so
-    // it is made as that release made it).
+    // The units table had not changed since, so it is made as that release made it (beside a
+    // processes table of its own that nothing uses), and its units are added by hand.
+    let spare = tables.name("spare");
+    Units::new(&db)
+        .with_tables(&spare, &units_t)
+        .unwrap()
+        .create_tables()
+        .unwrap();
+    admin
+        .batch_execute(&format!(
+            "INSERT INTO \"{units_t}\" (tenant, shard) SELECT 't', g FROM generate_series(0, {}) g",
+            units - 1
+        ))
+        .unwrap();
+    // The processes table is migrated by the first new instance to start, while the old
+    // processes run (below).
     let plans = pgtenure::migrations::plan(
         &db,
         &pgtenure::migrations::Tables::default()
@@ -90,18 +110,11 @@ pub fn rolling_upgrade(
     .unwrap();
     let found = plans.iter().find(|p| p.kind() == "processes").unwrap();
     assert_eq!((found.recorded_version(), found.version()), (None, Some(2)));
-    handle.create_tables().unwrap();
-    handle
-        .add(
-            &(0..units as i32)
-                .map(|i| Unit::new("t", i).unwrap())
-                .collect::<Vec<_>>(),
-        )
-        .unwrap();
     let ledger_t = ledger::create(&mut tables);
     let done = Arc::new(AtomicBool::new(false));
     let old_writes = Arc::new(AtomicU64::new(0));
     let old_claimed = Arc::new(AtomicU64::new(0));
+    let old_lapses = Arc::new(AtomicU64::new(0));
     let mut config = Config::default();
     config.ttl = Duration::from_millis(900);
     config.heartbeat_interval = Duration::from_millis(200);
@@ -112,19 +125,30 @@ pub fn rolling_upgrade(
     let olds: Vec<_> = (0..old)
         .map(|i| {
             let (done, writes, claimed) = (done.clone(), old_writes.clone(), old_claimed.clone());
+            let lapses = old_lapses.clone();
             let (procs, units_t, ledger_t) = (procs.clone(), units_t.clone(), ledger_t.clone());
             let ttl = config.ttl;
             let stop_at = replace.then(|| turn(i));
             thread::spawn(move || {
                 let mut process = OldProcess::new(i, &procs, &units_t, &ledger_t, units, ttl);
                 while !done.load(Ordering::SeqCst) && stop_at.is_none_or(|t| Instant::now() < t) {
-                    process.round(&writes, &claimed);
+                    process.round(&writes, &claimed, &lapses);
                     thread::sleep(Duration::from_millis(100));
                 }
                 process.leave();
             })
         })
         .collect();
+    // The first new instance starts: it migrates the processes table (adds `settled`) while the
+    // old processes heartbeat, claim and write.
+    wait_for(
+        "the old processes to claim units",
+        Duration::from_secs(15),
+        || (old_claimed.load(Ordering::SeqCst) > 0).then_some(()),
+    );
+    let migrating = Instant::now();
+    handle.create_tables().unwrap();
+    let migrate_took = migrating.elapsed();
     let make = || {
         Arc::new(
             Leaser::new(&db, Arc::new(Quiet), config.clone())
@@ -225,6 +249,8 @@ pub fn rolling_upgrade(
         tenures: proof.tenures,
         writes: proof.writes,
         old_claimed: old_claimed.load(Ordering::SeqCst),
+        old_lapses: old_lapses.load(Ordering::SeqCst),
+        migrate_took,
         violations: 0,
     };
     assert!(figures.old_writes > 0, "no old process wrote: {figures:?}");
@@ -296,7 +322,7 @@ impl OldProcess {
     }
 
     /// One heartbeat and tick of the previous release, then a few fenced writes.
-    fn round(&mut self, writes: &AtomicU64, claimed: &AtomicU64) {
+    fn round(&mut self, writes: &AtomicU64, claimed: &AtomicU64, lapses: &AtomicU64) {
         let (count, weight) = self.reported();
         let sent = Instant::now();
         let ttl_us = self.ttl.as_micros() as i64;
@@ -315,6 +341,9 @@ impl OldProcess {
             Ok(rows) => {
                 let lapsed: bool = rows[0].get("lapsed");
                 if lapsed {
+                    if !self.owned.is_empty() {
+                        lapses.fetch_add(1, Ordering::SeqCst);
+                    }
                     self.owned.clear();
                 }
                 self.deadline = Some(sent + self.ttl);

@@ -42,6 +42,9 @@ impl MigrateArgs {
             let list: Vec<Value> = plans.iter().map(|p| plan_json(p, !self.dry_run)).collect();
             out = format!("{:#}\n", Value::Array(list));
         } else if self.dry_run {
+            if plans.iter().any(|p| !p.is_current()) {
+                out.push_str(DRY_RUN_HEADER);
+            }
             for plan in &plans {
                 out.push_str(&plan.to_string());
                 out.push('\n');
@@ -57,6 +60,16 @@ impl MigrateArgs {
     }
 }
 
+/// How to apply the dry run's SQL, as `migrate` itself does (docs/upgrading.md).
+const DRY_RUN_HEADER: &str = "\
+-- Apply each table's statements in one transaction, as the role that owns the tables. While
+-- instances run, bound the wait for each table's lock first, so that their statements do not
+-- queue behind an ALTER TABLE waiting for a long transaction, and run it again if it times out
+-- (every statement is idempotent):
+--   BEGIN; SET LOCAL lock_timeout = '100ms'; <the table's statements> COMMIT;
+
+";
+
 /// One line saying what `migrate` did to a table.
 fn summary(plan: &Plan) -> String {
     let what = format!("{} table {}", plan.kind(), plan.table());
@@ -64,6 +77,11 @@ fn summary(plan: &Plan) -> String {
     match (plan.exists(), plan.recorded_version(), plan.is_current()) {
         (false, _, _) => format!("{what}: created at schema version {target}"),
         (true, _, true) => format!("{what}: at schema version {target}, nothing to do"),
+        (true, Some(v), false) if plan.version() < Some(v) => format!(
+            "{what}: recorded at schema version {v} but had only what version {} added (dropped \
+             by hand?); every step ran again, now at {target}",
+            plan.version().unwrap_or(1)
+        ),
         (true, Some(v), false) => format!("{what}: migrated from schema version {v} to {target}"),
         (true, None, false) => format!(
             "{what}: had no version record (columns of version {}); migrated to {target}",
