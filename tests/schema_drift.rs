@@ -643,3 +643,38 @@ fn a_unit_token_made_numeric_is_an_error_of_a_tick_that_says_to_run_the_migratio
         leaser.delete_process().unwrap();
     }
 }
+
+#[test]
+fn a_promotion_record_without_its_row_is_an_error_naming_the_record_table() {
+    // A DBA emptied the record beside a lease table: every grant says which table lacks its row
+    // and how to make it again, not a placeholder.
+    let mut tables = Tables::new();
+    let table = common::lease_table(&mut tables);
+    Leases::new(&db())
+        .with_table(&table)
+        .unwrap()
+        .create_table()
+        .unwrap();
+    alter(&format!("DELETE FROM {table}_promotion"));
+    let db = db_in(StatementMode::Auto);
+    let leases = Leases::new(&db).with_table(&table).unwrap();
+    let err = leases
+        .try_acquire("k", Duration::from_secs(30))
+        .unwrap_err();
+    let text = err.to_string();
+    assert_eq!(err.kind(), ErrorKind::Database, "{text}");
+    assert!(
+        text.contains(&format!(
+            "the promotion record \"{table}_promotion\" has no row"
+        )),
+        "{text}"
+    );
+    assert!(text.contains("pgtenure::migrate()"), "{text}");
+    // What it says to do works.
+    alter(&format!("DROP TABLE {table}_promotion"));
+    leases.create_table().unwrap();
+    assert!(leases
+        .try_acquire("k", Duration::from_secs(30))
+        .unwrap()
+        .is_some());
+}

@@ -29,7 +29,7 @@ use crate::statement::{Cache, Failure, Params, Statement};
 pub use self::builder::DbBuilder;
 pub(crate) use self::outcome::{discard, Policy, Resend};
 use self::promotion::Promotions;
-pub(crate) use self::promotion::{GrantAnswer, Promotion};
+pub(crate) use self::promotion::{GrantAnswer, Promotion, PromotionRecord};
 pub(crate) use self::schema::Companion;
 use self::schema::SchemaChecks;
 pub use self::ssl::SslMode;

@@ -11,6 +11,9 @@ use super::{Db, Policy};
 use crate::error::{Error, ErrorKind, Result};
 use crate::row::Read;
 use crate::statement::Statement;
+use crate::table_name::{render, TableName};
+
+const PROMOTION_SQL: &str = include_str!("../../sql/schema/promotion.sql");
 
 /// A table's promotion record as a grant passes it (`$7 $8 $9` of the grant statements).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -23,6 +26,24 @@ pub(crate) struct Promotion {
     pub(crate) grants_from: Option<SystemTime>,
     /// The longest TTL the record knows, in microseconds.
     longest_ttl: i64,
+}
+
+/// The statement that reads (and records) a table's promotion record
+/// (`sql/schema/promotion.sql`), with the record table's name for errors.
+#[derive(Debug)]
+pub(crate) struct PromotionRecord {
+    statement: Statement,
+    table: String,
+}
+
+impl PromotionRecord {
+    /// The record of `table` (`<table>_promotion`).
+    pub(crate) fn new(table: &TableName) -> PromotionRecord {
+        PromotionRecord {
+            statement: Statement::new(render(PROMOTION_SQL, table)),
+            table: table.derived("promotion"),
+        }
+    }
 }
 
 /// A grant's answer (a lease's acquire, a leader's poll) as the hold-off path reads it.
@@ -95,14 +116,14 @@ pub(crate) struct Promotions(Mutex<HashMap<String, Promotion>>);
 impl Db {
     /// The timeline of the promotion record this `Db` read through `record`, for renewals to say
     /// when the server is on another one; `None` when nothing is held off or nothing was read.
-    pub(crate) fn promotion_timeline(&self, record: &Statement) -> Option<i64> {
+    pub(crate) fn promotion_timeline(&self, record: &PromotionRecord) -> Option<i64> {
         if !self.promotion_hold_off() || !self.timeline_tokens() {
             return None;
         }
         self.promotions
             .0
             .lock()
-            .get(record.name::<Record>())
+            .get(record.statement.name::<Record>())
             .map(|known| known.timeline)
     }
 
@@ -115,7 +136,7 @@ impl Db {
     /// hold-off. A failed read of the record is the grant's failure.
     pub(crate) fn grant<A: GrantAnswer>(
         &self,
-        record: &Statement,
+        record: &PromotionRecord,
         ttl_us: i64,
         mut send: impl FnMut(Promotion) -> Result<A>,
     ) -> Result<A> {
@@ -134,7 +155,7 @@ impl Db {
     /// promotion if first, so that the hold-off starts now rather than at the next grant. Waits
     /// for a pool connection a sixth of the TTL at most (half the time to a lease's next renewal);
     /// a failure is only logged: the next stale answer reads again.
-    pub(crate) fn refresh_promotion(&self, record: &Statement, ttl_us: i64) {
+    pub(crate) fn refresh_promotion(&self, record: &PromotionRecord, ttl_us: i64) {
         let within = Duration::from_micros(u64::try_from(ttl_us / 6).unwrap_or(0));
         if let Err(e) = self.promotion(record, ttl_us, true, Some(Instant::now() + within)) {
             log::debug!(target: "pgtenure::db", "reading the promotion record failed: {e}");
@@ -150,7 +171,7 @@ impl Db {
     /// renewal).
     fn promotion(
         &self,
-        record: &Statement,
+        record: &PromotionRecord,
         ttl_us: i64,
         reread: bool,
         until: Option<Instant>,
@@ -159,7 +180,7 @@ impl Db {
             // Nothing held off: the grant statements then neither gate nor answer `stale`.
             return Ok(Promotion::default());
         }
-        let name = record.name::<Record>();
+        let name = record.statement.name::<Record>();
         if !reread {
             if let Some(known) = self.promotions.0.lock().get(name) {
                 if ttl_us <= known.longest_ttl {
@@ -171,17 +192,23 @@ impl Db {
             Some(until) => Policy::IDEMPOTENT.until(until),
             None => Policy::IDEMPOTENT,
         };
-        let rows = self.query("read promotion record", policy, record, &(ttl_us,))?;
+        let rows = self.query(
+            "read promotion record",
+            policy,
+            &record.statement,
+            &(ttl_us,),
+        )?;
         let Some(row) = rows.first() else {
             return Err(Error::new(
                 ErrorKind::Database,
-                "read promotion record failed: the table's promotion record (<table>_promotion) \
-                 has no row; drop that record table and call create_table() or \
-                 pgtenure::migrate() to make it again"
-                    .to_owned(),
+                format!(
+                    "read promotion record failed: the promotion record {} has no row; drop that \
+                     record table and call create_table() or pgtenure::migrate() to make it again",
+                    record.table
+                ),
             ));
         };
-        let columns = Read::new(row, "read promotion record", &"<table>_promotion");
+        let columns = Read::new(row, "read promotion record", &record.table);
         let read = Promotion {
             timeline: columns.column("timeline")?,
             seen_at: columns.column("seen_at")?,

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::LeaderInfo;
-use crate::db::{Db, GrantAnswer, Policy, Promotion};
+use crate::db::{Db, GrantAnswer, Policy, Promotion, PromotionRecord};
 use crate::error::Result;
 use crate::fence::{statement_text, Fence};
 use crate::migrations::{Gate, Kind};
@@ -13,7 +13,6 @@ use crate::statement::Statement;
 use crate::table_name::{render, TableName};
 
 const IS_LEADER: &str = include_str!("../../sql/elector/is_leader.sql");
-const PROMOTION: &str = include_str!("../../sql/schema/promotion.sql");
 const RESIGN: &str = include_str!("../../sql/elector/resign.sql");
 const LEADER: &str = include_str!("../../sql/elector/leader.sql");
 const FENCE: &str = include_str!("../../sql/elector/fence.sql");
@@ -26,7 +25,7 @@ pub(super) struct Statements {
     gate: Gate,
     is_leader: Statement,
     /// Reads (and records) the table's promotion record before polls that may win.
-    pub(super) promotion: Statement,
+    pub(super) promotion: PromotionRecord,
     resign: Statement,
     leader: Statement,
     request_resign: Statement,
@@ -71,7 +70,7 @@ impl Statements {
         Arc::new(Statements {
             gate: Gate::new(vec![(Kind::Elector, table.clone())]),
             is_leader: Statement::new(render(IS_LEADER, &table)),
-            promotion: Statement::new(render(PROMOTION, &table)),
+            promotion: PromotionRecord::new(&table),
             resign: Statement::new(render(RESIGN, &table)),
             leader: Statement::new(render(LEADER, &table)),
             request_resign: Statement::new(render(REQUEST_RESIGN, &table)),

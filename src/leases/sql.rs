@@ -6,7 +6,7 @@ use std::time::{Instant, SystemTime};
 use postgres::Row;
 
 use super::{LeaseInfo, LeaseSummary};
-use crate::db::{Conn, Db, GrantAnswer, Policy, Promotion};
+use crate::db::{Conn, Db, GrantAnswer, Policy, Promotion, PromotionRecord};
 use crate::error::{Error, ErrorKind, Result};
 use crate::fence::{statement_text, Fence};
 use crate::migrations::{Gate, Kind};
@@ -23,7 +23,6 @@ const SUPERSEDE: &str = include_str!("../../sql/leases/supersede.sql");
 const FENCE: &str = include_str!("../../sql/leases/fence.sql");
 const HOLDER: &str = include_str!("../../sql/leases/holder.sql");
 const REFUSAL: &str = include_str!("../../sql/leases/refusal.sql");
-const PROMOTION: &str = include_str!("../../sql/schema/promotion.sql");
 const LIST: &str = include_str!("../../sql/leases/list.sql");
 const SUMMARY: &str = include_str!("../../sql/leases/summary.sql");
 const FORCE_RELEASE: &str = include_str!("../../sql/leases/force_release.sql");
@@ -41,7 +40,7 @@ pub(crate) struct Statements {
     holder: Statement,
     refusal: Statement,
     /// Reads (and records) the table's promotion record before grants.
-    pub(super) promotion: Statement,
+    pub(super) promotion: PromotionRecord,
     list: Statement,
     summary: Statement,
     force_release: Statement,
@@ -102,7 +101,7 @@ impl Statements {
             supersede: Statement::new(render(SUPERSEDE, &table)),
             holder: Statement::new(render(HOLDER, &table)),
             refusal: Statement::new(render(REFUSAL, &table)),
-            promotion: Statement::new(render(PROMOTION, &table)),
+            promotion: PromotionRecord::new(&table),
             list: Statement::new(render(LIST, &table)),
             summary: Statement::new(render(SUMMARY, &table)),
             force_release: Statement::new(render(FORCE_RELEASE, &table)),
