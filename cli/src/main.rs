@@ -115,6 +115,10 @@ fn main() -> ExitCode {
         log::set_max_level(log::LevelFilter::Warn);
     }
     let cli = Cli::parse();
+    if matches!(cli.command, Command::Migrate(_)) {
+        MIGRATING.store(true, std::sync::atomic::Ordering::Relaxed);
+        log::set_max_level(log::LevelFilter::Info);
+    }
     // Arguments clap cannot check alone are checked before connecting: a usage error (exit 2).
     if let Command::LeaseRun(args) = &cli.command {
         if let Err(e) = args.check() {
@@ -162,9 +166,18 @@ static WARNINGS: Warnings = Warnings {
     said: std::sync::Mutex::new(Vec::new()),
 };
 
+/// Set for `pgtenure migrate`: what the migrations say (each table migrated, a wait behind another
+/// session's lock and its retry) is said on stderr too, so a migrate waiting behind a long
+/// transaction is not silent for its minute.
+static MIGRATING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 impl log::Log for Warnings {
     fn enabled(&self, metadata: &log::Metadata<'_>) -> bool {
-        metadata.level() <= log::Level::Warn && metadata.target().starts_with("pgtenure::db::libpq")
+        let target = metadata.target();
+        (metadata.level() <= log::Level::Warn && target.starts_with("pgtenure::db::libpq"))
+            || (MIGRATING.load(std::sync::atomic::Ordering::Relaxed)
+                && metadata.level() <= log::Level::Info
+                && target == "pgtenure::db")
     }
 
     fn log(&self, record: &log::Record<'_>) {
@@ -176,7 +189,12 @@ impl log::Log for Warnings {
             .said
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if !said.contains(&text) {
+        if record.level() > log::Level::Warn {
+            // Only the migrations' own lines ("migrate <kind> table: ..."), not the pool's.
+            if text.starts_with("migrate ") {
+                say!("pgtenure: {text}");
+            }
+        } else if !said.contains(&text) {
             say!("pgtenure: warning: {text}");
             said.push(text);
         }

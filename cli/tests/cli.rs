@@ -1678,6 +1678,15 @@ fn migrate_dry_run_prints_the_sql_and_migrate_applies_it() {
 
     let out = env.run(&["migrate", "--fire-claims-table", &fires]);
     assert!(out.status.success(), "{}", text(&out.stderr));
+    // What it did is said on stderr as it happens (a wait behind a lock would be too).
+    let told = text(&out.stderr);
+    assert!(
+        told.contains(&format!(
+            "migrated table {} from schema version 2 to 3",
+            env.processes
+        )),
+        "{told}"
+    );
     let said = text(&out.stdout);
     assert!(
         said.contains(&format!(

@@ -276,7 +276,10 @@ impl Db {
                 log::debug!(target: "pgtenure::db", "{context}: table {table} is at schema version {}", plan.target());
             }
             _ => {
-                log::info!(target: "pgtenure::db", "{context}: migrated table {table} from schema version {:?} to {}", plan.version(), plan.target());
+                let from = plan
+                    .version()
+                    .map_or_else(|| "none".to_owned(), |v| v.to_string());
+                log::info!(target: "pgtenure::db", "{context}: migrated table {table} from schema version {from} to {}", plan.target());
             }
         }
         self.schemas.passed(kind, table);
