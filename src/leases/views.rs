@@ -69,7 +69,8 @@ pub enum Refusal {
     /// releasing it; its row as read, if any.
     ThisFamily(Option<LeaseInfo>),
     /// This owner holds the key live, outside this family: a raw grant ([`Leases::try_acquire`]),
-    /// or a managed lease of another `Leases` with the same owner name.
+    /// or a managed lease of another `Leases` or process with the same owner name
+    /// ([`LeaseInfo::managed`]), which no other handle adopts: it waits for its release or lapse.
     SameOwner(LeaseInfo),
     /// Another owner holds the key live.
     OtherOwner(LeaseInfo),
