@@ -410,9 +410,7 @@ fn leases_version_3_is_needed_migrated_and_the_previous_release_keeps_working_be
         .with_owner("shared")
         .unwrap();
     for err in [
-        leases
-            .try_acquire("k", Duration::from_secs(5))
-            .unwrap_err(),
+        leases.try_acquire("k", Duration::from_secs(5)).unwrap_err(),
         leases
             .acquire("k", Duration::from_secs(5))
             .map(|lease| lease.map(|l| l.token()))
@@ -476,7 +474,10 @@ fn leases_version_3_is_needed_migrated_and_the_previous_release_keeps_working_be
     // The previous release's managed lease is not marked: this build's raw re-acquire by the same
     // owner name keeps its token, as before (docs/upgrading.md).
     let info = leases.holder("old-managed").unwrap().unwrap();
-    assert_eq!((info.token, info.live, info.managed), (old_managed, true, false));
+    assert_eq!(
+        (info.token, info.live, info.managed),
+        (old_managed, true, false)
+    );
     assert_eq!(
         twin.try_acquire("old-managed", Duration::from_secs(30))
             .unwrap()

@@ -375,10 +375,7 @@ fn another_family_with_the_same_owner_never_adopts_a_managed_tenure() {
     let first = first.with_owner("shared-name").unwrap();
     let second = other(&table).with_owner("shared-name").unwrap();
     // Renewed every second: the test sees a renewal of the marked tenure.
-    let lease = first
-        .acquire("k", Duration::from_secs(3))
-        .unwrap()
-        .unwrap();
+    let lease = first.acquire("k", Duration::from_secs(3)).unwrap().unwrap();
     let token = lease.token();
 
     let grant = second.try_acquire("k", Duration::from_secs(30)).unwrap();
@@ -440,7 +437,10 @@ fn another_family_with_the_same_owner_never_adopts_a_managed_tenure() {
         .unwrap();
     assert_eq!(again.token(), grant.token());
     assert_eq!(
-        first.renew(&["k"], Duration::from_secs(30)).unwrap().get("k"),
+        first
+            .renew(&["k"], Duration::from_secs(30))
+            .unwrap()
+            .get("k"),
         Some(KeyRenewal::Held {
             token: grant.token()
         })
