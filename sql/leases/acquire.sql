@@ -7,9 +7,9 @@
 -- adopts a managed lease's tenure and its token. The mark names the token rather than being a flag:
 -- any new tenure draws a new token, so a row taken over by a statement that does not know the
 -- column (the previous release's, in a rolling upgrade) or force-released is never left marked
--- with a stale mark. A refused
--- acquire matches nothing and skips the insert: no write, no WAL flush. Racing acquirers of a lapsed
--- key: the UPDATE re-checks the newest row version, so exactly one wins.
+-- with a stale mark. A refused acquire matches nothing and skips the insert (its sequence value is
+-- drawn only for a row it writes): no write, no WAL flush. Racing acquirers of a lapsed key: the
+-- UPDATE re-checks the newest row version, so exactly one wins.
 -- $1 key, $2 owner, $3 TTL in microseconds, $4 re-acquire this owner's live tenure, $5 fold the
 -- server's timeline into new tokens, $6 hold grants off after a promotion, $7 $8 $9 the table's
 -- promotion record as the caller last read it (sql/schema/promotion.sql): its timeline, when it was
