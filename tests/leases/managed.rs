@@ -378,7 +378,15 @@ fn another_family_with_the_same_owner_never_adopts_a_managed_tenure() {
     let lease = first.acquire("k", Duration::from_secs(3)).unwrap().unwrap();
     let token = lease.token();
 
+    let drawn = || -> i64 {
+        client()
+            .query_one(&format!("SELECT last_value FROM {table}_token_seq"), &[])
+            .unwrap()
+            .get(0)
+    };
+    let before = drawn();
     let grant = second.try_acquire("k", Duration::from_secs(30)).unwrap();
+    assert_eq!(drawn(), before, "a refused acquire draws no token");
     assert!(
         grant.is_none(),
         "the second family adopted the managed tenure: {grant:?} (the lease's token is {token})"
