@@ -2,7 +2,7 @@
 //! for a DBA who applies DDL by hand (`pgtenure migrate --dry-run`).
 //!
 //! Every pgtenure table carries its schema version in its comment
-//! (`COMMENT ON TABLE … IS 'pgtenure: leases table, schema version 2 (…)'`): the record moves,
+//! (`COMMENT ON TABLE … IS 'pgtenure: leases table, schema version 3 (…)'`): the record moves,
 //! is dumped and is dropped with the table, and several sets of tables in one database (tables
 //! named per application, or per schema) each have their own. [`migrate`] brings each table to
 //! the version this build knows, step by step: each step is idempotent (`ADD COLUMN IF NOT
@@ -36,6 +36,7 @@ const FIRES_INDEX: &str = include_str!("../sql/fire_claims/create_index.sql");
 const FIRES_2: &str = include_str!("../sql/fire_claims/upgrade_2.sql");
 const LEASES_SEQUENCE: &str = include_str!("../sql/leases/create_sequence.sql");
 const LEASES_CREATE: &str = include_str!("../sql/leases/create_table.sql");
+const LEASES_3: &str = include_str!("../sql/leases/upgrade_3.sql");
 const LEADER_SEQUENCE: &str = include_str!("../sql/elector/create_sequence.sql");
 const LEADER_CREATE: &str = include_str!("../sql/elector/create_table.sql");
 const LEADER_2: &str = include_str!("../sql/elector/upgrade_2.sql");
@@ -101,8 +102,8 @@ impl Kind {
     /// The version this build makes and migrates to.
     pub(crate) fn latest(self) -> u32 {
         match self {
-            Kind::TickClaims | Kind::FireClaims | Kind::Leases => 2,
-            Kind::Elector | Kind::Processes => 3,
+            Kind::TickClaims | Kind::FireClaims => 2,
+            Kind::Leases | Kind::Elector | Kind::Processes => 3,
             Kind::Units => 4,
         }
     }
@@ -153,6 +154,7 @@ impl Kind {
             (Kind::TickClaims, 2) => vec![on(TICKS_2)],
             (Kind::FireClaims, 2) => vec![on(FIRES_2)],
             (Kind::Leases, 2) | (Kind::Elector, 3) => promotion(table, fold),
+            (Kind::Leases, 3) => vec![on(LEASES_3)],
             (Kind::Elector, 2) => vec![on(LEADER_2)],
             (Kind::Processes, 2) => vec![on(PROCESSES_2)],
             (Kind::Processes, 3) => vec![on(PROCESSES_3)],
@@ -202,7 +204,10 @@ impl Kind {
     fn markers(self) -> &'static [(u32, Marker)] {
         match self {
             Kind::TickClaims | Kind::FireClaims => &[(2, Marker::Column("claim_id"))],
-            Kind::Leases => &[(2, Marker::Relation("promotion"))],
+            Kind::Leases => &[
+                (2, Marker::Relation("promotion")),
+                (3, Marker::Column("managed_token")),
+            ],
             Kind::Elector => &[
                 (2, Marker::Column("resign_requested")),
                 (3, Marker::Relation("promotion")),
@@ -900,6 +905,15 @@ mod tests {
                 "{err}"
             );
         }
+        let managed = with_base(Kind::Leases, &["managed_token"]);
+        assert_eq!(
+            Found::read(Kind::Leases, &leases, true, None, &managed, &promotion).unwrap(),
+            Found::Unrecorded(3)
+        );
+        assert_eq!(
+            Found::read(Kind::Leases, &leases, true, None, &managed, &[]).unwrap(),
+            Found::Unrecorded(1)
+        );
     }
 
     #[test]
@@ -940,6 +954,11 @@ mod tests {
         let err = Plan::new(Kind::Units, &t, Found::Recorded(5), true).unwrap_err();
         assert_eq!(err.kind(), ErrorKind::Schema);
         assert!(err.to_string().contains("upgrade pgtenure"), "{err}");
+        let leases = TableName::parse("ops.locks").unwrap();
+        let plan = Plan::new(Kind::Leases, &leases, Found::Recorded(2), false).unwrap();
+        assert_eq!(plan.statements().len(), 2, "{plan}");
+        assert!(plan.statements()[0].contains("ADD COLUMN IF NOT EXISTS managed_token bigint"));
+        assert!(plan.statements()[1].contains("leases table, schema version 3"));
         let fresh = Plan::new(Kind::Leases, &t, Found::Absent, false).unwrap();
         assert!(fresh.statements().iter().any(|s| s.contains("_promotion")));
         assert!(fresh.statements()[0].contains("\"ops\".\"units_token_seq\""));

@@ -27,7 +27,12 @@ const V1: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/schema_v1"
 /// Makes `table` as the oldest pgtenure did (`tests/fixtures/schema_v1/<kind>.sql`).
 fn make_v1(kind: &str, table: &str) {
     let text = std::fs::read_to_string(format!("{V1}/{kind}.sql")).unwrap();
-    let (mut out, mut rest) = (String::new(), text.as_str());
+    client().batch_execute(&render(&text, table)).unwrap();
+}
+
+/// `text` with `{table}` and `{table:suffix}` naming `table`.
+fn render(text: &str, table: &str) -> String {
+    let (mut out, mut rest) = (String::new(), text);
     while let Some(i) = rest.find('{') {
         out.push_str(&rest[..i]);
         let end = i + rest[i..].find('}').unwrap();
@@ -38,7 +43,7 @@ fn make_v1(kind: &str, table: &str) {
         rest = &rest[end + 1..];
     }
     out.push_str(rest);
-    client().batch_execute(&out).unwrap();
+    out
 }
 
 fn tables_for(n: &Names) -> migrations::Tables {
@@ -98,7 +103,7 @@ fn a_fresh_database_is_created_at_this_version_and_recorded() {
     assert_eq!(
         comment(&n.lease)
             .as_deref()
-            .map(|c| c.starts_with("pgtenure: leases table, schema version 2")),
+            .map(|c| c.starts_with("pgtenure: leases table, schema version 3")),
         Some(true)
     );
 }
@@ -134,7 +139,7 @@ fn a_handle_on_an_older_table_fails_its_first_call_naming_the_versions() {
     check("claim fire", fires.claim("f").unwrap_err(), &n.fire, 1, 2);
     let leases = Leases::new(&db).with_table(&n.lease).unwrap();
     let err = leases.try_acquire("k", Duration::from_secs(5)).unwrap_err();
-    check("acquire lease", err, &n.lease, 1, 2);
+    check("acquire lease", err, &n.lease, 1, 3);
     let elector = Elector::new(&db).with_table(&n.leader).unwrap();
     check(
         "is_leader",
@@ -262,7 +267,7 @@ fn a_table_migrated_by_a_newer_pgtenure_is_refused_unchanged_and_still_used() {
     for needle in [
         n.lease.as_str(),
         "schema version 9",
-        "(2)",
+        "(3)",
         "upgrade pgtenure",
         "nothing was changed",
     ] {
@@ -290,7 +295,7 @@ fn a_table_migrated_by_a_newer_pgtenure_is_refused_unchanged_and_still_used() {
     client()
         .batch_execute(&format!(
             "COMMENT ON TABLE \"{}\" IS 'pgtenure: leases table, schema version 10, usable by \
-             builds of version 3 and later'",
+             builds of version 4 and later'",
             n.lease
         ))
         .unwrap();
@@ -339,6 +344,165 @@ fn a_table_without_a_record_is_taken_at_the_version_its_columns_show() {
     migrations::migrate(&other, &tables_for(&n)).unwrap();
     leaser.heartbeat().unwrap();
     assert!(comment(&n.procs).unwrap().contains("schema version 3"));
+}
+
+/// The previous release's lease statements (`tests/fixtures/leases_before_managed/`), which never
+/// name `managed_token`.
+fn previous_release(statement: &str, table: &str) -> String {
+    let path = format!(
+        "{}/tests/fixtures/leases_before_managed/{statement}.sql",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    render(&std::fs::read_to_string(path).unwrap(), table)
+}
+
+/// The previous release's acquire (`keep`: a raw grant): its token when granted.
+fn previous_acquire(table: &str, key: &str, owner: &str, keep: bool) -> Option<i64> {
+    let none: Option<SystemTime> = None;
+    client()
+        .query(
+            &previous_release("acquire", table),
+            &[
+                &key,
+                &owner,
+                &30_000_000i64,
+                &keep,
+                &false,
+                &false,
+                &1i64,
+                &none,
+                &none,
+            ],
+        )
+        .unwrap()
+        .first()
+        .map(|row| row.get("token"))
+}
+
+/// Leases schema version 3 (`managed_token`): a handle of this build refuses a version 2 table at
+/// its first call, naming both versions and the migration, and writes nothing; after `migrate`, the
+/// previous release's statements keep working beside this build's. What holds during the rollout:
+/// a tenure either build grants is exclusive as before; only a managed lease of the previous
+/// release is unmarked, so a raw re-acquire by the same owner name can adopt it, as it could before
+/// (and the previous release's raw re-acquire can adopt a marked one: it does not read the mark).
+/// A tenure the previous release grants on a row a managed lease held is never left marked.
+#[test]
+fn leases_version_3_is_needed_migrated_and_the_previous_release_keeps_working_beside_it() {
+    let mut tables = Tables::new();
+    let table = tables.name("lease");
+    Leases::new(&db())
+        .with_table(&table)
+        .unwrap()
+        .create_table()
+        .unwrap();
+    // The table as the previous release made it: version 2, without managed_token.
+    client()
+        .batch_execute(&format!(
+            "ALTER TABLE \"{table}\" DROP COLUMN managed_token;
+             COMMENT ON TABLE \"{table}\" IS 'pgtenure: leases table, schema version 2, usable by \
+             builds of version 1 and later'"
+        ))
+        .unwrap();
+    let old_managed = previous_acquire(&table, "old-managed", "shared", false).unwrap();
+    let leases = Leases::new(&common::fresh_db())
+        .with_table(&table)
+        .unwrap()
+        .with_owner("shared")
+        .unwrap();
+    for err in [
+        leases.try_acquire("k", Duration::from_secs(5)).unwrap_err(),
+        leases
+            .acquire("k", Duration::from_secs(5))
+            .map(|lease| lease.map(|l| l.token()))
+            .unwrap_err(),
+    ] {
+        assert_eq!(err.kind(), ErrorKind::Schema, "{err}");
+        let text = err.to_string();
+        for needle in [
+            table.as_str(),
+            "schema version 2",
+            "needs (3)",
+            "pgtenure migrate",
+        ] {
+            assert!(text.contains(needle), "{needle:?} not in {text}");
+        }
+    }
+    assert_eq!(common::count(&mut client(), &table), 1, "nothing written");
+
+    leases.create_table().unwrap();
+    assert!(comment(&table)
+        .unwrap()
+        .starts_with("pgtenure: leases table, schema version 3"));
+    assert!(leases.holder("k").unwrap().is_none());
+    // The previous release's statements work on the migrated table.
+    let old_raw = previous_acquire(&table, "old-raw", "old-owner", true).unwrap();
+    assert_eq!(
+        previous_acquire(&table, "old-raw", "old-owner", true),
+        Some(old_raw)
+    );
+    let renewed = client()
+        .query(
+            &previous_release("renew", &table),
+            &[&vec!["old-raw"], &"old-owner", &30_000_000i64],
+        )
+        .unwrap();
+    assert_eq!(renewed.len(), 1);
+    assert!(!leases.holder("old-raw").unwrap().unwrap().managed);
+
+    // This build's managed lease is marked, and exclusive against this build's raw calls of the
+    // same owner name; the previous release's raw re-acquire does not read the mark.
+    let lease = leases
+        .acquire("new-managed", Duration::from_secs(30))
+        .unwrap()
+        .unwrap();
+    assert!(leases.holder("new-managed").unwrap().unwrap().managed);
+    let twin = Leases::new(&db())
+        .with_table(&table)
+        .unwrap()
+        .with_owner("shared")
+        .unwrap();
+    assert!(twin
+        .try_acquire("new-managed", Duration::from_secs(30))
+        .unwrap()
+        .is_none());
+    assert_eq!(
+        previous_acquire(&table, "new-managed", "shared", true),
+        Some(lease.token()),
+        "the previous release adopts by owner name, as it always did"
+    );
+    lease.release().unwrap();
+    // The previous release's managed lease is not marked: this build's raw re-acquire by the same
+    // owner name keeps its token, as before (docs/upgrading.md).
+    let info = leases.holder("old-managed").unwrap().unwrap();
+    assert_eq!(
+        (info.token, info.live, info.managed),
+        (old_managed, true, false)
+    );
+    assert_eq!(
+        twin.try_acquire("old-managed", Duration::from_secs(30))
+            .unwrap()
+            .map(|g| g.token()),
+        Some(old_managed)
+    );
+
+    // A row this build's managed lease held, lapsed, then granted by the previous release: a new
+    // token, so no stale mark; this build's raw calls of that owner name renew it.
+    let lease = leases
+        .acquire("handed", Duration::from_secs(30))
+        .unwrap()
+        .unwrap();
+    let managed = lease.token();
+    lease.release().unwrap();
+    let raw = previous_acquire(&table, "handed", "shared", true).unwrap();
+    assert!(raw > managed);
+    let info = leases.holder("handed").unwrap().unwrap();
+    assert_eq!((info.token, info.live, info.managed), (raw, true, false));
+    assert_eq!(
+        twin.renew(&["handed"], Duration::from_secs(30))
+            .unwrap()
+            .get("handed"),
+        Some(pgtenure::leases::KeyRenewal::Held { token: raw })
+    );
 }
 
 #[test]

@@ -106,20 +106,31 @@ fn a_lease_token_made_numeric_is_an_error_of_every_grant_and_view() {
         // The grant was stored although its answer could not be read: the views say so too.
         assert_drift(leases.holder(&key), &table, "token", found, mode);
         assert_drift(leases.list("raw-"), &table, "token", found, mode);
-        // A managed lease: no lease, no thread, and the family forgot the key: a raw grant of it
-        // is sent (and fails the same way) instead of being refused as a managed lease's.
+        // A managed lease: no lease, no thread, and the family forgot the key. Its grant was
+        // stored, marked as a managed tenure, and lapses unused at its TTL; until then the
+        // database refuses a raw grant of it, as it refuses any raw grant of a managed tenure.
         let managed = format!("managed-{mode}");
         match leases.acquire(&managed, Duration::from_secs(30)) {
             Ok(lease) => panic!("{mode}: expected the drift error, got {lease:?}"),
             Err(e) => assert_drift::<()>(Err(e), &table, "token", found, mode),
         }
-        assert_drift(
-            leases.try_acquire(&managed, Duration::from_secs(30)),
-            &table,
-            "token",
-            found,
-            mode,
+        let family = format!("{leases:?}");
+        assert!(family.contains("managed_held: 0"), "{mode}: {family}");
+        assert!(
+            matches!(
+                leases.try_acquire(&managed, Duration::from_secs(30)),
+                Ok(None)
+            ),
+            "{mode}"
         );
+        let marked: bool = client()
+            .query_one(
+                &format!("SELECT managed_token IS NOT NULL FROM {table} WHERE key = $1"),
+                &[&managed],
+            )
+            .unwrap()
+            .get(0);
+        assert!(marked, "{mode}");
     }
 }
 

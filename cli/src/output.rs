@@ -152,7 +152,7 @@ pub(crate) fn leases_table(rows: &[LeaseInfo], view: &View) -> String {
         "SUPERSEDED",
     ];
     if view.wide {
-        headers.extend(["ACQUIRED_AT", "HELD_UNTIL"]);
+        headers.extend(["ACQUIRED_AT", "HELD_UNTIL", "MANAGED"]);
     }
     let mut t = Table::new(&headers);
     for r in rows {
@@ -166,7 +166,7 @@ pub(crate) fn leases_table(rows: &[LeaseInfo], view: &View) -> String {
             yes_no(r.superseded),
         ];
         if view.wide {
-            row.extend([time(r.acquired_at), time(r.held_until)]);
+            row.extend([time(r.acquired_at), time(r.held_until), yes_no(r.managed)]);
         }
         t.row(row);
     }
@@ -184,6 +184,7 @@ pub(crate) fn leases_json(rows: &[LeaseInfo]) -> Value {
                 "acquired_at": time(r.acquired_at),
                 "held_until": time(r.held_until),
                 "superseded": r.superseded,
+                "managed": r.managed,
             })
         })
         .collect()

@@ -1697,7 +1697,7 @@ fn migrate_dry_run_prints_the_sql_and_migrate_applies_it() {
     );
     assert!(
         said.contains(&format!(
-            "leases table {}: created at schema version 2",
+            "leases table {}: created at schema version 3",
             env.leases
         )),
         "{said}"

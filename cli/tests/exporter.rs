@@ -1680,7 +1680,7 @@ fn a_table_the_role_may_not_read_is_an_error_not_an_absent_table() {
     drop(grants);
 }
 
-/// A table older than this pgtenure reads (its version record says 1, the leases table needs 2)
+/// A table older than this pgtenure reads (its version record says 1, the leases table needs 3)
 /// is unreadable, not a failed scrape: `pgtenure_exporter_table_readable 0` beside
 /// `table_present 1`, and stderr says to run the migrations; once migrated it is read.
 #[test]

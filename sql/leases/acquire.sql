@@ -1,9 +1,15 @@
 -- Takes the key when it has no row or its lease lapsed by the database clock, and with $4 (raw
--- grants) also when this owner holds it: an idempotent re-acquire that keeps the token and never
--- shortens the lease. Without $4 (managed leases) a live row is never taken, this owner's included:
--- every managed lease is a tenure of its own, and no other lease can share or shorten it. A refused
--- acquire matches nothing and skips the insert: no write, no WAL flush. Racing acquirers of a lapsed
--- key: the UPDATE re-checks the newest row version, so exactly one wins.
+-- grants) also when this owner holds it with a raw grant: an idempotent re-acquire that keeps the
+-- token and never shortens the lease. Without $4 (managed leases) a live row is never taken, this
+-- owner's included: every managed lease is a tenure of its own, and no other lease can share or
+-- shorten it. A managed grant marks its tenure (managed_token = token); a raw grant never takes a
+-- marked live row, so no other handle with the same owner name (another family, another process)
+-- adopts a managed lease's tenure and its token. The mark names the token rather than being a flag:
+-- any new tenure draws a new token, so a row taken over by a statement that does not know the
+-- column (the previous release's, in a rolling upgrade) or force-released is never left marked
+-- with a stale mark. A refused acquire matches nothing and skips the insert (its sequence value is
+-- drawn only for a row it writes): no write, no WAL flush. Racing acquirers of a lapsed key: the
+-- UPDATE re-checks the newest row version, so exactly one wins.
 -- $1 key, $2 owner, $3 TTL in microseconds, $4 re-acquire this owner's live tenure, $5 fold the
 -- server's timeline into new tokens, $6 hold grants off after a promotion, $7 $8 $9 the table's
 -- promotion record as the caller last read it (sql/schema/promotion.sql): its timeline, when it was
@@ -40,9 +46,12 @@ base AS (
 ),
 taken AS (
     UPDATE {table} AS l
-       SET token = CASE WHEN $4 AND l.owner = $2 AND l.held_until > now() THEN l.token
-                        ELSE greatest(l.token + 1, (SELECT base FROM base)
-                                                   + nextval('{table:token_seq}')) END,
+       SET (token, managed_token) = (
+               SELECT fresh.token, CASE WHEN $4 THEN NULL ELSE fresh.token END
+                 FROM (SELECT CASE WHEN $4 AND l.owner = $2 AND l.held_until > now() THEN l.token
+                                   ELSE greatest(l.token + 1, (SELECT base FROM base)
+                                                              + nextval('{table:token_seq}'))
+                              END AS token) AS fresh),
            acquired_at = CASE WHEN $4 AND l.owner = $2 AND l.held_until > now() THEN l.acquired_at
                               ELSE now() END,
            superseded = l.owner = $2 AND l.held_until > now() AND l.superseded,
@@ -51,13 +60,16 @@ taken AS (
                                  now() + $3::bigint * interval '1 microsecond')
      WHERE l.key = $1
        AND ((l.held_until <= now() AND (SELECT open FROM gate))
-            OR ($4 AND l.owner = $2 AND l.held_until > now()))
+            OR ($4 AND l.owner = $2 AND l.held_until > now()
+                AND l.managed_token IS DISTINCT FROM l.token))
     RETURNING l.token, l.superseded
 ),
 created AS (
-    INSERT INTO {table} AS l (key, owner, held_until, token, superseded, acquired_at)
-    SELECT $1, $2, now() + $3::bigint * interval '1 microsecond',
-           (SELECT base FROM base) + nextval('{table:token_seq}'), false, now()
+    INSERT INTO {table} AS l (key, owner, held_until, token, superseded, acquired_at,
+                              managed_token)
+    SELECT $1, $2, now() + $3::bigint * interval '1 microsecond', fresh.token, false, now(),
+           CASE WHEN $4 THEN NULL ELSE fresh.token END
+      FROM (SELECT (SELECT base FROM base) + nextval('{table:token_seq}') AS token) AS fresh
      WHERE NOT EXISTS (SELECT 1 FROM {table} WHERE key = $1)
        AND (SELECT open FROM gate)
     ON CONFLICT (key) DO NOTHING

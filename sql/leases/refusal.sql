@@ -4,7 +4,7 @@
 -- longer than the longest asked for. Always one row.
 -- $1 key.
 SELECT l.key, l.owner, l.token, l.acquired_at, l.held_until, l.superseded,
-       l.held_until > now() AS live,
+       l.held_until > now() AS live, coalesce(l.managed_token = l.token, false) AS managed,
        (SELECT greatest(p.grants_from, p.seen_at + p.longest_ttl * interval '1 microsecond')
           FROM {table:promotion} AS p
          WHERE greatest(p.grants_from, p.seen_at + p.longest_ttl * interval '1 microsecond')

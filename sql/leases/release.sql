@@ -1,13 +1,15 @@
 -- Ends this owner's live lease now (keeping the row, so the update is HOT and the token history
 -- stays), guarded by owner and, when $3 is not null, by token. Shaped like release_and_sweep.sql,
--- which the caller sends instead at most once a minute.
+-- which the caller sends instead at most once a minute. Without a token (a raw release by key) it
+-- leaves a tenure a managed lease holds (managed_token = token) alone, even under the same owner
+-- name: that lease releases it with its token, or an operator force-releases it.
 -- $1 key, $2 owner, $3 token or null.
 WITH released AS (
     UPDATE {table}
        SET held_until = now()
      WHERE key = $1
        AND owner = $2
-       AND ($3::bigint IS NULL OR token = $3)
+       AND (($3::bigint IS NULL AND managed_token IS DISTINCT FROM token) OR token = $3)
        AND held_until > now()
     RETURNING 1
 )

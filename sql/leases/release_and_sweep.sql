@@ -8,7 +8,7 @@ WITH released AS (
        SET held_until = now()
      WHERE key = $1
        AND owner = $2
-       AND ($3::bigint IS NULL OR token = $3)
+       AND (($3::bigint IS NULL AND managed_token IS DISTINCT FROM token) OR token = $3)
        AND held_until > now()
     RETURNING 1
 ),

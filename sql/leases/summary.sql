@@ -11,7 +11,8 @@ WITH counts AS (
            min(held_until) FILTER (WHERE held_until > now()) AS next_lapse
       FROM {table}
 ), soonest AS (
-    SELECT key, owner, token, acquired_at, held_until, superseded, true AS live
+    SELECT key, owner, token, acquired_at, held_until, superseded, true AS live,
+           coalesce(managed_token = token, false) AS managed
       FROM {table}
      WHERE held_until > now()
      ORDER BY held_until, key
@@ -19,6 +20,6 @@ WITH counts AS (
 )
 SELECT counts.lease_rows, counts.held, counts.held_superseded, counts.next_lapse,
        soonest.key, soonest.owner, soonest.token, soonest.acquired_at, soonest.held_until,
-       soonest.superseded, soonest.live
+       soonest.superseded, soonest.live, soonest.managed
   FROM counts LEFT JOIN soonest ON true
  ORDER BY soonest.held_until, soonest.key

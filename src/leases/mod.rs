@@ -13,7 +13,11 @@
 //! - **Raw**, thread-free, for tests driven tick by tick and for callers with their own loop:
 //!   [`Leases::try_acquire`], [`Leases::renew`] (one statement for a whole batch),
 //!   [`Leases::release`]. These are guarded by owner only (a re-acquire by the same owner inside its
-//!   tenure is idempotent and keeps the token); [`Leases::release_tenure`] also checks the token.
+//!   raw tenure is idempotent and keeps the token); [`Leases::release_tenure`] also checks the token.
+//!   A tenure held by a managed lease is never theirs, not even under the same owner name (this
+//!   family, another family, another process): the row marks it ([`LeaseInfo::managed`]), and raw
+//!   calls neither re-acquire, renew nor release it by key, so no other handle ever gets its token.
+//!   It waits for the lease's release or lapse like any other candidate.
 //!
 //! Protect each write with [`Lease::fence`] (for a raw tenure, [`Leases::fence`]) inside the
 //! write's own transaction: it locks the lease row `FOR SHARE` where key, owner and token match and
@@ -173,8 +177,9 @@ impl Leases {
 
     /// Names the owner. Defaults to `"{hostname}-{pid}-{random hex}"`, distinct for every
     /// `Leases::new`: hostname or pid alone repeat across containers. Two handles with the same owner
-    /// are the same holder to the database (each can renew, release and fence the other's raw
-    /// grants; managed leases also check the token).
+    /// are the same holder of raw grants (each can re-acquire, renew, release and fence the other's),
+    /// but not of managed leases: a managed lease's tenure is its [`Lease`]'s alone, and the other
+    /// handle is another candidate that waits for its release or lapse.
     ///
     /// # Errors
     ///
@@ -300,8 +305,9 @@ impl Leases {
     /// this owner holds it (an idempotent re-acquire that keeps the token; it extends the lease and
     /// never shortens it).
     ///
-    /// Returns `None` when another owner holds the key, and when a managed lease of this `Leases`
-    /// family holds it: a raw grant never shares a managed lease's tenure.
+    /// Returns `None` when another owner holds the key, and when a managed lease holds it (of this
+    /// family, or of another handle or process with the same owner name): a raw grant never shares
+    /// a managed lease's tenure. [`Leases::refusal`] says which.
     ///
     /// # Errors
     ///
@@ -357,7 +363,8 @@ impl Leases {
     ///
     /// Each key is [`KeyRenewal::Held`], [`KeyRenewal::Superseded`] (still held) or
     /// [`KeyRenewal::Lost`]. A lapsed lease is lost even if nobody took it: its holder's local
-    /// deadline has passed. An empty batch sends nothing.
+    /// deadline has passed. A key a managed lease holds is [`KeyRenewal::Lost`] here even under this
+    /// owner name (its lease renews it; a raw batch never adopts it). An empty batch sends nothing.
     ///
     /// # Errors
     ///
@@ -422,6 +429,12 @@ impl Leases {
     /// Releases this owner's live lease on `key` (guarded by owner): `true` when one was released.
     /// At most once a minute per family it also deletes rows whose lease lapsed over an hour ago.
     ///
+    /// `false`, releasing nothing, when a managed lease holds the key, even under this owner name
+    /// (this family's, another family's or another process's): ending it by name would take its
+    /// tenure from the [`Lease`] that won it. That lease releases it ([`Lease::release`], or
+    /// dropping it); an operator ends it with [`Leases::force_release`] (`pgtenure lease release
+    /// KEY --force`), and its holder learns [`LeaseLoss::Refused`].
+    ///
     /// # Errors
     ///
     /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a bad key; otherwise a database
@@ -431,7 +444,8 @@ impl Leases {
     }
 
     /// Like [`Leases::release`], guarded by owner and token: it never frees a newer tenure of the
-    /// same owner.
+    /// same owner. The token names the tenure, so this also ends a managed lease's tenure whose
+    /// token it is given (that lease learns [`LeaseLoss::Refused`]).
     ///
     /// # Errors
     ///

@@ -387,6 +387,7 @@ fn lease_info(row: &Row, context: &str, table: &TableName) -> Result<LeaseInfo> 
         held_until: read.column("held_until")?,
         superseded: read.column("superseded")?,
         live: read.column("live")?,
+        managed: read.column("managed")?,
     })
 }
 

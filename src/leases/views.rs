@@ -49,6 +49,12 @@ pub struct LeaseInfo {
     pub superseded: bool,
     /// Whether the lease is held now, by the database clock.
     pub live: bool,
+    /// Whether the tenure is (or, once lapsed, was) a managed lease's ([`Leases::acquire`]) rather
+    /// than a raw grant ([`Leases::try_acquire`]). A managed tenure belongs to its [`Lease`]: raw
+    /// calls under the same owner name (another family, another process) neither re-acquire,
+    /// renew nor release it. `false` for a managed lease of a build older than leases schema
+    /// version 3, during a rolling upgrade (`docs/upgrading.md`).
+    pub managed: bool,
 }
 
 /// Why an acquire of a key was refused, as read just after ([`Leases::refusal`],
@@ -63,7 +69,8 @@ pub enum Refusal {
     /// releasing it; its row as read, if any.
     ThisFamily(Option<LeaseInfo>),
     /// This owner holds the key live, outside this family: a raw grant ([`Leases::try_acquire`]),
-    /// or a managed lease of another `Leases` with the same owner name.
+    /// or a managed lease of another `Leases` or process with the same owner name
+    /// ([`LeaseInfo::managed`]), which no other handle adopts: it waits for its release or lapse.
     SameOwner(LeaseInfo),
     /// Another owner holds the key live.
     OtherOwner(LeaseInfo),
@@ -297,6 +304,7 @@ mod tests {
             held_until: UNIX_EPOCH + Duration::from_secs(1_764_625_430),
             superseded,
             live,
+            managed: false,
         }
     }
 

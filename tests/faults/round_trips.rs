@@ -152,6 +152,20 @@ fn every_operation_is_one_round_trip_in(mode: StatementMode) {
             lease = leases.acquire(&key("m"), Duration::from_secs(60)).unwrap()
         });
         let token = lease.as_ref().unwrap().token();
+        measure(
+            "lease try_acquire (refused: a managed tenure of this owner name)",
+            &mut || {
+                let twin = Leases::new(&via)
+                    .with_table(&lease_t)
+                    .unwrap()
+                    .with_owner(leases.owner())
+                    .unwrap();
+                assert!(twin
+                    .try_acquire(&key("m"), Duration::from_secs(60))
+                    .unwrap()
+                    .is_none());
+            },
+        );
         let mut conn = via.connection().unwrap();
         let mut tx = conn.transaction().unwrap();
         measure("lease fence (in a transaction)", &mut || {

@@ -6,9 +6,9 @@ use std::time::{Duration, Instant};
 
 use crate::common::beliefs::Beliefs;
 use crate::common::{client, db, wait_for, Tables};
-use pgtenure::leases::{KeyRenewal, LeaseLoss, Leases};
+use pgtenure::leases::{KeyRenewal, LeaseLoss, Leases, Refusal};
 
-use super::{leases, other, row};
+use super::{fence_check, leases, other, row};
 
 #[test]
 fn a_managed_lease_renews_beyond_its_ttl_and_is_exclusive_within_its_family() {
@@ -336,14 +336,13 @@ fn managed_and_raw_tenures_of_one_owner_never_share_or_shorten_each_other() {
         .try_acquire("k", Duration::from_millis(50))
         .unwrap()
         .is_none());
-    // ... and a raw renewal of the same owner never shortens it.
+    // ... nor does a raw renewal of the same owner (it is not the batch's tenure), which never
+    // shortens it either ...
     let renewal = leases.renew(&["k"], Duration::from_millis(50)).unwrap();
-    assert_eq!(
-        renewal.get("k"),
-        Some(KeyRenewal::Held {
-            token: lease.token()
-        })
-    );
+    assert_eq!(renewal.get("k"), Some(KeyRenewal::Lost));
+    // ... nor a raw release by key: the lease releases its own tenure.
+    assert!(!leases.release("k").unwrap());
+    assert!(lease.is_held());
     let left: f64 = client()
         .query_one(
             &format!("SELECT extract(epoch FROM held_until - now())::float8 FROM {table} WHERE key = 'k'"),
@@ -360,6 +359,101 @@ fn managed_and_raw_tenures_of_one_owner_never_share_or_shorten_each_other() {
         .is_none());
     assert_eq!(row(&table, "k").unwrap().1, lease.token());
     lease.release().unwrap();
+}
+
+/// Two `Leases` families (or two processes) sharing an owner name: the second is another candidate
+/// and never adopts the first's managed tenure. Its raw acquire is refused (saying this owner holds
+/// the key outside its family), its raw renewal reports the key lost and its raw release by key
+/// frees nothing, so it never has a token that fences; the managed lease's fence passes throughout,
+/// and once the lease is released the second family wins a new tenure with a larger token.
+/// (Reproduced before the fix: the raw acquire re-acquired the managed tenure with its token and
+/// both families' fences passed.)
+#[test]
+fn another_family_with_the_same_owner_never_adopts_a_managed_tenure() {
+    let mut tables = Tables::new();
+    let (first, table) = leases(&mut tables);
+    let first = first.with_owner("shared-name").unwrap();
+    let second = other(&table).with_owner("shared-name").unwrap();
+    // Renewed every second: the test sees a renewal of the marked tenure.
+    let lease = first.acquire("k", Duration::from_secs(3)).unwrap().unwrap();
+    let token = lease.token();
+
+    let drawn = || -> i64 {
+        client()
+            .query_one(&format!("SELECT last_value FROM {table}_token_seq"), &[])
+            .unwrap()
+            .get(0)
+    };
+    let before = drawn();
+    let grant = second.try_acquire("k", Duration::from_secs(30)).unwrap();
+    assert_eq!(drawn(), before, "a refused acquire draws no token");
+    assert!(
+        grant.is_none(),
+        "the second family adopted the managed tenure: {grant:?} (the lease's token is {token})"
+    );
+    match second.refusal("k").unwrap() {
+        Refusal::SameOwner(row) => {
+            assert_eq!((row.token, row.live), (token, true));
+            assert!(row.managed, "{row:?}");
+        }
+        other => panic!("refused as {other:?}, not as this owner's tenure elsewhere"),
+    }
+    assert_eq!(
+        second
+            .renew(&["k"], Duration::from_secs(30))
+            .unwrap()
+            .get("k"),
+        Some(KeyRenewal::Lost)
+    );
+    assert!(!second.release("k").unwrap(), "a raw release freed it");
+    // A managed acquire of the second family is refused as well (a live row is never taken).
+    assert!(second
+        .acquire("k", Duration::from_secs(30))
+        .unwrap()
+        .is_none());
+    // The lease is intact: held, renewing, the row its own, its fence the only one that passes.
+    assert!(lease.is_held());
+    assert_eq!(
+        row(&table, "k").unwrap(),
+        ("shared-name".to_owned(), token, false, true)
+    );
+    assert!(fence_check(&first, "k", token));
+    // The second family holds no token: none it could have been handed fences (the one below the
+    // lease's is the only other candidate a sequence could have given it).
+    assert!(!fence_check(&second, "k", token - 1));
+    let renewed_before = lease.deadline();
+    wait_for("a renewal of the lease", Duration::from_secs(20), || {
+        (lease.deadline() > renewed_before).then_some(())
+    });
+    assert!(lease.is_held());
+
+    // Released: the second family wins a new tenure, with a larger token, and the old one fences
+    // no more.
+    lease.release().unwrap();
+    let grant = second
+        .try_acquire("k", Duration::from_secs(30))
+        .unwrap()
+        .unwrap();
+    assert!(grant.token() > token, "{} after {token}", grant.token());
+    assert!(fence_check(&second, "k", grant.token()));
+    assert!(!fence_check(&first, "k", token));
+    // A raw grant is the owner's, as before: the first family, same owner, re-acquires it
+    // idempotently (same token) and renews it.
+    let again = first
+        .try_acquire("k", Duration::from_secs(30))
+        .unwrap()
+        .unwrap();
+    assert_eq!(again.token(), grant.token());
+    assert_eq!(
+        first
+            .renew(&["k"], Duration::from_secs(30))
+            .unwrap()
+            .get("k"),
+        Some(KeyRenewal::Held {
+            token: grant.token()
+        })
+    );
+    assert!(second.release("k").unwrap());
 }
 
 /// An application that takes every connection `Db::connection` will lend it still leaves one for
