@@ -239,7 +239,7 @@ pub(crate) fn leaders_json(rows: &[LeaderInfo]) -> Value {
 
 pub(crate) fn members_table(rows: &[ProcessInfo], view: &View) -> String {
     let mut headers = vec![
-        "PROCESS", "HOSTNAME", "VERSION", "LIVE", "UNITS", "WEIGHT", "EXPIRES", "AGE",
+        "PROCESS", "NAME", "VERSION", "LIVE", "UNITS", "WEIGHT", "EXPIRES", "AGE",
     ];
     if view.wide {
         headers.extend(["STARTED_AT", "EXPIRES_AT"]);
@@ -269,6 +269,9 @@ pub(crate) fn members_json(rows: &[ProcessInfo]) -> Value {
         .map(|r| {
             json!({
                 "id": r.id,
+                // The process's name (`Config::with_name`, else its host name); "hostname" is the
+                // same column under its old key, for scripts written before.
+                "name": r.hostname,
                 "hostname": r.hostname,
                 "version": r.version,
                 "live": r.live,

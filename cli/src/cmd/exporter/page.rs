@@ -160,7 +160,7 @@ fn members(h: &mut String, s: &Snapshot) {
         .map(|p| f64::from(p.units))
         .fold(fair.unwrap_or(0.0), f64::max)
         .max(1.0);
-    h.push_str("<table>\n<tr><th>Process</th><th>Host</th><th>Version</th><th class=\"num\">Units</th><th class=\"num\">Weight</th><th>Load</th><th>Expires</th></tr>\n");
+    h.push_str("<table>\n<tr><th>Process</th><th>Name</th><th>Version</th><th class=\"num\">Units</th><th class=\"num\">Weight</th><th>Load</th><th>Expires</th></tr>\n");
     for p in &m.processes {
         let width = if p.live {
             100.0 * f64::from(p.units) / most
