@@ -92,6 +92,12 @@ pub(crate) fn show(
 }
 
 /// `yes` or `no`.
+/// `n` and its noun, singular for one: `1 lease`, `0 leases`, `2 processes`.
+pub(crate) fn count(n: impl Into<u64>, one: &str, many: &str) -> String {
+    let n = n.into();
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
 fn yes_no(b: bool) -> String {
     if b { "yes" } else { "no" }.to_owned()
 }
@@ -378,6 +384,13 @@ pub(crate) fn jobs_json(rows: &[JobInfo]) -> Value {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn counts_say_one_in_the_singular() {
+        assert_eq!(count(1u32, "lease", "leases"), "1 lease");
+        assert_eq!(count(0u32, "lease", "leases"), "0 leases");
+        assert_eq!(count(2u32, "process", "processes"), "2 processes");
+    }
+
     use super::*;
     use std::time::UNIX_EPOCH;
 

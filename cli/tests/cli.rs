@@ -302,7 +302,7 @@ fn listings_match_what_the_library_holds() {
         "node-1",
         &leaser.process_id()[..8],
         "rollup",
-        "2 held, 2 rows",
+        "2 held of 2 leases",
     ] {
         assert!(screen.contains(seen), "{seen:?} missing from:\n{screen}");
     }
