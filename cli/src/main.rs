@@ -117,7 +117,7 @@ fn main() -> ExitCode {
     let matches = command().get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     if let Some((name, sub)) = matches.subcommand() {
-        if let Some((_, flags)) = LISTING_FLAGS_UNUSED.iter().find(|(n, _)| *n == name) {
+        if let Some((_, _, flags)) = LISTING_FLAGS_UNUSED.iter().find(|(n, ..)| *n == name) {
             if let Some(flag) = flags.iter().find(|f| {
                 [&matches, sub]
                     .iter()
@@ -172,13 +172,21 @@ fn main() -> ExitCode {
 }
 
 /// The listing flags (global, so that they go anywhere on the line) that do nothing in a
-/// subcommand: hidden from its `--help` and refused there (`--watch` is refused for every action
-/// below). `migrate` prints its report as JSON with `--json`.
-const LISTING_FLAGS_UNUSED: &[(&str, &[&str])] = &[
-    ("exporter", &["json", "output", "watch", "interval"]),
-    // Its own --json and -o say why they do not apply.
-    ("lease-run", &["watch", "interval"]),
-    ("migrate", &["watch", "interval"]),
+/// subcommand: hidden from its `--help` (the first list) and refused there (the second; lease-run
+/// refuses its `--json` and `-o` itself, saying why). `--watch` is refused for every action too.
+/// `migrate` prints its report as JSON with `--json`.
+const LISTING_FLAGS_UNUSED: &[(&str, &[&str], &[&str])] = &[
+    (
+        "exporter",
+        &["json", "output", "watch", "interval"],
+        &["json", "output", "watch", "interval"],
+    ),
+    (
+        "lease-run",
+        &["json", "output", "watch", "interval"],
+        &["watch", "interval"],
+    ),
+    ("migrate", &["watch", "interval"], &["watch", "interval"]),
 ];
 
 /// The command line's definition, with the global flags that do nothing in a subcommand hidden
@@ -187,7 +195,7 @@ fn command() -> clap::Command {
     let mut command = Cli::command();
     // Propagates the global flags into every subcommand, where they can then be hidden.
     command.build();
-    for (name, flags) in LISTING_FLAGS_UNUSED {
+    for (name, flags, _) in LISTING_FLAGS_UNUSED {
         // In place, in order: the built command's index of flags stays right (`mut_arg` would
         // move the flag to the end and leave that index pointing elsewhere).
         command = command.mut_subcommand(name, |sub| {
