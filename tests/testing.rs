@@ -174,7 +174,11 @@ fn a_private_tmpdir_as_root_is_left_empty() {
         .mode(0o755)
         .create(&private)
         .unwrap();
-    let (_, ports) = run_child_in("a_private_tmpdir_as_root_is_left_empty", "private", &private);
+    let (_, ports) = run_child_in(
+        "a_private_tmpdir_as_root_is_left_empty",
+        "private",
+        &private,
+    );
     assert_eq!(ports.len(), 2, "{ports:?}");
     let left = |dir: &std::path::Path| {
         std::fs::read_dir(dir)

@@ -1857,10 +1857,14 @@ fn a_named_process_is_shown_by_its_name() {
         .with_tables(&env.processes, &env.units)
         .unwrap();
     units.create_tables().unwrap();
-    let leaser = Leaser::new(&db(), Arc::new(Quiet), hand_driven().with_name("billing-worker-7"))
-        .unwrap()
-        .with_tables(&env.processes, &env.units)
-        .unwrap();
+    let leaser = Leaser::new(
+        &db(),
+        Arc::new(Quiet),
+        hand_driven().with_name("billing-worker-7"),
+    )
+    .unwrap()
+    .with_tables(&env.processes, &env.units)
+    .unwrap();
     leaser.heartbeat().unwrap();
 
     let members = env.json(&["members"]);
@@ -1902,15 +1906,24 @@ fn help_offers_the_listing_flags_only_where_they_apply() {
     let listing_flags = ["--json", "--output", "--watch", "--interval"];
     let exporter = help(&["exporter"]);
     for flag in listing_flags {
-        assert!(!exporter.contains(flag), "exporter --help offers {flag}:\n{exporter}");
+        assert!(
+            !exporter.contains(flag),
+            "exporter --help offers {flag}:\n{exporter}"
+        );
     }
     let lease_run = help(&["lease-run"]);
     for flag in ["--watch", "--interval"] {
-        assert!(!lease_run.contains(flag), "lease-run --help offers {flag}:\n{lease_run}");
+        assert!(
+            !lease_run.contains(flag),
+            "lease-run --help offers {flag}:\n{lease_run}"
+        );
     }
     let leases = help(&["leases"]);
     for flag in listing_flags {
-        assert!(leases.contains(flag), "leases --help lacks {flag}:\n{leases}");
+        assert!(
+            leases.contains(flag),
+            "leases --help lacks {flag}:\n{leases}"
+        );
     }
     for args in [
         &["exporter", "--json"][..],

@@ -6,9 +6,8 @@ use pgtenure::{Db, Error};
 use serde_json::json;
 
 use crate::output::{
-    count,
-    jobs_json, jobs_table, leaders_json, leaders_table, leases_json, leases_table, members_json,
-    members_table, view, MISSING_TABLES,
+    count, jobs_json, jobs_table, leaders_json, leaders_table, leases_json, leases_table,
+    members_json, members_table, view, MISSING_TABLES,
 };
 use crate::{Failure, Global, EXIT_ERROR};
 
@@ -61,7 +60,10 @@ impl StatusArgs {
             &global.leases_table,
             leases.as_ref().map(|rows| {
                 let live = rows.iter().filter(|r| r.live).count();
-                format!("{live} held of {}", count(rows.len() as u64, "lease", "leases"))
+                format!(
+                    "{live} held of {}",
+                    count(rows.len() as u64, "lease", "leases")
+                )
             }),
         );
         if let Some(rows) = &leases {
@@ -73,7 +75,10 @@ impl StatusArgs {
             &global.leader_table,
             leaders.as_ref().map(|rows| {
                 let live = rows.iter().filter(|r| r.live).count();
-                format!("{live} of {} led", count(rows.len() as u64, "fleet", "fleets"))
+                format!(
+                    "{live} of {} led",
+                    count(rows.len() as u64, "fleet", "fleets")
+                )
             }),
         );
         if let Some(rows) = &leaders {
