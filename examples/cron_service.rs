@@ -1,7 +1,8 @@
 //! A service with recurring jobs, run as three instances: each tick of each job runs on one of them.
 //!
 //! Run it with `cargo run --example cron_service` (add `-- 30` to run for 30 s; the default is 15).
-//! Cron schedules need the library's feature `cron`, which this crate's examples have. It uses `DATABASE_URL` when set, else a throwaway server it starts and removes.
+//! Cron schedules need the library's feature `cron`, which this crate's examples have. It uses `DATABASE_URL` when set, else a throwaway server it starts and removes
+//! (`demo_database`, the one part an application writes differently).
 //!
 //! Two jobs: `heartbeat-report` every 5 s (`Schedule::every`), and `sweep` on a cron expression,
 //! every 3 seconds (`*/3 * * * * *`, six fields with seconds; a real service would write
@@ -59,12 +60,20 @@ fn record(db: &Db, runs: &str) -> impl Fn(&Run) -> RunResult + Send + Sync + 'st
     }
 }
 
+/// The demo's database, and the one line an application does differently: an application connects
+/// with `Db::connect(&url)` or `Db::from_env()`. Here `pgtenure::testing` (the `testing` feature,
+/// which this crate's examples have and an application does not) uses `DATABASE_URL` when set,
+/// else starts a throwaway server and removes it when the demo exits.
+fn demo_database() -> Result<Db, Box<dyn std::error::Error>> {
+    Ok(Db::connect(&pgtenure::testing::database_url()?)?)
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let secs: u64 = match std::env::args().nth(1) {
         Some(arg) => arg.parse()?,
         None => 15,
     };
-    let db = Db::connect(&pgtenure::testing::database_url()?)?;
+    let db = demo_database()?;
     pgtenure::migrate(&db)?;
     let (claims, runs) = (
         format!("cron_service_ticks_{}", std::process::id()),

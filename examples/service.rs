@@ -1,14 +1,15 @@
 //! A service's life: start a scheduler, a leadership campaign and a membership loop, run until
 //! SIGTERM or SIGINT (Ctrl-C), then shut down in order, handing everything over.
 //!
-//! Run it with `cargo run --example service` and press Ctrl-C, or `-- 10` to have it send itself
-//! SIGTERM after 10 s. It uses `DATABASE_URL` when set, else a throwaway server it starts and
-//! removes. Its units are claimed once its membership row has settled (its second heartbeat, one
-//! heartbeat interval after it starts: 5 s by default).
+//! Run it against a database with `DATABASE_URL=postgres://user@host/db cargo run --example
+//! service` (or libpq's `PGHOST`, `PGDATABASE`, ... as for psql) and press Ctrl-C, or add `-- 10`
+//! to have it send itself SIGTERM after 10 s. Its units are claimed once its membership row has
+//! settled (its second heartbeat, one heartbeat interval after it starts: 5 s by default).
 //!
-//! No signal crate is needed: the signals are blocked before any thread starts (every thread
-//! inherits the mask), and the main thread waits for one with `sigwait`. A process manager's
-//! SIGTERM then never interrupts a renewal or a run half-way; it only starts the shutdown.
+//! The signals are caught with the `signal-hook` crate (`signal-hook = { version = "0.3",
+//! default-features = false, features = ["iterator"] }`), and the main thread waits for one:
+//! a process manager's SIGTERM never interrupts a renewal or a run half-way; it only starts the
+//! shutdown. Everything here compiles as it is in an application.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,6 +17,8 @@ use std::time::Duration;
 use pgtenure::membership::{Leaser, Reconciler, Unit, UnitLoss, Units};
 use pgtenure::schedule::{Schedule, Scheduler};
 use pgtenure::{elector::Elector, Db};
+use signal_hook::consts::{SIGINT, SIGTERM};
+use signal_hook::iterator::Signals;
 
 struct Workers;
 
@@ -29,10 +32,14 @@ impl Reconciler for Workers {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    // Before any thread starts: SIGTERM and SIGINT wait for `sigwait` instead of killing us.
-    let signals = blocked(&[libc::SIGTERM, libc::SIGINT]);
+    // Before anything starts: SIGTERM and SIGINT are caught, to be waited for below.
+    let mut signals = Signals::new([SIGTERM, SIGINT])?;
 
-    let db = Db::connect(&pgtenure::testing::database_url()?)?;
+    // DATABASE_URL when set, else libpq's environment as psql reads it.
+    let db = match std::env::var("DATABASE_URL") {
+        Ok(url) if !url.is_empty() => Db::connect(&url)?,
+        _ => Db::from_env()?,
+    };
     pgtenure::migrate(&db)?; // every default table
     let units: Vec<Unit> = (0..8)
         .map(|i| Unit::new("demo", i))
@@ -56,11 +63,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     if let Some(secs) = std::env::args().nth(1).and_then(|s| s.parse::<u64>().ok()) {
         std::thread::spawn(move || {
             std::thread::sleep(Duration::from_secs(secs));
-            // SAFETY: sends a signal to this very process.
-            unsafe { libc::kill(libc::getpid(), libc::SIGTERM) };
+            let _ = signal_hook::low_level::raise(SIGTERM);
         });
     }
-    let signal = wait(&signals);
+    // Waits for the first of them.
+    let signal = signals.forever().next().unwrap_or(SIGTERM);
     println!("got signal {signal}: shutting down");
 
     // New work first: no tick claimed from now on, runs in progress finish.
@@ -71,27 +78,4 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     membership.stop()?;
     println!("stopped cleanly");
     Ok(())
-}
-
-/// Blocks `signals` in this thread (and every thread it starts), returning the set to wait on.
-fn blocked(signals: &[libc::c_int]) -> libc::sigset_t {
-    // SAFETY: a zeroed sigset_t is initialised by sigemptyset before use; the calls only read and
-    // write this set and the calling thread's mask.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        for signal in signals {
-            libc::sigaddset(&mut set, *signal);
-        }
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-        set
-    }
-}
-
-/// Waits for one of the blocked signals in `set`.
-fn wait(set: &libc::sigset_t) -> libc::c_int {
-    let mut signal = 0;
-    // SAFETY: `set` was initialised by `blocked`, and `signal` is a valid place to write.
-    unsafe { libc::sigwait(set, &mut signal) };
-    signal
 }

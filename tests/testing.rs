@@ -101,9 +101,15 @@ fn child(mode: &str) {
 }
 
 fn run_child(test: &str, mode: &str) -> (u32, Vec<u16>) {
+    run_child_in(test, mode, &std::env::temp_dir())
+}
+
+/// [`run_child`] with `tmpdir` as the child's `TMPDIR`.
+fn run_child_in(test: &str, mode: &str, tmpdir: &std::path::Path) -> (u32, Vec<u16>) {
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args(["--exact", test, "--nocapture", "--test-threads=1"])
         .env(CHILD_ENV, mode)
+        .env("TMPDIR", tmpdir)
         .env_remove("DATABASE_URL")
         .stdout(Stdio::piped())
         .spawn()
@@ -141,6 +147,55 @@ fn a_killed_process_leaves_no_server_or_directory_behind() {
         "the orphaned server to stop",
         Duration::from_secs(30),
         || (!accepts(ports[0]) && temp_dirs_of(pid).is_empty()).then_some(()),
+    );
+}
+
+/// Run as root with a private `TMPDIR` (mode 0755, owned by root, as CI runners and containers
+/// make it), the servers run as an unprivileged user who cannot delete entries there: a server
+/// dropped, one forgotten and a shared one in a static still leave the directory empty once the
+/// process has exited. Not root: nothing to check (the servers run as this user).
+#[test]
+fn a_private_tmpdir_as_root_is_left_empty() {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    if let Ok(mode) = std::env::var(CHILD_ENV) {
+        if mode == "private" {
+            // Dropped: stopped and deleted while the process runs.
+            TempPostgres::start().unwrap().stop().unwrap();
+            return child("static");
+        }
+        return child(&mode);
+    }
+    if std::fs::metadata("/proc/self").map(|m| m.uid()).ok() != Some(0) {
+        eprintln!("not root: the servers run as this user, who owns TMPDIR's entries");
+        return;
+    }
+    let private = std::env::temp_dir().join(format!("t_private_tmp_{}", std::process::id()));
+    std::fs::DirBuilder::new()
+        .mode(0o755)
+        .create(&private)
+        .unwrap();
+    let (_, ports) = run_child_in(
+        "a_private_tmpdir_as_root_is_left_empty",
+        "private",
+        &private,
+    );
+    assert_eq!(ports.len(), 2, "{ports:?}");
+    let left = |dir: &std::path::Path| {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect::<Vec<_>>()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let stopped = || ports.iter().all(|p| !accepts(*p)) && left(&private).is_empty();
+    while !stopped() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (waited, leftovers) = (stopped(), left(&private));
+    let _ = std::fs::remove_dir_all(&private);
+    assert!(
+        waited,
+        "left in the private TMPDIR 30 s after the process exited: {leftovers:?}"
     );
 }
 

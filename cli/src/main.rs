@@ -8,7 +8,7 @@
 //! the connection and `--watch`; `cmd/` has one file per subcommand (its arguments and its `run`),
 //! `cmd/lease_run/` the command run under a lease, `cmd/exporter/` the metrics and status page
 //! server; `output` renders every listing, as a table or as JSON, and says why a command failed;
-//! `signals` catches the signals that end lease-run and the exporter; `duration` parses `30s`,
+//! `signals` catches the signals that end lease-run, the exporter and `--watch`; `duration` parses `30s`,
 //! `500ms`, `1m30s`.
 
 #![warn(missing_debug_implementations, unreachable_pub)]
@@ -32,7 +32,7 @@ mod signals;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::{Args, CommandFactory, Parser};
+use clap::{Args, CommandFactory, FromArgMatches, Parser};
 use pgtenure::{Db, Error};
 
 use crate::cmd::Command;
@@ -114,7 +114,27 @@ fn main() -> ExitCode {
     if log::set_logger(&WARNINGS).is_ok() {
         log::set_max_level(log::LevelFilter::Warn);
     }
-    let cli = Cli::parse();
+    let matches = command().get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    if let Some((name, sub)) = matches.subcommand() {
+        if let Some((_, _, flags)) = LISTING_FLAGS_UNUSED.iter().find(|(n, ..)| *n == name) {
+            if let Some(flag) = flags.iter().find(|f| {
+                [&matches, sub]
+                    .iter()
+                    .any(|m| m.value_source(f) == Some(clap::parser::ValueSource::CommandLine))
+            }) {
+                command()
+                    .error(
+                        clap::error::ErrorKind::ArgumentConflict,
+                        format!(
+                            "--{flag} applies to listings (status, leases, lease show, leader, \
+                             members, units, jobs), not to {name}"
+                        ),
+                    )
+                    .exit();
+            }
+        }
+    }
     if matches!(cli.command, Command::Migrate(_)) {
         MIGRATING.store(true, std::sync::atomic::Ordering::Relaxed);
         log::set_max_level(log::LevelFilter::Info);
@@ -153,6 +173,43 @@ fn main() -> ExitCode {
             ExitCode::from(EXIT_ERROR)
         }
     }
+}
+
+/// The listing flags (global, so that they go anywhere on the line) that do nothing in a
+/// subcommand: hidden from its `--help` (the first list) and refused there (the second; lease-run
+/// refuses its `--json` and `-o` itself, saying why). `--watch` is refused for every action too.
+/// `migrate` prints its report as JSON with `--json`.
+const LISTING_FLAGS_UNUSED: &[(&str, &[&str], &[&str])] = &[
+    (
+        "exporter",
+        &["json", "output", "watch", "interval"],
+        &["json", "output", "watch", "interval"],
+    ),
+    (
+        "lease-run",
+        &["json", "output", "watch", "interval"],
+        &["watch", "interval"],
+    ),
+    ("migrate", &["watch", "interval"], &["watch", "interval"]),
+];
+
+/// The command line's definition, with the global flags that do nothing in a subcommand hidden
+/// from its help.
+fn command() -> clap::Command {
+    let mut command = Cli::command();
+    // Propagates the global flags into every subcommand, where they can then be hidden.
+    command.build();
+    for (name, flags, _) in LISTING_FLAGS_UNUSED {
+        // In place, in order: the built command's index of flags stays right (`mut_arg` would
+        // move the flag to the end and leave that index pointing elsewhere).
+        command = command.mut_subcommand(name, |sub| {
+            sub.mut_args(|arg| {
+                let unused = flags.contains(&arg.get_id().as_str());
+                arg.hide(unused)
+            })
+        });
+    }
+    command
 }
 
 /// The library's warnings about the connection's settings (a password file open to others, which
@@ -278,7 +335,10 @@ fn run(cli: Cli) -> Result<u8, Failure> {
         return cli.command.run(&db, global);
     }
     // Checked before connecting: --watch is for listings. A failed listing is said and tried
-    // again at the next interval, as the database may come back.
+    // again at the next interval, as the database may come back. It stops on SIGINT, SIGTERM,
+    // SIGHUP or SIGQUIT, even when started in the background by a script (which leaves SIGINT
+    // ignored), with the status a shell gives a command a signal ended (128 + its number).
+    let signals = signals::Signals::install()?;
     let every = global.interval;
     loop {
         print!("\x1b[H\x1b[2J");
@@ -289,6 +349,13 @@ fn run(cli: Cli) -> Result<u8, Failure> {
         if let Err(e) = cli.command.run(&db, global) {
             report(&e);
         }
-        std::thread::sleep(every);
+        match signals.received.recv_timeout(every) {
+            Ok(signal) => return Ok(u8::try_from(128 + signal).unwrap_or(EXIT_ERROR)),
+            Err(pgtenure::crossbeam_channel::RecvTimeoutError::Timeout) => {}
+            // The signal thread is gone (it never ends while the process runs).
+            Err(pgtenure::crossbeam_channel::RecvTimeoutError::Disconnected) => {
+                std::thread::sleep(every)
+            }
+        }
     }
 }

@@ -92,6 +92,12 @@ pub(crate) fn show(
 }
 
 /// `yes` or `no`.
+/// `n` and its noun, singular for one: `1 lease`, `0 leases`, `2 processes`.
+pub(crate) fn count(n: impl Into<u64>, one: &str, many: &str) -> String {
+    let n = n.into();
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
 fn yes_no(b: bool) -> String {
     if b { "yes" } else { "no" }.to_owned()
 }
@@ -240,7 +246,7 @@ pub(crate) fn leaders_json(rows: &[LeaderInfo]) -> Value {
 
 pub(crate) fn members_table(rows: &[ProcessInfo], view: &View) -> String {
     let mut headers = vec![
-        "PROCESS", "HOSTNAME", "VERSION", "LIVE", "UNITS", "WEIGHT", "EXPIRES", "AGE",
+        "PROCESS", "NAME", "VERSION", "LIVE", "UNITS", "WEIGHT", "EXPIRES", "AGE",
     ];
     if view.wide {
         headers.extend(["STARTED_AT", "EXPIRES_AT"]);
@@ -270,6 +276,9 @@ pub(crate) fn members_json(rows: &[ProcessInfo]) -> Value {
         .map(|r| {
             json!({
                 "id": r.id,
+                // The process's name (`Config::with_name`, else its host name); "hostname" is the
+                // same column under its old key, for scripts written before.
+                "name": r.hostname,
                 "hostname": r.hostname,
                 "version": r.version,
                 "live": r.live,
@@ -376,6 +385,13 @@ pub(crate) fn jobs_json(rows: &[JobInfo]) -> Value {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn counts_say_one_in_the_singular() {
+        assert_eq!(count(1u32, "lease", "leases"), "1 lease");
+        assert_eq!(count(0u32, "lease", "leases"), "0 leases");
+        assert_eq!(count(2u32, "process", "processes"), "2 processes");
+    }
+
     use super::*;
     use std::time::UNIX_EPOCH;
 

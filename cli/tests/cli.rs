@@ -302,7 +302,7 @@ fn listings_match_what_the_library_holds() {
         "node-1",
         &leaser.process_id()[..8],
         "rollup",
-        "2 held, 2 rows",
+        "2 held of 2 leases",
     ] {
         assert!(screen.contains(seen), "{seen:?} missing from:\n{screen}");
     }
@@ -1902,4 +1902,125 @@ fn a_migration_paused_after_its_alter_does_not_hold_the_table() {
         text(&out.stdout)
     );
     eprintln!("the claim waited {waited:?} behind the paused migration");
+}
+
+/// `--watch` started in the background by a script inherits SIGINT ignored (a non-interactive
+/// shell does that to `cmd &`): it still stops on SIGINT, with the status 128 + 2 a shell gives.
+#[test]
+fn watch_started_with_sigint_ignored_stops_on_sigint() {
+    let env = Env::new();
+    env.leases().create_table().unwrap();
+    let mut command = env.command(&["leases", "--watch", "--interval", "1s"]);
+    // SAFETY: signal() with SIG_IGN is async-signal-safe and runs no handler; as `sh -c 'cmd &'`.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut command, || {
+            libc::signal(libc::SIGINT, libc::SIG_IGN);
+            Ok(())
+        });
+    }
+    let mut child = command.spawn().unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let mut first = [0u8; 5];
+    // The first listing's heading: the signals are caught before it is printed.
+    stdout.read_exact(&mut first).unwrap();
+    // Keep the pipe drained while it runs.
+    let drain = thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
+    send(child.id() as libc::pid_t, libc::SIGINT);
+    let (status, stderr) = finish(child, Duration::from_secs(10));
+    assert_eq!(status.code(), Some(130), "{stderr}");
+    let _ = drain.join();
+}
+
+/// A process named in one line (`Config::with_name`) is shown by that name in `pgtenure members`,
+/// its `--json` and `-o wide`, beside the elector holder of the same name.
+#[test]
+fn a_named_process_is_shown_by_its_name() {
+    let env = Env::new();
+    let units = Units::new(&db())
+        .with_tables(&env.processes, &env.units)
+        .unwrap();
+    units.create_tables().unwrap();
+    let leaser = Leaser::new(
+        &db(),
+        Arc::new(Quiet),
+        hand_driven().with_name("billing-worker-7"),
+    )
+    .unwrap()
+    .with_tables(&env.processes, &env.units)
+    .unwrap();
+    leaser.heartbeat().unwrap();
+
+    let members = env.json(&["members"]);
+    assert_eq!(members.as_array().unwrap().len(), 1, "{members}");
+    assert_eq!(members[0]["id"], leaser.process_id());
+    assert_eq!(members[0]["name"], "billing-worker-7");
+    for output in ["table", "wide"] {
+        let out = env.run(&["members", "-o", output]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let listing = text(&out.stdout);
+        let header = listing.lines().next().unwrap_or_default();
+        assert!(header.contains("NAME"), "{listing}");
+        assert!(
+            listing
+                .lines()
+                .any(|l| l.contains("billing-worker-7") && l.contains("yes")),
+            "{listing}"
+        );
+    }
+    // Refused like any bad field, nothing stored.
+    let err = Leaser::new(&db(), Arc::new(Quiet), hand_driven().with_name(" ")).unwrap_err();
+    assert_eq!(err.kind(), pgtenure::ErrorKind::InvalidInput);
+}
+
+/// The listing flags are global (they go anywhere on the line), but `exporter` and `lease-run`
+/// print no listing: their `--help` does not offer them, and given there they are a usage error
+/// that names the flag, not silently ignored. A listing's help still has them.
+#[test]
+fn help_offers_the_listing_flags_only_where_they_apply() {
+    let help = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_pgtenure"))
+            .args(args)
+            .arg("--help")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
+        text(&out.stdout)
+    };
+    let listing_flags = ["--json", "--output", "--watch", "--interval"];
+    let exporter = help(&["exporter"]);
+    for flag in listing_flags {
+        assert!(
+            !exporter.contains(flag),
+            "exporter --help offers {flag}:\n{exporter}"
+        );
+    }
+    let lease_run = help(&["lease-run"]);
+    for flag in ["--watch", "--interval"] {
+        assert!(
+            !lease_run.contains(flag),
+            "lease-run --help offers {flag}:\n{lease_run}"
+        );
+    }
+    let leases = help(&["leases"]);
+    for flag in listing_flags {
+        assert!(
+            leases.contains(flag),
+            "leases --help lacks {flag}:\n{leases}"
+        );
+    }
+    for args in [
+        &["exporter", "--json"][..],
+        &["--interval", "3s", "exporter"],
+        &["exporter", "-o", "wide"],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_pgtenure"))
+            .args(["--url", "postgres://postgres@127.0.0.1:1/nowhere"])
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains("applies to listings"), "{args:?}: {stderr}");
+    }
 }

@@ -927,7 +927,7 @@ fn the_page_renders_the_fleet_in_a_headless_browser() {
         "{dom}"
     );
     assert!(!dom.contains("<script>"), "{dom}");
-    assert!(dom.contains("1 of 1 fleets led"), "{dom}");
+    assert!(dom.contains("1 of 1 fleet led"), "{dom}");
     assert!(dom.contains("spread 12 units"), "{dom}");
     assert!(dom.contains("http-equiv=\"refresh\""), "{dom}");
 

@@ -193,6 +193,25 @@ impl Elector {
     /// [`Elector::is_leader`] keeps working beside it for callers with a loop of their own (not on
     /// the same elector or its clones, which share the tenure).
     ///
+    /// A service resigns on SIGTERM or SIGINT, so that another member is elected at once rather
+    /// than after the TTL: it waits for the signal on its main thread (with a signal crate such as
+    /// `signal-hook`: no `unsafe`, no `sigwait`), then stops the campaign:
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use signal_hook::consts::{SIGINT, SIGTERM};
+    /// use signal_hook::iterator::Signals;
+    ///
+    /// // Before the campaign starts: the signals are caught from here on.
+    /// let mut signals = Signals::new([SIGTERM, SIGINT])?;
+    /// let db = pgtenure::Db::from_env()?;
+    /// let leadership = pgtenure::elector::Elector::new(&db).with_name("reports")?.campaign()?;
+    /// signals.forever().next(); // until SIGTERM or SIGINT
+    /// leadership.stop()?; // resigns when leading
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
     /// # Errors
     ///
     /// [`ErrorKind::InvalidInput`], before anything is sent, when the retry period

@@ -15,7 +15,10 @@ use crate::instance::{hostname, parse_uuid, random_uuid};
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct Config {
-    /// Stored in the process row once, for operators. Defaults to this machine's host name.
+    /// The process's name, stored in the process row's `hostname` column once, for operators:
+    /// `pgtenure members` shows it (NAME, and `name` in its `--json`), and so does the exporter.
+    /// Defaults to this machine's host name; [`Config::with_name`] gives the name the application
+    /// knows the process by instead.
     pub hostname: String,
     /// Stored in the process row once, for operators. Defaults to `"unknown"`.
     pub version: String,
@@ -100,6 +103,28 @@ impl Default for Config {
 }
 
 impl Config {
+    /// This configuration with `name` as the process's name, in place of the host name (the
+    /// [`hostname`](Config::hostname) field, stored in the processes table's `hostname` column):
+    /// the name `pgtenure members` and the exporter show. Give the name the application knows the
+    /// process by, the one it passes to [`Elector::with_holder`](crate::elector::Elector::with_holder),
+    /// [`Leases::with_owner`](crate::leases::Leases::with_owner) or
+    /// [`Scheduler::with_owner`](crate::schedule::Scheduler::with_owner), so that one name
+    /// identifies it everywhere:
+    ///
+    /// ```
+    /// let config = pgtenure::membership::Config::default().with_name("worker-3");
+    /// assert_eq!(config.hostname, "worker-3");
+    /// ```
+    ///
+    /// Checked by [`Leaser::new`](super::Leaser::new) as any field: a blank name, one with a NUL
+    /// byte or one over the key length limit is refused with
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput).
+    #[must_use]
+    pub fn with_name(mut self, name: impl Into<String>) -> Config {
+        self.hostname = name.into();
+        self
+    }
+
     /// Checks every field (the one place a configuration is checked) and draws the process id if
     /// none was given.
     pub(super) fn validated(mut self) -> Result<Config> {

@@ -40,7 +40,37 @@ impl Leaser {
     /// database lets another process claim the units.
     ///
     /// Graceful shutdown: signal, join the thread, then [`Leaser::release`] and
-    /// [`Leaser::delete_process`].
+    /// [`Leaser::delete_process`]. On SIGTERM or SIGINT, with a signal crate such as `signal-hook`
+    /// (no `unsafe`, no `sigwait`): the signal thread sends the shutdown; or use [`Leaser::spawn`]
+    /// and [`Running::stop`].
+    ///
+    /// ```no_run
+    /// # use std::sync::Arc;
+    /// # use pgtenure::membership::{Leaser, Reconciler, Unit, UnitLoss};
+    /// # struct Work;
+    /// # impl Reconciler for Work {
+    /// #     fn units_gained(&self, _: &[Unit]) {}
+    /// #     fn units_lost(&self, _: &[Unit], _: UnitLoss) {}
+    /// # }
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use signal_hook::consts::{SIGINT, SIGTERM};
+    /// use signal_hook::iterator::Signals;
+    ///
+    /// let db = pgtenure::Db::from_env()?;
+    /// let leaser = Leaser::new(&db, Arc::new(Work), Default::default())?;
+    /// let (stop, shutdown) = pgtenure::crossbeam_channel::bounded::<()>(1);
+    /// let mut signals = Signals::new([SIGTERM, SIGINT])?;
+    /// std::thread::spawn(move || {
+    ///     if signals.forever().next().is_some() {
+    ///         let _ = stop.send(());
+    ///     }
+    /// });
+    /// leaser.run(&shutdown)?; // returns once the signal came
+    /// leaser.release()?;
+    /// leaser.delete_process()?;
+    /// # Ok(())
+    /// # }
+    /// ```
     ///
     /// One `run` at a time: a second, while one runs, is refused (two loops would each watch the
     /// liveness deadline with their own watcher, and stopping one would blind the other).
@@ -99,6 +129,31 @@ impl Leaser {
     /// deletes the process row ([`Leaser::delete_process`]) and joins the thread.
     /// [`Running::leaser`] reaches the leaser ([`Leaser::owned`], [`Leaser::fence`]) and shares it
     /// with other threads.
+    ///
+    /// A service stops it on SIGTERM or SIGINT by waiting for the signal on its main thread (with a
+    /// signal crate such as `signal-hook`: no `unsafe`, no `sigwait`), then stopping:
+    ///
+    /// ```no_run
+    /// # use std::sync::Arc;
+    /// # use pgtenure::membership::{Leaser, Reconciler, Unit, UnitLoss};
+    /// # struct Work;
+    /// # impl Reconciler for Work {
+    /// #     fn units_gained(&self, _: &[Unit]) {}
+    /// #     fn units_lost(&self, _: &[Unit], _: UnitLoss) {}
+    /// # }
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use signal_hook::consts::{SIGINT, SIGTERM};
+    /// use signal_hook::iterator::Signals;
+    ///
+    /// // Before the loops start: the signals are caught from here on.
+    /// let mut signals = Signals::new([SIGTERM, SIGINT])?;
+    /// let db = pgtenure::Db::from_env()?;
+    /// let membership = Leaser::new(&db, Arc::new(Work), Default::default())?.spawn()?;
+    /// signals.forever().next(); // until SIGTERM or SIGINT
+    /// membership.stop()?; // the units handed back, the process row deleted
+    /// # Ok(())
+    /// # }
+    /// ```
     ///
     /// # Errors
     ///

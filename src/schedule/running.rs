@@ -61,6 +61,30 @@ impl Scheduler {
     /// missing, the role lacks a privilege) is returned here, before any thread starts; a
     /// transient one (the database is unreachable) is logged, and the timer keeps trying.
     ///
+    /// A service stops it on SIGTERM or SIGINT (no tick claimed from then on, the runs in progress
+    /// finish) by waiting for the signal on its main thread (with a signal crate such as
+    /// `signal-hook`: no `unsafe`, no `sigwait`), then stopping:
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    ///
+    /// use pgtenure::schedule::{Schedule, Scheduler};
+    /// use signal_hook::consts::{SIGINT, SIGTERM};
+    /// use signal_hook::iterator::Signals;
+    ///
+    /// // Before the scheduler starts: the signals are caught from here on.
+    /// let mut signals = Signals::new([SIGTERM, SIGINT])?;
+    /// let db = pgtenure::Db::from_env()?;
+    /// let scheduling = Scheduler::new(&db)
+    ///     .job("report", Schedule::every(Duration::from_secs(60))?, |_run| Ok(()))?
+    ///     .start()?;
+    /// signals.forever().next(); // until SIGTERM or SIGINT
+    /// scheduling.stop()?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
     /// [`Misfire`]: super::Misfire
     ///
     /// # Errors

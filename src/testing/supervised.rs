@@ -8,6 +8,13 @@
 //! Deleting is tried again for a while when it fails (a process of the server that outlived it, or
 //! anything else still writing in the directory, makes `rm -rf` fail with "Directory not empty"),
 //! by the supervisor after the script's end and by [`Supervised::shutdown`] after the supervisor's.
+//!
+//! When this process runs as root, the server and its supervisor run as an unprivileged user, who
+//! may not delete the directory itself: a private `TMPDIR` (mode 0755, owned by root, as CI runners
+//! and containers make it) lets only root delete entries in it. A second shell, the reaper, then
+//! runs as root beside the supervisor on a pipe of its own: when that pipe closes it waits for the
+//! supervisor to end and deletes the directory, so nothing is left behind however this process
+//! exits.
 
 use std::ffi::OsStr;
 use std::fs;
@@ -40,8 +47,22 @@ while [ -e "$dir" ] && [ "$tries" -lt 40 ]; do
 done
 "#;
 
+/// The reaper, run as root when the supervisor runs as another user: on end of input it waits for
+/// the supervisor (pid `$1`) to end, up to 60 s, then deletes `$dir` (`$2`) as [`REMOVE_DIR`] does.
+const REAPER: &str = r#"
+sup=$1; dir=$2
+while read -r _; do :; done
+tries=0
+while kill -0 "$sup" 2>/dev/null && [ "$tries" -lt 240 ]; do
+    sleep 0.25
+    tries=$((tries + 1))
+done
+"#;
+
 struct Control {
     supervisor: Child,
+    /// The root reaper, when the supervisor runs as another user (its stdin is its pipe).
+    reaper: Option<Child>,
     commands: Option<ChildStdin>,
     replies: BufReader<ChildStdout>,
     /// The server's pid, from the last `started` answer.
@@ -91,6 +112,21 @@ impl Supervised {
                 );
             }
         };
+        let reaper = match run_as {
+            Some(_) => match spawn_reaper(supervisor.id(), &dir) {
+                Ok(reaper) => Some(reaper),
+                Err(e) => {
+                    // Closing its pipe stops the supervisor, which stops the server.
+                    drop(supervisor.stdin.take());
+                    let _ = supervisor.wait();
+                    let _ = remove_dir(&dir);
+                    return Err(
+                        Error::setup("could not start the reaping shell /bin/sh").with_source(e)
+                    );
+                }
+            },
+            None => None,
+        };
         let commands = supervisor.stdin.take();
         let replies = BufReader::new(supervisor.stdout.take().expect("stdout is piped"));
         let supervised = Supervised {
@@ -99,6 +135,7 @@ impl Supervised {
             dir,
             control: Mutex::new(Control {
                 supervisor,
+                reaper,
                 commands,
                 replies,
                 pid: None,
@@ -218,6 +255,10 @@ impl Supervised {
                     }
                     // Its other processes exit soon after it, and may write until then.
                     let _ = remove_dir(&self.dir);
+                    if let Some(mut reaper) = control.reaper.take() {
+                        drop(reaper.stdin.take());
+                        let _ = reaper.wait();
+                    }
                     return Err(Error::setup(format!(
                         "the temporary {} in {} did not stop within {STOP_TIMEOUT:?} and was killed",
                         self.what,
@@ -227,7 +268,13 @@ impl Supervised {
             }
         }
         // The supervisor gave up on the directory (or was killed before it got to it).
-        remove_dir(&self.dir).map_err(|e| {
+        let removed = remove_dir(&self.dir);
+        // The reaper finds the supervisor gone (reaped above) and the directory too.
+        if let Some(mut reaper) = control.reaper.take() {
+            drop(reaper.stdin.take());
+            let _ = reaper.wait();
+        }
+        removed.map_err(|e| {
             Error::setup(format!(
                 "the temporary {}'s directory {} could not be deleted",
                 self.what,
@@ -253,6 +300,23 @@ impl Supervised {
             }
         ))
     }
+}
+
+/// Starts the [`REAPER`] for the supervisor `supervisor` and `dir`, as this process's user, in a
+/// process group of its own (a terminal's Ctrl-C must not kill it before it cleans up).
+fn spawn_reaper(supervisor: u32, dir: &Path) -> std::io::Result<Child> {
+    Command::new("/bin/sh")
+        .arg("-c")
+        .arg(format!("{REAPER}{REMOVE_DIR}"))
+        .arg("pgtenure-reaper")
+        .arg(supervisor.to_string())
+        .arg(dir)
+        .current_dir("/")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .spawn()
 }
 
 /// Deletes `dir` and what it holds, trying again for up to [`REMOVE_TIMEOUT`] while that fails

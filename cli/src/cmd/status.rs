@@ -6,8 +6,8 @@ use pgtenure::{Db, Error};
 use serde_json::json;
 
 use crate::output::{
-    jobs_json, jobs_table, leaders_json, leaders_table, leases_json, leases_table, members_json,
-    members_table, view, MISSING_TABLES,
+    count, jobs_json, jobs_table, leaders_json, leaders_table, leases_json, leases_table,
+    members_json, members_table, view, MISSING_TABLES,
 };
 use crate::{Failure, Global, EXIT_ERROR};
 
@@ -60,7 +60,10 @@ impl StatusArgs {
             &global.leases_table,
             leases.as_ref().map(|rows| {
                 let live = rows.iter().filter(|r| r.live).count();
-                format!("{live} held, {} rows", rows.len())
+                format!(
+                    "{live} held of {}",
+                    count(rows.len() as u64, "lease", "leases")
+                )
             }),
         );
         if let Some(rows) = &leases {
@@ -72,7 +75,10 @@ impl StatusArgs {
             &global.leader_table,
             leaders.as_ref().map(|rows| {
                 let live = rows.iter().filter(|r| r.live).count();
-                format!("{live} of {} fleets led", rows.len())
+                format!(
+                    "{live} of {} led",
+                    count(rows.len() as u64, "fleet", "fleets")
+                )
             }),
         );
         if let Some(rows) = &leaders {
@@ -90,8 +96,9 @@ impl StatusArgs {
                     .map(|r| i64::from(r.units))
                     .sum();
                 format!(
-                    "{live} live of {} processes, {units} units owned by live ones",
-                    rows.len()
+                    "{live} live of {}, {} owned by live ones",
+                    count(rows.len() as u64, "process", "processes"),
+                    count(units.unsigned_abs(), "unit", "units")
                 )
             }),
         );
@@ -104,7 +111,7 @@ impl StatusArgs {
             &global.ticks_table,
             jobs.as_ref().map(|rows| {
                 let busy = rows.iter().filter(|r| r.busy).count();
-                format!("{busy} busy of {} jobs", rows.len())
+                format!("{busy} busy of {}", count(rows.len() as u64, "job", "jobs"))
             }),
         );
         if let Some(rows) = &jobs {

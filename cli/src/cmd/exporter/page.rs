@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use super::snapshot::Snapshot;
-use crate::output::{relative, time};
+use crate::output::{count, relative, time};
 
 /// The content type of what [`render`] writes.
 pub(super) const CONTENT_TYPE: &str = "text/html; charset=utf-8";
@@ -96,8 +96,8 @@ fn leaders(h: &mut String, s: &Snapshot) {
         let led = rows.iter().filter(|l| l.live).count();
         let class = if led == rows.len() { "ok" } else { "bad" };
         format!(
-            "<span class=\"{class}\">{led} of {} fleets led</span>",
-            rows.len()
+            "<span class=\"{class}\">{led} of {} led</span>",
+            count(rows.len() as u64, "fleet", "fleets")
         )
     });
     if !heading(h, (s, "leader"), "leaders", "Leaders", summary) {
@@ -160,7 +160,7 @@ fn members(h: &mut String, s: &Snapshot) {
         .map(|p| f64::from(p.units))
         .fold(fair.unwrap_or(0.0), f64::max)
         .max(1.0);
-    h.push_str("<table>\n<tr><th>Process</th><th>Host</th><th>Version</th><th class=\"num\">Units</th><th class=\"num\">Weight</th><th>Load</th><th>Expires</th></tr>\n");
+    h.push_str("<table>\n<tr><th>Process</th><th>Name</th><th>Version</th><th class=\"num\">Units</th><th class=\"num\">Weight</th><th>Load</th><th>Expires</th></tr>\n");
     for p in &m.processes {
         let width = if p.live {
             100.0 * f64::from(p.units) / most
@@ -215,7 +215,7 @@ fn members(h: &mut String, s: &Snapshot) {
 fn jobs(h: &mut String, s: &Snapshot) {
     let summary = s.jobs.as_ref().map(|rows| {
         let busy = rows.iter().filter(|j| j.busy).count();
-        format!("{busy} busy of {} jobs", rows.len())
+        format!("{busy} busy of {}", count(rows.len() as u64, "job", "jobs"))
     });
     if !heading(h, (s, "jobs"), "jobs", "Jobs", summary) {
         return;
@@ -242,8 +242,9 @@ fn jobs(h: &mut String, s: &Snapshot) {
 fn leases(h: &mut String, s: &Snapshot) {
     let summary = s.leases.as_ref().map(|leases| {
         format!(
-            "{} held, {} rows; closest to lapsing first",
-            leases.held, leases.rows
+            "{} held of {}; closest to lapsing first",
+            leases.held,
+            count(leases.rows.unsigned_abs(), "lease", "leases")
         )
     });
     if !heading(h, (s, "leases"), "leases", "Leases", summary) {
