@@ -438,3 +438,132 @@ fn a_client_key_open_to_others_is_refused_before_connecting() {
     assert!(err.is_invalid_input(), "{err}");
     assert!(err.to_string().contains("without sslkey"), "{err}");
 }
+
+/// Regression (found walking the README on a fresh clone): a client certificate of X.509 version
+/// 1, as `openssl x509 -req` without extensions issues one (PostgreSQL's docs make client
+/// certificates so), was refused before connecting ("cannot be used together: invalid peer
+/// certificate: UnsupportedCertVersion"): rustls checked the key against the certificate by
+/// parsing it as webpki does. psql presents it, and the server admits it.
+#[test]
+fn a_version_1_client_certificate_made_by_openssl_is_presented_as_psql_presents_it() {
+    let dir = std::env::temp_dir().join(format!("t_tls_v1_{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    struct Remove(std::path::PathBuf);
+    impl Drop for Remove {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+    let _remove = Remove(dir.clone());
+    let openssl = |args: &[&str]| {
+        let out = std::process::Command::new("openssl")
+            .args(args)
+            .current_dir(&dir)
+            .output()
+            .expect("openssl (Debian's package openssl) runs");
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    openssl(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.crt",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=pgtenure v1 client CA",
+    ]);
+    openssl(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "client.key",
+        "-out",
+        "client.csr",
+        "-subj",
+        "/CN=postgres",
+    ]);
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        "client.csr",
+        "-CA",
+        "ca.crt",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "client.crt",
+        "-days",
+        "2",
+    ]);
+    let text = openssl(&["x509", "-in", "client.crt", "-noout", "-text"]);
+    assert!(
+        text.contains("Version: 1 "),
+        "not a version 1 certificate: {text}"
+    );
+    write_mode(
+        &dir.join("client.key"),
+        &std::fs::read_to_string(dir.join("client.key")).unwrap(),
+        0o600,
+    );
+    let server_ca = Authority::new("pgtenure v1 server CA");
+    let (cert, key) = server_ca.server_cert(&["localhost"]);
+    let client_ca = std::fs::read_to_string(dir.join("ca.crt")).unwrap();
+    let pg = server_with(
+        cert,
+        key,
+        Some(&client_ca),
+        Some("local all all trust\nhostssl all all 127.0.0.1/32 cert\n"),
+    );
+    let db = connected(&format!(
+        "postgres://postgres@localhost:{}/postgres?sslmode=verify-full&sslrootcert={}\
+         &sslcert={}&sslkey={}",
+        pg.port(),
+        server_ca.write(&dir, "server-ca.crt").display(),
+        dir.join("client.crt").display(),
+        dir.join("client.key").display()
+    ));
+    let mut conn = db.connection().unwrap();
+    assert!(encrypted(&mut conn));
+    let who: String = conn
+        .query_one("SELECT current_user::text", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(who, "postgres");
+}
+
+/// A client key that is not the certificate's is still refused before connecting.
+#[test]
+fn a_client_key_of_another_certificate_is_refused_before_connecting() {
+    let m = mutual_tls_server();
+    let (_, other_key) = Authority::new("pgtenure other CA").client_cert("postgres");
+    let wrong = m.pg.dir().join("wrong.key");
+    write_mode(&wrong, &other_key, 0o600);
+    let (err, _) = refused(&format!(
+        "postgres://postgres@localhost:{}/postgres?sslmode=verify-full&sslrootcert={}\
+         &sslcert={}&sslkey={}",
+        m.pg.port(),
+        m.ca,
+        m.cert,
+        wrong.display()
+    ));
+    assert!(err.is_invalid_input(), "{err}");
+    assert!(
+        err.to_string().contains("the key is not the certificate's"),
+        "{err}"
+    );
+}

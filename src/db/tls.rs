@@ -78,13 +78,9 @@ pub(crate) fn connector(settings: &Settings<'_>) -> Result<MakeRustlsConnect> {
     let config = match client_files(settings)? {
         Some((cert, key)) => {
             let (chain, key_der) = client_identity(&cert, &key)?;
-            builder.with_client_auth_cert(chain, key_der).map_err(|e| {
-                Error::invalid_input(format!(
-                    "sslcert {} and sslkey {} cannot be used together: {e}",
-                    cert.display(),
-                    key.display()
-                ))
-            })?
+            let identity =
+                ClientIdentity::new(&provider_of(&builder), chain, key_der, &cert, &key)?;
+            builder.with_client_cert_resolver(Arc::new(identity))
         }
         None => builder.with_no_client_auth(),
     };
@@ -369,4 +365,69 @@ pub(crate) fn advice(err: &postgres::Error) -> Option<&'static str> {
         cause = c.source();
     }
     None
+}
+
+/// The configured provider of a client config under construction.
+fn provider_of<S: rustls::ConfigSide>(
+    builder: &rustls::ConfigBuilder<S, rustls::client::WantsClientCert>,
+) -> Arc<CryptoProvider> {
+    Arc::clone(builder.crypto_provider())
+}
+
+/// The client certificate and its key, presented whenever the server asks.
+///
+/// Not `with_client_auth_cert`: rustls checks there that the key matches the certificate by
+/// parsing the certificate as webpki does, which refuses an X.509 version 1 certificate
+/// (`UnsupportedCertVersion`), and `openssl x509 -req` without extensions (as PostgreSQL's own
+/// docs make client certificates) issues version 1. libpq, and the server, accept those. A key
+/// that does not match its certificate is still refused here; a certificate rustls cannot parse is
+/// left to the server to judge.
+#[derive(Debug)]
+struct ClientIdentity(Arc<rustls::sign::CertifiedKey>);
+
+impl ClientIdentity {
+    fn new(
+        provider: &CryptoProvider,
+        chain: Vec<CertificateDer<'static>>,
+        key_der: PrivateKeyDer<'static>,
+        cert: &Path,
+        key: &Path,
+    ) -> Result<ClientIdentity> {
+        let unusable = |e: &dyn std::fmt::Display| {
+            Error::invalid_input(format!(
+                "sslcert {} and sslkey {} cannot be used together: {e}",
+                cert.display(),
+                key.display()
+            ))
+        };
+        let signing = provider
+            .key_provider
+            .load_private_key(key_der)
+            .map_err(|e| unusable(&e))?;
+        let certified = rustls::sign::CertifiedKey::new(chain, signing);
+        match certified.keys_match() {
+            Ok(()) => {}
+            Err(rustls::Error::InconsistentKeys(rustls::InconsistentKeys::KeyMismatch)) => {
+                return Err(unusable(&"the key is not the certificate's"));
+            }
+            Err(e) => {
+                log::debug!(target: "pgtenure::db", "client certificate {}: its key could not be checked against it ({e}); the server judges it", cert.display());
+            }
+        }
+        Ok(ClientIdentity(Arc::new(certified)))
+    }
+}
+
+impl rustls::client::ResolvesClientCert for ClientIdentity {
+    fn resolve(
+        &self,
+        _root_hint_subjects: &[&[u8]],
+        _sigschemes: &[SignatureScheme],
+    ) -> Option<Arc<rustls::sign::CertifiedKey>> {
+        Some(Arc::clone(&self.0))
+    }
+
+    fn has_certs(&self) -> bool {
+        true
+    }
 }
