@@ -127,7 +127,9 @@ fn in_source(e: Error, source: &str) -> Error {
 /// Whether the connection string (or a source above this one) set `key`.
 fn is_set(config: &postgres::Config, params: &UrlParams, key: &str) -> bool {
     match key {
-        "host" | "hostaddr" => !config.get_hosts().is_empty() || !config.get_hostaddrs().is_empty(),
+        // Two keywords, as in libpq: an address from one source and its name from another.
+        "host" => !config.get_hosts().is_empty(),
+        "hostaddr" => !config.get_hostaddrs().is_empty(),
         "port" => !config.get_ports().is_empty(),
         "user" => config.get_user().is_some(),
         "password" => config.get_password().is_some(),
@@ -534,6 +536,36 @@ mod tests {
         // A URL without a host takes PGHOST.
         let (config, _) = filled("postgres://u@/db", &env).unwrap();
         assert_eq!(config.get_hosts(), &[Host::Tcp("env-host".into())]);
+    }
+
+    /// libpq reads `host` and `hostaddr` as two keywords: `PGHOSTADDR` gives the address to
+    /// connect to and `PGHOST` (or the URL's host) the name (for TLS and the password file), so
+    /// psql reaches `PGHOST=db.invalid PGHOSTADDR=127.0.0.1`.
+    #[test]
+    fn host_and_hostaddr_are_filled_each_on_its_own() {
+        use postgres::config::Host;
+        let both = vars(&[("PGHOST", "db.invalid"), ("PGHOSTADDR", "127.0.0.1")]);
+        let (config, _) = filled("", &both).unwrap();
+        assert_eq!(config.get_hosts(), &[Host::Tcp("db.invalid".into())]);
+        assert_eq!(
+            config.get_hostaddrs(),
+            &["127.0.0.1".parse::<std::net::IpAddr>().unwrap()]
+        );
+        let addr_only = vars(&[("PGHOSTADDR", "127.0.0.1")]);
+        let (config, _) = filled("postgres://u@db.invalid/test", &addr_only).unwrap();
+        assert_eq!(config.get_hosts(), &[Host::Tcp("db.invalid".into())]);
+        assert_eq!(
+            config.get_hostaddrs(),
+            &["127.0.0.1".parse::<std::net::IpAddr>().unwrap()]
+        );
+        // An address alone in the URL takes its name from PGHOST.
+        let host_only = vars(&[("PGHOST", "db.invalid")]);
+        let (config, _) = filled("hostaddr=127.0.0.1 user=u", &host_only).unwrap();
+        assert_eq!(config.get_hosts(), &[Host::Tcp("db.invalid".into())]);
+        // Neither: the default socket, no address.
+        let (config, _) = filled("", &vars(&[])).unwrap();
+        assert!(matches!(config.get_hosts(), [Host::Unix(_)]));
+        assert!(config.get_hostaddrs().is_empty());
     }
 
     #[test]
