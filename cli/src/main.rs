@@ -23,6 +23,23 @@ macro_rules! say {
     }};
 }
 
+/// `print!` that cannot panic: see [`write_stdout`].
+macro_rules! out {
+    ($($arg:tt)*) => {
+        $crate::write_stdout(format_args!($($arg)*))
+    };
+}
+
+/// `println!` that cannot panic: see [`write_stdout`].
+macro_rules! outln {
+    () => {
+        $crate::write_stdout(format_args!("\n"))
+    };
+    ($($arg:tt)*) => {
+        $crate::write_stdout(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
+
 mod cmd;
 mod duration;
 mod input;
@@ -41,6 +58,23 @@ use crate::output::{report, Output};
 /// What a command can fail with: the library's errors, and the command's own (a missing URL, a
 /// command that cannot be started), each printed with its message.
 type Failure = Box<dyn std::error::Error>;
+
+/// Writes to stdout, flushed. Its reader gone (`pgtenure leases --watch | head -1`), the command
+/// ends at once and quietly with 141, as a shell reports a `cat` that SIGPIPE ended (Rust ignores
+/// SIGPIPE, and `print!` would panic); another failure (a full disk) is said on stderr and ends it
+/// with 1. Only listings and actions print on stdout: never `lease-run`, whose command must be
+/// stopped before it ends.
+pub(crate) fn write_stdout(args: std::fmt::Arguments<'_>) {
+    use std::io::Write as _;
+    let mut stdout = std::io::stdout().lock();
+    if let Err(e) = stdout.write_fmt(args).and_then(|()| stdout.flush()) {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(141);
+        }
+        say!("pgtenure: cannot write to stdout: {e}");
+        std::process::exit(i32::from(EXIT_ERROR));
+    }
+}
 
 /// Exit status when a listing or action failed (the error is on stderr).
 const EXIT_ERROR: u8 = 1;
@@ -341,8 +375,8 @@ fn run(cli: Cli) -> Result<u8, Failure> {
     let signals = signals::Signals::install()?;
     let every = global.interval;
     loop {
-        print!("\x1b[H\x1b[2J");
-        println!(
+        out!("\x1b[H\x1b[2J");
+        outln!(
             "Every {every:?}: {} (interrupt to stop)\n",
             cli.command.application_name()
         );
