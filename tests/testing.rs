@@ -159,8 +159,13 @@ fn a_private_tmpdir_as_root_is_left_empty() {
     use std::os::unix::fs::{DirBuilderExt, MetadataExt};
     if let Ok(mode) = std::env::var(CHILD_ENV) {
         if mode == "private" {
-            // Dropped: stopped and deleted while the process runs.
-            TempPostgres::start().unwrap().stop().unwrap();
+            // Dropped: stopped and deleted while the process runs, at once: the supervisor, who
+            // may not delete the directory here, does not try for 10 s before the reaper does.
+            let pg = TempPostgres::start().unwrap();
+            let started = std::time::Instant::now();
+            pg.stop().unwrap();
+            let took = started.elapsed();
+            assert!(took < Duration::from_secs(5), "stop() took {took:?}");
             return child("static");
         }
         return child(&mode);
@@ -179,6 +184,7 @@ fn a_private_tmpdir_as_root_is_left_empty() {
         "private",
         &private,
     );
+    // One port: the child failed after its first server (see its stderr).
     assert_eq!(ports.len(), 2, "{ports:?}");
     let left = |dir: &std::path::Path| {
         std::fs::read_dir(dir)
