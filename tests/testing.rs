@@ -219,3 +219,51 @@ fn a_server_in_a_static_stops_when_the_process_exits() {
         (ports.iter().all(|p| !accepts(*p)) && temp_dirs_of(pid).is_empty()).then_some(())
     });
 }
+
+/// As root with a `TMPDIR` the server's user cannot enter (mode 0700, owned by root): the error
+/// says which directory and what to do (it said only "could not run initdb: Permission denied"),
+/// and nothing is left in it.
+#[test]
+fn a_tmpdir_the_server_user_cannot_enter_is_named_in_the_error() {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    if std::env::var(CHILD_ENV).as_deref() == Ok("closed") {
+        let err = TempPostgres::start().map(|_| ()).unwrap_err();
+        println!("KIND={:?}", err.kind());
+        println!("ERR={err}");
+        return;
+    }
+    if std::fs::metadata("/proc/self").map(|m| m.uid()).ok() != Some(0) {
+        eprintln!("not root: the servers run as this user, who can enter TMPDIR");
+        return;
+    }
+    let closed = std::env::temp_dir().join(format!("t_closed_tmp_{}", std::process::id()));
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&closed)
+        .unwrap();
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "a_tmpdir_the_server_user_cannot_enter_is_named_in_the_error",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD_ENV, "closed")
+        .env("TMPDIR", &closed)
+        .env_remove("DATABASE_URL")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let left: Vec<_> = std::fs::read_dir(&closed)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    let _ = std::fs::remove_dir_all(&closed);
+    assert!(stdout.contains("KIND=Setup"), "{stdout}");
+    assert!(
+        stdout.contains(&format!("cannot enter {}", closed.display()))
+            && stdout.contains("set TMPDIR"),
+        "{stdout}"
+    );
+    assert!(left.is_empty(), "{left:?}");
+}
