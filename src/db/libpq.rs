@@ -331,9 +331,14 @@ fn password_from_file(config: &postgres::Config, env: &dyn Environment) -> Optio
         .or_else(|| home(env).map(|h| h.join(".pgpass")))?;
     let text = readable_password_file(&file)?;
     use postgres::config::Host;
-    // A Unix socket is "localhost" to the password file, as in libpq.
+    // As in libpq: the default Unix socket directory is "localhost" to the password file; another
+    // socket directory is matched by its path.
     let host = match config.get_hosts().first() {
         Some(Host::Tcp(host)) => host.clone(),
+        #[cfg(unix)]
+        Some(Host::Unix(path)) if path != Path::new(default_socket_dir()) => {
+            path.display().to_string()
+        }
         _ => match config.get_hostaddrs().first() {
             Some(addr) if config.get_hosts().is_empty() => addr.to_string(),
             _ => "localhost".to_owned(),
@@ -409,7 +414,7 @@ fn lookup(text: &str, wanted: [&str; 4]) -> Option<String> {
 }
 
 /// A password file line's fields: split on unescaped colons, escapes removed; the fifth field
-/// takes the rest of the line.
+/// (the password) ends at the next unescaped colon, as in libpq.
 fn split_fields(line: &str) -> Vec<String> {
     let mut fields = vec![String::new()];
     let mut chars = line.chars();
@@ -421,6 +426,7 @@ fn split_fields(line: &str) -> Vec<String> {
                 }
             }
             ':' if fields.len() < 5 => fields.push(String::new()),
+            ':' => break,
             c => {
                 if let Some(f) = fields.last_mut() {
                     f.push(c);
@@ -611,7 +617,7 @@ mod tests {
         assert_eq!(want("db.example", "5432", "app", "nobody"), None);
         assert_eq!(
             want("db:colon", "1", "x", "odd").as_deref(),
-            Some("p:a\\ss:with:colons")
+            Some("p:a\\ss")
         );
     }
 
@@ -638,6 +644,38 @@ mod tests {
             let (config, _) = filled("", &env).unwrap();
             assert_eq!(config.get_password(), None, "mode {open:o}");
         }
+    }
+
+    /// As libpq (psql): a Unix socket is `localhost` to the password file only when it is the
+    /// default socket directory; another one is matched by its path. And the password ends at the
+    /// first unescaped colon.
+    #[cfg(unix)]
+    #[test]
+    fn the_password_file_matches_sockets_and_colons_as_libpq_does() {
+        let scratch = temp_dir("pgpass-socket");
+        let file = scratch.0.join("pgpass");
+        let file_text = file.display().to_string();
+        write_mode(
+            &file,
+            "localhost:5432:*:app:as-localhost\n/srv/pg:5432:*:app:by-path\n\
+             *:*:*:colons:pa\\:ss:trailing\n",
+            0o600,
+        );
+        let at = |host: &str, user: &str| {
+            let env = vars(&[("PGPASSFILE", &file_text), ("PGUSER", user)]);
+            let (config, _) = filled(&format!("host={host}"), &env).unwrap();
+            config
+                .get_password()
+                .map(|p| String::from_utf8_lossy(p).into_owned())
+        };
+        assert_eq!(at("/srv/pg", "app").as_deref(), Some("by-path"));
+        assert_eq!(
+            at(default_socket_dir(), "app").as_deref(),
+            Some("as-localhost")
+        );
+        assert_eq!(at("localhost", "app").as_deref(), Some("as-localhost"));
+        assert_eq!(at("/elsewhere", "app"), None);
+        assert_eq!(at("db", "colons").as_deref(), Some("pa:ss"));
     }
 
     #[test]
