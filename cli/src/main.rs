@@ -148,6 +148,13 @@ fn main() -> ExitCode {
     if log::set_logger(&WARNINGS).is_ok() {
         log::set_max_level(log::LevelFilter::Warn);
     }
+    // An empty variable is unset, as libpq takes an empty PG* variable (and this command an empty
+    // DATABASE_URL); clap would take it as the table name "". Still one thread here.
+    for variable in TABLE_VARIABLES {
+        if std::env::var_os(variable).is_some_and(|v| v.is_empty()) {
+            std::env::remove_var(variable);
+        }
+    }
     let matches = command().get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     if let Some((name, sub)) = matches.subcommand() {
@@ -302,6 +309,15 @@ const NAMING_VARIABLES: &[&str] = &[
     "PGUSER",
     "PGDATABASE",
     "PGSERVICE",
+];
+
+/// The variables that name the tables (`--leases-table` and the others).
+const TABLE_VARIABLES: [&str; 5] = [
+    "PGTENURE_LEASES_TABLE",
+    "PGTENURE_LEADER_TABLE",
+    "PGTENURE_TICKS_TABLE",
+    "PGTENURE_PROCESSES_TABLE",
+    "PGTENURE_UNITS_TABLE",
 ];
 
 /// The builder for the database given: `--url` (or DATABASE_URL), completed from libpq's

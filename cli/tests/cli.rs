@@ -2048,3 +2048,26 @@ fn a_listing_whose_reader_went_away_ends_quietly() {
         assert_eq!(stderr, "", "{args:?}");
     }
 }
+
+/// An empty `PGTENURE_*_TABLE` is unset, as libpq takes an empty `PG*` variable and pgtenure an
+/// empty `DATABASE_URL` (`PGTENURE_LEASES_TABLE= pgtenure leases` was a usage error).
+#[test]
+fn an_empty_table_variable_is_the_default_table() {
+    for variable in [
+        "PGTENURE_LEASES_TABLE",
+        "PGTENURE_LEADER_TABLE",
+        "PGTENURE_TICKS_TABLE",
+        "PGTENURE_PROCESSES_TABLE",
+        "PGTENURE_UNITS_TABLE",
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_pgtenure"))
+            .args(["--url", &url(), "migrate", "--dry-run"])
+            .env(variable, "")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{variable}: {stderr}");
+        assert!(!stderr.contains("empty part"), "{variable}: {stderr}");
+    }
+}
