@@ -242,8 +242,8 @@ fn system_roots() -> Result<Vec<CertificateDer<'static>>> {
 /// One of libpq's default files in `~/.postgresql/` (`root.crt`, `postgresql.crt`,
 /// `postgresql.key`), when it exists.
 fn default_file(name: &str) -> Option<PathBuf> {
-    let home = std::env::var_os("HOME")?;
-    let path = Path::new(&home).join(".postgresql").join(name);
+    let home = super::libpq::home(&super::libpq::Process)?;
+    let path = home.join(".postgresql").join(name);
     path.is_file().then_some(path)
 }
 
