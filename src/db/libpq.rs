@@ -355,28 +355,37 @@ fn password_from_file(config: &postgres::Config, env: &dyn Environment) -> Optio
         .or_else(|| home(env).map(|h| h.join(".pgpass")))?;
     let text = readable_password_file(&file)?;
     use postgres::config::Host;
-    // As in libpq: the default Unix socket directory is "localhost" to the password file; another
-    // socket directory is matched by its path.
-    let host = match config.get_hosts().first() {
-        Some(Host::Tcp(host)) => host.clone(),
-        #[cfg(unix)]
-        Some(Host::Unix(path)) if path != Path::new(default_socket_dir()) => {
-            path.display().to_string()
-        }
-        _ => match config.get_hostaddrs().first() {
-            Some(addr) if config.get_hosts().is_empty() => addr.to_string(),
-            _ => "localhost".to_owned(),
-        },
-    };
-    let port = config
-        .get_ports()
-        .first()
-        .copied()
-        .unwrap_or(5432)
-        .to_string();
     let user = config.get_user()?;
     let dbname = config.get_dbname().unwrap_or(user);
-    let found = lookup(&text, [host.as_str(), &port, dbname, user]);
+    let (hosts, addrs, ports) = (
+        config.get_hosts(),
+        config.get_hostaddrs(),
+        config.get_ports(),
+    );
+    // libpq looks up each host's line; the driver takes one password for all hosts, so the first
+    // host (in the list's order) that has a line gives it.
+    let found = (0..hosts.len().max(addrs.len()).max(1)).find_map(|i| {
+        // As in libpq: the default Unix socket directory is "localhost" to the password file;
+        // another socket directory is matched by its path; an address alone by itself.
+        let host = match hosts.get(i) {
+            Some(Host::Tcp(host)) => host.clone(),
+            #[cfg(unix)]
+            Some(Host::Unix(path)) if path != Path::new(default_socket_dir()) => {
+                path.display().to_string()
+            }
+            Some(_) => "localhost".to_owned(),
+            None => addrs
+                .get(i)
+                .map_or_else(|| "localhost".to_owned(), ToString::to_string),
+        };
+        let port = ports
+            .get(i)
+            .or_else(|| ports.first())
+            .copied()
+            .unwrap_or(5432)
+            .to_string();
+        lookup(&text, [host.as_str(), &port, dbname, user])
+    });
     if found.is_some() {
         log::debug!(target: TARGET, "the password comes from {}", file.display());
     }
@@ -728,6 +737,27 @@ mod tests {
             .and_then(|p| home_in_passwd(&p, euid));
         assert_eq!(home(&vars(&[])), own);
         assert!(own.is_some(), "uid {euid} has no home in /etc/passwd");
+    }
+
+    /// Several hosts: the first whose line the password file has gives the password (psql
+    /// reaches `PGHOST=a,b PGPORT=1,55432` with a line for the second only).
+    #[cfg(unix)]
+    #[test]
+    fn the_password_file_is_searched_for_each_host_in_order() {
+        let scratch = temp_dir("pgpass-hosts");
+        let file = scratch.0.join("pgpass");
+        let file_text = file.display().to_string();
+        write_mode(&file, "b:55432:*:app:second\nc:*:*:app:third\n", 0o600);
+        let env = vars(&[("PGPASSFILE", &file_text), ("PGUSER", "app")]);
+        let password = |conn: &str| {
+            let (config, _) = filled(conn, &env).unwrap();
+            config
+                .get_password()
+                .map(|p| String::from_utf8_lossy(p).into_owned())
+        };
+        assert_eq!(password("host=a,b port=1,55432").as_deref(), Some("second"));
+        assert_eq!(password("host=a,c,b port=55432").as_deref(), Some("third"));
+        assert_eq!(password("host=a,b port=1,2"), None);
     }
 
     #[test]
