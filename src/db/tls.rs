@@ -146,10 +146,9 @@ fn client_identity(
     {
         use std::os::unix::fs::{MetadataExt, PermissionsExt};
         let mode = meta.permissions().mode() & 0o777;
-        // libpq: 0600 or less when the user owns it, 0640 or less when root does (a key shared
-        // through a group such as ssl-cert).
-        let allowed = if meta.uid() == 0 { 0o640 } else { 0o600 };
-        if mode & !allowed != 0 {
+        // /proc/self belongs to the process's effective user.
+        let euid = std::fs::metadata("/proc/self").map_or(u32::MAX, |m| m.uid());
+        if key_mode_refused(mode, meta.uid(), euid) {
             return Err(Error::invalid_input(format!(
                 "sslkey {} has group or world access (mode {mode:o}); the private key must be \
                  readable by its owner only: chmod 600 {}",
@@ -344,6 +343,14 @@ impl ServerCertVerifier for Verifier {
     }
 }
 
+/// libpq's rule for a client key's mode: no group or world access when this user owns it, and no
+/// more than group read when root does (a key shared through a group such as ssl-cert); a key of
+/// another user is not checked (the system let this user read it).
+#[cfg(unix)]
+fn key_mode_refused(mode: u32, owner: u32, euid: u32) -> bool {
+    (owner == euid && mode & 0o077 != 0) || (owner == 0 && mode & 0o137 != 0)
+}
+
 /// A DER element at the start of `der`: its tag, its contents and what follows it.
 fn element(der: &[u8]) -> Option<(u8, &[u8], &[u8])> {
     let (&tag, rest) = der.split_first()?;
@@ -461,6 +468,33 @@ pub(crate) fn advice(err: &postgres::Error) -> Option<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::time;
+
+    /// As libpq (fe-secure-openssl.c): a root-owned 0640 key is accepted unless root runs the
+    /// program; the owner's execute bit is not access.
+    #[cfg(unix)]
+    #[test]
+    fn client_key_modes_are_refused_as_libpq_refuses_them() {
+        use super::key_mode_refused;
+        for (mode, owner, euid, refused) in [
+            (0o600, 1000, 1000, false),
+            (0o400, 1000, 1000, false),
+            (0o700, 1000, 1000, false),
+            (0o640, 1000, 1000, true),
+            (0o604, 1000, 1000, true),
+            (0o640, 0, 1000, false),
+            (0o644, 0, 1000, true),
+            (0o660, 0, 1000, true),
+            (0o640, 0, 0, true),
+            (0o600, 0, 0, false),
+            (0o644, 1001, 1000, false),
+        ] {
+            assert_eq!(
+                key_mode_refused(mode, owner, euid),
+                refused,
+                "mode {mode:o} owner {owner} euid {euid}"
+            );
+        }
+    }
 
     #[test]
     fn certificate_times_read_as_openssl_reads_them() {
