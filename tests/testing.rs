@@ -184,8 +184,11 @@ fn a_private_tmpdir_as_root_is_left_empty() {
         "private",
         &private,
     );
-    // One port: the child failed after its first server (see its stderr).
-    assert_eq!(ports.len(), 2, "{ports:?}");
+    if ports.len() != 2 {
+        // The child failed before its last server (see its stderr): nothing of it is checked.
+        let _ = std::fs::remove_dir_all(&private);
+        panic!("the child reported {ports:?}, not two servers");
+    }
     let left = |dir: &std::path::Path| {
         std::fs::read_dir(dir)
             .unwrap()
