@@ -159,8 +159,13 @@ fn a_private_tmpdir_as_root_is_left_empty() {
     use std::os::unix::fs::{DirBuilderExt, MetadataExt};
     if let Ok(mode) = std::env::var(CHILD_ENV) {
         if mode == "private" {
-            // Dropped: stopped and deleted while the process runs.
-            TempPostgres::start().unwrap().stop().unwrap();
+            // Dropped: stopped and deleted while the process runs, at once: the supervisor, who
+            // may not delete the directory here, does not try for 10 s before the reaper does.
+            let pg = TempPostgres::start().unwrap();
+            let started = std::time::Instant::now();
+            pg.stop().unwrap();
+            let took = started.elapsed();
+            assert!(took < Duration::from_secs(5), "stop() took {took:?}");
             return child("static");
         }
         return child(&mode);
@@ -179,7 +184,11 @@ fn a_private_tmpdir_as_root_is_left_empty() {
         "private",
         &private,
     );
-    assert_eq!(ports.len(), 2, "{ports:?}");
+    if ports.len() != 2 {
+        // The child failed before its last server (see its stderr): nothing of it is checked.
+        let _ = std::fs::remove_dir_all(&private);
+        panic!("the child reported {ports:?}, not two servers");
+    }
     let left = |dir: &std::path::Path| {
         std::fs::read_dir(dir)
             .unwrap()
@@ -212,4 +221,52 @@ fn a_server_in_a_static_stops_when_the_process_exits() {
     wait_for("both servers to stop", Duration::from_secs(30), || {
         (ports.iter().all(|p| !accepts(*p)) && temp_dirs_of(pid).is_empty()).then_some(())
     });
+}
+
+/// As root with a `TMPDIR` the server's user cannot enter (mode 0700, owned by root): the error
+/// says which directory and what to do (it said only "could not run initdb: Permission denied"),
+/// and nothing is left in it.
+#[test]
+fn a_tmpdir_the_server_user_cannot_enter_is_named_in_the_error() {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    if std::env::var(CHILD_ENV).as_deref() == Ok("closed") {
+        let err = TempPostgres::start().map(|_| ()).unwrap_err();
+        println!("KIND={:?}", err.kind());
+        println!("ERR={err}");
+        return;
+    }
+    if std::fs::metadata("/proc/self").map(|m| m.uid()).ok() != Some(0) {
+        eprintln!("not root: the servers run as this user, who can enter TMPDIR");
+        return;
+    }
+    let closed = std::env::temp_dir().join(format!("t_closed_tmp_{}", std::process::id()));
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&closed)
+        .unwrap();
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "a_tmpdir_the_server_user_cannot_enter_is_named_in_the_error",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD_ENV, "closed")
+        .env("TMPDIR", &closed)
+        .env_remove("DATABASE_URL")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let left: Vec<_> = std::fs::read_dir(&closed)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    let _ = std::fs::remove_dir_all(&closed);
+    assert!(stdout.contains("KIND=Setup"), "{stdout}");
+    assert!(
+        stdout.contains(&format!("cannot enter {}", closed.display()))
+            && stdout.contains("set TMPDIR"),
+        "{stdout}"
+    );
+    assert!(left.is_empty(), "{left:?}");
 }

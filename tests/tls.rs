@@ -7,7 +7,9 @@ mod common;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use common::tls::{encrypted, self_signed, server, server_with, write_mode, Authority};
+use common::tls::{
+    encrypted, self_signed, self_signed_valid, server, server_with, write_mode, Authority,
+};
 use pgtenure::testing::TempPostgres;
 use pgtenure::{leases::Leases, Db, ErrorKind, SslMode};
 
@@ -566,4 +568,30 @@ fn a_client_key_of_another_certificate_is_refused_before_connecting() {
         err.to_string().contains("the key is not the certificate's"),
         "{err}"
     );
+}
+
+/// A self-signed certificate given as its own root is trusted only within its dates, as OpenSSL
+/// (psql) checks them on a trusted certificate too: an expired one, or one not valid yet, is
+/// refused under every mode that checks the certificate.
+#[test]
+fn an_expired_or_future_self_signed_certificate_is_refused_as_psql_refuses_it() {
+    for (name, between, says) in [
+        ("expired", ((2020, 1, 1), (2021, 1, 1)), "Expired"),
+        ("future", ((2090, 1, 1), (2091, 1, 1)), "NotValidYet"),
+    ] {
+        let (cert, key) = self_signed_valid(Some(between));
+        let pg = server_with(cert.clone(), key, None, None);
+        let file = pg.dir().join("dated.crt");
+        std::fs::write(&file, cert).unwrap();
+        for mode in ["require", "verify-ca", "verify-full"] {
+            let (err, took) = refused(&format!(
+                "postgres://postgres@localhost:{}/postgres?sslmode={mode}&sslrootcert={}",
+                pg.port(),
+                file.display()
+            ));
+            println!("{name} {mode}: {took:?}: {err}");
+            assert_eq!(err.kind(), ErrorKind::Database, "{name} {mode}: {err}");
+            assert!(err.to_string().contains(says), "{name} {mode}: {err}");
+        }
+    }
 }

@@ -23,6 +23,23 @@ macro_rules! say {
     }};
 }
 
+/// `print!` that cannot panic: see [`write_stdout`].
+macro_rules! out {
+    ($($arg:tt)*) => {
+        $crate::write_stdout(format_args!($($arg)*))
+    };
+}
+
+/// `println!` that cannot panic: see [`write_stdout`].
+macro_rules! outln {
+    () => {
+        $crate::write_stdout(format_args!("\n"))
+    };
+    ($($arg:tt)*) => {
+        $crate::write_stdout(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
+
 mod cmd;
 mod duration;
 mod input;
@@ -41,6 +58,23 @@ use crate::output::{report, Output};
 /// What a command can fail with: the library's errors, and the command's own (a missing URL, a
 /// command that cannot be started), each printed with its message.
 type Failure = Box<dyn std::error::Error>;
+
+/// Writes to stdout, flushed. Its reader gone (`pgtenure leases --watch | head -1`), the command
+/// ends at once and quietly with 141, as a shell reports a `cat` that SIGPIPE ended (Rust ignores
+/// SIGPIPE, and `print!` would panic); another failure (a full disk) is said on stderr and ends it
+/// with 1. Only listings and actions print on stdout: never `lease-run`, whose command must be
+/// stopped before it ends.
+pub(crate) fn write_stdout(args: std::fmt::Arguments<'_>) {
+    use std::io::Write as _;
+    let mut stdout = std::io::stdout().lock();
+    if let Err(e) = stdout.write_fmt(args).and_then(|()| stdout.flush()) {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(141);
+        }
+        say!("pgtenure: cannot write to stdout: {e}");
+        std::process::exit(i32::from(EXIT_ERROR));
+    }
+}
 
 /// Exit status when a listing or action failed (the error is on stderr).
 const EXIT_ERROR: u8 = 1;
@@ -113,6 +147,13 @@ impl Global {
 fn main() -> ExitCode {
     if log::set_logger(&WARNINGS).is_ok() {
         log::set_max_level(log::LevelFilter::Warn);
+    }
+    // An empty variable is unset, as libpq takes an empty PG* variable (and this command an empty
+    // DATABASE_URL); clap would take it as the table name "". Still one thread here.
+    for variable in TABLE_VARIABLES {
+        if std::env::var_os(variable).is_some_and(|v| v.is_empty()) {
+            std::env::remove_var(variable);
+        }
     }
     let matches = command().get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
@@ -270,6 +311,15 @@ const NAMING_VARIABLES: &[&str] = &[
     "PGSERVICE",
 ];
 
+/// The variables that name the tables (`--leases-table` and the others).
+const TABLE_VARIABLES: [&str; 5] = [
+    "PGTENURE_LEASES_TABLE",
+    "PGTENURE_LEADER_TABLE",
+    "PGTENURE_TICKS_TABLE",
+    "PGTENURE_PROCESSES_TABLE",
+    "PGTENURE_UNITS_TABLE",
+];
+
 /// The builder for the database given: `--url` (or DATABASE_URL), completed from libpq's
 /// environment; else libpq's environment alone when it names a database.
 fn builder(global: &Global) -> Result<pgtenure::DbBuilder, String> {
@@ -341,8 +391,8 @@ fn run(cli: Cli) -> Result<u8, Failure> {
     let signals = signals::Signals::install()?;
     let every = global.interval;
     loop {
-        print!("\x1b[H\x1b[2J");
-        println!(
+        out!("\x1b[H\x1b[2J");
+        outln!(
             "Every {every:?}: {} (interrupt to stop)\n",
             cli.command.application_name()
         );

@@ -84,9 +84,9 @@ pub(crate) fn show(
     text: impl FnOnce() -> String,
 ) -> Result<u8, Failure> {
     if global.as_json() {
-        println!("{json}");
+        outln!("{json}");
     } else {
-        print!("{}", text());
+        out!("{}", text());
     }
     Ok(0)
 }

@@ -2024,3 +2024,50 @@ fn help_offers_the_listing_flags_only_where_they_apply() {
         assert!(stderr.contains("applies to listings"), "{args:?}: {stderr}");
     }
 }
+
+/// stdout closed by its reader (`pgtenure leases --watch | head -1`): the command ends quietly
+/// with 141 (128 + SIGPIPE, as a shell reports `cat` killed by it), never a panic (101 and a
+/// backtrace on stderr).
+#[test]
+fn a_listing_whose_reader_went_away_ends_quietly() {
+    let env = Env::new();
+    env.leases().create_table().unwrap();
+    for args in [
+        &["leases", "--watch", "--interval", "100ms"][..],
+        &["status", "--watch", "--interval", "100ms"][..],
+    ] {
+        let mut child = env.command(args).spawn().unwrap();
+        let mut stdout = child.stdout.take().unwrap();
+        let mut first = [0u8; 5];
+        // The first listing has begun: then the reader goes away, as `head -1` does.
+        stdout.read_exact(&mut first).unwrap();
+        drop(stdout);
+        let (status, stderr) = finish(child, Duration::from_secs(10));
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        assert_eq!(status.code(), Some(141), "{args:?}: {stderr}");
+        assert_eq!(stderr, "", "{args:?}");
+    }
+}
+
+/// An empty `PGTENURE_*_TABLE` is unset, as libpq takes an empty `PG*` variable and pgtenure an
+/// empty `DATABASE_URL` (`PGTENURE_LEASES_TABLE= pgtenure leases` was a usage error).
+#[test]
+fn an_empty_table_variable_is_the_default_table() {
+    for variable in [
+        "PGTENURE_LEASES_TABLE",
+        "PGTENURE_LEADER_TABLE",
+        "PGTENURE_TICKS_TABLE",
+        "PGTENURE_PROCESSES_TABLE",
+        "PGTENURE_UNITS_TABLE",
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_pgtenure"))
+            .args(["--url", &url(), "migrate", "--dry-run"])
+            .env(variable, "")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{variable}: {stderr}");
+        assert!(!stderr.contains("empty part"), "{variable}: {stderr}");
+    }
+}

@@ -94,7 +94,8 @@ impl DbBuilder {
     /// trusted authority after it, if any) and its private key (a PEM file, PKCS#8, PKCS#1 or SEC1,
     /// unencrypted) presented to a server that asks for one: libpq's `sslcert` and `sslkey`, for
     /// servers whose `pg_hba.conf` admits with `cert` (mutual TLS). The key file must not be
-    /// readable by group or others (0600; 0640 when owned by root), as libpq requires. Read by
+    /// readable by group or others (0600; 0640 when owned by root and read by another user), as
+    /// libpq requires. Read by
     /// [`DbBuilder::build`]. Defaults to the connection string's `sslcert` and `sslkey`, else
     /// `~/.postgresql/postgresql.crt` and `~/.postgresql/postgresql.key` when they exist.
     ///

@@ -127,7 +127,9 @@ fn in_source(e: Error, source: &str) -> Error {
 /// Whether the connection string (or a source above this one) set `key`.
 fn is_set(config: &postgres::Config, params: &UrlParams, key: &str) -> bool {
     match key {
-        "host" | "hostaddr" => !config.get_hosts().is_empty() || !config.get_hostaddrs().is_empty(),
+        // Two keywords, as in libpq: an address from one source and its name from another.
+        "host" => !config.get_hosts().is_empty(),
+        "hostaddr" => !config.get_hostaddrs().is_empty(),
         "port" => !config.get_ports().is_empty(),
         "user" => config.get_user().is_some(),
         "password" => config.get_password().is_some(),
@@ -230,8 +232,32 @@ fn default_socket_dir() -> &'static str {
     }
 }
 
-fn home(env: &dyn Environment) -> Option<PathBuf> {
-    env.var("HOME").map(PathBuf::from)
+/// The user's home directory as libpq finds it: `HOME`, else (unset or empty, as under a service
+/// manager or `env -i`) the effective user's entry in the password database.
+pub(crate) fn home(env: &dyn Environment) -> Option<PathBuf> {
+    if let Some(home) = env.var("HOME") {
+        return Some(PathBuf::from(home));
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        // /proc/self belongs to the process's effective user.
+        let euid = std::fs::metadata("/proc/self").ok()?.uid();
+        let passwd = std::fs::read_to_string("/etc/passwd").ok()?;
+        home_in_passwd(&passwd, euid)
+    }
+    #[cfg(not(unix))]
+    None
+}
+
+/// The home directory of `uid` in the text of `/etc/passwd` (`name:x:uid:gid:gecos:home:shell`).
+#[cfg(unix)]
+fn home_in_passwd(passwd: &str, uid: u32) -> Option<PathBuf> {
+    passwd.lines().find_map(|line| {
+        let fields: Vec<&str> = line.split(':').collect();
+        (fields.len() >= 6 && fields[2].parse() == Ok(uid) && !fields[5].is_empty())
+            .then(|| PathBuf::from(fields[5]))
+    })
 }
 
 // --- Service files -----------------------------------------------------------------------------
@@ -329,23 +355,37 @@ fn password_from_file(config: &postgres::Config, env: &dyn Environment) -> Optio
         .or_else(|| home(env).map(|h| h.join(".pgpass")))?;
     let text = readable_password_file(&file)?;
     use postgres::config::Host;
-    // A Unix socket is "localhost" to the password file, as in libpq.
-    let host = match config.get_hosts().first() {
-        Some(Host::Tcp(host)) => host.clone(),
-        _ => match config.get_hostaddrs().first() {
-            Some(addr) if config.get_hosts().is_empty() => addr.to_string(),
-            _ => "localhost".to_owned(),
-        },
-    };
-    let port = config
-        .get_ports()
-        .first()
-        .copied()
-        .unwrap_or(5432)
-        .to_string();
     let user = config.get_user()?;
     let dbname = config.get_dbname().unwrap_or(user);
-    let found = lookup(&text, [host.as_str(), &port, dbname, user]);
+    let (hosts, addrs, ports) = (
+        config.get_hosts(),
+        config.get_hostaddrs(),
+        config.get_ports(),
+    );
+    // libpq looks up each host's line; the driver takes one password for all hosts, so the first
+    // host (in the list's order) that has a line gives it.
+    let found = (0..hosts.len().max(addrs.len()).max(1)).find_map(|i| {
+        // As in libpq: the default Unix socket directory is "localhost" to the password file;
+        // another socket directory is matched by its path; an address alone by itself.
+        let host = match hosts.get(i) {
+            Some(Host::Tcp(host)) => host.clone(),
+            #[cfg(unix)]
+            Some(Host::Unix(path)) if path != Path::new(default_socket_dir()) => {
+                path.display().to_string()
+            }
+            Some(_) => "localhost".to_owned(),
+            None => addrs
+                .get(i)
+                .map_or_else(|| "localhost".to_owned(), ToString::to_string),
+        };
+        let port = ports
+            .get(i)
+            .or_else(|| ports.first())
+            .copied()
+            .unwrap_or(5432)
+            .to_string();
+        lookup(&text, [host.as_str(), &port, dbname, user])
+    });
     if found.is_some() {
         log::debug!(target: TARGET, "the password comes from {}", file.display());
     }
@@ -407,7 +447,7 @@ fn lookup(text: &str, wanted: [&str; 4]) -> Option<String> {
 }
 
 /// A password file line's fields: split on unescaped colons, escapes removed; the fifth field
-/// takes the rest of the line.
+/// (the password) ends at the next unescaped colon, as in libpq.
 fn split_fields(line: &str) -> Vec<String> {
     let mut fields = vec![String::new()];
     let mut chars = line.chars();
@@ -419,6 +459,7 @@ fn split_fields(line: &str) -> Vec<String> {
                 }
             }
             ':' if fields.len() < 5 => fields.push(String::new()),
+            ':' => break,
             c => {
                 if let Some(f) = fields.last_mut() {
                     f.push(c);
@@ -536,6 +577,36 @@ mod tests {
         assert_eq!(config.get_hosts(), &[Host::Tcp("env-host".into())]);
     }
 
+    /// libpq reads `host` and `hostaddr` as two keywords: `PGHOSTADDR` gives the address to
+    /// connect to and `PGHOST` (or the URL's host) the name (for TLS and the password file), so
+    /// psql reaches `PGHOST=db.invalid PGHOSTADDR=127.0.0.1`.
+    #[test]
+    fn host_and_hostaddr_are_filled_each_on_its_own() {
+        use postgres::config::Host;
+        let both = vars(&[("PGHOST", "db.invalid"), ("PGHOSTADDR", "127.0.0.1")]);
+        let (config, _) = filled("", &both).unwrap();
+        assert_eq!(config.get_hosts(), &[Host::Tcp("db.invalid".into())]);
+        assert_eq!(
+            config.get_hostaddrs(),
+            &["127.0.0.1".parse::<std::net::IpAddr>().unwrap()]
+        );
+        let addr_only = vars(&[("PGHOSTADDR", "127.0.0.1")]);
+        let (config, _) = filled("postgres://u@db.invalid/test", &addr_only).unwrap();
+        assert_eq!(config.get_hosts(), &[Host::Tcp("db.invalid".into())]);
+        assert_eq!(
+            config.get_hostaddrs(),
+            &["127.0.0.1".parse::<std::net::IpAddr>().unwrap()]
+        );
+        // An address alone in the URL takes its name from PGHOST.
+        let host_only = vars(&[("PGHOST", "db.invalid")]);
+        let (config, _) = filled("hostaddr=127.0.0.1 user=u", &host_only).unwrap();
+        assert_eq!(config.get_hosts(), &[Host::Tcp("db.invalid".into())]);
+        // Neither: the default socket, no address.
+        let (config, _) = filled("", &vars(&[])).unwrap();
+        assert!(matches!(config.get_hosts(), [Host::Unix(_)]));
+        assert!(config.get_hostaddrs().is_empty());
+    }
+
     #[test]
     fn libpq_defaults_apply_when_nothing_is_set() {
         use postgres::config::Host;
@@ -579,7 +650,7 @@ mod tests {
         assert_eq!(want("db.example", "5432", "app", "nobody"), None);
         assert_eq!(
             want("db:colon", "1", "x", "odd").as_deref(),
-            Some("p:a\\ss:with:colons")
+            Some("p:a\\ss")
         );
     }
 
@@ -606,6 +677,87 @@ mod tests {
             let (config, _) = filled("", &env).unwrap();
             assert_eq!(config.get_password(), None, "mode {open:o}");
         }
+    }
+
+    /// As libpq (psql): a Unix socket is `localhost` to the password file only when it is the
+    /// default socket directory; another one is matched by its path. And the password ends at the
+    /// first unescaped colon.
+    #[cfg(unix)]
+    #[test]
+    fn the_password_file_matches_sockets_and_colons_as_libpq_does() {
+        let scratch = temp_dir("pgpass-socket");
+        let file = scratch.0.join("pgpass");
+        let file_text = file.display().to_string();
+        write_mode(
+            &file,
+            "localhost:5432:*:app:as-localhost\n/srv/pg:5432:*:app:by-path\n\
+             *:*:*:colons:pa\\:ss:trailing\n",
+            0o600,
+        );
+        let at = |host: &str, user: &str| {
+            let env = vars(&[("PGPASSFILE", &file_text), ("PGUSER", user)]);
+            let (config, _) = filled(&format!("host={host}"), &env).unwrap();
+            config
+                .get_password()
+                .map(|p| String::from_utf8_lossy(p).into_owned())
+        };
+        assert_eq!(at("/srv/pg", "app").as_deref(), Some("by-path"));
+        assert_eq!(
+            at(default_socket_dir(), "app").as_deref(),
+            Some("as-localhost")
+        );
+        assert_eq!(at("localhost", "app").as_deref(), Some("as-localhost"));
+        assert_eq!(at("/elsewhere", "app"), None);
+        assert_eq!(at("db", "colons").as_deref(), Some("pa:ss"));
+    }
+
+    /// libpq finds the home directory in the password database when `HOME` is unset (a service
+    /// manager's environment, `env -i`): `~/.pgpass` and `~/.postgresql` are still found there.
+    #[cfg(unix)]
+    #[test]
+    fn without_home_the_home_directory_comes_from_the_password_database() {
+        let passwd = "root:x:0:0:root:/root:/bin/bash\nbroken\n\
+                      postgres:x:101:104:PostgreSQL:/var/lib/postgresql:/bin/sh\nnohome:x:7:7::\n";
+        assert_eq!(
+            home_in_passwd(passwd, 101),
+            Some(PathBuf::from("/var/lib/postgresql"))
+        );
+        assert_eq!(home_in_passwd(passwd, 0), Some(PathBuf::from("/root")));
+        assert_eq!(home_in_passwd(passwd, 7), None);
+        assert_eq!(home_in_passwd(passwd, 9), None);
+        assert_eq!(
+            home(&vars(&[("HOME", "/given")])),
+            Some(PathBuf::from("/given"))
+        );
+        // This process's own entry, when it has one.
+        use std::os::unix::fs::MetadataExt;
+        let euid = std::fs::metadata("/proc/self").unwrap().uid();
+        let own = std::fs::read_to_string("/etc/passwd")
+            .ok()
+            .and_then(|p| home_in_passwd(&p, euid));
+        assert_eq!(home(&vars(&[])), own);
+        assert!(own.is_some(), "uid {euid} has no home in /etc/passwd");
+    }
+
+    /// Several hosts: the first whose line the password file has gives the password (psql
+    /// reaches `PGHOST=a,b PGPORT=1,55432` with a line for the second only).
+    #[cfg(unix)]
+    #[test]
+    fn the_password_file_is_searched_for_each_host_in_order() {
+        let scratch = temp_dir("pgpass-hosts");
+        let file = scratch.0.join("pgpass");
+        let file_text = file.display().to_string();
+        write_mode(&file, "b:55432:*:app:second\nc:*:*:app:third\n", 0o600);
+        let env = vars(&[("PGPASSFILE", &file_text), ("PGUSER", "app")]);
+        let password = |conn: &str| {
+            let (config, _) = filled(conn, &env).unwrap();
+            config
+                .get_password()
+                .map(|p| String::from_utf8_lossy(p).into_owned())
+        };
+        assert_eq!(password("host=a,b port=1,55432").as_deref(), Some("second"));
+        assert_eq!(password("host=a,c,b port=55432").as_deref(), Some("third"));
+        assert_eq!(password("host=a,b port=1,2"), None);
     }
 
     #[test]

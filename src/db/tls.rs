@@ -142,10 +142,9 @@ fn client_identity(
     {
         use std::os::unix::fs::{MetadataExt, PermissionsExt};
         let mode = meta.permissions().mode() & 0o777;
-        // libpq: 0600 or less when the user owns it, 0640 or less when root does (a key shared
-        // through a group such as ssl-cert).
-        let allowed = if meta.uid() == 0 { 0o640 } else { 0o600 };
-        if mode & !allowed != 0 {
+        // /proc/self belongs to the process's effective user.
+        let euid = std::fs::metadata("/proc/self").map_or(u32::MAX, |m| m.uid());
+        if key_mode_refused(mode, meta.uid(), euid) {
             return Err(Error::invalid_input(format!(
                 "sslkey {} has group or world access (mode {mode:o}); the private key must be \
                  readable by its owner only: chmod 600 {}",
@@ -238,8 +237,8 @@ fn system_roots() -> Result<Vec<CertificateDer<'static>>> {
 /// One of libpq's default files in `~/.postgresql/` (`root.crt`, `postgresql.crt`,
 /// `postgresql.key`), when it exists.
 fn default_file(name: &str) -> Option<PathBuf> {
-    let home = std::env::var_os("HOME")?;
-    let path = Path::new(&home).join(".postgresql").join(name);
+    let home = super::libpq::home(&super::libpq::Process)?;
+    let path = home.join(".postgresql").join(name);
     path.is_file().then_some(path)
 }
 
@@ -275,8 +274,21 @@ impl ServerCertVerifier for Verifier {
             .iter()
             .any(|t| t.as_ref() == end_entity.as_ref())
         {
-            // The very certificate the user trusts: no chain to build. Its name is still checked
-            // under verify-full. (Its validity dates are not: the user pinned this certificate.)
+            // The very certificate the user trusts: no chain to build. Its dates are still
+            // checked, as OpenSSL checks a trust anchor's ("in addition to RFC 5280, do also for
+            // trust anchor": psql refuses it expired), and its name under verify-full.
+            let (not_before, not_after) = validity(end_entity.as_ref()).ok_or(
+                rustls::Error::InvalidCertificate(CertificateError::BadEncoding),
+            )?;
+            let now = now.as_secs();
+            if now < not_before {
+                return Err(rustls::Error::InvalidCertificate(
+                    CertificateError::NotValidYet,
+                ));
+            }
+            if now > not_after {
+                return Err(rustls::Error::InvalidCertificate(CertificateError::Expired));
+            }
             if self.names {
                 let parsed = ParsedCertificate::try_from(end_entity)?;
                 verify_server_name(&parsed, server_name)?;
@@ -325,6 +337,88 @@ impl ServerCertVerifier for Verifier {
             .signature_verification_algorithms
             .supported_schemes()
     }
+}
+
+/// libpq's rule for a client key's mode: no group or world access when this user owns it, and no
+/// more than group read when root does (a key shared through a group such as ssl-cert); a key of
+/// another user is not checked (the system let this user read it).
+#[cfg(unix)]
+fn key_mode_refused(mode: u32, owner: u32, euid: u32) -> bool {
+    (owner == euid && mode & 0o077 != 0) || (owner == 0 && mode & 0o137 != 0)
+}
+
+/// A DER element at the start of `der`: its tag, its contents and what follows it.
+fn element(der: &[u8]) -> Option<(u8, &[u8], &[u8])> {
+    let (&tag, rest) = der.split_first()?;
+    let (&first, rest) = rest.split_first()?;
+    let (len, rest) = if first < 0x80 {
+        (usize::from(first), rest)
+    } else {
+        let n = usize::from(first & 0x7f);
+        if n == 0 || n > 4 || rest.len() < n {
+            return None;
+        }
+        let (bytes, rest) = rest.split_at(n);
+        let len = bytes
+            .iter()
+            .fold(0usize, |len, &b| (len << 8) | usize::from(b));
+        (len, rest)
+    };
+    if rest.len() < len {
+        return None;
+    }
+    let (contents, after) = rest.split_at(len);
+    Some((tag, contents, after))
+}
+
+/// A certificate's validity (notBefore, notAfter) in seconds since the Unix epoch, read from its
+/// DER; `None` when it does not parse.
+fn validity(cert: &[u8]) -> Option<(u64, u64)> {
+    let (_, certificate, _) = element(cert)?;
+    let (_, tbs, _) = element(certificate)?;
+    let (tag, _, mut rest) = element(tbs)?;
+    if tag != 0xa0 {
+        rest = tbs; // no explicit version: the serial number comes first
+    }
+    let (_, _, rest) = element(rest)?; // serial number
+    let (_, _, rest) = element(rest)?; // signature algorithm
+    let (_, _, rest) = element(rest)?; // issuer
+    let (_, validity, _) = element(rest)?;
+    let (tag0, before, rest) = element(validity)?;
+    let (tag1, after, _) = element(rest)?;
+    Some((time(tag0, before)?, time(tag1, after)?))
+}
+
+/// An ASN.1 UTCTime (tag 0x17, `YYMMDDHHMMSSZ`) or GeneralizedTime (0x18, `YYYYMMDDHHMMSSZ`) as
+/// seconds since the Unix epoch (0 for a time before it).
+fn time(tag: u8, text: &[u8]) -> Option<u64> {
+    let text = std::str::from_utf8(text).ok()?.strip_suffix('Z')?;
+    if !text.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let (year, rest) = match tag {
+        0x17 if text.len() == 12 => {
+            let yy: i64 = text.get(..2)?.parse().ok()?;
+            (if yy >= 50 { 1900 + yy } else { 2000 + yy }, text.get(2..)?)
+        }
+        0x18 if text.len() == 14 => (text.get(..4)?.parse().ok()?, text.get(4..)?),
+        _ => return None,
+    };
+    let field = |i: usize| rest.get(i..i + 2).and_then(|f| f.parse::<i64>().ok());
+    let (month, day) = (field(0)?, field(2)?);
+    let (hour, minute, second) = (field(4)?, field(6)?, field(8)?);
+    if !(1..=12).contains(&month) || !(1..=31).contains(&day) || hour > 23 || minute > 59 {
+        return None;
+    }
+    // Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's days_from_civil).
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (month + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    Some(u64::try_from(days * 86_400 + hour * 3600 + minute * 60 + second.min(60)).unwrap_or(0))
 }
 
 /// What to do about a connection attempt that the TLS stack refused (the server's certificate did
@@ -429,5 +523,59 @@ impl rustls::client::ResolvesClientCert for ClientIdentity {
 
     fn has_certs(&self) -> bool {
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::time;
+
+    /// As libpq (fe-secure-openssl.c): a root-owned 0640 key is accepted unless root runs the
+    /// program; the owner's execute bit is not access.
+    #[cfg(unix)]
+    #[test]
+    fn client_key_modes_are_refused_as_libpq_refuses_them() {
+        use super::key_mode_refused;
+        for (mode, owner, euid, refused) in [
+            (0o600, 1000, 1000, false),
+            (0o400, 1000, 1000, false),
+            (0o700, 1000, 1000, false),
+            (0o640, 1000, 1000, true),
+            (0o604, 1000, 1000, true),
+            (0o640, 0, 1000, false),
+            (0o644, 0, 1000, true),
+            (0o660, 0, 1000, true),
+            (0o640, 0, 0, true),
+            (0o600, 0, 0, false),
+            (0o644, 1001, 1000, false),
+        ] {
+            assert_eq!(
+                key_mode_refused(mode, owner, euid),
+                refused,
+                "mode {mode:o} owner {owner} euid {euid}"
+            );
+        }
+    }
+
+    #[test]
+    fn certificate_times_read_as_openssl_reads_them() {
+        assert_eq!(time(0x17, b"700101000000Z"), Some(0));
+        assert_eq!(time(0x17, b"491231235959Z"), Some(2_524_607_999));
+        assert_eq!(time(0x18, b"20240229123456Z"), Some(1_709_210_096));
+        assert_eq!(
+            time(0x17, b"500101000000Z"),
+            Some(0),
+            "1950 is before the epoch"
+        );
+        for bad in [
+            &b"240229123456"[..],
+            b"2402291234Z",
+            b"24x229123456Z",
+            b"241329123456Z",
+            b"",
+        ] {
+            assert_eq!(time(0x17, bad), None, "{bad:?}");
+        }
+        assert_eq!(time(0x04, b"240229123456Z"), None);
     }
 }

@@ -504,7 +504,24 @@ fn initdb(bindir: &Path, dir: &Path, run_as: Option<RunAs>) -> Result<()> {
         command.uid(user.uid).gid(user.gid);
     }
     let out = command.output().map_err(|e| {
-        Error::setup(format!("could not run {}/initdb", bindir.display())).with_source(e)
+        let denied = e.kind() == std::io::ErrorKind::PermissionDenied;
+        match run_as
+            .filter(|_| denied)
+            .and_then(|user| closed_ancestor(dir, user))
+        {
+            Some(closed) => Error::setup(format!(
+                "could not run {}/initdb as uid {} (the server may not run as root): it \
+                 cannot enter {}, which holds the server's directory {}; set TMPDIR to a \
+                 directory that user can reach, or open this one (chmod o+x {})",
+                bindir.display(),
+                run_as.map_or(0, |u| u.uid),
+                closed.display(),
+                dir.display(),
+                closed.display()
+            )),
+            None => Error::setup(format!("could not run {}/initdb", bindir.display())),
+        }
+        .with_source(e)
     })?;
     if !out.status.success() {
         return Err(Error::setup(format!(
@@ -514,6 +531,19 @@ fn initdb(bindir: &Path, dir: &Path, run_as: Option<RunAs>) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+/// The first directory above `dir` that `user` may not enter by its mode bits (a private
+/// `TMPDIR` of mode 0700 owned by root), to say so; `None` when the bits let it through.
+fn closed_ancestor(dir: &Path, user: RunAs) -> Option<PathBuf> {
+    dir.ancestors().skip(1).find_map(|a| {
+        let meta = fs::metadata(a).ok()?;
+        let mode = meta.mode();
+        let enters = (meta.uid() == user.uid && mode & 0o100 != 0)
+            || (meta.gid() == user.gid && mode & 0o010 != 0)
+            || mode & 0o001 != 0;
+        (!enters).then(|| a.to_owned())
+    })
 }
 
 /// A port that was free a moment ago (the kernel's choice for port 0).

@@ -38,11 +38,16 @@ const STOP_TIMEOUT: Duration = Duration::from_secs(30);
 const REMOVE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What every supervisor runs after its script (which has stopped the server): deletes `$dir`,
-/// again every quarter second for up to 10 s while something still writes in it.
+/// again every quarter second for up to 10 s while something still writes in it. A user who may
+/// not write in its parent (the server's user in a private `TMPDIR` as root) stops once it has
+/// emptied it: only the reaper, as root, can delete it, and it waits for this shell to end.
 const REMOVE_DIR: &str = r#"
 tries=0
+parent=$(dirname -- "$dir")
 while [ -e "$dir" ] && [ "$tries" -lt 40 ]; do
-    rm -rf "$dir" 2>/dev/null || sleep 0.25
+    rm -rf "$dir" 2>/dev/null && break
+    if [ ! -w "$parent" ] && [ -z "$(ls -A "$dir" 2>/dev/null)" ]; then break; fi
+    sleep 0.25
     tries=$((tries + 1))
 done
 "#;

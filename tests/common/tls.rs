@@ -99,7 +99,20 @@ impl Authority {
 /// make one (`openssl req -new -x509 ...`: a CA certificate that is its own issuer), to be given to
 /// clients as their `sslrootcert`.
 pub fn self_signed() -> (String, String) {
+    self_signed_valid(None)
+}
+
+/// A date: year, month, day.
+pub type Ymd = (i32, u8, u8);
+
+/// A self-signed certificate for `localhost` valid only between the two dates given (year, month,
+/// day each), and its key: expired, or not valid yet.
+pub fn self_signed_valid(between: Option<(Ymd, Ymd)>) -> (String, String) {
     let mut params = CertificateParams::new(vec!["localhost".to_owned()]).unwrap();
+    if let Some(((y0, m0, d0), (y1, m1, d1))) = between {
+        params.not_before = rcgen::date_time_ymd(y0, m0, d0);
+        params.not_after = rcgen::date_time_ymd(y1, m1, d1);
+    }
     params
         .distinguished_name
         .push(DnType::CommonName, "localhost");

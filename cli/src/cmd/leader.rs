@@ -62,17 +62,17 @@ impl LeaderArgs {
                 let asked = elector.request_resign()?;
                 let holder = leader.as_ref().map(|l| l.holder.as_str());
                 if global.as_json() {
-                    println!(
+                    outln!(
                         "{}",
                         json!({ "name": name, "asked": asked, "holder": holder })
                     );
                 } else if asked {
-                    println!(
+                    outln!(
                         "asked {} to step down from fleet {name:?}; it does at its next renewal",
                         holder.unwrap_or("the leader")
                     );
                 } else {
-                    println!("nobody leads fleet {name:?}: nothing to resign");
+                    outln!("nobody leads fleet {name:?}: nothing to resign");
                 }
                 Ok(0)
             }

@@ -65,7 +65,7 @@ impl LeaseArgs {
                 None => {
                     // Not found: exit 1, as `kubectl get` does for a missing object.
                     if global.as_json() {
-                        println!("null");
+                        outln!("null");
                     } else {
                         say!("pgtenure: lease {key:?} has no row: nobody holds it");
                     }
@@ -77,18 +77,18 @@ impl LeaseArgs {
                 let released = leases.force_release(key)?;
                 let owner = before.as_ref().map(|row| row.owner.as_str());
                 if global.as_json() {
-                    println!(
+                    outln!(
                         "{}",
                         json!({ "key": key, "released": released, "owner": owner })
                     );
                 } else if released {
-                    println!(
+                    outln!(
                         "released lease {key:?} (held by {}); its holder learns it at its next \
                          renewal",
                         owner.unwrap_or("?")
                     );
                 } else {
-                    println!("lease {key:?} was not held: nothing to release");
+                    outln!("lease {key:?} was not held: nothing to release");
                 }
                 Ok(0)
             }

@@ -55,7 +55,7 @@ impl MigrateArgs {
                 out.push('\n');
             }
         }
-        print!("{out}");
+        out!("{out}");
         Ok(0)
     }
 }

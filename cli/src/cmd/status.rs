@@ -39,7 +39,7 @@ impl StatusArgs {
             return Ok(EXIT_ERROR);
         }
         if global.as_json() {
-            println!(
+            outln!(
                 "{}",
                 json!({
                     "leases": leases.as_deref().map(leases_json),
@@ -52,7 +52,7 @@ impl StatusArgs {
         }
         let heading = |what: &str, table: &str, summary: Option<String>| {
             if let Some(summary) = summary {
-                println!("{what} ({table}): {summary}");
+                outln!("{what} ({table}): {summary}");
             }
         };
         heading(
@@ -67,8 +67,8 @@ impl StatusArgs {
             }),
         );
         if let Some(rows) = &leases {
-            print!("{}", leases_table(rows, &view));
-            println!();
+            out!("{}", leases_table(rows, &view));
+            outln!();
         }
         heading(
             "Leaders",
@@ -82,8 +82,8 @@ impl StatusArgs {
             }),
         );
         if let Some(rows) = &leaders {
-            print!("{}", leaders_table(rows, &view));
-            println!();
+            out!("{}", leaders_table(rows, &view));
+            outln!();
         }
         heading(
             "Members",
@@ -103,8 +103,8 @@ impl StatusArgs {
             }),
         );
         if let Some(rows) = &members {
-            print!("{}", members_table(rows, &view));
-            println!();
+            out!("{}", members_table(rows, &view));
+            outln!();
         }
         heading(
             "Jobs",
@@ -115,10 +115,10 @@ impl StatusArgs {
             }),
         );
         if let Some(rows) = &jobs {
-            print!("{}", jobs_table(rows, &view));
+            out!("{}", jobs_table(rows, &view));
         }
         if !missing.is_empty() {
-            println!(
+            outln!(
             "\nNot in this database (primitives this application does not use, or tables of other \
              names): {}",
             missing.join(", ")
