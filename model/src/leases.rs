@@ -87,8 +87,8 @@ impl Db {
             }
             Some(row) => {
                 let live = row.held_until > now;
-                let unmarked = hole == Some(Hole::RawAdoptsManaged)
-                    || row.managed_token != Some(row.token);
+                let unmarked =
+                    hole == Some(Hole::RawAdoptsManaged) || row.managed_token != Some(row.token);
                 let same = raw && row.owner == owner && live;
                 if !(!live || (same && unmarked)) {
                     return None;
@@ -551,10 +551,7 @@ impl Model for Leases {
                     }
                     Op::Fence { token } => {
                         // clock_timestamp(): the execution's tick, not the transaction's start.
-                        state
-                            .db
-                            .fence(state.now, msg.owner, token)
-                            .then_some(token)
+                        state.db.fence(state.now, msg.owner, token).then_some(token)
                     }
                 };
                 note_token(&mut state, before);

@@ -113,7 +113,10 @@ fn get(tx: &mut Transaction<'_>, table: &str) -> Db {
         )
         .unwrap()
         .map(|r| Row {
-            owner: OWNERS.iter().position(|o| *o == r.get::<_, &str>(0)).unwrap() as u8,
+            owner: OWNERS
+                .iter()
+                .position(|o| *o == r.get::<_, &str>(0))
+                .unwrap() as u8,
             token: r.get::<_, i64>(1) as Token,
             held_until: r.get::<_, i32>(2) as Tick,
             managed_token: r.get::<_, Option<i64>>(3).map(|t| t as Token),
@@ -178,13 +181,16 @@ fn every_leases_statement_does_what_its_model_step_does() {
                             let rows = tx
                                 .query(
                                     acquire,
-                                    &[&"k", &o, &ttl, &raw, &false, &false, &none_i64, &none_ts,
-                                      &none_ts],
+                                    &[
+                                        &"k", &o, &ttl, &raw, &false, &false, &none_i64, &none_ts,
+                                        &none_ts,
+                                    ],
                                 )
                                 .unwrap();
                             format!(
                                 "{:?}",
-                                rows.first().map(|r| (r.get::<_, i64>(0) as Token, r.get::<_, bool>(1)))
+                                rows.first()
+                                    .map(|r| (r.get::<_, i64>(0) as Token, r.get::<_, bool>(1)))
                             )
                         }),
                     ));

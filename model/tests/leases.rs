@@ -22,7 +22,11 @@ fn check(model: Leases, what: &str) -> impl Checker<Leases> {
 #[test]
 fn every_property_holds_in_every_reachable_state() {
     let model = match std::env::var("PGTENURE_MODEL_DEPTH") {
-        Ok(depth) => Leases::deep(depth.parse().expect("PGTENURE_MODEL_DEPTH: a number of ticks")),
+        Ok(depth) => Leases::deep(
+            depth
+                .parse()
+                .expect("PGTENURE_MODEL_DEPTH: a number of ticks"),
+        ),
         Err(_) => Leases::ci(),
     };
     let checker = check(model, "leases");
@@ -71,4 +75,48 @@ fn a_fence_without_its_share_lock_is_found() {
 #[test]
 fn a_raw_grant_adopting_a_managed_tenure_is_found() {
     found(Hole::RawAdoptsManaged, "no two believers");
+}
+
+/// The shortest way the shortening renewal breaks the deadline property, replayed step by step
+/// (the trace in docs/reliability.md): with the hole the last state breaks the property, without it
+/// the same steps keep it.
+#[test]
+fn the_documented_trace_of_a_shortening_renewal() {
+    use pgtenure_model::leases::{Action, Op};
+    let steps = [
+        Action::Send(0, Op::Acquire { raw: false }),
+        Action::Exec(0),
+        Action::Deliver(0),
+        Action::Send(0, Op::RenewTenure { token: 1 }),
+        Action::Tick,
+        Action::GiveUp(0),
+        Action::Send(0, Op::RenewTenure { token: 1 }),
+        Action::Exec(1),
+        Action::Deliver(0),
+        Action::Exec(0),
+    ];
+    for hole in [Some(Hole::RenewalMayShorten), None] {
+        let model = Leases {
+            hole,
+            ..Leases::ci()
+        };
+        let property = model
+            .properties()
+            .into_iter()
+            .find(|p| p.name == "the local deadline never falls after the database's expiry")
+            .unwrap();
+        let mut state = model.init_states().remove(0);
+        for step in steps.clone() {
+            let mut enabled = Vec::new();
+            model.actions(&state, &mut enabled);
+            assert!(enabled.contains(&step), "{step:?} not enabled in {state:?}");
+            state = model.next_state(&state, step).unwrap();
+        }
+        println!("{hole:?}: {state:?}");
+        assert_eq!(
+            (property.condition)(&model, &state),
+            hole.is_none(),
+            "{state:?}"
+        );
+    }
 }
