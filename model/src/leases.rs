@@ -19,7 +19,7 @@ use stateright::{Model, Property};
 pub type Tick = i8;
 /// A fencing token.
 pub type Token = u8;
-/// An owner name (`0` = "a", `1` = "b", `2` = "c").
+/// An owner name (`0` = "a", `1` = "b" in the differential test).
 pub type Owner = u8;
 
 /// The key's row.
@@ -269,6 +269,7 @@ impl Proc {
     }
 }
 
+/// The whole system: the database clock, the table, the processes and what is in flight.
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
 pub struct State {
     pub now: Tick,
@@ -286,6 +287,7 @@ pub struct State {
     pub token_went_back: bool,
 }
 
+/// One step: a statement executed, a local step, or the environment's.
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
 pub enum Action {
     /// The database clock (and every local clock) advances one tick.
