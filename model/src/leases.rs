@@ -325,6 +325,9 @@ pub struct Leases {
     pub max_restarts: u8,
     pub operator: bool,
     pub hole: Option<Hole>,
+    /// Lifts the assumption that a raw user waits for its release's outcome (see
+    /// docs/reliability.md, "Model checking"): the checker then finds a counterexample.
+    pub raw_gives_up_on_release: bool,
 }
 
 impl Leases {
@@ -339,6 +342,7 @@ impl Leases {
             max_restarts: 1,
             operator: true,
             hole: None,
+            raw_gives_up_on_release: false,
         }
     }
 
@@ -420,7 +424,7 @@ impl Model for Leases {
                 // Otherwise a release whose answer was lost can execute after a re-acquire of the
                 // same owner name, which keeps the token, and end the grant its holder believes
                 // (see docs/reliability.md, "Model checking").
-                if !(proc.raw && matches!(op, Op::Release { .. })) {
+                if self.raw_gives_up_on_release || !(proc.raw && matches!(op, Op::Release { .. })) {
                     actions.push(Action::GiveUp(p));
                 }
                 continue;

@@ -120,3 +120,19 @@ fn the_documented_trace_of_a_shortening_renewal() {
         );
     }
 }
+
+/// The model's one assumption, lifted: a raw user that re-acquires while its release's outcome is
+/// unknown can have its new grant (the same token: the idempotent raw re-acquire keeps it) ended by
+/// the late release, while another process is granted the key.
+#[test]
+fn a_raw_release_of_unknown_outcome_can_end_the_re_acquired_grant() {
+    let model = Leases {
+        raw_gives_up_on_release: true,
+        ..Leases::ci()
+    };
+    let checker = check(model, "leases, raw users not waiting for a release");
+    let path = checker
+        .discovery("no two believers")
+        .expect("a counterexample");
+    println!("{path}");
+}
