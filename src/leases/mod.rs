@@ -435,6 +435,9 @@ impl Leases {
     /// dropping it); an operator ends it with [`Leases::force_release`] (`pgtenure lease release
     /// KEY --force`), and its holder learns [`LeaseLoss::Refused`].
     ///
+    /// A release whose outcome is unknown may still run after this owner acquired the key again,
+    /// and end that grant: see [`Leases::release_tenure`].
+    ///
     /// # Errors
     ///
     /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a bad key; otherwise a database
@@ -446,6 +449,14 @@ impl Leases {
     /// Like [`Leases::release`], guarded by owner and token: it never frees a newer tenure of the
     /// same owner. The token names the tenure, so this also ends a managed lease's tenure whose
     /// token it is given (that lease learns [`LeaseLoss::Refused`]).
+    ///
+    /// A raw re-acquire by the same owner keeps the token, so a release whose outcome is unknown
+    /// (the connection was lost after sending it: [`Error::is_outcome_unknown`](crate::Error::is_outcome_unknown))
+    /// may still run after such a re-acquire and end the grant the caller then believes. After an
+    /// unknown outcome, do not acquire the key again raw until its lease has lapsed (its TTL after
+    /// the release was sent), or use a managed lease; the model checker found this interleaving
+    /// (docs/reliability.md, "Model checking"). Managed leases draw a new token per tenure and are
+    /// not affected.
     ///
     /// # Errors
     ///
