@@ -198,6 +198,8 @@ fn a_private_tmpdir_as_root_is_left_empty() {
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     let stopped = || ports.iter().all(|p| !accepts(*p)) && left(&private).is_empty();
     while !stopped() && std::time::Instant::now() < deadline {
+        // A bounded poll (30 s) of the ports and the directory: the processes that clean up
+        // outlive the test's child, and no library state reports them.
         std::thread::sleep(Duration::from_millis(50));
     }
     let (waited, leftovers) = (stopped(), left(&private));

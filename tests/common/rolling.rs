@@ -133,6 +133,8 @@ pub fn rolling_upgrade(
                 let mut process = OldProcess::new(i, &procs, &units_t, &ledger_t, units, ttl);
                 while !done.load(Ordering::SeqCst) && stop_at.is_none_or(|t| Instant::now() < t) {
                     process.round(&writes, &claimed, &lapses);
+                    // Real time is the subject: an old process's round (heartbeat, claims,
+                    // writes) every 100 ms, as the previous release's loop paced it.
                     thread::sleep(Duration::from_millis(100));
                 }
                 process.leave();
@@ -202,6 +204,8 @@ pub fn rolling_upgrade(
                         }
                     }
                 }
+                // Real time is the subject: a new process's worker writes to its units about
+                // every 20 ms while the deploy goes on.
                 thread::sleep(Duration::from_millis(20));
             }
         })

@@ -370,6 +370,7 @@ fn a_slow_reconciler_does_not_eat_into_the_stop_bound() {
     let bound = pool_timeout * 2 + Duration::from_secs(2);
     // Stop once the callback has run longer than the bound.
     while started.elapsed() < bound + Duration::from_millis(200) {
+        // Real time is the subject: the callback runs past the stop bound.
         thread::sleep(Duration::from_millis(20));
     }
     let id = running.leaser().process_id().to_owned();
