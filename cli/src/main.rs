@@ -4,12 +4,12 @@
 //! library's message, and the exit status is non-zero. See `pgtenure --help` and
 //! `docs/operating.md`.
 //!
-//! Layout: this file holds the flags every subcommand shares, the checks made before connecting,
-//! the connection and `--watch`; `cmd/` has one file per subcommand (its arguments and its `run`),
-//! `cmd/lease_run/` the command run under a lease, `cmd/exporter/` the metrics and status page
-//! server; `output` renders every listing, as a table or as JSON, and says why a command failed;
-//! `signals` catches the signals that end lease-run, the exporter and `--watch`; `duration` parses `30s`,
-//! `500ms`, `1m30s`.
+//! Layout: this file holds the checks made before connecting, the connection and `--watch`;
+//! `global` the flags every subcommand shares and the database they name; `cmd/` has one file per
+//! subcommand (its arguments and its `run`), `cmd/lease_run/` the command run under a lease,
+//! `cmd/exporter/` the metrics and status page server; `output` renders every listing, as a table
+//! or as JSON, and says why a command failed; `signals` catches the signals that end lease-run, the
+//! exporter and `--watch`; `duration` parses `30s`, `500ms`, `1m30s`.
 
 #![warn(missing_debug_implementations, unreachable_pub)]
 
@@ -42,6 +42,7 @@ macro_rules! outln {
 
 mod cmd;
 mod duration;
+mod global;
 mod input;
 mod output;
 mod signals;
@@ -49,15 +50,12 @@ mod signals;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::{Args, CommandFactory, FromArgMatches, Parser};
-use pgtenure::{Db, Error};
+use clap::{CommandFactory, FromArgMatches, Parser};
+use pgtenure::Error;
 
 use crate::cmd::Command;
-use crate::output::{report, Output};
-
-/// What a command can fail with: the library's errors, and the command's own (a missing URL, a
-/// command that cannot be started), each printed with its message.
-type Failure = Box<dyn std::error::Error>;
+use crate::global::{builder, Global};
+use crate::output::{report, Failure};
 
 /// Writes to stdout, flushed. Its reader gone (`pgtenure leases --watch | head -1`), the command
 /// ends at once and quietly with 141, as a shell reports a `cat` that SIGPIPE ended (Rust ignores
@@ -97,51 +95,6 @@ struct Cli {
     global: Global,
     #[command(subcommand)]
     command: Command,
-}
-
-#[derive(Args, Debug)]
-struct Global {
-    /// The database: a postgres:// URL or key=value connection string. Without it, libpq's
-    /// environment names the database as it does for psql (PGHOST, PGPORT, PGUSER, PGDATABASE,
-    /// PGSERVICE; the password from PGPASSWORD or ~/.pgpass; TLS from PGSSLMODE, PGSSLROOTCERT,
-    /// PGSSLCERT, PGSSLKEY), and fills what the URL leaves unset.
-    #[arg(long, env = "DATABASE_URL", global = true, hide_env_values = true)]
-    url: Option<String>,
-    /// Print JSON instead of a table (the same as `-o json`).
-    #[arg(long, global = true)]
-    json: bool,
-    /// How listings print: `table` (times relative to the database clock), `wide` (also the
-    /// absolute times and full ids) or `json`.
-    #[arg(short, long, global = true, value_enum, default_value = "table")]
-    output: Output,
-    /// Print the listing again every `--interval`, until interrupted.
-    #[arg(short, long, global = true)]
-    watch: bool,
-    /// How often `--watch` prints the listing again, e.g. 2s or 500ms (100ms or more).
-    #[arg(long, global = true, default_value = "2s", value_parser = parse_interval)]
-    interval: Duration,
-    /// The leases table. Accepted by every subcommand.
-    #[arg(long, global = true, env = "PGTENURE_LEASES_TABLE", default_value = pgtenure::leases::DEFAULT_TABLE)]
-    leases_table: String,
-    /// The leader table. Accepted by every subcommand.
-    #[arg(long, global = true, env = "PGTENURE_LEADER_TABLE", default_value = pgtenure::elector::DEFAULT_TABLE)]
-    leader_table: String,
-    /// The tick claims (jobs) table. Accepted by every subcommand.
-    #[arg(long, global = true, env = "PGTENURE_TICKS_TABLE", default_value = pgtenure::tick_claims::DEFAULT_TABLE)]
-    ticks_table: String,
-    /// The membership processes table. Accepted by every subcommand.
-    #[arg(long, global = true, env = "PGTENURE_PROCESSES_TABLE", default_value = pgtenure::membership::DEFAULT_PROCESSES_TABLE)]
-    processes_table: String,
-    /// The membership units table. Accepted by every subcommand.
-    #[arg(long, global = true, env = "PGTENURE_UNITS_TABLE", default_value = pgtenure::membership::DEFAULT_UNITS_TABLE)]
-    units_table: String,
-}
-
-impl Global {
-    /// Whether listings print JSON (`--json` or `-o json`).
-    fn as_json(&self) -> bool {
-        self.json || self.output == Output::Json
-    }
 }
 
 fn main() -> ExitCode {
@@ -301,16 +254,6 @@ impl log::Log for Warnings {
     fn flush(&self) {}
 }
 
-/// The libpq variables that name a database: with one set, no URL is needed.
-const NAMING_VARIABLES: &[&str] = &[
-    "PGHOST",
-    "PGHOSTADDR",
-    "PGPORT",
-    "PGUSER",
-    "PGDATABASE",
-    "PGSERVICE",
-];
-
 /// The variables that name the tables (`--leases-table` and the others).
 const TABLE_VARIABLES: [&str; 5] = [
     "PGTENURE_LEASES_TABLE",
@@ -319,32 +262,6 @@ const TABLE_VARIABLES: [&str; 5] = [
     "PGTENURE_PROCESSES_TABLE",
     "PGTENURE_UNITS_TABLE",
 ];
-
-/// The builder for the database given: `--url` (or DATABASE_URL), completed from libpq's
-/// environment; else libpq's environment alone when it names a database.
-fn builder(global: &Global) -> Result<pgtenure::DbBuilder, String> {
-    let url = global.url.as_deref().unwrap_or_default();
-    if !url.trim().is_empty() {
-        return Db::builder(url).map_err(|e| e.to_string());
-    }
-    if NAMING_VARIABLES
-        .iter()
-        .any(|v| std::env::var_os(v).is_some_and(|v| !v.is_empty()))
-    {
-        return pgtenure::DbBuilder::from_env().map_err(|e| e.to_string());
-    }
-    Err(
-        "no database given; pass --url postgres://user@host:port/database, set DATABASE_URL, or \
-         set libpq's PGHOST, PGDATABASE, PGUSER or PGSERVICE as for psql"
-            .into(),
-    )
-}
-
-/// A `--watch` interval: 100 ms or more (a listing is several statements; faster would load the
-/// database for a screen nobody reads that fast).
-fn parse_interval(text: &str) -> Result<Duration, String> {
-    duration::at_least_100ms("the interval", text)
-}
 
 /// Checks what the library would refuse, before connecting (a usage error, exit 2): the URL, the
 /// table names, the lease key and the fleet name, with the library's own checks on a pool that

@@ -12,7 +12,12 @@ use pgtenure::{elector::LeaderInfo, leases::LeaseInfo, tick_claims::JobInfo, Db,
 use serde_json::{json, Value};
 
 use self::table::Table;
-use crate::{Failure, Global};
+use crate::global::Global;
+pub(crate) use crate::global::Output;
+
+/// What a command can fail with: the library's errors, and the command's own (a missing URL, a
+/// command that cannot be started), each printed with its message.
+pub(crate) type Failure = Box<dyn std::error::Error>;
 
 /// What to do about pgtenure's tables missing in the database the command was given.
 pub(crate) const MISSING_TABLES: &str = "the application creates its tables at startup \
@@ -31,14 +36,6 @@ pub(crate) fn report(e: &Failure) {
         ),
         _ => say!("pgtenure: {e}"),
     }
-}
-
-/// How listings print.
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Output {
-    Table,
-    Wide,
-    Json,
 }
 
 /// What a table is rendered against: the database's clock, and whether it is wide.
