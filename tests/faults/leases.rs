@@ -129,10 +129,12 @@ fn paused_holder_child(table: &str, ledger: &str) {
                 if matches!(write, Write::Refused) {
                     break;
                 }
+                // Real time is the subject: a holder's write every 40 ms, as its work paces it.
                 thread::sleep(Duration::from_millis(40));
             }
             break;
         }
+        // Real time is the subject: a holder's write every 40 ms, across the pause.
         thread::sleep(Duration::from_millis(40));
     }
     println!("DONE");
@@ -176,6 +178,8 @@ fn a_paused_holder_process_is_refused_on_resume_and_learns_its_loss() {
     });
     let waited = Instant::now();
     while !takeover.is_finished() && waited.elapsed() < Duration::from_secs(3) {
+        // Real time is the subject: the takeover must not finish in the 3 s the child stays
+        // paused mid-transaction (polled every 10 ms).
         thread::sleep(Duration::from_millis(10));
     }
     let mid_transaction = !takeover.is_finished();
@@ -256,12 +260,14 @@ fn restart_during_renewals(pg: &TempPostgres, mode: StatementMode) {
         .unwrap();
     let contender = Leases::new(&contender_db).with_table(&table).unwrap();
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let (c, s) = (contender.clone(), stop.clone());
+    let tried = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let (c, s, t) = (contender.clone(), stop.clone(), tried.clone());
     let contending = thread::spawn(move || {
         let (mut tries, mut errors) = (0, 0);
         while !s.load(Ordering::SeqCst) {
             for key in ["a", "b", "c"] {
                 tries += 1;
+                t.fetch_add(1, Ordering::SeqCst);
                 match c.try_acquire(key, Duration::from_secs(1)) {
                     Ok(None) => {}
                     Ok(Some(grant)) => {
@@ -270,16 +276,34 @@ fn restart_during_renewals(pg: &TempPostgres, mode: StatementMode) {
                     Err(_) => errors += 1,
                 }
             }
+            // Real time is the subject: the contender tries every key every 20 ms.
             thread::sleep(Duration::from_millis(20));
         }
         (tries, errors)
     });
-    thread::sleep(Duration::from_millis(500));
+    wait_for("the contender's first tries", Duration::from_secs(5), || {
+        (tried.load(Ordering::SeqCst) >= 6).then_some(())
+    });
     let restarted = Instant::now();
     pg.restart().unwrap();
     let took = restarted.elapsed();
-    // Two renewal intervals after the restart, every lease is still held, by the same tenure.
-    thread::sleep(Duration::from_secs(2));
+    // Every lease renews after the restart (its deadline moves on), by the same tenure, while the
+    // contender tries again.
+    let (renewed_from, tried_from) = (
+        held.iter().map(|l| l.deadline()).collect::<Vec<_>>(),
+        tried.load(Ordering::SeqCst),
+    );
+    wait_for(
+        "every lease renewed after the restart (or lost)",
+        Duration::from_secs(10),
+        || {
+            let renewed = held
+                .iter()
+                .zip(&renewed_from)
+                .all(|(l, from)| l.deadline() > *from || !l.is_held());
+            (renewed && tried.load(Ordering::SeqCst) >= tried_from + 6).then_some(())
+        },
+    );
     stop.store(true, Ordering::SeqCst);
     let (tries, errors) = contending.join().unwrap();
     println!(
