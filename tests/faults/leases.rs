@@ -281,9 +281,11 @@ fn restart_during_renewals(pg: &TempPostgres, mode: StatementMode) {
         }
         (tries, errors)
     });
-    wait_for("the contender's first tries", Duration::from_secs(5), || {
-        (tried.load(Ordering::SeqCst) >= 6).then_some(())
-    });
+    wait_for(
+        "the contender's first tries",
+        Duration::from_secs(5),
+        || (tried.load(Ordering::SeqCst) >= 6).then_some(()),
+    );
     let restarted = Instant::now();
     pg.restart().unwrap();
     let took = restarted.elapsed();
