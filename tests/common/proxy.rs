@@ -233,6 +233,20 @@ enum Side {
     Server(Arc<AtomicBool>),
 }
 
+/// Holds a chunk (counted in `held`) while the blackhole is on; false when the pipe must stop.
+fn hold_while_blackholed(shared: &Shared, alive: impl Fn(&Shared) -> bool) -> bool {
+    if !shared.blackhole.load(Ordering::SeqCst) {
+        return true;
+    }
+    shared.held.fetch_add(1, Ordering::SeqCst);
+    while shared.blackhole.load(Ordering::SeqCst) && alive(shared) {
+        // The poll interval of the blackhole: it holds the chunk until heal, cut or stop.
+        thread::sleep(Duration::from_millis(5));
+    }
+    shared.held.fetch_sub(1, Ordering::SeqCst);
+    alive(shared)
+}
+
 /// Copies one direction until either side closes or the proxy cuts or stops, then closes both.
 fn pipe(mut from: TcpStream, mut to: TcpStream, shared: Arc<Shared>, epoch: u64, side: Side) {
     let mut counter = Counter::default();
@@ -256,16 +270,8 @@ fn pipe(mut from: TcpStream, mut to: TcpStream, shared: Arc<Shared>, epoch: u64,
             }
             Err(_) => break,
         };
-        if shared.blackhole.load(Ordering::SeqCst) {
-            shared.held.fetch_add(1, Ordering::SeqCst);
-            while shared.blackhole.load(Ordering::SeqCst) && alive(&shared) {
-                // The poll interval of the blackhole: it holds the chunk until heal, cut or stop.
-                thread::sleep(Duration::from_millis(5));
-            }
-            shared.held.fetch_sub(1, Ordering::SeqCst);
-            if !alive(&shared) {
-                break 'copy;
-            }
+        if !hold_while_blackholed(&shared, alive) {
+            break 'copy;
         }
         let latency = shared.latency_us.load(Ordering::SeqCst);
         if latency > 0 {

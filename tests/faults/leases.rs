@@ -9,7 +9,7 @@ use crate::common::proxy::{database_addr, Proxy};
 use crate::common::{client, count, db, lease_table, ledger, wait_for, Tables};
 use pgtenure::testing::TempPostgres;
 use pgtenure::{
-    leases::{KeyRenewal, LeaseLoss, Leases},
+    leases::{KeyRenewal, Lease, LeaseLoss, Leases},
     Db, DbBuilder, StatementMode,
 };
 
@@ -289,23 +289,7 @@ fn restart_during_renewals(pg: &TempPostgres, mode: StatementMode) {
     let restarted = Instant::now();
     pg.restart().unwrap();
     let took = restarted.elapsed();
-    // Every lease renews after the restart (its deadline moves on), by the same tenure, while the
-    // contender tries again.
-    let (renewed_from, tried_from) = (
-        held.iter().map(|l| l.deadline()).collect::<Vec<_>>(),
-        tried.load(Ordering::SeqCst),
-    );
-    wait_for(
-        "every lease renewed after the restart (or lost)",
-        Duration::from_secs(10),
-        || {
-            let renewed = held
-                .iter()
-                .zip(&renewed_from)
-                .all(|(l, from)| l.deadline() > *from || !l.is_held());
-            (renewed && tried.load(Ordering::SeqCst) >= tried_from + 6).then_some(())
-        },
-    );
+    renewed_while_contended(&held, &tried);
     stop.store(true, Ordering::SeqCst);
     let (tries, errors) = contending.join().unwrap();
     println!(
@@ -345,4 +329,22 @@ fn restart_during_renewals(pg: &TempPostgres, mode: StatementMode) {
     for lease in held {
         lease.release().unwrap();
     }
+}
+
+/// Waits (bounded) until every lease in `held` renewed once more (its deadline moves on) or was
+/// lost, and the contender counting its tries in `tried` tried every key twice more.
+fn renewed_while_contended(held: &[Lease], tried: &std::sync::atomic::AtomicUsize) {
+    let from: Vec<Instant> = held.iter().map(|l| l.deadline()).collect();
+    let tried_from = tried.load(Ordering::SeqCst);
+    wait_for(
+        "every lease renewed again (or lost) while the contender tried",
+        Duration::from_secs(10),
+        || {
+            let renewed = held
+                .iter()
+                .zip(&from)
+                .all(|(l, from)| l.deadline() > *from || !l.is_held());
+            (renewed && tried.load(Ordering::SeqCst) >= tried_from + 6).then_some(())
+        },
+    );
 }

@@ -81,21 +81,7 @@ fn partitions_and_crashes_during_rebalancing_never_let_two_processes_work_a_unit
     );
 
     // Cut everyone's connections: nobody loses anything it can renew in time.
-    let before_cut: Vec<Option<Instant>> = leasers.iter().map(|l| l.live_until()).collect();
-    for proxy in &proxies {
-        proxy.cut();
-    }
-    wait_for(
-        "every process to heartbeat again after the cut",
-        Duration::from_secs(10),
-        || {
-            let renewed = leasers
-                .iter()
-                .zip(&before_cut)
-                .all(|(l, before)| l.live_until() > *before);
-            renewed.then_some(())
-        },
-    );
+    cut_and_wait_for_heartbeats(&proxies, &leasers);
     assert_eq!(
         (0..3).map(owned).collect::<Vec<_>>(),
         vec![40; 3],
@@ -128,6 +114,26 @@ fn partitions_and_crashes_during_rebalancing_never_let_two_processes_work_a_unit
         registry.violations(),
         0,
         "a unit was worked on by two processes"
+    );
+}
+
+/// Cuts every proxy's connections and waits (bounded) until every process heartbeats again (its
+/// local deadline moves on).
+fn cut_and_wait_for_heartbeats(proxies: &[Proxy], leasers: &[Arc<Leaser>]) {
+    let before: Vec<Option<Instant>> = leasers.iter().map(|l| l.live_until()).collect();
+    for proxy in proxies {
+        proxy.cut();
+    }
+    wait_for(
+        "every process to heartbeat again after the cut",
+        Duration::from_secs(10),
+        || {
+            let renewed = leasers
+                .iter()
+                .zip(&before)
+                .all(|(l, before)| l.live_until() > *before);
+            renewed.then_some(())
+        },
     );
 }
 
