@@ -29,6 +29,7 @@ fn settles_to(name: &str, n: usize) -> usize {
         if count == n || std::time::Instant::now() > until {
             return count;
         }
+        // The poll interval of this bounded wait.
         std::thread::sleep(Duration::from_millis(5));
     }
 }

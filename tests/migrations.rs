@@ -950,7 +950,7 @@ fn migrating_at_once_under_a_short_statement_timeout_succeeds() {
         )
         .unwrap();
     let t = tables_for(&n);
-    let config = app.config("app");
+    let (config, role) = (app.config("app"), app.name.clone());
     let racing = std::thread::spawn(move || {
         common::race(6, move |_| {
             let db = pgtenure::DbBuilder::from_config(config.clone())
@@ -961,7 +961,24 @@ fn migrating_at_once_under_a_short_statement_timeout_succeeds() {
             migrations::migrate(&db, &t).map(|plans| plans.len())
         })
     });
-    // Real time is the subject: the others wait past their statement timeout.
+    // An instance waits on the lock (on a loaded machine the race may take a while to start)...
+    let mut watcher = client();
+    common::wait_for(
+        "an instance waiting on the migration lock",
+        Duration::from_secs(10),
+        || {
+            let waiting: i64 = watcher
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity
+                      WHERE usename = $1 AND wait_event_type = 'Lock'",
+                    &[&role],
+                )
+                .unwrap()
+                .get(0);
+            (waiting > 0).then_some(())
+        },
+    );
+    // ...and real time is the subject: the others wait past their 50 ms statement timeout.
     std::thread::sleep(Duration::from_millis(300));
     holding.commit().unwrap();
     for result in racing.join().unwrap() {

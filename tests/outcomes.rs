@@ -370,6 +370,7 @@ fn an_acquire_after_a_long_pool_wait_gets_its_whole_ttl() {
             (Instant::now(), grant)
         })
     };
+    // Real time is the subject: the acquire waits half the TTL for the pool.
     thread::sleep(ttl / 2);
     drop(conn);
     let (returned, grant) = acquirer.join().unwrap();
@@ -430,6 +431,7 @@ fn a_renewal_sent_again_while_the_first_waits_on_a_lock_never_shortens_the_lease
         // Its connection dies: the outcome is unknown, so it is sent again and waits too, while the
         // first attempt (its transaction begun 300 ms earlier) still waits on the server.
         let before = lease.deadline();
+        // Real time is the subject: the first attempt's transaction ages 300 ms before the cut.
         thread::sleep(Duration::from_millis(300));
         proxy.cut();
         wait_for("the renewal sent again", Duration::from_secs(5), || {

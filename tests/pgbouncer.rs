@@ -154,6 +154,7 @@ fn few_server_connections(mode: StatementMode) -> Vec<StatementModes> {
             while !stop.load(Ordering::SeqCst) {
                 raw.batch_execute("DEALLOCATE ALL").unwrap();
                 wiped.fetch_add(1, Ordering::SeqCst);
+                // Real time is the subject: a wipe every 2 ms while the others run.
                 thread::sleep(Duration::from_millis(2));
             }
         })
@@ -166,6 +167,7 @@ fn few_server_connections(mode: StatementMode) -> Vec<StatementModes> {
                 // Fails often ("prepared statement ... does not exist" or "already exists"), and
                 // can bind another client's s0: its own problem, never pgtenure's.
                 let _ = raw.query("SELECT $1::int8 + 1", &[&1_i64]);
+                // Real time is the subject: a neighbour's statement every millisecond.
                 thread::sleep(Duration::from_millis(1));
             }
         })

@@ -211,6 +211,7 @@ fn a_long_run_is_never_overlapped_across_instances() {
                 Schedule::every(Duration::from_millis(100)).unwrap(),
                 move |_| {
                     let from = Instant::now();
+                    // Real time is the subject: a run longer than the job's period.
                     std::thread::sleep(Duration::from_millis(350));
                     spans.lock().push((from, Instant::now()));
                     Ok(())
@@ -375,6 +376,7 @@ fn slow_job(id: &str, period: Duration, takes: Duration, spans: &Spans) -> Job {
     let spans = spans.clone();
     Job::new(id, Schedule::every(period).unwrap(), move |run| {
         let from = Instant::now();
+        // Real time is the subject: a run that takes `takes`.
         std::thread::sleep(takes);
         spans.lock().push((run.tick(), from, Instant::now()));
         Ok(())
@@ -419,6 +421,7 @@ fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
         if f() {
             return true;
         }
+        // The poll interval of this bounded wait.
         std::thread::sleep(Duration::from_millis(20));
     }
     f()
@@ -852,7 +855,8 @@ fn run_pending_beside_a_started_scheduler_does_not_stall_it() {
                 if std::thread::current().name() == Some("pgtenure-schedule-run") {
                     by_workers.fetch_add(1, Ordering::SeqCst);
                 } else {
-                    // The caller's step is slow: the next tick falls due meanwhile.
+                    // The caller's step is slow: the next tick falls due meanwhile (real time is
+                    // the subject).
                     std::thread::sleep(Duration::from_millis(600));
                     by_caller.fetch_add(1, Ordering::SeqCst);
                 }
@@ -880,6 +884,7 @@ fn run_pending_beside_a_started_scheduler_does_not_stall_it() {
             .as_millis() as u64;
         let next = SystemTime::UNIX_EPOCH + Duration::from_millis(ms - ms % 200 + 200);
         if let Ok(sleep) = (next - Duration::from_millis(20)).duration_since(SystemTime::now()) {
+            // Real time is the subject: the race is against the wall-clock tick.
             std::thread::sleep(sleep);
         }
         while SystemTime::now() < next + Duration::from_millis(20)
@@ -985,7 +990,9 @@ fn a_claim_in_flight_when_stop_is_called_starts_no_run_after_it() {
     let stopping = Instant::now();
     let stopped = scheduler.stop();
     let stop_took = stopping.elapsed();
-    // Leave time for a claim that stop() did not wait for to come back.
+    // Leave time for a claim that stop() did not wait for to come back. Real time is the subject:
+    // no run may start in the 3 s after stop() (a claim in flight takes about 1.4 s), an absence
+    // that no state reports.
     std::thread::sleep(Duration::from_secs(3));
     let late: Vec<Duration> = starts
         .lock()
@@ -1050,7 +1057,10 @@ fn stop_while_the_timer_reads_an_unanswering_database_returns_within_its_bound()
     });
     proxy.blackhole();
     skew_ms.store(5_000, Ordering::SeqCst);
-    // The timer wakes within a period, sees the step and reads the database clock.
+    // The timer wakes within a period, sees the step and reads the database clock. Real time is
+    // the subject until the library tells: a statement hanging in the blackhole (`proxy.held()`)
+    // may be a worker's claim, and the timer's own read may have begun before the step; no public
+    // state says the timer's read is under way.
     std::thread::sleep(Duration::from_secs(2));
     let started = Instant::now();
     let stopped = within(Duration::from_secs(6), move || scheduler.stop());
@@ -1070,13 +1080,18 @@ fn dropping_many_schedulers_during_an_outage_does_not_multiply_the_bound() {
     // stop timeout for a claim (not a run) in flight, one after the other.
     let mut tables = Tables::new();
     let table = claims_table(&mut tables);
-    let proxy = Proxy::start(0, database_addr()).unwrap();
     let stop_timeout = Duration::from_secs(2);
     let ran = Arc::new(AtomicUsize::new(0));
-    let schedulers: Vec<_> = (0..3)
-        .map(|i| {
+    // One proxy per scheduler: the test sees each one's claim hang.
+    let proxies: Vec<_> = (0..3)
+        .map(|_| Proxy::start(0, database_addr()).unwrap())
+        .collect();
+    let schedulers: Vec<_> = proxies
+        .iter()
+        .enumerate()
+        .map(|(i, proxy)| {
             let ran = ran.clone();
-            Scheduler::new(&short_waits(&proxy))
+            Scheduler::new(&short_waits(proxy))
                 .with_table(&table)
                 .unwrap()
                 .with_stop_timeout(stop_timeout)
@@ -1097,13 +1112,20 @@ fn dropping_many_schedulers_during_an_outage_does_not_multiply_the_bound() {
     wait_for("runs of every job", Duration::from_secs(10), || {
         (ran.load(Ordering::SeqCst) >= 6).then_some(())
     });
-    proxy.blackhole();
-    // Every scheduler's next claim is on the wire and hangs.
-    std::thread::sleep(Duration::from_secs(1));
+    for proxy in &proxies {
+        proxy.blackhole();
+    }
+    wait_for(
+        "every scheduler's next claim on the wire, hanging",
+        Duration::from_secs(5),
+        || proxies.iter().all(|p| p.held() > 0).then_some(()),
+    );
     let dropping = Instant::now();
     drop(schedulers);
     let took = dropping.elapsed();
-    proxy.heal();
+    for proxy in &proxies {
+        proxy.heal();
+    }
     assert!(
         took < stop_timeout + Duration::from_millis(1500),
         "dropping three schedulers during the outage took {took:?} (stop timeout {stop_timeout:?} \

@@ -97,6 +97,7 @@ fn child(mode: &str) {
         std::process::exit(0);
     }
     println!("READY");
+    // Real time is the subject: the child lives until the parent kills it (60 s at most).
     std::thread::sleep(Duration::from_secs(60));
 }
 

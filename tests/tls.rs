@@ -263,6 +263,7 @@ fn a_lease_statement_stuck_at_its_deadline_is_cancelled_over_tls() {
     };
     let deadline = Instant::now() + Duration::from_secs(5);
     while waiting(&mut admin) > 0 && Instant::now() < deadline {
+        // The poll interval of a bounded wait (5 s) on the cancel.
         std::thread::sleep(Duration::from_millis(20));
     }
     assert_eq!(waiting(&mut admin), 0, "the stuck renewal was cancelled");

@@ -127,6 +127,7 @@ impl Load {
                             x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
                         }
                         std::hint::black_box(x);
+                        // Real time is the subject: CPU load in bursts, idle 0-150 ms between.
                         thread::sleep(rng.millis(0, 150));
                     }
                 })
@@ -345,12 +346,8 @@ fn worker(n: usize, url: &str, env_leases: &str, dir: &Path, runs: &Runs, until:
                 exited: None,
             },
         );
-        let status = loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                break status;
-            }
-            thread::sleep(Duration::from_millis(10));
-        };
+        // The SIGTERM loop at the end of the run bounds this wait.
+        let status = child.wait().unwrap();
         runs.lock().unwrap().get_mut(&owner).unwrap().exited = Some((now_us(), status));
     }
 }
@@ -361,6 +358,7 @@ fn inject_faults(leases: &Leases, runs: &Runs, until: Instant) -> BTreeMap<&'sta
     let mut admin = client();
     let mut faults = BTreeMap::new();
     while Instant::now() < until {
+        // Real time is the subject: a fault every 300-900 ms.
         thread::sleep(rng.millis(300, 900));
         let key = KEYS[rng.below(KEYS.len() as u64) as usize];
         let Ok(Some(row)) = leases.holder(key) else {
@@ -503,6 +501,7 @@ fn lease_run_never_runs_its_command_beside_another_holder() {
             for pid in running {
                 send(pid, libc::SIGTERM);
             }
+            // The poll interval of a bounded wait (until `stop_by`) on every run's exit.
             thread::sleep(Duration::from_millis(200));
         }
         faults

@@ -127,6 +127,7 @@ fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) 
             Instant::now() < deadline,
             "timed out after {timeout:?} waiting for {what}"
         );
+        // The poll interval of this bounded wait.
         thread::sleep(Duration::from_millis(20));
     }
 }
@@ -144,6 +145,7 @@ fn finish(mut child: Child, timeout: Duration) -> (ExitStatus, String) {
             let _ = child.wait();
             panic!("pgtenure did not exit within {timeout:?}");
         }
+        // The poll interval of a bounded wait on the exit.
         thread::sleep(Duration::from_millis(20));
     };
     let mut stderr = String::new();
@@ -582,6 +584,7 @@ fn a_killed_database_connection_does_not_stop_the_command() {
             .unwrap()
             .get(0);
         killed += n;
+        // Real time is the subject: a kill every 100 ms.
         thread::sleep(Duration::from_millis(100));
     }
     let (status, stderr) = finish(child, Duration::from_secs(20));
@@ -826,6 +829,22 @@ fn a_loss_while_stderr_is_a_dead_pipe_still_stops_the_command() {
 }
 
 /// The state letter of `pid` in /proc (`T`: stopped).
+/// Whether `signal` sent to `pid` is still pending (not yet delivered to a handler): its bit in
+/// the process's shared pending set or the main thread's, from /proc/PID/status.
+fn pending(pid: libc::pid_t, signal: i32) -> bool {
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return false;
+    };
+    let bit = 1_u64 << (signal - 1);
+    status.lines().any(|line| {
+        let mask = line
+            .strip_prefix("ShdPnd:")
+            .or_else(|| line.strip_prefix("SigPnd:"));
+        mask.and_then(|m| u64::from_str_radix(m.trim(), 16).ok())
+            .is_some_and(|m| m & bit != 0)
+    })
+}
+
 fn state(pid: libc::pid_t) -> Option<char> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     stat.rsplit_once(')')?.1.trim_start().chars().next()
@@ -846,6 +865,7 @@ fn ctrl_z_does_not_stop_lease_run_while_its_command_runs() {
         assert_ne!(state(pgtenure), Some('T'), "pgtenure was stopped");
         let row = env.leases().holder("k").unwrap().unwrap();
         assert!(row.live && row.token == token, "the lease lapsed: {row:?}");
+        // Real time is the subject: the lease stays held past two TTLs (polled every 20 ms).
         thread::sleep(Duration::from_millis(20));
     }
     assert!(alive(cmd.0));
@@ -1284,7 +1304,11 @@ fn a_signal_while_the_acquire_is_on_its_way_runs_no_command() {
         },
     );
     send(child.id() as libc::pid_t, libc::SIGTERM);
-    thread::sleep(Duration::from_millis(300));
+    // The handler has taken the signal (it sets the flag the acquire's loop reads) before the
+    // grant can come.
+    wait_for("pgtenure to take SIGTERM", Duration::from_secs(5), || {
+        (!pending(child.id() as libc::pid_t, libc::SIGTERM)).then_some(())
+    });
     blocker.batch_execute("ROLLBACK").unwrap();
     let (status, stderr) = finish(child, Duration::from_secs(10));
     let mut events = [0u8; 4096];
@@ -1528,6 +1552,7 @@ fn watch_prints_the_listing_again_at_each_interval() {
     });
     let started = Instant::now();
     while !seen.is_finished() && started.elapsed() < Duration::from_secs(10) {
+        // The poll interval of a bounded wait (10 s) on three listings.
         thread::sleep(Duration::from_millis(20));
     }
     let _ = child.kill();

@@ -211,6 +211,7 @@ impl Exporter {
                 let _ = child.wait();
                 panic!("the exporter did not stop within 10 s of SIGTERM");
             }
+            // The poll interval of a bounded wait (10 s) on the exit.
             thread::sleep(Duration::from_millis(20));
         };
         assert_eq!(status.code(), Some(0), "exit status after SIGTERM");
@@ -677,6 +678,7 @@ fn a_database_outage_shows_as_up_0_and_counted_scrape_errors() {
     let deadline = Instant::now() + Duration::from_secs(30);
     while TcpStream::connect(("127.0.0.1", port)).is_ok() {
         assert!(Instant::now() < deadline, "the server did not stop");
+        // The poll interval of a bounded wait (30 s) on the server going down.
         thread::sleep(Duration::from_millis(20));
     }
     let (scrape, text) = exporter.scrape();
@@ -706,6 +708,7 @@ fn a_database_outage_shows_as_up_0_and_counted_scrape_errors() {
             break scrape;
         }
         assert!(Instant::now() < deadline, "the exporter did not come back");
+        // The poll interval of a bounded wait (30 s) on the exporter answering again.
         thread::sleep(Duration::from_millis(200));
     };
     assert_eq!(scrape.get("pgtenure_table_leases_held"), 1.0);
@@ -808,6 +811,7 @@ fn a_database_that_stops_answering_fails_the_scrape_by_its_deadline() {
             break;
         }
         assert!(Instant::now() < deadline, "the exporter did not come back");
+        // The poll interval of a bounded wait (30 s) on the exporter answering again.
         thread::sleep(Duration::from_millis(100));
     }
 

@@ -251,6 +251,7 @@ fn monitor(
                 entry.1 = pass;
             }
             pass += 1;
+            // Real time is the subject: the monitor samples beliefs every 300 µs.
             thread::sleep(Duration::from_micros(300));
         }
         (pass, seen)
@@ -349,6 +350,7 @@ fn campaigns_with_resignations_stops_and_slow_answers_never_have_two_leaders() {
                             }
                             Err(_) => {
                                 drop(turn);
+                                // Real time is the subject: a campaign retried 20-100 ms later.
                                 thread::sleep(rng.millis(20, 100));
                                 continue;
                             }
@@ -379,8 +381,10 @@ fn campaigns_with_resignations_stops_and_slow_answers_never_have_two_leaders() {
                             let _ = campaign.stop();
                         }
                         drop(turn);
+                        // Real time is the subject: 0-500 ms before the next campaign.
                         thread::sleep(rng.millis(0, 500));
                     }
+                    // Real time is the subject: the worker's pace, a step every 20-60 ms.
                     thread::sleep(rng.millis(20, 60));
                 }
                 let campaign = member.leadership.lock().take();
@@ -403,6 +407,7 @@ fn campaigns_with_resignations_stops_and_slow_answers_never_have_two_leaders() {
     // most 15 s more.
     while Instant::now() < until || (asked == 0 && Instant::now() < until + Duration::from_secs(15))
     {
+        // Real time is the subject: a fault every 150-500 ms.
         thread::sleep(rng.millis(150, 500));
         let some = rng.below(MEMBERS as u64) as usize;
         let asker = |rng: &mut Rng| -> Elector {
@@ -437,6 +442,7 @@ fn campaigns_with_resignations_stops_and_slow_answers_never_have_two_leaders() {
                     asked += 1;
                     slow_asked += 1;
                 }
+                // Real time is the subject: the slow answers last 0.5-2 s.
                 thread::sleep(rng.millis(500, 2000));
                 members[leader]
                     .proxy
@@ -467,6 +473,7 @@ fn campaigns_with_resignations_stops_and_slow_answers_never_have_two_leaders() {
                 if world.electors[leader].resign().is_ok() {
                     own_resigns += 1;
                 }
+                // Real time is the subject: the slow answers last 0.2-1 s.
                 thread::sleep(rng.millis(200, 1000));
                 members[leader]
                     .proxy
@@ -477,6 +484,7 @@ fn campaigns_with_resignations_stops_and_slow_answers_never_have_two_leaders() {
                 // Stop a campaign while its database does not answer: stop() keeps its bound.
                 let member = &members[some];
                 member.proxy.blackhole();
+                // Real time is the subject: 0-400 ms into the outage before the stop.
                 thread::sleep(rng.millis(0, 400));
                 // The worker holds its turn while a campaign it starts polls for the first time,
                 // which the blackhole holds up until this heals it: waiting for the turn would
@@ -518,6 +526,7 @@ fn campaigns_with_resignations_stops_and_slow_answers_never_have_two_leaders() {
             3 => {
                 let proxy = &members[some].proxy;
                 proxy.set_latency(rng.millis(50, 700));
+                // Real time is the subject: the latency lasts 0.2-1.5 s.
                 thread::sleep(rng.millis(200, 1500));
                 proxy.set_latency(members[some].base_latency);
                 "latency spike (50-700 ms)"
@@ -529,6 +538,7 @@ fn campaigns_with_resignations_stops_and_slow_answers_never_have_two_leaders() {
                 } else {
                     let proxy = &members[some].proxy;
                     proxy.blackhole();
+                    // Real time is the subject: the blackhole lasts 50 ms-3 s.
                     thread::sleep(rng.millis(50, 3000));
                     proxy.heal();
                     "blackhole a member (50-3000 ms)"

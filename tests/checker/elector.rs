@@ -66,6 +66,7 @@ fn electors_under_random_faults_never_have_two_leaders_writing() {
                     let Some(leading) = &campaign else {
                         // The first poll failed for good (it does not: faults are transient).
                         campaign = e.campaign().ok();
+                        // Real time is the subject: a campaign retried 20-80 ms later, as a worker paces it.
                         thread::sleep(rng.millis(20, 80));
                         continue;
                     };
@@ -87,12 +88,14 @@ fn electors_under_random_faults_never_have_two_leaders_writing() {
                         }
                         // Now and then, write again after a stall, possibly past the term.
                         if rng.below(4) == 0 {
+                            // Real time is the subject: a stall of 0-400 ms, possibly past the term.
                             thread::sleep(rng.millis(0, 400));
                             write(&db, &ledger, "leader", term, &holder, &counts, |tx| {
                                 e.fence(tx, term)
                             });
                         }
                     }
+                    // Real time is the subject: the worker's pace, a step every 20-80 ms.
                     thread::sleep(rng.millis(20, 80));
                 }
                 if let Some(campaign) = campaign {

@@ -39,6 +39,7 @@ impl Load {
                             x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
                         }
                         std::hint::black_box(x);
+                        // Real time is the subject: CPU load in bursts, idle 0-150 ms between.
                         thread::sleep(rng.millis(0, 150));
                     }
                 })
@@ -239,6 +240,7 @@ pub fn inject_faults(
     let mut faults: BTreeMap<&'static str, u64> = BTreeMap::new();
     let mut admin = client();
     while Instant::now() < until {
+        // Real time is the subject: a fault every 200-600 ms.
         thread::sleep(rng.millis(200, 600));
         let kind = match rng.below(8) {
             0 => {
@@ -247,12 +249,14 @@ pub fn inject_faults(
             }
             1 => {
                 proxy.blackhole();
+                // Real time is the subject: the blackhole lasts 50-900 ms.
                 thread::sleep(rng.millis(50, 900));
                 proxy.heal();
                 "blackhole (50-900 ms)"
             }
             2 => {
                 proxy.set_latency(rng.millis(1, 40));
+                // Real time is the subject: the latency lasts 100-500 ms.
                 thread::sleep(rng.millis(100, 500));
                 proxy.set_latency(Duration::ZERO);
                 "latency (1-40 ms)"
@@ -268,11 +272,13 @@ pub fn inject_faults(
             5 => {
                 // The next statement commits and its answer is lost with the connection.
                 proxy.fin_after_answer("");
+                // Real time is the subject: the armed close waits 50-300 ms for a statement.
                 thread::sleep(rng.millis(50, 300));
                 "close a connection right after an answer"
             }
             6 => {
                 proxy.set_connect_delay(rng.millis(50, 400));
+                // Real time is the subject: the connect delay lasts 200-800 ms.
                 thread::sleep(rng.millis(200, 800));
                 proxy.set_connect_delay(Duration::ZERO);
                 "delay new connections (late cancels)"
@@ -284,6 +290,7 @@ pub fn inject_faults(
                     continue;
                 };
                 let _ = Command::new("kill").args(["-STOP", pid]).status();
+                // Real time is the subject: the process stays stopped 100-900 ms.
                 thread::sleep(rng.millis(100, 900));
                 let _ = Command::new("kill").args(["-CONT", pid]).status();
                 "pause a worker process (100-900 ms)"

@@ -91,6 +91,7 @@ fn lease_worker(
                         write(db, ledger, key, grant.token(), owner, counts, |tx| {
                             leases.fence(tx, key, grant.token())
                         });
+                        // Real time is the subject: a holder's fenced write every 25 ms.
                         thread::sleep(Duration::from_millis(25));
                     }
                 }
@@ -98,6 +99,7 @@ fn lease_worker(
                 Err(e) => stray(&e),
             }
         }
+        // Real time is the subject: the worker's pace, 0-30 ms between tries.
         thread::sleep(rng.millis(0, 30));
     }
 }

@@ -84,6 +84,7 @@ fn operate(
          RETURNING token"
     );
     while Instant::now() < until {
+        // Real time is the subject: a rogue write every 200-700 ms.
         thread::sleep(rng.millis(200, 700));
         let live: Vec<usize> = {
             let down = registry.down.lock();
@@ -151,6 +152,7 @@ fn operate(
             if ticks[from].started_since(committed) {
                 return true;
             }
+            // The poll interval of a bounded wait (5 s) on the process's next tick.
             thread::sleep(Duration::from_millis(25));
             false
         });
@@ -236,6 +238,7 @@ fn membership_under_random_faults_never_works_a_unit_twice() {
         let registry = registry.clone();
         let mut crashing = running.pop().expect("four runners");
         thread::spawn(move || {
+            // Real time is the subject: the crash comes half-way through the run.
             thread::sleep(duration / 2);
             registry.crashed(3);
             crashing.stop();
@@ -274,6 +277,7 @@ fn membership_under_random_faults_never_works_a_unit_twice() {
                     }
                 }
                 samples.fetch_add(1, Ordering::SeqCst);
+                // Real time is the subject: the monitor samples ownership every 50 ms.
                 thread::sleep(Duration::from_millis(50));
             }
         })
@@ -324,6 +328,7 @@ fn membership_under_random_faults_never_works_a_unit_twice() {
                         }
                     }
                 }
+                // Real time is the subject: a worker's fenced writes every 20 ms.
                 thread::sleep(Duration::from_millis(20));
             }
         })

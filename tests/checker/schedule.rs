@@ -144,6 +144,7 @@ fn job_fn(
                 break;
             }
             fenced(&shared.counts);
+            // Real time is the subject: a run's fenced write every 10-60 ms.
             thread::sleep(rng.millis(10, 60));
         }
         let to = to.unwrap_or_else(|| Instant::now().min(run.deadline()));
@@ -162,6 +163,7 @@ fn job_fn(
         if rng.below(15) == 0 {
             shared.stalls.fetch_add(1, Ordering::SeqCst);
             let past = run.deadline().saturating_duration_since(Instant::now());
+            // Real time is the subject: a stall past the run's deadline.
             thread::sleep(past + rng.millis(50, 400));
             fenced(&shared.counts);
         }
@@ -297,6 +299,7 @@ fn schedulers_under_random_faults_run_each_tick_once_never_early_and_never_besid
         thread::spawn(move || {
             let mut rng = Rng::new(91);
             while Instant::now() < until {
+                // Real time is the subject: a clock step every 0.5-2.5 s.
                 thread::sleep(rng.millis(500, 2500));
                 let skew = &skews[rng.below(skews.len() as u64) as usize];
                 let by = rng.below(30_000) as i64 - 15_000;
@@ -318,6 +321,7 @@ fn schedulers_under_random_faults_run_each_tick_once_never_early_and_never_besid
         thread::spawn(move || {
             let mut rng = Rng::new(17);
             while Instant::now() < until {
+                // Real time is the subject: a fault every 1.5-4 s.
                 thread::sleep(rng.millis(1500, 4000));
                 if Instant::now() >= until {
                     break;

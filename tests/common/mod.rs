@@ -256,6 +256,7 @@ pub fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<
             Instant::now() < deadline,
             "timed out after {timeout:?} waiting for {what}"
         );
+        // The poll interval of this bounded wait.
         std::thread::sleep(Duration::from_millis(10));
     }
 }

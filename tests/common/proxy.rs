@@ -25,6 +25,8 @@ struct Shared {
     round_trips: AtomicU64,
     driver_named: AtomicU64,
     accepted: AtomicU64,
+    /// Chunks that the blackhole holds right now, either way: statements or their answers.
+    held: AtomicU64,
     streams: Mutex<Vec<TcpStream>>,
     connect_delay_us: AtomicU64,
     /// One-shot: close the next connection whose client sends bytes containing this pattern (empty:
@@ -66,6 +68,7 @@ impl Proxy {
                 let connect = move || {
                     let delay = s.connect_delay_us.load(Ordering::SeqCst);
                     if delay > 0 {
+                        // Real time is the subject: the injected connect delay.
                         thread::sleep(Duration::from_micros(delay));
                         if s.stop.load(Ordering::SeqCst) {
                             return;
@@ -214,6 +217,12 @@ impl Proxy {
     pub fn accepted(&self) -> u64 {
         self.shared.accepted.load(Ordering::SeqCst)
     }
+
+    /// Chunks the blackhole holds right now, either way: statements (or their answers) that hang on
+    /// the wire (what a test waits for before it measures how long a stop takes during an outage).
+    pub fn held(&self) -> u64 {
+        self.shared.held.load(Ordering::SeqCst)
+    }
 }
 
 /// Which way a pipe copies, with the connection's "close after the answer" flag.
@@ -222,6 +231,20 @@ enum Side {
     Client(Arc<AtomicBool>),
     /// Server to client: closes both sides after a `ReadyForQuery` once the flag is set.
     Server(Arc<AtomicBool>),
+}
+
+/// Holds a chunk (counted in `held`) while the blackhole is on; false when the pipe must stop.
+fn hold_while_blackholed(shared: &Shared, alive: impl Fn(&Shared) -> bool) -> bool {
+    if !shared.blackhole.load(Ordering::SeqCst) {
+        return true;
+    }
+    shared.held.fetch_add(1, Ordering::SeqCst);
+    while shared.blackhole.load(Ordering::SeqCst) && alive(shared) {
+        // The poll interval of the blackhole: it holds the chunk until heal, cut or stop.
+        thread::sleep(Duration::from_millis(5));
+    }
+    shared.held.fetch_sub(1, Ordering::SeqCst);
+    alive(shared)
 }
 
 /// Copies one direction until either side closes or the proxy cuts or stops, then closes both.
@@ -247,14 +270,12 @@ fn pipe(mut from: TcpStream, mut to: TcpStream, shared: Arc<Shared>, epoch: u64,
             }
             Err(_) => break,
         };
-        while shared.blackhole.load(Ordering::SeqCst) {
-            if !alive(&shared) {
-                break 'copy;
-            }
-            thread::sleep(Duration::from_millis(5));
+        if !hold_while_blackholed(&shared, alive) {
+            break 'copy;
         }
         let latency = shared.latency_us.load(Ordering::SeqCst);
         if latency > 0 {
+            // Real time is the subject: the injected latency of each chunk.
             thread::sleep(Duration::from_micros(latency));
         }
         let chunk = &buf[..n];

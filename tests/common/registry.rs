@@ -72,6 +72,7 @@ impl Worker {
                 .duration_since(std::time::UNIX_EPOCH)
                 .unwrap()
                 .subsec_nanos() as u64;
+            // Real time is the subject: a reconciler that takes a while to start or drain work.
             std::thread::sleep(std::time::Duration::from_millis(nanos % self.drain_ms));
         }
     }

@@ -63,6 +63,7 @@ fn watch_for_two(
                 .count();
             assert!(leading <= 1, "{leading} members lead at once");
             samples += 1;
+            // Real time is the subject: a sample every 2 ms for as long as the test runs.
             thread::sleep(Duration::from_millis(2));
         }
         samples
@@ -368,6 +369,7 @@ fn a_panicking_hook_ends_the_campaign_and_stop_says_so() {
     assert!(campaign.is_leading());
     assert!(campaign.elector().request_resign().unwrap());
     let ended = (0..100).any(|_| {
+        // The poll interval of a bounded wait (5 s) on the campaign's thread ending.
         thread::sleep(Duration::from_millis(50));
         campaign.is_finished()
     });
@@ -422,6 +424,7 @@ fn sample_overlaps(
                 overlaps += 1;
             }
             samples += 1;
+            // Real time is the subject: a sample about every 200 µs until stopped.
             thread::sleep(Duration::from_micros(200));
         }
         (overlaps, samples)
@@ -973,16 +976,21 @@ fn a_reader_that_fell_behind_finds_the_latest_events_last() {
 fn dropping_many_campaigns_during_an_outage_does_not_multiply_the_bound() {
     let mut tables = Tables::new();
     let table = table(&mut tables);
-    let proxy = Proxy::start(0, database_addr()).unwrap();
-    let mut config = proxy.config();
-    config.tcp_user_timeout(Duration::from_secs(1));
-    let via = DbBuilder::from_config(config)
-        .connection_timeout(Duration::from_millis(500))
-        .unwrap()
-        .build()
-        .unwrap();
-    let campaigns: Vec<_> = (0..3)
-        .map(|i| {
+    // One proxy per campaign: the test sees each one's poll hang.
+    let proxies: Vec<_> = (0..3)
+        .map(|_| Proxy::start(0, database_addr()).unwrap())
+        .collect();
+    let campaigns: Vec<_> = proxies
+        .iter()
+        .enumerate()
+        .map(|(i, proxy)| {
+            let mut config = proxy.config();
+            config.tcp_user_timeout(Duration::from_secs(1));
+            let via = DbBuilder::from_config(config)
+                .connection_timeout(Duration::from_millis(500))
+                .unwrap()
+                .build()
+                .unwrap();
             elector_on(&via, &table, "hung")
                 .with_name(&format!("fleet-{i}"))
                 .unwrap()
@@ -997,15 +1005,22 @@ fn dropping_many_campaigns_during_an_outage_does_not_multiply_the_bound() {
     for campaign in &campaigns {
         assert!(campaign.is_leading());
     }
-    proxy.blackhole();
-    // Every campaign's next poll is on the wire and hangs (real time is the subject: the polls
-    // come every 200 ms).
-    thread::sleep(Duration::from_millis(600));
+    for proxy in &proxies {
+        proxy.blackhole();
+    }
+    // Every campaign's next poll (every 200 ms) is on the wire and hangs.
+    wait_for(
+        "every campaign's next poll on the wire, hanging",
+        Duration::from_secs(5),
+        || proxies.iter().all(|p| p.held() > 0).then_some(()),
+    );
     let bound = Duration::from_millis(500) * 2 + Duration::from_secs(2);
     let dropping = Instant::now();
     drop(campaigns);
     let took = dropping.elapsed();
-    proxy.heal();
+    for proxy in &proxies {
+        proxy.heal();
+    }
     println!("dropping three campaigns during the outage took {took:?}");
     assert!(
         took < bound + Duration::from_millis(1500),

@@ -69,12 +69,14 @@ fn five_polling_electors_never_have_two_leaders_and_terms_increase() {
                     beliefs.last_mut().unwrap().until = Instant::now();
                     e.resign().unwrap();
                 } else if led_polls % 15 == 7 {
-                    // Or stop polling, as a crashed leader would.
+                    // Or stop polling, as a crashed leader would (real time is the subject: a
+                    // pause past the TTL).
                     thread::sleep(ttl * 2);
                 }
             } else {
                 assert_eq!(e.term(), None);
             }
+            // Real time is the subject: each instance polls by hand every 20 ms, as its loop would.
             thread::sleep(Duration::from_millis(20));
         }
         beliefs
@@ -223,6 +225,8 @@ fn is_leader_never_answers_true_past_the_local_deadline() {
             (waiting > 0).then_some(())
         },
     );
+    // Real time is the subject: the row stays locked past the TTL, so the answer comes after the
+    // local deadline.
     thread::sleep(ttl + ttl / 2);
     tx.rollback().unwrap();
     let (a, answer) = poll.join().unwrap();

@@ -36,6 +36,7 @@ fn settled(mut write: impl FnMut() -> Write) -> Write {
     loop {
         match write() {
             Write::Failed if Instant::now() < deadline => {
+                // The poll interval of a bounded wait (10 s) on a write to the new primary.
                 std::thread::sleep(Duration::from_millis(20))
             }
             other => return other,
@@ -333,7 +334,8 @@ fn an_asynchronous_failover_grants_nothing_the_old_holder_still_believes_it_hold
         .expect("a free key");
     let (unseen_leadership, unseen_term) = campaign(UNSEEN_LEADER, UNSEEN);
     let unseen_term = Some(unseen_term);
-    // The standby misses every renewal for longer than the TTL.
+    // The standby misses every renewal for longer than the TTL (real time is the subject: a pause
+    // past the TTL, so the standby's rows expire by its clock).
     std::thread::sleep(ttl + Duration::from_millis(500));
     assert!(
         lease.is_held()
@@ -409,6 +411,8 @@ fn an_asynchronous_failover_grants_nothing_the_old_holder_still_believes_it_hold
                 let _ = unseen_elector.request_resign();
             }
         }
+        // Real time is the subject: the contenders ask every 10 ms, and when each is first
+        // granted (in ms since the failover) is what the test reports.
         std::thread::sleep(Duration::from_millis(10));
     }
     println!(

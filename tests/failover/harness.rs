@@ -156,6 +156,7 @@ fn a_killed_process_leaves_neither_server_nor_directory_behind() {
             port_of(pg.standby_url())
         );
         println!("READY");
+        // Real time is the subject: the child lives until the parent kills it (60 s at most).
         std::thread::sleep(Duration::from_secs(60));
         return;
     }

@@ -172,6 +172,7 @@ impl Looping {
         let thread = std::thread::spawn(move || {
             while !flag.load(Ordering::SeqCst) {
                 step();
+                // Real time is the subject: a step every `every`, as a caller's loop paces it.
                 std::thread::sleep(every);
             }
         });

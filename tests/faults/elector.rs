@@ -30,6 +30,7 @@ fn leader_child(table: &str) {
         campaign.term()
     });
     println!("TOKEN {term}");
+    // Real time is the subject: the child leads until the parent kills it (60 s at most).
     std::thread::sleep(Duration::from_secs(60));
     println!("DONE");
 }

@@ -9,7 +9,7 @@ use crate::common::proxy::{database_addr, Proxy};
 use crate::common::{client, count, db, lease_table, ledger, wait_for, Tables};
 use pgtenure::testing::TempPostgres;
 use pgtenure::{
-    leases::{KeyRenewal, LeaseLoss, Leases},
+    leases::{KeyRenewal, Lease, LeaseLoss, Leases},
     Db, DbBuilder, StatementMode,
 };
 
@@ -129,10 +129,12 @@ fn paused_holder_child(table: &str, ledger: &str) {
                 if matches!(write, Write::Refused) {
                     break;
                 }
+                // Real time is the subject: a holder's write every 40 ms, as its work paces it.
                 thread::sleep(Duration::from_millis(40));
             }
             break;
         }
+        // Real time is the subject: a holder's write every 40 ms, across the pause.
         thread::sleep(Duration::from_millis(40));
     }
     println!("DONE");
@@ -176,6 +178,8 @@ fn a_paused_holder_process_is_refused_on_resume_and_learns_its_loss() {
     });
     let waited = Instant::now();
     while !takeover.is_finished() && waited.elapsed() < Duration::from_secs(3) {
+        // Real time is the subject: the takeover must not finish in the 3 s the child stays
+        // paused mid-transaction (polled every 10 ms).
         thread::sleep(Duration::from_millis(10));
     }
     let mid_transaction = !takeover.is_finished();
@@ -256,12 +260,14 @@ fn restart_during_renewals(pg: &TempPostgres, mode: StatementMode) {
         .unwrap();
     let contender = Leases::new(&contender_db).with_table(&table).unwrap();
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let (c, s) = (contender.clone(), stop.clone());
+    let tried = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let (c, s, t) = (contender.clone(), stop.clone(), tried.clone());
     let contending = thread::spawn(move || {
         let (mut tries, mut errors) = (0, 0);
         while !s.load(Ordering::SeqCst) {
             for key in ["a", "b", "c"] {
                 tries += 1;
+                t.fetch_add(1, Ordering::SeqCst);
                 match c.try_acquire(key, Duration::from_secs(1)) {
                     Ok(None) => {}
                     Ok(Some(grant)) => {
@@ -270,16 +276,20 @@ fn restart_during_renewals(pg: &TempPostgres, mode: StatementMode) {
                     Err(_) => errors += 1,
                 }
             }
+            // Real time is the subject: the contender tries every key every 20 ms.
             thread::sleep(Duration::from_millis(20));
         }
         (tries, errors)
     });
-    thread::sleep(Duration::from_millis(500));
+    wait_for(
+        "the contender's first tries",
+        Duration::from_secs(5),
+        || (tried.load(Ordering::SeqCst) >= 6).then_some(()),
+    );
     let restarted = Instant::now();
     pg.restart().unwrap();
     let took = restarted.elapsed();
-    // Two renewal intervals after the restart, every lease is still held, by the same tenure.
-    thread::sleep(Duration::from_secs(2));
+    renewed_while_contended(&held, &tried);
     stop.store(true, Ordering::SeqCst);
     let (tries, errors) = contending.join().unwrap();
     println!(
@@ -319,4 +329,22 @@ fn restart_during_renewals(pg: &TempPostgres, mode: StatementMode) {
     for lease in held {
         lease.release().unwrap();
     }
+}
+
+/// Waits (bounded) until every lease in `held` renewed once more (its deadline moves on) or was
+/// lost, and the contender counting its tries in `tried` tried every key twice more.
+fn renewed_while_contended(held: &[Lease], tried: &std::sync::atomic::AtomicUsize) {
+    let from: Vec<Instant> = held.iter().map(|l| l.deadline()).collect();
+    let tried_from = tried.load(Ordering::SeqCst);
+    wait_for(
+        "every lease renewed again (or lost) while the contender tried",
+        Duration::from_secs(10),
+        || {
+            let renewed = held
+                .iter()
+                .zip(&from)
+                .all(|(l, from)| l.deadline() > *from || !l.is_held());
+            (renewed && tried.load(Ordering::SeqCst) >= tried_from + 6).then_some(())
+        },
+    );
 }

@@ -71,6 +71,7 @@ fn partitions_and_crashes_during_rebalancing_never_let_two_processes_work_a_unit
         leasers[0].owned().is_empty(),
         "the partitioned process still believes it owns units"
     );
+    // Real time is the subject: the partition goes on another TTL after the takeover.
     thread::sleep(ttl);
     proxies[0].heal();
     wait_for(
@@ -80,10 +81,12 @@ fn partitions_and_crashes_during_rebalancing_never_let_two_processes_work_a_unit
     );
 
     // Cut everyone's connections: nobody loses anything it can renew in time.
-    for proxy in &proxies {
-        proxy.cut();
-    }
-    thread::sleep(ttl / 2);
+    cut_and_wait_for_heartbeats(&proxies, &leasers);
+    assert_eq!(
+        (0..3).map(owned).collect::<Vec<_>>(),
+        vec![40; 3],
+        "a process lost units to a cut it renewed through"
+    );
 
     // Crash process 2 (it stops without releasing): its units move after its TTL.
     let crashed_at = Instant::now();
@@ -111,6 +114,26 @@ fn partitions_and_crashes_during_rebalancing_never_let_two_processes_work_a_unit
         registry.violations(),
         0,
         "a unit was worked on by two processes"
+    );
+}
+
+/// Cuts every proxy's connections and waits (bounded) until every process heartbeats again (its
+/// local deadline moves on).
+fn cut_and_wait_for_heartbeats(proxies: &[Proxy], leasers: &[Arc<Leaser>]) {
+    let before: Vec<Option<Instant>> = leasers.iter().map(|l| l.live_until()).collect();
+    for proxy in proxies {
+        proxy.cut();
+    }
+    wait_for(
+        "every process to heartbeat again after the cut",
+        Duration::from_secs(10),
+        || {
+            let renewed = leasers
+                .iter()
+                .zip(&before)
+                .all(|(l, before)| l.live_until() > *before);
+            renewed.then_some(())
+        },
     );
 }
 
@@ -180,6 +203,7 @@ fn paused_member_child(procs: &str, units: &str, ledger: &str) {
         println!("WRITE {write:?}");
         refused_after_loss =
             write == Write::Refused && running.leaser().token(&unit) != Some(token);
+        // Real time is the subject: a worker's write every 40 ms, across the pause.
         thread::sleep(Duration::from_millis(40));
     }
     // Not `stop`: the unit is the parent's now, and the release must not matter.
@@ -241,6 +265,8 @@ fn a_paused_member_process_is_refused_on_resume_and_learns_its_loss() {
     });
     let waited = Instant::now();
     while !takeover.is_finished() && waited.elapsed() < Duration::from_secs(3) {
+        // Real time is the subject: the takeover must not finish in the 3 s the child stays
+        // paused mid-transaction (polled every 10 ms).
         thread::sleep(Duration::from_millis(10));
     }
     let mid_transaction = !takeover.is_finished();

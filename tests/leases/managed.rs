@@ -87,6 +87,7 @@ fn killing_the_holders_connections_does_not_lose_a_lease_that_can_still_be_renew
             .unwrap()
             .get(0);
         killed += n;
+        // Real time is the subject: a kill every 150 ms for two TTLs.
         thread::sleep(Duration::from_millis(150));
     }
     assert!(killed > 0, "no connection was killed");

@@ -70,6 +70,7 @@ fn sixteen_threads_contend_and_no_two_tenures_overlap_in_the_fenced_ledger() {
                             if !lease.is_held() || !write(lease.token()) {
                                 break;
                             }
+                            // Real time is the subject: a holder's write every 20 ms.
                             thread::sleep(Duration::from_millis(20));
                         }
                     })
@@ -82,9 +83,11 @@ fn sixteen_threads_contend_and_no_two_tenures_overlap_in_the_fenced_ledger() {
                     if !write(grant.token()) {
                         r.fetch_add(1, Ordering::Relaxed);
                     }
+                    // Real time is the subject: a write every 25 ms, on past the TTL.
                     thread::sleep(Duration::from_millis(25));
                 }
             }
+            // Real time is the subject: a random pause (0-31 ms) between tenures.
             thread::sleep(Duration::from_millis(seed >> 59));
         }
     });

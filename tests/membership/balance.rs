@@ -646,7 +646,8 @@ fn a_fleet_started_within_one_heartbeat_interval_claims_each_unit_once_and_sheds
     let mut running = Vec::new();
     for (leaser, _) in made {
         running.push(leaser.spawn().unwrap());
-        // Within one heartbeat interval in all: 8 x 45 ms.
+        // Within one heartbeat interval in all: 8 x 45 ms (real time is the subject: staggered
+        // starts, as a deploy's).
         std::thread::sleep(Duration::from_millis(45));
     }
     let owned = |units: &str| -> Vec<i64> {
@@ -707,6 +708,8 @@ fn a_cold_fleet_that_keeps_changing_still_claims_after_a_bounded_warm_up() {
         starts += 1;
         leaser.heartbeat().unwrap();
         let rebalance = leaser.tick().unwrap();
+        // Real time is the subject: a new start of the crashing instance every 100 ms, more often
+        // than a warm-up (300 ms), for the warm-up's bound to be tested.
         std::thread::sleep(Duration::from_millis(100));
         (rebalance.owned > 0).then_some(rebalance.owned)
     });

@@ -91,6 +91,7 @@ impl Reconciler for SlowDrain {
         let slow = self.slow.lock().take();
         if let Some((wait, hook)) = slow {
             hook();
+            // Real time is the subject: a reconciler slow to drain.
             thread::sleep(wait);
         }
     }

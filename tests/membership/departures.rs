@@ -288,7 +288,8 @@ fn a_heartbeat_held_up_by_a_takeover_forgets_the_units_taken() {
         &[&a.process_id()],
     )
     .unwrap();
-    // The heartbeat goes late in A's term, so the deadline it sets is still ahead when it returns.
+    // The heartbeat goes late in A's term, so the deadline it sets is still ahead when it returns
+    // (real time is the subject: the wait runs to a tenth of the TTL before A's local deadline).
     let deadline = a.live_until().unwrap();
     thread::sleep(deadline.saturating_duration_since(Instant::now() + ttl / 10));
     thread::scope(|scope| {

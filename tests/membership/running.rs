@@ -34,6 +34,8 @@ fn run_starts_while_the_database_is_unreachable_and_stops_promptly() {
         let leaser = leaser.clone();
         thread::spawn(move || leaser.run(&shutdown))
     };
+    // Real time is the subject: run keeps trying an unreachable database for a while (five of its
+    // 300 ms connection timeouts) and neither gives up nor claims readiness.
     thread::sleep(Duration::from_millis(1500));
     assert!(!leaser.ready(), "no database yet");
     assert!(
@@ -186,6 +188,7 @@ fn a_panicking_reconciler_ends_the_loop_and_stop_says_so() {
         .spawn()
         .unwrap();
     let ended = (0..100).any(|_| {
+        // The poll interval of a bounded wait (5 s) on the loop's thread ending.
         thread::sleep(Duration::from_millis(50));
         running.is_finished()
     });
