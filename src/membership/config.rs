@@ -254,12 +254,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_valid_config_is_kept_and_bad_or_zero_values_are_refused() {
+    fn a_valid_config_is_kept_with_its_defaults_filled_in() {
         let c = Config::default().validated().unwrap();
         assert_eq!(c.ttl, Duration::from_secs(15));
         assert_eq!((c.claim_batch, c.max_claim_per_tick), (64, 1024));
         assert!(c.process_id.is_some());
+    }
 
+    #[test]
+    fn a_claim_batch_above_the_per_tick_cap_is_refused_not_clamped() {
         // A batch above the per-tick cap is refused, naming both, not clamped.
         let over = Config {
             claim_batch: 5000,
@@ -277,7 +280,10 @@ mod tests {
             ..Config::default()
         };
         assert_eq!(at_cap.validated().unwrap().claim_batch, 1024);
+    }
 
+    #[test]
+    fn bad_or_zero_values_are_refused() {
         let refused = [
             Config {
                 heartbeat_interval: Duration::from_secs(15),
@@ -328,6 +334,17 @@ mod tests {
                 ..Config::default()
             },
         ];
+        for config in refused {
+            let shown = format!("{config:?}");
+            assert!(
+                config.validated().unwrap_err().is_invalid_input(),
+                "{shown}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_zero_warm_up_turns_the_probation_off_and_the_longest_wait_follows_the_settings() {
         let no_warm_up = Config {
             warm_up: Some(Duration::ZERO),
             ..Config::default()
@@ -354,12 +371,5 @@ mod tests {
             with_wait.validated().unwrap().warm_up_most(),
             Duration::from_secs(5 + 3 + 15)
         );
-        for config in refused {
-            let shown = format!("{config:?}");
-            assert!(
-                config.validated().unwrap_err().is_invalid_input(),
-                "{shown}"
-            );
-        }
     }
 }

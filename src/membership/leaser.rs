@@ -1,19 +1,20 @@
 //! The leaser: its state, heartbeats, sweeps, release (its rebalance step is in `tick.rs`).
 
 use std::fmt;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
-use parking_lot::Mutex;
+use parking_lot::{Mutex, MutexGuard};
 
 use super::config::{Config, Hooks, NoHooks};
 use super::deliver::{Delivery, Outbox};
-use super::local::{stop_after, Local};
-use super::sql::{Batch, Beat, Heartbeat, Statements};
+use super::local::{stop_after, Lapse, Local};
+use super::sql::{Batch, Heartbeat, Statements};
 use super::unit::{Reconciler, Unit, UnitLoss};
 use super::warm_up::WarmUp;
+use crate::busy::Busy;
 use crate::db::Db;
 use crate::error::{Error, ErrorKind, Result};
 use crate::fence::Fence;
@@ -40,29 +41,29 @@ const MAX_FAREWELLS: usize = 3;
 /// `Send` and `Sync`: share it in an `Arc` between the thread that calls [`Leaser::run`] and the
 /// rest of the application. Ticks are serialized.
 pub struct Leaser {
-    pub(super) db: Db,
-    pub(super) reconciler: Arc<dyn Reconciler>,
-    pub(super) config: Config,
-    pub(super) hooks: Arc<dyn Hooks>,
-    pub(super) process_id: String,
-    pub(super) ttl_us: i64,
+    db: Db,
+    reconciler: Arc<dyn Reconciler>,
+    config: Config,
+    hooks: Arc<dyn Hooks>,
+    process_id: String,
+    ttl_us: i64,
     /// How long the process row must have been live before a beat settles it (the warm-up).
-    pub(super) settle_after_us: i64,
-    pub(super) cutoff_us: i64,
-    pub(super) sql: Arc<Statements>,
-    pub(super) local: Mutex<Local>,
+    settle_after_us: i64,
+    cutoff_us: i64,
+    sql: Arc<Statements>,
+    local: Mutex<Local>,
     /// The wait before this process's first claim.
-    pub(super) warm_up: Mutex<WarmUp>,
-    pub(super) ticking: Mutex<()>,
+    warm_up: Mutex<WarmUp>,
+    ticking: Mutex<()>,
     /// While `run` runs: wakes its liveness watcher when the local deadline moves.
-    pub(super) watch: Mutex<Option<Sender<()>>>,
+    watch: Mutex<Option<Sender<()>>>,
     /// The one place the reconciler is told anything, in decision order.
-    pub(super) outbox: Outbox,
+    outbox: Outbox,
     /// Whether `run` is running (one at a time).
-    pub(super) running: AtomicBool,
+    running: AtomicBool,
     /// When the run loop's database call in progress began: a [`Running`](super::Running)'s stop
     /// bound counts from there.
-    pub(super) busy: crate::busy::Busy,
+    busy: Busy,
 }
 
 impl Leaser {
@@ -99,7 +100,7 @@ impl Leaser {
             watch: Mutex::new(None),
             outbox: Outbox::default(),
             running: AtomicBool::new(false),
-            busy: crate::busy::Busy::default(),
+            busy: Busy::default(),
         })
     }
 
@@ -147,7 +148,7 @@ impl Leaser {
         if !local.live_at(Instant::now()) {
             return Vec::new();
         }
-        local.owned.keys().cloned().collect()
+        local.owned_units()
     }
 
     /// The fencing token of this process's claim of `unit`, while it owns it (as [`Leaser::owned`]
@@ -158,7 +159,7 @@ impl Leaser {
         if !local.live_at(Instant::now()) {
             return None;
         }
-        local.owned.get(unit).map(|hold| hold.token)
+        local.token(unit)
     }
 
     /// Checks, inside your transaction `tx`, that this process still owns `unit` with the token of
@@ -201,12 +202,12 @@ impl Leaser {
     /// row, so the reconciler hears of the loss before another process may claim the units, even
     /// while it is still busy with an earlier callback (keep callbacks shorter than that).
     pub fn live_until(&self) -> Option<Instant> {
-        self.local.lock().live_until
+        self.local.lock().live_until()
     }
 
     /// True once a tick has succeeded.
     pub fn ready(&self) -> bool {
-        self.local.lock().ready
+        self.local.lock().ready()
     }
 
     /// Upserts the process row with `now() + ttl` and the owned count and weight: the only
@@ -221,7 +222,7 @@ impl Leaser {
     pub fn heartbeat(&self) -> Result<()> {
         let (reported, known) = {
             let local = self.local.lock();
-            (local.reported(), local.ready && !local.reread)
+            (local.reported(), local.knows_its_units())
         };
         let sent = Instant::now();
         let beat = self.sql.heartbeat(
@@ -238,26 +239,17 @@ impl Leaser {
             },
         );
         observe::heartbeat(beat.is_ok());
-        let Beat { lapsed, settled } = beat?;
+        let beat = beat?;
         let stop = stop_after(self.config.ttl);
         let warn = {
             let mut local = self.local.lock();
-            // Answered after the previous beat's local deadline: the row may have expired before
-            // this beat reached it, and another process may have claimed units meanwhile (the
-            // statement's `lapsed` is judged on its own snapshot, which can predate that claim).
-            let late = local
-                .live_until
-                .is_some_and(|until| Instant::now() >= until);
-            // No beat before (a first beat finds no row, and says lapsed): nothing to warn of.
-            let first = local.live_until.is_none() && !local.ready;
-            local.live_until = Some(sent + stop);
-            local.settled = settled;
-            if lapsed || late {
-                local.reread = true;
-                let lost = local.forget_all();
-                self.outbox.push(Delivery::Lost(lost, UnitLoss::Expired));
+            match local.beat_answered(beat, sent + stop, Instant::now()) {
+                Some(Lapse { lost, first }) => {
+                    self.outbox.push(Delivery::Lost(lost, UnitLoss::Expired));
+                    !first
+                }
+                None => false,
             }
-            (lapsed || late) && !first
         };
         if warn {
             log::warn!(
@@ -302,7 +294,11 @@ impl Leaser {
     ///
     /// A database or connection error.
     pub fn sweep(&self) -> Result<Sweep> {
-        let sweep = self.sql.sweep(&self.db, self.cutoff_us)?;
+        let swept = self.sql.sweep(&self.db, self.cutoff_us)?;
+        let sweep = Sweep {
+            processes: swept.processes,
+            units: swept.units,
+        };
         if sweep.processes > 0 {
             log::info!(
                 target: "pgtenure::membership",
@@ -329,18 +325,7 @@ impl Leaser {
         let _one_at_a_time = self.ticking.lock();
         let (keep, reported) = {
             let local = self.local.lock();
-            // Also units a concurrent tick chose to shed and is still telling about.
-            let keep: Vec<Unit> = local
-                .owned
-                .keys()
-                .chain(
-                    local
-                        .shedding
-                        .keys()
-                        .filter(|u| !self.told_to_shed(&local, u)),
-                )
-                .cloned()
-                .collect();
+            let keep = local.kept_at_release(|message| self.outbox.told(message));
             (keep, local.reported())
         };
         self.sql
@@ -361,18 +346,15 @@ impl Leaser {
         for _ in 0..MAX_FAREWELLS {
             self.tell_everything_lost();
             let _one_at_a_time = self.ticking.lock();
+            if self
+                .local
+                .lock()
+                .owns_any(|message| self.outbox.told(message))
             {
-                let local = self.local.lock();
-                let telling = local.shedding.keys().any(|u| !self.told_to_shed(&local, u));
-                if !local.owned.is_empty() || telling {
-                    continue;
-                }
+                continue;
             }
             self.sql.delete_process(&self.db, &self.process_id)?;
-            let mut local = self.local.lock();
-            local.forget_all();
-            local.live_until = None;
-            drop(local);
+            self.local.lock().left();
             drop(_one_at_a_time);
             // Whatever a concurrent tick queued meanwhile.
             self.deliver();
@@ -388,12 +370,6 @@ impl Leaser {
         ))
     }
 
-    /// Whether the reconciler has been told, and has returned, that `unit` (being shed) is lost.
-    pub(super) fn told_to_shed(&self, local: &Local, unit: &Unit) -> bool {
-        self.outbox
-            .told(local.shed_told.get(unit).copied().unwrap_or(0))
-    }
-
     /// Forgets every owned unit (the next tick re-reads) and tells the reconciler, outside the
     /// tick's lock.
     fn tell_everything_lost(&self) {
@@ -407,6 +383,73 @@ impl Leaser {
     }
 }
 
+/// The parts the rebalance step (`tick.rs`) and the run loop (`run.rs`) work with. The state with
+/// invariants keeps them itself: [`Local`] behind its methods, the warm-up, the outbox, the busy
+/// mark; the rest is set once, at construction.
+impl Leaser {
+    pub(super) fn db(&self) -> &Db {
+        &self.db
+    }
+
+    pub(super) fn sql(&self) -> &Statements {
+        &self.sql
+    }
+
+    pub(super) fn reconciler(&self) -> &dyn Reconciler {
+        &*self.reconciler
+    }
+
+    pub(super) fn hooks(&self) -> &dyn Hooks {
+        &*self.hooks
+    }
+
+    /// The local state, locked; never held while waiting for [`Leaser::one_tick_at_a_time`].
+    pub(super) fn local(&self) -> MutexGuard<'_, Local> {
+        self.local.lock()
+    }
+
+    /// The wait before this process's first claim, locked.
+    pub(super) fn warm_up(&self) -> MutexGuard<'_, WarmUp> {
+        self.warm_up.lock()
+    }
+
+    /// Serializes ticks (and the shutdown steps that must not run within one).
+    pub(super) fn one_tick_at_a_time(&self) -> MutexGuard<'_, ()> {
+        self.ticking.lock()
+    }
+
+    /// The one place the reconciler is told anything, in decision order.
+    pub(super) fn outbox(&self) -> &Outbox {
+        &self.outbox
+    }
+
+    /// When the run loop's database call in progress began.
+    pub(super) fn busy(&self) -> &Busy {
+        &self.busy
+    }
+
+    /// Marks the loop running, or refuses a second one.
+    pub(super) fn claim_loop(&self) -> Result<()> {
+        if self.running.swap(true, Ordering::AcqRel) {
+            return Err(Error::invalid_input(format!(
+                "process {}: run is already running for this leaser; one loop per leaser",
+                self.process_id
+            )));
+        }
+        Ok(())
+    }
+
+    /// Marks the loop stopped.
+    pub(super) fn loop_ended(&self) {
+        self.running.store(false, Ordering::Release);
+    }
+
+    /// While `run` runs, `wake` hears whenever the local deadline moves; `None` once it stops.
+    pub(super) fn watch_deadline(&self, wake: Option<Sender<()>>) {
+        *self.watch.lock() = wake;
+    }
+}
+
 impl fmt::Debug for Leaser {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let local = self.local.lock();
@@ -414,8 +457,8 @@ impl fmt::Debug for Leaser {
             .field("process_id", &self.process_id)
             .field("processes", &self.sql.processes)
             .field("units", &self.sql.units)
-            .field("owned", &local.owned.len())
-            .field("ready", &local.ready)
+            .field("owned", &local.owned_count())
+            .field("ready", &local.ready())
             .field("config", &self.config)
             .finish()
     }

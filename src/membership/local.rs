@@ -1,65 +1,43 @@
-//! A leaser's local state: what it owns, what it is shedding, its liveness deadline.
+//! A leaser's local state: what it owns, what it is shedding, its liveness deadline. [`Local`] is its
+//! one owner: other files read it and change it only through the methods below, each named for
+//! what the change means.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::sql::Reported;
+use super::holds::{diff, weight_of, Digest, Holds};
+use super::sql::{Beat, Reported};
 use super::unit::{Unit, UnitLoss};
 use crate::observe;
-
-/// What this process holds of one unit: its weight, the fencing token of its claim, whether it
-/// was unregistered ([`Units::remove`](super::Units::remove)) while this process owned it, and the
-/// row's mark (its part of the digest the stats statement reads, see [`Local::digest`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Hold {
-    pub(super) weight: i32,
-    pub(super) token: i64,
-    pub(super) removed: bool,
-    pub(super) mark: i32,
-}
-
-/// A digest of the unit rows that name a process: how many, and the sum of their marks (a hash of
-/// tenant, shard, token and weight, computed by the database). The stats statement reads it from
-/// the table at every tick; a tick whose local view has another digest re-reads its units, so a
-/// change made behind the leaser's back (an operator's `UPDATE` moving a unit, a token rewritten)
-/// is adopted at the next tick, without a statement more in steady state.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(super) struct Digest {
-    pub(super) units: i64,
-    pub(super) marks: i64,
-}
-
-/// Units and what this process holds of each.
-pub(super) type Holds = BTreeMap<Unit, Hold>;
 
 #[derive(Default)]
 pub(super) struct Local {
     /// Shared with a running tick, which copies it only if it changes something (copy on write).
-    pub(super) owned: Arc<Holds>,
+    owned: Arc<Holds>,
     /// The total weight of `owned`, kept with it.
-    pub(super) owned_weight: i64,
+    owned_weight: i64,
     /// Bumped whenever ownership is forgotten, so a tick that started before does not adopt its view.
-    pub(super) generation: u64,
-    pub(super) ready: bool,
-    pub(super) reread: bool,
+    generation: u64,
+    ready: bool,
+    reread: bool,
     /// The local liveness deadline: the instant before the last successful heartbeat was sent, plus
     /// four fifths of the TTL (see [`stop_after`]). It falls a fifth of the TTL before the database's
     /// expiry of the row, so past it this process must not act on its units, and its reconciler hears
     /// so before another process may claim them.
-    pub(super) live_until: Option<Instant>,
+    live_until: Option<Instant>,
     /// Units chosen to shed: the reconciler has been told they are lost, the database still says
     /// they are this process's until the shed statement commits. Never in `owned`, never re-read
     /// into it, and counted as owned in what the process row reports.
-    pub(super) shedding: Holds,
+    shedding: Holds,
     /// For each unit being shed, the number of the message that told the reconciler it is lost
     /// (see `Outbox::told`): it is given back only once that call returned.
-    pub(super) shed_told: BTreeMap<Unit, u64>,
+    shed_told: BTreeMap<Unit, u64>,
     /// The process row's counter of changes others made to its units, when `owned` was last known
     /// to match the database: while it stays put, a tick need not re-read the units.
-    pub(super) seen_changes: Option<i64>,
+    seen_changes: Option<i64>,
     /// Whether the process row was settled at the last heartbeat (it counts in the fair share).
-    pub(super) settled: bool,
+    settled: bool,
 }
 
 /// How long after a heartbeat was sent a process acts on its units: four fifths of the TTL. The
@@ -69,11 +47,167 @@ pub(super) fn stop_after(ttl: Duration) -> Duration {
     ttl - ttl / 5
 }
 
+/// A heartbeat that found the row lapsed (or answered late): the units forgotten, to report as
+/// expired, and whether it was the first beat (which finds no row, so says lapsed: nothing to warn
+/// of).
+pub(super) struct Lapse {
+    pub(super) lost: Vec<Unit>,
+    pub(super) first: bool,
+}
+
+/// What a tick starts from, as the local state knows it.
+pub(super) struct Known {
+    /// The owned units and their weight, when the local view is known to match the database.
+    pub(super) current: Option<(Arc<Holds>, i64)>,
+    /// Whether the local view was believed to match but the rows naming this process have another
+    /// digest: they changed in the database behind its back.
+    pub(super) drifted: bool,
+    /// The generation the view was taken at (see [`Local::unchanged_since`]).
+    pub(super) generation: u64,
+    /// The units being shed.
+    pub(super) shedding: Holds,
+}
+
+/// What the local state says: read-only.
 impl Local {
     pub(super) fn live_at(&self, now: Instant) -> bool {
         self.live_until.is_some_and(|until| now < until)
     }
 
+    /// The local liveness deadline, if a heartbeat has succeeded.
+    pub(super) fn live_until(&self) -> Option<Instant> {
+        self.live_until
+    }
+
+    /// Whether a tick has succeeded.
+    pub(super) fn ready(&self) -> bool {
+        self.ready
+    }
+
+    /// Whether the process row was settled at the last heartbeat.
+    pub(super) fn settled(&self) -> bool {
+        self.settled
+    }
+
+    /// Whether the next tick re-reads what the database says this process owns.
+    pub(super) fn must_reread(&self) -> bool {
+        self.reread
+    }
+
+    /// Whether what the process row reports is known to match the database: the process has read
+    /// its units since it started or lapsed, and nothing since made it doubt them.
+    pub(super) fn knows_its_units(&self) -> bool {
+        self.ready && !self.reread
+    }
+
+    /// Whether nothing forgot the ownership since `generation` ([`Known::generation`]).
+    pub(super) fn unchanged_since(&self, generation: u64) -> bool {
+        self.generation == generation
+    }
+
+    /// The units owned, in unit order.
+    pub(super) fn owned_units(&self) -> Vec<Unit> {
+        self.owned.keys().cloned().collect()
+    }
+
+    /// The fencing token of the claim of `unit`, if owned.
+    pub(super) fn token(&self, unit: &Unit) -> Option<i64> {
+        self.owned.get(unit).map(|hold| hold.token)
+    }
+
+    /// How many units are owned.
+    pub(super) fn owned_count(&self) -> usize {
+        self.owned.len()
+    }
+
+    /// The total weight of the units owned.
+    pub(super) fn owned_weight(&self) -> i64 {
+        self.owned_weight
+    }
+
+    /// The digest of what the database should say names this process: its units and those it is
+    /// shedding (still its own in the database until the give-back commits).
+    fn digest(&self) -> Digest {
+        let shedding = self
+            .shedding
+            .iter()
+            .filter(|(unit, _)| !self.owned.contains_key(*unit));
+        let mut digest = Digest::default();
+        for (_, hold) in self.owned.iter().chain(shedding) {
+            digest.units += 1;
+            digest.marks += i64::from(hold.mark);
+        }
+        digest
+    }
+
+    /// What the database says this process owns: its units and those it is shedding.
+    pub(super) fn reported(&self) -> Reported {
+        let count = self.owned.len() + self.shedding.len();
+        Reported {
+            count: count as i32,
+            weight: self.owned_weight + weight_of(&self.shedding),
+        }
+    }
+
+    /// What a tick starts from: the owned units while the local view is known to match the
+    /// database (the process row's change counter is still `changes`, and the rows naming this
+    /// process have the local view's `digest`), and the units being shed.
+    pub(super) fn known(&self, changes: Option<i64>, digest: Digest) -> Known {
+        let trusted = self.knows_its_units() && self.seen_changes == changes;
+        let current = trusted && self.digest() == digest;
+        Known {
+            current: current.then(|| (self.owned.clone(), self.owned_weight)),
+            drifted: trusted && !current,
+            generation: self.generation,
+            shedding: self.shedding.clone(),
+        }
+    }
+
+    /// Whether the reconciler has been told, and has returned, that `unit` (being shed) is lost,
+    /// `told` saying whether a message (by number) was delivered.
+    fn told_to_shed(&self, unit: &Unit, told: &impl Fn(u64) -> bool) -> bool {
+        told(self.shed_told.get(unit).copied().unwrap_or(0))
+    }
+
+    /// Whether a unit being shed is still being told lost (see [`Local::told_to_shed`]).
+    fn still_telling(&self, told: impl Fn(u64) -> bool) -> bool {
+        self.shedding.keys().any(|u| !self.told_to_shed(u, &told))
+    }
+
+    /// Whether this process owns a unit, or a unit being shed is still being told lost.
+    pub(super) fn owns_any(&self, told: impl Fn(u64) -> bool) -> bool {
+        !self.owned.is_empty() || self.still_telling(told)
+    }
+
+    /// What a release keeps: the units owned (a tick may have adopted them since they were told
+    /// lost) and those a concurrent tick chose to shed and is still telling about.
+    pub(super) fn kept_at_release(&self, told: impl Fn(u64) -> bool) -> Vec<Unit> {
+        self.owned
+            .keys()
+            .chain(
+                self.shedding
+                    .keys()
+                    .filter(|u| !self.told_to_shed(u, &told)),
+            )
+            .cloned()
+            .collect()
+    }
+
+    /// The units to give back now: being shed, never a unit owned (and worked on) again, nor one
+    /// whose loss is still being told (the tick that chose it delivers on its own thread, perhaps
+    /// after this one got here).
+    pub(super) fn to_give_back(&self, told: impl Fn(u64) -> bool) -> Holds {
+        self.shedding
+            .iter()
+            .filter(|(unit, _)| !self.owned.contains_key(*unit))
+            .filter(|(unit, _)| self.told_to_shed(unit, &told))
+            .map(|(unit, hold)| (unit.clone(), *hold))
+            .collect()
+    }
+}
+
+/// What changes the local state, each change named for what it means.
+impl Local {
     /// Forgets every owned unit, returning them (to report as lost); the next tick re-reads.
     pub(super) fn forget_all(&mut self) -> Vec<Unit> {
         observe::units_owned(0);
@@ -85,6 +219,44 @@ impl Local {
         Arc::unwrap_or_clone(std::mem::take(&mut self.owned))
             .into_keys()
             .collect()
+    }
+
+    /// The process row was deleted: forgets every owned unit and the liveness deadline.
+    pub(super) fn left(&mut self) {
+        self.forget_all();
+        self.live_until = None;
+    }
+
+    /// The database may say something else than the local view (a claim may have landed without
+    /// this process knowing, a give-back may have failed): the next tick re-reads.
+    pub(super) fn reread_next_tick(&mut self) {
+        self.reread = true;
+    }
+
+    /// A heartbeat sent when the process became live until `live_until` was answered `beat`, at
+    /// `now`. If the row had lapsed, or the answer came after the previous beat's local deadline,
+    /// other processes may have claimed its units: every owned unit is forgotten (returned in the
+    /// [`Lapse`], to report as expired) and the next tick re-reads what the database says.
+    pub(super) fn beat_answered(
+        &mut self,
+        beat: Beat,
+        live_until: Instant,
+        now: Instant,
+    ) -> Option<Lapse> {
+        // Answered after the previous beat's local deadline: the row may have expired before
+        // this beat reached it, and another process may have claimed units meanwhile (the
+        // statement's `lapsed` is judged on its own snapshot, which can predate that claim).
+        let late = self.live_until.is_some_and(|until| now >= until);
+        // No beat before (a first beat finds no row, and says lapsed): nothing to warn of.
+        let first = self.live_until.is_none() && !self.ready;
+        self.live_until = Some(live_until);
+        self.settled = beat.settled;
+        if !(beat.lapsed || late) {
+            return None;
+        }
+        self.reread = true;
+        let lost = self.forget_all();
+        Some(Lapse { lost, first })
     }
 
     /// Adopts what a tick found to be this process's (`truth`, of total weight `weight`), and the
@@ -139,27 +311,25 @@ impl Local {
         (lost, gained)
     }
 
-    /// The digest of what the database should say names this process: its units and those it is
-    /// shedding (still its own in the database until the give-back commits).
-    pub(super) fn digest(&self) -> Digest {
-        let shedding = self
-            .shedding
-            .iter()
-            .filter(|(unit, _)| !self.owned.contains_key(*unit));
-        let mut digest = Digest::default();
-        for (_, hold) in self.owned.iter().chain(shedding) {
-            digest.units += 1;
-            digest.marks += i64::from(hold.mark);
+    /// The units being shed in `units` were told lost in message `message` (see `Outbox::told`):
+    /// they are given back once it was delivered.
+    pub(super) fn told_lost_in(&mut self, units: Vec<Unit>, message: u64) {
+        for unit in units {
+            self.shed_told.insert(unit, message);
         }
-        digest
     }
 
-    /// What the database says this process owns: its units and those it is shedding.
-    pub(super) fn reported(&self) -> Reported {
-        let count = self.owned.len() + self.shedding.len();
-        Reported {
-            count: count as i32,
-            weight: self.owned_weight + weight_of(&self.shedding),
+    /// The give-back of the units chosen to shed `chosen` landed for `given`: they are no longer
+    /// this process's. Fewer than chosen were skipped (a transaction still holds the row: given
+    /// back at a later tick) or no longer this process's (a resend after the first attempt
+    /// landed): the next tick re-reads, which tells the two apart.
+    pub(super) fn gave_back(&mut self, given: &[Unit], chosen: usize) {
+        for unit in given {
+            self.shedding.remove(unit);
+            self.shed_told.remove(unit);
+        }
+        if given.len() < chosen {
+            self.reread = true;
         }
     }
 }
@@ -213,34 +383,10 @@ const LOSS_ORDER: [UnitLoss; 5] = [
     UnitLoss::Released,
 ];
 
-/// The total weight of `units`, disabled ones (weight 0) counting nothing.
-pub(super) fn weight_of(units: &Holds) -> i64 {
-    units.values().map(|h| i64::from(h.weight.max(0))).sum()
-}
-
-/// The units of `old` missing from `new` (lost), and of `new` missing from `old` (gained). A unit
-/// in both under another token is both: it was claimed anew, so its earlier tenure ended (another
-/// process may have owned it in between).
-fn diff(old: &Holds, new: &Holds) -> (Vec<Unit>, Vec<Unit>) {
-    let same = |unit: &Unit, hold: &Hold, other: &Holds| {
-        other.get(unit).is_some_and(|h| h.token == hold.token)
-    };
-    let lost = old
-        .iter()
-        .filter(|(u, h)| !same(u, h, new))
-        .map(|(u, _)| u.clone())
-        .collect();
-    let gained = new
-        .iter()
-        .filter(|(u, h)| !same(u, h, old))
-        .map(|(u, _)| u.clone())
-        .collect();
-    (lost, gained)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::membership::holds::Hold;
 
     fn units(shards: &[i32]) -> Holds {
         shards

@@ -69,6 +69,7 @@
 mod config;
 mod deliver;
 mod fair;
+mod holds;
 mod leaser;
 mod local;
 mod run;

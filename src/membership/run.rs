@@ -1,7 +1,6 @@
 //! The membership loop and its liveness watcher.
 
 use std::fmt;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -85,35 +84,24 @@ impl Leaser {
     /// returns `Ok`).
     pub fn run(&self, shutdown: &Receiver<()>) -> Result<()> {
         self.claim_loop()?;
-        let _ran = Ran(&self.running);
+        let _ran = Ran(self);
         self.run_claimed(shutdown)
-    }
-
-    /// Marks the loop running, or refuses a second one.
-    fn claim_loop(&self) -> Result<()> {
-        if self.running.swap(true, Ordering::AcqRel) {
-            return Err(Error::invalid_input(format!(
-                "process {}: run is already running for this leaser; one loop per leaser",
-                self.process_id
-            )));
-        }
-        Ok(())
     }
 
     /// The loop, once [`Leaser::claim_loop`] succeeded.
     fn run_claimed(&self, shutdown: &Receiver<()>) -> Result<()> {
         let (wake, woken) = bounded::<()>(1);
-        *self.watch.lock() = Some(wake);
+        self.watch_deadline(Some(wake));
         std::thread::scope(|scope| {
             // Disconnecting the wake channel stops the watcher, which the scope joins: also when
             // the loop unwinds (a reconciler or a hook panicked), or the join would wait forever.
-            struct StopWatcher<'a>(&'a parking_lot::Mutex<Option<Sender<()>>>);
+            struct StopWatcher<'a>(&'a Leaser);
             impl Drop for StopWatcher<'_> {
                 fn drop(&mut self) {
-                    self.0.lock().take();
+                    self.0.watch_deadline(None);
                 }
             }
-            let _stop_watcher = StopWatcher(&self.watch);
+            let _stop_watcher = StopWatcher(self);
             let watcher = std::thread::Builder::new()
                 .name("pgtenure-member".into())
                 .spawn_scoped(scope, || self.watch_liveness(&woken))
@@ -182,11 +170,11 @@ impl Leaser {
             .spawn(move || {
                 // Dropped when the thread ends, also on unwinding: `stop` waits for that.
                 let _done = done;
-                let _ran = Ran(&leaser.running);
+                let _ran = Ran(&leaser);
                 leaser.run_claimed(&shutdown)
             })
             .map_err(|e| {
-                self.running.store(false, Ordering::Release);
+                self.loop_ended();
                 Error::setup("could not start the membership thread").with_source(e)
             })?;
         Ok(Running {
@@ -213,7 +201,7 @@ impl Leaser {
         let (mut backoff, max_backoff) = STARTUP_BACKOFF;
         loop {
             let beat = {
-                let _busy = self.busy.enter();
+                let _busy = self.busy().enter();
                 self.heartbeat()
             };
             match beat {
@@ -222,18 +210,18 @@ impl Leaser {
                     log::error!(
                         target: "pgtenure::membership",
                         "process {} cannot start: {e}",
-                        self.process_id
+                        self.process_id()
                     );
-                    self.hooks.error(&e);
+                    self.hooks().error(&e);
                     return Err(e);
                 }
                 Err(e) => {
                     log::warn!(
                         target: "pgtenure::membership",
                         "process {} cannot heartbeat yet ({e}); retrying in {backoff:?}",
-                        self.process_id
+                        self.process_id()
                     );
-                    self.hooks.error(&e);
+                    self.hooks().error(&e);
                     select! {
                         recv(shutdown) -> _ => return Err(e),
                         recv(after(backoff)) -> _ => {}
@@ -243,9 +231,9 @@ impl Leaser {
             }
         }
         let start = Instant::now();
-        let mut next_beat = start + self.config.heartbeat_interval;
+        let mut next_beat = start + self.config().heartbeat_interval;
         let mut next_tick = start;
-        let mut next_sweep = start + self.config.sweep_interval;
+        let mut next_sweep = start + self.config().sweep_interval;
         loop {
             let next = next_beat.min(next_tick).min(next_sweep);
             select! {
@@ -253,16 +241,16 @@ impl Leaser {
                 recv(at(next)) -> _ => {}
             }
             let now = Instant::now();
-            let _busy = self.busy.enter();
+            let _busy = self.busy().enter();
             if now >= next_beat {
-                let was_settled = self.local.lock().settled;
+                let was_settled = self.local().settled();
                 if let Err(e) = self.heartbeat() {
                     self.report("heartbeat failed", &e);
                 }
-                next_beat = now + self.config.heartbeat_interval;
-                let local = self.local.lock();
+                next_beat = now + self.config().heartbeat_interval;
+                let local = self.local();
                 // A re-read, or this process now counts in the fair share: tick at once.
-                if local.reread || (local.settled && !was_settled) {
+                if local.must_reread() || (local.settled() && !was_settled) {
                     next_tick = now;
                 }
             }
@@ -270,13 +258,13 @@ impl Leaser {
                 if let Err(e) = self.tick() {
                     self.report("rebalance failed", &e);
                 }
-                next_tick = Instant::now() + self.config.rebalance_interval;
+                next_tick = Instant::now() + self.config().rebalance_interval;
             }
             if now >= next_sweep {
                 if let Err(e) = self.sweep() {
                     self.report("sweep failed", &e);
                 }
-                next_sweep = now + self.config.sweep_interval;
+                next_sweep = now + self.config().sweep_interval;
             }
         }
     }
@@ -284,20 +272,20 @@ impl Leaser {
     /// Logs a loop error (at `error` when waiting cannot fix it) and tells the hooks.
     fn report(&self, what: &str, e: &Error) {
         if e.is_permanent() {
-            log::error!(target: "pgtenure::membership", "process {}: {what}: {e}", self.process_id);
+            log::error!(target: "pgtenure::membership", "process {}: {what}: {e}", self.process_id());
         } else {
-            log::warn!(target: "pgtenure::membership", "process {}: {what}: {e}", self.process_id);
+            log::warn!(target: "pgtenure::membership", "process {}: {what}: {e}", self.process_id());
         }
-        self.hooks.error(e);
+        self.hooks().error(e);
     }
 }
 
 /// Marks the loop stopped when dropped (also on unwinding).
-struct Ran<'a>(&'a std::sync::atomic::AtomicBool);
+struct Ran<'a>(&'a Leaser);
 
 impl Drop for Ran<'_> {
     fn drop(&mut self) {
-        self.0.store(false, Ordering::Release);
+        self.0.loop_ended();
     }
 }
 
@@ -355,7 +343,7 @@ impl Running {
     /// How long `stop` waits for the loop's thread.
     fn stop_bound(&self) -> Duration {
         self.leaser
-            .db
+            .db()
             .pool_timeout()
             .saturating_mul(2)
             .saturating_add(STOP_GRACE)
@@ -368,7 +356,7 @@ impl Running {
                 let bound = self.stop_bound();
                 // Counted from the start of the loop's call in progress: dropping many handles
                 // whose loops hang on one outage takes one bound, not one each.
-                match self.finished.recv_timeout(self.leaser.busy.wait(bound)) {
+                match self.finished.recv_timeout(self.leaser.busy().wait(bound)) {
                     Err(RecvTimeoutError::Disconnected) => thread.join().unwrap_or_else(|_| {
                         Err(Error::new(
                             ErrorKind::Setup,
@@ -376,7 +364,7 @@ impl Running {
                         ))
                     }),
                     _ => {
-                        log::error!(target: "pgtenure::membership", "process {}: the loop did not stop within {bound:?} (a statement stuck on the database); leaving its thread to end on its own, without releasing: the units become claimable when the process row expires", self.leaser.process_id);
+                        log::error!(target: "pgtenure::membership", "process {}: the loop did not stop within {bound:?} (a statement stuck on the database); leaving its thread to end on its own, without releasing: the units become claimable when the process row expires", self.leaser.process_id());
                         return Err(Error::new(
                             ErrorKind::Connection,
                             format!(
@@ -405,7 +393,7 @@ impl Drop for Running {
             log::warn!(
                 target: "pgtenure::membership",
                 "process {}: stopping on drop: {e}",
-                self.leaser.process_id
+                self.leaser.process_id()
             );
         }
     }
@@ -414,7 +402,7 @@ impl Drop for Running {
 impl fmt::Debug for Running {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Running")
-            .field("process_id", &self.leaser.process_id)
+            .field("process_id", &self.leaser.process_id())
             .field("finished", &self.is_finished())
             .finish()
     }

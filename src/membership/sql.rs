@@ -3,8 +3,6 @@
 
 use std::sync::Arc;
 
-use super::leaser::Sweep;
-use super::local::{Digest, Hold};
 use super::unit::Unit;
 use super::views::{Assignment, ProcessInfo, Unowned};
 use crate::db::{Db, Policy};
@@ -77,8 +75,29 @@ pub(super) struct Stats {
     pub(super) claimable: i64,
     /// The process row's counter of changes others made to its units.
     pub(super) changes: Option<i64>,
-    /// The digest of the unit rows that name this process.
-    pub(super) digest: Digest,
+    /// How many unit rows name this process, and the sum of their marks: the digest the tick
+    /// compares with its local view's.
+    pub(super) owned_units: i64,
+    pub(super) owned_marks: i64,
+}
+
+/// A unit row that names a process (`sql/membership/owned.sql`, `claim.sql`): the unit, its
+/// weight, the fencing token of its claim, whether it was unregistered, and its mark (a hash of
+/// tenant, shard, token and weight, computed by the database).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct UnitRow {
+    pub(super) unit: Unit,
+    pub(super) weight: i32,
+    pub(super) token: i64,
+    pub(super) removed: bool,
+    pub(super) mark: i32,
+}
+
+/// What the sweep statement answered: process rows deleted and units freed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Swept {
+    pub(super) processes: u64,
+    pub(super) units: u64,
 }
 
 /// A heartbeat's parameters (`sql/membership/heartbeat.sql`).
@@ -250,15 +269,13 @@ impl Statements {
             settled_self: processes.column("settled_self")?,
             claimable: unowned + orphaned,
             changes: processes.column("changes")?,
-            digest: Digest {
-                units: units.column("owned_units")?,
-                marks: units.column("owned_marks")?,
-            },
+            owned_units: units.column("owned_units")?,
+            owned_marks: units.column("owned_marks")?,
         })
     }
 
     /// The unit rows that name `process`.
-    pub(super) fn owned(&self, db: &Db, process: &str) -> Result<Vec<(Unit, Hold)>> {
+    pub(super) fn owned(&self, db: &Db, process: &str) -> Result<Vec<UnitRow>> {
         self.gate.check(db)?;
         let rows = db.query(
             "read owned units",
@@ -266,7 +283,7 @@ impl Statements {
             &self.owned,
             &(process,),
         )?;
-        let read = |row| unit_hold(Read::new(row, "read owned units", &self.units));
+        let read = |row| unit_row(Read::new(row, "read owned units", &self.units));
         rows.iter().map(read).collect()
     }
 
@@ -282,7 +299,7 @@ impl Statements {
         budget: i64,
         slot: i32,
         reported: Reported,
-    ) -> Result<Vec<(Unit, Hold)>> {
+    ) -> Result<Vec<UnitRow>> {
         self.gate.check(db)?;
         let params = (
             process,
@@ -294,7 +311,7 @@ impl Statements {
             db.timeline_tokens(),
         );
         let rows = db.query("claim units", Policy::ONCE, &self.claim, &params)?;
-        let read = |row| unit_hold(Read::new(row, "claim units", &self.units));
+        let read = |row| unit_row(Read::new(row, "claim units", &self.units));
         rows.iter().map(read).collect()
     }
 
@@ -351,7 +368,7 @@ impl Statements {
     }
 
     /// Deletes process rows expired for longer than `cutoff_us` and frees their units.
-    pub(super) fn sweep(&self, db: &Db, cutoff_us: i64) -> Result<Sweep> {
+    pub(super) fn sweep(&self, db: &Db, cutoff_us: i64) -> Result<Swept> {
         self.gate.check(db)?;
         let context = "sweep processes";
         let row = db.query_one(context, Policy::ONCE, &self.sweep, &(cutoff_us,))?;
@@ -361,7 +378,7 @@ impl Statements {
                 .column::<i64>(name)
                 .map(|n| u64::try_from(n).unwrap_or_default())
         };
-        Ok(Sweep {
+        Ok(Swept {
             processes: count(&self.processes, "processes")?,
             units: count(&self.units, "units")?,
         })
@@ -497,18 +514,16 @@ fn unit(read: &Read<'_>) -> Result<Unit> {
     })
 }
 
-/// A row's unit and how this process holds it.
-fn unit_hold(read: Read<'_>) -> Result<(Unit, Hold)> {
-    Ok((
-        unit(&read)?,
-        Hold {
-            weight: read.column("weight")?,
-            // NULL until the unit's first claim (a table made before tokens).
-            token: read.column::<Option<i64>>("token")?.unwrap_or_default(),
-            removed: read.column("removed")?,
-            mark: read.column("mark")?,
-        },
-    ))
+/// A unit row that names a process.
+fn unit_row(read: Read<'_>) -> Result<UnitRow> {
+    Ok(UnitRow {
+        unit: unit(&read)?,
+        weight: read.column("weight")?,
+        // NULL until the unit's first claim (a table made before tokens).
+        token: read.column::<Option<i64>>("token")?.unwrap_or_default(),
+        removed: read.column("removed")?,
+        mark: read.column("mark")?,
+    })
 }
 
 #[cfg(test)]

@@ -2,14 +2,14 @@
 //! shed, adopt the result, tell the reconciler. The arithmetic lives in `fair.rs`, the local state
 //! in `local.rs`; this file only moves data between them and the database.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
 use super::deliver::Delivery;
 use super::fair::{choose_shed, Facts, Held, Member, Step};
+use super::holds::{weight_of, Digest, Hold, Holds};
 use super::leaser::Leaser;
-use super::local::{weight_of, Digest, Holds, View};
+use super::local::View;
 use super::sql::{Batch, Reported, Stats};
 use super::unit::Unit;
 use crate::error::Result;
@@ -44,6 +44,45 @@ pub struct Rebalance {
     /// fair share until its second heartbeat), or it waits in a cold fleet for the others to
     /// settle; it claimed nothing, whatever its fair share.
     pub warming_up: bool,
+}
+
+/// What a live process did this tick, before adopting it.
+#[derive(Default)]
+struct Moves {
+    claimed: Vec<Unit>,
+    /// Units chosen to shed, out of the tick's view.
+    shed: Holds,
+    warming_up: bool,
+}
+
+/// What the adoption left: the units lost and gained (queued for the reconciler), whether the
+/// process was still live, and what it owns now.
+struct Adopted {
+    lost: Vec<Unit>,
+    gained: Vec<Unit>,
+    live_now: bool,
+    owned: usize,
+    owned_weight: i64,
+}
+
+/// Whether the `i`th other live process has settled (shown it stays: see Config::warm_up).
+fn others_settled(stats: &Stats, i: usize) -> bool {
+    stats.others_settled.get(i).copied().unwrap_or(true)
+}
+
+/// The other live processes the fair share counts: those that have settled or own units, never
+/// one that may be an incarnation of a crash loop, which would die with what it was given.
+fn counted_others(stats: &Stats) -> Vec<Member<'_>> {
+    stats
+        .others
+        .iter()
+        .enumerate()
+        .filter(|(i, (_, weight))| others_settled(stats, *i) || *weight > 0)
+        .map(|(_, (id, weight))| Member {
+            id,
+            weight: *weight,
+        })
+        .collect()
 }
 
 /// The view a tick starts from, and the local state it was taken at.
@@ -90,11 +129,11 @@ impl Leaser {
     pub fn tick(&self) -> Result<Rebalance> {
         let started = Instant::now();
         let decided = {
-            let _one_at_a_time = self.ticking.lock();
+            let _one_at_a_time = self.one_tick_at_a_time();
             let decided = self.tick_once();
             if decided.is_err() {
                 // A claim may have landed without this process knowing: read the truth next time.
-                self.local.lock().reread = true;
+                self.local().reread_next_tick();
             }
             decided
         };
@@ -105,17 +144,17 @@ impl Leaser {
         let mut rebalance =
             decided.inspect_err(|_| observe::membership_tick(started.elapsed(), None))?;
         if rebalance.claimed > 0 {
-            self.hooks.claimed(rebalance.claimed);
+            self.hooks().claimed(rebalance.claimed);
         }
-        self.hooks.rebalanced(started.elapsed());
-        self.hooks.owned(rebalance.owned, rebalance.owned_weight);
+        self.hooks().rebalanced(started.elapsed());
+        self.hooks().owned(rebalance.owned, rebalance.owned_weight);
         rebalance.shed = {
-            let _one_at_a_time = self.ticking.lock();
+            let _one_at_a_time = self.one_tick_at_a_time();
             self.give_back()
                 .inspect_err(|_| observe::membership_tick(started.elapsed(), None))?
         };
         if rebalance.shed > 0 {
-            self.hooks.shed(rebalance.shed);
+            self.hooks().shed(rebalance.shed);
         }
         let moved = (rebalance.claimed, rebalance.shed, rebalance.owned);
         observe::membership_tick(started.elapsed(), Some(moved));
@@ -125,28 +164,15 @@ impl Leaser {
     /// The tick's decision and adoption, under the tick's lock: read the facts, start from the local
     /// view or the database's, claim or choose what to shed, adopt the result while still live.
     fn tick_once(&self) -> Result<Rebalance> {
-        let live_locally = self.local.lock().live_at(Instant::now());
+        let live_locally = self.local().live_at(Instant::now());
         let stats = self.read_stats()?;
-        let mut view = self.starting_view(stats.changes, stats.digest)?;
-        // Whether each other live process has settled (shown it stays: see Config::warm_up).
-        let settled = |i: usize| stats.others_settled.get(i).copied().unwrap_or(true);
-        // The fair share counts the processes that have settled or own units: never one that may
-        // be an incarnation of a crash loop, which would die with what it was given.
-        let others: Vec<Member<'_>> = stats
-            .others
-            .iter()
-            .enumerate()
-            .filter(|(i, (_, weight))| settled(*i) || *weight > 0)
-            .map(|(_, (id, weight))| Member {
-                id,
-                weight: *weight,
-            })
-            .collect();
+        let mut view = self.starting_view(&stats)?;
+        let others = counted_others(&stats);
         // This process counts, and may claim, likewise.
         let counted = stats.settled_self || !view.truth.is_empty() || !view.shedding.is_empty();
         let facts = Facts {
             me: Member {
-                id: &self.process_id,
+                id: self.process_id(),
                 weight: view.weight,
             },
             others: &others,
@@ -154,153 +180,167 @@ impl Leaser {
             claimable: stats.claimable + weight_of(&view.shedding),
         };
         let target = facts.target();
-
-        let mut claimed = Vec::new();
-        let mut shed = BTreeMap::new();
-        let mut warming_up = false;
-        if stats.live_self && live_locally {
-            // Owned units whose weight is now 0, to give back (kept while this tick claims).
-            let disabled = view.truth.values().any(|h| h.weight <= 0);
-            let step = facts.decide(i64::from(self.config.max_claim_per_tick), disabled);
-            // Not counted yet: it waits, whatever it would claim.
-            warming_up = !counted;
-            // The warm-up is consulted only once this process counts: before, it may not even see
-            // the processes started with it.
-            if let (Step::Claim(_), true) = (step, counted) {
-                let mut warm_up = self.warm_up.lock();
-                // Only a cold fleet waits for the others: a process that owns units already, or
-                // that joins a fleet whose live processes own some (they shed its share to it
-                // once it counts), claims as soon as it counts itself.
-                let warm = stats.others.iter().any(|(_, weight)| *weight > 0);
-                if warm || !view.truth.is_empty() || !view.shedding.is_empty() {
-                    warm_up.end();
-                }
-                let others =
-                    (stats.others.iter().enumerate()).map(|(i, (id, _))| (id.as_str(), settled(i)));
-                warming_up = !warm_up.may_claim(others, Instant::now());
-            }
-            match step {
-                Step::Claim(_) if warming_up => {
-                    log::debug!(
-                        target: "pgtenure::membership",
-                        "process {}: warming up, {} live: no claim until {}",
-                        self.process_id,
-                        stats.live,
-                        if counted {
-                            "the other live processes have settled"
-                        } else {
-                            "this process has settled (its second heartbeat)"
-                        }
-                    );
-                }
-                Step::Claim(budget) => {
-                    claimed = self.claim(&mut view.truth, budget, &view.shedding)?;
-                }
-                Step::Shed(target) => shed = self.choose_shed(&mut view.truth, target),
-                Step::Keep => {}
-            }
-            if !claimed.is_empty() || !shed.is_empty() {
-                view.changed = true;
-                view.weight = weight_of(&view.truth);
-            }
-        }
-
-        // Adopt the database's truth only while live, judged now (the tick may have waited on the
-        // database), and only if nothing forgot the ownership meanwhile (the liveness watcher, a
-        // lapsed heartbeat); queue what changed while still holding the state, so deliveries keep
-        // decision order.
-        let (lost, gained, live_now, owned, owned_weight) = {
-            let mut local = self.local.lock();
-            let live_now = stats.live_self
-                && local.live_at(Instant::now())
-                && local.generation == view.generation;
-            let shed_now: Vec<Unit> = shed.keys().cloned().collect();
-            let adopted = View {
-                truth: view.truth,
-                weight: view.weight,
-                changed: view.changed,
-                shed,
-                shed_landed: view.shed_landed,
-                changes: stats.changes,
-            };
-            let (losses, gained) = local.adopt(adopted, live_now);
-            let lost = losses.units();
-            let told = self.outbox.push_losses(losses);
-            self.outbox.push(Delivery::Gained(gained.clone()));
-            if live_now {
-                for unit in shed_now {
-                    local.shed_told.insert(unit, told);
-                }
-            }
-            (
-                lost,
-                gained,
-                live_now,
-                local.owned.len(),
-                local.owned_weight,
-            )
+        let moves = if stats.live_self && live_locally {
+            self.claim_or_shed(&stats, &facts, counted, &mut view)?
+        } else {
+            Moves::default()
         };
+        let claimed = moves.claimed.len();
+        let adopted = self.adopt(&stats, view, moves.shed);
         log::debug!(
             target: "pgtenure::membership",
-            "process {}: {} live, target {target}, owns {owned} ({owned_weight}), claimed {}",
-            self.process_id,
+            "process {}: {} live, target {target}, owns {} ({}), claimed {claimed}",
+            self.process_id(),
             stats.live,
-            claimed.len()
+            adopted.owned,
+            adopted.owned_weight,
         );
         Ok(Rebalance {
-            lost,
-            gained,
-            claimed: claimed.len(),
+            lost: adopted.lost,
+            gained: adopted.gained,
+            claimed,
             shed: 0,
-            owned,
-            owned_weight,
+            owned: adopted.owned,
+            owned_weight: adopted.owned_weight,
             fair_share: target,
             live_processes: stats.live,
-            live: live_now,
-            warming_up,
+            live: adopted.live_now,
+            warming_up: moves.warming_up,
         })
+    }
+
+    /// What a live process does this tick: claims up to its budget, or chooses what to shed, or
+    /// keeps what it has; a process warming up claims nothing.
+    fn claim_or_shed(
+        &self,
+        stats: &Stats,
+        facts: &Facts<'_>,
+        counted: bool,
+        view: &mut Start,
+    ) -> Result<Moves> {
+        let mut moves = Moves::default();
+        // Owned units whose weight is now 0, to give back (kept while this tick claims).
+        let disabled = view.truth.values().any(|h| h.weight <= 0);
+        let step = facts.decide(i64::from(self.config().max_claim_per_tick), disabled);
+        // Not counted yet: it waits, whatever it would claim.
+        moves.warming_up = !counted;
+        // The warm-up is consulted only once this process counts: before, it may not even see
+        // the processes started with it.
+        if let (Step::Claim(_), true) = (step, counted) {
+            moves.warming_up = self.warming_up(stats, view);
+        }
+        match step {
+            Step::Claim(_) if moves.warming_up => {
+                log::debug!(
+                    target: "pgtenure::membership",
+                    "process {}: warming up, {} live: no claim until {}",
+                    self.process_id(),
+                    stats.live,
+                    if counted {
+                        "the other live processes have settled"
+                    } else {
+                        "this process has settled (its second heartbeat)"
+                    }
+                );
+            }
+            Step::Claim(budget) => {
+                moves.claimed = self.claim(&mut view.truth, budget, &view.shedding)?;
+            }
+            Step::Shed(target) => moves.shed = self.choose_shed(&mut view.truth, target),
+            Step::Keep => {}
+        }
+        if !moves.claimed.is_empty() || !moves.shed.is_empty() {
+            view.changed = true;
+            view.weight = weight_of(&view.truth);
+        }
+        Ok(moves)
+    }
+
+    /// Whether a process that counts and would claim still waits (see
+    /// [`Config::warm_up`](super::Config::warm_up)).
+    fn warming_up(&self, stats: &Stats, view: &Start) -> bool {
+        let mut warm_up = self.warm_up();
+        // Only a cold fleet waits for the others: a process that owns units already, or
+        // that joins a fleet whose live processes own some (they shed its share to it
+        // once it counts), claims as soon as it counts itself.
+        let warm = stats.others.iter().any(|(_, weight)| *weight > 0);
+        if warm || !view.truth.is_empty() || !view.shedding.is_empty() {
+            warm_up.end();
+        }
+        let others = (stats.others.iter().enumerate())
+            .map(|(i, (id, _))| (id.as_str(), others_settled(stats, i)));
+        !warm_up.may_claim(others, Instant::now())
+    }
+
+    /// Adopts the database's truth only while live, judged now (the tick may have waited on the
+    /// database), and only if nothing forgot the ownership meanwhile (the liveness watcher, a
+    /// lapsed heartbeat); queues what changed while still holding the state, so deliveries keep
+    /// decision order.
+    fn adopt(&self, stats: &Stats, view: Start, shed: Holds) -> Adopted {
+        let mut local = self.local();
+        let live_now = stats.live_self
+            && local.live_at(Instant::now())
+            && local.unchanged_since(view.generation);
+        let shed_now: Vec<Unit> = shed.keys().cloned().collect();
+        let adopted = View {
+            truth: view.truth,
+            weight: view.weight,
+            changed: view.changed,
+            shed,
+            shed_landed: view.shed_landed,
+            changes: stats.changes,
+        };
+        let (losses, gained) = local.adopt(adopted, live_now);
+        let lost = losses.units();
+        let told = self.outbox().push_losses(losses);
+        self.outbox().push(Delivery::Gained(gained.clone()));
+        if live_now {
+            local.told_lost_in(shed_now, told);
+        }
+        Adopted {
+            lost,
+            gained,
+            live_now,
+            owned: local.owned_count(),
+            owned_weight: local.owned_weight(),
+        }
     }
 
     /// What a tick decides from, in one statement that never scans units.
     fn read_stats(&self) -> Result<Stats> {
-        self.sql.stats(&self.db, &self.process_id)
+        self.sql().stats(self.db(), self.process_id())
     }
 
     /// The view a tick starts from: the local one while it is known to match the database (the
     /// process row's change counter has not moved since, and the rows naming this process have the
     /// local view's digest), else the database's truth, re-read (first tick, a lapse, a failed
     /// tick, or another process or an operator changed its units, through pgtenure or not).
-    fn starting_view(&self, changes: Option<i64>, digest: Digest) -> Result<Start> {
-        let (known, generation, shedding) = {
-            let local = self.local.lock();
-            let current = local.ready
-                && !local.reread
-                && local.seen_changes == changes
-                && local.digest() == digest;
-            if local.ready && !local.reread && local.seen_changes == changes && !current {
-                log::info!(
-                    target: "pgtenure::membership",
-                    "process {}: its units changed in the database behind its back; re-reading them",
-                    self.process_id
-                );
-            }
-            (
-                current.then(|| (local.owned.clone(), local.owned_weight)),
-                local.generation,
-                local.shedding.clone(),
-            )
+    fn starting_view(&self, stats: &Stats) -> Result<Start> {
+        let digest = Digest {
+            units: stats.owned_units,
+            marks: stats.owned_marks,
         };
-        let (truth, weight, changed, shedding, shed_landed) = match known {
-            Some((owned, weight)) => (owned, weight, false, shedding, Vec::new()),
+        let known = self.local().known(stats.changes, digest);
+        if known.drifted {
+            log::info!(
+                target: "pgtenure::membership",
+                "process {}: its units changed in the database behind its back; re-reading them",
+                self.process_id()
+            );
+        }
+        let (truth, weight, changed, shedding, shed_landed) = match known.current {
+            Some((owned, weight)) => (owned, weight, false, known.shedding, Vec::new()),
             None => {
                 let mut read: Holds = self
-                    .sql
-                    .owned(&self.db, &self.process_id)?
+                    .sql()
+                    .owned(self.db(), self.process_id())?
                     .into_iter()
+                    .map(Hold::of)
                     .collect();
                 // Units being shed are still this process's in the database, but no longer its
                 // work; those the database no longer gives it were given back already.
-                let (pending, landed): (Holds, Holds) = shedding
+                let (pending, landed): (Holds, Holds) = known
+                    .shedding
                     .into_iter()
                     .partition(|(unit, _)| read.remove(unit).is_some());
                 let weight = weight_of(&read);
@@ -317,7 +357,7 @@ impl Leaser {
             truth,
             weight,
             changed,
-            generation,
+            generation: known.generation,
             shedding,
             shed_landed,
         })
@@ -337,17 +377,17 @@ impl Leaser {
         let mut claimed = Vec::new();
         while budget > 0 {
             let limit =
-                i32::try_from(budget.min(i64::from(self.config.claim_batch))).unwrap_or(i32::MAX);
+                i32::try_from(budget.min(i64::from(self.config().claim_batch))).unwrap_or(i32::MAX);
             let slot = (random_u64() % (i32::MAX as u64)) as i32;
             let count = (truth.len() + shedding.len()) as i32;
             let reported = Reported { count, weight };
-            let rows = self
-                .sql
-                .claim(&self.db, &self.process_id, limit, budget, slot, reported)?;
+            let rows =
+                self.sql()
+                    .claim(self.db(), self.process_id(), limit, budget, slot, reported)?;
             if rows.is_empty() {
                 break;
             }
-            for (unit, hold) in rows {
+            for (unit, hold) in rows.into_iter().map(Hold::of) {
                 budget -= i64::from(hold.weight);
                 weight += i64::from(hold.weight.max(0));
                 Arc::make_mut(truth).insert(unit.clone(), hold);
@@ -366,7 +406,7 @@ impl Leaser {
             .map(|(unit, hold)| Held {
                 unit: unit.clone(),
                 weight: hold.weight,
-                in_flight: self.reconciler.in_flight(unit),
+                in_flight: self.reconciler().in_flight(unit),
             })
             .collect();
         let choice = choose_shed(&held, target);
@@ -385,53 +425,33 @@ impl Leaser {
     /// tick (they stay this process's in the database meanwhile, and nobody works on them).
     fn give_back(&self) -> Result<usize> {
         let (shedding, reported) = {
-            let local = self.local.lock();
-            if local.shedding.is_empty() {
-                return Ok(0);
-            }
+            let local = self.local();
             // The shed statement reports what remains: it is given what the row counts now.
-            let reported = local.reported();
-            // Never a unit owned (and worked on) again, nor one whose loss is still being told (the
-            // tick that chose it delivers on its own thread, perhaps after this one got here).
-            let shedding: Holds = local
-                .shedding
-                .iter()
-                .filter(|(unit, _)| !local.owned.contains_key(*unit))
-                .filter(|(unit, _)| self.told_to_shed(&local, unit))
-                .map(|(unit, hold)| (unit.clone(), *hold))
-                .collect();
-            (shedding, reported)
+            (
+                local.to_give_back(|message| self.outbox().told(message)),
+                local.reported(),
+            )
         };
         if shedding.is_empty() {
             return Ok(0);
         }
         let units = Batch::of(shedding.keys());
-        let result = self.sql.shed(&self.db, &self.process_id, &units, reported);
+        let result = self
+            .sql()
+            .shed(self.db(), self.process_id(), &units, reported);
         let given: Vec<Unit> = match result {
             Ok(given) => given,
             Err(e) => {
-                self.local.lock().reread = true;
+                self.local().reread_next_tick();
                 return Err(e);
             }
         };
-        {
-            let mut local = self.local.lock();
-            for unit in &given {
-                local.shedding.remove(unit);
-                local.shed_told.remove(unit);
-            }
-            if given.len() < shedding.len() {
-                // Skipped (a transaction still holds the row: given back at a later tick) or no
-                // longer this process's (a resend after the first attempt landed): the next tick
-                // re-reads, which tells the two apart.
-                local.reread = true;
-            }
-        }
+        self.local().gave_back(&given, shedding.len());
         let given = given.len();
         log::debug!(
             target: "pgtenure::membership",
             "process {} gave back {given} of {} units chosen to shed",
-            self.process_id,
+            self.process_id(),
             shedding.len()
         );
         Ok(given)

@@ -1,4 +1,5 @@
-//! The registry of units a fleet shares: adding, removing and weighting them.
+//! The registry of units a fleet shares: adding, removing and weighting them, and what operators
+//! read of it (the rows they read are in `views.rs`).
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -6,6 +7,7 @@ use std::sync::Arc;
 
 use super::sql::{Batch, Statements};
 use super::unit::Unit;
+use super::views::{Assignment, ProcessInfo, Unowned};
 use crate::db::Db;
 use crate::error::{Error, Result};
 use crate::input::check_key;
@@ -131,6 +133,41 @@ impl Units {
         let owners: Vec<String> = owner.into_iter().collect();
         self.tell_owners("set unit weight", &owners)?;
         Ok(true)
+    }
+}
+
+/// What operators look at: [`Assignment`]s, [`ProcessInfo`]s, and the [`Unowned`] units.
+impl Units {
+    /// Every registered unit with its weight, owner and token, in unit order, in one statement that
+    /// reads the whole units table (an operator's view, not something to poll in a loop).
+    ///
+    /// # Errors
+    ///
+    /// A database or connection error.
+    pub fn assignments(&self) -> Result<Vec<Assignment>> {
+        self.sql.assignments(&self.db)
+    }
+
+    /// Every process row, live or expired (until the sweep deletes it), oldest first.
+    ///
+    /// # Errors
+    ///
+    /// A database or connection error.
+    pub fn processes(&self) -> Result<Vec<ProcessInfo>> {
+        self.sql.processes(&self.db)
+    }
+
+    /// How many enabled units no live process owns, and their weight: those never claimed or
+    /// released, and those of expired processes. A fleet whose processes are live and keep up
+    /// brings it to 0 within a rebalance; a count that stays above 0 means work nobody does. One
+    /// statement that reads only the claimable units (through the tables' indexes), so it is cheap
+    /// at any number of owned units: something a health check or an exporter may poll.
+    ///
+    /// # Errors
+    ///
+    /// A database or connection error (an undefined-table error when the tables do not exist).
+    pub fn unowned(&self) -> Result<Unowned> {
+        self.sql.unowned(&self.db)
     }
 }
 

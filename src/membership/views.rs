@@ -1,15 +1,14 @@
 //! What operators look at: every unit's owner, every process, and the units nobody owns
-//! ([`Units::assignments`], [`Units::processes`], [`Units::unowned`]).
+//! ([`Units::assignments`](super::Units::assignments), [`Units::processes`](super::Units::processes),
+//! [`Units::unowned`](super::Units::unowned), which read them in `units.rs`).
 
 use std::fmt;
 use std::time::SystemTime;
 
 use super::unit::Unit;
-use super::units::Units;
-use crate::error::Result;
 use crate::timestamp::Timestamp;
 
-/// One registered unit and who owns it ([`Units::assignments`]).
+/// One registered unit and who owns it ([`Units::assignments`](super::Units::assignments)).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Assignment {
@@ -27,7 +26,7 @@ pub struct Assignment {
     pub claimed_at: Option<SystemTime>,
 }
 
-/// One process row ([`Units::processes`]).
+/// One process row ([`Units::processes`](super::Units::processes)).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ProcessInfo {
@@ -54,7 +53,7 @@ pub struct ProcessInfo {
     pub weight: i64,
 }
 
-/// The enabled units no live process owns ([`Units::unowned`]): never claimed, released, or owned
+/// The enabled units no live process owns ([`Units::unowned`](super::Units::unowned)): never claimed, released, or owned
 /// by a process that expired. Any live process may claim them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -107,40 +106,6 @@ impl fmt::Display for ProcessInfo {
             self.weight,
             Timestamp::new(self.started_at)
         )
-    }
-}
-
-impl Units {
-    /// Every registered unit with its weight, owner and token, in unit order, in one statement that
-    /// reads the whole units table (an operator's view, not something to poll in a loop).
-    ///
-    /// # Errors
-    ///
-    /// A database or connection error.
-    pub fn assignments(&self) -> Result<Vec<Assignment>> {
-        self.sql.assignments(&self.db)
-    }
-
-    /// Every process row, live or expired (until the sweep deletes it), oldest first.
-    ///
-    /// # Errors
-    ///
-    /// A database or connection error.
-    pub fn processes(&self) -> Result<Vec<ProcessInfo>> {
-        self.sql.processes(&self.db)
-    }
-
-    /// How many enabled units no live process owns, and their weight: those never claimed or
-    /// released, and those of expired processes. A fleet whose processes are live and keep up
-    /// brings it to 0 within a rebalance; a count that stays above 0 means work nobody does. One
-    /// statement that reads only the claimable units (through the tables' indexes), so it is cheap
-    /// at any number of owned units: something a health check or an exporter may poll.
-    ///
-    /// # Errors
-    ///
-    /// A database or connection error (an undefined-table error when the tables do not exist).
-    pub fn unowned(&self) -> Result<Unowned> {
-        self.sql.unowned(&self.db)
     }
 }
 
