@@ -77,6 +77,7 @@ impl Outbox {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use parking_lot::Mutex;
     use std::sync::Arc;
 
     #[derive(Default)]
