@@ -1,6 +1,6 @@
 //! Leadership as a loop with events ([`Elector::campaign`]): the handle, [`Leadership`], that owns
 //! the campaign's thread, stops it, and answers whether it leads. What the loop decides and tells is
-//! [`Campaign`](super::campaigner::Campaign)'s (`campaigner.rs`); the events are in `events.rs`.
+//! [`Campaign`]'s (`campaigner.rs`); the events are in `events.rs`.
 
 use std::fmt;
 use std::sync::Arc;
@@ -164,7 +164,7 @@ impl Leadership {
 
     /// The elector campaigning (for [`Elector::fence`], [`Elector::leader`]).
     pub fn elector(&self) -> &Elector {
-        &self.campaign.elector()
+        self.campaign.elector()
     }
 
     /// Whether the campaign's thread has ended on its own (it does not, short of a panic in a

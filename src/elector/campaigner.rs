@@ -10,7 +10,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::{at, bounded, never, select, Receiver, Sender, TrySendError};
 use parking_lot::Mutex;
@@ -31,7 +31,7 @@ pub(super) struct Campaign {
     state: Mutex<CampaignState>,
     /// Decisions not yet delivered, in decision order; its delivering thread is the one running a
     /// hook, if any.
-    told: InOrder<LeaderEvent>,
+    to_tell: InOrder<LeaderEvent>,
     events: Sender<LeaderEvent>,
     /// The channel's other end, to drop the oldest event when it is full.
     oldest: Receiver<LeaderEvent>,
@@ -67,7 +67,7 @@ impl Campaign {
             elector: elector.clone(),
             hooks: elector.hooks.clone(),
             state: Mutex::new(CampaignState::default()),
-            told: InOrder::default(),
+            to_tell: InOrder::default(),
             events,
             oldest,
             dropped: AtomicU64::new(0),
@@ -96,7 +96,7 @@ impl Campaign {
 
     /// How long a stop asked now waits for the loop: `bound`, counted from the start of the poll
     /// in progress if there is one.
-    pub(super) fn stop_wait(&self, bound: std::time::Duration) -> std::time::Duration {
+    pub(super) fn stop_wait(&self, bound: Duration) -> Duration {
         self.busy.wait(bound)
     }
 
@@ -221,7 +221,7 @@ impl Campaign {
         self.flush();
     }
 
-    /// Whether [`Leadership::stop`] was called: nothing is decided or told after it.
+    /// Whether [`Leadership::stop`](super::Leadership::stop) was called: nothing is decided or told after it.
     fn is_stopped(&self) -> bool {
         self.stopped.load(Ordering::SeqCst)
     }
@@ -240,7 +240,7 @@ impl Campaign {
         let seen = leader.as_ref().map(|l| (l.holder.clone(), l.term));
         if seen != state.observed {
             state.observed = seen;
-            self.told.push(LeaderEvent::Observed(leader));
+            self.to_tell.push(LeaderEvent::Observed(leader));
         }
     }
 
@@ -298,7 +298,7 @@ impl Campaign {
             return;
         }
         state.announced = Some(term);
-        self.told.push(LeaderEvent::Elected { term });
+        self.to_tell.push(LeaderEvent::Elected { term });
     }
 
     fn lost(&self, state: &mut CampaignState, reason: LeaderLoss) {
@@ -311,20 +311,20 @@ impl Campaign {
         if let Some(term) = state.announced.take() {
             log::info!(target: "pgtenure::elector", "{} lost the leadership of fleet {:?} (term {term}): {reason}", self.elector.holder, self.elector.name);
             observe::leader_lost(&self.elector.name, reason.label());
-            self.told.push(LeaderEvent::Lost { term, reason });
+            self.to_tell.push(LeaderEvent::Lost { term, reason });
         }
     }
 
     /// Delivers every queued event, in order, to the channel and the hooks.
     fn flush(&self) {
-        if self.told.is_delivering_here() {
+        if self.to_tell.is_delivering_here() {
             // Called from a hook (a `stop` or drop of the handle there): the events are delivered
             // once the hook returns, by the delivery it runs in, so the channel keeps their order.
             return;
         }
         // The hooks are the application's code, not a database call: not counted in stop's bound.
         let _paused = self.busy.pause();
-        self.told.flush(|event| self.deliver(event));
+        self.to_tell.flush(|event| self.deliver(event));
     }
 
     /// [`Campaign::flush`] on a thread that is not the campaign's own (the caller of `stop`, of
@@ -332,12 +332,16 @@ impl Campaign {
     /// (a panic in `Drop` while unwinding would abort). The events after it wait for the next
     /// delivery.
     fn flush_caught(&self) {
-        if self.told.is_delivering_here() {
+        if self.to_tell.is_delivering_here() {
             // As in `flush`: the delivery this runs in delivers them.
             return;
         }
         let _paused = self.busy.pause();
-        if self.told.flush_caught(|event| self.deliver(event)).is_err() {
+        if self
+            .to_tell
+            .flush_caught(|event| self.deliver(event))
+            .is_err()
+        {
             log::error!(target: "pgtenure::elector", "{}: a campaign hook for fleet {:?} panicked", self.elector.holder, self.elector.name);
         }
     }
@@ -386,7 +390,7 @@ impl Campaigning for Campaign {
             }
             self.lost(&mut state, LeaderLoss::Resigned);
         }
-        if self.told.is_delivering_here() {
+        if self.to_tell.is_delivering_here() {
             // Called from a hook: the `Lost` is delivered once the hook returns, and the loop
             // sends the resignation after it (`poll_once` and every turn do).
             return Ok(());
