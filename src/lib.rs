@@ -235,6 +235,7 @@
 
 mod busy;
 mod db;
+mod deliver;
 pub mod elector;
 mod error;
 pub mod fence;

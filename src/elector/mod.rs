@@ -71,14 +71,15 @@ pub const DEFAULT_NAME: &str = "default";
 pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
 
 mod campaign;
+mod campaigner;
+mod events;
 mod poll;
 mod resign;
 mod sql;
 mod views;
 
-pub use self::campaign::{
-    LeaderEvent, LeaderHooks, LeaderLoss, Leadership, NoLeaderHooks, EVENTS_CAPACITY,
-};
+pub use self::campaign::Leadership;
+pub use self::events::{LeaderEvent, LeaderHooks, LeaderLoss, NoLeaderHooks, EVENTS_CAPACITY};
 pub use self::views::LeaderInfo;
 
 /// A campaign running on an elector's tenure ([`Elector::campaign`]): [`Elector::resign`] on that
@@ -99,9 +100,9 @@ impl fmt::Debug for CampaignLink {
     }
 }
 
-/// What an elector knows of its tenure.
+/// What an elector knows of its tenure (shared by its clones).
 #[derive(Debug, Default)]
-struct Tenure {
+struct KnownTenure {
     /// The term this elector won and has not seen end: its renewals and its resignation are guarded
     /// by it. Kept through a failed poll (the tenure may still be live).
     term: Option<i64>,
@@ -118,7 +119,7 @@ struct Tenure {
     campaign: CampaignLink,
 }
 
-impl Tenure {
+impl KnownTenure {
     /// The term while leading at `now`.
     fn leading(&self, now: Instant) -> Option<i64> {
         self.term
@@ -141,7 +142,7 @@ pub struct Elector {
     /// What a campaign tells of its events besides its channel ([`Elector::with_hooks`]).
     hooks: Arc<dyn LeaderHooks>,
     sql: Arc<Statements>,
-    tenure: Arc<Mutex<Tenure>>,
+    tenure: Arc<Mutex<KnownTenure>>,
 }
 
 impl Elector {

@@ -3,7 +3,7 @@
 use std::time::Instant;
 
 use super::sql::PollAnswer;
-use super::{Elector, LeaderInfo};
+use super::{Elector, KnownTenure, LeaderInfo};
 use crate::error::Result;
 use crate::observe;
 
@@ -75,14 +75,7 @@ impl Elector {
             let tenure = self.tenure.lock();
             (tenure.term, tenure.resigned)
         };
-        let result = self.sql.check_schema(&self.db).and_then(|()| {
-            self.db
-                .grant(&self.sql.promotion, self.ttl_us, |promotion| {
-                    let (name, holder) = (&self.name, &self.holder);
-                    self.sql
-                        .is_leader(&self.db, name, holder, self.ttl_us, guard, promotion)
-                })
-        });
+        let result = self.send_poll(guard);
         let mut tenure = self.tenure.lock();
         let (answer, sent) = match result {
             Ok(answered) => answered,
@@ -110,43 +103,67 @@ impl Elector {
         };
         if tenure.resigned != epoch {
             // A clone resigned (or a campaign stopped) while this poll was in flight: whatever it
-            // renewed or won is being given up (or already was); do not lead on it. A term it won
-            // anew is resigned like the one given up (the statement is guarded by holder and
-            // term), rather than left to expire.
-            if let Some(term) = won {
-                // Terms only grow: a newer term waiting to be resigned is not replaced.
-                if tenure.term.is_none() && tenure.resigning.is_none_or(|waiting| waiting <= term) {
-                    tenure.resigning = Some(term);
-                }
-            }
+            // renewed or won is being given up (or already was); do not lead on it.
+            resign_won_meanwhile(&mut tenure, won);
             return Ok(not_leading);
         }
         let Some(term) = won else {
-            // Forget the term only if no other poll (on a clone) has moved it on meanwhile.
-            if tenure.term == guard {
-                if let Some(lost) = tenure.term.take() {
-                    log::info!(
-                        target: "pgtenure::elector",
-                        "{} no longer leads fleet {:?} (term {lost} {})",
-                        self.holder,
-                        self.name,
-                        if ended.is_some() {
-                            "asked to step down: it resigns next"
-                        } else {
-                            "ended"
-                        }
-                    );
-                }
-                tenure.deadline = None;
-                if ended.is_some() {
-                    // Still live in the database, at its old expiry: resigned once this belief's
-                    // end has been told (the campaign's `Lost`, or is_leader's `false`).
-                    tenure.resigning = ended;
-                }
-            }
+            self.forget_term(&mut tenure, guard, ended);
             return Ok(not_leading);
         };
-        let deadline = sent + self.ttl;
+        Ok(self.lead(&mut tenure, term, sent + self.ttl, leader))
+    }
+
+    /// Sends the poll's statement, guarded by the term this elector holds (if any), under the
+    /// promotion hold-off; returns its answer and when it was sent.
+    fn send_poll(&self, guard: Option<i64>) -> Result<(PollAnswer, Instant)> {
+        self.sql.check_schema(&self.db).and_then(|()| {
+            self.db
+                .grant(&self.sql.promotion, self.ttl_us, |promotion| {
+                    let (name, holder) = (&self.name, &self.holder);
+                    self.sql
+                        .is_leader(&self.db, name, holder, self.ttl_us, guard, promotion)
+                })
+        })
+    }
+
+    /// A poll that won nothing: the term it was guarded by has ended (or was asked to step down,
+    /// `ended`), unless another poll (on a clone) has moved the tenure on meanwhile.
+    fn forget_term(&self, tenure: &mut KnownTenure, guard: Option<i64>, ended: Option<i64>) {
+        // Forget the term only if no other poll (on a clone) has moved it on meanwhile.
+        if tenure.term != guard {
+            return;
+        }
+        if let Some(lost) = tenure.term.take() {
+            log::info!(
+                target: "pgtenure::elector",
+                "{} no longer leads fleet {:?} (term {lost} {})",
+                self.holder,
+                self.name,
+                if ended.is_some() {
+                    "asked to step down: it resigns next"
+                } else {
+                    "ended"
+                }
+            );
+        }
+        tenure.deadline = None;
+        if ended.is_some() {
+            // Still live in the database, at its old expiry: resigned once this belief's
+            // end has been told (the campaign's `Lost`, or is_leader's `false`).
+            tenure.resigning = ended;
+        }
+    }
+
+    /// A poll that won or renewed `term`: this elector leads until `deadline` (the instant the poll
+    /// was sent, plus the TTL).
+    fn lead(
+        &self,
+        tenure: &mut KnownTenure,
+        term: i64,
+        deadline: Instant,
+        leader: Option<LeaderInfo>,
+    ) -> Poll {
         let new_term = tenure.term != Some(term);
         if new_term {
             log::info!(
@@ -159,17 +176,28 @@ impl Elector {
         // Keep the term even if the answer came too late: resign() then still targets this tenure.
         tenure.term = Some(term);
         tenure.deadline = Some(deadline);
-        Ok(Poll {
+        Poll {
             leading: Instant::now() < deadline,
             ended: false,
             leader,
             won: new_term,
-        })
+        }
     }
 
     /// The current tenure's term while this instance leads (by its last successful poll and the local
     /// deadline), else `None`.
     pub fn term(&self) -> Option<i64> {
         self.tenure.lock().leading(Instant::now())
+    }
+}
+
+/// A term `won` anew by a poll in flight while the tenure was given up is resigned like the one
+/// given up (the statement is guarded by holder and term), rather than left to expire.
+fn resign_won_meanwhile(tenure: &mut KnownTenure, won: Option<i64>) {
+    if let Some(term) = won {
+        // Terms only grow: a newer term waiting to be resigned is not replaced.
+        if tenure.term.is_none() && tenure.resigning.is_none_or(|waiting| waiting <= term) {
+            tenure.resigning = Some(term);
+        }
     }
 }

@@ -4,8 +4,6 @@ use std::fmt;
 use std::time::SystemTime;
 
 use super::Elector;
-#[cfg(doc)]
-use super::LeaderEvent;
 use crate::error::Result;
 use crate::timestamp::Timestamp;
 
@@ -24,7 +22,7 @@ pub struct LeaderInfo {
     /// When it expires unless renewed.
     pub expires_at: SystemTime,
     /// Whether the tenure is live by the database clock. Always `true` from [`Elector::leader`] and
-    /// [`LeaderEvent::Observed`]; [`Elector::leaders`] also lists fleets whose last tenure expired
+    /// [`LeaderEvent::Observed`](super::LeaderEvent::Observed); [`Elector::leaders`] also lists fleets whose last tenure expired
     /// or was resigned (`false`: nobody leads that fleet now).
     pub live: bool,
     /// Whether the leader was asked to step down ([`Elector::request_resign`]): at its next

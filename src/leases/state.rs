@@ -81,6 +81,10 @@ pub(crate) struct LeaseState {
     pub(super) ttl: Duration,
     pub(super) ttl_us: i64,
     inner: Mutex<Inner>,
+    /// The loss, sent once (a one-slot channel). Not an ordered delivery of decisions
+    /// ([`InOrder`](crate::deliver::InOrder), which a membership and a campaign use): a lease is
+    /// lost at most once and never gained again by this handle, so there is no later gain its loss
+    /// could be overtaken by, and no hook runs; `lose` decides it under `inner` and sends it once.
     loss: Sender<LeaseLoss>,
 }
 

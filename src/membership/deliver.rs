@@ -7,13 +7,13 @@
 //! that order. So the application never hears "gained" after a "lost" that was decided later (a
 //! slow `units_lost` on one thread cannot let another thread's older "gained" overtake it), which
 //! would leave it working on units it no longer owns.
-
-use std::collections::VecDeque;
-
-use parking_lot::{Mutex, ReentrantMutex};
+//!
+//! The ordering itself is [`InOrder`], shared with the elector's campaign; this file says what a
+//! membership's messages are and how they reach the reconciler.
 
 use super::local::Losses;
 use super::{Reconciler, Unit, UnitLoss};
+use crate::deliver::InOrder;
 use crate::observe;
 
 /// One message for the reconciler.
@@ -23,27 +23,11 @@ pub(crate) enum Delivery {
     Gained(Vec<Unit>),
 }
 
-/// Decisions waiting to be delivered, in decision order.
-#[derive(Default)]
-pub(crate) struct Outbox {
-    queue: Mutex<VecDeque<(u64, Delivery)>>,
-    progress: Mutex<Progress>,
-    /// Held while delivering, so deliveries never overlap or reorder. Reentrant: a reconciler that
-    /// calls back into its leaser (a heartbeat from `units_lost`) delivers the newer messages itself.
-    delivering: ReentrantMutex<()>,
-}
-
-/// Which deliveries have been made: each message has a number, in decision order.
-#[derive(Default)]
-struct Progress {
-    /// The number the next message gets.
-    next: u64,
-    /// The highest number whose call began.
-    started: u64,
-    /// Numbers whose call began and has not returned (more than one only when a reconciler calls
-    /// back into its leaser and that delivers newer messages inside the call).
-    in_progress: Vec<u64>,
-}
+/// Decisions waiting to be delivered, in decision order: a message's number is its [`InOrder`]
+/// number. A reconciler that calls back into its leaser (a heartbeat from `units_lost`) delivers the
+/// newer messages itself.
+#[derive(Debug, Default)]
+pub(crate) struct Outbox(InOrder<Delivery>);
 
 impl Outbox {
     /// Queues a decision and returns its number (for [`Outbox::told`]); call it while holding the
@@ -54,16 +38,9 @@ impl Outbox {
         };
         if empty {
             // Nothing to tell: "told" once everything decided before it was.
-            return self.progress.lock().next;
+            return self.0.last();
         }
-        let mut queue = self.queue.lock();
-        let seq = {
-            let mut progress = self.progress.lock();
-            progress.next += 1;
-            progress.next
-        };
-        queue.push_back((seq, delivery));
-        seq
+        self.0.push(delivery)
     }
 
     /// Queues one decision's losses, a message per reason; returns the number of the last (see
@@ -78,56 +55,29 @@ impl Outbox {
 
     /// Whether the calls for message `seq` and every earlier one have returned: a unit's work has
     /// stopped only once its `units_lost` returned, and only then may it be given back (an earlier
-    /// call still running, such as the one a reconciler ticks from, may be draining it too).
+    /// call still running, such as the one a reconciler ticks from, may be draining it too). A call
+    /// that panicked counts as returned: a number left in progress would hold its units forever.
     pub(crate) fn told(&self, seq: u64) -> bool {
-        let progress = self.progress.lock();
-        seq <= progress.started && progress.in_progress.iter().all(|s| *s > seq)
+        self.0.told(seq)
     }
 
     /// Delivers everything queued, in order; returns once the queue is empty (messages queued by
     /// others meanwhile included). Call it without holding the leaser's state.
     pub(crate) fn flush(&self, reconciler: &dyn Reconciler) {
-        let _turn = self.delivering.lock();
-        loop {
-            let Some((seq, next)) = self.queue.lock().pop_front() else {
-                return;
-            };
-            {
-                let mut progress = self.progress.lock();
-                progress.started = seq;
-                progress.in_progress.push(seq);
+        self.0.flush(|next| match next {
+            Delivery::Lost(units, reason) => {
+                observe::units_lost(reason.label(), units.len());
+                reconciler.units_lost(&units, reason);
             }
-            // Also when the call panics: a number left in progress would hold its units forever.
-            let _returned = Returned {
-                progress: &self.progress,
-                seq,
-            };
-            match next {
-                Delivery::Lost(units, reason) => {
-                    observe::units_lost(reason.label(), units.len());
-                    reconciler.units_lost(&units, reason);
-                }
-                Delivery::Gained(units) => reconciler.units_gained(&units),
-            }
-        }
-    }
-}
-
-/// Marks a delivery's call as returned when dropped.
-struct Returned<'a> {
-    progress: &'a Mutex<Progress>,
-    seq: u64,
-}
-
-impl Drop for Returned<'_> {
-    fn drop(&mut self) {
-        self.progress.lock().in_progress.retain(|s| *s != self.seq);
+            Delivery::Gained(units) => reconciler.units_gained(&units),
+        });
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use parking_lot::Mutex;
     use std::sync::Arc;
 
     #[derive(Default)]
@@ -216,27 +166,5 @@ mod tests {
             outbox.told(outbox.push(Delivery::Lost(Vec::new(), UnitLoss::Shed))),
             "nothing to tell"
         );
-    }
-
-    struct Panics;
-
-    impl Reconciler for Panics {
-        fn units_gained(&self, _units: &[Unit]) {}
-        fn units_lost(&self, _units: &[Unit], _: UnitLoss) {
-            panic!("a reconciler bug");
-        }
-    }
-
-    #[test]
-    fn a_call_that_panicked_counts_as_returned() {
-        let outbox = Outbox::default();
-        let seq = outbox.push(Delivery::Lost(
-            vec![Unit::new("t", 1).unwrap()],
-            UnitLoss::Shed,
-        ));
-        let flushed =
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| outbox.flush(&Panics)));
-        assert!(flushed.is_err());
-        assert!(outbox.told(seq), "its units are not held forever");
     }
 }
