@@ -190,6 +190,11 @@ impl Leadership {
     /// term, so never a newer tenure), and ends; should it never return, the tenure expires at its
     /// TTL.
     ///
+    /// Called from one of the campaign's own hooks (on its thread), it waits for nothing: the
+    /// [`LeaderLoss::Stopped`] event follows once the hook returns, and the loop then resigns and
+    /// ends on its own (should that resignation fail, the tenure expires at its TTL); `stop`
+    /// returns `Ok`.
+    ///
     /// # Errors
     ///
     /// The resignation's error. The elector keeps the term: [`Elector::resign`] on it (or a clone)
@@ -216,6 +221,11 @@ impl Leadership {
         let Some(thread) = self.thread.take() else {
             return Ok(());
         };
+        if thread.thread().id() == std::thread::current().id() {
+            // Called from one of its own hooks, on the loop's thread: waiting for it would wait
+            // for this very call. The loop ends (resigning) once the hook returns.
+            return Ok(());
+        }
         let bound = self.stop_bound();
         // Counted from the start of the poll in progress: dropping many campaigns whose polls
         // hang on one outage takes one bound, not one each.

@@ -1027,3 +1027,84 @@ fn dropping_many_campaigns_during_an_outage_does_not_multiply_the_bound() {
         "dropping three campaigns during the outage took {took:?} (bound {bound:?} each)"
     );
 }
+
+/// A campaign stopped from inside one of its own hooks: `stop` returns at once (it cannot wait for
+/// the thread the hook runs on), the `Stopped` loss follows the event whose hook stopped it, and
+/// the loop resigns: another member is elected without waiting for the TTL.
+#[test]
+fn a_campaign_stopped_from_its_own_hook_returns_at_once_and_resigns() {
+    /// Stops its campaign from the second `elected` (the first runs inside `campaign()`, before
+    /// the handle exists).
+    #[derive(Default)]
+    struct StopsItself {
+        handle: Mutex<Option<Leadership>>,
+        stopped: Mutex<Option<(Duration, Result<(), String>)>>,
+    }
+    impl LeaderHooks for StopsItself {
+        fn elected(&self, _term: i64) {
+            if let Some(handle) = self.handle.lock().take() {
+                let began = Instant::now();
+                let result = handle.stop().map_err(|e| e.to_string());
+                *self.stopped.lock() = Some((began.elapsed(), result));
+            }
+        }
+    }
+    let mut tables = Tables::new();
+    let table = table(&mut tables);
+    let hooks = Arc::new(StopsItself::default());
+    let db = db();
+    let a = elector_on(&db, &table, "a")
+        .with_hooks(hooks.clone())
+        .campaign()
+        .unwrap();
+    assert!(a.is_leading());
+    let events = a.events().clone();
+    let elector = a.elector().clone();
+    *hooks.handle.lock() = Some(a);
+    // Steps down, stands aside for a TTL, then wins again: that `elected` stops the campaign.
+    assert!(elector.request_resign().unwrap());
+    let (took, result) = wait_for("the hook's stop", Duration::from_secs(15), || {
+        hooks.stopped.lock().clone()
+    });
+    assert_eq!(result, Ok(()));
+    assert!(took < Duration::from_secs(1), "stop waited {took:?}");
+    let stopped = |e: &LeaderEvent| {
+        matches!(
+            e,
+            LeaderEvent::Lost {
+                reason: LeaderLoss::Stopped,
+                ..
+            }
+        )
+    };
+    let mut told = Vec::new();
+    wait_for("the Stopped loss", Duration::from_secs(5), || {
+        told.extend(events.try_iter());
+        told.iter().any(stopped).then_some(())
+    });
+    let terms: Vec<(i64, Option<LeaderLoss>)> = told
+        .iter()
+        .filter_map(|e| match e {
+            LeaderEvent::Elected { term } => Some((*term, None)),
+            LeaderEvent::Lost { term, reason } => Some((*term, Some(*reason))),
+            _ => None,
+        })
+        .collect();
+    let second = terms[2].0;
+    assert_eq!(
+        terms,
+        [
+            (terms[0].0, None),
+            (terms[0].0, Some(LeaderLoss::ResignRequested)),
+            (second, None),
+            (second, Some(LeaderLoss::Stopped)),
+        ],
+        "{told:?}"
+    );
+    // The loop resigned on its way out: another member wins at once, not after the TTL.
+    let b = elector_on(&db, &table, "b");
+    wait_for("b elected after the resignation", TTL / 2, || {
+        b.is_leader().unwrap().then_some(())
+    });
+    b.resign().unwrap();
+}
