@@ -10,7 +10,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use crossbeam_channel::{after, at, bounded, select, Receiver, Sender};
 
-use super::job::Reservation;
+use super::job_state::Reservation;
 use super::Scheduler;
 use crate::error::{Error, Result};
 use crate::observe;
