@@ -182,7 +182,6 @@ impl Drop for Reservation {
 mod tests {
     use super::*;
     use crate::input::MAX_DURATION;
-    use crate::input::MIN_DURATION;
     use crate::schedule::Schedule;
 
     fn at(secs: u64, millis: u64) -> SystemTime {
