@@ -1,7 +1,7 @@
 //! What a failed statement's error says: whether it ran, whether its connection is gone, and (by
-//! its SQLSTATE) which kind of error it is and what to do about it. The
-//! database layer decides from these what may be sent again; [`Error`](super::Error) tells callers
-//! whether the outcome is unknown.
+//! its SQLSTATE) which kind of error it is and what to do about it. The database layer decides
+//! from these what may be sent again; [`Error`](super::Error) tells callers whether the outcome is
+//! unknown.
 
 use std::error::Error as StdError;
 
