@@ -107,8 +107,6 @@ pub enum Action {
     Restart(usize, Owner, bool),
 }
 
-/// The model's bounds.
-
 /// Process `p`'s statements in flight are no longer waited for, and its answers never read.
 pub(super) fn orphan(state: &mut State, p: usize) {
     for msg in &mut state.inflight {
