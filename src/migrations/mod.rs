@@ -42,6 +42,8 @@ use crate::error::Result;
 ///
 /// [`ErrorKind::Schema`] when a table is at a newer version than this build knows, or recorded
 /// as another kind of pgtenure table; a database or connection error.
+///
+/// [`ErrorKind::Schema`]: crate::ErrorKind::Schema
 pub fn plan(db: &Db, tables: &Tables) -> Result<Vec<Plan>> {
     tables
         .tables
@@ -63,6 +65,8 @@ pub fn plan(db: &Db, tables: &Tables) -> Result<Vec<Plan>> {
 /// [`ErrorKind::Schema`] when a table is at a newer version than this build knows (upgrade
 /// pgtenure) or is recorded as another kind of table; a database or connection error (creating
 /// and altering need `CREATE` on the schema and ownership of the tables).
+///
+/// [`ErrorKind::Schema`]: crate::ErrorKind::Schema
 pub fn migrate(db: &Db, tables: &Tables) -> Result<Vec<Plan>> {
     plan(db, tables)?;
     tables

@@ -10,6 +10,8 @@ use crate::table_name::TableName;
 
 /// What [`plan`] found for one table and the SQL that brings it to this build's version (empty
 /// when it is there already).
+///
+/// [`plan`]: super::plan()
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Plan {
     table: String,

@@ -1,4 +1,4 @@
-//! Which tables [`plan`](super::plan) and [`migrate`](super::migrate) work on.
+//! Which tables [`plan`](super::plan()) and [`migrate`](super::migrate()) work on.
 
 use super::kind::Kind;
 use crate::error::{Error, Result};
@@ -6,6 +6,9 @@ use crate::table_name::TableName;
 
 /// The tables [`plan`] and [`migrate`] work on: every kind, each under its default name unless
 /// named otherwise.
+///
+/// [`plan`]: super::plan()
+/// [`migrate`]: super::migrate()
 #[derive(Debug, Clone)]
 pub struct Tables {
     pub(super) tables: Vec<(Kind, TableName)>,
@@ -45,7 +48,8 @@ impl Tables {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::InvalidInput`] when the name is not a plain identifier.
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when the name is not a plain
+    /// identifier.
     pub fn with_tick_claims(self, name: &str) -> Result<Tables> {
         self.with(Kind::TickClaims, name)
     }
@@ -54,7 +58,8 @@ impl Tables {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::InvalidInput`] when the name is not a plain identifier.
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when the name is not a plain
+    /// identifier.
     pub fn with_fire_claims(self, name: &str) -> Result<Tables> {
         self.with(Kind::FireClaims, name)
     }
@@ -63,7 +68,8 @@ impl Tables {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::InvalidInput`] when the name is not a plain identifier.
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when the name is not a plain
+    /// identifier.
     pub fn with_leases(self, name: &str) -> Result<Tables> {
         self.with(Kind::Leases, name)
     }
@@ -72,7 +78,8 @@ impl Tables {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::InvalidInput`] when the name is not a plain identifier.
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when the name is not a plain
+    /// identifier.
     pub fn with_leader(self, name: &str) -> Result<Tables> {
         self.with(Kind::Elector, name)
     }
@@ -82,7 +89,8 @@ impl Tables {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::InvalidInput`] when a name is not a plain identifier or both are the same.
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when a name is not a plain
+    /// identifier or both are the same.
     pub fn with_membership(self, processes: &str, units: &str) -> Result<Tables> {
         if TableName::parse(processes)? == TableName::parse(units)? {
             return Err(Error::invalid_input(format!(
