@@ -1,4 +1,4 @@
-//! What [`plan`](super::plan) found for one table and the SQL that brings it to this build's
+//! What [`plan`](super::plan()) found for one table and the SQL that brings it to this build's
 //! version.
 
 use std::fmt;
