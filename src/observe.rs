@@ -14,128 +14,136 @@ use metrics::{
     counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram, Unit,
 };
 
+/// The counters: name and help text (their unit is a count).
+#[cfg(feature = "metrics")]
+const COUNTERS: &[(&str, &str)] = &[
+    (
+        "pgtenure_lease_acquires_total",
+        "Lease grants asked, by outcome",
+    ),
+    (
+        "pgtenure_lease_renewals_total",
+        "Lease renewals, by outcome",
+    ),
+    (
+        "pgtenure_lease_losses_total",
+        "Managed leases lost, by reason",
+    ),
+    ("pgtenure_tick_claims_total", "Tick claims, by outcome"),
+    ("pgtenure_fire_claims_total", "Fire claims, by outcome"),
+    (
+        "pgtenure_leader_polls_total",
+        "Election polls, by fleet and outcome",
+    ),
+    (
+        "pgtenure_leader_terms_won_total",
+        "Terms this process won, by fleet",
+    ),
+    (
+        "pgtenure_leader_losses_total",
+        "Leaderships a campaign lost, by fleet and reason",
+    ),
+    (
+        "pgtenure_membership_heartbeats_total",
+        "Membership heartbeats, by outcome",
+    ),
+    (
+        "pgtenure_membership_tick_failures_total",
+        "Membership rebalance steps that failed",
+    ),
+    ("pgtenure_units_claimed_total", "Membership units claimed"),
+    (
+        "pgtenure_units_shed_total",
+        "Membership units given back to balance the fleet",
+    ),
+    (
+        "pgtenure_units_lost_total",
+        "Membership units lost, by reason",
+    ),
+    (
+        "pgtenure_job_runs_total",
+        "Scheduled runs that ended, by job and outcome",
+    ),
+    (
+        "pgtenure_job_misfires_total",
+        "Misfires (ticks skipped as too late), by job",
+    ),
+    (
+        "pgtenure_statement_errors_total",
+        "Failed statements returned, by SQLSTATE class",
+    ),
+    (
+        "pgtenure_pool_timeouts_total",
+        "Waits for a pool connection that timed out",
+    ),
+    (
+        "pgtenure_connection_modes_total",
+        "Pool connections by statement mode",
+    ),
+];
+
+/// The gauges: name, unit and help text.
+#[cfg(feature = "metrics")]
+const GAUGES: &[(&str, Unit, &str)] = &[
+    (
+        "pgtenure_leases_held",
+        Unit::Count,
+        "Managed leases this process holds",
+    ),
+    (
+        "pgtenure_leader",
+        Unit::Count,
+        "1 while this process leads the fleet, else 0",
+    ),
+    (
+        "pgtenure_units_owned",
+        Unit::Count,
+        "Membership units this process owns",
+    ),
+];
+
+/// The histograms: name and help text (their unit is seconds).
+#[cfg(feature = "metrics")]
+const HISTOGRAMS: &[(&str, &str)] = &[
+    (
+        "pgtenure_lease_renewal_duration_seconds",
+        "How long a managed lease's renewal took",
+    ),
+    (
+        "pgtenure_lease_renewal_slack_seconds",
+        "Time left before a managed lease's local deadline when its renewal answered",
+    ),
+    (
+        "pgtenure_membership_tick_duration_seconds",
+        "How long each rebalance step took",
+    ),
+    (
+        "pgtenure_job_run_duration_seconds",
+        "How long each scheduled run took, by job",
+    ),
+    (
+        "pgtenure_job_lateness_seconds",
+        "How long after its tick was due each run was won",
+    ),
+    (
+        "pgtenure_pool_wait_seconds",
+        "How long each wait for a pool connection took",
+    ),
+];
+
 /// Describes every metric to the installed recorder (its help text and unit: the `# HELP` lines of
 /// a Prometheus exporter). Called once by the first `Db` built; an application that installs its
 /// recorder later calls [`describe_metrics`](crate::describe_metrics) after.
 #[cfg(feature = "metrics")]
 pub(crate) fn describe() {
-    use Unit::{Count, Seconds};
-    let counters = [
-        (
-            "pgtenure_lease_acquires_total",
-            "Lease grants asked, by outcome",
-        ),
-        (
-            "pgtenure_lease_renewals_total",
-            "Lease renewals, by outcome",
-        ),
-        (
-            "pgtenure_lease_losses_total",
-            "Managed leases lost, by reason",
-        ),
-        ("pgtenure_tick_claims_total", "Tick claims, by outcome"),
-        ("pgtenure_fire_claims_total", "Fire claims, by outcome"),
-        (
-            "pgtenure_leader_polls_total",
-            "Election polls, by fleet and outcome",
-        ),
-        (
-            "pgtenure_leader_terms_won_total",
-            "Terms this process won, by fleet",
-        ),
-        (
-            "pgtenure_leader_losses_total",
-            "Leaderships a campaign lost, by fleet and reason",
-        ),
-        (
-            "pgtenure_membership_heartbeats_total",
-            "Membership heartbeats, by outcome",
-        ),
-        (
-            "pgtenure_membership_tick_failures_total",
-            "Membership rebalance steps that failed",
-        ),
-        ("pgtenure_units_claimed_total", "Membership units claimed"),
-        (
-            "pgtenure_units_shed_total",
-            "Membership units given back to balance the fleet",
-        ),
-        (
-            "pgtenure_units_lost_total",
-            "Membership units lost, by reason",
-        ),
-        (
-            "pgtenure_job_runs_total",
-            "Scheduled runs that ended, by job and outcome",
-        ),
-        (
-            "pgtenure_job_misfires_total",
-            "Misfires (ticks skipped as too late), by job",
-        ),
-        (
-            "pgtenure_statement_errors_total",
-            "Failed statements returned, by SQLSTATE class",
-        ),
-        (
-            "pgtenure_pool_timeouts_total",
-            "Waits for a pool connection that timed out",
-        ),
-        (
-            "pgtenure_connection_modes_total",
-            "Pool connections by statement mode",
-        ),
-    ];
-    for (name, help) in counters {
-        describe_counter!(name, Count, help);
+    for &(name, help) in COUNTERS {
+        describe_counter!(name, Unit::Count, help);
     }
-    let gauges = [
-        (
-            "pgtenure_leases_held",
-            Count,
-            "Managed leases this process holds",
-        ),
-        (
-            "pgtenure_leader",
-            Count,
-            "1 while this process leads the fleet, else 0",
-        ),
-        (
-            "pgtenure_units_owned",
-            Count,
-            "Membership units this process owns",
-        ),
-    ];
-    for (name, unit, help) in gauges {
+    for &(name, unit, help) in GAUGES {
         describe_gauge!(name, unit, help);
     }
-    let histograms = [
-        (
-            "pgtenure_lease_renewal_duration_seconds",
-            "How long a managed lease's renewal took",
-        ),
-        (
-            "pgtenure_lease_renewal_slack_seconds",
-            "Time left before a managed lease's local deadline when its renewal answered",
-        ),
-        (
-            "pgtenure_membership_tick_duration_seconds",
-            "How long each rebalance step took",
-        ),
-        (
-            "pgtenure_job_run_duration_seconds",
-            "How long each scheduled run took, by job",
-        ),
-        (
-            "pgtenure_job_lateness_seconds",
-            "How long after its tick was due each run was won",
-        ),
-        (
-            "pgtenure_pool_wait_seconds",
-            "How long each wait for a pool connection took",
-        ),
-    ];
-    for (name, help) in histograms {
-        describe_histogram!(name, Seconds, help);
+    for &(name, help) in HISTOGRAMS {
+        describe_histogram!(name, Unit::Seconds, help);
     }
 }
 

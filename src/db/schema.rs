@@ -149,123 +149,25 @@ impl Db {
             .isolation_level(postgres::IsolationLevel::ReadCommitted)
             .start()
             .map_err(|e| Attempt::Failed(Error::from_postgres(&context, e)))?;
-        // Other instances migrating hold the advisory lock for as long as their steps take: a
-        // role's statement_timeout that ends this wait is waited out by trying again, as a lock
-        // timeout is.
-        tx.query_typed(LOCK_SQL, &[(&DDL_LOCK_KEY, Type::INT8)])
-            .map_err(|e| {
-                let busy = e.code() == Some(&SqlState::QUERY_CANCELED);
-                let e = Error::from_postgres(
-                    &format!("{context}: wait for the other instances' migrations"),
-                    e,
-                );
-                if busy {
-                    Attempt::Busy(e)
-                } else {
-                    Attempt::Failed(e)
-                }
-            })?;
-        tx.query_typed(
-            BOUNDS_SQL,
-            &[
-                (&MIGRATE_LOCK_WAIT_SQL, Type::TEXT),
-                (&MIGRATE_IDLE_SQL, Type::TEXT),
-            ],
-        )
-        .map_err(|e| Attempt::Failed(Error::from_postgres(&context, e)))?;
+        lock_for_migration(&mut tx, &context)?;
         let found = Db::found_on(&mut tx, &context, kind, table)?;
         let plan = Plan::new(kind, table, found, self.timeline_tokens())?;
         if found != Found::Absent {
-            // A superuser or a member of the owning role migrating another role's table: as the
-            // owner, so that what the steps make belongs to it (the application's role keeps
-            // using the promotion record; a sequence can be owned by the token column).
-            let owner = tx
-                .query_typed(OWNER_SQL, &[(&table.quoted(), Type::TEXT)])
-                .map_err(|e| Attempt::Failed(Error::from_postgres(&context, e)))?;
-            if let Some(row) = owner.first() {
-                let owner: String = Read::server(row, &context, &"pg_class").column("owner")?;
-                tx.query_typed(SET_ROLE_SQL, &[(&owner, Type::TEXT)])
-                    .map_err(|e| Attempt::Failed(Error::from_postgres(&context, e)))?;
-                log::info!(target: "pgtenure::db", "{context}: migrating table {table} as its owner, role {owner}");
+            if let Some(owner) = act_as_owner(&mut tx, &context, table)? {
                 context = format!("{context} (as the table's owner, role {owner})");
             }
         }
         let context = context.as_str();
-        // A table lock not granted within lock_timeout: the fleet's statements queued behind it
-        // are let through, and the migration tries again.
-        // Or this process was paused past MIGRATE_IDLE, and the server ended the session: the
-        // migration rolled back; another connection tries again.
-        let fail = |e: postgres::Error| {
-            let busy = e.code() == Some(&SqlState::LOCK_NOT_AVAILABLE)
-                || e.code() == Some(&SqlState::IDLE_IN_TRANSACTION_SESSION_TIMEOUT);
-            let e = Error::from_postgres(context, e);
-            if busy {
-                Attempt::Busy(e)
-            } else {
-                Attempt::Failed(e)
-            }
-        };
+        let fail = |e: postgres::Error| busy_or_failed(context, e);
         if found == Found::Unrecorded(kind.latest()) {
-            // Every column there, only the record missing (a table made before versions were
-            // recorded, or by a DBA without the COMMENT): a role that does not own it (it was
-            // made by another) cannot write the record, and needs nothing else, so it goes on.
-            let mut steps = tx.savepoint("pgtenure_record").map_err(fail)?;
-            let applied = plan
-                .statements()
-                .iter()
-                .try_for_each(|statement| steps.batch_execute(statement));
-            match applied {
-                Ok(()) => steps.commit().map_err(fail)?,
-                Err(e) if e.code() == Some(&SqlState::INSUFFICIENT_PRIVILEGE) => {
-                    drop(steps);
-                    log::warn!(target: "pgtenure::db", "{context}: table {table} has no schema version record and this role cannot write it ({e}); its columns are those of version {}, so nothing else is needed: its owner's migrate records it", kind.latest());
-                }
-                Err(e) => return Err(fail(e)),
-            }
+            record_if_allowed(&mut tx, context, kind, table, &plan)?;
         } else {
             for statement in plan.statements() {
                 tx.batch_execute(statement).map_err(fail)?;
             }
         }
-        let quoted = table.quoted();
         for companion in kind.companions(table, self.timeline_tokens()) {
-            let mut found = companion_of(&mut tx, context, &companion, &quoted)?;
-            if found.is_none() && !companion.create.is_empty() {
-                // Dropped by hand: made again.
-                for statement in &companion.create {
-                    tx.batch_execute(statement).map_err(fail)?;
-                }
-                log::info!(target: "pgtenure::db", "{context}: created {} for {table}", companion.name);
-                found = companion_of(&mut tx, context, &companion, &quoted)?;
-            }
-            let ok = match (companion.kind, &found) {
-                // "I": the index of a partitioned table.
-                (CompanionKind::Index, Some((kind, on_table))) => {
-                    (kind == "i" || kind == "I") && *on_table
-                }
-                (CompanionKind::Sequence, Some((kind, _))) => kind == "S",
-                (CompanionKind::Table, Some((kind, _))) => kind == "r",
-                (_, None) => false,
-            };
-            if !ok {
-                let what = companion.kind.noun();
-                let problem = match found {
-                    Some(_) => format!(
-                        "the name is taken by another relation, so the {what} was not created"
-                    ),
-                    None => format!(
-                        "the {what} does not exist (dropped, or the table was made by hand)"
-                    ),
-                };
-                return Err(Attempt::Failed(Error::new(
-                    ErrorKind::Database,
-                    format!(
-                        "{context} failed: {table} needs the {what} {} but {problem}; choose table \
-                         names whose derived names are free, or create the {what} as sql/ describes",
-                        companion.name
-                    ),
-                )));
-            }
+            ensure_companion(&mut tx, context, table, &companion)?;
         }
         tx.commit().map_err(fail)?;
         match found {
@@ -351,6 +253,152 @@ impl From<Error> for Attempt {
     fn from(e: Error) -> Attempt {
         Attempt::Failed(e)
     }
+}
+
+/// Takes pgtenure's advisory lock for the migration's transaction and bounds its waits (the table
+/// lock, the idle time between its statements).
+fn lock_for_migration(
+    tx: &mut postgres::Transaction<'_>,
+    context: &str,
+) -> std::result::Result<(), Attempt> {
+    // Other instances migrating hold the advisory lock for as long as their steps take: a
+    // role's statement_timeout that ends this wait is waited out by trying again, as a lock
+    // timeout is.
+    tx.query_typed(LOCK_SQL, &[(&DDL_LOCK_KEY, Type::INT8)])
+        .map_err(|e| {
+            let busy = e.code() == Some(&SqlState::QUERY_CANCELED);
+            let e = Error::from_postgres(
+                &format!("{context}: wait for the other instances' migrations"),
+                e,
+            );
+            if busy {
+                Attempt::Busy(e)
+            } else {
+                Attempt::Failed(e)
+            }
+        })?;
+    tx.query_typed(
+        BOUNDS_SQL,
+        &[
+            (&MIGRATE_LOCK_WAIT_SQL, Type::TEXT),
+            (&MIGRATE_IDLE_SQL, Type::TEXT),
+        ],
+    )
+    .map_err(|e| Attempt::Failed(Error::from_postgres(context, e)))?;
+    Ok(())
+}
+
+/// Sets the transaction's role to the owner of the existing `table`, returned (`None` when the
+/// catalog names none).
+fn act_as_owner(
+    tx: &mut postgres::Transaction<'_>,
+    context: &str,
+    table: &TableName,
+) -> std::result::Result<Option<String>, Attempt> {
+    // A superuser or a member of the owning role migrating another role's table: as the
+    // owner, so that what the steps make belongs to it (the application's role keeps
+    // using the promotion record; a sequence can be owned by the token column).
+    let owner = tx
+        .query_typed(OWNER_SQL, &[(&table.quoted(), Type::TEXT)])
+        .map_err(|e| Attempt::Failed(Error::from_postgres(context, e)))?;
+    let Some(row) = owner.first() else {
+        return Ok(None);
+    };
+    let owner: String = Read::server(row, context, &"pg_class").column("owner")?;
+    tx.query_typed(SET_ROLE_SQL, &[(&owner, Type::TEXT)])
+        .map_err(|e| Attempt::Failed(Error::from_postgres(context, e)))?;
+    log::info!(target: "pgtenure::db", "{context}: migrating table {table} as its owner, role {owner}");
+    Ok(Some(owner))
+}
+
+/// A failed statement of a migration: [`Attempt::Busy`] when it waited too long for a lock, or the
+/// session was ended while idle, else [`Attempt::Failed`].
+fn busy_or_failed(context: &str, e: postgres::Error) -> Attempt {
+    // A table lock not granted within lock_timeout: the fleet's statements queued behind it
+    // are let through, and the migration tries again.
+    // Or this process was paused past MIGRATE_IDLE, and the server ended the session: the
+    // migration rolled back; another connection tries again.
+    let busy = e.code() == Some(&SqlState::LOCK_NOT_AVAILABLE)
+        || e.code() == Some(&SqlState::IDLE_IN_TRANSACTION_SESSION_TIMEOUT);
+    let e = Error::from_postgres(context, e);
+    if busy {
+        Attempt::Busy(e)
+    } else {
+        Attempt::Failed(e)
+    }
+}
+
+/// Writes the version record of a table that has every column of its latest version, unless this
+/// role may not.
+fn record_if_allowed(
+    tx: &mut postgres::Transaction<'_>,
+    context: &str,
+    kind: Kind,
+    table: &TableName,
+    plan: &Plan,
+) -> std::result::Result<(), Attempt> {
+    let fail = |e: postgres::Error| busy_or_failed(context, e);
+    // Every column there, only the record missing (a table made before versions were
+    // recorded, or by a DBA without the COMMENT): a role that does not own it (it was
+    // made by another) cannot write the record, and needs nothing else, so it goes on.
+    let mut steps = tx.savepoint("pgtenure_record").map_err(fail)?;
+    let applied = plan
+        .statements()
+        .iter()
+        .try_for_each(|statement| steps.batch_execute(statement));
+    match applied {
+        Ok(()) => steps.commit().map_err(fail)?,
+        Err(e) if e.code() == Some(&SqlState::INSUFFICIENT_PRIVILEGE) => {
+            drop(steps);
+            log::warn!(target: "pgtenure::db", "{context}: table {table} has no schema version record and this role cannot write it ({e}); its columns are those of version {}, so nothing else is needed: its owner's migrate records it", kind.latest());
+        }
+        Err(e) => return Err(fail(e)),
+    }
+    Ok(())
+}
+
+/// Checks that `companion` of `table` is there and is what it should be, making it again when it
+/// was dropped by hand.
+fn ensure_companion(
+    tx: &mut postgres::Transaction<'_>,
+    context: &str,
+    table: &TableName,
+    companion: &Companion,
+) -> std::result::Result<(), Attempt> {
+    let quoted = table.quoted();
+    let mut found = companion_of(tx, context, companion, &quoted)?;
+    if found.is_none() && !companion.create.is_empty() {
+        // Dropped by hand: made again.
+        for statement in &companion.create {
+            tx.batch_execute(statement)
+                .map_err(|e| busy_or_failed(context, e))?;
+        }
+        log::info!(target: "pgtenure::db", "{context}: created {} for {table}", companion.name);
+        found = companion_of(tx, context, companion, &quoted)?;
+    }
+    let ok = match (companion.kind, &found) {
+        // "I": the index of a partitioned table.
+        (CompanionKind::Index, Some((kind, on_table))) => (kind == "i" || kind == "I") && *on_table,
+        (CompanionKind::Sequence, Some((kind, _))) => kind == "S",
+        (CompanionKind::Table, Some((kind, _))) => kind == "r",
+        (_, None) => false,
+    };
+    if ok {
+        return Ok(());
+    }
+    let what = companion.kind.noun();
+    let problem = match found {
+        Some(_) => format!("the name is taken by another relation, so the {what} was not created"),
+        None => format!("the {what} does not exist (dropped, or the table was made by hand)"),
+    };
+    Err(Attempt::Failed(Error::new(
+        ErrorKind::Database,
+        format!(
+            "{context} failed: {table} needs the {what} {} but {problem}; choose table \
+             names whose derived names are free, or create the {what} as sql/ describes",
+            companion.name
+        ),
+    )))
 }
 
 /// The tables whose versions a [`Db`] found good enough, by kind and quoted name.

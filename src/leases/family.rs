@@ -18,7 +18,7 @@ const SWEEP_EVERY: Duration = Duration::from_secs(60);
 
 /// What a `Leases` family and its renewal threads share: the pool, the owner, the statements, the
 /// keys its managed leases hold, and whether its last pool checkout failed. Renewal threads hold this
-/// and not [`Shared`], so they never keep the deadline watcher alive.
+/// and not [`WatchedFamily`], so they never keep the deadline watcher alive.
 pub(crate) struct Family {
     pub(super) db: Db,
     pub(super) owner: Arc<str>,
@@ -72,12 +72,12 @@ impl Family {
 
 /// What a `Leases` handle and its clones share: the family and the deadline watcher (started with the
 /// first managed lease, stopped when the last handle and lease are dropped).
-pub(crate) struct Shared {
+pub(crate) struct WatchedFamily {
     pub(super) family: Arc<Family>,
     pub(super) watcher: Mutex<Option<Watcher>>,
 }
 
-impl std::ops::Deref for Shared {
+impl std::ops::Deref for WatchedFamily {
     type Target = Family;
 
     fn deref(&self) -> &Family {
@@ -85,9 +85,9 @@ impl std::ops::Deref for Shared {
     }
 }
 
-impl Shared {
-    pub(super) fn new(db: Db, owner: Arc<str>, table: TableName) -> Arc<Shared> {
-        Arc::new(Shared {
+impl WatchedFamily {
+    pub(super) fn new(db: Db, owner: Arc<str>, table: TableName) -> Arc<WatchedFamily> {
+        Arc::new(WatchedFamily {
             family: Arc::new(Family {
                 db,
                 owner,

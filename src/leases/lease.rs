@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender};
 
-use super::family::Shared;
+use super::family::WatchedFamily;
 use super::renewer::{Command, Renewer};
 use super::state::{LeaseLoss, LeaseState, Purpose, Status};
 use super::watcher::Watch;
@@ -57,7 +57,7 @@ const IDLE_THREAD_WAIT: Duration = Duration::from_millis(100);
 /// threads still blocked on the database (they then finish on their own).
 pub struct Lease {
     state: Arc<LeaseState>,
-    shared: Arc<Shared>,
+    shared: Arc<WatchedFamily>,
     lost: Receiver<LeaseLoss>,
     commands: Option<Sender<Command>>,
     thread: Option<(JoinHandle<()>, Receiver<Result<()>>)>,
@@ -66,7 +66,7 @@ pub struct Lease {
 impl Lease {
     /// Starts the lease's thread for a tenure granted at `sent` (the instant before the grant).
     pub(super) fn start(
-        shared: Arc<Shared>,
+        shared: Arc<WatchedFamily>,
         key: &str,
         token: i64,
         ttl: Duration,

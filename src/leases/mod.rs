@@ -103,7 +103,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use self::family::Shared;
+use self::family::WatchedFamily;
 pub use self::grant::{Grant, KeyRenewal, Renewal};
 pub use self::lease::Lease;
 pub use self::state::LeaseLoss;
@@ -138,7 +138,7 @@ fn check_owner(owner: &str) -> Result<()> {
 /// `Sync`. Configure it (`with_table`, `with_owner`) before use: each setter starts a new family.
 #[derive(Clone)]
 pub struct Leases {
-    shared: Arc<Shared>,
+    shared: Arc<WatchedFamily>,
 }
 
 /// Whether an acquire by an owner that already holds the key live keeps that tenure's token.
@@ -156,7 +156,7 @@ impl Leases {
     pub fn new(db: &Db) -> Leases {
         let table = TableName::parse(DEFAULT_TABLE).expect("the default table name is valid");
         Leases {
-            shared: Shared::new(db.clone(), default_owner().into(), table),
+            shared: WatchedFamily::new(db.clone(), default_owner().into(), table),
         }
     }
 
@@ -171,7 +171,7 @@ impl Leases {
         let table = TableName::parse(table)?;
         let shared = &self.shared;
         Ok(Leases {
-            shared: Shared::new(shared.db.clone(), shared.owner.clone(), table),
+            shared: WatchedFamily::new(shared.db.clone(), shared.owner.clone(), table),
         })
     }
 
@@ -189,7 +189,7 @@ impl Leases {
         check_owner(owner)?;
         let shared = &self.shared;
         Ok(Leases {
-            shared: Shared::new(shared.db.clone(), owner.into(), shared.sql.table.clone()),
+            shared: WatchedFamily::new(shared.db.clone(), owner.into(), shared.sql.table.clone()),
         })
     }
 

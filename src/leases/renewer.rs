@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{at, select, Receiver, Sender};
 
-use super::family::{Family, Shared};
+use super::family::{Family, WatchedFamily};
 use super::state::{LeaseLoss, LeaseState, Purpose, Status};
 use super::timing::{next_retry, renew_interval};
 use super::watcher::Watch;
@@ -26,7 +26,7 @@ pub(super) enum Command {
 /// never keeps the deadline watcher alive (it reaches the watcher through a weak reference).
 pub(super) struct Renewer {
     pub(super) family: Arc<Family>,
-    pub(super) shared: Weak<Shared>,
+    pub(super) shared: Weak<WatchedFamily>,
 }
 
 impl Renewer {

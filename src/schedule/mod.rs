@@ -51,8 +51,12 @@
 
 #[cfg(feature = "cron")]
 mod cron;
+mod hooks;
 mod job;
+mod job_state;
+mod run;
 mod running;
+mod ticks;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -60,10 +64,13 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use parking_lot::Mutex;
 
-pub use self::job::{Job, Misfire, NoScheduleHooks, Run, RunResult, Schedule, ScheduleHooks};
+pub use self::hooks::{NoScheduleHooks, ScheduleHooks};
+pub use self::job::{Job, Misfire, RunResult};
+pub use self::run::Run;
 pub use self::running::Scheduling;
+pub use self::ticks::Schedule;
 
-use self::job::JobState;
+use self::job_state::JobState;
 use crate::db::Db;
 use crate::error::{Error, Result};
 use crate::input::{micros, MIN_DURATION};

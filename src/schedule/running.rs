@@ -10,7 +10,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use crossbeam_channel::{after, at, bounded, select, Receiver, Sender};
 
-use super::job::Reservation;
+use super::job_state::Reservation;
 use super::Scheduler;
 use crate::error::{Error, Result};
 use crate::observe;
@@ -35,8 +35,8 @@ pub struct Scheduling {
     freed: Receiver<()>,
 }
 
-/// What the timer, the workers and the handle share.
-struct Shared {
+/// The ticks in hand: what the timer, the workers and the handle share.
+struct TicksInHand {
     /// Ticks handed to workers and not yet done with.
     in_hand: AtomicUsize,
 }
@@ -106,7 +106,7 @@ impl Scheduler {
             Ok(_) => {}
         }
         let scheduler = Arc::new(self);
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(TicksInHand {
             in_hand: AtomicUsize::new(0),
         });
         // One slot per worker: the timer hands a tick over only when a worker is free, so neither
@@ -150,7 +150,7 @@ impl Scheduler {
     /// worker comes free.
     fn time(
         &self,
-        shared: &Shared,
+        shared: &TicksInHand,
         stopped: &Receiver<()>,
         work: &Sender<Work>,
         freed: &Receiver<()>,
@@ -177,7 +177,7 @@ impl Scheduler {
 
     /// Hands every due job whose tick a worker can take now to the workers; returns how long to
     /// sleep before the next job is due (a worker coming free wakes the timer sooner).
-    fn hand_over(&self, shared: &Shared, work: &Sender<Work>) -> Result<Duration> {
+    fn hand_over(&self, shared: &TicksInHand, work: &Sender<Work>) -> Result<Duration> {
         let now = self.db_now()?;
         let mut wait = LONGEST_SLEEP;
         for job in &self.jobs {
@@ -221,7 +221,7 @@ impl Scheduler {
 
     /// A worker: claims each tick handed over and runs it if won; a failed claim puts the tick
     /// back for a look a second later.
-    fn work(&self, shared: &Shared, queue: &Receiver<Work>) {
+    fn work(&self, shared: &TicksInHand, queue: &Receiver<Work>) {
         for (reserved, tick) in queue {
             let job = Arc::clone(reserved.job());
             if !self.stopping.load(Ordering::SeqCst) {

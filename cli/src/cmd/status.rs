@@ -1,13 +1,17 @@
 //! `pgtenure status`: everything at a glance, a section per primitive whose table exists.
 
 use clap::Args;
+use pgtenure::elector::LeaderInfo;
+use pgtenure::leases::LeaseInfo;
+use pgtenure::membership::ProcessInfo;
 use pgtenure::postgres::error::SqlState;
+use pgtenure::tick_claims::JobInfo;
 use pgtenure::{Db, Error};
 use serde_json::json;
 
 use crate::output::{
     count, jobs_json, jobs_table, leaders_json, leaders_table, leases_json, leases_table,
-    members_json, members_table, view, MISSING_TABLES,
+    members_json, members_table, view, View, MISSING_TABLES,
 };
 use crate::{Failure, Global, EXIT_ERROR};
 
@@ -50,6 +54,35 @@ impl StatusArgs {
             );
             return Ok(0);
         }
+        let sections = Sections {
+            leases,
+            leaders,
+            members,
+            jobs,
+        };
+        sections.print(global, &view);
+        if !missing.is_empty() {
+            outln!(
+            "\nNot in this database (primitives this application does not use, or tables of other \
+             names): {}",
+            missing.join(", ")
+        );
+        }
+        Ok(0)
+    }
+}
+
+/// What `status` read: each primitive's rows, `None` where its table does not exist.
+struct Sections {
+    leases: Option<Vec<LeaseInfo>>,
+    leaders: Option<Vec<LeaderInfo>>,
+    members: Option<Vec<ProcessInfo>>,
+    jobs: Option<Vec<JobInfo>>,
+}
+
+impl Sections {
+    /// Prints each section whose table exists: a heading with its summary, then its table.
+    fn print(&self, global: &Global, view: &View) {
         let heading = |what: &str, table: &str, summary: Option<String>| {
             if let Some(summary) = summary {
                 outln!("{what} ({table}): {summary}");
@@ -58,7 +91,7 @@ impl StatusArgs {
         heading(
             "Leases",
             &global.leases_table,
-            leases.as_ref().map(|rows| {
+            self.leases.as_ref().map(|rows| {
                 let live = rows.iter().filter(|r| r.live).count();
                 format!(
                     "{live} held of {}",
@@ -66,14 +99,14 @@ impl StatusArgs {
                 )
             }),
         );
-        if let Some(rows) = &leases {
-            out!("{}", leases_table(rows, &view));
+        if let Some(rows) = &self.leases {
+            out!("{}", leases_table(rows, view));
             outln!();
         }
         heading(
             "Leaders",
             &global.leader_table,
-            leaders.as_ref().map(|rows| {
+            self.leaders.as_ref().map(|rows| {
                 let live = rows.iter().filter(|r| r.live).count();
                 format!(
                     "{live} of {} led",
@@ -81,14 +114,14 @@ impl StatusArgs {
                 )
             }),
         );
-        if let Some(rows) = &leaders {
-            out!("{}", leaders_table(rows, &view));
+        if let Some(rows) = &self.leaders {
+            out!("{}", leaders_table(rows, view));
             outln!();
         }
         heading(
             "Members",
             &global.processes_table,
-            members.as_ref().map(|rows| {
+            self.members.as_ref().map(|rows| {
                 let live = rows.iter().filter(|r| r.live).count();
                 let units: i64 = rows
                     .iter()
@@ -102,29 +135,21 @@ impl StatusArgs {
                 )
             }),
         );
-        if let Some(rows) = &members {
-            out!("{}", members_table(rows, &view));
+        if let Some(rows) = &self.members {
+            out!("{}", members_table(rows, view));
             outln!();
         }
         heading(
             "Jobs",
             &global.ticks_table,
-            jobs.as_ref().map(|rows| {
+            self.jobs.as_ref().map(|rows| {
                 let busy = rows.iter().filter(|r| r.busy).count();
                 format!("{busy} busy of {}", count(rows.len() as u64, "job", "jobs"))
             }),
         );
-        if let Some(rows) = &jobs {
-            out!("{}", jobs_table(rows, &view));
+        if let Some(rows) = &self.jobs {
+            out!("{}", jobs_table(rows, view));
         }
-        if !missing.is_empty() {
-            outln!(
-            "\nNot in this database (primitives this application does not use, or tables of other \
-             names): {}",
-            missing.join(", ")
-        );
-        }
-        Ok(0)
     }
 }
 

@@ -68,6 +68,15 @@ pub(super) fn render(read: Result<&Snapshot, ()>, counters: &Counters, took: f64
 
 /// The tables' families.
 fn tables(r: &Registry, s: &Snapshot) {
+    readability(r, s);
+    lease_families(r, s);
+    leader_families(r, s);
+    membership_families(r, s);
+    job_families(r, s);
+}
+
+/// Which primitives' tables exist, and which this scrape could read.
+fn readability(r: &Registry, s: &Snapshot) {
     let denied = |primitive: &str| s.denied.iter().any(|d| d.primitive == primitive);
     let read = [
         ("leases", s.leases.is_some()),
@@ -97,173 +106,189 @@ fn tables(r: &Registry, s: &Snapshot) {
             .filter(|(primitive, read)| *read || denied(primitive))
             .map(|(primitive, read)| (labels([("primitive", primitive)]), f64::from(*read))),
     );
+}
 
-    if let Some(leases) = &s.leases {
+/// The leases table's families, when it was read.
+fn lease_families(r: &Registry, s: &Snapshot) {
+    let Some(leases) = &s.leases else {
+        return;
+    };
+    gauge(
+        r,
+        "pgtenure_table_lease_rows",
+        "Rows in the leases table, held or lapsed (a release deletes rows lapsed over an hour \
+         ago, at most once a minute)",
+        leases.rows as f64,
+    );
+    gauge(
+        r,
+        "pgtenure_table_leases_held",
+        "Leases held now, by the database clock",
+        leases.held as f64,
+    );
+    gauge(
+        r,
+        "pgtenure_table_leases_superseded",
+        "Leases held now whose holder was asked to give them up",
+        leases.superseded as f64,
+    );
+    if let Some(next_lapse) = leases.next_lapse {
         gauge(
             r,
-            "pgtenure_table_lease_rows",
-            "Rows in the leases table, held or lapsed (a release deletes rows lapsed over an hour \
-             ago, at most once a minute)",
-            leases.rows as f64,
-        );
-        gauge(
-            r,
-            "pgtenure_table_leases_held",
-            "Leases held now, by the database clock",
-            leases.held as f64,
-        );
-        gauge(
-            r,
-            "pgtenure_table_leases_superseded",
-            "Leases held now whose holder was asked to give them up",
-            leases.superseded as f64,
-        );
-        if let Some(next_lapse) = leases.next_lapse {
-            gauge(
-                r,
-                "pgtenure_table_leases_min_expiry_seconds",
-                "Seconds until the held lease closest to lapsing lapses unless renewed (absent \
-                 when none is held)",
-                s.seconds_until(next_lapse),
-            );
-        }
-        family(
-            r,
-            "pgtenure_table_lease_expiry_seconds",
-            "Seconds until each held lease lapses unless renewed; only the --max-series leases \
-             closest to lapsing have a series",
-            leases.soonest.iter().map(|l| {
-                (
-                    labels([("key", &l.key), ("owner", &l.owner)]),
-                    s.seconds_until(l.held_until),
-                )
-            }),
-        );
-        gauge(
-            r,
-            "pgtenure_table_leases_unlisted",
-            "Held leases beyond --max-series, without a series of their own (counted in \
-             pgtenure_table_leases_held)",
-            s.unlisted_leases() as f64,
+            "pgtenure_table_leases_min_expiry_seconds",
+            "Seconds until the held lease closest to lapsing lapses unless renewed (absent \
+             when none is held)",
+            s.seconds_until(next_lapse),
         );
     }
+    family(
+        r,
+        "pgtenure_table_lease_expiry_seconds",
+        "Seconds until each held lease lapses unless renewed; only the --max-series leases \
+         closest to lapsing have a series",
+        leases.soonest.iter().map(|l| {
+            (
+                labels([("key", &l.key), ("owner", &l.owner)]),
+                s.seconds_until(l.held_until),
+            )
+        }),
+    );
+    gauge(
+        r,
+        "pgtenure_table_leases_unlisted",
+        "Held leases beyond --max-series, without a series of their own (counted in \
+         pgtenure_table_leases_held)",
+        s.unlisted_leases() as f64,
+    );
+}
 
-    if let Some(rows) = &s.leaders {
-        let fleet = |name: &str| labels([("fleet", name)]);
-        family(
-            r,
-            "pgtenure_table_leader_present",
-            "1 while a leader's tenure is live for the fleet, by the database clock, else 0",
-            rows.iter().map(|l| (fleet(&l.name), f64::from(l.live))),
-        );
-        family(
-            r,
-            "pgtenure_table_leader_term",
-            "The fleet's last term (live or ended)",
-            rows.iter().map(|l| (fleet(&l.name), l.term as f64)),
-        );
-        family(
-            r,
-            "pgtenure_table_leader_tenure_seconds",
-            "Seconds since the live leader was elected (absent while nobody leads)",
-            rows.iter()
-                .filter(|l| l.live)
-                // Read after the clock: an election since then is 0 s old, not a few ms short.
-                .map(|l| (fleet(&l.name), (-s.seconds_until(l.elected_at)).max(0.0))),
-        );
-        family(
-            r,
-            "pgtenure_table_leader_expiry_seconds",
-            "Seconds until the live leader's tenure expires unless renewed (absent while nobody \
-             leads)",
-            rows.iter()
-                .filter(|l| l.live)
-                .map(|l| (fleet(&l.name), s.seconds_until(l.expires_at))),
-        );
-        family(
-            r,
-            "pgtenure_table_leader_info",
-            "1 for the fleet's live leader, naming its holder",
-            rows.iter()
-                .filter(|l| l.live)
-                .map(|l| (labels([("fleet", &l.name), ("holder", &l.holder)]), 1.0)),
-        );
-    }
+/// The leader table's families, when it was read.
+fn leader_families(r: &Registry, s: &Snapshot) {
+    let Some(rows) = &s.leaders else {
+        return;
+    };
+    let fleet = |name: &str| labels([("fleet", name)]);
+    family(
+        r,
+        "pgtenure_table_leader_present",
+        "1 while a leader's tenure is live for the fleet, by the database clock, else 0",
+        rows.iter().map(|l| (fleet(&l.name), f64::from(l.live))),
+    );
+    family(
+        r,
+        "pgtenure_table_leader_term",
+        "The fleet's last term (live or ended)",
+        rows.iter().map(|l| (fleet(&l.name), l.term as f64)),
+    );
+    family(
+        r,
+        "pgtenure_table_leader_tenure_seconds",
+        "Seconds since the live leader was elected (absent while nobody leads)",
+        rows.iter()
+            .filter(|l| l.live)
+            // Read after the clock: an election since then is 0 s old, not a few ms short.
+            .map(|l| (fleet(&l.name), (-s.seconds_until(l.elected_at)).max(0.0))),
+    );
+    family(
+        r,
+        "pgtenure_table_leader_expiry_seconds",
+        "Seconds until the live leader's tenure expires unless renewed (absent while nobody \
+         leads)",
+        rows.iter()
+            .filter(|l| l.live)
+            .map(|l| (fleet(&l.name), s.seconds_until(l.expires_at))),
+    );
+    family(
+        r,
+        "pgtenure_table_leader_info",
+        "1 for the fleet's live leader, naming its holder",
+        rows.iter()
+            .filter(|l| l.live)
+            .map(|l| (labels([("fleet", &l.name), ("holder", &l.holder)]), 1.0)),
+    );
+}
 
-    if let Some(m) = &s.membership {
-        let live: Vec<_> = m.live().collect();
-        let (units_spread, weight_spread) = m.spread();
-        gauge(
-            r,
-            "pgtenure_table_processes_live",
-            "Membership processes live now, by the database clock",
-            live.len() as f64,
-        );
-        gauge(
-            r,
-            "pgtenure_table_processes_expired",
-            "Membership processes expired and not yet swept",
-            (m.processes.len() - live.len()) as f64,
-        );
-        let process = |p: &pgtenure::membership::ProcessInfo| {
-            labels([("process", &p.id), ("hostname", &p.hostname)])
-        };
-        family(
-            r,
-            "pgtenure_table_process_units",
-            "Units each live process owns, as it last reported",
-            live.iter().map(|p| (process(p), f64::from(p.units))),
-        );
-        family(
-            r,
-            "pgtenure_table_process_weight",
-            "The total weight of the units each live process owns, as it last reported",
-            live.iter().map(|p| (process(p), p.weight as f64)),
-        );
-        gauge(
-            r,
-            "pgtenure_table_units_spread",
-            "Units of the most loaded live process less those of the least loaded (0 with \
-             fewer than two); a balanced fleet keeps it at 1 or below",
-            units_spread as f64,
-        );
-        gauge(
-            r,
-            "pgtenure_table_weight_spread",
-            "The same spread, in weight",
-            weight_spread as f64,
-        );
-        gauge(
-            r,
-            "pgtenure_table_units_unowned",
-            "Enabled units no live process owns (never claimed, released, or an expired \
-             process's)",
-            m.unowned.units as f64,
-        );
-        gauge(
-            r,
-            "pgtenure_table_units_unowned_weight",
-            "Their total weight",
-            m.unowned.weight as f64,
-        );
-    }
+/// The membership tables' families, when they were read.
+fn membership_families(r: &Registry, s: &Snapshot) {
+    let Some(m) = &s.membership else {
+        return;
+    };
+    let live: Vec<_> = m.live().collect();
+    let (units_spread, weight_spread) = m.spread();
+    gauge(
+        r,
+        "pgtenure_table_processes_live",
+        "Membership processes live now, by the database clock",
+        live.len() as f64,
+    );
+    gauge(
+        r,
+        "pgtenure_table_processes_expired",
+        "Membership processes expired and not yet swept",
+        (m.processes.len() - live.len()) as f64,
+    );
+    let process = |p: &pgtenure::membership::ProcessInfo| {
+        labels([("process", &p.id), ("hostname", &p.hostname)])
+    };
+    family(
+        r,
+        "pgtenure_table_process_units",
+        "Units each live process owns, as it last reported",
+        live.iter().map(|p| (process(p), f64::from(p.units))),
+    );
+    family(
+        r,
+        "pgtenure_table_process_weight",
+        "The total weight of the units each live process owns, as it last reported",
+        live.iter().map(|p| (process(p), p.weight as f64)),
+    );
+    gauge(
+        r,
+        "pgtenure_table_units_spread",
+        "Units of the most loaded live process less those of the least loaded (0 with \
+         fewer than two); a balanced fleet keeps it at 1 or below",
+        units_spread as f64,
+    );
+    gauge(
+        r,
+        "pgtenure_table_weight_spread",
+        "The same spread, in weight",
+        weight_spread as f64,
+    );
+    gauge(
+        r,
+        "pgtenure_table_units_unowned",
+        "Enabled units no live process owns (never claimed, released, or an expired \
+         process's)",
+        m.unowned.units as f64,
+    );
+    gauge(
+        r,
+        "pgtenure_table_units_unowned_weight",
+        "Their total weight",
+        m.unowned.weight as f64,
+    );
+}
 
-    if let Some(rows) = &s.jobs {
-        let job = |id: &str| labels([("job_id", id)]);
-        family(
-            r,
-            "pgtenure_table_job_last_tick_age_seconds",
-            "Seconds since the tick the job last claimed was due, by the database clock",
-            rows.iter()
-                .map(|j| (job(&j.job_id), -s.seconds_until(j.tick))),
-        );
-        family(
-            r,
-            "pgtenure_table_job_busy",
-            "1 while the job's last run keeps it busy, else 0",
-            rows.iter().map(|j| (job(&j.job_id), f64::from(j.busy))),
-        );
-    }
+/// The tick claims table's families (the scheduled jobs), when it was read.
+fn job_families(r: &Registry, s: &Snapshot) {
+    let Some(rows) = &s.jobs else {
+        return;
+    };
+    let job = |id: &str| labels([("job_id", id)]);
+    family(
+        r,
+        "pgtenure_table_job_last_tick_age_seconds",
+        "Seconds since the tick the job last claimed was due, by the database clock",
+        rows.iter()
+            .map(|j| (job(&j.job_id), -s.seconds_until(j.tick))),
+    );
+    family(
+        r,
+        "pgtenure_table_job_busy",
+        "1 while the job's last run keeps it busy, else 0",
+        rows.iter().map(|j| (job(&j.job_id), f64::from(j.busy))),
+    );
 }
 
 /// Labels from (name, value) pairs.

@@ -29,13 +29,15 @@ struct State {
     ended: bool,
 }
 
+/// The reader's state, shared by the reading thread and the requests, with the signal of its
+/// changes.
 #[derive(Debug, Default)]
-struct Shared {
+struct StateCell {
     state: Mutex<State>,
     changed: Condvar,
 }
 
-impl Shared {
+impl StateCell {
     /// The state; a panic elsewhere while holding it leaves it whole (plain counters).
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
@@ -57,14 +59,14 @@ const STOP_WAIT: Duration = Duration::from_secs(2);
 /// The reading thread and the requests' way to it.
 #[derive(Debug)]
 pub(super) struct Reader {
-    shared: Arc<Shared>,
+    shared: Arc<StateCell>,
     thread: Option<JoinHandle<()>>,
 }
 
 impl Reader {
     /// Starts the reading thread over `tables`.
     pub(super) fn start(tables: Tables) -> std::io::Result<Reader> {
-        let shared = Arc::new(Shared::default());
+        let shared = Arc::new(StateCell::default());
         let thread = {
             let shared = shared.clone();
             thread::Builder::new()
@@ -154,13 +156,13 @@ impl Drop for Reader {
 }
 
 /// The reading thread: a read each time one is asked for, until stopped.
-fn reads(shared: &Shared, tables: &Tables) {
+fn reads(shared: &StateCell, tables: &Tables) {
     read_until_stopped(shared, tables);
     shared.lock().ended = true;
     shared.changed.notify_all();
 }
 
-fn read_until_stopped(shared: &Shared, tables: &Tables) {
+fn read_until_stopped(shared: &StateCell, tables: &Tables) {
     loop {
         let wanted = {
             let mut state = shared.lock();

@@ -284,40 +284,12 @@ impl Cmd {
             }
             empty_once = false;
             if !termed {
-                let others: Vec<&Proc> = running
-                    .iter()
-                    .copied()
-                    .filter(|p| p.pid != self.pid)
-                    .collect();
-                if !others.is_empty() {
-                    termed = true;
-                    self.signal_group(libc::SIGTERM);
-                    self.signal_each(others.iter().copied(), libc::SIGTERM);
-                    let pids: Vec<String> = others.iter().map(|p| p.pid.to_string()).collect();
-                    say!(
-                        "pgtenure: CMD exited, leaving {} process(es) it started (pid {}); \
-                         stopping them with SIGTERM, SIGKILL after {grace:?}, before the lease is \
-                         released",
-                        others.len(),
-                        pids.join(", ")
-                    );
-                }
+                termed = self.term_leftovers(&running, grace);
             }
             let late = deadline.is_some_and(|d| Instant::now() >= d);
             if !killed && (late || (lost && reaping)) {
                 killed = true;
-                self.signal_group(libc::SIGKILL);
-                self.signal_each(running.iter().copied(), libc::SIGKILL);
-                let cmd_runs = running.iter().any(|p| p.pid == self.pid);
-                let others = running.len() - usize::from(cmd_runs);
-                if late && cmd_runs {
-                    say!("pgtenure: CMD did not exit within {grace:?} of SIGTERM; sent SIGKILL");
-                } else if late {
-                    say!(
-                        "pgtenure: {others} process(es) that CMD started did not exit within \
-                         {grace:?} of SIGTERM; sent SIGKILL"
-                    );
-                }
+                self.kill_running(&running, late, grace);
             } else if killed {
                 // What forked while it was killed.
                 self.signal_group(libc::SIGKILL);
@@ -353,6 +325,47 @@ impl Cmd {
             }
         }
         self.reap()
+    }
+
+    /// After CMD exited: sends SIGTERM to what it left `running` (its group, and each process of
+    /// its tree), saying so; whether anything was left.
+    fn term_leftovers(&mut self, running: &[&Proc], grace: Duration) -> bool {
+        let others: Vec<&Proc> = running
+            .iter()
+            .copied()
+            .filter(|p| p.pid != self.pid)
+            .collect();
+        if others.is_empty() {
+            return false;
+        }
+        self.signal_group(libc::SIGTERM);
+        self.signal_each(others.iter().copied(), libc::SIGTERM);
+        let pids: Vec<String> = others.iter().map(|p| p.pid.to_string()).collect();
+        say!(
+            "pgtenure: CMD exited, leaving {} process(es) it started (pid {}); \
+             stopping them with SIGTERM, SIGKILL after {grace:?}, before the lease is \
+             released",
+            others.len(),
+            pids.join(", ")
+        );
+        true
+    }
+
+    /// Sends SIGKILL to CMD's group and to each process of its tree still `running`, saying so
+    /// when the grace period ran out (`late`).
+    fn kill_running(&mut self, running: &[&Proc], late: bool, grace: Duration) {
+        self.signal_group(libc::SIGKILL);
+        self.signal_each(running.iter().copied(), libc::SIGKILL);
+        let cmd_runs = running.iter().any(|p| p.pid == self.pid);
+        let others = running.len() - usize::from(cmd_runs);
+        if late && cmd_runs {
+            say!("pgtenure: CMD did not exit within {grace:?} of SIGTERM; sent SIGKILL");
+        } else if late {
+            say!(
+                "pgtenure: {others} process(es) that CMD started did not exit within \
+                 {grace:?} of SIGTERM; sent SIGKILL"
+            );
+        }
     }
 
     /// Waits for CMD and reaps it: its status, `None` if waiting failed.

@@ -42,8 +42,9 @@ use std::process::Command;
 use std::time::Duration;
 
 use clap::Args;
-use pgtenure::crossbeam_channel::select;
-use pgtenure::{leases::Lease, Db};
+use pgtenure::crossbeam_channel::{select, Receiver};
+use pgtenure::leases::{Lease, Leases};
+use pgtenure::Db;
 
 use self::acquire::acquire;
 use self::child::{exit_status, prepare_child, Cmd, Ending};
@@ -236,15 +237,7 @@ impl LeaseRunArgs {
             return Ok(signal_status(signal));
         }
         let program = &self.command[0];
-        let mut command = Command::new(program);
-        command
-            .args(&self.command[1..])
-            .env(ENV_KEY, &self.key)
-            .env(ENV_TOKEN, lease.token().to_string())
-            .env(ENV_OWNER, leases.owner())
-            .env(ENV_FENCE_SQL, lease.fence_statement().sql())
-            .process_group(0);
-        prepare_child(&mut command);
+        let mut command = self.child_command(&leases, &lease);
         // Before the spawn: no process of CMD's tree can leave it before pgtenure reaps it.
         if let Err(e) = become_subreaper() {
             release(lease);
@@ -272,6 +265,35 @@ impl LeaseRunArgs {
                 return Err(e.into());
             }
         };
+        Ok(self.supervise(lease, cmd, &exited, &signals))
+    }
+
+    /// CMD's command: its arguments, the lease in its environment, a process group of its own.
+    fn child_command(&self, leases: &Leases, lease: &Lease) -> Command {
+        let mut command = Command::new(&self.command[0]);
+        command
+            .args(&self.command[1..])
+            .env(ENV_KEY, &self.key)
+            .env(ENV_TOKEN, lease.token().to_string())
+            .env(ENV_OWNER, leases.owner())
+            .env(ENV_FENCE_SQL, lease.fence_statement().sql())
+            .process_group(0);
+        prepare_child(&mut command);
+        command
+    }
+
+    /// Watches CMD under the lease until CMD exits (its tree is then stopped) or the lease is lost
+    /// (CMD's tree is stopped), passing the signals pgtenure receives on to CMD's tree; releases
+    /// the lease, and returns the exit status. `cmd` comes after `lease`, so it is dropped before
+    /// it: a panic kills CMD's tree before the lease's drop releases the key.
+    fn supervise(
+        &self,
+        lease: Lease,
+        mut cmd: Cmd,
+        exited: &Receiver<()>,
+        signals: &Signals,
+    ) -> u8 {
+        let program = &self.command[0];
         loop {
             select! {
                 recv(exited) -> _ => {
@@ -287,9 +309,9 @@ impl LeaseRunArgs {
                     );
                     release(lease);
                     if cmd.lost_while_stopping.is_some() {
-                        return Ok(EXIT_LOST);
+                        return EXIT_LOST;
                     }
-                    return Ok(status.map_or(EXIT_ERROR, exit_status));
+                    return status.map_or(EXIT_ERROR, exit_status);
                 }
                 recv(lease.lost()) -> reason => {
                     // CMD first: nothing may delay or prevent its signal, a report least of all.
@@ -305,7 +327,7 @@ impl LeaseRunArgs {
                     );
                     cmd.stop(self.grace, Some(&signals.received), None, Ending::Lost);
                     release(lease);
-                    return Ok(EXIT_LOST);
+                    return EXIT_LOST;
                 }
                 recv(signals.received) -> signal => {
                     // CMD's group is not the terminal's foreground group, so a terminal's Ctrl-C reached
