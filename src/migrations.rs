@@ -737,7 +737,7 @@ pub fn migrate(db: &Db, tables: &Tables) -> Result<Vec<Plan>> {
 pub(crate) struct Gate {
     tables: Vec<(Kind, TableName)>,
     passed: AtomicBool,
-    statement: Statement,
+    statement: Statement<(String, Vec<String>)>,
 }
 
 impl Gate {
