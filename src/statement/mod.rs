@@ -46,6 +46,7 @@ mod typed;
 
 use std::fmt;
 use std::marker::PhantomData;
+use std::sync::OnceLock;
 
 use postgres::{Client, Row};
 
@@ -62,11 +63,11 @@ pub(crate) use self::sending::Sending;
 
 /// One of the crate's statements with its tables substituted, typed by its parameters `P` (a
 /// [`Params`] tuple, or a struct declared with [`params!`](crate::params), with its lifetimes
-/// `'static`): it binds nothing else. Its name and its `PREPARE` are decided when it is built,
-/// where the count of its `$n` is checked against `P`'s types.
+/// `'static`): it binds nothing else. The count of its `$n` is checked against `P`'s types when it
+/// is built; its name and its `PREPARE` are decided at its first use.
 pub(crate) struct Statement<P> {
     text: String,
-    typed: Typed,
+    typed: OnceLock<Typed>,
     params: PhantomData<fn(P)>,
 }
 
@@ -78,12 +79,17 @@ impl<P: Params> Statement<P> {
     /// When `text`'s highest `$n` is not the number of `P`'s parameters (a statement declared with
     /// the wrong parameters: every module's unit tests build all its statements).
     pub(crate) fn new(text: String) -> Statement<P> {
-        let typed = Typed::new(&text, P::TYPES);
+        typed::check(&text, P::TYPES);
         Statement {
             text,
-            typed,
+            typed: OnceLock::new(),
             params: PhantomData,
         }
+    }
+
+    /// What `P`'s types decide for this statement.
+    fn typed(&self) -> &Typed {
+        self.typed.get_or_init(|| Typed::new(&self.text, P::TYPES))
     }
 
     /// The statement as sent unprepared, with `$1 … $n`.
@@ -94,7 +100,7 @@ impl<P: Params> Statement<P> {
 
     /// The name it is prepared under (unique to its text and types).
     pub(crate) fn name(&self) -> &str {
-        &self.typed.name
+        &self.typed().name
     }
 
     /// Runs the statement with `params` on `client` in one round trip in steady state, in `way`:
@@ -110,7 +116,7 @@ impl<P: Params> Statement<P> {
         params.with_values(|values| {
             let call = Call {
                 text: &self.text,
-                typed: &self.typed,
+                typed: self.typed(),
                 values,
             };
             let result = match way {
@@ -135,7 +141,7 @@ impl<P: Params> Statement<P> {
     ) -> Result<(), Failure> {
         let call = Call {
             text: &self.text,
-            typed: &self.typed,
+            typed: self.typed(),
             values: &[],
         };
         match way {
@@ -152,7 +158,7 @@ impl<P: Params> Statement<P> {
 impl<P> fmt::Debug for Statement<P> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Statement")
-            .field("name", &self.typed.name)
+            .field("name", &self.typed.get().map(|t| &t.name))
             .field("text", &self.text)
             .finish()
     }

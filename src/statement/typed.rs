@@ -1,5 +1,7 @@
-//! What a statement's text and parameter types decide, once, when the statement is built: the name
-//! it is prepared under, and its SQL-level `PREPARE`.
+//! What a statement's text and parameter types decide: the check of its `$n` when the statement is
+//! built, and at its first use the name it is prepared under and its SQL-level `PREPARE` (hashing
+//! every statement of a handle when the handle is made would cost more than the handle's first
+//! call).
 
 use std::fmt::Write as _;
 
@@ -23,18 +25,8 @@ pub(super) struct Typed {
 }
 
 impl Typed {
-    /// What `types` decide for `text`.
-    ///
-    /// # Panics
-    ///
-    /// When `text`'s highest `$n` is not the number of `types`: a statement declared with the
-    /// wrong parameters (every statement is built in the unit tests, so this never ships).
+    /// What `types` decide for `text` (checked with [`check`] when the statement was built).
     pub(super) fn new(text: &str, types: &'static [Type]) -> Typed {
-        assert_eq!(
-            highest_parameter(text),
-            types.len(),
-            "parameter types do not match the statement:\n{text}"
-        );
         let mut hash = Sha256::new();
         for ty in types {
             hash.update(ty.oid().to_be_bytes());
@@ -66,6 +58,20 @@ impl Typed {
             prepare,
         }
     }
+}
+
+/// Checks that `text`'s highest `$n` is the number of `types`.
+///
+/// # Panics
+///
+/// When it is not: a statement declared with the wrong parameters (every module's unit tests build
+/// all its statements, so this never ships).
+pub(super) fn check(text: &str, types: &[Type]) {
+    assert_eq!(
+        highest_parameter(text),
+        types.len(),
+        "parameter types do not match the statement:\n{text}"
+    );
 }
 
 /// The highest `$n` in `text` (comments included: they list the parameters).
@@ -120,6 +126,6 @@ mod tests {
     #[test]
     #[should_panic(expected = "parameter types do not match the statement")]
     fn a_statement_with_other_parameters_than_its_types_is_refused() {
-        Typed::new("SELECT $1, $2", &[Type::TEXT]);
+        check("SELECT $1, $2", &[Type::TEXT]);
     }
 }
