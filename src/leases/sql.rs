@@ -85,6 +85,16 @@ pub(super) struct Renewed {
     pub(super) stale: bool,
 }
 
+impl Renewed {
+    /// The managed renewal's row (`superseded`, `stale`).
+    fn read(read: &Read<'_>) -> Result<Renewed> {
+        Ok(Renewed {
+            superseded: read.column("superseded")?,
+            stale: read.column("stale")?,
+        })
+    }
+}
+
 crate::params! {
     /// A managed lease's renewal's parameters (`sql/leases/renew_tenure.sql`).
     pub(super) struct RenewTenure<'a> {
@@ -204,13 +214,7 @@ impl Statements {
         params: &RenewTenure<'_>,
     ) -> std::result::Result<Result<Option<Renewed>>, Failure> {
         let rows = db.run(conn, &self.renew_tenure, params)?;
-        let renewed = |row: &Row| {
-            let read = Read::new(row, "renew lease", &self.table);
-            Ok(Renewed {
-                superseded: read.column("superseded")?,
-                stale: read.column("stale")?,
-            })
-        };
+        let renewed = |row| Renewed::read(&Read::new(row, "renew lease", &self.table));
         Ok(rows.first().map(renewed).transpose())
     }
 

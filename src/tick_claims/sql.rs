@@ -73,6 +73,21 @@ pub(super) enum ClaimAnswer {
     },
 }
 
+impl ClaimAnswer {
+    /// The claim statement's row (`too_far`, `token`, `db_now`).
+    fn read(read: &Read<'_>) -> Result<ClaimAnswer> {
+        let db_now = read.column("db_now")?;
+        Ok(if read.column("too_far")? {
+            ClaimAnswer::TooFar { db_now }
+        } else {
+            ClaimAnswer::Claimed {
+                token: read.column("token")?,
+                db_now,
+            }
+        })
+    }
+}
+
 impl Statements {
     pub(super) fn new(table: TableName) -> Arc<Statements> {
         Arc::new(Statements {
@@ -100,16 +115,7 @@ impl Statements {
         })?;
         let row = one_row("claim tick", rows)?;
         let started = started.unwrap_or_else(Instant::now);
-        let read = Read::new(&row, "claim tick", &self.table);
-        let db_now = read.column("db_now")?;
-        let answer = if read.column("too_far")? {
-            ClaimAnswer::TooFar { db_now }
-        } else {
-            ClaimAnswer::Claimed {
-                token: read.column("token")?,
-                db_now,
-            }
-        };
+        let answer = ClaimAnswer::read(&Read::new(&row, "claim tick", &self.table))?;
         Ok((answer, started))
     }
 
