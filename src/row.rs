@@ -96,7 +96,8 @@ impl<'r> Read<'r> {
     /// The column `name` as a `T`.
     pub(crate) fn column<T: Column<'r>>(&self, name: &str) -> Result<T> {
         match self.row.columns().iter().position(|c| c.name() == name) {
-            Some(index) => self.read(index, &format!("{name:?}")),
+            // The label is written only for an error (not at every read of every operation).
+            Some(index) => self.read(index, || format!("{name:?}")),
             // The driver's own error for an absent column is the cause.
             None => {
                 let cause = self.row.try_get::<_, T>(name).err();
@@ -109,7 +110,7 @@ impl<'r> Read<'r> {
     /// own.
     pub(crate) fn at<T: Column<'r>>(&self, index: usize) -> Result<T> {
         match self.row.columns().get(index) {
-            Some(column) => self.read(index, &format!("{} ({:?})", index + 1, column.name())),
+            Some(column) => self.read(index, || format!("{} ({:?})", index + 1, column.name())),
             None => {
                 let cause = self.row.try_get::<_, T>(index).err();
                 Err(self.error::<T>(&format!("{}", index + 1), &Found::Missing, cause))
@@ -117,8 +118,8 @@ impl<'r> Read<'r> {
         }
     }
 
-    /// The column at `index`, which the answer has, named `label` in the error.
-    fn read<T: Column<'r>>(&self, index: usize, label: &str) -> Result<T> {
+    /// The column at `index`, which the answer has, named `label()` in the error.
+    fn read<T: Column<'r>>(&self, index: usize, label: impl FnOnce() -> String) -> Result<T> {
         match self.row.try_get::<_, T>(index) {
             Ok(value) => Ok(value),
             Err(e) => {
@@ -130,7 +131,7 @@ impl<'r> Read<'r> {
                 } else {
                     Found::Unreadable(ty)
                 };
-                Err(self.error::<T>(label, &found, Some(e)))
+                Err(self.error::<T>(&label(), &found, Some(e)))
             }
         }
     }

@@ -1,7 +1,8 @@
 //! pgtenure's benchmarks: how close it runs to what PostgreSQL allows.
 //!
 //! `cargo run --release --example bench -- [--secs N] [--runs N] [--clients 1,8] [--out FILE]
-//! [--handovers N] [--units N] [--only compare|scenarios|cold-start] [--no-pgbouncer]` against `DATABASE_URL`
+//! [--handovers N] [--units N] [--only compare|scenarios|cold-start|hot-loop] [--iterations N]
+//! [--no-pgbouncer]` against `DATABASE_URL`
 //! or a throwaway server. For each operation at each client count: the library beside `pgbench -M
 //! prepared` running the crate's own statement (the limit) and beside the library sending it
 //! unprepared (planned at every call), the median of `--runs` runs, then the same through PgBouncer
@@ -13,6 +14,8 @@
 //! those columns of the library (to profile one way). `PGTENURE_BENCH_RECORDER=prometheus` installs
 //! `metrics-exporter-prometheus`'s recorder first, so the feature `metrics` (on in the examples)
 //! reports to a real exporter: its cost is the ratio's change against a run without.
+//! `--only hot-loop` runs `--iterations` refused tick claims on one client and nothing else, to count
+//! instructions per operation under `valgrind --tool=callgrind` (see `hot.rs`).
 
 mod campaigns;
 mod cases;
@@ -20,6 +23,7 @@ mod cases;
 #[path = "../../tests/common/mod.rs"]
 mod common;
 mod compare;
+mod hot;
 mod pgbench;
 mod scenarios;
 mod scheduler;
@@ -42,6 +46,7 @@ struct Args {
     units: i32,
     only: Option<String>,
     pgbouncer: bool,
+    iterations: u64,
 }
 
 fn args() -> Args {
@@ -54,6 +59,7 @@ fn args() -> Args {
         units: 100_000,
         only: None,
         pgbouncer: true,
+        iterations: 1000,
     };
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
@@ -72,6 +78,7 @@ fn args() -> Args {
             "--handovers" => a.handovers = value.parse().expect("--handovers N"),
             "--units" => a.units = value.parse().expect("--units N"),
             "--only" => a.only = Some(value),
+            "--iterations" => a.iterations = value.parse().expect("--iterations N"),
             "--no-pgbouncer" => {
                 a.pgbouncer = false;
                 i += 1;
@@ -86,6 +93,9 @@ fn args() -> Args {
 
 fn main() -> Result<(), Error> {
     let args = args();
+    if args.only.as_deref() == Some("hot-loop") {
+        return hot::refused_tick_claims(&common::url(), args.iterations);
+    }
     if std::env::var("PGTENURE_BENCH_RECORDER").is_ok_and(|r| r == "prometheus") {
         let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
         metrics::set_global_recorder(recorder)?;

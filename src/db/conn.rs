@@ -1,5 +1,4 @@
-//! The pooled connection every statement runs on, apart from the pool that hands it out (so the
-//! statement layer needs nothing else of `db`).
+//! The pooled connection every statement runs on, apart from the pool that hands it out.
 //!
 //! A [`Db`](crate::Db) holds its pool behind [`Source`], whatever TLS connector the pool's manager
 //! was built with, so one `Db` type serves plain pools, pgtenure's TLS pools and a user's own pool
@@ -72,9 +71,6 @@ impl fmt::Debug for Connection {
             .finish()
     }
 }
-
-/// The pooled connection inside the statement layer.
-pub(crate) type Conn = Connection;
 
 /// A cancel request for one connection's running statement, sent with the TLS connector of the
 /// pool the connection came from.

@@ -3,16 +3,16 @@
 mod builder;
 pub(crate) mod conn;
 mod libpq;
-mod mode;
 mod outcome;
 mod promotion;
+mod records;
 mod schema;
 mod ssl;
 #[cfg(feature = "tls")]
 mod tls;
 
 use std::fmt;
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use postgres::error::SqlState;
@@ -23,25 +23,23 @@ use r2d2_postgres::PostgresConnectionManager;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::observe;
-use crate::row::Read;
-use crate::statement::{Cache, Failure, Params, Statement};
+use crate::statement::{Cache, Failure, Params, Sending, Statement};
 
 pub use self::builder::DbBuilder;
 pub(crate) use self::outcome::{discard, Policy, Resend};
-use self::promotion::Promotions;
-pub(crate) use self::promotion::{GrantAnswer, Promotion, PromotionRecord};
+pub(crate) use self::promotion::{Grant, GrantAnswer, PromotionRecord};
+pub(crate) use self::records::Promotion;
+use self::records::Promotions;
 pub(crate) use self::schema::Companion;
 use self::schema::SchemaChecks;
 pub use self::ssl::SslMode;
 use crate::error::classify::{connection_lost, deadlocked, never_ran, outcome_unknown};
 
+pub(crate) use self::conn::CancelKey;
 pub use self::conn::Connection;
-pub(crate) use self::conn::{CancelKey, Conn};
 use self::conn::{Lending, Pooling, Source};
-pub(crate) use self::mode::Seen;
-pub(crate) use self::mode::Way;
-pub use self::mode::{StatementMode, StatementModes};
-use self::mode::{Targets, Ways};
+use crate::statement::Targets;
+pub use crate::statement::{StatementMode, StatementModes};
 
 /// A pool of PostgreSQL connections shared by every pgtenure primitive.
 ///
@@ -60,13 +58,8 @@ pub struct Db {
     pool: Arc<dyn Source>,
     lending: Arc<Lending>,
     cancel_on_deadline: bool,
-    /// How statements are sent ([`Db::with_statement_mode`]).
-    statement_mode: StatementMode,
-    /// Where the configuration says the server is, for [`StatementMode::Auto`]'s proof: `None`
-    /// for a pool of the application's own.
-    targets: Option<Arc<Targets>>,
-    /// The ways the connections got, and whether a pooler was found.
-    ways: Arc<Ways>,
+    /// How statements are sent ([`Db::with_statement_mode`]), and how they were.
+    sending: Sending,
     /// Whether new fencing tokens fold in the server's timeline ([`Db::with_timeline_tokens`]).
     timeline_tokens: bool,
     /// Whether grants wait out a promotion ([`Db::with_promotion_hold_off`]).
@@ -76,11 +69,6 @@ pub struct Db {
     /// The tables whose schema versions were found good enough for the handles' statements.
     schemas: Arc<SchemaChecks>,
 }
-
-/// Whether the server folds its timeline into tokens: `Some(true)` when a primary answers the WAL
-/// functions, `Some(false)` when it refuses them, `None` when this connection cannot tell (a
-/// standby, a failure).
-const TIMELINE_PROBE: &str = include_str!("../../sql/schema/timeline.sql");
 
 impl Db {
     /// Connects to the database at `url` with pgtenure's defaults.
@@ -229,9 +217,7 @@ impl Db {
             lending: Arc::new(Lending::new(source.max_size())),
             pool: Arc::new(source),
             cancel_on_deadline: true,
-            statement_mode: StatementMode::Auto,
-            targets: None,
-            ways: Arc::new(Ways::default()),
+            sending: Sending::default(),
             timeline_tokens: true,
             promotion_hold_off: true,
             promotions: Arc::new(Promotions::default()),
@@ -291,71 +277,29 @@ impl Db {
         self.promotion_hold_off
     }
 
-    /// What the server tells of its timeline: `Some(true)` when a primary answers the WAL
-    /// functions, `Some(false)` when it refuses them, `None` when it cannot tell (a standby, a
-    /// failure). See [`Db::with_timeline_tokens`].
-    ///
-    /// Sent on a pool connection like every other statement, so the connection's statement mode
-    /// governs it (nothing prepared under a driver-chosen name on a connection not proven direct)
-    /// and [`Db::statement_modes`] counts it.
-    pub(crate) fn probe_timeline(&self) -> Option<bool> {
-        static PROBE: LazyLock<Statement> =
-            LazyLock::new(|| Statement::new(TIMELINE_PROBE.to_owned()));
-        match self.query_one("probe the timeline", Policy::IDEMPOTENT, &PROBE, &()) {
-            Ok(row) => match Read::server(&row, "probe the timeline", &"the timeline probe")
-                .column::<Option<String>>("walfile")
-            {
-                Ok(wal) => wal.map(|_| true),
-                Err(e) => {
-                    log::debug!(target: "pgtenure::db", "{e}; fencing tokens fold in the timeline");
-                    None
-                }
-            },
-            // Only a refusal of the functions themselves says so: any other error (a pooler's
-            // own, a busy server) tells nothing, and tokens stay folded.
-            Err(e)
-                if e.code().is_some_and(|code| {
-                    [
-                        SqlState::INSUFFICIENT_PRIVILEGE,
-                        SqlState::FEATURE_NOT_SUPPORTED,
-                        SqlState::UNDEFINED_FUNCTION,
-                    ]
-                    .contains(code)
-                }) =>
-            {
-                log::info!(target: "pgtenure::db", "the server refuses WAL functions ({e}): fencing tokens do not fold in its timeline (Db::with_timeline_tokens)");
-                Some(false)
-            }
-            Err(e) => {
-                log::debug!(target: "pgtenure::db", "the timeline probe failed ({e}); fencing tokens fold in the timeline");
-                None
-            }
-        }
-    }
-
     /// How statements are sent (see [`StatementMode`]): [`StatementMode::Auto`] by default, or
     /// what the connection string's `statement_mode` or [`DbBuilder::statement_mode`] said.
     /// Connections pgtenure already used switch at their next statement.
     pub fn with_statement_mode(mut self, mode: StatementMode) -> Db {
-        self.statement_mode = mode;
+        self.sending.set_mode(mode);
         self
     }
 
     /// See [`Db::with_statement_mode`].
     pub fn statement_mode(&self) -> StatementMode {
-        self.statement_mode
+        self.sending.mode()
     }
 
     /// How this `Db`'s connections have sent statements so far: how many got each way, and whether
     /// a pooler was found (see [`StatementModes`]). Each connection's way is also logged once at
     /// `info` under `pgtenure::db`.
     pub fn statement_modes(&self) -> StatementModes {
-        self.ways.snapshot()
+        self.sending.modes()
     }
 
     /// Sets where the configuration says the server is (a pool pgtenure built).
     pub(crate) fn with_targets(mut self, targets: Targets) -> Db {
-        self.targets = Some(Arc::new(targets));
+        self.sending.set_targets(targets);
         self
     }
 
@@ -420,7 +364,7 @@ impl Db {
 
     /// Takes a connection for one statement, waiting at most the pool's connection timeout, or
     /// until `until` when that comes first.
-    pub(crate) fn conn_until(&self, context: &str, until: Option<Instant>) -> Result<Conn> {
+    pub(crate) fn conn_until(&self, context: &str, until: Option<Instant>) -> Result<Connection> {
         let wait = match until {
             None => self.pool.connection_timeout(),
             Some(until) => until
@@ -462,7 +406,7 @@ impl Db {
         &self,
         context: &str,
         policy: Policy,
-        mut statement: impl FnMut(&mut Conn) -> std::result::Result<T, Failure>,
+        mut statement: impl FnMut(&mut Connection) -> std::result::Result<T, Failure>,
     ) -> Result<T> {
         let skips = self.pool.max_size().clamp(1, MAX_STALE_SKIPS);
         let (mut skipped, mut resent, mut deadlocks) = (0, false, 0);
@@ -525,37 +469,37 @@ impl Db {
     /// `policy` says whether it may be sent again when its outcome is unknown: [`Policy::ONCE`]
     /// unless the statement is idempotent by construction (reads, renewals keyed by token, claims
     /// keyed by their call id), then [`Policy::IDEMPOTENT`].
-    pub(crate) fn query<P: Params>(
+    pub(crate) fn query<P: Params, Q: Params<Static = P::Static>>(
         &self,
         context: &str,
         policy: Policy,
-        statement: &Statement,
-        params: &P,
+        statement: &Statement<P>,
+        params: &Q,
     ) -> Result<Vec<Row>> {
         self.with_conn(context, policy, |conn| self.run(conn, statement, params))
     }
 
     /// Like [`Db::query`] for a statement that returns exactly one row.
-    pub(crate) fn query_one<P: Params>(
+    pub(crate) fn query_one<P: Params, Q: Params<Static = P::Static>>(
         &self,
         context: &str,
         policy: Policy,
-        statement: &Statement,
-        params: &P,
+        statement: &Statement<P>,
+        params: &Q,
     ) -> Result<Row> {
         one_row(context, self.query(context, policy, statement, params)?)
     }
 
     /// Runs `statement` once on `conn` (inside [`Db::with_conn`]), in the way the connection's
     /// statement mode decided.
-    pub(crate) fn run<P: Params>(
+    pub(crate) fn run<P: Params, Q: Params<Static = P::Static>>(
         &self,
-        conn: &mut Conn,
-        statement: &Statement,
-        params: &P,
+        conn: &mut Connection,
+        statement: &Statement<P>,
+        params: &Q,
     ) -> std::result::Result<Vec<Row>, Failure> {
-        self.on_conn(conn, |client, cache, way| {
-            statement.query(client, cache, way, params)
+        with_cache(conn, |client, cache| {
+            self.sending.run(client, cache, statement, params)
         })
     }
 
@@ -563,201 +507,36 @@ impl Db {
     /// [`Statement::prepare`]).
     pub(crate) fn prepare<P: Params>(
         &self,
-        conn: &mut Conn,
-        statement: &Statement,
+        conn: &mut Connection,
+        statement: &Statement<P>,
     ) -> std::result::Result<(), Failure> {
-        self.on_conn(conn, |client, cache, way| {
-            statement.prepare::<P>(client, cache, way)
-        })
-    }
-
-    /// Runs `f` with the connection's client, its [`Cache`] and its way, deciding the way first
-    /// if this connection has none yet; takes up a pooler the connection found.
-    fn on_conn<T>(
-        &self,
-        conn: &mut Conn,
-        f: impl FnOnce(&mut postgres::Client, &mut Cache, Way) -> std::result::Result<T, Failure>,
-    ) -> std::result::Result<T, Failure> {
-        // Taken out and put back in place (no allocation on this path of every operation).
-        let mut cache = conn
-            .extensions_mut()
-            .get_mut::<Cache>()
-            .map(std::mem::take)
-            .unwrap_or_default();
-        let client: &mut postgres::Client = conn;
-        let result = self
-            .way(client, &mut cache)
-            .and_then(|way| f(client, &mut cache, way));
-        if std::mem::take(&mut cache.vanishing_found) && self.ways.found_vanishing() {
-            log::warn!(
-                target: "pgtenure::db",
-                "prepared statements keep vanishing from this Db's server connections (a pooler \
-                 that resets them after every transaction, such as PgBouncer with \
-                 server_reset_query_always): connections where they do send statements unprepared \
-                 from now on; set statement_mode=unprepared for it"
-            );
-        }
-        if std::mem::take(&mut cache.pooler_found) && self.ways.found_pooler() {
-            log::warn!(
-                target: "pgtenure::db",
-                "a pooler sits between pgtenure and the server (a protocol-level prepared statement \
-                 was missing on another backend than the session's own): this Db sends SQL-level \
-                 statements on every connection from now on; set statement_mode=sql for it"
-            );
-        }
-        match conn.extensions_mut().get_mut::<Cache>() {
-            Some(slot) => *slot = cache,
-            None => {
-                conn.extensions_mut().insert(cache);
-            }
-        }
-        result
-    }
-
-    /// The way `client` sends statements: decided at its first statement under the `Db`'s mode
-    /// (with [`StatementMode::Auto`], by the proof), and again when the mode changed or a pooler
-    /// was found.
-    fn way(
-        &self,
-        client: &mut postgres::Client,
-        cache: &mut Cache,
-    ) -> std::result::Result<Way, Failure> {
-        if cache.vanishing {
-            return Ok(Way::Unprepared);
-        }
-        let pooler = self.ways.pooler_found();
-        match cache.way {
-            Some(Way::Protocol) if pooler => {
-                cache.found_pooler();
-                return Ok(Way::Sql);
-            }
-            Some(way) if cache.mode == Some(self.statement_mode) => return Ok(way),
-            _ => {}
-        }
-        let (way, why) = match self.statement_mode {
-            StatementMode::Unprepared => (Way::Unprepared, "statement_mode=unprepared".to_owned()),
-            StatementMode::Sql => (Way::Sql, "statement_mode=sql".to_owned()),
-            _ if pooler => (Way::Sql, "a pooler was found earlier".to_owned()),
-            mode => self.prove(client, cache, mode)?,
-        };
-        log::info!(
-            target: "pgtenure::db",
-            "a pool connection sends {} statements ({why})",
-            match way {
-                Way::Protocol => "protocol-level prepared",
-                Way::Sql => "SQL-level prepared",
-                Way::Unprepared => "unprepared",
-            }
-        );
-        if cache.mode.is_none() {
-            self.ways.count(way);
-            observe::connection_mode(match way {
-                Way::Protocol => "protocol",
-                Way::Sql => "sql",
-                Way::Unprepared => "unprepared",
-            });
-        }
-        cache.mode = Some(self.statement_mode);
-        cache.way = Some(way);
-        Ok(way)
-    }
-}
-
-impl Db {
-    /// The way of a connection under `Auto` or `Protocol`, and why: the session asked where it
-    /// runs (its backend recorded for the backstop), then under `Auto` the proof.
-    fn prove(
-        &self,
-        client: &mut postgres::Client,
-        cache: &mut Cache,
-        mode: StatementMode,
-    ) -> std::result::Result<(Way, String), Failure> {
-        let Some(targets) = self
-            .targets
-            .as_deref()
-            .filter(|_| mode == StatementMode::Auto)
-        else {
-            if mode == StatementMode::Auto {
-                return Ok((
-                    Way::Sql,
-                    "a pool of the application's own: its configured host is unknown".to_owned(),
-                ));
-            }
-            cache.pid = asked(client, cache)?.map(|seen| seen.pid);
-            return Ok((Way::Protocol, "statement_mode=protocol".to_owned()));
-        };
-        Ok(match asked(client, cache)? {
-            None => (Way::Sql, "the session did not say where it runs".to_owned()),
-            Some(seen) if targets.direct(&seen) => {
-                cache.pid = Some(seen.pid);
-                (
-                    Way::Protocol,
-                    format!("proven direct: the server accepted it at {seen}"),
-                )
-            }
-            Some(seen) => (
-                Way::Sql,
-                format!(
-                    "not proven direct: the server accepted it at {seen}, not at {targets} where \
-                     the configuration points"
-                ),
-            ),
+        with_cache(conn, |client, cache| {
+            self.sending.prepare(client, cache, statement)
         })
     }
 }
 
-/// What the connection's session said of the server, asked at its first statement only: a way
-/// decided again (another mode, a clone of the `Db` in another mode) does not ask again.
-fn asked(
-    client: &mut postgres::Client,
-    cache: &mut Cache,
-) -> std::result::Result<Option<Seen>, Failure> {
-    if cache.seen.is_none() {
-        cache.seen = session(client)?;
-    }
-    Ok(cache.seen.clone())
-}
-
-/// What a new connection's session says of the server behind it (`sql/schema/session.sql`):
-/// `None` when the server refused the question (then nothing is proven); a broken connection is
-/// the failure, with nothing of the operation sent.
-fn session(client: &mut postgres::Client) -> std::result::Result<Option<Seen>, Failure> {
-    match client.query_typed(SESSION, &[]).map(|mut rows| rows.pop()) {
-        Ok(None) => Ok(None),
-        Ok(Some(row)) => match seen(&row) {
-            Ok(seen) => Ok(Some(seen)),
-            Err(e) => {
-                log::debug!(target: "pgtenure::db", "{e}; nothing is proven");
-                Ok(None)
-            }
-        },
-        Err(error) if error.as_db_error().is_some() && !never_ran(&error) => {
-            log::debug!(target: "pgtenure::db", "the session probe failed ({error}); nothing is proven");
-            Ok(None)
+/// Runs `f` with the connection's client and the [`Cache`] kept with it (in its r2d2 extensions).
+fn with_cache<T>(
+    conn: &mut Connection,
+    f: impl FnOnce(&mut postgres::Client, &mut Cache) -> T,
+) -> T {
+    // Taken out and put back in place (no allocation on this path of every operation; a `Cache`
+    // made with `Default` allocates nothing either).
+    let mut cache = conn
+        .extensions_mut()
+        .get_mut::<Cache>()
+        .map(std::mem::take)
+        .unwrap_or_default();
+    let result = f(conn, &mut cache);
+    match conn.extensions_mut().get_mut::<Cache>() {
+        Some(slot) => *slot = cache,
+        None => {
+            conn.extensions_mut().insert(cache);
         }
-        Err(error) => Err(Failure::before_sending(error)),
     }
+    result
 }
-
-/// What the session probe's row says.
-fn seen(row: &Row) -> Result<Seen> {
-    let read = Read::server(row, "probe the session", &"the session probe");
-    Ok(Seen {
-        pid: read.column("pid")?,
-        addr: read
-            .column::<Option<String>>("addr")?
-            .and_then(|a| a.parse().ok()),
-        addr_port: read
-            .column::<Option<i32>>("addr_port")?
-            .and_then(|p| u16::try_from(p).ok()),
-        // Out of range: no port to compare with.
-        port: u16::try_from(read.column::<i32>("port")?).unwrap_or(0),
-        socket_dirs: read.column("socket_dirs")?,
-    })
-}
-
-/// The question a new connection answers once: its backend, and where the server accepted it.
-const SESSION: &str = include_str!("../../sql/schema/session.sql");
 
 /// How many times one operation is sent again after the server rolled it back to break a deadlock.
 const MAX_DEADLOCK_RESENDS: u32 = 3;
@@ -784,8 +563,8 @@ impl fmt::Debug for Db {
         let state = self.pool.state();
         f.debug_struct("Db")
             .field("cancel_on_deadline", &self.cancel_on_deadline)
-            .field("statement_mode", &self.statement_mode)
-            .field("statement_modes", &self.ways.snapshot())
+            .field("statement_mode", &self.statement_mode())
+            .field("statement_modes", &self.statement_modes())
             .field("timeline_tokens", &self.timeline_tokens())
             .field("promotion_hold_off", &self.promotion_hold_off())
             .field("max_size", &self.pool.max_size())

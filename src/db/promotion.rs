@@ -1,38 +1,33 @@
 //! The promotion record beside each lease and leader table (`sql/schema/create_promotion.sql`):
 //! read once per [`Db`] and table, and passed to every grant as parameters, so that a grant's
-//! statement never reads another table (see [`Db::with_promotion_hold_off`]).
+//! statement never reads another table (see [`Db::with_promotion_hold_off`]); and the probe of the
+//! server's timeline ([`Db::with_timeline_tokens`]).
 
-use std::collections::HashMap;
+use std::sync::LazyLock;
 use std::time::{Duration, Instant, SystemTime};
 
-use parking_lot::Mutex;
+use postgres::error::SqlState;
 
-use super::{Db, Policy};
+use super::outcome::Policy;
+use super::records::Promotion;
+use super::Db;
 use crate::error::{Error, ErrorKind, Result};
 use crate::row::Read;
-use crate::statement::Statement;
+use crate::statement::{Param, Params, Statement, Value};
 use crate::table_name::{render, TableName};
 
 const PROMOTION_SQL: &str = include_str!("../../sql/schema/promotion.sql");
 
-/// A table's promotion record as a grant passes it (`$7 $8 $9` of the grant statements).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct Promotion {
-    /// The server timeline the record names: a grant on any other is answered `stale`.
-    pub(crate) timeline: i64,
-    /// When a grant first saw that timeline; `None` when the record was made on it.
-    pub(crate) seen_at: Option<SystemTime>,
-    /// No lapsed or absent key or leadership is granted before it; `None`: nothing held off.
-    pub(crate) grants_from: Option<SystemTime>,
-    /// The longest TTL the record knows, in microseconds.
-    longest_ttl: i64,
-}
+/// Whether the server folds its timeline into tokens: `Some(true)` when a primary answers the WAL
+/// functions, `Some(false)` when it refuses them, `None` when this connection cannot tell (a
+/// standby, a failure).
+const TIMELINE_PROBE: &str = include_str!("../../sql/schema/timeline.sql");
 
 /// The statement that reads (and records) a table's promotion record
 /// (`sql/schema/promotion.sql`), with the record table's name for errors.
 #[derive(Debug)]
 pub(crate) struct PromotionRecord {
-    statement: Statement,
+    statement: Statement<Record>,
     table: String,
 }
 
@@ -64,24 +59,59 @@ impl<A: GrantAnswer> GrantAnswer for (A, Instant) {
     }
 }
 
-/// A grant statement's parameters (`sql/leases/acquire.sql`, `sql/elector/is_leader.sql`): $1 the
-/// key or fleet name, $2 the owner or holder, $3 the TTL in microseconds, $4 the statement's own
-/// (`T`), $5 whether tokens fold in the timeline, $6 whether grants are held off, $7 $8 $9 the
-/// promotion record.
-pub(crate) type GrantParams<'a, T> = (
-    &'a str,
-    &'a str,
-    i64,
-    T,
-    bool,
-    bool,
-    i64,
-    Option<SystemTime>,
-    Option<SystemTime>,
-);
+/// A grant statement's parameters (`sql/leases/acquire.sql`, `sql/elector/is_leader.sql`), in
+/// bind order: the grant's own fourth parameter is `T` (an acquire's `keep`, a poll's `term`).
+#[derive(Debug)]
+pub(crate) struct Grant<'a, T> {
+    /// `$1`: the key or fleet name.
+    key: &'a str,
+    /// `$2`: the owner or holder.
+    owner: &'a str,
+    /// `$3`: the TTL in microseconds.
+    ttl_us: i64,
+    /// `$4`: the statement's own.
+    own: T,
+    /// `$5`: whether tokens fold in the timeline.
+    timeline_tokens: bool,
+    /// `$6`: whether grants are held off.
+    hold_off: bool,
+    /// `$7 $8 $9`: the promotion record.
+    timeline: i64,
+    seen_at: Option<SystemTime>,
+    grants_from: Option<SystemTime>,
+}
+
+impl<T: Param> Params for Grant<'_, T> {
+    const TYPES: &'static [postgres::types::Type] = &[
+        <&str>::TYPE,
+        <&str>::TYPE,
+        i64::TYPE,
+        T::TYPE,
+        bool::TYPE,
+        bool::TYPE,
+        i64::TYPE,
+        <Option<SystemTime>>::TYPE,
+        <Option<SystemTime>>::TYPE,
+    ];
+    type Static = Grant<'static, T::Static>;
+
+    fn with_values<R>(&self, f: impl FnOnce(&[Value<'_>]) -> R) -> R {
+        f(&[
+            &self.key,
+            &self.owner,
+            &self.ttl_us,
+            &self.own,
+            &self.timeline_tokens,
+            &self.hold_off,
+            &self.timeline,
+            &self.seen_at,
+            &self.grants_from,
+        ])
+    }
+}
 
 impl Promotion {
-    /// The parameters of a grant sent with this record on `db` (see [`GrantParams`]).
+    /// The parameters of a grant sent with this record on `db` (see [`Grant`]).
     pub(crate) fn grant_params<'a, T>(
         self,
         db: &Db,
@@ -89,31 +119,67 @@ impl Promotion {
         owner: &'a str,
         ttl_us: i64,
         own: T,
-    ) -> GrantParams<'a, T> {
-        let (tokens, hold_off) = (db.timeline_tokens(), db.promotion_hold_off());
-        let (timeline, seen_at, grants_from) = (self.timeline, self.seen_at, self.grants_from);
-        (
+    ) -> Grant<'a, T> {
+        Grant {
             key,
             owner,
             ttl_us,
             own,
-            tokens,
-            hold_off,
-            timeline,
-            seen_at,
-            grants_from,
-        )
+            timeline_tokens: db.timeline_tokens(),
+            hold_off: db.promotion_hold_off(),
+            timeline: self.timeline,
+            seen_at: self.seen_at,
+            grants_from: self.grants_from,
+        }
     }
 }
 
 /// The record statement's parameter: the longest TTL in microseconds (`sql/schema/promotion.sql`).
 type Record = (i64,);
 
-/// The records this `Db` has read, by table (the rendered name of the record).
-#[derive(Debug, Default)]
-pub(crate) struct Promotions(Mutex<HashMap<String, Promotion>>);
-
 impl Db {
+    /// What the server tells of its timeline: `Some(true)` when a primary answers the WAL
+    /// functions, `Some(false)` when it refuses them, `None` when it cannot tell (a standby, a
+    /// failure). See [`Db::with_timeline_tokens`].
+    ///
+    /// Sent on a pool connection like every other statement, so the connection's statement mode
+    /// governs it (nothing prepared under a driver-chosen name on a connection not proven direct)
+    /// and [`Db::statement_modes`] counts it.
+    pub(crate) fn probe_timeline(&self) -> Option<bool> {
+        static PROBE: LazyLock<Statement<()>> =
+            LazyLock::new(|| Statement::new(TIMELINE_PROBE.to_owned()));
+        match self.query_one("probe the timeline", Policy::IDEMPOTENT, &PROBE, &()) {
+            Ok(row) => match Read::server(&row, "probe the timeline", &"the timeline probe")
+                .column::<Option<String>>("walfile")
+            {
+                Ok(wal) => wal.map(|_| true),
+                Err(e) => {
+                    log::debug!(target: "pgtenure::db", "{e}; fencing tokens fold in the timeline");
+                    None
+                }
+            },
+            // Only a refusal of the functions themselves says so: any other error (a pooler's
+            // own, a busy server) tells nothing, and tokens stay folded.
+            Err(e)
+                if e.code().is_some_and(|code| {
+                    [
+                        SqlState::INSUFFICIENT_PRIVILEGE,
+                        SqlState::FEATURE_NOT_SUPPORTED,
+                        SqlState::UNDEFINED_FUNCTION,
+                    ]
+                    .contains(code)
+                }) =>
+            {
+                log::info!(target: "pgtenure::db", "the server refuses WAL functions ({e}): fencing tokens do not fold in its timeline (Db::with_timeline_tokens)");
+                Some(false)
+            }
+            Err(e) => {
+                log::debug!(target: "pgtenure::db", "the timeline probe failed ({e}); fencing tokens fold in the timeline");
+                None
+            }
+        }
+    }
+
     /// The timeline of the promotion record this `Db` read through `record`, for renewals to say
     /// when the server is on another one; `None` when nothing is held off or nothing was read.
     pub(crate) fn promotion_timeline(&self, record: &PromotionRecord) -> Option<i64> {
@@ -123,7 +189,7 @@ impl Db {
         self.promotions
             .0
             .lock()
-            .get(record.statement.name::<Record>())
+            .get(record.statement.name())
             .map(|known| known.timeline)
     }
 
@@ -180,10 +246,10 @@ impl Db {
             // Nothing held off: the grant statements then neither gate nor answer `stale`.
             return Ok(Promotion::default());
         }
-        let name = record.statement.name::<Record>();
+        let name = record.statement.name();
         if !reread {
             if let Some(known) = self.promotions.0.lock().get(name) {
-                if ttl_us <= known.longest_ttl {
+                if ttl_us <= known.longest_ttl_us {
                     return Ok(*known);
                 }
             }
@@ -213,7 +279,7 @@ impl Db {
             timeline: columns.column("timeline")?,
             seen_at: columns.column("seen_at")?,
             grants_from: columns.column("grants_from")?,
-            longest_ttl: columns.column("longest_ttl")?,
+            longest_ttl_us: columns.column("longest_ttl")?,
         };
         let mut known = self.promotions.0.lock();
         let before = known.insert(name.to_owned(), read);
@@ -233,6 +299,16 @@ impl Db {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_statements_are_built_with_their_parameters() {
+        // Building checks each statement's `$n` against its parameter types.
+        let _ = super::Statement::<()>::new(super::TIMELINE_PROBE.to_owned());
+        let table = crate::table_name::TableName::parse("ops.locks").unwrap();
+        assert!(super::PromotionRecord::new(&table)
+            .table
+            .contains("promotion"));
+    }
+
     /// The server's timeline as every statement computes it (the first 8 hex digits of the WAL
     /// segment name).
     const TIMELINE: &str =

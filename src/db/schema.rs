@@ -195,7 +195,7 @@ impl Db {
         &self,
         kind: Kind,
         table: &TableName,
-        statement: &Statement,
+        statement: &Statement<(String, Vec<String>)>,
     ) -> Result<()> {
         if self.schemas.has_passed(kind, table) {
             return Ok(());

@@ -5,8 +5,8 @@
 
 use std::fmt;
 
-use super::mode::StatementMode;
 use crate::error::{Error, Result};
+use crate::statement::StatementMode;
 
 /// How a connection uses TLS: libpq's `sslmode`, in the URL (`?sslmode=verify-full`), the
 /// connection string (`sslmode=verify-full`) or [`DbBuilder::ssl_mode`](crate::DbBuilder::ssl_mode).

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::LeaderInfo;
-use crate::db::{Db, GrantAnswer, Policy, Promotion, PromotionRecord};
+use crate::db::{Db, Grant, GrantAnswer, Policy, Promotion, PromotionRecord};
 use crate::error::Result;
 use crate::fence::{statement_text, Fence};
 use crate::migrations::{Gate, Kind};
@@ -19,17 +19,22 @@ const FENCE: &str = include_str!("../../sql/elector/fence.sql");
 const REQUEST_RESIGN: &str = include_str!("../../sql/elector/request_resign.sql");
 const LEADERS: &str = include_str!("../../sql/elector/leaders.sql");
 
+/// The statements, rendered once for a table, each typed by its parameters.
 pub(super) struct Statements {
     pub(super) table: TableName,
     /// The check of the table's schema version before the first statement.
     gate: Gate,
-    is_leader: Statement,
+    /// A grant whose own parameter is the term the poller holds.
+    is_leader: Statement<Grant<'static, Option<i64>>>,
     /// Reads (and records) the table's promotion record before polls that may win.
     pub(super) promotion: PromotionRecord,
-    resign: Statement,
-    leader: Statement,
-    request_resign: Statement,
-    leaders: Statement,
+    /// name, holder, term.
+    resign: Statement<(&'static str, &'static str, i64)>,
+    /// name.
+    leader: Statement<(&'static str,)>,
+    /// name.
+    request_resign: Statement<(&'static str,)>,
+    leaders: Statement<()>,
     /// Sent unprepared: it runs inside the caller's transaction, where a missing prepared
     /// statement would abort it.
     fence: Arc<str>,
@@ -204,5 +209,18 @@ impl Statements {
             self.fence.clone(),
             vec![name.into(), holder.into(), term.into()],
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_statement_is_built_with_its_parameters() {
+        // Building checks each statement's `$n` against its parameter types.
+        let sql = Statements::new(TableName::parse("ops.leaders").unwrap());
+        assert!(sql.is_leader.text().contains("\"ops\".\"leaders\""));
+        assert!(!sql.leaders.text().contains("{table"));
     }
 }

@@ -12,12 +12,25 @@ use crate::table_name::{render, TableName};
 const CLAIM: &str = include_str!("../../sql/fire_claims/claim.sql");
 const PURGE: &str = include_str!("../../sql/fire_claims/purge.sql");
 
+/// The statements, rendered once for a table, each typed by its parameters.
 pub(super) struct Statements {
     pub(super) table: TableName,
     /// The check of the table's schema version before the first statement.
     gate: Gate,
-    claim: Statement,
-    purge: Statement,
+    claim: Statement<Claim<'static>>,
+    /// The age in microseconds of the claims to delete.
+    purge: Statement<(i64,)>,
+}
+
+crate::params! {
+    /// A claim's parameters (`sql/fire_claims/claim.sql`).
+    struct Claim<'a> {
+        key: &'a str,
+        holder: &'a str,
+        ttl_us: i64,
+        /// Finds its own win when the claim is sent again.
+        claim_id: i64,
+    }
 }
 
 impl Statements {
@@ -41,7 +54,12 @@ impl Statements {
         claim_id: i64,
     ) -> Result<bool> {
         self.gate.check(db)?;
-        let params = (key, holder, ttl_us, claim_id);
+        let params = Claim {
+            key,
+            holder,
+            ttl_us,
+            claim_id,
+        };
         let row = db.query_one("claim fire", Policy::IDEMPOTENT, &self.claim, &params)?;
         Read::new(&row, "claim fire", &self.table).column("won")
     }
@@ -51,5 +69,18 @@ impl Statements {
         self.gate.check(db)?;
         let row = db.query_one("purge fire claims", Policy::ONCE, &self.purge, &(older_us,))?;
         Read::new(&row, "purge fire claims", &self.table).at(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_statement_is_built_with_its_parameters() {
+        // Building checks each statement's `$n` against its parameter types.
+        let sql = Statements::new(TableName::parse("ops.fires").unwrap());
+        assert!(sql.claim.text().contains("\"ops\".\"fires\""));
+        assert!(!sql.purge.text().contains("{table"));
     }
 }

@@ -7,10 +7,11 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{at, select, Receiver, Sender};
 
 use super::family::{Family, WatchedFamily};
+use super::sql::RenewTenure;
 use super::state::{LeaseLoss, LeaseState, Purpose, Status};
 use super::timing::{next_retry, renew_interval};
 use super::watcher::Watch;
-use crate::db::{discard, Conn, Policy};
+use crate::db::{discard, Connection, Policy};
 use crate::error::Result;
 use crate::observe;
 use crate::statement::Failure;
@@ -36,8 +37,8 @@ impl Renewer {
         &self,
         state: &LeaseState,
         purpose: Purpose,
-        conn: &mut Conn,
-        statement: impl FnOnce(&mut Conn) -> std::result::Result<T, Failure>,
+        conn: &mut Connection,
+        statement: impl FnOnce(&mut Connection) -> std::result::Result<T, Failure>,
     ) -> std::result::Result<T, Failure> {
         let cancellable = self.family.db.cancels_on_deadline();
         if cancellable {
@@ -85,16 +86,15 @@ impl Renewer {
             let family = &self.family;
             // Prepared first: the cancel key then covers only the renewal itself.
             family.sql.prepare_renew_tenure(&family.db, conn)?;
+            let params = RenewTenure {
+                key: &state.key,
+                owner: &family.owner,
+                token: state.token,
+                ttl_us: state.ttl_us,
+                timeline,
+            };
             self.run_cancellable(state, Purpose::Renew, conn, |conn| {
-                family.sql.renew_tenure(
-                    &family.db,
-                    conn,
-                    &state.key,
-                    &family.owner,
-                    state.token,
-                    state.ttl_us,
-                    timeline,
-                )
+                family.sql.renew_tenure(&family.db, conn, &params)
             })
         });
         // An answer whose row could not be read is an error of its own (a changed table).

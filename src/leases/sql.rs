@@ -6,7 +6,7 @@ use std::time::{Instant, SystemTime};
 use postgres::Row;
 
 use super::{LeaseInfo, LeaseSummary};
-use crate::db::{Conn, Db, GrantAnswer, Policy, Promotion, PromotionRecord};
+use crate::db::{Connection, Db, Grant, GrantAnswer, Policy, Promotion, PromotionRecord};
 use crate::error::{Error, ErrorKind, Result};
 use crate::fence::{statement_text, Fence};
 use crate::migrations::{Gate, Kind};
@@ -27,23 +27,32 @@ const LIST: &str = include_str!("../../sql/leases/list.sql");
 const SUMMARY: &str = include_str!("../../sql/leases/summary.sql");
 const FORCE_RELEASE: &str = include_str!("../../sql/leases/force_release.sql");
 
+/// The statements, rendered once for a table, each typed by its parameters.
 pub(crate) struct Statements {
     pub(super) table: TableName,
     /// The check of the table's schema version before the first statement.
     gate: Gate,
-    acquire: Statement,
-    renew: Statement,
-    renew_tenure: Statement,
-    release: Statement,
-    release_and_sweep: Statement,
-    supersede: Statement,
-    holder: Statement,
-    refusal: Statement,
+    /// A grant whose own parameter is whether this owner's live lease is kept.
+    acquire: Statement<Grant<'static, bool>>,
+    /// keys, owner, TTL in microseconds.
+    renew: Statement<(&'static [&'static str], &'static str, i64)>,
+    renew_tenure: Statement<RenewTenure<'static>>,
+    release: Statement<Release<'static>>,
+    release_and_sweep: Statement<Release<'static>>,
+    /// key.
+    supersede: Statement<(&'static str,)>,
+    /// key.
+    holder: Statement<(&'static str,)>,
+    /// key.
+    refusal: Statement<(&'static str,)>,
     /// Reads (and records) the table's promotion record before grants.
     pub(super) promotion: PromotionRecord,
-    list: Statement,
-    summary: Statement,
-    force_release: Statement,
+    /// key prefix.
+    list: Statement<(&'static str,)>,
+    /// how many of the soonest to lapse.
+    summary: Statement<(i64,)>,
+    /// key, whether tokens fold in the timeline.
+    force_release: Statement<(&'static str, bool)>,
     /// Sent unprepared: it runs inside the caller's transaction, where a missing prepared
     /// statement would abort it.
     fence: Arc<str>,
@@ -76,11 +85,30 @@ pub(super) struct Renewed {
     pub(super) stale: bool,
 }
 
-/// A renewal's parameters (`sql/leases/renew_tenure.sql`): key, owner, token, TTL in
-/// microseconds, the timeline of the promotion record read.
-type RenewTenure<'a> = (&'a str, &'a str, i64, i64, Option<i64>);
+impl Renewed {
+    /// The managed renewal's row (`superseded`, `stale`).
+    fn read(read: &Read<'_>) -> Result<Renewed> {
+        Ok(Renewed {
+            superseded: read.column("superseded")?,
+            stale: read.column("stale")?,
+        })
+    }
+}
 
-/// A release's parameters (`sql/leases/release.sql`): key, owner, token.
+crate::params! {
+    /// A managed lease's renewal's parameters (`sql/leases/renew_tenure.sql`).
+    pub(super) struct RenewTenure<'a> {
+        pub(super) key: &'a str,
+        pub(super) owner: &'a str,
+        pub(super) token: i64,
+        pub(super) ttl_us: i64,
+        /// The timeline of the promotion record read ([`Db::promotion_timeline`]).
+        pub(super) timeline: Option<i64>,
+    }
+}
+
+/// A release's parameters (`sql/leases/release.sql`, `sql/leases/release_and_sweep.sql`): key,
+/// owner, token.
 type Release<'a> = (&'a str, &'a str, Option<i64>);
 
 impl Statements {
@@ -171,40 +199,28 @@ impl Statements {
     pub(super) fn prepare_renew_tenure(
         &self,
         db: &Db,
-        conn: &mut Conn,
+        conn: &mut Connection,
     ) -> std::result::Result<(), Failure> {
-        db.prepare::<RenewTenure<'_>>(conn, &self.renew_tenure)
+        db.prepare(conn, &self.renew_tenure)
     }
 
     /// Renews `owner`'s tenure `token` of `key` for `ttl_us` on `conn`; `None` when it is not live
     /// any more. The inner error: the answer's row could not be read (the renewal may have been
     /// stored).
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn renew_tenure(
         &self,
         db: &Db,
-        conn: &mut Conn,
-        key: &str,
-        owner: &str,
-        token: i64,
-        ttl_us: i64,
-        timeline: Option<i64>,
+        conn: &mut Connection,
+        params: &RenewTenure<'_>,
     ) -> std::result::Result<Result<Option<Renewed>>, Failure> {
-        let params: RenewTenure<'_> = (key, owner, token, ttl_us, timeline);
-        let rows = db.run(conn, &self.renew_tenure, &params)?;
-        let renewed = |row: &Row| {
-            let read = Read::new(row, "renew lease", &self.table);
-            Ok(Renewed {
-                superseded: read.column("superseded")?,
-                stale: read.column("stale")?,
-            })
-        };
+        let rows = db.run(conn, &self.renew_tenure, params)?;
+        let renewed = |row| Renewed::read(&Read::new(row, "renew lease", &self.table));
         Ok(rows.first().map(renewed).transpose())
     }
 
     /// The release statement, or once a minute (`sweep`) the one that also deletes long-lapsed
     /// rows.
-    fn release_statement(&self, sweep: bool) -> &Statement {
+    fn release_statement(&self, sweep: bool) -> &Statement<Release<'static>> {
         if sweep {
             &self.release_and_sweep
         } else {
@@ -216,10 +232,10 @@ impl Statements {
     pub(super) fn prepare_release(
         &self,
         db: &Db,
-        conn: &mut Conn,
+        conn: &mut Connection,
         sweep: bool,
     ) -> std::result::Result<(), Failure> {
-        db.prepare::<Release<'_>>(conn, self.release_statement(sweep))
+        db.prepare(conn, self.release_statement(sweep))
     }
 
     /// Releases `owner`'s live lease on `key` (and tenure `token`, when given) on `conn`: whether
@@ -228,7 +244,7 @@ impl Statements {
     pub(super) fn release(
         &self,
         db: &Db,
-        conn: &mut Conn,
+        conn: &mut Connection,
         sweep: bool,
         key: &str,
         owner: &str,
@@ -394,6 +410,14 @@ fn lease_info(row: &Row, context: &str, table: &TableName) -> Result<LeaseInfo> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_statement_is_built_with_its_parameters() {
+        // Building checks each statement's `$n` against its parameter types.
+        let sql = Statements::new(TableName::parse("ops.locks").unwrap());
+        assert!(!sql.release_and_sweep.text().contains("{table"));
+        assert!(!sql.force_release.text().contains("{table"));
+    }
 
     #[test]
     fn the_sequence_is_named_after_the_table_in_its_schema() {

@@ -35,28 +35,58 @@ const ASSIGNMENTS: &str = include_str!("../../sql/membership/assignments.sql");
 const PROCESSES: &str = include_str!("../../sql/membership/processes.sql");
 const UNOWNED: &str = include_str!("../../sql/membership/unowned.sql");
 
+/// A heartbeat's parameters: process, TTL in microseconds, count, weight, hostname, version,
+/// settled, known, settle-after in microseconds.
+type Beating = (
+    &'static str,
+    i64,
+    i32,
+    i64,
+    &'static str,
+    &'static str,
+    bool,
+    bool,
+    i64,
+);
+
+/// A batch's parameters as `shed` and `release` bind them: process, tenants, shards, count,
+/// weight.
+type Give = (
+    &'static str,
+    &'static Vec<&'static str>,
+    &'static Vec<i32>,
+    i32,
+    i64,
+);
+
+/// A claim's parameters: process, limit, budget, slot, count, weight, timeline tokens.
+type Claiming = (&'static str, i32, i64, i32, i32, i64, bool);
+
+/// A batch of units as `add_units` and `remove_units` bind it: tenants, shards.
+type UnitBatch = (&'static Vec<&'static str>, &'static Vec<i32>);
+
 pub(super) struct Statements {
     pub(super) processes: TableName,
     pub(super) units: TableName,
     /// The check of both tables' schema versions before the first statement.
     gate: Gate,
-    heartbeat: Statement,
-    owned: Statement,
-    stats: Statement,
-    claim: Statement,
-    shed: Statement,
-    release: Statement,
-    delete_process: Statement,
-    sweep: Statement,
-    add_units: Statement,
-    remove_units: Statement,
-    set_weight: Statement,
-    bump_changes: Statement,
+    heartbeat: Statement<Beating>,
+    owned: Statement<(&'static str,)>,
+    stats: Statement<(&'static str,)>,
+    claim: Statement<Claiming>,
+    shed: Statement<Give>,
+    release: Statement<Give>,
+    delete_process: Statement<(&'static str,)>,
+    sweep: Statement<(i64,)>,
+    add_units: Statement<UnitBatch>,
+    remove_units: Statement<UnitBatch>,
+    set_weight: Statement<(&'static str, i32, i32)>,
+    bump_changes: Statement<(&'static [String],)>,
     /// Run on the caller's transaction, unprepared (see [`Leaser::fence`](super::Leaser::fence)).
     fence: Arc<str>,
-    assignments: Statement,
-    processes_view: Statement,
-    unowned: Statement,
+    assignments: Statement<()>,
+    processes_view: Statement<()>,
+    unowned: Statement<()>,
 }
 
 /// The stats statement's answer (`sql/membership/stats.sql`).
@@ -181,28 +211,28 @@ impl Statements {
 
     pub(super) fn render(processes: TableName, units: TableName) -> Arc<Statements> {
         let both = [("units", &units), ("processes", &processes)];
-        let dml = |sql: &str| Statement::new(render_tables(sql, &both));
+        let dml = |sql: &str| render_tables(sql, &both);
         Arc::new(Statements {
             gate: Gate::new(vec![
                 (Kind::Processes, processes.clone()),
                 (Kind::Units, units.clone()),
             ]),
-            heartbeat: dml(HEARTBEAT),
-            owned: dml(OWNED),
-            stats: dml(STATS),
-            claim: dml(CLAIM),
-            shed: dml(SHED),
-            release: dml(RELEASE),
-            delete_process: dml(DELETE_PROCESS),
-            sweep: dml(SWEEP),
-            add_units: dml(ADD_UNITS),
-            remove_units: dml(REMOVE_UNITS),
-            set_weight: dml(SET_WEIGHT),
-            bump_changes: dml(BUMP_CHANGES),
+            heartbeat: Statement::new(dml(HEARTBEAT)),
+            owned: Statement::new(dml(OWNED)),
+            stats: Statement::new(dml(STATS)),
+            claim: Statement::new(dml(CLAIM)),
+            shed: Statement::new(dml(SHED)),
+            release: Statement::new(dml(RELEASE)),
+            delete_process: Statement::new(dml(DELETE_PROCESS)),
+            sweep: Statement::new(dml(SWEEP)),
+            add_units: Statement::new(dml(ADD_UNITS)),
+            remove_units: Statement::new(dml(REMOVE_UNITS)),
+            set_weight: Statement::new(dml(SET_WEIGHT)),
+            bump_changes: Statement::new(dml(BUMP_CHANGES)),
             fence: statement_text(&render_tables(FENCE, &both)),
-            assignments: dml(ASSIGNMENTS),
-            processes_view: dml(PROCESSES),
-            unowned: dml(UNOWNED),
+            assignments: Statement::new(dml(ASSIGNMENTS)),
+            processes_view: Statement::new(dml(PROCESSES)),
+            unowned: Statement::new(dml(UNOWNED)),
             processes,
             units,
         })

@@ -18,7 +18,7 @@ pub(crate) const VERSION_SQL: &str = include_str!("../../sql/schema/version.sql"
 pub(crate) struct Gate {
     tables: Vec<(Kind, TableName)>,
     passed: AtomicBool,
-    statement: Statement,
+    statement: Statement<(String, Vec<String>)>,
 }
 
 impl Gate {

@@ -192,15 +192,16 @@ impl TickClaims {
         let busy_us = micros("busy_for", busy_for, MIN_DURATION)?;
         let lead_us = i64::try_from(lead.as_micros()).unwrap_or(i64::MAX);
         let claim_id = random_u64() as i64;
-        let (answer, started) = self.sql.claim(
-            &self.db,
+        let params = sql::Claim {
             job_id,
             tick,
             busy_us,
-            &self.owner,
+            owner: &self.owner,
             claim_id,
+            timeline_tokens: self.db.timeline_tokens(),
             lead_us,
-        )?;
+        };
+        let (answer, started) = self.sql.claim(&self.db, &params)?;
         let (token, db_now) = match answer {
             ClaimAnswer::TooFar { db_now } => {
                 observe::tick_claim("not_yet_due");

@@ -19,19 +19,47 @@ const FENCE: &str = include_str!("../../sql/tick_claims/fence.sql");
 const NOW: &str = include_str!("../../sql/tick_claims/now.sql");
 const JOBS: &str = include_str!("../../sql/tick_claims/jobs.sql");
 
-/// The statements, rendered once for a table.
+/// The statements, rendered once for a table, each typed by its parameters.
 pub(super) struct Statements {
     pub(super) table: TableName,
     /// The check of the table's schema version before the first statement.
     gate: Gate,
-    claim: Statement,
-    release: Statement,
-    extend: Statement,
-    now: Statement,
-    jobs: Statement,
+    claim: Statement<Claim<'static>>,
+    /// job id, owner, token.
+    release: Statement<(&'static str, &'static str, i64)>,
+    extend: Statement<Extend<'static>>,
+    now: Statement<()>,
+    jobs: Statement<()>,
     /// Sent unprepared: it runs inside the caller's transaction, where a missing prepared
     /// statement would abort it.
     fence: Arc<str>,
+}
+
+crate::params! {
+    /// A claim's parameters (`sql/tick_claims/claim.sql`).
+    pub(super) struct Claim<'a> {
+        pub(super) job_id: &'a str,
+        pub(super) tick: SystemTime,
+        /// How long the claim keeps the job busy, in microseconds.
+        pub(super) busy_us: i64,
+        pub(super) owner: &'a str,
+        /// Finds its own win when the claim is sent again.
+        pub(super) claim_id: i64,
+        /// Whether the token folds in the server's timeline ([`Db::timeline_tokens`]).
+        pub(super) timeline_tokens: bool,
+        /// How far ahead of the database clock the tick may be, in microseconds.
+        pub(super) lead_us: i64,
+    }
+}
+
+crate::params! {
+    /// An extension's parameters (`sql/tick_claims/extend.sql`).
+    struct Extend<'a> {
+        job_id: &'a str,
+        owner: &'a str,
+        token: i64,
+        busy_us: i64,
+    }
 }
 
 /// What the claim statement answered.
@@ -43,6 +71,21 @@ pub(super) enum ClaimAnswer {
         token: Option<i64>,
         db_now: SystemTime,
     },
+}
+
+impl ClaimAnswer {
+    /// The claim statement's row (`too_far`, `token`, `db_now`).
+    fn read(read: &Read<'_>) -> Result<ClaimAnswer> {
+        let db_now = read.column("db_now")?;
+        Ok(if read.column("too_far")? {
+            ClaimAnswer::TooFar { db_now }
+        } else {
+            ClaimAnswer::Claimed {
+                token: read.column("token")?,
+                db_now,
+            }
+        })
+    }
 }
 
 impl Statements {
@@ -63,44 +106,16 @@ impl Statements {
     /// ahead of the database clock; also returns the instant of the first send (the busy period
     /// starts no earlier). `claim_id` finds its own win when the claim is sent again. An answer
     /// whose row cannot be read is an error although the tick may have been claimed.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn claim(
-        &self,
-        db: &Db,
-        job_id: &str,
-        tick: SystemTime,
-        busy_us: i64,
-        owner: &str,
-        claim_id: i64,
-        lead_us: i64,
-    ) -> Result<(ClaimAnswer, Instant)> {
+    pub(super) fn claim(&self, db: &Db, params: &Claim<'_>) -> Result<(ClaimAnswer, Instant)> {
         self.gate.check(db)?;
-        let params = (
-            job_id,
-            tick,
-            busy_us,
-            owner,
-            claim_id,
-            db.timeline_tokens(),
-            lead_us,
-        );
         let mut started = None;
         let rows = db.with_conn("claim tick", Policy::IDEMPOTENT, |conn| {
             started.get_or_insert_with(Instant::now);
-            db.run(conn, &self.claim, &params)
+            db.run(conn, &self.claim, params)
         })?;
         let row = one_row("claim tick", rows)?;
         let started = started.unwrap_or_else(Instant::now);
-        let read = Read::new(&row, "claim tick", &self.table);
-        let db_now = read.column("db_now")?;
-        let answer = if read.column("too_far")? {
-            ClaimAnswer::TooFar { db_now }
-        } else {
-            ClaimAnswer::Claimed {
-                token: read.column("token")?,
-                db_now,
-            }
-        };
+        let answer = ClaimAnswer::read(&Read::new(&row, "claim tick", &self.table))?;
         Ok((answer, started))
     }
 
@@ -115,7 +130,12 @@ impl Statements {
         busy_us: i64,
     ) -> Result<Option<Instant>> {
         self.gate.check(db)?;
-        let params = (job_id, owner, token, busy_us);
+        let params = Extend {
+            job_id,
+            owner,
+            token,
+            busy_us,
+        };
         let mut started = None;
         let rows = db.with_conn("extend tick claim", Policy::IDEMPOTENT, |conn| {
             started.get_or_insert_with(Instant::now);
@@ -181,6 +201,13 @@ impl Statements {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_statement_is_built_with_its_parameters() {
+        // Building checks each statement's `$n` against its parameter types.
+        let sql = Statements::new(TableName::parse("ops.ticks").unwrap());
+        assert!(sql.jobs.text().contains("\"ops\".\"ticks\""));
+    }
 
     #[test]
     fn statements_are_rendered_for_the_table() {

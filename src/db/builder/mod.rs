@@ -11,10 +11,10 @@ use r2d2_postgres::PostgresConnectionManager;
 
 use self::connect_refusal::{chain, for_good};
 use super::conn::{ConnectAttempts, MakeTls, Pooling};
-use super::mode::{StatementMode, Targets};
 use super::ssl::SslMode;
 use super::Db;
 use crate::error::{Error, Result};
+use crate::statement::{StatementMode, Targets};
 
 const DEFAULT_MAX_SIZE: u32 = 16;
 /// The longest `application_name` the server keeps (`NAMEDATALEN - 1`).
