@@ -35,32 +35,46 @@ const ASSIGNMENTS: &str = include_str!("../../sql/membership/assignments.sql");
 const PROCESSES: &str = include_str!("../../sql/membership/processes.sql");
 const UNOWNED: &str = include_str!("../../sql/membership/unowned.sql");
 
-/// A heartbeat's parameters: process, TTL in microseconds, count, weight, hostname, version,
-/// settled, known, settle-after in microseconds.
-type Beating = (
-    &'static str,
-    i64,
-    i32,
-    i64,
-    &'static str,
-    &'static str,
-    bool,
-    bool,
-    i64,
-);
+crate::params! {
+    /// A heartbeat's parameters, as `sql/membership/heartbeat.sql` binds them.
+    struct Beating<'a> {
+        process: &'a str,
+        ttl_us: i64,
+        count: i32,
+        weight: i64,
+        hostname: &'a str,
+        version: &'a str,
+        settled: bool,
+        known: bool,
+        settle_after_us: i64,
+    }
+}
 
-/// A batch's parameters as `shed` and `release` bind them: process, tenants, shards, count,
-/// weight.
-type Give = (
-    &'static str,
-    &'static Vec<&'static str>,
-    &'static Vec<i32>,
-    i32,
-    i64,
-);
+crate::params! {
+    /// A batch's parameters as `shed` and `release` bind them (`sql/membership/shed.sql`,
+    /// `release.sql`): the units given back, or kept.
+    struct Giving<'a> {
+        process: &'a str,
+        tenants: &'a Vec<&'a str>,
+        shards: &'a Vec<i32>,
+        count: i32,
+        weight: i64,
+    }
+}
 
-/// A claim's parameters: process, limit, budget, slot, count, weight, timeline tokens.
-type Claiming = (&'static str, i32, i64, i32, i32, i64, bool);
+crate::params! {
+    /// A claim's parameters (`sql/membership/claim.sql`).
+    struct Claiming<'a> {
+        process: &'a str,
+        limit: i32,
+        budget: i64,
+        slot: i32,
+        count: i32,
+        weight: i64,
+        /// Whether the tokens fold in the server's timeline ([`Db::timeline_tokens`]).
+        timeline_tokens: bool,
+    }
+}
 
 /// A batch of units as `add_units` and `remove_units` bind it: tenants, shards.
 type UnitBatch = (&'static Vec<&'static str>, &'static Vec<i32>);
@@ -70,12 +84,12 @@ pub(super) struct Statements {
     pub(super) units: TableName,
     /// The check of both tables' schema versions before the first statement.
     gate: Gate,
-    heartbeat: Statement<Beating>,
+    heartbeat: Statement<Beating<'static>>,
     owned: Statement<(&'static str,)>,
     stats: Statement<(&'static str,)>,
-    claim: Statement<Claiming>,
-    shed: Statement<Give>,
-    release: Statement<Give>,
+    claim: Statement<Claiming<'static>>,
+    shed: Statement<Giving<'static>>,
+    release: Statement<Giving<'static>>,
     delete_process: Statement<(&'static str,)>,
     sweep: Statement<(i64,)>,
     add_units: Statement<UnitBatch>,
@@ -257,17 +271,17 @@ impl Statements {
     /// absent), and whether it is settled now.
     pub(super) fn heartbeat(&self, db: &Db, beat: &Heartbeat<'_>) -> Result<Beat> {
         self.gate.check(db)?;
-        let params = (
-            beat.process,
-            beat.ttl_us,
-            beat.reported.count,
-            beat.reported.weight,
-            beat.hostname,
-            beat.version,
-            beat.settled,
-            beat.known,
-            beat.settle_after_us,
-        );
+        let params = Beating {
+            process: beat.process,
+            ttl_us: beat.ttl_us,
+            count: beat.reported.count,
+            weight: beat.reported.weight,
+            hostname: beat.hostname,
+            version: beat.version,
+            settled: beat.settled,
+            known: beat.known,
+            settle_after_us: beat.settle_after_us,
+        };
         let row = db.query_one("heartbeat", Policy::ONCE, &self.heartbeat, &params)?;
         let read = Read::new(&row, "heartbeat", &self.processes);
         Ok(Beat {
@@ -331,15 +345,15 @@ impl Statements {
         reported: Reported,
     ) -> Result<Vec<UnitRow>> {
         self.gate.check(db)?;
-        let params = (
+        let params = Claiming {
             process,
             limit,
             budget,
             slot,
-            reported.count,
-            reported.weight,
-            db.timeline_tokens(),
-        );
+            count: reported.count,
+            weight: reported.weight,
+            timeline_tokens: db.timeline_tokens(),
+        };
         let rows = db.query("claim units", Policy::ONCE, &self.claim, &params)?;
         let read = |row| unit_row(Read::new(row, "claim units", &self.units));
         rows.iter().map(read).collect()
@@ -355,13 +369,13 @@ impl Statements {
         reported: Reported,
     ) -> Result<Vec<Unit>> {
         self.gate.check(db)?;
-        let params = (
+        let params = Giving {
             process,
-            &units.tenants,
-            &units.shards,
-            reported.count,
-            reported.weight,
-        );
+            tenants: &units.tenants,
+            shards: &units.shards,
+            count: reported.count,
+            weight: reported.weight,
+        };
         let rows = db.query("shed units", Policy::IDEMPOTENT, &self.shed, &params)?;
         let read = |row| unit(&Read::new(row, "shed units", &self.units));
         rows.iter().map(read).collect()
@@ -377,13 +391,13 @@ impl Statements {
         reported: Reported,
     ) -> Result<Vec<Unit>> {
         self.gate.check(db)?;
-        let params = (
+        let params = Giving {
             process,
-            &keep.tenants,
-            &keep.shards,
-            reported.count,
-            reported.weight,
-        );
+            tenants: &keep.tenants,
+            shards: &keep.shards,
+            count: reported.count,
+            weight: reported.weight,
+        };
         let rows = db.query("release units", Policy::ONCE, &self.release, &params)?;
         let read = |row| unit(&Read::new(row, "release units", &self.units));
         rows.iter().map(read).collect()

@@ -100,13 +100,8 @@ macro_rules! tuple {
 tuple!(A 0);
 tuple!(A 0, B 1);
 tuple!(A 0, B 1, C 2);
-// Wider tuples only for `membership/sql.rs`, until its operations declare their structs.
-tuple!(A 0, B 1, C 2, D 3);
-tuple!(A 0, B 1, C 2, D 3, E 4);
-tuple!(A 0, B 1, C 2, D 3, E 4, F 5);
-tuple!(A 0, B 1, C 2, D 3, E 4, F 5, G 6);
-tuple!(A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7);
-tuple!(A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8);
+// No wider tuple: more than three parameters are a struct declared with `params!`, its fields
+// named.
 
 /// Declares an operation's parameter struct, its fields in bind order (`$1` first), and derives
 /// [`Params`] for it: its types are the fields' types, its values the fields in order.
