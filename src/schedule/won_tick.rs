@@ -27,12 +27,7 @@ impl JobState {
     /// resumed for the caller to report.
     /// `running` counts the run in progress until the job's function returns (not the release and
     /// the hooks after it, which a stopping scheduler does not wait for).
-    pub(super) fn run(
-        &self,
-        claim: TickClaim,
-        hooks: &dyn ScheduleHooks,
-        running: Counted<'_>,
-    ) {
+    pub(super) fn run(&self, claim: TickClaim, hooks: &dyn ScheduleHooks, running: Counted<'_>) {
         let busy = self.job.busy_for(claim.tick());
         let run = Run::new(claim);
         let hooked = catch_unwind(AssertUnwindSafe(|| {
