@@ -57,6 +57,7 @@ mod job_state;
 mod run;
 mod running;
 mod ticks;
+mod won_tick;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;

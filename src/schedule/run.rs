@@ -1,17 +1,10 @@
-//! The run a won tick gets, and how a won tick is run: the hooks around it, its busy period kept
-//! up while it goes on, its claim released after.
+//! The run a won tick gets (how a won tick is run is in `won_tick.rs`).
 
 use std::fmt;
-use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Instant, SystemTime};
 
-use crossbeam_channel::{after, bounded, select, Receiver};
-
-use super::job_state::JobState;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::fence::Fence;
-use crate::input::MIN_DURATION;
-use crate::observe;
 use crate::tick_claims::TickClaim;
 
 /// A won tick being run: what the job's function gets.
@@ -20,6 +13,21 @@ pub struct Run {
 }
 
 impl Run {
+    /// The run of the won tick `claim`.
+    pub(super) fn new(claim: TickClaim) -> Run {
+        Run { claim }
+    }
+
+    /// The won tick's claim, for the thread that keeps it busy.
+    pub(super) fn claim(&self) -> &TickClaim {
+        &self.claim
+    }
+
+    /// The won tick's claim, to release it once the run is over.
+    pub(super) fn into_claim(self) -> TickClaim {
+        self.claim
+    }
+
     /// The job's id.
     pub fn job_id(&self) -> &str {
         self.claim.job_id()
@@ -67,101 +75,5 @@ impl fmt::Debug for Run {
             .field("tick", &self.tick())
             .field("token", &self.token())
             .finish()
-    }
-}
-
-impl JobState {
-    /// Runs a won tick: the hooks around it, its failure caught, the claim released after.
-    ///
-    /// While the run goes on, a thread of its own (`pgtenure-schedule-busy`) extends the claim's
-    /// busy period every third of it, so no instance claims a later tick of the job before this
-    /// run ends, however long it takes; it is joined when the run returns (at most one extension
-    /// statement later).
-    ///
-    /// The claim is released whatever happens, a panicking hook included; such a panic is then
-    /// resumed for the caller to report.
-    /// `running` counts the run in progress until the job's function returns (not the release and
-    /// the hooks after it, which a stopping scheduler does not wait for).
-    pub(super) fn run(
-        &self,
-        claim: TickClaim,
-        hooks: &dyn super::ScheduleHooks,
-        running: super::Counted<'_>,
-    ) {
-        let busy = self.job.busy_for(claim.tick());
-        let run = Run { claim };
-        let hooked = catch_unwind(AssertUnwindSafe(|| {
-            hooks.started(&run);
-            let started = Instant::now();
-            let outcome = std::thread::scope(|scope| {
-                let (done, finished) = bounded::<()>(0);
-                let claim = &run.claim;
-                let keeper = std::thread::Builder::new()
-                    .name("pgtenure-schedule-busy".into())
-                    .spawn_scoped(scope, move || keep_busy(claim, busy, &finished));
-                if let Err(e) = &keeper {
-                    log::warn!(target: "pgtenure::schedule", "job {:?}: could not start the thread that keeps its run busy ({e}); the run is busy for {busy:?} only", self.job.id);
-                }
-                let outcome = catch_unwind(AssertUnwindSafe(|| (self.job.run)(&run)));
-                drop(running);
-                drop(done);
-                outcome
-            });
-            let took = started.elapsed();
-            let (label, failure) = match outcome {
-                Ok(Ok(())) => ("ok", None),
-                Ok(Err(e)) => ("failed", Some(format!("returned an error: {e}"))),
-                Err(_) => ("panicked", Some("panicked".to_owned())),
-            };
-            observe::job_ended(&self.job.id, label, took);
-            match failure {
-                None => {
-                    log::debug!(target: "pgtenure::schedule", "job {:?} ran tick {:?} in {took:?}", self.job.id, run.tick());
-                    hooks.finished(&run, took);
-                }
-                Some(why) => {
-                    let error = Error::new(
-                        crate::error::ErrorKind::Database,
-                        format!(
-                            "job {:?}, tick {:?}: the run {why}",
-                            self.job.id,
-                            run.tick()
-                        ),
-                    );
-                    log::error!(target: "pgtenure::schedule", "{error}");
-                    hooks.failed(&run, &error);
-                }
-            }
-        }));
-        if let Err(e) = run.claim.release() {
-            log::warn!(target: "pgtenure::schedule", "job {:?}: could not release its tick: {e}", self.job.id);
-        }
-        if let Err(panic) = hooked {
-            std::panic::resume_unwind(panic);
-        }
-    }
-}
-
-/// Extends `claim`'s busy period every third of `busy` until `finished` disconnects, or until the
-/// claim is no longer busy (lapsed while this process could not reach the database, or taken).
-fn keep_busy(claim: &TickClaim, busy: Duration, finished: &Receiver<()>) {
-    let every = (busy / 3).max(MIN_DURATION);
-    let mut wait = every;
-    loop {
-        select! {
-            recv(finished) -> _ => return,
-            recv(after(wait)) -> _ => {}
-        }
-        match claim.extend(busy) {
-            Ok(true) => wait = every,
-            Ok(false) => {
-                log::warn!(target: "pgtenure::schedule", "job {:?}: the run of tick {:?} is no longer busy (its busy period lapsed, or it was released); it should stop by its deadline", claim.job_id(), claim.tick());
-                return;
-            }
-            Err(e) => {
-                log::warn!(target: "pgtenure::schedule", "job {:?}: could not extend the busy period of its run ({e}); trying again", claim.job_id());
-                wait = (every / 3).max(MIN_DURATION);
-            }
-        }
     }
 }

@@ -3,7 +3,9 @@
 
 use std::path::{Path, PathBuf};
 
-use super::{default_socket_dir, home, Environment, TARGET};
+use super::env::{default_socket_dir, home, Environment};
+
+const TARGET: &str = "pgtenure::db::libpq";
 
 /// The password for the first host, port, database and user, from `PGPASSFILE` or `~/.pgpass`;
 /// a file readable by group or others is ignored with a warning, as libpq does.
@@ -134,7 +136,6 @@ fn split_fields(line: &str) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_env::*;
     use super::*;
 
     #[test]
@@ -158,83 +159,5 @@ mod tests {
             want("db:colon", "1", "x", "odd").as_deref(),
             Some("p:a\\ss")
         );
-    }
-
-    #[cfg(unix)]
-    #[test]
-    fn a_password_file_open_to_others_is_ignored() {
-        let scratch = temp_dir("pgpass");
-        let file = scratch.0.join("pgpass");
-        let file_text = file.display().to_string();
-        let env = vars(&[
-            ("PGPASSFILE", &file_text),
-            ("PGHOST", "db"),
-            ("PGUSER", "app"),
-        ]);
-        write_mode(&file, "db:5432:app:app:from-file\n", 0o600);
-        let (config, _) = filled("", &env).unwrap();
-        assert_eq!(config.get_password(), Some(&b"from-file"[..]));
-        // A password given anywhere else wins over the file.
-        let (config, _) = filled("postgres://app:given@db/app", &env).unwrap();
-        assert_eq!(config.get_password(), Some(&b"given"[..]));
-
-        for open in [0o640, 0o644, 0o604] {
-            write_mode(&file, "db:5432:app:app:from-file\n", open);
-            let (config, _) = filled("", &env).unwrap();
-            assert_eq!(config.get_password(), None, "mode {open:o}");
-        }
-    }
-
-    /// As libpq (psql): a Unix socket is `localhost` to the password file only when it is the
-    /// default socket directory; another one is matched by its path. And the password ends at the
-    /// first unescaped colon.
-    #[cfg(unix)]
-    #[test]
-    fn the_password_file_matches_sockets_and_colons_as_libpq_does() {
-        let scratch = temp_dir("pgpass-socket");
-        let file = scratch.0.join("pgpass");
-        let file_text = file.display().to_string();
-        write_mode(
-            &file,
-            "localhost:5432:*:app:as-localhost\n/srv/pg:5432:*:app:by-path\n\
-             *:*:*:colons:pa\\:ss:trailing\n",
-            0o600,
-        );
-        let at = |host: &str, user: &str| {
-            let env = vars(&[("PGPASSFILE", &file_text), ("PGUSER", user)]);
-            let (config, _) = filled(&format!("host={host}"), &env).unwrap();
-            config
-                .get_password()
-                .map(|p| String::from_utf8_lossy(p).into_owned())
-        };
-        assert_eq!(at("/srv/pg", "app").as_deref(), Some("by-path"));
-        assert_eq!(
-            at(default_socket_dir(), "app").as_deref(),
-            Some("as-localhost")
-        );
-        assert_eq!(at("localhost", "app").as_deref(), Some("as-localhost"));
-        assert_eq!(at("/elsewhere", "app"), None);
-        assert_eq!(at("db", "colons").as_deref(), Some("pa:ss"));
-    }
-
-    /// Several hosts: the first whose line the password file has gives the password (psql
-    /// reaches `PGHOST=a,b PGPORT=1,55432` with a line for the second only).
-    #[cfg(unix)]
-    #[test]
-    fn the_password_file_is_searched_for_each_host_in_order() {
-        let scratch = temp_dir("pgpass-hosts");
-        let file = scratch.0.join("pgpass");
-        let file_text = file.display().to_string();
-        write_mode(&file, "b:55432:*:app:second\nc:*:*:app:third\n", 0o600);
-        let env = vars(&[("PGPASSFILE", &file_text), ("PGUSER", "app")]);
-        let password = |conn: &str| {
-            let (config, _) = filled(conn, &env).unwrap();
-            config
-                .get_password()
-                .map(|p| String::from_utf8_lossy(p).into_owned())
-        };
-        assert_eq!(password("host=a,b port=1,55432").as_deref(), Some("second"));
-        assert_eq!(password("host=a,c,b port=55432").as_deref(), Some("third"));
-        assert_eq!(password("host=a,b port=1,2"), None);
     }
 }

@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::{home, in_source, Environment};
+use super::env::{home, in_source, Environment};
 use crate::error::{Error, Result};
 
 /// The service's `key=value` pairs, from the user's service file (`PGSERVICEFILE`, else
@@ -88,57 +88,4 @@ fn service_section(text: &str, service: &str) -> Result<Option<Vec<(String, Stri
         }
     }
     Ok(found)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::super::test_env::*;
-    use crate::db::ssl::SslMode;
-
-    #[test]
-    fn a_service_supplies_what_the_url_leaves_unset_before_the_environment() {
-        use postgres::config::Host;
-        let scratch = temp_dir("service");
-        let dir = &scratch.0;
-        let file = dir.join("services.conf");
-        std::fs::write(
-            &file,
-            "# services\n[other]\nhost=wrong\n\n[billing]\nhost = svc-host\nport=6000\n\
-             dbname=billing\nsslmode=verify-ca\n[billing]\nhost=second\n",
-        )
-        .unwrap();
-        let file_text = file.display().to_string();
-        let env = vars(&[
-            ("PGSERVICEFILE", &file_text),
-            ("PGSERVICE", "billing"),
-            ("PGHOST", "env-host"),
-            ("PGUSER", "env-user"),
-        ]);
-        let (config, params) = filled("", &env).unwrap();
-        assert_eq!(config.get_hosts(), &[Host::Tcp("svc-host".into())]);
-        assert_eq!(config.get_ports(), &[6000]);
-        assert_eq!(config.get_dbname(), Some("billing"));
-        assert_eq!(config.get_user(), Some("env-user"));
-        assert_eq!(params.mode, Some(SslMode::VerifyCa));
-        // The connection string's own values and its service= win.
-        let (config, _) = filled("host=url-host service=billing", &env).unwrap();
-        assert_eq!(config.get_hosts(), &[Host::Tcp("url-host".into())]);
-        assert_eq!(config.get_dbname(), Some("billing"));
-
-        let dir_text = dir.display().to_string();
-        let missing = vars(&[
-            ("PGSERVICEFILE", &file_text),
-            ("PGSERVICE", "nope"),
-            ("PGSYSCONFDIR", &dir_text),
-        ]);
-        let err = filled("", &missing).unwrap_err();
-        assert!(err.is_invalid_input());
-        assert!(
-            err.to_string().contains("service \"nope\" is not defined"),
-            "{err}"
-        );
-        std::fs::write(&file, "[billing]\nhost=h\nsslcrl=/x\n").unwrap();
-        let err = filled("", &env).unwrap_err();
-        assert!(err.to_string().contains("sets \"sslcrl\""), "{err}");
-    }
 }

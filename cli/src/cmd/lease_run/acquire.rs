@@ -1,5 +1,5 @@
 //! Acquiring lease-run's lease: tried again while `--wait` lasts, each statement sent from a thread
-//! of its own so that a signal is heard while it is on its way.
+//! of its own so that a signal is heard while it is on its way; and releasing it.
 
 use std::thread;
 use std::time::{Duration, Instant};
@@ -8,7 +8,6 @@ use pgtenure::crossbeam_channel::{bounded, select};
 use pgtenure::leases::{Lease, Leases, Refusal};
 use pgtenure::postgres::error::SqlState;
 
-use super::{release, LeaseRunArgs};
 use crate::output::time;
 use crate::signals::{signal_name, Signals};
 use crate::Failure;
@@ -16,24 +15,26 @@ use crate::Failure;
 /// How often an acquire is tried again while `--wait` lasts.
 const RETRY: Duration = Duration::from_millis(250);
 
-/// Acquires the lease, trying again while `--wait` lasts: `None` when not acquired in time (said
-/// on stderr), `Some(Err(signal))` when a signal came first.
+/// Acquires the lease `key` for `ttl`, trying again while `wait` (`--wait`) lasts: `None` when not
+/// acquired in time (said on stderr), `Some(Err(signal))` when a signal came first.
 pub(super) fn acquire(
     leases: &Leases,
-    args: &LeaseRunArgs,
+    key: &str,
+    ttl: Duration,
+    wait: Duration,
     signals: &Signals,
 ) -> Result<Option<Result<Lease, i32>>, Failure> {
     // `--wait` is at most 100 years, yet a far `Instant` may not exist: then it waits without end.
-    let until = Instant::now().checked_add(args.wait);
+    let until = Instant::now().checked_add(wait);
     let mut created = false;
     loop {
-        let left = until.map_or(args.wait, |until| {
+        let left = until.map_or(wait, |until| {
             until.saturating_duration_since(Instant::now())
         });
         if let Some(signal) = signals.first() {
             return Ok(Some(Err(signal)));
         }
-        let outcome = match attempt(leases, args, signals)? {
+        let outcome = match attempt(leases, key, ttl, signals)? {
             Ok(outcome) => outcome,
             Err(signal) => return Ok(Some(Err(signal))),
         };
@@ -52,7 +53,7 @@ pub(super) fn acquire(
             Err(e) if (e.is_connection() || e.is_timeout()) && !left.is_zero() => {
                 say!(
                     "pgtenure: acquiring lease {:?} failed ({e}); trying again",
-                    args.key
+                    key
                 );
                 Refusal::Vacant(None)
             }
@@ -61,7 +62,7 @@ pub(super) fn acquire(
         if left.is_zero() {
             say!(
                 "pgtenure: lease {:?} not acquired: {}",
-                args.key,
+                key,
                 describe(&refusal)
             );
             return Ok(None);
@@ -87,14 +88,14 @@ pub(super) fn acquire(
 /// lapses at its TTL, unrenewed. Otherwise the thread is joined before this returns.
 fn attempt(
     leases: &Leases,
-    args: &LeaseRunArgs,
+    key: &str,
+    ttl: Duration,
     signals: &Signals,
 ) -> Result<Result<pgtenure::Result<Result<Lease, Refusal>>, i32>, Failure> {
     let (tx, done) = bounded(1);
     let thread = {
         let leases = leases.clone();
-        let key = args.key.clone();
-        let ttl = args.ttl;
+        let key = key.to_owned();
         thread::Builder::new()
             .name("pgtenure-acquire".into())
             .spawn(move || {
@@ -118,7 +119,7 @@ fn attempt(
         "pgtenure: got {} while acquiring lease {:?}; CMD will not run. Waiting for the acquire \
          statement to return, to release the lease if it was granted (another signal exits at once)",
         signal_name(signal),
-        args.key
+        key
     );
     let outcome = select! {
         recv(done) -> outcome => outcome,
@@ -162,5 +163,13 @@ fn describe(refusal: &Refusal) -> String {
             time(*until)
         ),
         _ => "it was released just after it was refused; try again".to_owned(),
+    }
+}
+
+/// Releases the lease after CMD ended; a failure is said, and the row lapses at its TTL.
+pub(super) fn release(lease: Lease) {
+    let key = lease.key().to_owned();
+    if let Err(e) = lease.release() {
+        say!("pgtenure: could not release lease {key:?} ({e}); it lapses at its TTL");
     }
 }

@@ -10,7 +10,6 @@ use std::time::{Duration, Instant};
 use pgtenure::crossbeam_channel::{bounded, never, select, Receiver};
 use pgtenure::leases::LeaseLoss;
 
-use super::signal_status;
 use super::tree::{self, Proc, Root};
 use crate::EXIT_ERROR;
 
@@ -73,6 +72,11 @@ pub(super) fn exit_status(status: ExitStatus) -> u8 {
         (None, Some(signal)) => signal_status(signal),
         (None, None) => EXIT_ERROR,
     }
+}
+
+/// The exit status for a signal: 128 + its number.
+pub(super) fn signal_status(signal: i32) -> u8 {
+    128u8.saturating_add(signal as u8)
 }
 
 /// How often a stop looks again whether CMD's tree still runs: its descendants other than CMD are

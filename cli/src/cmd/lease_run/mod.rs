@@ -29,8 +29,8 @@
 //!   ignores a failed write (a dead pipe), and only after CMD was signalled.
 //!
 //! Here are the arguments and the run from acquire to release; `acquire` gets the lease while
-//! `--wait` lasts, `child` starts, signals, stops and reaps CMD, `tree` finds and signals the rest
-//! of CMD's tree, `signals` catches pgtenure's.
+//! `--wait` lasts (and releases it), `child` starts, signals, stops and reaps CMD, `tree` finds
+//! and signals the rest of CMD's tree, `signals` catches pgtenure's.
 
 mod acquire;
 mod child;
@@ -46,8 +46,8 @@ use pgtenure::crossbeam_channel::{select, Receiver};
 use pgtenure::leases::{Lease, Leases};
 use pgtenure::Db;
 
-use self::acquire::acquire;
-use self::child::{exit_status, prepare_child, Cmd, Ending};
+use self::acquire::{acquire, release};
+use self::child::{exit_status, prepare_child, signal_status, Cmd, Ending};
 use self::tree::become_subreaper;
 use crate::output::Output;
 use crate::signals::{disarm_job_control, signal_name, Signals};
@@ -217,7 +217,7 @@ impl LeaseRunArgs {
         };
         let signals = Signals::install()?;
         disarm_job_control()?;
-        let Some(lease) = acquire(&leases, self, &signals)? else {
+        let Some(lease) = acquire(&leases, &self.key, self.ttl, self.wait, &signals)? else {
             return Ok(EXIT_NOT_ACQUIRED);
         };
         let lease = match lease {
@@ -340,17 +340,4 @@ impl LeaseRunArgs {
             }
         }
     }
-}
-
-/// Releases the lease after CMD ended; a failure is said, and the row lapses at its TTL.
-fn release(lease: Lease) {
-    let key = lease.key().to_owned();
-    if let Err(e) = lease.release() {
-        say!("pgtenure: could not release lease {key:?} ({e}); it lapses at its TTL");
-    }
-}
-
-/// The exit status for a signal: 128 + its number.
-fn signal_status(signal: i32) -> u8 {
-    128u8.saturating_add(signal as u8)
 }

@@ -5,7 +5,8 @@ use std::net::{Shutdown, TcpStream};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use super::MAX_CONNECTIONS;
+/// Connections open at once (a thread each); beyond them a connection is answered 503 at once.
+pub(super) const MAX_CONNECTIONS: usize = 512;
 
 /// Where a connection is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -3,9 +3,20 @@
 
 use std::io::{self, Read as _, Write as _};
 use std::net::{Shutdown, TcpStream};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use super::{LINGER, LINGER_BYTES, MAX_HEAD, WRITE_TIMEOUT};
+/// The most bytes of request line and headers read from a request; a longer head is answered 431.
+pub(super) const MAX_HEAD: usize = 8 * 1024;
+
+/// How long writing an answer may take; a client that does not read it by then is cut off.
+pub(super) const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// After an answer, how long unread bytes the client sent are drained before the connection
+/// closes (closing with unread bytes would reset it, and the client could lose the answer).
+const LINGER: Duration = Duration::from_millis(500);
+
+/// The most bytes drained after an answer.
+const LINGER_BYTES: usize = 64 * 1024;
 
 /// A request's line and the headers the exporter reads.
 #[derive(Debug)]

@@ -2,14 +2,14 @@
 //! operator's network, written so that no client can make it queue or grow.
 //!
 //! - Each connection is accepted at once and stamped on arrival, and gets a thread of its own
-//!   (at most [`MAX_CONNECTIONS`] open at once; beyond them a connection is answered 503 and
-//!   closed by the accepting thread, which never blocks on a client). A request's deadline counts
-//!   from that stamp, whatever else waits.
+//!   (at most [`MAX_CONNECTIONS`](connections::MAX_CONNECTIONS) open at once; beyond them a
+//!   connection is answered 503 and closed by the accepting thread, which never blocks on a
+//!   client). A request's deadline counts from that stamp, whatever else waits.
 //! - The request line and headers are read into a buffer of [`MAX_HEAD`] bytes at most (beyond:
 //!   431 and close) and must arrive whole within [`HEAD_TIMEOUT`] of the connection (else: 408 and
 //!   close); a body is never read.
-//! - Each answer is written within [`WRITE_TIMEOUT`] (a client that does not read loses its
-//!   connection then), with `Connection: close`: one request per connection.
+//! - Each answer is written within [`WRITE_TIMEOUT`](message::WRITE_TIMEOUT) (a client that does
+//!   not read loses its connection then), with `Connection: close`: one request per connection.
 //! - [`Running::stop`] stops accepting, closes the connections still sending their request, gives
 //!   the answers in hand a grace period, then closes the rest and joins every thread.
 
@@ -23,27 +23,11 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use self::connections::{Connections, Phase};
-use self::message::{head, linger, parse_head, read_head, write_answer, HeadError};
+use self::message::{head, linger, parse_head, read_head, write_answer, HeadError, MAX_HEAD};
 pub(super) use self::message::{Request, Response};
-
-/// The most bytes of request line and headers read from a request; a longer head is answered 431.
-pub(super) const MAX_HEAD: usize = 8 * 1024;
 
 /// How long a request's line and headers may take to arrive, from the connection.
 pub(super) const HEAD_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// How long writing an answer may take; a client that does not read it by then is cut off.
-pub(super) const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Connections open at once (a thread each); beyond them a connection is answered 503 at once.
-pub(super) const MAX_CONNECTIONS: usize = 512;
-
-/// After an answer, how long unread bytes the client sent are drained before the connection
-/// closes (closing with unread bytes would reset it, and the client could lose the answer).
-const LINGER: Duration = Duration::from_millis(500);
-
-/// The most bytes drained after an answer.
-const LINGER_BYTES: usize = 64 * 1024;
 
 /// What answers the requests.
 pub(super) trait Answer: Send + Sync + 'static {
