@@ -354,6 +354,8 @@ mod docs_doctests {
     pub struct Fencing;
     #[doc = include_str!("../docs/metrics.md")]
     pub struct Metrics;
+    #[doc = include_str!("../docs/house.md")]
+    pub struct House;
     #[doc = include_str!("../docs/high-availability.md")]
     pub struct HighAvailability;
     #[doc = include_str!("../docs/operating.md")]
