@@ -7,9 +7,19 @@ use std::time::{Duration, Instant};
 
 use crate::common::proxy::{database_addr, Proxy};
 use crate::common::{client, db, wait_for, Tables};
-use pgtenure::membership::{Leaser, Reconciler, Unit, UnitLoss, Units};
+use pgtenure::membership::{Hooks, Leaser, Reconciler, Unit, UnitLoss, Units};
 
 use super::{config, Fleet, Recorder};
+
+/// Counts the failures a leaser's loop reports.
+#[derive(Default)]
+struct Failures(std::sync::atomic::AtomicUsize);
+
+impl Hooks for Failures {
+    fn error(&self, _: &pgtenure::Error) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
 
 #[test]
 fn run_starts_while_the_database_is_unreachable_and_stops_promptly() {
@@ -23,20 +33,24 @@ fn run_starts_while_the_database_is_unreachable_and_stops_promptly() {
         .unwrap();
     let mut cfg = config(Duration::from_secs(3));
     cfg.rebalance_interval = Duration::from_millis(100);
+    let failures = Arc::new(Failures::default());
     let leaser = Arc::new(
         Leaser::new(&lazy, Arc::new(Recorder::default()), cfg)
             .unwrap()
             .with_tables(&fleet.processes, &fleet.units_table)
-            .unwrap(),
+            .unwrap()
+            .with_hooks(failures.clone()),
     );
     let (stop, shutdown) = pgtenure::crossbeam_channel::bounded::<()>(0);
     let runner = {
         let leaser = leaser.clone();
         thread::spawn(move || leaser.run(&shutdown))
     };
-    // Real time is the subject: run keeps trying an unreachable database for a while (five of its
-    // 300 ms connection timeouts) and neither gives up nor claims readiness.
-    thread::sleep(Duration::from_millis(1500));
+    // Run keeps trying an unreachable database: three failed attempts (each a 300 ms connection
+    // timeout) reported, and it neither gave up nor claims readiness.
+    wait_for("three failed attempts", Duration::from_secs(15), || {
+        (failures.0.load(std::sync::atomic::Ordering::SeqCst) >= 3).then_some(())
+    });
     assert!(!leaser.ready(), "no database yet");
     assert!(
         !runner.is_finished(),
