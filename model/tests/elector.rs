@@ -4,12 +4,22 @@
 //! `PGTENURE_MODEL_INTERVENTIONS=<n>` interventions per run (default 1).
 
 use pgtenure_model::elector::{Action, Election, Hole, Op};
-use stateright::{Checker, Model};
+use stateright::{Checker, HasDiscoveries, Model};
 use std::time::Instant;
 
-fn check(model: Election, what: &str) -> impl Checker<Election> {
+/// Checks `model` breadth-first, to the end or until `property` is found broken.
+fn check(model: Election, what: &str, property: Option<&'static str>) -> impl Checker<Election> {
     let started = Instant::now();
-    let checker = model.checker().threads(1).spawn_bfs().join();
+    let finish = match property {
+        Some(property) => HasDiscoveries::AnyOf([property].into()),
+        None => HasDiscoveries::All,
+    };
+    let checker = model
+        .checker()
+        .threads(1)
+        .finish_when(finish)
+        .spawn_bfs()
+        .join();
     println!(
         "{what}: {} states ({} unique), depth {}, {:.1?}",
         checker.state_count(),
@@ -38,7 +48,7 @@ fn every_property_holds_in_every_reachable_state() {
             ..Election::ci()
         },
     };
-    let checker = check(model, "elector");
+    let checker = check(model, "elector", None);
     checker.assert_properties();
 }
 
@@ -48,7 +58,7 @@ fn found(hole: Hole, property: &'static str) -> String {
         hole: Some(hole),
         ..Election::ci()
     };
-    let checker = check(model, &format!("elector with {hole:?}"));
+    let checker = check(model, &format!("elector with {hole:?}"), Some(property));
     let path = checker
         .discovery(property)
         .unwrap_or_else(|| panic!("{hole:?}: no counterexample to {property:?}"));
