@@ -80,7 +80,7 @@ impl Db {
         };
         let live = row.expires_at > now;
         let same = row.holder == holder && guard == Some(row.term) && live;
-        if !(same || !live) {
+        if live && !same {
             // Anyone else's poll while a leader is live: no write; the live leader is the answer.
             return PollAnswer {
                 leader: Some((row.holder, row.term, row.expires_at)),
