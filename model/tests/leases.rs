@@ -3,12 +3,22 @@
 //! `PGTENURE_MODEL_DEPTH=<ticks>` checks deeper bounds (longer TTL, more restarts and owner names).
 
 use pgtenure_model::leases::{Hole, Leases};
-use stateright::{Checker, Model};
+use stateright::{Checker, HasDiscoveries, Model};
 use std::time::Instant;
 
-fn check(model: Leases, what: &str) -> impl Checker<Leases> {
+/// Checks `model` breadth-first, to the end or until `property` is found broken.
+fn check(model: Leases, what: &str, property: Option<&'static str>) -> impl Checker<Leases> {
     let started = Instant::now();
-    let checker = model.checker().threads(1).spawn_bfs().join();
+    let finish = match property {
+        Some(property) => HasDiscoveries::AnyOf([property].into()),
+        None => HasDiscoveries::All,
+    };
+    let checker = model
+        .checker()
+        .threads(1)
+        .finish_when(finish)
+        .spawn_bfs()
+        .join();
     println!(
         "{what}: {} states ({} unique), depth {}, {:.1?}",
         checker.state_count(),
@@ -29,7 +39,7 @@ fn every_property_holds_in_every_reachable_state() {
         ),
         Err(_) => Leases::ci(),
     };
-    let checker = check(model, "leases");
+    let checker = check(model, "leases", None);
     checker.assert_properties();
 }
 
@@ -39,7 +49,7 @@ fn found(hole: Hole, property: &'static str) -> String {
         hole: Some(hole),
         ..Leases::ci()
     };
-    let checker = check(model, &format!("leases with {hole:?}"));
+    let checker = check(model, &format!("leases with {hole:?}"), Some(property));
     let path = checker
         .discovery(property)
         .unwrap_or_else(|| panic!("{hole:?}: no counterexample to {property:?}"));
@@ -130,7 +140,11 @@ fn a_raw_release_of_unknown_outcome_can_end_the_re_acquired_grant() {
         raw_gives_up_on_release: true,
         ..Leases::ci()
     };
-    let checker = check(model, "leases, raw users not waiting for a release");
+    let checker = check(
+        model,
+        "leases, raw users not waiting for a release",
+        Some("no two believers"),
+    );
     let path = checker
         .discovery("no two believers")
         .expect("a counterexample");

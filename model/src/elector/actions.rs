@@ -1,0 +1,72 @@
+//! What can happen next in a state: the steps the checker explores from it.
+
+use super::{Action, Election, Op, State};
+
+/// The holder name a restarted process takes when it does not reuse one.
+const NEW_HOLDER: u8 = 2;
+
+impl Election {
+    /// Every step possible in `state`.
+    pub(super) fn offer(&self, state: &State, actions: &mut Vec<Action>) {
+        if state.now < self.max_now {
+            actions.push(Action::Tick);
+        }
+        let room = state.inflight.len() < self.max_inflight;
+        let budget = state.interventions < self.max_interventions;
+        for m in 0..state.members.len() {
+            self.offer_member(state, m, room, budget, actions);
+        }
+        for i in 0..state.inflight.len() {
+            actions.push(Action::Exec(i));
+        }
+        for i in 0..state.answers.len() {
+            actions.push(Action::Deliver(i));
+        }
+        if room && budget && self.requests {
+            actions.push(Action::RequestResign);
+        }
+        if budget && self.restarts {
+            // The last member is killed and restarts under its own holder name, the first
+            // member's (two electors with one holder name), or a new one.
+            let m = state.members.len() - 1;
+            for holder in [state.members[m].holder, state.members[0].holder, NEW_HOLDER] {
+                actions.push(Action::Restart(m, holder));
+            }
+        }
+    }
+
+    /// What member `m` can do: give up waiting, or send its next statement (when there is `room`
+    /// in flight, `budget` for an intervention); its watcher; a stop or a resignation asked of it.
+    fn offer_member(
+        &self,
+        state: &State,
+        m: usize,
+        room: bool,
+        budget: bool,
+        actions: &mut Vec<Action>,
+    ) {
+        let member = &state.members[m];
+        if member.waiting.is_some() {
+            actions.push(Action::GiveUp(m));
+        } else if room {
+            // The loop sends a resignation waiting before its poll, and polls again whether or not
+            // it succeeded; polls at any time (the retry period, standing aside after a
+            // resignation) only allow more interleavings. A stopped campaign only resigns.
+            if let Some(term) = member.resigning {
+                actions.push(Action::Send(m, Op::Resign { term }));
+            }
+            if !member.stopped {
+                actions.push(Action::Send(m, Op::Poll { guard: member.term }));
+            }
+        }
+        if member.announced.is_some() && member.elector_term(state.now).is_none() {
+            actions.push(Action::Watch(m));
+        }
+        if !member.stopped && budget && self.stops {
+            actions.push(Action::Stop(m));
+        }
+        if !member.stopped && budget && self.resigns && member.term.is_some() {
+            actions.push(Action::Resign(m));
+        }
+    }
+}

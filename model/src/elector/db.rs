@@ -1,0 +1,159 @@
+//! The leader table (one fleet), its term sequence, and the statements of `sql/elector/` as step
+//! functions, one statement each.
+
+use super::{Holder, Term, Tick};
+
+/// The fleet's row (`elected_at` is not modelled: no decision reads it).
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+pub struct Row {
+    pub holder: Holder,
+    pub term: Term,
+    pub expires_at: Tick,
+    pub resign_requested: bool,
+}
+
+/// The table (one fleet) and its term sequence.
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+pub struct Db {
+    pub row: Option<Row>,
+    /// The value the sequence's next `nextval` returns.
+    pub seq: Term,
+}
+
+/// What is_leader.sql answers (its one row, or `Default` when it answers none).
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq)]
+pub struct PollAnswer {
+    /// `holder`, `term`, `expires_at`: the leader this statement saw (`None` after an ended tenure).
+    pub leader: Option<(Holder, Term, Tick)>,
+    /// This holder leads now under `my_term`.
+    pub mine: bool,
+    /// This holder was asked to step down: `my_term` waits to be resigned.
+    pub ended: bool,
+    pub my_term: Option<Term>,
+}
+
+/// Known holes, reintroduced one at a time to show the checker finds them. `None` in the real
+/// model and always in the differential test.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum Hole {
+    /// is_leader.sql ends the tenure inside the renewal when a resignation was requested
+    /// (`expires_at = now()`), so the leader learns of it only from the answer, which may come late
+    /// or never, while the row is free for anyone's next poll.
+    RenewalEndsOnRequest,
+    /// The client forgets the term it stood down from when it sends the resignation, not when the
+    /// resignation is acknowledged: a lost answer leaves nothing to send again.
+    ResignForgetsFirst,
+}
+
+impl Db {
+    fn next_term(&mut self) -> Term {
+        let term = self.seq;
+        self.seq += 1;
+        term
+    }
+
+    /// is_leader.sql at `now` for `holder` guarded by `guard` (`$4`), with `$5` and `$6` false (no
+    /// timeline epoch, no promotion hold-off: the gate is open).
+    pub fn is_leader(
+        &mut self,
+        now: Tick,
+        holder: Holder,
+        ttl: Tick,
+        guard: Option<Term>,
+        hole: Option<Hole>,
+    ) -> PollAnswer {
+        let Some(row) = self.row.clone() else {
+            // `created`: the first tenure of the fleet.
+            let term = self.next_term();
+            self.row = Some(Row {
+                holder,
+                term,
+                expires_at: now + ttl,
+                resign_requested: false,
+            });
+            return PollAnswer {
+                leader: Some((holder, term, now + ttl)),
+                mine: true,
+                ended: false,
+                my_term: Some(term),
+            };
+        };
+        let live = row.expires_at > now;
+        let same = row.holder == holder && guard == Some(row.term) && live;
+        if live && !same {
+            // Anyone else's poll while a leader is live: no write; the live leader is the answer.
+            return PollAnswer {
+                leader: Some((row.holder, row.term, row.expires_at)),
+                mine: false,
+                ended: false,
+                my_term: Some(row.term),
+            };
+        }
+        // `taken`: a renewal (`same`) or a new tenure of an expired row.
+        let term = if same {
+            row.term
+        } else {
+            let next = self.next_term();
+            (row.term + 1).max(next)
+        };
+        let asked = same && row.resign_requested;
+        let expires_at = if asked {
+            if hole == Some(Hole::RenewalEndsOnRequest) {
+                now
+            } else {
+                row.expires_at
+            }
+        } else if live {
+            row.expires_at.max(now + ttl)
+        } else {
+            now + ttl
+        };
+        let resign_requested = asked && hole != Some(Hole::RenewalEndsOnRequest);
+        self.row = Some(Row {
+            holder,
+            term,
+            expires_at,
+            resign_requested,
+        });
+        if asked {
+            PollAnswer {
+                leader: None,
+                mine: false,
+                ended: true,
+                my_term: Some(term),
+            }
+        } else {
+            PollAnswer {
+                leader: Some((holder, term, expires_at)),
+                mine: true,
+                ended: false,
+                my_term: Some(term),
+            }
+        }
+    }
+
+    /// resign.sql: whether it ended `holder`'s live tenure `term`.
+    pub fn resign(&mut self, now: Tick, holder: Holder, term: Term) -> bool {
+        match self.row.as_mut() {
+            Some(row) if row.holder == holder && row.term == term && row.expires_at > now => {
+                row.expires_at = now;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// request_resign.sql: the live leader asked (holder and term), if any.
+    pub fn request_resign(&mut self, now: Tick) -> Option<(Holder, Term)> {
+        let row = self.row.as_mut().filter(|row| row.expires_at > now)?;
+        row.resign_requested = true;
+        Some((row.holder, row.term))
+    }
+
+    /// fence.sql at `clock` (its `clock_timestamp()`): whether it admits `holder`'s tenure `term`.
+    pub fn fence(&self, clock: Tick, holder: Holder, term: Term) -> bool {
+        self.row
+            .as_ref()
+            .is_some_and(|row| row.holder == holder && row.term == term && row.expires_at > clock)
+    }
+}

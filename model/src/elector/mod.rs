@@ -1,0 +1,133 @@
+//! The leader election protocol (`sql/elector/*.sql` and the campaign's local steps around them:
+//! `src/elector/poll.rs`, `resign.rs`, `campaigner.rs`).
+//!
+//! One fleet, two campaigning members. Time is discrete, as in the leases model: `State::now` is
+//! the database clock in ticks, and every member's local `Instant` advances with it. A statement's
+//! transaction starts when it is sent (its `now()` is the tick it was sent at) and it executes
+//! atomically against the newest row at any later step, or never. A member records its local
+//! instant before sending a poll; a poll that wins or renews makes its local deadline that instant
+//! plus the TTL.
+//!
+//! A member is the elector's `KnownTenure` (term, deadline, the term waiting to be resigned, and
+//! whether it stood down while a poll was in flight) and the campaign's state (the term announced
+//! `Elected` and not yet `Lost`, stopped). Its campaign thread waits on one statement at a time; its
+//! watcher, `Leadership::stop` and `Elector::resign` act beside it, on other threads.
+//!
+//! The step functions on [`Db`] ([`Db::is_leader`], [`Db::resign`], [`Db::request_resign`],
+//! [`Db::fence`]) are one statement each, the very code the differential test
+//! (`tests/differential_elector.rs`) compares with the statement in `sql/elector/` run against
+//! PostgreSQL.
+
+mod actions;
+mod db;
+mod properties;
+mod state;
+mod step;
+
+use stateright::{Model, Property};
+
+/// A time in ticks of the database clock (and of every local monotonic clock).
+pub type Tick = i8;
+/// A term.
+pub type Term = u8;
+/// A holder name (`0` = "a", `1` = "b", `2` = "c" in the differential test).
+pub type Holder = u8;
+
+pub use self::db::{Db, Hole, PollAnswer, Row};
+pub use self::state::{Action, Answer, Member, Msg, Op, State, Wait};
+
+/// The model's bounds.
+#[derive(Clone, Debug)]
+pub struct Election {
+    /// Each member's holder name.
+    pub members: Vec<Holder>,
+    pub ttl: Tick,
+    /// The last tick of the run.
+    pub max_now: Tick,
+    pub max_inflight: usize,
+    /// The most terms the sequence hands out (every new tenure draws one).
+    pub max_terms: Term,
+    /// How many interventions a run may have, of the kinds enabled below: each multiplies the
+    /// state space several times.
+    pub max_interventions: u8,
+    /// A kill and restart of the last member (under its own holder name, the first member's, or
+    /// a new one).
+    pub restarts: bool,
+    /// `Leadership::stop` on a member.
+    pub stops: bool,
+    /// `Elector::resign` on a member's campaigning elector.
+    pub resigns: bool,
+    /// request_resign.sql, by an operator or a member.
+    pub requests: bool,
+    pub hole: Option<Hole>,
+}
+
+impl Election {
+    /// The bounds CI checks exhaustively.
+    pub fn ci() -> Election {
+        Election {
+            members: vec![0, 1],
+            ttl: 2,
+            max_now: 2,
+            max_inflight: 2,
+            max_terms: 2,
+            max_interventions: 1,
+            restarts: true,
+            stops: true,
+            resigns: true,
+            requests: true,
+            hole: None,
+        }
+    }
+
+    /// Deeper bounds, `PGTENURE_MODEL_DEPTH` ticks and `interventions` per run (for a release).
+    pub fn deep(max_now: Tick, interventions: u8) -> Election {
+        Election {
+            max_now,
+            max_terms: max_now.max(2) as Term,
+            max_interventions: interventions,
+            ..Election::ci()
+        }
+    }
+}
+
+impl Model for Election {
+    type State = State;
+    type Action = Action;
+
+    fn init_states(&self) -> Vec<State> {
+        vec![State {
+            now: 0,
+            db: Db { row: None, seq: 1 },
+            members: self
+                .members
+                .iter()
+                .map(|&holder| Member::new(holder))
+                .collect(),
+            inflight: Vec::new(),
+            answers: Vec::new(),
+            interventions: 0,
+            highest: 0,
+            term_went_back: false,
+            elected: 0,
+            elected_went_back: false,
+            gain_before_loss: false,
+        }]
+    }
+
+    fn actions(&self, state: &State, actions: &mut Vec<Action>) {
+        self.offer(state, actions);
+    }
+
+    fn next_state(&self, last: &State, action: Action) -> Option<State> {
+        self.step(last, action)
+    }
+
+    fn within_boundary(&self, state: &State) -> bool {
+        state.db.seq <= self.max_terms + 1
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        properties::properties()
+    }
+}

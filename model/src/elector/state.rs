@@ -1,0 +1,163 @@
+//! The state the checker explores: the members, the statements in flight and their answers, and
+//! the steps between states.
+
+use super::db::{Db, PollAnswer};
+use super::{Holder, Term, Tick};
+
+/// A statement as it is sent.
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+pub enum Op {
+    /// is_leader.sql, guarded by the term the member holds (`$4`), if any.
+    Poll { guard: Option<Term> },
+    /// resign.sql for the term the member stood down from.
+    Resign { term: Term },
+    /// request_resign.sql, by an operator or any member (its answer changes nothing).
+    RequestResign,
+}
+
+/// A statement in flight: sent (its transaction started at `now`), not executed yet.
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+pub struct Msg {
+    /// The member waiting for its answer; `None` once nobody does (it gave up, was killed, or the
+    /// statement is an operator's).
+    pub member: Option<usize>,
+    pub holder: Holder,
+    pub op: Op,
+    pub now: Tick,
+}
+
+/// An answer on its way back to member `member`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+pub enum Answer {
+    Poll { member: usize, answer: PollAnswer },
+    Resign { member: usize },
+}
+
+/// The statement a member's campaign thread waits on.
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+pub struct Wait {
+    pub op: Op,
+    /// The local instant recorded before sending (a poll's deadline is this plus the TTL).
+    pub sent: Tick,
+    /// The member stood down while it was in flight (`KnownTenure::resigned` moved on): its answer
+    /// is not led on.
+    pub stood_down: bool,
+}
+
+/// A campaigning member: the elector's `KnownTenure` and the campaign's state.
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+pub struct Member {
+    pub holder: Holder,
+    /// The term it won and has not seen end (its polls are guarded by it).
+    pub term: Option<Term>,
+    /// Its local deadline by the last poll that won or renewed.
+    pub deadline: Option<Tick>,
+    /// A term it stood down from (or was asked to) that waits to be resigned.
+    pub resigning: Option<Term>,
+    /// The term told `Elected` and not yet `Lost`.
+    pub announced: Option<Term>,
+    pub waiting: Option<Wait>,
+    /// `Leadership::stop` was called: it only finishes its statement and resigns.
+    pub stopped: bool,
+    /// Bookkeeping for the properties: the last term it stood down from.
+    pub stood_down: Option<Term>,
+}
+
+impl Member {
+    pub(super) fn new(holder: Holder) -> Member {
+        Member {
+            holder,
+            term: None,
+            deadline: None,
+            resigning: None,
+            announced: None,
+            waiting: None,
+            stopped: false,
+            stood_down: None,
+        }
+    }
+
+    /// `Elector::term`: the term while its local deadline has not passed.
+    pub fn elector_term(&self, now: Tick) -> Option<Term> {
+        self.term
+            .filter(|_| self.deadline.is_some_and(|deadline| now < deadline))
+    }
+
+    /// `Leadership::is_leading` (`term`): announced and not lost, and live by the local deadline.
+    pub fn leading(&self, now: Tick) -> Option<Term> {
+        self.announced
+            .filter(|&term| self.elector_term(now) == Some(term))
+    }
+}
+
+/// The whole system: the database clock, the table, the members and what is in flight.
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+pub struct State {
+    pub now: Tick,
+    pub db: Db,
+    pub members: Vec<Member>,
+    pub inflight: Vec<Msg>,
+    pub answers: Vec<Answer>,
+    /// How many interventions were used: kill and restart, stop, resign, request_resign.
+    pub interventions: u8,
+    /// The highest term any row ever had, and whether a row's term ever went back or a new tenure
+    /// reused one.
+    pub highest: Term,
+    pub term_went_back: bool,
+    /// The highest term told `Elected`, and whether an `Elected` told a term not above it.
+    pub elected: Term,
+    pub elected_went_back: bool,
+    /// An `Elected` was told while the member's last event was an `Elected` (no `Lost` between).
+    pub gain_before_loss: bool,
+}
+
+/// One step: a statement sent or executed, a local step, or the environment's.
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+pub enum Action {
+    /// The database clock (and every local clock) advances one tick.
+    Tick,
+    /// Member `m`'s campaign thread sends a statement (a poll, or a resignation waiting).
+    Send(usize, Op),
+    /// The database executes in-flight statement `i`.
+    Exec(usize),
+    /// Answer `i` reaches its member, which decides and tells.
+    Deliver(usize),
+    /// Member `m` stops waiting (answer late, lost, or the connection lost after the commit: the
+    /// outcome is unknown, the call fails); the statement may still execute.
+    GiveUp(usize),
+    /// Member `m`'s watcher: its local deadline passed with no renewal, `Lost` `Expired`.
+    Watch(usize),
+    /// `Leadership::stop` on member `m` (on the caller's thread).
+    Stop(usize),
+    /// `Elector::resign` on member `m`'s campaigning elector (on the caller's thread).
+    Resign(usize),
+    /// An operator (or a member) sends request_resign.sql.
+    RequestResign,
+    /// Member `m` is killed and restarts under holder name `holder`.
+    Restart(usize, Holder),
+}
+
+/// Member `m`'s statements in flight are no longer waited for, and its answers never read.
+pub(super) fn orphan(state: &mut State, m: usize) {
+    for msg in &mut state.inflight {
+        if msg.member == Some(m) {
+            msg.member = None;
+        }
+    }
+    state.answers.retain(|answer| match answer {
+        Answer::Poll { member, .. } | Answer::Resign { member } => *member != m,
+    });
+}
+
+/// Notes the row's term after a step that may have changed it (`before`: its term before): the
+/// highest term seen, and whether a term went back or a new tenure reused one.
+pub(super) fn note_term(state: &mut State, before: Option<Term>) {
+    if let Some(row) = &state.db.row {
+        if before.is_some_and(|before| row.term < before)
+            || (before != Some(row.term) && row.term <= state.highest && state.highest > 0)
+        {
+            state.term_went_back = true;
+        }
+        state.highest = state.highest.max(row.term);
+    }
+}

@@ -1,0 +1,282 @@
+//! The elector model and the SQL cannot drift apart silently: for generated small states of the
+//! fleet's row (holder, term, expires_at relative to now, resign_requested) and of the term
+//! sequence, each elector statement of `sql/elector/` runs against PostgreSQL (rendered for a test
+//! table as the library renders it, `pgtenure::testing::render_sql`) and its answer and resulting
+//! row must equal what the model's step function ([`Db`]'s methods, the very code the checker
+//! runs) gives. One tick of the model is one second; each case runs in a transaction rolled back
+//! afterwards, so `now()` is one instant for the set-up, the statement and the read.
+
+use std::time::SystemTime;
+
+use pgtenure_model::elector::{Db, PollAnswer, Row, Term, Tick};
+use postgres::{Client, NoTls, Transaction};
+
+const TTL: Tick = 2;
+const HOLDERS: [&str; 3] = ["a", "b", "c"];
+/// How long before `now()` a generated row was elected (a renewal keeps it, a new tenure sets it
+/// to `now()`).
+const ELECTED_AGO: i32 = 5;
+
+fn sql(file: &str, table: &str) -> String {
+    let path = format!("{}/../sql/elector/{file}", env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    pgtenure::testing::render_sql(&text, &[("table", table)]).expect("a plain table name")
+}
+
+/// Every generated state: no row, or a row of each shape, each with a sequence behind and ahead of
+/// the row's term.
+fn states() -> Vec<Db> {
+    let mut states = vec![Db { row: None, seq: 1 }];
+    for holder in 0..2 {
+        for term in [1, 3] {
+            for expires_at in [-1, 0, 1, 3] {
+                for resign_requested in [false, true] {
+                    for seq in [2, 5] {
+                        states.push(Db {
+                            row: Some(Row {
+                                holder,
+                                term,
+                                expires_at,
+                                resign_requested,
+                            }),
+                            seq,
+                        });
+                    }
+                }
+            }
+        }
+    }
+    states
+}
+
+struct Table {
+    name: String,
+    client: Client,
+}
+
+impl Drop for Table {
+    fn drop(&mut self) {
+        let _ = self.client.batch_execute(&format!(
+            "DROP TABLE IF EXISTS {0}; DROP SEQUENCE IF EXISTS {0}_term_seq",
+            self.name
+        ));
+    }
+}
+
+fn table() -> Table {
+    let url = pgtenure::testing::database_url().expect("a database");
+    let mut client = Client::connect(&url, NoTls).expect("connect");
+    let name = format!("t_model_elector_{}", std::process::id());
+    client
+        .batch_execute(&sql("create_table.sql", &name))
+        .expect("create table");
+    client
+        .batch_execute(&sql("create_sequence.sql", &name))
+        .expect("create sequence");
+    Table { name, client }
+}
+
+/// Sets the table to `db`'s state inside `tx`.
+fn set(tx: &mut Transaction<'_>, table: &str, db: &Db) {
+    tx.batch_execute(&format!("DELETE FROM {table}")).unwrap();
+    if let Some(row) = &db.row {
+        tx.execute(
+            &format!(
+                "INSERT INTO {table} (name, holder, expires_at, term, elected_at, \
+                 resign_requested) VALUES ('f', $1, now() + $2::int * interval '1 second', $3, \
+                 now() - $4::int * interval '1 second', $5)"
+            ),
+            &[
+                &HOLDERS[row.holder as usize],
+                &i32::from(row.expires_at),
+                &i64::from(row.term),
+                &ELECTED_AGO,
+                &row.resign_requested,
+            ],
+        )
+        .unwrap();
+    }
+    tx.query(
+        &format!("SELECT setval('{table}_term_seq', $1, false)"),
+        &[&i64::from(db.seq)],
+    )
+    .unwrap();
+}
+
+fn holder(name: &str) -> u8 {
+    HOLDERS.iter().position(|h| *h == name).unwrap() as u8
+}
+
+/// The table's state as the model sees it, read inside `tx`, and whether the row's `elected_at`
+/// is `now()` (else it is the generated one).
+fn get(tx: &mut Transaction<'_>, table: &str) -> (Db, Option<bool>) {
+    let row = tx
+        .query_opt(
+            &format!(
+                "SELECT holder, term, round(extract(epoch FROM expires_at - now()))::int, \
+                 resign_requested, elected_at = now() FROM {table} WHERE name = 'f'"
+            ),
+            &[],
+        )
+        .unwrap();
+    let elected_now = row.as_ref().map(|r| r.get::<_, bool>(4));
+    let row = row.map(|r| Row {
+        holder: holder(r.get(0)),
+        term: r.get::<_, i64>(1) as Term,
+        expires_at: r.get::<_, i32>(2) as Tick,
+        resign_requested: r.get(3),
+    });
+    let seq = tx
+        .query_one(
+            &format!("SELECT last_value, is_called FROM {table}_term_seq"),
+            &[],
+        )
+        .unwrap();
+    let last: i64 = seq.get(0);
+    let called: bool = seq.get(1);
+    let db = Db {
+        row,
+        seq: (if called { last + 1 } else { last }) as Term,
+    };
+    (db, elected_now)
+}
+
+/// `at` in ticks (whole seconds) relative to `now`.
+fn ticks(at: SystemTime, now: SystemTime) -> Tick {
+    match at.duration_since(now) {
+        Ok(after) => after.as_secs_f64().round() as Tick,
+        Err(before) => -(before.duration().as_secs_f64().round() as Tick),
+    }
+}
+
+const MICROS: i64 = 1_000_000;
+
+/// One case: what, the model's step (its answer as text), the statement's (its answer as text).
+type Step = Box<dyn Fn(&mut Db) -> String>;
+type Run<'s> = Box<dyn Fn(&mut Transaction<'_>) -> String + 's>;
+
+/// The poll (is_leader.sql) of `h` guarded by `guard`, both ways.
+fn poll<'s>(is_leader: &'s str, h: u8, guard: Option<Term>) -> (String, Step, Run<'s>) {
+    let name = HOLDERS[h as usize];
+    let ttl = i64::from(TTL) * MICROS;
+    let none_ts: Option<SystemTime> = None;
+    let none_i64: Option<i64> = None;
+    (
+        format!("is_leader {name} guard {guard:?}"),
+        Box::new(move |db: &mut Db| format!("{:?}", db.is_leader(0, h, TTL, guard, None))),
+        Box::new(move |tx: &mut Transaction<'_>| {
+            let now: SystemTime = tx.query_one("SELECT now()", &[]).unwrap().get(0);
+            let guard = guard.map(i64::from);
+            let rows = tx
+                .query(
+                    is_leader,
+                    &[
+                        &"f", &name, &ttl, &guard, &false, &false, &none_i64, &none_ts, &none_ts,
+                    ],
+                )
+                .unwrap();
+            let answer = rows.first().map_or_else(PollAnswer::default, |r| {
+                let leader = r.get::<_, Option<&str>>("holder").map(|leader| {
+                    (
+                        holder(leader),
+                        r.get::<_, i64>("term") as Term,
+                        ticks(r.get("expires_at"), now),
+                    )
+                });
+                assert!(!r.get::<_, bool>("stale"), "stale without a hold-off");
+                PollAnswer {
+                    leader,
+                    mine: r.get("mine"),
+                    ended: r.get("ended"),
+                    my_term: r.get::<_, Option<i64>>("my_term").map(|t| t as Term),
+                }
+            });
+            format!("{answer:?}")
+        }),
+    )
+}
+
+/// Every statement the model steps, for holders `h` and terms `term`.
+fn cases<'s>(statements: &'s [String; 4], h: u8, term: Term) -> Vec<(String, Step, Run<'s>)> {
+    let [is_leader, resign, request_resign, fence] = statements;
+    let name = HOLDERS[h as usize];
+    let t = i64::from(term);
+    let mut cases = vec![poll(is_leader, h, Some(term))];
+    cases.push((
+        format!("resign {name} {term}"),
+        Box::new(move |db: &mut Db| format!("{:?}", db.resign(0, h, term))),
+        Box::new(move |tx: &mut Transaction<'_>| {
+            let rows = tx.query(resign.as_str(), &[&"f", &name, &t]).unwrap();
+            format!("{:?}", !rows.is_empty())
+        }),
+    ));
+    cases.push((
+        format!("fence {name} {term}"),
+        Box::new(move |db: &mut Db| format!("{:?}", db.fence(0, h, term))),
+        Box::new(move |tx: &mut Transaction<'_>| {
+            let rows = tx.query(fence.as_str(), &[&"f", &name, &t]).unwrap();
+            format!("{:?}", !rows.is_empty())
+        }),
+    ));
+    if term == 1 {
+        cases.push(poll(is_leader, h, None));
+    }
+    if term == 1 && h == 0 {
+        cases.push((
+            "request_resign".into(),
+            Box::new(|db: &mut Db| format!("{:?}", db.request_resign(0))),
+            Box::new(move |tx: &mut Transaction<'_>| {
+                let rows = tx.query(request_resign.as_str(), &[&"f"]).unwrap();
+                format!(
+                    "{:?}",
+                    rows.first()
+                        .map(|r| (holder(r.get(0)), r.get::<_, i64>(1) as Term))
+                )
+            }),
+        ));
+    }
+    cases
+}
+
+#[test]
+fn every_elector_statement_does_what_its_model_step_does() {
+    let mut table = table();
+    let name = table.name.clone();
+    let statements = [
+        sql("is_leader.sql", &name),
+        sql("resign.sql", &name),
+        sql("request_resign.sql", &name),
+        sql("fence.sql", &name),
+    ];
+    let mut compared = 0;
+    for state in states() {
+        for h in 0..3u8 {
+            for term in [1, 3] {
+                for (what, step, run) in cases(&statements, h, term) {
+                    let mut model = state.clone();
+                    let model_answer = step(&mut model);
+                    let mut tx = table.client.transaction().unwrap();
+                    set(&mut tx, &name, &state);
+                    let answer = run(&mut tx);
+                    let (after, elected_now) = get(&mut tx, &name);
+                    tx.rollback().unwrap();
+                    assert_eq!(
+                        (&answer, &after),
+                        (&model_answer, &model),
+                        "{what} on {state:?}: PostgreSQL (left) and the model (right) differ"
+                    );
+                    // elected_at (not modelled) is now() exactly when a new tenure began.
+                    let new_tenure = model.row.as_ref().map(|row| {
+                        state
+                            .row
+                            .as_ref()
+                            .is_none_or(|before| before.term != row.term)
+                    });
+                    assert_eq!(elected_now, new_tenure, "{what} on {state:?}: elected_at");
+                    compared += 1;
+                }
+            }
+        }
+    }
+    println!("{compared} statements compared with the model");
+}

@@ -1,0 +1,150 @@
+//! The elector model, checked exhaustively (breadth-first) within bounds: every property holds in
+//! every reachable state; each reintroduced hole is found, with its counterexample printed.
+//! `PGTENURE_MODEL_DEPTH=<ticks>` checks deeper bounds (as many ticks and terms), with
+//! `PGTENURE_MODEL_INTERVENTIONS=<n>` interventions per run (default 1).
+
+use pgtenure_model::elector::{Action, Election, Hole, Op};
+use stateright::{Checker, HasDiscoveries, Model};
+use std::time::Instant;
+
+/// Checks `model` breadth-first, to the end or until `property` is found broken.
+fn check(model: Election, what: &str, property: Option<&'static str>) -> impl Checker<Election> {
+    let started = Instant::now();
+    let finish = match property {
+        Some(property) => HasDiscoveries::AnyOf([property].into()),
+        None => HasDiscoveries::All,
+    };
+    let checker = model
+        .checker()
+        .threads(1)
+        .finish_when(finish)
+        .spawn_bfs()
+        .join();
+    println!(
+        "{what}: {} states ({} unique), depth {}, {:.1?}",
+        checker.state_count(),
+        checker.unique_state_count(),
+        checker.max_depth(),
+        started.elapsed()
+    );
+    checker
+}
+
+#[test]
+fn every_property_holds_in_every_reachable_state() {
+    let interventions = std::env::var("PGTENURE_MODEL_INTERVENTIONS").map_or(1, |n| {
+        n.parse()
+            .expect("PGTENURE_MODEL_INTERVENTIONS: a number of interventions")
+    });
+    let model = match std::env::var("PGTENURE_MODEL_DEPTH") {
+        Ok(depth) => Election::deep(
+            depth
+                .parse()
+                .expect("PGTENURE_MODEL_DEPTH: a number of ticks"),
+            interventions,
+        ),
+        Err(_) => Election {
+            max_interventions: interventions,
+            ..Election::ci()
+        },
+    };
+    let checker = check(model, "elector", None);
+    checker.assert_properties();
+}
+
+/// Checks the model with `hole` reintroduced and returns the counterexample to `property`.
+fn found(hole: Hole, property: &'static str) -> String {
+    let model = Election {
+        hole: Some(hole),
+        ..Election::ci()
+    };
+    let checker = check(model, &format!("elector with {hole:?}"), Some(property));
+    let path = checker
+        .discovery(property)
+        .unwrap_or_else(|| panic!("{hole:?}: no counterexample to {property:?}"));
+    let trace = format!("{path}");
+    println!("{hole:?} breaks {property:?}:\n{trace}");
+    trace
+}
+
+#[test]
+fn a_renewal_that_ends_a_requested_tenure_is_found() {
+    found(Hole::RenewalEndsOnRequest, "no two believers");
+}
+
+#[test]
+fn a_resignation_forgotten_before_it_is_acknowledged_is_found() {
+    found(
+        Hole::ResignForgetsFirst,
+        "a tenure stood down from is kept to resign while it is live",
+    );
+}
+
+/// Replays `steps` with and without `hole`: with it the last state breaks `property`, without it
+/// the same steps keep it.
+fn replay(hole: Hole, property: &str, steps: &[Action]) {
+    for hole in [Some(hole), None] {
+        let model = Election {
+            hole,
+            ..Election::ci()
+        };
+        let property = model
+            .properties()
+            .into_iter()
+            .find(|p| p.name == property)
+            .unwrap();
+        let mut state = model.init_states().remove(0);
+        for step in steps {
+            let mut enabled = Vec::new();
+            model.actions(&state, &mut enabled);
+            assert!(enabled.contains(step), "{step:?} not enabled in {state:?}");
+            state = model.next_state(&state, step.clone()).unwrap();
+        }
+        println!("{hole:?}: {state:?}");
+        assert_eq!(
+            (property.condition)(&model, &state),
+            hole.is_none(),
+            "{state:?}"
+        );
+    }
+}
+
+/// The shortest way a renewal that ends a requested tenure makes two believers (the trace in
+/// docs/reliability.md).
+#[test]
+fn the_documented_trace_of_a_renewal_ending_a_requested_tenure() {
+    replay(
+        Hole::RenewalEndsOnRequest,
+        "no two believers",
+        &[
+            Action::Send(0, Op::Poll { guard: None }),
+            Action::Exec(0),
+            Action::Deliver(0),
+            Action::RequestResign,
+            Action::Exec(0),
+            Action::Send(0, Op::Poll { guard: Some(1) }),
+            Action::Exec(0),
+            Action::Send(1, Op::Poll { guard: None }),
+            Action::Exec(0),
+            Action::Deliver(1),
+        ],
+    );
+}
+
+/// The shortest way a resignation forgotten when it is sent leaves a live tenure nobody will
+/// resign (the trace in docs/reliability.md).
+#[test]
+fn the_documented_trace_of_a_resignation_forgotten_when_sent() {
+    replay(
+        Hole::ResignForgetsFirst,
+        "a tenure stood down from is kept to resign while it is live",
+        &[
+            Action::Send(0, Op::Poll { guard: None }),
+            Action::Exec(0),
+            Action::Deliver(0),
+            Action::Resign(0),
+            Action::Send(0, Op::Resign { term: 1 }),
+            Action::GiveUp(0),
+        ],
+    );
+}
