@@ -58,7 +58,8 @@ impl Companion {
 
     /// The record of the last promotion `table`'s grants saw (`sql/schema/create_promotion.sql`),
     /// made with its one row when missing, so tables made before it get it from `create_table`.
-    /// The row starts at the server's timeline when `fold` ([`Db::timeline_tokens`]).
+    /// The row starts at the server's timeline when `fold`
+    /// ([`Db::timeline_tokens`](crate::Db::timeline_tokens)).
     pub(crate) fn promotion(table: &TableName, fold: bool) -> Companion {
         let fold = if fold { "true" } else { "false" };
         Companion {
