@@ -30,7 +30,6 @@ pub(crate) use self::outcome::{discard, Policy, Resend};
 pub(crate) use self::promotion::{Grant, GrantAnswer, PromotionRecord};
 pub(crate) use self::records::Promotion;
 use self::records::Promotions;
-pub(crate) use self::schema::Companion;
 use self::schema::SchemaChecks;
 pub use self::ssl::SslMode;
 use crate::error::classify::{connection_lost, deadlocked, never_ran, outcome_unknown};
@@ -355,6 +354,12 @@ impl Db {
     /// How long a statement waits for a pool connection at most.
     pub(crate) fn pool_timeout(&self) -> Duration {
         self.pool.connection_timeout()
+    }
+
+    /// The tables whose schema versions were found good enough for the handles' statements, shared
+    /// by this `Db`'s clones (filled by the version check and the migrations).
+    pub(crate) fn schema_checks(&self) -> &SchemaChecks {
+        &self.schemas
     }
 
     /// The most connections the pool opens.

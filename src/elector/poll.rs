@@ -93,6 +93,7 @@ impl Elector {
             my_term,
             ..
         } = answer;
+        let leader = leader.map(LeaderInfo::from);
         let ended = my_term.filter(|_| ended);
         let won = my_term.filter(|_| mine);
         let not_leading = Poll {

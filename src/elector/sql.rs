@@ -1,9 +1,8 @@
 //! The elector's statements, rendered once for a table, and one function per operation.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Instant, SystemTime};
 
-use super::LeaderInfo;
 use crate::db::{Db, Grant, GrantAnswer, Policy, Promotion, PromotionRecord};
 use crate::error::Result;
 use crate::fence::{statement_text, Fence};
@@ -40,11 +39,26 @@ pub(super) struct Statements {
     fence: Arc<str>,
 }
 
+/// A fleet's leader as the statements read it (`sql/elector/leader.sql`, `leaders.sql`, and the
+/// poll's `is_leader.sql`).
+#[derive(Debug)]
+pub(super) struct LeaderRow {
+    pub(super) name: String,
+    pub(super) holder: String,
+    pub(super) term: i64,
+    pub(super) elected_at: SystemTime,
+    pub(super) expires_at: SystemTime,
+    /// Always `true` but in `leaders.sql`'s rows.
+    pub(super) live: bool,
+    /// Not read by a poll (`false` there).
+    pub(super) resign_requested: bool,
+}
+
 /// What a poll's statement answered (`sql/elector/is_leader.sql`).
 #[derive(Debug, Default)]
 pub(super) struct PollAnswer {
     /// Who leads by the statement's view (this elector included); `None` after an ended tenure.
-    pub(super) leader: Option<LeaderInfo>,
+    pub(super) leader: Option<LeaderRow>,
     /// This elector leads now under `my_term`.
     pub(super) mine: bool,
     /// This elector was asked to step down: `my_term` waits to be resigned.
@@ -110,7 +124,7 @@ impl Statements {
         };
         let read = Read::new(row, "elect leader", &self.table);
         let leader = match read.column::<Option<String>>("holder")? {
-            Some(holder) => Some(LeaderInfo {
+            Some(holder) => Some(LeaderRow {
                 name: name.to_owned(),
                 holder,
                 term: read.column("term")?,
@@ -162,13 +176,13 @@ impl Statements {
     }
 
     /// `name`'s live leader.
-    pub(super) fn leader(&self, db: &Db, name: &str) -> Result<Option<LeaderInfo>> {
+    pub(super) fn leader(&self, db: &Db, name: &str) -> Result<Option<LeaderRow>> {
         self.gate.check(db)?;
         let rows = db.query("read leader", Policy::IDEMPOTENT, &self.leader, &(name,))?;
         rows.first()
             .map(|row| {
                 let read = Read::new(row, "read leader", &self.table);
-                Ok(LeaderInfo {
+                Ok(LeaderRow {
                     name: name.to_owned(),
                     holder: read.column("holder")?,
                     term: read.column("term")?,
@@ -182,13 +196,13 @@ impl Statements {
     }
 
     /// Every fleet's row, in name order.
-    pub(super) fn leaders(&self, db: &Db) -> Result<Vec<LeaderInfo>> {
+    pub(super) fn leaders(&self, db: &Db) -> Result<Vec<LeaderRow>> {
         self.gate.check(db)?;
         let rows = db.query("read leaders", Policy::IDEMPOTENT, &self.leaders, &())?;
         rows.iter()
             .map(|row| {
                 let read = Read::new(row, "read leaders", &self.table);
-                Ok(LeaderInfo {
+                Ok(LeaderRow {
                     name: read.column("name")?,
                     holder: read.column("holder")?,
                     term: read.column("term")?,

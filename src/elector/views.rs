@@ -3,6 +3,7 @@
 use std::fmt;
 use std::time::SystemTime;
 
+use super::sql::LeaderRow;
 use super::Elector;
 use crate::error::Result;
 use crate::timestamp::Timestamp;
@@ -59,6 +60,20 @@ impl fmt::Display for LeaderInfo {
     }
 }
 
+impl From<LeaderRow> for LeaderInfo {
+    fn from(row: LeaderRow) -> LeaderInfo {
+        LeaderInfo {
+            name: row.name,
+            holder: row.holder,
+            term: row.term,
+            elected_at: row.elected_at,
+            expires_at: row.expires_at,
+            live: row.live,
+            resign_requested: row.resign_requested,
+        }
+    }
+}
+
 impl Elector {
     /// Who leads the fleet now by the database clock, or `None`.
     ///
@@ -66,7 +81,7 @@ impl Elector {
     ///
     /// A database or connection error.
     pub fn leader(&self) -> Result<Option<LeaderInfo>> {
-        self.sql.leader(&self.db, &self.name)
+        Ok(self.sql.leader(&self.db, &self.name)?.map(LeaderInfo::from))
     }
 
     /// Every fleet in this elector's table, in name order, with its leader: live leaders, and the
@@ -78,7 +93,8 @@ impl Elector {
     ///
     /// A database or connection error (an undefined-table error when the table does not exist).
     pub fn leaders(&self) -> Result<Vec<LeaderInfo>> {
-        self.sql.leaders(&self.db)
+        let rows = self.sql.leaders(&self.db)?;
+        Ok(rows.into_iter().map(LeaderInfo::from).collect())
     }
 }
 

@@ -5,7 +5,6 @@ use std::time::{Instant, SystemTime};
 
 use postgres::Row;
 
-use super::{LeaseInfo, LeaseSummary};
 use crate::db::{Connection, Db, Grant, GrantAnswer, Policy, Promotion, PromotionRecord};
 use crate::error::{Error, ErrorKind, Result};
 use crate::fence::{statement_text, Fence};
@@ -282,7 +281,7 @@ impl Statements {
     }
 
     /// The row of `key`, live or lapsed.
-    pub(super) fn holder(&self, db: &Db, key: &str) -> Result<Option<LeaseInfo>> {
+    pub(super) fn holder(&self, db: &Db, key: &str) -> Result<Option<LeaseRow>> {
         self.gate.check(db)?;
         let rows = db.query(
             "read lease holder",
@@ -291,21 +290,21 @@ impl Statements {
             &(key,),
         )?;
         rows.first()
-            .map(|row| lease_info(row, "read lease holder", &self.table))
+            .map(|row| LeaseRow::read(row, "read lease holder", &self.table))
             .transpose()
     }
 
     /// Every row whose key starts with `prefix`, in key order.
-    pub(super) fn list(&self, db: &Db, prefix: &str) -> Result<Vec<LeaseInfo>> {
+    pub(super) fn list(&self, db: &Db, prefix: &str) -> Result<Vec<LeaseRow>> {
         self.gate.check(db)?;
         let rows = db.query("list leases", Policy::IDEMPOTENT, &self.list, &(prefix,))?;
         rows.iter()
-            .map(|row| lease_info(row, "list leases", &self.table))
+            .map(|row| LeaseRow::read(row, "list leases", &self.table))
             .collect()
     }
 
     /// The counts and the `soonest` held leases closest to lapsing.
-    pub(super) fn summary(&self, db: &Db, soonest: i64) -> Result<LeaseSummary> {
+    pub(super) fn summary(&self, db: &Db, soonest: i64) -> Result<SummaryRow> {
         self.gate.check(db)?;
         let rows = db.query(
             "summarize leases",
@@ -328,10 +327,10 @@ impl Statements {
                 .column::<Option<&str>>("key")?
                 .is_some()
             {
-                soonest.push(lease_info(row, context, &self.table)?);
+                soonest.push(LeaseRow::read(row, context, &self.table)?);
             }
         }
-        Ok(LeaseSummary {
+        Ok(SummaryRow {
             rows: read.column("lease_rows")?,
             held: read.column("held")?,
             superseded: read.column("held_superseded")?,
@@ -361,7 +360,7 @@ impl Statements {
         &self,
         db: &Db,
         key: &str,
-    ) -> Result<(Option<LeaseInfo>, Option<SystemTime>)> {
+    ) -> Result<(Option<LeaseRow>, Option<SystemTime>)> {
         self.gate.check(db)?;
         let rows = db.query(
             "read lease refusal",
@@ -375,7 +374,7 @@ impl Statements {
         let context = "read lease refusal";
         let read = Read::new(first, context, &self.table);
         let row = match read.column::<Option<String>>("owner")? {
-            Some(_) => Some(lease_info(first, context, &self.table)?),
+            Some(_) => Some(LeaseRow::read(first, context, &self.table)?),
             None => None,
         };
         Ok((row, read.column("grants_from")?))
@@ -392,19 +391,44 @@ impl Statements {
     }
 }
 
-/// A lease row as the operator views read it, for the operation `context` on `table`.
-fn lease_info(row: &Row, context: &str, table: &TableName) -> Result<LeaseInfo> {
-    let read = Read::new(row, context, table);
-    Ok(LeaseInfo {
-        key: read.column("key")?,
-        owner: read.column("owner")?,
-        token: read.column("token")?,
-        acquired_at: read.column("acquired_at")?,
-        held_until: read.column("held_until")?,
-        superseded: read.column("superseded")?,
-        live: read.column("live")?,
-        managed: read.column("managed")?,
-    })
+/// A lease row as the operator views read it (`holder.sql`, `list.sql`, `summary.sql`,
+/// `refusal.sql`).
+pub(super) struct LeaseRow {
+    pub(super) key: String,
+    pub(super) owner: String,
+    pub(super) token: i64,
+    pub(super) acquired_at: SystemTime,
+    pub(super) held_until: SystemTime,
+    pub(super) superseded: bool,
+    pub(super) live: bool,
+    pub(super) managed: bool,
+}
+
+impl LeaseRow {
+    /// A lease row as the operator views read it, for the operation `context` on `table`.
+    fn read(row: &Row, context: &str, table: &TableName) -> Result<LeaseRow> {
+        let read = Read::new(row, context, table);
+        Ok(LeaseRow {
+            key: read.column("key")?,
+            owner: read.column("owner")?,
+            token: read.column("token")?,
+            acquired_at: read.column("acquired_at")?,
+            held_until: read.column("held_until")?,
+            superseded: read.column("superseded")?,
+            live: read.column("live")?,
+            managed: read.column("managed")?,
+        })
+    }
+}
+
+/// What the summary statement answered (`sql/leases/summary.sql`): the counts, and the held leases
+/// closest to lapsing.
+pub(super) struct SummaryRow {
+    pub(super) rows: i64,
+    pub(super) held: i64,
+    pub(super) superseded: i64,
+    pub(super) next_lapse: Option<SystemTime>,
+    pub(super) soonest: Vec<LeaseRow>,
 }
 
 #[cfg(test)]

@@ -6,6 +6,7 @@
 use std::fmt;
 use std::time::{Duration, SystemTime};
 
+use super::sql::{LeaseRow, SummaryRow};
 use super::{Lease, Leases};
 use crate::error::{Error, Result};
 use crate::input::{check_key, MAX_KEY_BYTES};
@@ -100,6 +101,33 @@ impl Refusal {
     }
 }
 
+impl From<LeaseRow> for LeaseInfo {
+    fn from(row: LeaseRow) -> LeaseInfo {
+        LeaseInfo {
+            key: row.key,
+            owner: row.owner,
+            token: row.token,
+            acquired_at: row.acquired_at,
+            held_until: row.held_until,
+            superseded: row.superseded,
+            live: row.live,
+            managed: row.managed,
+        }
+    }
+}
+
+impl From<SummaryRow> for LeaseSummary {
+    fn from(row: SummaryRow) -> LeaseSummary {
+        LeaseSummary {
+            rows: row.rows,
+            held: row.held,
+            superseded: row.superseded,
+            next_lapse: row.next_lapse,
+            soonest: row.soonest.into_iter().map(LeaseInfo::from).collect(),
+        }
+    }
+}
+
 /// `lease "k": held by worker-1 (token 7) since 2026-12-03T06:00:00.000Z until
 /// 2026-12-03T06:00:30.000Z`, `, superseded` when asked to give it up, or `lapsed at …` once it is
 /// not held.
@@ -172,7 +200,8 @@ impl Leases {
     /// is blank, contains a NUL byte or is over 1,024 bytes; otherwise a database or connection error.
     pub fn holder(&self, key: &str) -> Result<Option<LeaseInfo>> {
         check_key("lease key", key)?;
-        self.shared.sql.holder(&self.shared.db, key)
+        let row = self.shared.sql.holder(&self.shared.db, key)?;
+        Ok(row.map(LeaseInfo::from))
     }
 
     /// Every row whose key starts with `prefix` (`""`: every key), live or lapsed, in key order.
@@ -196,7 +225,8 @@ impl Leases {
                 prefix.len()
             )));
         }
-        self.shared.sql.list(&self.shared.db, prefix)
+        let rows = self.shared.sql.list(&self.shared.db, prefix)?;
+        Ok(rows.into_iter().map(LeaseInfo::from).collect())
     }
 
     /// The table at a glance, for monitoring: how many rows, how many leases are held and
@@ -211,7 +241,8 @@ impl Leases {
     pub fn summary(&self, soonest: usize) -> Result<LeaseSummary> {
         // More than any table holds: every held lease.
         let soonest = i64::try_from(soonest).unwrap_or(i64::MAX);
-        self.shared.sql.summary(&self.shared.db, soonest)
+        let summary = self.shared.sql.summary(&self.shared.db, soonest)?;
+        Ok(LeaseSummary::from(summary))
     }
 
     /// An operator's release: ends the live tenure of `key` now, whoever holds it (not guarded by
@@ -261,6 +292,7 @@ impl Leases {
         check_key("lease key", key)?;
         let family = self.shared.held.lock().contains(key);
         let (row, grants_from) = self.shared.sql.refusal(&self.shared.db, key)?;
+        let row = row.map(LeaseInfo::from);
         let held_off = grants_from.filter(|_| self.shared.db.promotion_hold_off());
         Ok(match (row, held_off) {
             (row, _) if family => Refusal::ThisFamily(row),

@@ -5,12 +5,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::found::Found;
 use super::kind::Kind;
-use crate::db::Db;
+use crate::db::{Db, Policy};
 use crate::error::{Error, ErrorKind, Result};
+use crate::row::Read;
 use crate::statement::Statement;
 use crate::table_name::TableName;
 
-pub(crate) const VERSION_SQL: &str = include_str!("../../sql/schema/version.sql");
+pub(super) const VERSION_SQL: &str = include_str!("../../sql/schema/version.sql");
 
 /// A handle's check, once per [`Db`] and table, that its tables are at the versions its statements
 /// need; free after it passed.
@@ -39,15 +40,67 @@ impl Gate {
             return Ok(());
         }
         for (kind, table) in &self.tables {
-            db.check_version(*kind, table, &self.statement)?;
+            check_version(db, *kind, table, &self.statement)?;
         }
         self.passed.store(true, Ordering::Release);
         Ok(())
     }
 }
 
+/// `Ok` when `kind`'s `table` is at least at the version its statements need, or missing (its
+/// statements say so); read once per `Db` and table through `statement`
+/// (`sql/schema/version.sql`), in the connection's statement mode.
+fn check_version(
+    db: &Db,
+    kind: Kind,
+    table: &TableName,
+    statement: &Statement<(String, Vec<String>)>,
+) -> Result<()> {
+    if db.schema_checks().has_passed(kind.name(), table) {
+        return Ok(());
+    }
+    let context = format!("check the {} table's schema version", kind.name());
+    let relations = kind.marker_relations(table);
+    let row = db.query_one(
+        &context,
+        Policy::IDEMPOTENT,
+        statement,
+        &(table.quoted(), relations),
+    )?;
+    let read = Read::server(&row, &context, &"the catalog");
+    let comment: Option<String> = read.column("comment")?;
+    let columns: Vec<String> = read.column("columns")?;
+    let present: Vec<String> = read.column("relations")?;
+    let found = Found::read(
+        kind,
+        table,
+        read.column("present")?,
+        comment.as_deref(),
+        &columns,
+        &present,
+    )?;
+    match found {
+        // Not cached: the statements report the missing table, until it is made.
+        Found::Absent => Ok(()),
+        Found::Recorded(v) | Found::Unrecorded(v) | Found::Incomplete { columns: v, .. }
+            if v < kind.needed() =>
+        {
+            Err(too_old(kind, table, found))
+        }
+        Found::Unrecorded(v) => {
+            log::info!(target: "pgtenure::db", "table {table} has no schema version record; its columns are those of version {v} of the {} table (run the migrations to record it)", kind.name());
+            db.schema_checks().passed(kind.name(), table);
+            Ok(())
+        }
+        Found::Recorded(_) | Found::Incomplete { .. } => {
+            db.schema_checks().passed(kind.name(), table);
+            Ok(())
+        }
+    }
+}
+
 /// The error of a handle whose table is older than its statements need.
-pub(crate) fn too_old(kind: Kind, table: &TableName, found: Found) -> Error {
+fn too_old(kind: Kind, table: &TableName, found: Found) -> Error {
     let found = match found {
         Found::Recorded(v) => format!("schema version {v}"),
         Found::Unrecorded(v) => {

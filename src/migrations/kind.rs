@@ -1,7 +1,7 @@
 //! What each kind of pgtenure table is: its versions, the statements that create it and step it
 //! from one version to the next, and what each version left to recognise it by.
 
-use crate::db::Companion;
+use super::companion::Companion;
 use crate::table_name::{render, TableName};
 
 const TICKS_CREATE: &str = include_str!("../../sql/tick_claims/create_table.sql");

@@ -21,14 +21,15 @@
 //!
 //! [`ErrorKind::Schema`]: crate::ErrorKind::Schema
 
+mod companion;
 mod found;
 mod gate;
 mod kind;
+mod migrate;
 mod plan;
 mod tables;
 
-pub(crate) use self::found::Found;
-pub(crate) use self::gate::{too_old, Gate, VERSION_SQL};
+pub(crate) use self::gate::Gate;
 pub(crate) use self::kind::Kind;
 pub use self::plan::Plan;
 pub use self::tables::Tables;

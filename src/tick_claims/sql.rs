@@ -3,7 +3,6 @@
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
-use super::JobInfo;
 use crate::db::{one_row, Db, Policy};
 use crate::error::Result;
 use crate::fence::{statement_text, Fence};
@@ -84,6 +83,30 @@ impl ClaimAnswer {
                 token: read.column("token")?,
                 db_now,
             }
+        })
+    }
+}
+
+/// One job's row as the jobs statement reads it (`sql/tick_claims/jobs.sql`).
+pub(super) struct JobRow {
+    pub(super) job_id: String,
+    pub(super) tick: SystemTime,
+    pub(super) owner: String,
+    pub(super) token: i64,
+    pub(super) busy_until: Option<SystemTime>,
+    pub(super) busy: bool,
+}
+
+impl JobRow {
+    /// The jobs statement's row (`job_id`, `tick`, `owner`, `token`, `busy_until`, `busy`).
+    fn read(read: &Read<'_>) -> Result<JobRow> {
+        Ok(JobRow {
+            job_id: read.column("job_id")?,
+            tick: read.column("tick")?,
+            owner: read.column("owner")?,
+            token: read.column("token")?,
+            busy_until: read.column("busy_until")?,
+            busy: read.column("busy")?,
         })
     }
 }
@@ -179,21 +202,11 @@ impl Statements {
     }
 
     /// Every job's row, in job id order.
-    pub(super) fn jobs(&self, db: &Db) -> Result<Vec<JobInfo>> {
+    pub(super) fn jobs(&self, db: &Db) -> Result<Vec<JobRow>> {
         self.gate.check(db)?;
         let rows = db.query("read jobs", Policy::IDEMPOTENT, &self.jobs, &())?;
         rows.iter()
-            .map(|row| {
-                let read = Read::new(row, "read jobs", &self.table);
-                Ok(JobInfo {
-                    job_id: read.column("job_id")?,
-                    tick: read.column("tick")?,
-                    owner: read.column("owner")?,
-                    token: read.column("token")?,
-                    busy_until: read.column("busy_until")?,
-                    busy: read.column("busy")?,
-                })
-            })
+            .map(|row| JobRow::read(&Read::new(row, "read jobs", &self.table)))
             .collect()
     }
 }

@@ -3,6 +3,7 @@
 use std::fmt;
 use std::time::SystemTime;
 
+use super::sql::JobRow;
 #[cfg(doc)]
 use super::TickClaim;
 use super::TickClaims;
@@ -46,6 +47,19 @@ impl fmt::Display for JobInfo {
     }
 }
 
+impl From<JobRow> for JobInfo {
+    fn from(row: JobRow) -> JobInfo {
+        JobInfo {
+            job_id: row.job_id,
+            tick: row.tick,
+            owner: row.owner,
+            token: row.token,
+            busy_until: row.busy_until,
+            busy: row.busy,
+        }
+    }
+}
+
 impl TickClaims {
     /// Every job in this table, in job id order: its last claimed tick, who claimed it with which
     /// token, and whether that run is busy now by the database clock. One statement that reads the
@@ -55,7 +69,8 @@ impl TickClaims {
     ///
     /// A database or connection error (an undefined-table error when the table does not exist).
     pub fn jobs(&self) -> Result<Vec<JobInfo>> {
-        self.sql.jobs(&self.db)
+        let rows = self.sql.jobs(&self.db)?;
+        Ok(rows.into_iter().map(JobInfo::from).collect())
     }
 }
 
