@@ -82,8 +82,7 @@ impl Ticks {
     pub fn deep(max_now: Tick) -> Ticks {
         Ticks {
             max_now,
-            max_tick: 2,
-            max_claim_ids: 4,
+            max_claim_ids: 3,
             ..Ticks::ci()
         }
     }

@@ -123,7 +123,6 @@ impl Ticks {
     /// Answer `i` reaches its scheduler; `None` when it no longer waits for one.
     fn deliver(&self, state: &mut State, i: usize) -> Option<()> {
         let answer = state.answers.remove(i);
-        let now = state.now;
         let p = answer.proc();
         let wait = state.procs[p].waiting.take()?;
         match (wait, answer) {
@@ -143,7 +142,6 @@ impl Ticks {
             }
             _ => return None,
         }
-        let _ = now;
         Some(())
     }
 
