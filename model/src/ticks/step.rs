@@ -10,18 +10,7 @@ impl Ticks {
     pub(super) fn step(&self, last: &State, action: Action) -> Option<State> {
         let mut state = last.clone();
         match action {
-            Action::Tick => {
-                state.now += 1;
-                for p in 0..state.procs.len() {
-                    if state.procs[p]
-                        .run
-                        .as_ref()
-                        .is_some_and(|run| run.deadline <= state.now)
-                    {
-                        end(&mut state, p);
-                    }
-                }
-            }
+            Action::Tick => tick(&mut state),
             Action::StepClock(p, by) => {
                 state.clock_steps += 1;
                 state.procs[p].skew += by;
@@ -75,19 +64,7 @@ impl Ticks {
                 proc.fenced = None;
                 orphan(&mut state, p);
             }
-            Action::Restart(p) => {
-                state.restarts += 1;
-                let proc = &mut state.procs[p];
-                *proc = Proc {
-                    owner: proc.owner,
-                    skew: proc.skew,
-                    next: 0,
-                    waiting: None,
-                    run: None,
-                    fenced: None,
-                };
-                orphan(&mut state, p);
-            }
+            Action::Restart(p) => restart(&mut state, p),
         }
         Some(state)
     }
@@ -202,4 +179,34 @@ fn end(state: &mut State, p: usize) {
         owner: state.procs[p].owner,
         op: Op::Release { token: run.token },
     });
+}
+
+/// The clock advances one tick; a run whose local deadline is reached stops.
+fn tick(state: &mut State) {
+    state.now += 1;
+    for p in 0..state.procs.len() {
+        if state.procs[p]
+            .run
+            .as_ref()
+            .is_some_and(|run| run.deadline <= state.now)
+        {
+            end(state, p);
+        }
+    }
+}
+
+/// Scheduler `p` is killed (its run, its transaction and what it knew of the job with it) and
+/// restarts under its own owner name; statements it sent may still execute.
+fn restart(state: &mut State, p: usize) {
+    state.restarts += 1;
+    let proc = &mut state.procs[p];
+    *proc = Proc {
+        owner: proc.owner,
+        skew: proc.skew,
+        next: 0,
+        waiting: None,
+        run: None,
+        fenced: None,
+    };
+    orphan(state, p);
 }
