@@ -1,0 +1,77 @@
+//! The tick-claims and scheduler model, checked exhaustively (breadth-first) within bounds: every
+//! property holds in every reachable state; each reintroduced hole is found, with its
+//! counterexample printed. `PGTENURE_MODEL_DEPTH=<ticks>` checks deeper bounds.
+
+use pgtenure_model::ticks::{Hole, Ticks};
+use stateright::{Checker, HasDiscoveries, Model};
+use std::time::Instant;
+
+/// Checks `model` breadth-first, to the end or until `property` is found broken.
+fn check(model: Ticks, what: &str, property: Option<&'static str>) -> impl Checker<Ticks> {
+    let started = Instant::now();
+    let finish = match property {
+        Some(property) => HasDiscoveries::AnyOf([property].into()),
+        None => HasDiscoveries::All,
+    };
+    let checker = model
+        .checker()
+        .threads(1)
+        .finish_when(finish)
+        .spawn_bfs()
+        .join();
+    println!(
+        "{what}: {} states ({} unique), depth {}, {:.1?}",
+        checker.state_count(),
+        checker.unique_state_count(),
+        checker.max_depth(),
+        started.elapsed()
+    );
+    checker
+}
+
+#[test]
+fn every_property_holds_in_every_reachable_state() {
+    let model = match std::env::var("PGTENURE_MODEL_DEPTH") {
+        Ok(depth) => Ticks::deep(
+            depth
+                .parse()
+                .expect("PGTENURE_MODEL_DEPTH: a number of ticks"),
+        ),
+        Err(_) => Ticks::ci(),
+    };
+    let checker = check(model, "ticks", None);
+    checker.assert_properties();
+}
+
+/// Checks the model with `hole` reintroduced and returns the counterexample to `property`.
+fn found(hole: Hole, property: &'static str) -> String {
+    let model = Ticks {
+        hole: Some(hole),
+        ..Ticks::ci()
+    };
+    let checker = check(model, &format!("ticks with {hole:?}"), Some(property));
+    let path = checker
+        .discovery(property)
+        .unwrap_or_else(|| panic!("{hole:?}: no counterexample to {property:?}"));
+    let trace = format!("{path}");
+    println!("{hole:?} breaks {property:?}:\n{trace}");
+    trace
+}
+
+#[test]
+fn a_claim_without_its_due_guard_is_found() {
+    found(Hole::NoDueGuard, "a tick never runs before it is due");
+}
+
+#[test]
+fn a_claim_without_its_busy_guard_is_found() {
+    found(
+        Hole::NoBusyGuard,
+        "a run's local deadline never falls after the database's busy-until",
+    );
+}
+
+#[test]
+fn a_resent_claim_finding_its_win_by_owner_is_found() {
+    found(Hole::AlreadyByOwner, "a tick runs at most once");
+}
