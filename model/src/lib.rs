@@ -8,3 +8,4 @@
 
 pub mod elector;
 pub mod leases;
+pub mod membership;
