@@ -32,12 +32,8 @@ impl Membership {
         }
         let process = &mut state.processes[p as usize];
         match op {
-            Op::Shed(u) => {
-                if self.hole != Some(Hole::ShedToldAfter) {
-                    // Decided and told lost before the statement is sent.
-                    process.owned[u] = None;
-                }
-            }
+            // Decided and told lost before the statement is sent.
+            Op::Shed(u) if self.hole != Some(Hole::ShedToldAfter) => process.owned[u] = None,
             Op::Release => {
                 // Every unit told lost (the outbox was empty) before release.sql is sent.
                 process.forget_all();
