@@ -9,7 +9,7 @@
 
 use pgtenure_model::membership::{Db, Token, Unit, UNITS};
 use postgres::types::{ToSql, Type};
-use postgres::{Client, NoTls, Transaction};
+use postgres::{Client, NoTls, Statement, Transaction};
 
 const PIDS: [&str; 2] = [
     "00000000-0000-0000-0000-000000000001",
@@ -188,7 +188,6 @@ fn model_units(db: &Db) -> Vec<(Option<u8>, Token)> {
 }
 
 #[test]
-#[allow(clippy::needless_range_loop)] // u is a unit of the model and of the tables
 fn claim_and_shed_match_the_model() {
     let mut tables = tables();
     let t = Names {
@@ -230,95 +229,103 @@ fn claim_and_shed_match_the_model() {
     let mut compared = 0;
     for state in states() {
         for p in 0..2u8 {
-            // claim.sql, every unit at most (the weight budget never binds).
-            let mut model = state.clone();
-            let mut claimed = model.claim(0, p, UNITS);
-            claimed.sort();
-            let mut tx = tables.client.transaction().unwrap();
-            set(&mut tx, &t, &state);
-            let rows = tx
-                .query(
-                    &claim,
-                    &[
-                        &PIDS[p as usize] as &(dyn ToSql + Sync),
-                        &2i32,
-                        &100i64,
-                        &0i32,
-                        &0i32,
-                        &0i64,
-                        &false,
-                    ],
-                )
-                .unwrap();
-            let mut answer: Vec<(usize, Token)> = rows
-                .iter()
-                .map(|r| {
-                    let tenant: String = r.get(0);
-                    let u = TENANTS.iter().position(|x| *x == tenant).unwrap();
-                    (u, r.get::<_, i64>(3) as Token)
-                })
-                .collect();
-            answer.sort();
-            let after = get(&mut tx, &t);
-            tx.rollback().unwrap();
-            // The order in which the UPDATE draws the new tokens is the plan's: the model draws
-            // them in candidate order. Compared: the units claimed, the owners, the sequence, and
-            // that every new token is above the unit's old one and drawn by this statement.
-            let units =
-                |claimed: &[(usize, Token)]| claimed.iter().map(|c| c.0).collect::<Vec<_>>();
-            assert_eq!(units(&answer), units(&claimed), "claim by {p} in {state:?}");
-            for &(u, token) in &answer {
-                assert!(
-                    token > state.units[u].token && token >= state.seq,
-                    "claim by {p} in {state:?}"
-                );
-            }
-            let owners =
-                |units: &[(Option<u8>, Token)]| units.iter().map(|u| u.0).collect::<Vec<_>>();
-            assert_eq!(
-                owners(&after.0),
-                owners(&model_units(&model)),
-                "claim by {p} in {state:?}"
-            );
-            assert_eq!(after.1, model.seq, "claim by {p} in {state:?}");
+            claim_case(&mut tables.client, &t, &claim, &state, p);
             compared += 1;
             for u in 0..UNITS {
-                let mut model = state.clone();
-                let given = model.shed(0, p, &[u]);
-                let mut tx = tables.client.transaction().unwrap();
-                set(&mut tx, &t, &state);
-                let rows = tx
-                    .query(
-                        &shed,
-                        &[
-                            &PIDS[p as usize] as &(dyn ToSql + Sync),
-                            &vec![TENANTS[u]],
-                            &vec![0i32],
-                            &0i32,
-                            &0i64,
-                        ],
-                    )
-                    .unwrap();
-                let answer: Vec<usize> = rows
-                    .iter()
-                    .map(|r| {
-                        TENANTS
-                            .iter()
-                            .position(|x| *x == r.get::<_, String>(0))
-                            .unwrap()
-                    })
-                    .collect();
-                let after = get(&mut tx, &t);
-                tx.rollback().unwrap();
-                assert_eq!(answer, given, "shed {u} by {p} in {state:?}");
-                assert_eq!(
-                    after,
-                    (model_units(&model), model.seq),
-                    "shed {u} by {p} in {state:?}"
-                );
+                shed_case(&mut tables.client, &t, &shed, &state, p, u);
                 compared += 1;
             }
         }
     }
     println!("{compared} statements compared with the model");
+}
+
+/// claim.sql by process `p` in `state`, every unit at most (the weight budget never binds).
+fn claim_case(client: &mut Client, t: &Names, claim: &Statement, state: &Db, p: u8) {
+    // claim.sql, every unit at most (the weight budget never binds).
+    let mut model = state.clone();
+    let mut claimed = model.claim(0, p, UNITS);
+    claimed.sort();
+    let mut tx = client.transaction().unwrap();
+    set(&mut tx, t, state);
+    let rows = tx
+        .query(
+            claim,
+            &[
+                &PIDS[p as usize] as &(dyn ToSql + Sync),
+                &2i32,
+                &100i64,
+                &0i32,
+                &0i32,
+                &0i64,
+                &false,
+            ],
+        )
+        .unwrap();
+    let mut answer: Vec<(usize, Token)> = rows
+        .iter()
+        .map(|r| {
+            let tenant: String = r.get(0);
+            let u = TENANTS.iter().position(|x| *x == tenant).unwrap();
+            (u, r.get::<_, i64>(3) as Token)
+        })
+        .collect();
+    answer.sort();
+    let after = get(&mut tx, t);
+    tx.rollback().unwrap();
+    // The order in which the UPDATE draws the new tokens is the plan's: the model draws
+    // them in candidate order. Compared: the units claimed, the owners, the sequence, and
+    // that every new token is above the unit's old one and drawn by this statement.
+    let units = |claimed: &[(usize, Token)]| claimed.iter().map(|c| c.0).collect::<Vec<_>>();
+    assert_eq!(units(&answer), units(&claimed), "claim by {p} in {state:?}");
+    for &(u, token) in &answer {
+        assert!(
+            token > state.units[u].token && token >= state.seq,
+            "claim by {p} in {state:?}"
+        );
+    }
+    let owners = |units: &[(Option<u8>, Token)]| units.iter().map(|u| u.0).collect::<Vec<_>>();
+    assert_eq!(
+        owners(&after.0),
+        owners(&model_units(&model)),
+        "claim by {p} in {state:?}"
+    );
+    assert_eq!(after.1, model.seq, "claim by {p} in {state:?}");
+}
+
+/// shed.sql of unit `u` by process `p` in `state`.
+fn shed_case(client: &mut Client, t: &Names, shed: &Statement, state: &Db, p: u8, u: usize) {
+    let mut model = state.clone();
+    let given = model.shed(0, p, &[u]);
+    let mut tx = client.transaction().unwrap();
+    set(&mut tx, t, state);
+    let rows = tx
+        .query(
+            shed,
+            &[
+                &PIDS[p as usize] as &(dyn ToSql + Sync),
+                &vec![TENANTS[u]],
+                &vec![0i32],
+                &0i32,
+                &0i64,
+            ],
+        )
+        .unwrap();
+    let answer: Vec<usize> = rows
+        .iter()
+        .map(|r| {
+            TENANTS
+                .iter()
+                .position(|x| *x == r.get::<_, String>(0))
+                .unwrap()
+        })
+        .collect();
+    let after = get(&mut tx, t);
+    tx.rollback().unwrap();
+    assert_eq!(answer, given, "shed {u} by {p} in {state:?}");
+    assert_eq!(
+        after,
+        (model_units(&model), model.seq),
+        "shed {u} by {p} in {state:?}"
+    );
 }
