@@ -4,8 +4,10 @@
 //! local steps between them, in an environment that delays or drops answers, loses the connection
 //! after a commit, pauses processes and kills and restarts them. `tests/` checks every reachable
 //! state within the bounds, and runs each step function's statement against PostgreSQL
-//! (`tests/differential.rs`, `tests/differential_elector.rs`).
+//! (`tests/differential*.rs`). Models: `leases`, `elector`, `ticks` (tick claims and the scheduler),
+//! `membership`.
 
 pub mod elector;
 pub mod leases;
+pub mod membership;
 pub mod ticks;

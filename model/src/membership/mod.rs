@@ -1,0 +1,119 @@
+//! The membership protocol (`sql/membership/{heartbeat,claim,shed,release,sweep,fence}.sql` and
+//! the local steps around them: `src/membership/leaser.rs`, `tick.rs`, `local.rs`, `deliver.rs`).
+//!
+//! Two processes, two units of weight 1, discrete time as in the other models: `State::now` is the
+//! database clock in ticks, and every local `Instant` advances with it. A statement's transaction
+//! starts when it is sent (its `now()` is the tick it was sent at) and it executes atomically
+//! against the newest rows at any later step, or never. A process records its local instant before
+//! sending a heartbeat; its answer makes the local deadline that instant plus the TTL. A process
+//! believes a unit (its local view) only while that deadline has not passed.
+//!
+//! Each process's membership loop waits on one statement at a time (heartbeat, claim, shed,
+//! release, sweep); its liveness watcher forgets every unit once the local deadline passes. Every
+//! decision is told to the reconciler in decision order (the outbox) right after it is made, so the
+//! local view is what the reconciler was told; a unit to shed is told lost before the shed is sent.
+//! The outbox's lag is not modelled: a unit is worked only while the local deadline has not passed,
+//! and every loss but a shed's comes after that (a lapse, the watcher, a heartbeat answered late). Not modelled: weights and the fair share
+//! (a claim takes every claimable unit, a shed gives back any owned one), registration and
+//! removal of units, the re-read of owned units (`owned.sql`) and probation (settling): a restarted
+//! process never learns the units its row still owns, which only costs liveness.
+//!
+//! The step functions on [`Db`] are one statement each, the very code the differential test
+//! (`tests/differential_membership.rs`) compares with the statements run against PostgreSQL.
+
+mod actions;
+mod db;
+mod properties;
+mod state;
+mod step;
+
+use stateright::{Model, Property};
+
+/// A time in ticks of the database clock (and of every local monotonic clock).
+pub type Tick = i8;
+/// A unit's fencing token (`0`: none yet).
+pub type Token = u8;
+/// A process id (its index; a restart keeps it).
+pub type Pid = u8;
+/// How many units there are.
+pub const UNITS: usize = 2;
+
+pub use self::db::{Db, Hole, Unit};
+pub use self::state::{Action, Answer, Msg, Op, Process, State, Wait};
+
+/// The model's bounds.
+#[derive(Clone, Debug)]
+pub struct Membership {
+    pub processes: usize,
+    pub ttl: Tick,
+    /// sweep.sql's cutoff: how long a row must have been expired before a sweep deletes it.
+    pub cutoff: Tick,
+    /// The last tick of the run.
+    pub max_now: Tick,
+    pub max_inflight: usize,
+    /// The most tokens the sequence hands out (every claimed unit draws one).
+    pub max_tokens: Token,
+    /// How many interventions a run may have: a kill and restart (same id), a sweep, a release.
+    pub max_interventions: u8,
+    pub hole: Option<Hole>,
+}
+
+impl Membership {
+    /// The bounds CI checks exhaustively.
+    pub fn ci() -> Membership {
+        Membership {
+            processes: 2,
+            ttl: 2,
+            cutoff: -1,
+            max_now: 2,
+            max_inflight: 1,
+            max_tokens: 3,
+            max_interventions: 1,
+            hole: None,
+        }
+    }
+
+    /// Deeper bounds: `max_now` ticks (for a release).
+    pub fn deep(max_now: Tick) -> Membership {
+        Membership {
+            max_now,
+            max_tokens: (max_now + 1) as Token,
+            ..Membership::ci()
+        }
+    }
+}
+
+impl Model for Membership {
+    type State = State;
+    type Action = Action;
+
+    fn init_states(&self) -> Vec<State> {
+        vec![State {
+            now: 0,
+            db: Db::new(self.processes),
+            processes: vec![Process::default(); self.processes],
+            inflight: Vec::new(),
+            answers: Vec::new(),
+            interventions: 0,
+            highest: [0; UNITS],
+            token_went_back: false,
+            gain_before_loss: false,
+        }]
+    }
+
+    fn actions(&self, state: &State, actions: &mut Vec<Action>) {
+        self.offer(state, actions);
+    }
+
+    fn next_state(&self, last: &State, action: Action) -> Option<State> {
+        self.step(last, action)
+    }
+
+    fn within_boundary(&self, state: &State) -> bool {
+        state.db.seq <= self.max_tokens + 1
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        properties::properties()
+    }
+}

@@ -1,0 +1,86 @@
+//! The membership model, checked exhaustively (breadth-first) within bounds: every property holds
+//! in every reachable state; each reintroduced hole is found, with its counterexample printed.
+//! `PGTENURE_MODEL_DEPTH=<ticks>` checks deeper bounds (as many ticks, one more token), with
+//! `PGTENURE_MODEL_INTERVENTIONS=<n>` interventions per run (kill and restart, sweep, release;
+//! default 0 for the property check, 1 for the hole checks).
+
+use pgtenure_model::membership::{Hole, Membership};
+use stateright::{Checker, HasDiscoveries, Model};
+use std::time::Instant;
+
+/// Checks `model` breadth-first, to the end or until `property` is found broken.
+fn check(
+    model: Membership,
+    what: &str,
+    property: Option<&'static str>,
+) -> impl Checker<Membership> {
+    let started = Instant::now();
+    let finish = match property {
+        Some(property) => HasDiscoveries::AnyOf([property].into()),
+        None => HasDiscoveries::All,
+    };
+    let checker = model
+        .checker()
+        .threads(1)
+        .finish_when(finish)
+        .spawn_bfs()
+        .join();
+    println!(
+        "{what}: {} states ({} unique), depth {}, {:.1?}",
+        checker.state_count(),
+        checker.unique_state_count(),
+        checker.max_depth(),
+        started.elapsed()
+    );
+    checker
+}
+
+#[test]
+fn every_property_holds_in_every_reachable_state() {
+    let interventions = std::env::var("PGTENURE_MODEL_INTERVENTIONS").map_or(0, |n| {
+        n.parse()
+            .expect("PGTENURE_MODEL_INTERVENTIONS: a number of interventions")
+    });
+    let model = match std::env::var("PGTENURE_MODEL_DEPTH") {
+        Ok(depth) => Membership::deep(
+            depth
+                .parse()
+                .expect("PGTENURE_MODEL_DEPTH: a number of ticks"),
+        ),
+        Err(_) => Membership::ci(),
+    };
+    let model = Membership {
+        max_interventions: interventions,
+        ..model
+    };
+    let checker = check(model, "membership", None);
+    checker.assert_properties();
+}
+
+/// Checks the model with `hole` reintroduced and returns the counterexample to `property`.
+fn found(hole: Hole, property: &'static str) -> String {
+    let model = Membership {
+        hole: Some(hole),
+        ..Membership::ci()
+    };
+    let checker = check(model, &format!("membership with {hole:?}"), Some(property));
+    let path = checker
+        .discovery(property)
+        .unwrap_or_else(|| panic!("{hole:?}: no counterexample to {property:?}"));
+    let trace = format!("{path}");
+    println!("{hole:?} breaks {property:?}:\n{trace}");
+    trace
+}
+
+#[test]
+fn a_shed_told_after_the_statement_is_found() {
+    found(Hole::ShedToldAfter, "no two believers of a unit");
+}
+
+#[test]
+fn a_local_deadline_recorded_at_the_answer_is_found() {
+    found(
+        Hole::DeadlineAtAnswer,
+        "no belief past the local deadline or the database's expiry",
+    );
+}
