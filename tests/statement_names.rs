@@ -128,7 +128,10 @@ fn every_statement_keeps_its_sql_level_name() {
         .map(|r| r.get(0))
         .collect();
     let listed = names.join("\n") + "\n";
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/statement_names.txt");
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/statement_names.txt"
+    );
     if std::env::var_os("PGTENURE_WRITE_NAMES").is_some() {
         std::fs::write(path, &listed).unwrap();
         return;
