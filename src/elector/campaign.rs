@@ -221,9 +221,13 @@ impl Leadership {
         let Some(thread) = self.thread.take() else {
             return Ok(());
         };
-        if thread.thread().id() == std::thread::current().id() {
-            // Called from one of its own hooks, on the loop's thread: waiting for it would wait
-            // for this very call. The loop ends (resigning) once the hook returns.
+        if thread.thread().id() == std::thread::current().id() || self.campaign.is_delivering_here()
+        {
+            // Called from one of its own hooks, on the loop's thread (waiting for it would wait
+            // for this very call) or on a thread delivering its events (the `Lost` of a `resign`
+            // or a `stop` called there: the loop waits for that delivery to end before it tells
+            // anything more, its own way out included). The loop ends (resigning) once the hook
+            // returns.
             return Ok(());
         }
         let bound = self.stop_bound();

@@ -89,6 +89,11 @@ impl Campaign {
             .filter(|term| self.elector.term() == Some(*term))
     }
 
+    /// Whether the calling thread is delivering this campaign's events (running one of its hooks).
+    pub(super) fn is_delivering_here(&self) -> bool {
+        self.to_tell.is_delivering_here()
+    }
+
     /// How many events were dropped unread because the channel was full.
     pub(super) fn dropped_events(&self) -> u64 {
         self.dropped.load(Ordering::Relaxed)

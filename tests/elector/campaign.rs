@@ -1108,3 +1108,54 @@ fn a_campaign_stopped_from_its_own_hook_returns_at_once_and_resigns() {
     });
     b.resign().unwrap();
 }
+
+/// A campaign stopped from one of its hooks that runs on another thread than the loop's (the
+/// `Lost` of a resignation is delivered on the thread that called `resign`): `stop` returns at once
+/// there too. It cannot wait for the loop, which waits for this very delivery to end before it
+/// tells anything more; the loop ends (resigning) once the hook returns.
+#[test]
+fn a_campaign_stopped_from_a_hook_on_the_resigning_thread_returns_at_once() {
+    /// Stops its campaign from the `Lost` of a resignation.
+    #[derive(Default)]
+    struct StopsOnResign {
+        handle: Mutex<Option<Leadership>>,
+        stopped: Mutex<Option<(Duration, Result<(), String>)>>,
+    }
+    impl LeaderHooks for StopsOnResign {
+        fn lost(&self, _term: i64, reason: LeaderLoss) {
+            if reason != LeaderLoss::Resigned {
+                return;
+            }
+            if let Some(handle) = self.handle.lock().take() {
+                let began = Instant::now();
+                let result = handle.stop().map_err(|e| e.to_string());
+                *self.stopped.lock() = Some((began.elapsed(), result));
+            }
+        }
+    }
+    let mut tables = Tables::new();
+    let table = table(&mut tables);
+    let hooks = Arc::new(StopsOnResign::default());
+    let db = db();
+    let a = elector_on(&db, &table, "a")
+        .with_hooks(hooks.clone())
+        .campaign()
+        .unwrap();
+    assert!(a.is_leading());
+    let elector = a.elector().clone();
+    *hooks.handle.lock() = Some(a);
+    // The `Lost` is delivered here, on this thread, and its hook stops the campaign.
+    let resigned = thread::spawn(move || elector.resign());
+    let (took, result) = wait_for("the hook's stop", Duration::from_secs(30), || {
+        hooks.stopped.lock().clone()
+    });
+    assert_eq!(result, Ok(()));
+    assert!(took < Duration::from_secs(1), "stop waited {took:?}");
+    resigned.join().unwrap().unwrap();
+    // The loop ended and the term was resigned: another member wins at once, not after the TTL.
+    let b = elector_on(&db, &table, "b");
+    wait_for("b elected after the resignation", TTL / 2, || {
+        b.is_leader().unwrap().then_some(())
+    });
+    b.resign().unwrap();
+}
