@@ -564,6 +564,10 @@ pub fn cases(db: &Db, id: u32) -> Result<Fixture, Error> {
                     v("weight"),
                     v("host"),
                     v("version"),
+                    // Settled, its counts known, settling after 0 µs: a settled member's beat.
+                    Arg::True,
+                    Arg::True,
+                    Arg::Lit("0"),
                 ],
             ),
             vars: Box::new(move |n| {
