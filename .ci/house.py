@@ -81,43 +81,6 @@ def module_path(crate_dir, path):
     return tuple(rel)
 
 
-def split_use(text):
-    """`a::b::{c, d::{e, f as g}, self}` -> [(['a','b','c'], 'c'), ...]."""
-    text = re.sub(r'\s+', '', text)
-    out = []
-
-    def walk(prefix, s):
-        depth, parts, cur = 0, [], ''
-        for ch in s:
-            if ch == '{':
-                depth += 1
-            elif ch == '}':
-                depth -= 1
-            if ch == ',' and depth == 0:
-                parts.append(cur)
-                cur = ''
-            else:
-                cur += ch
-        if cur:
-            parts.append(cur)
-        for p in parts:
-            if '{' in p:
-                head, rest = p.split('{', 1)
-                walk(prefix + [x for x in head.split('::') if x], rest[:-1])
-            else:
-                alias = None
-                if 'as' in p and re.search(r'as\w', p) and '::' in p or re.fullmatch(r'\w+as\w+', p or ''):
-                    pass
-                m = re.match(r'^(.*?)(?:as(\w+))?$', p)
-                segs = [x for x in p.split('::') if x]
-                if segs and re.match(r'^\w+as\w+$', segs[-1]) and segs[-1] not in ('as',):
-                    # `Foo as Bar` lost its spaces: recover from the original below
-                    pass
-                out.append(prefix + segs)
-    walk([], text)
-    return out
-
-
 def parse_uses(lines):
     """Yields (line_no, is_pub, text, inline_mod_stack) for each use statement."""
     stack = []  # (indent, name)

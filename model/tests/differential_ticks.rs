@@ -7,7 +7,7 @@
 //! transaction rolled back afterwards, so `now()` is one instant for the set-up, the statement and
 //! the read (and `clock_timestamp()`, the fence's clock, is within a second of it).
 
-use pgtenure_model::ticks::{ClaimId, Claimed, Db, Row, Tick, Token};
+use pgtenure_model::ticks::{Claim, ClaimId, Claimed, Db, Row, Tick, Token};
 use postgres::{Client, NoTls, Transaction};
 use std::time::{Duration, SystemTime};
 
@@ -141,7 +141,20 @@ fn claims(claim: &str) -> Vec<(String, Step, Statement<'_>)> {
                     steps.push((
                         format!("claim tick {tick} by {o} id {id} lead {lead}"),
                         Box::new(move |db: &mut Db| {
-                            format!("{:?}", db.claim(0, tick, BUSY, owner, id, lead, None))
+                            format!(
+                                "{:?}",
+                                db.claim(
+                                    0,
+                                    Claim {
+                                        tick,
+                                        busy: BUSY,
+                                        owner,
+                                        claim_id: id,
+                                        lead,
+                                    },
+                                    None,
+                                )
+                            )
                         }),
                         Box::new(move |tx: &mut Transaction<'_>| {
                             let t = at(tx, tick);

@@ -3,31 +3,8 @@
 //! `PGTENURE_MODEL_DEPTH=<ticks>` checks deeper bounds (longer TTL, more restarts and owner names).
 
 use pgtenure_model::leases::{Hole, Leases};
-use stateright::{Checker, HasDiscoveries, Model};
-use std::time::Instant;
-
-/// Checks `model` breadth-first, to the end or until `property` is found broken.
-fn check(model: Leases, what: &str, property: Option<&'static str>) -> impl Checker<Leases> {
-    let started = Instant::now();
-    let finish = match property {
-        Some(property) => HasDiscoveries::AnyOf([property].into()),
-        None => HasDiscoveries::All,
-    };
-    let checker = model
-        .checker()
-        .threads(1)
-        .finish_when(finish)
-        .spawn_bfs()
-        .join();
-    println!(
-        "{what}: {} states ({} unique), depth {}, {:.1?}",
-        checker.state_count(),
-        checker.unique_state_count(),
-        checker.max_depth(),
-        started.elapsed()
-    );
-    checker
-}
+use pgtenure_model::{check, counterexample};
+use stateright::{Checker, Model};
 
 #[test]
 fn every_property_holds_in_every_reachable_state() {
@@ -49,13 +26,7 @@ fn found(hole: Hole, property: &'static str) -> String {
         hole: Some(hole),
         ..Leases::ci()
     };
-    let checker = check(model, &format!("leases with {hole:?}"), Some(property));
-    let path = checker
-        .discovery(property)
-        .unwrap_or_else(|| panic!("{hole:?}: no counterexample to {property:?}"));
-    let trace = format!("{path}");
-    println!("{hole:?} breaks {property:?}:\n{trace}");
-    trace
+    counterexample(model, &format!("leases with {hole:?}"), property)
 }
 
 #[test]

@@ -37,6 +37,21 @@ pub enum Hole {
     AlreadyByOwner,
 }
 
+/// A claim's parameters as claim.sql binds them (`$1`..`$7` but the job's id and `$6`).
+#[derive(Clone, Copy, Debug)]
+pub struct Claim {
+    /// `$2`: the tick claimed.
+    pub tick: Tick,
+    /// `$3`: the busy period, in ticks.
+    pub busy: Tick,
+    /// `$4`.
+    pub owner: Owner,
+    /// `$5`: finds its own win when the claim is sent again.
+    pub claim_id: ClaimId,
+    /// `$7`: how far ahead of `now()` the tick may be, in ticks.
+    pub lead: Tick,
+}
+
 /// What claim.sql answers: `too_far`, and the token when won (or found won by this claim id).
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub struct Claimed {
@@ -51,18 +66,15 @@ impl Db {
         })
     }
 
-    /// claim.sql (`$6` false) at `now()` = `now`: `lead` is `$7` in ticks.
-    #[allow(clippy::too_many_arguments)]
-    pub fn claim(
-        &mut self,
-        now: Tick,
-        tick: Tick,
-        busy: Tick,
-        owner: Owner,
-        claim_id: ClaimId,
-        lead: Tick,
-        hole: Option<Hole>,
-    ) -> Claimed {
+    /// claim.sql (`$6` false) at `now()` = `now`, with `claim`'s parameters.
+    pub fn claim(&mut self, now: Tick, claim: Claim, hole: Option<Hole>) -> Claimed {
+        let Claim {
+            tick,
+            busy,
+            owner,
+            claim_id,
+            lead,
+        } = claim;
         let too_far = hole != Some(Hole::NoDueGuard) && tick > now + lead;
         if too_far {
             return Claimed {

@@ -37,7 +37,7 @@ pub type Owner = u8;
 /// A claim call's random id.
 pub type ClaimId = u8;
 
-pub use self::db::{Claimed, Db, Hole, Row};
+pub use self::db::{Claim, Claimed, Db, Hole, Row};
 pub use self::state::{Action, Answer, Msg, Op, Proc, Run, State, Wait};
 
 /// The model's bounds.

@@ -1,7 +1,7 @@
 //! One step: the state after an action, what each statement does when it executes and what its
 //! answer does to the scheduler that reads it.
 
-use super::db::Claimed;
+use super::db::{Claim, Claimed};
 use super::state::{note_token, orphan};
 use super::{Action, Answer, Msg, Op, Proc, Run, State, Ticks, Wait};
 
@@ -77,9 +77,20 @@ impl Ticks {
         let now = state.now;
         let (db, owner, busy) = (&mut state.db, msg.owner, self.busy);
         let answer = match msg.op {
-            Op::Claim { tick, id } => {
-                Answer::Claim(msg.proc, db.claim(now, tick, busy, owner, id, 0, self.hole))
-            }
+            Op::Claim { tick, id } => Answer::Claim(
+                msg.proc,
+                db.claim(
+                    now,
+                    Claim {
+                        tick,
+                        busy,
+                        owner,
+                        claim_id: id,
+                        lead: 0,
+                    },
+                    self.hole,
+                ),
+            ),
             Op::Extend { token } => Answer::Matched(msg.proc, db.extend(now, owner, token, busy)),
             Op::Release { token } => Answer::Matched(msg.proc, db.release(now, owner, token)),
             Op::Fence { token } => {
