@@ -7,15 +7,17 @@
 //! one instant for the set-up, the statement and the read.
 
 use pgtenure_model::leases::{Db, Row, Tick, Token};
-use postgres::{Client, NoTls, Transaction};
+use postgres::Transaction;
+
+use common::Table;
+
+mod common;
 
 const TTL: Tick = 2;
 const OWNERS: [&str; 2] = ["a", "b"];
 
 fn sql(file: &str, table: &str) -> String {
-    let path = format!("{}/../sql/leases/{file}", env!("CARGO_MANIFEST_DIR"));
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
-    pgtenure::testing::render_sql(&text, &[("table", table)]).expect("a plain table name")
+    common::sql("leases", file, table)
 }
 
 /// Every generated state: no row, or a row of each shape, each with a sequence behind and ahead of
@@ -47,31 +49,8 @@ fn states() -> Vec<Db> {
     states
 }
 
-struct Table {
-    name: String,
-    client: Client,
-}
-
-impl Drop for Table {
-    fn drop(&mut self) {
-        let _ = self.client.batch_execute(&format!(
-            "DROP TABLE IF EXISTS {0}; DROP SEQUENCE IF EXISTS {0}_token_seq",
-            self.name
-        ));
-    }
-}
-
 fn table() -> Table {
-    let url = pgtenure::testing::database_url().expect("a database");
-    let mut client = Client::connect(&url, NoTls).expect("connect");
-    let name = format!("t_model_diff_{}", std::process::id());
-    client
-        .batch_execute(&sql("create_table.sql", &name))
-        .expect("create table");
-    client
-        .batch_execute(&sql("create_sequence.sql", &name))
-        .expect("create sequence");
-    Table { name, client }
+    common::table("leases", "diff", Some("token_seq"))
 }
 
 /// Sets the table to `db`'s state inside `tx`.

@@ -9,7 +9,11 @@
 use std::time::SystemTime;
 
 use pgtenure_model::elector::{Db, PollAnswer, Row, Term, Tick};
-use postgres::{Client, NoTls, Transaction};
+use postgres::Transaction;
+
+use common::Table;
+
+mod common;
 
 const TTL: Tick = 2;
 const HOLDERS: [&str; 3] = ["a", "b", "c"];
@@ -18,9 +22,7 @@ const HOLDERS: [&str; 3] = ["a", "b", "c"];
 const ELECTED_AGO: i32 = 5;
 
 fn sql(file: &str, table: &str) -> String {
-    let path = format!("{}/../sql/elector/{file}", env!("CARGO_MANIFEST_DIR"));
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
-    pgtenure::testing::render_sql(&text, &[("table", table)]).expect("a plain table name")
+    common::sql("elector", file, table)
 }
 
 /// Every generated state: no row, or a row of each shape, each with a sequence behind and ahead of
@@ -49,31 +51,8 @@ fn states() -> Vec<Db> {
     states
 }
 
-struct Table {
-    name: String,
-    client: Client,
-}
-
-impl Drop for Table {
-    fn drop(&mut self) {
-        let _ = self.client.batch_execute(&format!(
-            "DROP TABLE IF EXISTS {0}; DROP SEQUENCE IF EXISTS {0}_term_seq",
-            self.name
-        ));
-    }
-}
-
 fn table() -> Table {
-    let url = pgtenure::testing::database_url().expect("a database");
-    let mut client = Client::connect(&url, NoTls).expect("connect");
-    let name = format!("t_model_elector_{}", std::process::id());
-    client
-        .batch_execute(&sql("create_table.sql", &name))
-        .expect("create table");
-    client
-        .batch_execute(&sql("create_sequence.sql", &name))
-        .expect("create sequence");
-    Table { name, client }
+    common::table("elector", "elector", Some("term_seq"))
 }
 
 /// Sets the table to `db`'s state inside `tx`.

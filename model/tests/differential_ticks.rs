@@ -8,7 +8,11 @@
 //! the read (and `clock_timestamp()`, the fence's clock, is within a second of it).
 
 use pgtenure_model::ticks::{Claim, ClaimId, Claimed, Db, Row, Tick, Token};
-use postgres::{Client, NoTls, Transaction};
+use postgres::Transaction;
+
+use common::Table;
+
+mod common;
 use std::time::{Duration, SystemTime};
 
 const BUSY: Tick = 2;
@@ -16,9 +20,7 @@ const OWNERS: [&str; 2] = ["a", "b"];
 const MICROS: i64 = 1_000_000;
 
 fn sql(file: &str, table: &str) -> String {
-    let path = format!("{}/../sql/tick_claims/{file}", env!("CARGO_MANIFEST_DIR"));
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
-    pgtenure::testing::render_sql(&text, &[("table", table)]).expect("a plain table name")
+    common::sql("tick_claims", file, table)
 }
 
 /// Every generated state: no row, or a row of each shape.
@@ -46,27 +48,8 @@ fn states() -> Vec<Db> {
     states
 }
 
-struct Table {
-    name: String,
-    client: Client,
-}
-
-impl Drop for Table {
-    fn drop(&mut self) {
-        let _ = self
-            .client
-            .batch_execute(&format!("DROP TABLE IF EXISTS {}", self.name));
-    }
-}
-
 fn table() -> Table {
-    let url = pgtenure::testing::database_url().expect("a database");
-    let mut client = Client::connect(&url, NoTls).expect("connect");
-    let name = format!("t_model_diff_ticks_{}", std::process::id());
-    client
-        .batch_execute(&sql("create_table.sql", &name))
-        .expect("create table");
-    Table { name, client }
+    common::table("tick_claims", "diff_ticks", None)
 }
 
 /// Sets the table to `db`'s state inside `tx`.
