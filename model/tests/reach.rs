@@ -1,0 +1,439 @@
+//! The models' properties are not vacuous: within CI's bounds the checker reaches the states they
+//! are about (a takeover, a renewal, an expiry, a fenced commit, a term won after another, a tick
+//! run by each scheduler...). Each goal is a transition (state, action, next state) the checker must
+//! reach at least once; a bound made too small, or a step that can no longer happen, fails here
+//! although every `always` property still holds.
+
+use std::fmt::Debug;
+use std::hash::Hash;
+
+use pgtenure_model::check;
+use stateright::{Checker, Model, Property};
+
+/// A transition the checker must reach: its name and its test on (last, action, next).
+type Goal<M> = (
+    &'static str,
+    fn(&<M as Model>::State, &<M as Model>::Action, &<M as Model>::State) -> bool,
+);
+
+/// `inner`, whose states also carry which goals the path to them reached.
+struct Reach<M: Model> {
+    inner: M,
+    goals: Vec<Goal<M>>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq)]
+struct Seen<S> {
+    inner: S,
+    seen: u32,
+}
+
+/// Whether goal `I` was reached on the way to `state`.
+fn slot<const I: u32, M: Model>(_: &Reach<M>, state: &Seen<M::State>) -> bool {
+    state.seen & (1 << I) != 0
+}
+
+impl<M> Model for Reach<M>
+where
+    M: Model,
+    M::State: Clone + Debug + Hash + PartialEq,
+    M::Action: Clone,
+{
+    type State = Seen<M::State>;
+    type Action = M::Action;
+
+    fn init_states(&self) -> Vec<Self::State> {
+        self.inner
+            .init_states()
+            .into_iter()
+            .map(|inner| Seen { inner, seen: 0 })
+            .collect()
+    }
+
+    fn actions(&self, state: &Self::State, actions: &mut Vec<Self::Action>) {
+        self.inner.actions(&state.inner, actions);
+    }
+
+    fn next_state(&self, last: &Self::State, action: Self::Action) -> Option<Self::State> {
+        let next = self.inner.next_state(&last.inner, action.clone())?;
+        let mut seen = last.seen;
+        for (i, (_, reached)) in self.goals.iter().enumerate() {
+            if reached(&last.inner, &action, &next) {
+                seen |= 1 << i;
+            }
+        }
+        Some(Seen { inner: next, seen })
+    }
+
+    fn within_boundary(&self, state: &Self::State) -> bool {
+        self.inner.within_boundary(&state.inner)
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        let slots: [fn(&Reach<M>, &Seen<M::State>) -> bool; 12] = [
+            slot::<0, M>,
+            slot::<1, M>,
+            slot::<2, M>,
+            slot::<3, M>,
+            slot::<4, M>,
+            slot::<5, M>,
+            slot::<6, M>,
+            slot::<7, M>,
+            slot::<8, M>,
+            slot::<9, M>,
+            slot::<10, M>,
+            slot::<11, M>,
+        ];
+        assert!(self.goals.len() <= slots.len(), "more goals than slots");
+        self.goals
+            .iter()
+            .zip(slots)
+            .map(|((name, _), slot)| Property::sometimes(name, slot))
+            .collect()
+    }
+}
+
+/// Checks that every goal is reached within `inner`'s bounds (the checker stops once all are).
+fn reaches<M>(inner: M, what: &str, goals: Vec<Goal<M>>)
+where
+    M: Model + Send + Sync + 'static,
+    M::State: Clone + Debug + Hash + PartialEq + Send + Sync + 'static,
+    M::Action: Clone + Debug + PartialEq,
+{
+    let names: Vec<&'static str> = goals.iter().map(|(name, _)| *name).collect();
+    let checker = check(Reach { inner, goals }, what, None);
+    let missed: Vec<&str> = names
+        .into_iter()
+        .filter(|name| checker.discovery(name).is_none())
+        .collect();
+    assert!(missed.is_empty(), "{what}: never reached: {missed:?}");
+}
+
+mod leases {
+    use pgtenure_model::leases::{Action, Leases, Op, Proc, State, Tenure, Tick};
+
+    fn believes(proc: &Proc, now: Tick) -> Option<&Tenure> {
+        proc.tenure.as_ref().filter(|tenure| now < tenure.deadline)
+    }
+
+    fn believers(state: &State) -> usize {
+        state
+            .procs
+            .iter()
+            .filter(|proc| believes(proc, state.now).is_some())
+            .count()
+    }
+
+    pub fn goals() -> Vec<super::Goal<Leases>> {
+        vec![
+            (
+                "a renewal moves a believer's deadline on",
+                |last, action, next| {
+                    matches!(action, Action::Deliver(_))
+                        && last.procs.iter().zip(&next.procs).any(|(a, b)| {
+                            match (&a.tenure, &b.tenure) {
+                                (Some(a), Some(b)) => a.token == b.token && b.deadline > a.deadline,
+                                _ => false,
+                            }
+                        })
+                },
+            ),
+            (
+                "a holder stops believing at its local deadline",
+                |last, action, next| {
+                    matches!(action, Action::Tick) && believers(next) < believers(last)
+                },
+            ),
+            (
+                "another process is granted the key while the last holder still has its tenure",
+                |last, action, next| {
+                    let Action::Exec(i) = action else {
+                        return false;
+                    };
+                    let msg = &last.inflight[*i];
+                    let (Some(was), Some(row)) = (&last.db.row, &next.db.row) else {
+                        return false;
+                    };
+                    matches!(msg.op, Op::Acquire { .. })
+                        && row.token != was.token
+                        && last.procs.iter().enumerate().any(|(p, proc)| {
+                            p != msg.proc
+                                && proc.tenure.as_ref().is_some_and(|t| t.token == was.token)
+                        })
+                },
+            ),
+            (
+                "a believer's local deadline is the database's expiry",
+                |_, _, next| {
+                    next.procs.iter().any(|proc| {
+                        believes(proc, next.now).is_some_and(|tenure| {
+                            next.db.row.as_ref().is_some_and(|row| {
+                                row.token == tenure.token && row.held_until == tenure.deadline
+                            })
+                        })
+                    })
+                },
+            ),
+            (
+                "a statement executes after a later one was sent",
+                |last, action, _| {
+                    let Action::Exec(i) = action else {
+                        return false;
+                    };
+                    last.inflight[*i].now < last.now
+                },
+            ),
+            (
+                "a renewal of an ended tenure tells its holder",
+                |last, action, next| {
+                    matches!(action, Action::Deliver(_))
+                        && last.procs.iter().zip(&next.procs).any(|(a, b)| {
+                            a.tenure.is_some()
+                                && b.tenure.is_none()
+                                && matches!(
+                                    a.waiting,
+                                    Some((Op::RenewTenure { .. } | Op::Renew, _))
+                                )
+                        })
+                },
+            ),
+            ("a fenced write commits", |_, action, _| {
+                matches!(action, Action::Commit(_))
+            }),
+            ("a force-released holder still believes", |_, _, next| {
+                next.procs.iter().any(|proc| {
+                    believes(proc, next.now)
+                        .is_some_and(|t| next.forced.binary_search(&t.token).is_ok())
+                })
+            }),
+            (
+                "a process restarts under the other's owner name",
+                |last, action, _| matches!(action, Action::Restart(p, owner, _) if last.procs[*p].owner != *owner),
+            ),
+            ("a row is swept", |_, action, _| {
+                matches!(action, Action::Sweep)
+            }),
+        ]
+    }
+}
+
+#[test]
+fn the_leases_model_reaches_what_its_properties_are_about() {
+    use pgtenure_model::leases::Leases;
+    reaches(Leases::ci(), "leases goals", leases::goals());
+}
+
+mod elector {
+    use pgtenure_model::elector::{Action, Answer, Election, Op, State};
+
+    fn believers(state: &State) -> usize {
+        state
+            .members
+            .iter()
+            .filter(|member| member.elector_term(state.now).is_some())
+            .count()
+    }
+
+    pub fn goals() -> Vec<super::Goal<Election>> {
+        vec![
+            (
+                "a renewal moves a leader's deadline on",
+                |last, action, next| {
+                    matches!(action, Action::Deliver(_))
+                        && last.members.iter().zip(&next.members).any(|(a, b)| {
+                            a.term.is_some() && a.term == b.term && b.deadline > a.deadline
+                        })
+                },
+            ),
+            (
+                "a leader stops believing at its local deadline",
+                |last, action, next| {
+                    matches!(action, Action::Tick) && believers(next) < believers(last)
+                },
+            ),
+            ("the watcher tells Lost Expired", |_, action, _| {
+                matches!(action, Action::Watch(_))
+            }),
+            (
+                "a term is won while another member still holds the previous one",
+                |last, action, next| {
+                    let Action::Exec(i) = action else {
+                        return false;
+                    };
+                    let (Some(was), Some(row)) = (&last.db.row, &next.db.row) else {
+                        return false;
+                    };
+                    row.term != was.term
+                        && last.inflight[*i].holder != was.holder
+                        && last.members.iter().any(|m| m.term == Some(was.term))
+                },
+            ),
+            ("a second member is told Elected", |last, action, next| {
+                matches!(action, Action::Deliver(_))
+                    && last.elected > 0
+                    && next.elected > last.elected
+                    && last
+                        .members
+                        .iter()
+                        .zip(&next.members)
+                        .any(|(a, b)| a.announced.is_none() && b.announced.is_some())
+            }),
+            (
+                "a leader's local deadline is the database's expiry",
+                |_, _, next| {
+                    next.members.iter().any(|m| {
+                        m.elector_term(next.now).is_some_and(|term| {
+                            next.db.row.as_ref().is_some_and(|row| {
+                                row.term == term && Some(row.expires_at) == m.deadline
+                            })
+                        })
+                    })
+                },
+            ),
+            (
+                "a renewal answers ended (resignation requested)",
+                |last, action, next| {
+                    let Action::Deliver(i) = action else {
+                        return false;
+                    };
+                    matches!(&last.answers[*i], Answer::Poll { answer, .. } if answer.ended)
+                        && next.members.iter().any(|m| m.resigning.is_some())
+                },
+            ),
+            ("a resignation ends a live tenure", |last, action, next| {
+                let Action::Exec(i) = action else {
+                    return false;
+                };
+                matches!(last.inflight[*i].op, Op::Resign { .. }) && last.db.row != next.db.row
+            }),
+            (
+                "a poll won while its member stood down is resigned",
+                |last, action, next| {
+                    let Action::Deliver(i) = action else {
+                        return false;
+                    };
+                    let Answer::Poll { member, answer } = &last.answers[*i] else {
+                        return false;
+                    };
+                    answer.mine
+                        && last.members[*member]
+                            .waiting
+                            .as_ref()
+                            .is_some_and(|w| w.stood_down)
+                        && next.members[*member].resigning == answer.my_term
+                },
+            ),
+            (
+                "a statement executes after a later one was sent",
+                |last, action, _| {
+                    let Action::Exec(i) = action else {
+                        return false;
+                    };
+                    last.inflight[*i].now < last.now
+                },
+            ),
+        ]
+    }
+}
+
+#[test]
+fn the_elector_model_reaches_what_its_properties_are_about() {
+    use pgtenure_model::elector::Election;
+    reaches(Election::ci(), "elector goals", elector::goals());
+}
+
+mod ticks {
+    use pgtenure_model::ticks::{Action, Answer, Op, State, Ticks};
+
+    fn runs(state: &State) -> usize {
+        state.procs.iter().filter(|p| p.run.is_some()).count()
+    }
+
+    pub fn goals() -> Vec<super::Goal<Ticks>> {
+        vec![
+            ("both ticks run", |_, _, next| next.ran.len() == 2),
+            (
+                "a scheduler wins the tick after the other's",
+                |last, action, next| {
+                    let Action::Exec(i) = action else {
+                        return false;
+                    };
+                    let (Some(was), Some(row)) = (&last.db.row, &next.db.row) else {
+                        return false;
+                    };
+                    row.tick > was.tick
+                        && row.owner != was.owner
+                        && row.owner == last.inflight[*i].owner
+                },
+            ),
+            (
+                "an extension moves a run's deadline on",
+                |last, action, next| {
+                    matches!(action, Action::Deliver(_))
+                        && last
+                            .procs
+                            .iter()
+                            .zip(&next.procs)
+                            .any(|(a, b)| match (&a.run, &b.run) {
+                                (Some(a), Some(b)) => a.token == b.token && b.deadline > a.deadline,
+                                _ => false,
+                            })
+                },
+            ),
+            ("a run ends at its local deadline", |last, action, next| {
+                matches!(action, Action::Tick) && runs(next) < runs(last)
+            }),
+            ("a fenced write commits", |_, action, _| {
+                matches!(action, Action::Commit(_))
+            }),
+            ("a claim is answered not yet due", |last, action, _| {
+                let Action::Deliver(i) = action else {
+                    return false;
+                };
+                matches!(last.answers[*i], Answer::Claim(_, claimed) if claimed.too_far)
+            }),
+            ("a resent claim finds its own win", |last, action, next| {
+                let Action::Exec(i) = action else {
+                    return false;
+                };
+                matches!(last.inflight[*i].op, Op::Claim { .. })
+                    && last.db.row.is_some()
+                    && last.db.row == next.db.row
+                    && matches!(next.answers.last(), Some(Answer::Claim(_, c)) if c.token.is_some())
+            }),
+            (
+                "a run's local deadline is the database's busy-until",
+                |_, _, next| {
+                    next.procs.iter().any(|p| {
+                        p.run.as_ref().is_some_and(|run| {
+                            next.db.row.as_ref().is_some_and(|row| {
+                                row.token == run.token && row.busy_until == Some(run.deadline)
+                            })
+                        })
+                    })
+                },
+            ),
+            (
+                "a statement executes with the row busy and is refused",
+                |last, action, next| {
+                    let Action::Exec(i) = action else {
+                        return false;
+                    };
+                    matches!(last.inflight[*i].op, Op::Claim { .. })
+                        && last
+                            .db
+                            .row
+                            .as_ref()
+                            .is_some_and(|r| r.busy_until.is_some_and(|b| b > last.now))
+                        && matches!(next.answers.last(), Some(Answer::Claim(_, c)) if c.token.is_none() && !c.too_far)
+                },
+            ),
+        ]
+    }
+}
+
+#[test]
+fn the_ticks_model_reaches_what_its_properties_are_about() {
+    use pgtenure_model::ticks::Ticks;
+    reaches(Ticks::ci(), "ticks goals", ticks::goals());
+}
