@@ -355,7 +355,7 @@ mod ticks {
             (
                 "a scheduler wins the tick after the other's",
                 |last, action, next| {
-                    let Action::Exec(i) = action else {
+                    let Action::Exec(i, _) = action else {
                         return false;
                     };
                     let (Some(was), Some(row)) = (&last.db.row, &next.db.row) else {
@@ -393,7 +393,7 @@ mod ticks {
                 matches!(last.answers[*i], Answer::Claim(_, claimed) if claimed.too_far)
             }),
             ("a resent claim finds its own win", |last, action, next| {
-                let Action::Exec(i) = action else {
+                let Action::Exec(i, _) = action else {
                     return false;
                 };
                 matches!(last.inflight[*i].op, Op::Claim { .. })
@@ -416,7 +416,7 @@ mod ticks {
             (
                 "a statement executes with the row busy and is refused",
                 |last, action, next| {
-                    let Action::Exec(i) = action else {
+                    let Action::Exec(i, _) = action else {
                         return false;
                     };
                     matches!(last.inflight[*i].op, Op::Claim { .. })

@@ -46,3 +46,11 @@ fn a_claim_without_its_busy_guard_is_found() {
 fn a_resent_claim_finding_its_win_by_owner_is_found() {
     found(Hole::AlreadyByOwner, "a tick runs at most once");
 }
+
+#[test]
+fn an_extension_that_may_shorten_the_busy_period_is_found() {
+    found(
+        Hole::ExtendMayShorten,
+        "a run's local deadline never falls after the database's busy-until",
+    );
+}

@@ -16,7 +16,16 @@ impl Ticks {
         for (i, msg) in state.inflight.iter().enumerate() {
             // Every statement but the fence updates the row: it waits for the FOR SHARE lock.
             if !locked || matches!(msg.op, super::Op::Fence { .. }) {
-                actions.push(Action::Exec(i));
+                // Its transaction started at any step since its send (a fence reads
+                // clock_timestamp(): when it started does not matter).
+                let first = if matches!(msg.op, super::Op::Fence { .. }) {
+                    state.now
+                } else {
+                    msg.sent
+                };
+                for now in first..=state.now {
+                    actions.push(Action::Exec(i, now));
+                }
             }
         }
         for i in 0..state.answers.len() {

@@ -35,6 +35,9 @@ pub enum Hole {
     /// claim.sql's `already` matching by owner instead of claim id: a restarted instance (same
     /// owner name) claiming a tick its earlier incarnation won finds that win and runs it again.
     AlreadyByOwner,
+    /// extend.sql as `busy_until = now() + busy` (without `greatest`): an extension whose
+    /// transaction began before a later one's commits after it and shortens the busy period.
+    ExtendMayShorten,
 }
 
 /// A claim's parameters as claim.sql binds them (`$1`..`$7` but the job's id and `$6`).

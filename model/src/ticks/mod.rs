@@ -4,7 +4,9 @@
 //! clock. Time is discrete: `State::now` is the database clock; every scheduler's monotonic clock
 //! advances with it, and its host clock reads `now + skew`, a skew the environment steps forward
 //! or back (the scheduler's offset estimate goes stale until it learns it again). A statement's
-//! `now()` is the step it executes at (the server starts its one-statement transaction then); its
+//! `now()` is any step from its send to its execution: the server starts its one-statement
+//! transaction when the statement arrives, which may be long before it executes (it waits for a
+//! fence's `FOR SHARE` lock, or another transaction's row lock, with its `now()` fixed). Its
 //! sender recorded its local instant before the first send, so the local deadline (that instant
 //! plus the busy period) is at most the `busy_until` the claim wrote.
 //!

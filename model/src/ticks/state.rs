@@ -23,10 +23,13 @@ pub enum Op {
     },
 }
 
-/// A statement in flight: sent, not executed yet (its `now()` is the step it executes at).
+/// A statement in flight: sent, not executed yet (its `now()` is any step from `sent` to its
+/// execution).
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
 pub struct Msg {
     pub proc: usize,
+    /// The step it was sent at: its transaction starts no earlier.
+    pub sent: Tick,
     /// Its sender no longer waits for it: its answer is never read.
     pub orphan: bool,
     pub owner: Owner,
@@ -124,8 +127,9 @@ pub enum Action {
     Commit(usize),
     /// Scheduler `p`'s run ends; its claim's release is sent.
     End(usize),
-    /// The database executes in-flight statement `i`.
-    Exec(usize),
+    /// The database executes in-flight statement `i` with `now()` = the tick given (from its send
+    /// to the current tick: when its transaction started).
+    Exec(usize, Tick),
     /// Answer `i` reaches its scheduler.
     Deliver(usize),
     /// Scheduler `p` stops waiting (an answer late or lost: an error); the statement may still

@@ -3,7 +3,7 @@
 
 use super::db::{Claim, Claimed};
 use super::state::{note_token, orphan};
-use super::{Action, Answer, Msg, Op, Proc, Run, State, Ticks, Wait};
+use super::{Action, Answer, Hole, Msg, Op, Proc, Run, State, Tick, Ticks, Wait};
 
 impl Ticks {
     /// The state after `action` from `last`; `None` when the action does not apply.
@@ -52,7 +52,7 @@ impl Ticks {
                 state.procs[p].fenced.take()?;
             }
             Action::End(p) => end(&mut state, p),
-            Action::Exec(i) => self.exec(&mut state, i),
+            Action::Exec(i, now) => self.exec(&mut state, i, now),
             Action::Deliver(i) => self.deliver(&mut state, i)?,
             Action::GiveUp(p) => {
                 let proc = &mut state.procs[p];
@@ -69,12 +69,12 @@ impl Ticks {
         Some(state)
     }
 
-    /// The database executes in-flight statement `i` at `now()` = the current tick; its answer
-    /// goes back unless its sender no longer waits.
-    fn exec(&self, state: &mut State, i: usize) {
+    /// The database executes in-flight statement `i` with `now()` = `now` (a fence reads the current
+    /// tick: `clock_timestamp()`); its answer goes back unless its sender no longer waits.
+    fn exec(&self, state: &mut State, i: usize, now: Tick) {
         let msg = state.inflight.remove(i);
         let before = state.db.row.as_ref().map(|row| row.token);
-        let now = state.now;
+        let clock = state.now;
         let (db, owner, busy) = (&mut state.db, msg.owner, self.busy);
         let answer = match msg.op {
             Op::Claim { tick, id } => Answer::Claim(
@@ -91,10 +91,18 @@ impl Ticks {
                     self.hole,
                 ),
             ),
-            Op::Extend { token } => Answer::Matched(msg.proc, db.extend(now, owner, token, busy)),
+            Op::Extend { token } => {
+                let extended = db.extend(now, owner, token, busy);
+                if extended && self.hole == Some(Hole::ExtendMayShorten) {
+                    if let Some(row) = db.row.as_mut() {
+                        row.busy_until = Some(now + busy);
+                    }
+                }
+                Answer::Matched(msg.proc, extended)
+            }
             Op::Release { token } => Answer::Matched(msg.proc, db.release(now, owner, token)),
             Op::Fence { token } => {
-                let admitted = db.fence(now, owner, token);
+                let admitted = db.fence(clock, owner, token);
                 if admitted && !msg.orphan {
                     // The FOR SHARE lock is held from the statement on.
                     state.procs[msg.proc].fenced = Some(token);
@@ -166,8 +174,10 @@ impl Ticks {
 /// Scheduler `p` sends `op`.
 fn send(state: &mut State, p: usize, op: Op) {
     let owner = state.procs[p].owner;
+    let sent = state.now;
     state.inflight.push(Msg {
         proc: p,
+        sent,
         orphan: false,
         owner,
         op,
@@ -186,6 +196,7 @@ fn end(state: &mut State, p: usize) {
     orphan(state, p);
     state.inflight.push(Msg {
         proc: p,
+        sent: state.now,
         orphan: true,
         owner: state.procs[p].owner,
         op: Op::Release { token: run.token },
