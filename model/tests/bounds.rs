@@ -1,0 +1,116 @@
+//! Whether a model's bounds let its checker see a class of hole at all: a statement changed in the
+//! test (a mutant of the model's step, made here rather than in the model) must be found at the
+//! bounds given. A bound that is too tight (one statement in flight fleet-wide: no statement with an
+//! earlier `now()` can commit after a later one) hides every hole of that class.
+
+use std::fmt::Debug;
+use std::hash::Hash;
+
+use pgtenure_model::counterexample;
+use stateright::{Model, Property};
+
+/// `inner` with `mutate` applied after each of its steps, and `inner`'s own properties.
+struct Mutant<M: Model> {
+    inner: M,
+    properties: Vec<Property<M>>,
+    mutate: fn(&M, &M::State, &M::Action, &mut M::State),
+}
+
+impl<M: Model> Mutant<M> {
+    fn new(inner: M, mutate: fn(&M, &M::State, &M::Action, &mut M::State)) -> Mutant<M> {
+        let properties = inner.properties();
+        Mutant {
+            inner,
+            properties,
+            mutate,
+        }
+    }
+}
+
+/// Property `I` of the inner model.
+fn slot<const I: usize, M: Model>(mutant: &Mutant<M>, state: &M::State) -> bool {
+    (mutant.properties[I].condition)(&mutant.inner, state)
+}
+
+impl<M> Model for Mutant<M>
+where
+    M: Model,
+    M::State: Clone + Debug + Hash + PartialEq,
+    M::Action: Clone,
+{
+    type State = M::State;
+    type Action = M::Action;
+
+    fn init_states(&self) -> Vec<M::State> {
+        self.inner.init_states()
+    }
+
+    fn actions(&self, state: &M::State, actions: &mut Vec<M::Action>) {
+        self.inner.actions(state, actions);
+    }
+
+    fn next_state(&self, last: &M::State, action: M::Action) -> Option<M::State> {
+        let mut next = self.inner.next_state(last, action.clone())?;
+        (self.mutate)(&self.inner, last, &action, &mut next);
+        Some(next)
+    }
+
+    fn within_boundary(&self, state: &M::State) -> bool {
+        self.inner.within_boundary(state)
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        let slots: [fn(&Mutant<M>, &M::State) -> bool; 8] = [
+            slot::<0, M>,
+            slot::<1, M>,
+            slot::<2, M>,
+            slot::<3, M>,
+            slot::<4, M>,
+            slot::<5, M>,
+            slot::<6, M>,
+            slot::<7, M>,
+        ];
+        assert!(self.properties.len() <= slots.len(), "more properties than slots");
+        self.properties
+            .iter()
+            .zip(slots)
+            .map(|(property, slot)| Property {
+                expectation: property.expectation.clone(),
+                name: property.name,
+                condition: slot,
+            })
+            .collect()
+    }
+}
+
+mod membership {
+    use pgtenure_model::membership::{Action, Membership, Op, State};
+
+    /// heartbeat.sql as `expires_at = now() + ttl` (without `greatest`): a heartbeat whose
+    /// transaction began earlier, committing after a later one, shortens the process's expiry.
+    pub fn heartbeat_may_shorten(model: &Membership, last: &State, action: &Action, next: &mut State) {
+        let Action::Exec(i) = action else { return };
+        let msg = &last.inflight[*i];
+        if matches!(msg.op, Op::Heartbeat) {
+            next.db.processes[msg.process as usize] = Some(msg.now + model.ttl);
+        }
+    }
+}
+
+/// With one statement in flight fleet-wide (`Membership::ci`), every statement executes before
+/// the next is sent, so none with an earlier `now()` commits after a later one: a heartbeat that
+/// may shorten the expiry goes unnoticed there. Two in flight find it.
+#[test]
+fn a_heartbeat_that_may_shorten_the_expiry_needs_two_statements_in_flight() {
+    use pgtenure_model::membership::Membership;
+    let model = Membership {
+        max_inflight: 2,
+        max_interventions: 0,
+        ..Membership::ci()
+    };
+    counterexample(
+        Mutant::new(model, membership::heartbeat_may_shorten),
+        "membership (2 in flight) with a heartbeat that may shorten",
+        "no belief past the local deadline or the database's expiry",
+    );
+}
