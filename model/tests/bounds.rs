@@ -70,7 +70,10 @@ where
             slot::<6, M>,
             slot::<7, M>,
         ];
-        assert!(self.properties.len() <= slots.len(), "more properties than slots");
+        assert!(
+            self.properties.len() <= slots.len(),
+            "more properties than slots"
+        );
         self.properties
             .iter()
             .zip(slots)
@@ -88,7 +91,12 @@ mod membership {
 
     /// heartbeat.sql as `expires_at = now() + ttl` (without `greatest`): a heartbeat whose
     /// transaction began earlier, committing after a later one, shortens the process's expiry.
-    pub fn heartbeat_may_shorten(model: &Membership, last: &State, action: &Action, next: &mut State) {
+    pub fn heartbeat_may_shorten(
+        model: &Membership,
+        last: &State,
+        action: &Action,
+        next: &mut State,
+    ) {
         let Action::Exec(i) = action else { return };
         let msg = &last.inflight[*i];
         if matches!(msg.op, Op::Heartbeat) {
@@ -111,6 +119,41 @@ fn a_heartbeat_that_may_shorten_the_expiry_needs_two_statements_in_flight() {
     counterexample(
         Mutant::new(model, membership::heartbeat_may_shorten),
         "membership (2 in flight) with a heartbeat that may shorten",
+        "no belief past the local deadline or the database's expiry",
+    );
+}
+
+mod elector {
+    use pgtenure_model::elector::{Action, Election, Op, State};
+
+    /// is_leader.sql renewing with `expires_at = now() + ttl` (without `greatest`): a renewal
+    /// whose transaction began earlier, committing after a later one, shortens the tenure.
+    pub fn renewal_may_shorten(model: &Election, last: &State, action: &Action, next: &mut State) {
+        let Action::Exec(i) = action else { return };
+        let msg = &last.inflight[*i];
+        let Op::Poll { guard: Some(term) } = msg.op else {
+            return;
+        };
+        let (Some(was), Some(row)) = (&last.db.row, next.db.row.as_mut()) else {
+            return;
+        };
+        let renewed = was.holder == msg.holder
+            && was.term == term
+            && was.expires_at > msg.now
+            && !was.resign_requested;
+        if renewed {
+            row.expires_at = msg.now + model.ttl;
+        }
+    }
+}
+
+/// The elector's CI bounds (2 statements in flight) find a renewal that may shorten the tenure.
+#[test]
+fn a_renewal_that_may_shorten_the_tenure_is_found_at_the_electors_bounds() {
+    use pgtenure_model::elector::Election;
+    counterexample(
+        Mutant::new(Election::ci(), elector::renewal_may_shorten),
+        "elector with a renewal that may shorten",
         "no belief past the local deadline or the database's expiry",
     );
 }
