@@ -27,6 +27,9 @@ impl<M: Model> Mutant<M> {
     }
 }
 
+/// A property's condition on the mutant.
+type Condition<M> = fn(&Mutant<M>, &<M as Model>::State) -> bool;
+
 /// Property `I` of the inner model.
 fn slot<const I: usize, M: Model>(mutant: &Mutant<M>, state: &M::State) -> bool {
     (mutant.properties[I].condition)(&mutant.inner, state)
@@ -60,7 +63,7 @@ where
     }
 
     fn properties(&self) -> Vec<Property<Self>> {
-        let slots: [fn(&Mutant<M>, &M::State) -> bool; 8] = [
+        let slots: [Condition<M>; 8] = [
             slot::<0, M>,
             slot::<1, M>,
             slot::<2, M>,

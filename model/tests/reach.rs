@@ -28,6 +28,9 @@ struct Seen<S> {
     seen: u32,
 }
 
+/// A property's condition on the wrapped model.
+type Condition<M> = fn(&Reach<M>, &Seen<<M as Model>::State>) -> bool;
+
 /// Whether goal `I` was reached on the way to `state`.
 fn slot<const I: u32, M: Model>(_: &Reach<M>, state: &Seen<M::State>) -> bool {
     state.seen & (1 << I) != 0
@@ -70,7 +73,7 @@ where
     }
 
     fn properties(&self) -> Vec<Property<Self>> {
-        let slots: [fn(&Reach<M>, &Seen<M::State>) -> bool; 12] = [
+        let slots: [Condition<M>; 12] = [
             slot::<0, M>,
             slot::<1, M>,
             slot::<2, M>,
