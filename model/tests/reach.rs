@@ -484,3 +484,104 @@ fn the_leases_model_checks_a_grant_after_a_force_release() {
         after_force_release(),
     );
 }
+
+mod membership {
+    use pgtenure_model::membership::{Action, Answer, Membership, Op, State};
+
+    fn believers(state: &State) -> usize {
+        state
+            .processes
+            .iter()
+            .map(|p| {
+                (0..2)
+                    .filter(|&u| p.believes(u, state.now).is_some())
+                    .count()
+            })
+            .sum()
+    }
+
+    pub fn goals() -> Vec<super::Goal<Membership>> {
+        vec![
+            (
+                "a unit of an expired process is claimed by the other",
+                |last, action, next| {
+                    let Action::Exec(i) = action else {
+                        return false;
+                    };
+                    let msg = &last.inflight[*i];
+                    matches!(msg.op, Op::Claim)
+                        && last.db.units.iter().zip(&next.db.units).any(|(a, b)| {
+                            a.owner.is_some_and(|q| q != msg.process)
+                                && b.owner == Some(msg.process)
+                        })
+                },
+            ),
+            (
+                "a unit shed by one process is claimed by the other",
+                |last, action, next| {
+                    let Action::Exec(i) = action else {
+                        return false;
+                    };
+                    let msg = &last.inflight[*i];
+                    matches!(msg.op, Op::Claim)
+                        && last.db.units.iter().zip(&next.db.units).any(|(a, b)| {
+                            a.owner.is_none() && a.token > 0 && b.owner == Some(msg.process)
+                        })
+                },
+            ),
+            (
+                "a heartbeat answers lapsed to a process that believed a unit",
+                |last, action, _| {
+                    let Action::Deliver(i) = action else {
+                        return false;
+                    };
+                    match &last.answers[*i] {
+                        Answer::Heartbeat { process, lapsed } => {
+                            *lapsed
+                                && last.processes[*process as usize]
+                                    .owned
+                                    .iter()
+                                    .any(Option::is_some)
+                        }
+                        _ => false,
+                    }
+                },
+            ),
+            (
+                "a process stops believing its units at its local deadline",
+                |last, action, next| {
+                    matches!(action, Action::Tick) && believers(next) < believers(last)
+                },
+            ),
+            ("both processes believe a unit at once", |_, _, next| {
+                next.processes
+                    .iter()
+                    .all(|p| (0..2).any(|u| p.believes(u, next.now).is_some()))
+            }),
+            (
+                "a believer's local deadline is its row's expiry",
+                |_, _, next| {
+                    next.processes.iter().enumerate().any(|(p, process)| {
+                        (0..2).any(|u| process.believes(u, next.now).is_some())
+                            && process.deadline.is_some()
+                            && next.db.processes[p] == process.deadline
+                    })
+                },
+            ),
+        ]
+    }
+}
+
+/// `Membership::ci` (3 tokens) never reaches a claim of an expired process's units: its first
+/// claim draws a token for each of the two units, and the takeover two more. These bounds (4
+/// tokens, no intervention) reach it.
+#[test]
+fn the_membership_model_reaches_what_its_properties_are_about() {
+    use pgtenure_model::membership::Membership;
+    let model = Membership {
+        max_tokens: 4,
+        max_interventions: 0,
+        ..Membership::ci()
+    };
+    reaches(model, "membership goals", membership::goals());
+}
