@@ -90,7 +90,22 @@ where
 }
 
 mod membership {
-    use pgtenure_model::membership::{Action, Membership, Op, State};
+    use pgtenure_model::membership::{Action, Answer, Membership, Op, State};
+
+    /// Leaser::heartbeat without its `late` rule: a heartbeat answered after the previous local
+    /// deadline, not lapsed by its own `now()`, keeps the units (the library forgets them: another
+    /// process may have claimed them meanwhile).
+    pub fn no_late_rule(_: &Membership, last: &State, action: &Action, next: &mut State) {
+        let Action::Deliver(i) = action else { return };
+        if let Answer::Heartbeat {
+            process,
+            lapsed: false,
+        } = &last.answers[*i]
+        {
+            let p = *process as usize;
+            next.processes[p].owned = last.processes[p].owned;
+        }
+    }
 
     /// heartbeat.sql as `expires_at = now() + ttl` (without `greatest`): a heartbeat whose
     /// transaction began earlier, committing after a later one, shortens the process's expiry.
@@ -178,5 +193,24 @@ fn a_shed_told_after_the_statement_breaks_loss_before_gain_with_four_tokens() {
         model,
         "membership with ShedToldAfter, 4 tokens",
         "a unit lost is told lost before any later gain",
+    );
+}
+
+/// The heartbeat's `late` rule (forget the units when the answer comes after the previous local
+/// deadline) guards a takeover: another process claims the units while the heartbeat's answer is
+/// on its way. A takeover of two units draws the 3rd and 4th tokens: at `Membership::ci`'s 3 the
+/// rule can be removed unnoticed (458,197 states, no counterexample); with 4 it is found.
+#[test]
+fn a_heartbeat_without_its_late_rule_needs_four_tokens() {
+    use pgtenure_model::membership::Membership;
+    let model = Membership {
+        max_tokens: 4,
+        max_interventions: 0,
+        ..Membership::ci()
+    };
+    counterexample(
+        Mutant::new(model, membership::no_late_rule),
+        "membership (4 tokens) without the late rule",
+        "no two believers of a unit",
     );
 }
