@@ -181,6 +181,12 @@ impl Leases {
     /// but not of managed leases: a managed lease's tenure is its [`Lease`]'s alone, and the other
     /// handle is another candidate that waits for its release or lapse.
     ///
+    /// Because they are one holder, one raw handle's release ends the grant for both without
+    /// telling the other: the other handle still takes itself for the holder until the deadline it
+    /// computed, while another owner may already be granted the key. Two raw handles of one owner
+    /// are one holder only when they act as one (one process, or callers that share what they do);
+    /// otherwise give each its own owner, or fence every write.
+    ///
     /// # Errors
     ///
     /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when `owner` is blank, contains a
