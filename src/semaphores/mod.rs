@@ -39,7 +39,7 @@
 //! driver runs the same fence as a value, [`Permit::fence_statement`] ([`crate::fence`]).
 //!
 //! ```no_run
-//! # fn main() -> Result<(), pgtenure::Error> {
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! # fn export(_: &mut pgtenure::postgres::Transaction<'_>) -> Result<(), pgtenure::postgres::Error> { Ok(()) }
 //! use std::time::Duration;
 //! use pgtenure::{Db, semaphores::Semaphore};
