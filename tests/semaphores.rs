@@ -398,3 +398,59 @@ fn with_permit_runs_while_holding_and_releases() {
     let _held = sem.acquire("k", 1, TTL).unwrap().unwrap();
     assert_eq!(sem.with_permit("k", 1, TTL, |_| ()).unwrap(), None);
 }
+
+/// A promotion as an acquire finds it (the table's promotion record names another timeline than
+/// the server's; the promotion itself is `tests/failover/`'s): the acquire is answered stale, reads
+/// the record again and records the promotion, and no new permit is granted for one longest TTL,
+/// while a live permit goes on renewing.
+#[test]
+fn after_a_promotion_new_permits_wait_one_ttl_and_live_ones_renew() {
+    let mut tables = Tables::new();
+    let (sem, table) = semaphore(&mut tables);
+    let ttl = Duration::from_secs(2);
+    let live_permit = sem.acquire("k", 2, ttl).unwrap().unwrap();
+    let record = |column: &str| -> i64 {
+        client()
+            .query_one(&format!("SELECT {column} FROM {table}_promotion"), &[])
+            .unwrap()
+            .get(0)
+    };
+    assert_eq!(record("longest_ttl"), 2_000_000);
+    let timeline = record("timeline");
+    client()
+        .batch_execute(&format!(
+            "UPDATE {table}_promotion SET timeline = timeline + 1000"
+        ))
+        .unwrap();
+    let held_off = Instant::now();
+    // A process that starts now reads the record and finds another timeline than the server's.
+    let after = Semaphore::new(&common::fresh_db())
+        .with_table(&table)
+        .unwrap();
+    assert!(after.acquire("k", 2, ttl).unwrap().is_none(), "held off");
+    assert!(
+        after.acquire("other", 2, ttl).unwrap().is_none(),
+        "held off"
+    );
+    assert_eq!(record("timeline"), timeline, "the promotion recorded");
+    assert_eq!(rows(&table, "k").len(), 1, "nothing is stored");
+    assert!(rows(&table, "other").is_empty(), "nothing is stored");
+    // A Db that opts out grants at once.
+    let eager = Semaphore::new(&db().with_promotion_hold_off(false))
+        .with_table(&table)
+        .unwrap();
+    assert!(eager.acquire("eager", 1, ttl).unwrap().is_some());
+
+    let permit = wait_for("the hold-off to end", Duration::from_secs(10), || {
+        after.acquire("k", 2, ttl).unwrap()
+    });
+    assert!(
+        held_off.elapsed() >= Duration::from_millis(1500),
+        "granted {} ms into a 2 s hold-off",
+        held_off.elapsed().as_millis()
+    );
+    assert_eq!(permit.slot(), 1);
+    assert!(permit.token() > live_permit.token());
+    assert!(live_permit.is_held(), "the live permit renewed through it");
+    assert_eq!(rows(&table, "k")[0].2, live_permit.token());
+}
