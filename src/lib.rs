@@ -21,7 +21,7 @@
 //! [`Error`]). The [module map](#module-map) below lists the whole public API.
 //!
 //! Operators see what is held with the views (`Leases::holder`, `Leases::list`, `TickClaims::jobs`,
-//! `Elector::leaders`, `Units::assignments` and `processes`), release a stuck lease with
+//! `Elector::leaders`, `Units::assignments` and `processes`, `Semaphore::holders`), release a stuck lease with
 //! [`Leases::force_release`](leases::Leases::force_release), and do both from a shell with the
 //! `pgtenure` command (the workspace's `pgtenure-cli` crate), which also runs a command under a
 //! lease (`pgtenure lease-run`).
