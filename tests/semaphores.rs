@@ -454,3 +454,38 @@ fn after_a_promotion_new_permits_wait_one_ttl_and_live_ones_renew() {
     assert!(live_permit.is_held(), "the live permit renewed through it");
     assert_eq!(rows(&table, "k")[0].2, live_permit.token());
 }
+
+/// `create_table` records the table's kind and version, may run again (every instance at startup),
+/// and refuses a table recorded as another kind, changing nothing.
+#[test]
+fn create_table_records_its_kind_and_refuses_another_kinds_table() {
+    let mut tables = Tables::new();
+    let (sem, table) = semaphore(&mut tables);
+    sem.create_table().unwrap();
+    let comment: String = client()
+        .query_one(
+            "SELECT obj_description(to_regclass($1), 'pg_class')",
+            &[&table],
+        )
+        .unwrap()
+        .get(0);
+    assert!(
+        comment.starts_with("pgtenure: semaphores table, schema version 1"),
+        "{comment}"
+    );
+    let lease_table = common::lease_table(&mut tables);
+    let err = Semaphore::new(&db())
+        .with_table(&lease_table)
+        .unwrap()
+        .create_table()
+        .unwrap_err();
+    assert_eq!(err.kind(), pgtenure::ErrorKind::Schema, "{err}");
+    let kept: String = client()
+        .query_one(
+            "SELECT obj_description(to_regclass($1), 'pg_class')",
+            &[&lease_table],
+        )
+        .unwrap()
+        .get(0);
+    assert!(kept.starts_with("pgtenure: leases table"), "{kept}");
+}
