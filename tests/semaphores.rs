@@ -489,3 +489,81 @@ fn create_table_records_its_kind_and_refuses_another_kinds_table() {
         .get(0);
     assert!(kept.starts_with("pgtenure: leases table"), "{kept}");
 }
+
+/// A holder cut off from the database (a blackholed network) stops believing at its local
+/// deadline, with `Expired` on the channel; its slot goes to another acquirer only after the
+/// database's expiry, so the believers never exceed N; healed, its fence is refused and its
+/// release leaves the new tenure alone.
+#[test]
+fn a_blackholed_holder_loses_its_permit_at_its_deadline_before_the_slot_is_taken() {
+    use common::proxy::{database_addr, Proxy};
+    use pgtenure::DbBuilder;
+    use std::time::SystemTime;
+
+    let mut tables = Tables::new();
+    let (sem, table) = semaphore(&mut tables);
+    let proxy = Proxy::start(0, database_addr()).unwrap();
+    let cut_off = DbBuilder::from_config(proxy.config())
+        .connection_timeout(Duration::from_secs(1))
+        .unwrap()
+        .build()
+        .unwrap();
+    let holder = Semaphore::new(&cut_off).with_table(&table).unwrap();
+    let ttl = Duration::from_millis(600);
+    let permit = holder.acquire("k", 2, ttl).unwrap().unwrap();
+    let neighbour = sem.acquire("k", 2, TTL).unwrap().unwrap();
+    assert_eq!((permit.slot(), neighbour.slot()), (0, 1));
+
+    proxy.blackhole();
+    let deadline = permit.deadline();
+    let loss = permit.lost().recv_timeout(ttl * 3);
+    assert_eq!(loss, Ok(LeaseLoss::Expired));
+    let late = Instant::now().saturating_duration_since(deadline);
+    assert!(
+        late < Duration::from_millis(250),
+        "loss {late:?} after the deadline"
+    );
+    let held_until: SystemTime = client()
+        .query_one(
+            &format!("SELECT held_until FROM {table} WHERE key = 'k' AND slot = 0"),
+            &[],
+        )
+        .unwrap()
+        .get(0);
+
+    let taken = wait_for(
+        "the slot to be granted again",
+        Duration::from_secs(5),
+        || sem.acquire("k", 2, TTL).unwrap(),
+    );
+    assert!(!permit.is_held(), "two believers of one slot");
+    assert_eq!(taken.slot(), 0);
+    assert!(taken.token() > neighbour.token());
+    let acquired_at: SystemTime = client()
+        .query_one(
+            &format!("SELECT acquired_at FROM {table} WHERE key = 'k' AND slot = 0"),
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert!(
+        acquired_at >= held_until,
+        "taken before the database's expiry"
+    );
+
+    proxy.heal();
+    let mut conn = cut_off.connection().unwrap();
+    let mut tx = conn.transaction().unwrap();
+    assert!(
+        !permit.fence(&mut tx).unwrap(),
+        "the cut-off holder's fence"
+    );
+    tx.commit().unwrap();
+    drop(conn);
+    permit.release().unwrap();
+    let slot0 = rows(&table, "k")[0].clone();
+    assert_eq!(
+        (slot0.1.as_str(), slot0.2, slot0.3),
+        (sem.owner(), taken.token(), true)
+    );
+}
