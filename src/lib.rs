@@ -10,6 +10,9 @@
 //! - [`Elector`](elector::Elector): one leader per fleet, with terms, resignation and who-leads.
 //! - [`membership`]: process heartbeats and fair-share ownership of (tenant, shard) units, a
 //!   [`Leaser`](membership::Leaser) per process driven tick by tick or by its `run` loop.
+//! - [`Semaphore`](semaphores::Semaphore): at most N holders of a key at once, each
+//!   [`Permit`](semaphores::Permit) with its own fencing token, renewed on a thread of its own like
+//!   a managed lease.
 //! - [`schedule`]: recurring jobs on tick claims, each tick run on one instance when it is due by
 //!   the database clock.
 //!
@@ -18,7 +21,7 @@
 //! [`Error`]). The [module map](#module-map) below lists the whole public API.
 //!
 //! Operators see what is held with the views (`Leases::holder`, `Leases::list`, `TickClaims::jobs`,
-//! `Elector::leaders`, `Units::assignments` and `processes`), release a stuck lease with
+//! `Elector::leaders`, `Units::assignments` and `processes`, `Semaphore::holders`), release a stuck lease with
 //! [`Leases::force_release`](leases::Leases::force_release), and do both from a shell with the
 //! `pgtenure` command (the workspace's `pgtenure-cli` crate), which also runs a command under a
 //! lease (`pgtenure lease-run`).
@@ -166,6 +169,14 @@
 //!   listing's totals, for operators.
 //! - [`leases::DEFAULT_TABLE`], [`leases::MIN_MANAGED_TTL`].
 //!
+//! [`semaphores`], at most N holders per key:
+//! - [`Semaphore`](semaphores::Semaphore): one owner's permits (`acquire`, `with_permit`) and
+//!   what operators read (`holders`).
+//! - [`Permit`](semaphores::Permit): a held permit, renewed on its own thread, its loss on a
+//!   channel ([`LeaseLoss`](leases::LeaseLoss)), `fence`, `release`.
+//! - [`PermitInfo`](semaphores::PermitInfo): a live permit, for operators.
+//! - [`semaphores::DEFAULT_TABLE`], [`semaphores::MAX_PERMITS`].
+//!
 //! [`elector`], one leader per fleet:
 //! - [`Elector`](elector::Elector): polls for the leadership (`is_leader`), `resign`,
 //!   `request_resign`, `fence`, `leader`, `leaders`, and `campaign`.
@@ -248,6 +259,7 @@ pub mod migrations;
 mod observe;
 mod row;
 pub mod schedule;
+pub mod semaphores;
 mod statement;
 mod table_name;
 #[cfg(feature = "testing")]
@@ -329,6 +341,9 @@ const _: fn() = || {
     send_sync::<membership::Leaser>();
     send_sync::<membership::Units>();
     send_sync::<membership::NoHooks>();
+    send_sync::<semaphores::Semaphore>();
+    send_sync::<semaphores::Permit>();
+    send_sync::<semaphores::PermitInfo>();
     send_sync::<schedule::Scheduler>();
     send_sync::<schedule::Scheduling>();
     send_sync::<fence::Fence>();

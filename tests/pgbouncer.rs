@@ -11,8 +11,8 @@ use common::{client, Names, Tables};
 use pgtenure::postgres::{self, NoTls};
 use pgtenure::testing::PgBouncer;
 use pgtenure::{
-    elector::Elector, fire_claims::FireClaims, leases::Leases, tick_claims::TickClaims, Db,
-    StatementMode, StatementModes,
+    elector::Elector, fire_claims::FireClaims, leases::Leases, semaphores::Semaphore,
+    tick_claims::TickClaims, Db, StatementMode, StatementModes,
 };
 
 #[test]
@@ -73,6 +73,25 @@ fn every_primitive_works_through_pgbouncer_in_transaction_mode() {
     assert!(elector.is_leader().unwrap());
     assert!(elector.leader().unwrap().is_some());
     elector.resign().unwrap();
+    // A semaphore's permits: granted up to N, the next refused, fenced, released.
+    let sema_t = tables.name("sema");
+    let sem = Semaphore::new(&db).with_table(&sema_t).unwrap();
+    sem.create_table().unwrap();
+    let ttl = Duration::from_secs(30);
+    let permits: Vec<_> = (0..2)
+        .map(|_| sem.acquire("s", 2, ttl).unwrap().unwrap())
+        .collect();
+    assert!(sem.acquire("s", 2, ttl).unwrap().is_none());
+    let mut conn = db.connection().unwrap();
+    let mut tx = conn.transaction().unwrap();
+    assert!(permits[1].fence(&mut tx).unwrap());
+    tx.commit().unwrap();
+    drop(conn);
+    assert_eq!(sem.holders("s").unwrap().len(), 2);
+    for permit in permits {
+        permit.release().unwrap();
+    }
+    assert!(sem.holders("s").unwrap().is_empty());
     assert_eq!(common::count(&mut client(), &tick_t), 1);
     let token: i64 = client()
         .query_one(&format!("SELECT token FROM {tick_t}"), &[])

@@ -13,19 +13,21 @@ use std::time::{Duration, SystemTime};
 
 use common::{client, Quiet};
 use pgtenure::membership::{Leaser, Unit, Units};
+use pgtenure::semaphores::Semaphore;
 use pgtenure::{
     elector::Elector, fire_claims::FireClaims, leases::Leases, tick_claims::TickClaims, DbBuilder,
     StatementMode,
 };
 
 /// Fixed table names (the text, and so the names, depend on them).
-const TABLES: [&str; 6] = [
+const TABLES: [&str; 7] = [
     "t_names_tick",
     "t_names_fire",
     "t_names_lease",
     "t_names_leader",
     "t_names_procs",
     "t_names_units",
+    "t_names_sema",
 ];
 
 fn drop_tables() {
@@ -56,11 +58,12 @@ fn every_statement_keeps_its_sql_level_name() {
         .statement_mode(StatementMode::Sql)
         .build()
         .unwrap();
-    let [tick_t, fire_t, lease_t, leader_t, procs_t, units_t] = TABLES;
+    let [tick_t, fire_t, lease_t, leader_t, procs_t, units_t, sema_t] = TABLES;
     let ticks = TickClaims::new(&db).with_table(tick_t).unwrap();
     let fires = FireClaims::new(&db).with_table(fire_t).unwrap();
     let leases = Leases::new(&db).with_table(lease_t).unwrap();
     let elector = Elector::new(&db).with_table(leader_t).unwrap();
+    let semaphore = Semaphore::new(&db).with_table(sema_t).unwrap();
     let units = Units::new(&db).with_tables(procs_t, units_t).unwrap();
     let leaser = Leaser::new(&db, Arc::new(Quiet), common::hand_driven())
         .unwrap()
@@ -70,6 +73,7 @@ fn every_statement_keeps_its_sql_level_name() {
     fires.create_table().unwrap();
     leases.create_table().unwrap();
     elector.create_table().unwrap();
+    semaphore.create_table().unwrap();
     units.create_tables().unwrap();
 
     let tick = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
@@ -99,6 +103,12 @@ fn every_statement_keeps_its_sql_level_name() {
         .unwrap()
         .unwrap();
     lease.release().unwrap();
+    let permit = semaphore
+        .acquire("s", 2, Duration::from_secs(60))
+        .unwrap()
+        .unwrap();
+    semaphore.holders("s").unwrap();
+    permit.release().unwrap();
     assert!(elector.is_leader().unwrap());
     elector.leader().unwrap();
     elector.leaders().unwrap();

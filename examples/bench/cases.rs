@@ -7,7 +7,8 @@ use std::time::{Duration, SystemTime};
 use pgtenure::membership::{Leaser, Unit, Units};
 use pgtenure::testing::render_sql;
 use pgtenure::{
-    elector::Elector, fire_claims::FireClaims, leases::Leases, tick_claims::TickClaims, Db,
+    elector::Elector, fire_claims::FireClaims, leases::Leases, semaphores::Semaphore,
+    tick_claims::TickClaims, Db,
 };
 
 use super::common::Quiet;
@@ -39,6 +40,7 @@ pub struct Tables {
     pub leader: String,
     pub procs: String,
     pub units: String,
+    pub sema: String,
 }
 
 fn file(path: &str) -> String {
@@ -67,11 +69,22 @@ pub fn cases(db: &Db, id: u32) -> Result<Fixture, Error> {
         leader: format!("bench_leader_{id}"),
         procs: format!("bench_procs_{id}"),
         units: format!("bench_units_{id}"),
+        sema: format!("bench_sema_{id}"),
     };
     TickClaims::new(db).with_table(&t.tick)?.create_table()?;
     FireClaims::new(db).with_table(&t.fire)?.create_table()?;
     Leases::new(db).with_table(&t.lease)?.create_table()?;
     Elector::new(db).with_table(&t.leader)?.create_table()?;
+    Semaphore::new(db).with_table(&t.sema)?.create_table()?;
+    // Both permits of the key "full" held by others for an hour (rows as a holder's acquire leaves
+    // them: a managed permit would need a thread kept alive through the whole comparison).
+    db.connection()?.batch_execute(&format!(
+        "INSERT INTO \"{0}\" (key, slot, owner, held_until, token, acquired_at, managed_token)
+         SELECT 'full', slot, 'other', now() + interval '1 hour', nextval('\"{0}_token_seq\"'),
+                now(), currval('\"{0}_token_seq\"')
+           FROM generate_series(0, 1) AS slot",
+        t.sema
+    ))?;
     let units = Units::new(db).with_tables(&t.procs, &t.units)?;
     units.create_tables()?;
     let all: Vec<Unit> = (0..1000)
@@ -271,6 +284,44 @@ pub fn cases(db: &Db, id: u32) -> Result<Fixture, Error> {
             }),
             script,
             vars: Box::new(|_| vars(&[("holder", "pgb".into()), ("ttl", "600000000".into())])),
+        });
+    }
+    // Semaphores.
+    {
+        let st = t.sema.clone();
+        cases.push(Case {
+            name: "semaphore acquire, refused",
+            lib: Box::new(move |db, _, _| {
+                let s = Semaphore::new(db).with_table(&st).unwrap();
+                Box::new(move |_| {
+                    assert!(s
+                        .acquire("full", 2, Duration::from_secs(30))
+                        .unwrap()
+                        .is_none())
+                })
+            }),
+            script: Script::one(
+                sql("semaphores/acquire.sql", &[("table", t.sema.as_str())]),
+                vec![
+                    v("key"),
+                    v("owner"),
+                    v("ttl"),
+                    v("permits"),
+                    Arg::True,
+                    Arg::True,
+                    TIMELINE,
+                    Arg::Null,
+                    Arg::Null,
+                ],
+            ),
+            vars: Box::new(|n| {
+                vars(&[
+                    ("key", "full".into()),
+                    ("owner", format!("pgb-{n}")),
+                    ("ttl", "30000000".into()),
+                    ("permits", "2".into()),
+                ])
+            }),
         });
     }
     // Leases.

@@ -201,13 +201,14 @@ pub fn run(
         &tables.leader,
         &tables.units,
         &tables.procs,
+        &tables.sema,
     ] {
         admin.batch_execute(&format!("DROP TABLE IF EXISTS \"{table}\""))?;
     }
     admin.batch_execute(&format!(
-        "DROP SEQUENCE IF EXISTS \"{0}_token_seq\", \"{1}_term_seq\";
-         DROP TABLE IF EXISTS \"{0}_promotion\", \"{1}_promotion\"",
-        tables.lease, tables.leader
+        "DROP SEQUENCE IF EXISTS \"{0}_token_seq\", \"{1}_term_seq\", \"{2}_token_seq\";
+         DROP TABLE IF EXISTS \"{0}_promotion\", \"{1}_promotion\", \"{2}_promotion\"",
+        tables.lease, tables.leader, tables.sema
     ))?;
     Ok(json!({ "operations": out, "driver": limits }))
 }

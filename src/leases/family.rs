@@ -87,11 +87,21 @@ impl std::ops::Deref for WatchedFamily {
 
 impl WatchedFamily {
     pub(super) fn new(db: Db, owner: Arc<str>, table: TableName) -> Arc<WatchedFamily> {
+        WatchedFamily::with_statements(db, owner, Statements::new(table))
+    }
+
+    /// A family whose managed tenures renew, fence and release with `sql` (a semaphore's permits:
+    /// [`Statements::of_kind`]).
+    pub(crate) fn with_statements(
+        db: Db,
+        owner: Arc<str>,
+        sql: Arc<Statements>,
+    ) -> Arc<WatchedFamily> {
         Arc::new(WatchedFamily {
             family: Arc::new(Family {
                 db,
                 owner,
-                sql: Statements::new(table),
+                sql,
                 held: Mutex::new(HashSet::new()),
                 outage: Mutex::new(None),
                 last_sweep: Mutex::new(None),

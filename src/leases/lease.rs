@@ -65,7 +65,7 @@ pub struct Lease {
 
 impl Lease {
     /// Starts the lease's thread for a tenure granted at `sent` (the instant before the grant).
-    pub(super) fn start(
+    pub(crate) fn start(
         shared: Arc<WatchedFamily>,
         key: &str,
         token: i64,

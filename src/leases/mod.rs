@@ -103,9 +103,10 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use self::family::WatchedFamily;
+pub(crate) use self::family::WatchedFamily;
 pub use self::grant::{Grant, KeyRenewal, Renewal};
 pub use self::lease::Lease;
+pub(crate) use self::sql::Statements;
 pub use self::state::LeaseLoss;
 pub use self::timing::MIN_MANAGED_TTL;
 pub use self::views::{LeaseInfo, LeaseSummary, Refusal};

@@ -118,8 +118,15 @@ impl Statements {
     }
 
     pub(super) fn new(table: TableName) -> Arc<Statements> {
+        Statements::of_kind(Kind::Leases, table)
+    }
+
+    /// The statements on a table of another kind whose rows are lease rows by the columns these
+    /// statements name (`key`, `owner`, `token`, `held_until`, `superseded`, `managed_token`): a
+    /// semaphore's permits renew, fence and release with them ([`crate::semaphores`]).
+    pub(crate) fn of_kind(kind: Kind, table: TableName) -> Arc<Statements> {
         Arc::new(Statements {
-            gate: Gate::new(vec![(Kind::Leases, table.clone())]),
+            gate: Gate::new(vec![(kind, table.clone())]),
             acquire: Statement::new(render(ACQUIRE, &table)),
             renew: Statement::new(render(RENEW, &table)),
             renew_tenure: Statement::new(render(RENEW_TENURE, &table)),

@@ -26,6 +26,8 @@ const UNITS_2: &str = include_str!("../../sql/membership/upgrade_units_2.sql");
 const UNITS_3: &str = include_str!("../../sql/membership/upgrade_units_3.sql");
 const UNITS_4: &str = include_str!("../../sql/membership/upgrade_units_4.sql");
 const UNITS_OWN_SEQUENCE: &str = include_str!("../../sql/membership/own_sequence.sql");
+const SEMAPHORES_SEQUENCE: &str = include_str!("../../sql/semaphores/create_sequence.sql");
+const SEMAPHORES_CREATE: &str = include_str!("../../sql/semaphores/create_table.sql");
 const CREATE_PROMOTION: &str = include_str!("../../sql/schema/create_promotion.sql");
 const SEED_PROMOTION: &str = include_str!("../../sql/schema/seed_promotion.sql");
 
@@ -38,6 +40,7 @@ pub(crate) enum Kind {
     Elector,
     Processes,
     Units,
+    Semaphores,
 }
 
 /// Something a version added, found in a table without a version record.
@@ -57,6 +60,7 @@ impl Kind {
             Kind::Elector => "leader",
             Kind::Processes => "processes",
             Kind::Units => "units",
+            Kind::Semaphores => "semaphores",
         }
     }
 
@@ -68,6 +72,7 @@ impl Kind {
             Kind::Elector,
             Kind::Processes,
             Kind::Units,
+            Kind::Semaphores,
         ]
         .into_iter()
         .find(|k| k.name() == name)
@@ -76,6 +81,7 @@ impl Kind {
     /// The version this build makes and migrates to.
     pub(crate) fn latest(self) -> u32 {
         match self {
+            Kind::Semaphores => 1,
             Kind::TickClaims | Kind::FireClaims => 2,
             Kind::Leases | Kind::Elector | Kind::Processes => 3,
             Kind::Units => 4,
@@ -112,6 +118,11 @@ impl Kind {
             ]
             .concat(),
             Kind::Processes => vec![on(PROCESSES_CREATE)],
+            Kind::Semaphores => [
+                vec![on(SEMAPHORES_SEQUENCE), on(SEMAPHORES_CREATE)],
+                promotion(table, fold),
+            ]
+            .concat(),
             Kind::Units => vec![
                 on(UNITS_CREATE),
                 on(UNITS_SEQUENCE),
@@ -163,6 +174,16 @@ impl Kind {
                 "version",
                 "started_at",
             ],
+            Kind::Semaphores => &[
+                "key",
+                "slot",
+                "owner",
+                "held_until",
+                "token",
+                "superseded",
+                "acquired_at",
+                "managed_token",
+            ],
             Kind::Units => &[
                 "tenant",
                 "shard",
@@ -190,6 +211,7 @@ impl Kind {
                 (2, Marker::Column("changes")),
                 (3, Marker::Column("settled")),
             ],
+            Kind::Semaphores => &[],
             // Version 2 changed an index's columns: nothing a statement fails without.
             Kind::Units => &[(3, Marker::Column("removed")), (4, Marker::Column("token"))],
         }
@@ -217,6 +239,10 @@ impl Kind {
                 render(FIRES_INDEX, table),
             )],
             Kind::Leases => vec![
+                Companion::sequence(table.derived("token_seq")),
+                Companion::promotion(table, fold),
+            ],
+            Kind::Semaphores => vec![
                 Companion::sequence(table.derived("token_seq")),
                 Companion::promotion(table, fold),
             ],
