@@ -51,3 +51,11 @@ fn a_local_deadline_recorded_at_the_answer_is_found() {
         "no belief past the local deadline or the database's expiry",
     );
 }
+
+#[test]
+fn a_shed_sent_before_its_loss_was_delivered_is_found() {
+    found(
+        Hole::ShedBeforeTold,
+        "no two reconcilers work a unit",
+    );
+}

@@ -23,6 +23,7 @@
 
 mod actions;
 mod db;
+mod decide;
 mod properties;
 mod state;
 mod step;
@@ -37,9 +38,11 @@ pub type Token = u8;
 pub type Pid = u8;
 /// How many units there are.
 pub const UNITS: usize = 2;
+/// Each unit's weight.
+pub const WEIGHTS: [u8; UNITS] = [1, 2];
 
-pub use self::db::{Db, Hole, Unit};
-pub use self::state::{Action, Answer, Msg, Op, Process, State, Wait};
+pub use self::db::{Db, Hole, Row, Unit};
+pub use self::state::{Action, Answer, Change, Delivery, Msg, Op, Process, State, Wait};
 
 /// The model's bounds.
 #[derive(Clone, Debug)]
@@ -48,6 +51,8 @@ pub struct Membership {
     pub ttl: Tick,
     /// sweep.sql's cutoff: how long a row must have been expired before a sweep deletes it.
     pub cutoff: Tick,
+    /// heartbeat.sql's least age at which a later beat settles a row (the warm-up wait).
+    pub settle_after: Tick,
     /// The last tick of the run.
     pub max_now: Tick,
     pub max_inflight: usize,
@@ -65,6 +70,7 @@ impl Membership {
             processes: 2,
             ttl: 2,
             cutoff: -1,
+            settle_after: 0,
             max_now: 2,
             max_inflight: 1,
             max_tokens: 3,
@@ -98,6 +104,7 @@ impl Model for Membership {
             highest: [0; UNITS],
             token_went_back: false,
             gain_before_loss: false,
+            given_back_while_worked: false,
         }]
     }
 
