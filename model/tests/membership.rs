@@ -54,8 +54,5 @@ fn a_local_deadline_recorded_at_the_answer_is_found() {
 
 #[test]
 fn a_shed_sent_before_its_loss_was_delivered_is_found() {
-    found(
-        Hole::ShedBeforeTold,
-        "no two reconcilers work a unit",
-    );
+    found(Hole::ShedBeforeTold, "no two reconcilers work a unit");
 }

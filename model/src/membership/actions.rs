@@ -48,8 +48,8 @@ impl Membership {
         // The loop delivers what it decided before its next statement (`Leaser::deliver`); a
         // give-back it decided is sent only then (`Local::to_give_back`), but with the hole.
         let delivered = process.outbox.is_empty();
-        let early = self.hole == Some(Hole::ShedBeforeTold)
-            && matches!(process.pending, Some(Op::Shed(_)));
+        let early =
+            self.hole == Some(Hole::ShedBeforeTold) && matches!(process.pending, Some(Op::Shed(_)));
         if !room || !(delivered || early) {
             return;
         }
