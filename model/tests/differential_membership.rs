@@ -491,7 +491,7 @@ fn heartbeat_release_sweep_and_fence_match_the_model() {
             sweep_case(&mut tx, &t, &sweep, &state, cutoff);
             compared += 1;
         }
-        compared += fence_cases(&mut tx, &t, &fence, &state);
+        compared += fence_cases(&mut tx, &fence, &state);
         tx.rollback().unwrap();
     }
     println!("{compared} statements compared with the model");
@@ -596,7 +596,7 @@ fn sweep_case(outer: &mut Transaction<'_>, t: &Names, sweep: &Statement, state: 
 
 /// fence.sql for every process, unit and token (the unit's, one below and one above) in `state`,
 /// in one transaction (a fence writes nothing): how many were compared.
-fn fence_cases(outer: &mut Transaction<'_>, t: &Names, fence: &Statement, state: &Db) -> usize {
+fn fence_cases(outer: &mut Transaction<'_>, fence: &Statement, state: &Db) -> usize {
     let mut tx = outer.transaction().unwrap();
     let mut compared = 0;
     for p in 0..2u8 {

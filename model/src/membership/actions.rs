@@ -20,7 +20,14 @@ impl Membership {
             actions.push(Action::Deliver(i));
         }
         if self.budget(state) {
-            actions.push(Action::Restart(state.processes.len() as Pid - 1));
+            let last = self.processes as Pid - 1;
+            actions.push(Action::Restart(last));
+            // A spare id not started yet.
+            let spare = (self.processes..state.processes.len())
+                .find(|&q| state.processes[q].down && state.db.processes[q].is_none());
+            if let Some(q) = spare {
+                actions.push(Action::Replace(last, q as Pid));
+            }
         }
     }
 
@@ -33,6 +40,9 @@ impl Membership {
     /// (when there is `room` in flight), its watcher.
     fn offer_process(&self, state: &State, p: Pid, room: bool, actions: &mut Vec<Action>) {
         let process = &state.processes[p as usize];
+        if process.down {
+            return;
+        }
         if !process.outbox.is_empty() {
             actions.push(Action::Flush(p));
         }

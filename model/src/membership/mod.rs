@@ -47,7 +47,10 @@ pub use self::state::{Action, Answer, Change, Delivery, Msg, Op, Process, State,
 /// The model's bounds.
 #[derive(Clone, Debug)]
 pub struct Membership {
+    /// Processes running from the start.
     pub processes: usize,
+    /// Spare process ids, each started when a process is replaced by one under a new id.
+    pub spares: usize,
     pub ttl: Tick,
     /// sweep.sql's cutoff: how long a row must have been expired before a sweep deletes it.
     pub cutoff: Tick,
@@ -68,6 +71,7 @@ impl Membership {
     pub fn ci() -> Membership {
         Membership {
             processes: 2,
+            spares: 1,
             ttl: 2,
             cutoff: -1,
             settle_after: 0,
@@ -96,8 +100,13 @@ impl Model for Membership {
     fn init_states(&self) -> Vec<State> {
         vec![State {
             now: 0,
-            db: Db::new(self.processes),
-            processes: vec![Process::default(); self.processes],
+            db: Db::new(self.processes + self.spares),
+            processes: (0..self.processes + self.spares)
+                .map(|p| Process {
+                    down: p >= self.processes,
+                    ..Process::default()
+                })
+                .collect(),
             inflight: Vec::new(),
             answers: Vec::new(),
             interventions: 0,

@@ -97,6 +97,9 @@ pub struct Process {
     pub told: [Option<Token>; UNITS],
     /// A give-back decided (a unit to shed, or the release), sent once its losses were delivered.
     pub pending: Option<Op>,
+    /// Not running: a spare id not started yet, or a process killed for good (replaced by one
+    /// under a new id).
+    pub down: bool,
 }
 
 impl Process {
@@ -175,4 +178,6 @@ pub enum Action {
     Watch(Pid),
     /// Process `p` is killed and restarts under the same id.
     Restart(Pid),
+    /// Process `p` is killed for good and a process under a new id (the spare `q`) starts.
+    Replace(Pid, Pid),
 }

@@ -23,6 +23,15 @@ impl Membership {
                 state.processes[p as usize] = Process::default();
                 orphan(&mut state, p);
             }
+            Action::Replace(p, q) => {
+                state.interventions += 1;
+                state.processes[p as usize] = Process {
+                    down: true,
+                    ..Process::default()
+                };
+                orphan(&mut state, p);
+                state.processes[q as usize].down = false;
+            }
         }
         Some(state)
     }
