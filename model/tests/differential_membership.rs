@@ -1,12 +1,15 @@
 //! The membership model and the SQL cannot drift apart silently: for generated small states of the
 //! processes and units tables (each process row missing or expiring around now, each unit unowned
-//! or owned by either process, with or without a token) and of the token sequence, claim.sql and
-//! shed.sql of `sql/membership/` run against PostgreSQL (rendered for test tables as the library
-//! renders them, `pgtenure::testing::render_sql`) and their answers and resulting rows must equal
-//! what the model's step functions ([`Db::claim`], [`Db::shed`], the very code the checker runs)
-//! give. One tick is one second; each state is set in a transaction rolled back afterwards, and each case
-//! runs in a savepoint of it, rolled back too. The other
-//! modelled statements (heartbeat, release, sweep, fence) are not compared yet.
+//! or owned by either process, with or without a token; unit a weighs 1, b 2) and of the token
+//! sequence, the statements of `sql/membership/` run against PostgreSQL (rendered for test tables
+//! as the library renders them, `pgtenure::testing::render_sql`) and their answers and resulting
+//! rows must equal what the model's step functions (the very code the checker runs) give:
+//! claim.sql with a weight budget that binds or not ([`Db::claim`]), shed.sql ([`Db::shed`]),
+//! heartbeat.sql on rows started long ago, at the settling age, at the beat's `now()` or after it,
+//! settled or not ([`Db::heartbeat`]: `lapsed`, `settled`, the row), release.sql ([`Db::release`]),
+//! sweep.sql with cutoffs around the rows' expiries and the units' claims ([`Db::sweep`]) and
+//! fence.sql for every process, unit and token ([`Db::fence`]). One tick is one second; each state
+//! is set in a transaction rolled back afterwards, and each case runs in a savepoint of it.
 
 use pgtenure_model::membership::{Db, Row, Tick, Token, Unit, UNITS, WEIGHTS};
 use postgres::types::{ToSql, Type};
@@ -600,14 +603,14 @@ fn fence_cases(outer: &mut Transaction<'_>, fence: &Statement, state: &Db) -> us
     let mut tx = outer.transaction().unwrap();
     let mut compared = 0;
     for p in 0..2u8 {
-        for u in 0..UNITS {
+        for (u, tenant) in TENANTS.iter().enumerate() {
             for token in [1, 2, 3] {
                 let rows = tx
                     .query(
                         fence,
                         &[
                             &PIDS[p as usize] as &(dyn ToSql + Sync),
-                            &TENANTS[u],
+                            tenant,
                             &0i32,
                             &i64::from(token),
                         ],

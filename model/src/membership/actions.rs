@@ -57,7 +57,7 @@ impl Membership {
         }
         // The loop delivers what it decided before its next statement (`Leaser::deliver`); a
         // give-back it decided is sent only then (`Local::to_give_back`), but with the hole.
-        let delivered = process.outbox.is_empty();
+        let delivered = process.barrier == 0;
         let early =
             self.hole == Some(Hole::ShedBeforeTold) && matches!(process.pending, Some(Op::Shed(_)));
         if !room || !(delivered || early) {

@@ -1,22 +1,36 @@
 //! The membership protocol (`sql/membership/{heartbeat,claim,shed,release,sweep,fence}.sql` and
-//! the local steps around them: `src/membership/leaser.rs`, `tick.rs`, `local.rs`, `deliver.rs`).
+//! the local steps around them: `src/membership/leaser.rs`, `tick.rs`, `fair.rs`, `warm_up.rs`,
+//! `local.rs`, `deliver.rs`).
 //!
-//! Two processes, two units of weight 1, discrete time as in the other models: `State::now` is the
-//! database clock in ticks, and every local `Instant` advances with it. A statement's transaction
-//! starts when it is sent (its `now()` is the tick it was sent at) and it executes atomically
-//! against the newest rows at any later step, or never. A process records its local instant before
-//! sending a heartbeat; its answer makes the local deadline that instant plus the TTL. A process
-//! believes a unit (its local view) only while that deadline has not passed.
+//! Two processes (and a spare id for a process replaced by one under a new id), two units of
+//! weights 1 and 2, discrete time as in the other models: `State::now` is the database clock in
+//! ticks, and every local `Instant` advances with it. A statement's transaction starts when it is
+//! sent (its `now()` is the tick it was sent at) and it executes atomically against the newest rows
+//! at any later step, or never. A process records its local instant before sending a heartbeat;
+//! its answer makes the local deadline that instant plus the TTL. A process believes a unit (its
+//! local view, which `Leaser::token` and the fence read) only while that deadline has not passed.
 //!
 //! Each process's membership loop waits on one statement at a time (heartbeat, claim, shed,
-//! release, sweep); its liveness watcher forgets every unit once the local deadline passes. Every
-//! decision is told to the reconciler in decision order (the outbox) right after it is made, so the
-//! local view is what the reconciler was told; a unit to shed is told lost before the shed is sent.
-//! The outbox's lag is not modelled: a unit is worked only while the local deadline has not passed,
-//! and every loss but a shed's comes after that (a lapse, the watcher, a heartbeat answered late). Not modelled: weights and the fair share
-//! (a claim takes every claimable unit, a shed gives back any owned one), registration and
-//! removal of units, the re-read of owned units (`owned.sql`) and probation (settling): a restarted
-//! process never learns the units its row still owns, which only costs liveness.
+//! release, sweep); its liveness watcher forgets every unit once the local deadline passes. A tick
+//! decides from the database as stats.sql reads it at the step it decides (the read itself is not a
+//! step of its own; the claim or shed it sends executes later, against whatever changed since):
+//! the fair share by weight (`fair.rs`: counted processes are those settled or owning units), the
+//! warm-up (a process claims only once it counts, and in a cold fleet only once every other live
+//! process has settled; the warm-up's wall-clock wait and its longest bound are not modelled) and
+//! the weight budget of its claim, or the lightest unit to shed. Every decision is queued in
+//! decision order in the process's outbox and delivered to its reconciler later, one message a
+//! step ([`Action::Flush`]); the loop sends its next statement only once the outbox is empty
+//! (`Leaser::deliver` returns once the queue is empty), so a unit chosen to shed is given back only
+//! once its loss was delivered, and the release only once every loss was. A claim's answer is
+//! adopted only while live and if nothing forgot the ownership since it was sent.
+//!
+//! Not modelled: registration and removal of units and weight changes, the re-read of owned units
+//! (`owned.sql`: a process back from a lapse or restarted never learns the units its row still
+//! owns, which only costs liveness), the reported count and weight (a process row reports what the
+//! units table says it owns, which every claim, shed and release keeps true), the local deadline's
+//! margin (four fifths of the TTL in the library, the whole TTL here: the reconcilers' property
+//! leaves out a process past its deadline, or with the unit's expiry queued, which that margin is
+//! for), a failover.
 //!
 //! The step functions on [`Db`] are one statement each, the very code the differential test
 //! (`tests/differential_membership.rs`) compares with the statements run against PostgreSQL.

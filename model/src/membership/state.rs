@@ -95,6 +95,10 @@ pub struct Process {
     pub outbox: Vec<Delivery>,
     /// What the reconciler was told: each unit's token while it works it.
     pub told: [Option<Token>; UNITS],
+    /// How many of the oldest queued messages the loop waits to see delivered before its next
+    /// statement: those queued when it last delivered (`Leaser::deliver` returns once the queue
+    /// is empty; what the watcher queues afterwards, it delivers on its own thread).
+    pub barrier: u8,
     /// A give-back decided (a unit to shed, or the release), sent once its losses were delivered.
     pub pending: Option<Op>,
     /// Not running: a spare id not started yet, or a process killed for good (replaced by one

@@ -54,6 +54,7 @@ impl Membership {
             _ => {}
         }
         process.pending = Some(op);
+        process.barrier = process.outbox.len() as u8;
     }
 
     /// Process `p` sends `op`: its transaction starts now, and so does a heartbeat's deadline.
@@ -162,6 +163,10 @@ impl Membership {
                 }
             }
         }
+        // The loop delivers after a heartbeat and after a tick's claim (`Leaser::deliver`).
+        if matches!(wait.op, Op::Heartbeat | Op::Claim(_)) {
+            process.barrier = process.outbox.len() as u8;
+        }
         Some(())
     }
 }
@@ -170,6 +175,7 @@ impl Membership {
 fn flush(state: &mut State, p: Pid) {
     let process = &mut state.processes[p as usize];
     let (u, change) = process.outbox.remove(0);
+    process.barrier = process.barrier.saturating_sub(1);
     process.told[u] = match change {
         Change::Gained(token) => {
             if process.told[u].is_some() {
