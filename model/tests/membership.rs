@@ -57,3 +57,11 @@ fn a_local_deadline_recorded_at_the_answer_is_found() {
 fn a_shed_sent_before_its_loss_was_delivered_is_found() {
     found(Hole::ShedBeforeTold, "no two reconcilers work a unit");
 }
+
+#[test]
+fn a_shed_told_after_the_statement_breaks_the_order_of_deliveries() {
+    found(
+        Hole::ShedToldAfter,
+        "a unit lost is delivered lost before any later gain",
+    );
+}
