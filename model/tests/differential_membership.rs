@@ -66,6 +66,7 @@ fn states() -> Vec<Db> {
                             processes: vec![p0, p1],
                             units: [u0.clone(), u1.clone()],
                             seq,
+                            locked: None,
                         });
                     }
                 }

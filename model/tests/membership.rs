@@ -65,3 +65,31 @@ fn a_shed_told_after_the_statement_breaks_the_order_of_deliveries() {
         "a unit lost is delivered lost before any later gain",
     );
 }
+
+/// The model with one fenced transaction per run, and no intervention.
+fn fenced() -> Membership {
+    Membership {
+        max_fences: 1,
+        max_interventions: 0,
+        ..Membership::ci()
+    }
+}
+
+#[test]
+fn a_fenced_write_commits_only_while_its_unit_stays() {
+    let checker = check(fenced(), "membership with a fenced transaction", None);
+    checker.assert_properties();
+}
+
+#[test]
+fn a_fence_that_does_not_lock_the_unit_is_found() {
+    let model = Membership {
+        hole: Some(Hole::FenceWithoutLock),
+        ..fenced()
+    };
+    counterexample(
+        model,
+        "membership with FenceWithoutLock",
+        "a fenced write commits only while its process owns the unit with its token",
+    );
+}

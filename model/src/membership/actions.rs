@@ -1,7 +1,7 @@
 //! What can happen next in a state: the steps the checker explores from it.
 
 use super::decide::{decide, Step};
-use super::{Action, Hole, Membership, Op, Pid, State};
+use super::{Action, Hole, Membership, Op, Pid, State, UNITS};
 
 impl Membership {
     /// Every step possible in `state`.
@@ -13,9 +13,15 @@ impl Membership {
         for p in 0..state.processes.len() {
             self.offer_process(state, p as Pid, room, actions);
         }
-        for i in 0..state.inflight.len() {
-            actions.push(Action::Exec(i));
+        for (i, msg) in state.inflight.iter().enumerate() {
+            // release.sql waits for a fenced transaction holding one of its process's units.
+            let waits = msg.op == Op::Release
+                && (state.db.locked).is_some_and(|u| state.db.units[u].owner == Some(msg.process));
+            if !waits {
+                actions.push(Action::Exec(i));
+            }
         }
+        self.offer_fences(state, actions);
         for i in 0..state.answers.len() {
             actions.push(Action::Deliver(i));
         }
@@ -27,6 +33,25 @@ impl Membership {
                 .find(|&q| state.processes[q].down && state.db.processes[q].is_none());
             if let Some(q) = spare {
                 actions.push(Action::Replace(last, q as Pid));
+            }
+        }
+    }
+
+    /// A reconciler's fenced transaction: begun for a unit it works on (by the local view, as
+    /// `Leaser::token` reads it), one at a time; committed at any later step.
+    fn offer_fences(&self, state: &State, actions: &mut Vec<Action>) {
+        if state.fenced.is_some() {
+            actions.push(Action::Commit);
+            return;
+        }
+        if state.fences >= self.max_fences {
+            return;
+        }
+        for (p, process) in state.processes.iter().enumerate() {
+            for u in 0..UNITS {
+                if process.believes(u, state.now).is_some() {
+                    actions.push(Action::Fence(p as Pid, u));
+                }
             }
         }
     }

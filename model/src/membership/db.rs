@@ -32,6 +32,9 @@ pub struct Db {
     pub units: [Unit; UNITS],
     /// The value the sequence's next `nextval` returns.
     pub seq: Token,
+    /// The unit whose row a fenced transaction holds `FOR SHARE` (fence.sql), if any: claim.sql,
+    /// shed.sql and sweep.sql skip it (`SKIP LOCKED`), release.sql waits for it.
+    pub locked: Option<usize>,
 }
 
 /// Known holes, reintroduced one at a time to show the checker finds them. `None` in the real
@@ -48,6 +51,9 @@ pub enum Hole {
     /// A unit chosen to shed is given back (shed.sql sent) before its loss was delivered to the
     /// reconciler, which still works it while another process claims it.
     ShedBeforeTold,
+    /// fence.sql checks the unit without locking its row: a fenced write may commit after the
+    /// unit changed hands.
+    FenceWithoutLock,
 }
 
 impl Db {
@@ -57,6 +63,7 @@ impl Db {
             processes: vec![None; processes],
             units: Default::default(),
             seq: 1,
+            locked: None,
         }
     }
 
@@ -111,6 +118,7 @@ impl Db {
         };
         let mut candidates: Vec<usize> = (0..UNITS).filter(|&u| orphaned(&self.units[u])).collect();
         candidates.extend((0..UNITS).filter(|&u| self.units[u].owner.is_none()));
+        candidates.retain(|&u| self.locked != Some(u));
         candidates.truncate(most);
         let mut running = 0;
         candidates.retain(|&u| {
@@ -133,8 +141,8 @@ impl Db {
             .collect()
     }
 
-    /// shed.sql at `now` for process `p` and `units`: owner-guarded, only while its row is live.
-    /// The units given back.
+    /// shed.sql at `now` for process `p` and `units`: owner-guarded, only while its row is live,
+    /// skipping a locked unit. The units given back.
     pub fn shed(&mut self, now: Tick, p: Pid, units: &[usize]) -> Vec<usize> {
         if !self.live(now, p) {
             return Vec::new();
@@ -142,7 +150,7 @@ impl Db {
         let given: Vec<usize> = units
             .iter()
             .copied()
-            .filter(|&u| self.units[u].owner == Some(p))
+            .filter(|&u| self.units[u].owner == Some(p) && self.locked != Some(u))
             .collect();
         for &u in &given {
             self.free(u);
@@ -150,7 +158,8 @@ impl Db {
         given
     }
 
-    /// release.sql for process `p`, keeping nothing: every unit it owns is given back.
+    /// release.sql for process `p`, keeping nothing: every unit it owns is given back (once no
+    /// fenced transaction holds one: it waits for the lock).
     pub fn release(&mut self, p: Pid) -> Vec<usize> {
         let given: Vec<usize> = (0..UNITS)
             .filter(|&u| self.units[u].owner == Some(p))
@@ -162,7 +171,8 @@ impl Db {
     }
 
     /// sweep.sql at `now` with `cutoff`: deletes process rows expired before `now - cutoff` and
-    /// frees their units, and units of a missing process claimed before it. (processes, units).
+    /// frees their units, and units of a missing process claimed before it, but a locked one.
+    /// (processes, units).
     pub fn sweep(&mut self, now: Tick, cutoff: Tick) -> (usize, usize) {
         let before = now - cutoff;
         let mut dead = vec![false; self.processes.len()];
@@ -175,7 +185,9 @@ impl Db {
         let mut freed = 0;
         for u in 0..UNITS {
             let unit = &self.units[u];
-            let Some(owner) = unit.owner else { continue };
+            let Some(owner) = unit.owner.filter(|_| self.locked != Some(u)) else {
+                continue;
+            };
             let stray = !dead[owner as usize]
                 && self.processes[owner as usize].is_none()
                 && unit.claimed_at.is_some_and(|at| at < before);

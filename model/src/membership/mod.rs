@@ -77,6 +77,8 @@ pub struct Membership {
     pub max_tokens: Token,
     /// How many interventions a run may have: a kill and restart (same id), a sweep, a release.
     pub max_interventions: u8,
+    /// How many fenced transactions a run may begin (one at a time).
+    pub max_fences: u8,
     pub hole: Option<Hole>,
 }
 
@@ -93,6 +95,7 @@ impl Membership {
             max_inflight: 1,
             max_tokens: 3,
             max_interventions: 1,
+            max_fences: 0,
             hole: None,
         }
     }
@@ -128,6 +131,9 @@ impl Model for Membership {
             token_went_back: false,
             gain_before_loss: false,
             given_back_while_worked: false,
+            fenced: None,
+            fences: 0,
+            fenced_write_stale: false,
         }]
     }
 

@@ -26,6 +26,10 @@ pub(super) fn properties() -> Vec<Property<Membership>> {
             |_, state| fence_admits_believers(state),
         ),
         Property::always(
+            "a fenced write commits only while its process owns the unit with its token",
+            |_, state: &State| !state.fenced_write_stale,
+        ),
+        Property::always(
             "a unit's token never repeats or goes back",
             |_, state: &State| !state.token_went_back,
         ),

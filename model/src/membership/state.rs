@@ -157,6 +157,12 @@ pub struct State {
     pub gain_before_loss: bool,
     /// A unit was given back (shed, release) while its reconciler still worked it.
     pub given_back_while_worked: bool,
+    /// A fenced transaction open: the process, the unit and the token fence.sql admitted.
+    pub fenced: Option<(Pid, usize, Token)>,
+    /// How many fenced transactions a run has begun.
+    pub fences: u8,
+    /// A fenced write committed after its unit changed hands (another owner or token).
+    pub fenced_write_stale: bool,
 }
 
 /// One step: a statement sent or executed, a local step, or the environment's.
@@ -180,6 +186,11 @@ pub enum Action {
     GiveUp(Pid),
     /// Process `p`'s liveness watcher: the local deadline passed, every unit is forgotten.
     Watch(Pid),
+    /// Process `p`'s reconciler begins a transaction for unit `u` it works on and runs fence.sql
+    /// in it with the token `Leaser::token` gives; admitted, the transaction stays open.
+    Fence(Pid, usize),
+    /// The open fenced transaction writes and commits.
+    Commit,
     /// Process `p` is killed and restarts under the same id.
     Restart(Pid),
     /// Process `p` is killed for good and a process under a new id (the spare `q`) starts.

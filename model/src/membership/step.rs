@@ -18,10 +18,20 @@ impl Membership {
                 orphan(&mut state, p);
             }
             Action::Watch(p) => state.processes[p as usize].forget_all(Change::Expired),
+            Action::Fence(p, u) => self.fence(&mut state, p, u),
+            Action::Commit => {
+                if let Some((p, u, token)) = state.fenced.take() {
+                    let unit = &state.db.units[u];
+                    if unit.owner != Some(p) || unit.token != token {
+                        state.fenced_write_stale = true;
+                    }
+                    state.db.locked = None;
+                }
+            }
             Action::Restart(p) => {
                 state.interventions += 1;
                 state.processes[p as usize] = Process::default();
-                orphan(&mut state, p);
+                kill(&mut state, p);
             }
             Action::Replace(p, q) => {
                 state.interventions += 1;
@@ -29,11 +39,27 @@ impl Membership {
                     down: true,
                     ..Process::default()
                 };
-                orphan(&mut state, p);
+                kill(&mut state, p);
                 state.processes[q as usize].down = false;
             }
         }
         Some(state)
+    }
+
+    /// Process `p`'s reconciler runs fence.sql for unit `u` with its token in a new transaction,
+    /// at the clock now: admitted, the transaction stays open holding the unit's row (but with the
+    /// hole); refused, it ends.
+    fn fence(&self, state: &mut State, p: Pid, u: usize) {
+        state.fences += 1;
+        let Some(token) = state.processes[p as usize].believes(u, state.now) else {
+            return;
+        };
+        if state.db.fence(state.now, p, u, token) {
+            state.fenced = Some((p, u, token));
+            if self.hole != Some(Hole::FenceWithoutLock) {
+                state.db.locked = Some(u);
+            }
+        }
     }
 
     /// Process `p` decides to give back: a unit to shed is forgotten and queued lost (with the
@@ -193,6 +219,15 @@ fn given_back(state: &mut State, p: Pid, units: &[usize]) {
     if units.iter().any(|&u| process.told[u].is_some()) {
         state.given_back_while_worked = true;
     }
+}
+
+/// Process `p` is killed: its fenced transaction aborts, and its statements are orphaned.
+fn kill(state: &mut State, p: Pid) {
+    if state.fenced.is_some_and(|(q, _, _)| q == p) {
+        state.fenced = None;
+        state.db.locked = None;
+    }
+    orphan(state, p);
 }
 
 /// Process `p`'s statements in flight are no longer waited for, and its answers never read.
