@@ -630,3 +630,114 @@ fn fence_cases(outer: &mut Transaction<'_>, fence: &Statement, state: &Db) -> us
     tx.rollback().unwrap();
     compared
 }
+
+/// With one unit's row held `FOR SHARE` by another connection's open transaction (a fenced write
+/// in progress, fence.sql), claim.sql, shed.sql and sweep.sql skip it as the model's steps do
+/// ([`Db::locked`]), and release.sql waits for it exactly when the model's release waits (it
+/// names a unit of the releasing process): with a short lock timeout it then fails with
+/// `lock_not_available`. Each state is committed, since the holder must see its rows.
+#[test]
+fn a_fenced_unit_is_skipped_or_waited_for_as_the_model_says() {
+    let mut tables = tables("l");
+    let t = Names {
+        processes: tables.processes.clone(),
+        units: tables.units.clone(),
+    };
+    let both = [
+        ("units", t.units.as_str()),
+        ("processes", t.processes.as_str()),
+    ];
+    let url = pgtenure::testing::database_url().expect("a database");
+    let mut holder = Client::connect(&url, NoTls).expect("connect");
+    let prepare = |client: &mut Client, file: &str, types: &[Type]| {
+        client
+            .prepare_typed(&render(file, &both), types)
+            .unwrap_or_else(|e| panic!("{file}: {e}"))
+    };
+    let claim = prepare(
+        &mut tables.client,
+        "claim.sql",
+        &[
+            Type::TEXT,
+            Type::INT4,
+            Type::INT8,
+            Type::INT4,
+            Type::INT4,
+            Type::INT8,
+            Type::BOOL,
+        ],
+    );
+    let giving = [
+        Type::TEXT,
+        Type::TEXT_ARRAY,
+        Type::INT4_ARRAY,
+        Type::INT4,
+        Type::INT8,
+    ];
+    let shed = prepare(&mut tables.client, "shed.sql", &giving);
+    let release = prepare(&mut tables.client, "release.sql", &giving);
+    let sweep = prepare(&mut tables.client, "sweep.sql", &[Type::INT8]);
+    let lock = format!("SELECT 1 FROM {} WHERE tenant = $1 FOR SHARE", t.units);
+    let mut compared = 0;
+    for state in states().into_iter().filter(|state| state.seq == 1) {
+        let mut tx = tables.client.transaction().unwrap();
+        tx.batch_execute("SET LOCAL synchronous_commit = off")
+            .unwrap();
+        set(&mut tx, &t, &state);
+        tx.commit().unwrap();
+        for (u, tenant) in TENANTS.iter().enumerate() {
+            let mut hold = holder.transaction().unwrap();
+            assert_eq!(hold.query(&lock, &[tenant]).unwrap().len(), 1);
+            let locked = Db {
+                locked: Some(u),
+                ..state.clone()
+            };
+            let mut tx = tables.client.transaction().unwrap();
+            // The lock is held until `hold` ends: any timeout shows the wait.
+            tx.batch_execute("SET LOCAL lock_timeout = '1ms'").unwrap();
+            for p in 0..2u8 {
+                claim_case(&mut tx, &t, &claim, &locked, p, 3);
+                shed_case(&mut tx, &t, &shed, &locked, p, u);
+                if locked.units[u].owner == Some(p) {
+                    release_waits(&mut tx, &release, p);
+                } else {
+                    release_case(&mut tx, &t, &release, &locked, p);
+                }
+                compared += 3;
+            }
+            // The rows' times were set at the commit's now(), a little before this transaction's:
+            // cutoffs that put no row exactly at the boundary.
+            for cutoff in [-1, 3, 6] {
+                sweep_case(&mut tx, &t, &sweep, &locked, cutoff);
+                compared += 1;
+            }
+            tx.rollback().unwrap();
+            hold.rollback().unwrap();
+        }
+    }
+    println!("{compared} statements compared with the model, a unit locked");
+}
+
+/// release.sql of process `p` waits for the locked unit: it fails on the lock timeout.
+fn release_waits(outer: &mut Transaction<'_>, release: &Statement, p: u8) {
+    let mut tx = outer.transaction().unwrap();
+    let empty: Vec<&str> = Vec::new();
+    let error = tx
+        .query(
+            release,
+            &[
+                &PIDS[p as usize] as &(dyn ToSql + Sync),
+                &empty,
+                &Vec::<i32>::new(),
+                &0i32,
+                &0i64,
+            ],
+        )
+        .expect_err("release.sql waits for the locked unit");
+    assert_eq!(
+        error.code(),
+        Some(&postgres::error::SqlState::LOCK_NOT_AVAILABLE),
+        "release by {p}: {error}"
+    );
+    tx.rollback().unwrap();
+}
