@@ -19,10 +19,15 @@
 //! process has settled; the warm-up's wall-clock wait and its longest bound are not modelled) and
 //! the weight budget of its claim, or the lightest unit to shed. Every decision is queued in
 //! decision order in the process's outbox and delivered to its reconciler later, one message a
-//! step ([`Action::Flush`]); the loop sends its next statement only once the outbox is empty
-//! (`Leaser::deliver` returns once the queue is empty), so a unit chosen to shed is given back only
-//! once its loss was delivered, and the release only once every loss was. A claim's answer is
-//! adopted only while live and if nothing forgot the ownership since it was sent.
+//! step ([`Action::Flush`]); the loop sends its next statement only once what was queued when it
+//! last delivered (after a heartbeat, a claim, a give-back decided) was delivered
+//! (`Leaser::deliver` returns once the queue is empty; what the liveness watcher queues afterwards
+//! it delivers on its own thread), so a unit chosen to shed is given back only once its loss was
+//! delivered, and the release only once every loss was. A claim's answer is
+//! adopted only while live and if nothing forgot the ownership since it was sent. A reconciler may
+//! fence a unit it works on ([`Action::Fence`], up to `max_fences` per run): admitted, its
+//! transaction holds the unit's row `FOR SHARE` until it commits ([`Action::Commit`]) or its
+//! process is killed, and claims, sheds and sweeps skip the unit while releases wait for it.
 //!
 //! Not modelled: registration and removal of units and weight changes, the re-read of owned units
 //! (`owned.sql`: a process back from a lapse or restarted never learns the units its row still

@@ -7,8 +7,9 @@ use super::{Membership, State, UNITS};
 /// The properties: no two processes believe a unit at once (by their local views, nor by what
 /// their reconcilers work), a believer's fence admits it (and only it), a unit's token never
 /// repeats or goes back, a loss is delivered before any later gain, a unit is given back only once
-/// its reconciler was told it lost, and no belief past the local deadline, which never falls after
-/// the database's expiry.
+/// its reconciler was told it lost, a fenced write commits only while its unit stays its process's
+/// with its token, and no belief past the local deadline, which never falls after the database's
+/// expiry.
 pub(super) fn properties() -> Vec<Property<Membership>> {
     vec![
         Property::always("no two believers of a unit", |_, state| {
