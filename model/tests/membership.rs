@@ -2,7 +2,9 @@
 //! in every reachable state; each reintroduced hole is found, with its counterexample printed.
 //! `PGTENURE_MODEL_DEPTH=<ticks>` checks deeper bounds (as many ticks, one more token), with
 //! `PGTENURE_MODEL_INTERVENTIONS=<n>` interventions per run (kill and restart under the same or a
-//! new id, sweep, release; default 1 for the property check; the hole checks take none).
+//! new id, sweep, release; default 1 for the property check; the hole checks take none). A
+//! second check lets each run begin one fenced transaction (no intervention), since the fence's
+//! lock is what keeps a fenced write's unit from changing hands before it commits.
 
 use pgtenure_model::membership::{Hole, Membership};
 use pgtenure_model::{check, counterexample};
