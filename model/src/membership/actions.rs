@@ -1,6 +1,7 @@
 //! What can happen next in a state: the steps the checker explores from it.
 
-use super::{Action, Membership, Op, Pid, State, UNITS};
+use super::decide::{decide, Step};
+use super::{Action, Hole, Membership, Op, Pid, State, UNITS};
 
 impl Membership {
     /// Every step possible in `state`.
@@ -12,14 +13,46 @@ impl Membership {
         for p in 0..state.processes.len() {
             self.offer_process(state, p as Pid, room, actions);
         }
-        for i in 0..state.inflight.len() {
-            actions.push(Action::Exec(i));
+        for (i, msg) in state.inflight.iter().enumerate() {
+            // release.sql waits for a fenced transaction holding one of its process's units.
+            let waits = msg.op == Op::Release
+                && (state.db.locked).is_some_and(|u| state.db.units[u].owner == Some(msg.process));
+            if !waits {
+                actions.push(Action::Exec(i));
+            }
         }
+        self.offer_fences(state, actions);
         for i in 0..state.answers.len() {
             actions.push(Action::Deliver(i));
         }
-        if state.interventions < self.max_interventions {
-            actions.push(Action::Restart(state.processes.len() as Pid - 1));
+        if self.budget(state) {
+            let last = self.processes as Pid - 1;
+            actions.push(Action::Restart(last));
+            // A spare id not started yet.
+            let spare = (self.processes..state.processes.len())
+                .find(|&q| state.processes[q].down && state.db.processes[q].is_none());
+            if let Some(q) = spare {
+                actions.push(Action::Replace(last, q as Pid));
+            }
+        }
+    }
+
+    /// A reconciler's fenced transaction: begun for a unit it works on (by the local view, as
+    /// `Leaser::token` reads it), one at a time; committed at any later step.
+    fn offer_fences(&self, state: &State, actions: &mut Vec<Action>) {
+        if state.fenced.is_some() {
+            actions.push(Action::Commit);
+            return;
+        }
+        if state.fences >= self.max_fences {
+            return;
+        }
+        for (p, process) in state.processes.iter().enumerate() {
+            for u in 0..UNITS {
+                if process.believes(u, state.now).is_some() {
+                    actions.push(Action::Fence(p as Pid, u));
+                }
+            }
         }
     }
 
@@ -28,10 +61,16 @@ impl Membership {
         state.interventions < self.max_interventions
     }
 
-    /// What process `p` can do: give up waiting or send its next statement (when there is `room`
-    /// in flight), its watcher.
+    /// What process `p` can do: deliver its outbox, give up waiting or send its next statement
+    /// (when there is `room` in flight), its watcher.
     fn offer_process(&self, state: &State, p: Pid, room: bool, actions: &mut Vec<Action>) {
         let process = &state.processes[p as usize];
+        if process.down {
+            return;
+        }
+        if !process.outbox.is_empty() {
+            actions.push(Action::Flush(p));
+        }
         if process.deadline.is_some_and(|d| state.now >= d)
             && process.owned.iter().any(Option::is_some)
         {
@@ -41,7 +80,19 @@ impl Membership {
             actions.push(Action::GiveUp(p));
             return;
         }
-        if !room || process.stopped {
+        // The loop delivers what it decided before its next statement (`Leaser::deliver`); a
+        // give-back it decided is sent only then (`Local::to_give_back`), but with the hole.
+        let delivered = process.barrier == 0;
+        let early =
+            self.hole == Some(Hole::ShedBeforeTold) && matches!(process.pending, Some(Op::Shed(_)));
+        if !room || !(delivered || early) {
+            return;
+        }
+        if let Some(op) = &process.pending {
+            actions.push(Action::Send(p, op.clone()));
+            return;
+        }
+        if process.stopped || !delivered {
             return;
         }
         actions.push(Action::Send(p, Op::Heartbeat));
@@ -49,21 +100,17 @@ impl Membership {
         if budget {
             actions.push(Action::Send(p, Op::Sweep));
         }
-        let live = process.live(state.now);
-        if live && process.owned.iter().any(Option::is_none) {
-            // A tick claims (when below its share) and sheds only while its own row is live
-            // (status.sql's live_self).
-            actions.push(Action::Send(p, Op::Claim));
-        }
-        if live {
-            for u in 0..UNITS {
-                if process.owned[u].is_some() {
-                    actions.push(Action::Send(p, Op::Shed(u)));
-                }
+        // A tick claims or sheds only while live by its local deadline and its row
+        // (stats.sql's live_self).
+        if process.live(state.now) {
+            match decide(&state.db, state.now, p, process) {
+                Step::Claim(weight) => actions.push(Action::Send(p, Op::Claim(weight))),
+                Step::Shed(u) => actions.push(Action::Decide(p, Op::Shed(u))),
+                Step::Keep => {}
             }
         }
         if budget {
-            actions.push(Action::Send(p, Op::Release));
+            actions.push(Action::Decide(p, Op::Release));
         }
     }
 }

@@ -1,28 +1,48 @@
 //! The membership protocol (`sql/membership/{heartbeat,claim,shed,release,sweep,fence}.sql` and
-//! the local steps around them: `src/membership/leaser.rs`, `tick.rs`, `local.rs`, `deliver.rs`).
+//! the local steps around them: `src/membership/leaser.rs`, `tick.rs`, `fair.rs`, `warm_up.rs`,
+//! `local.rs`, `deliver.rs`).
 //!
-//! Two processes, two units of weight 1, discrete time as in the other models: `State::now` is the
-//! database clock in ticks, and every local `Instant` advances with it. A statement's transaction
-//! starts when it is sent (its `now()` is the tick it was sent at) and it executes atomically
-//! against the newest rows at any later step, or never. A process records its local instant before
-//! sending a heartbeat; its answer makes the local deadline that instant plus the TTL. A process
-//! believes a unit (its local view) only while that deadline has not passed.
+//! Two processes (and a spare id for a process replaced by one under a new id), two units of
+//! weights 1 and 2, discrete time as in the other models: `State::now` is the database clock in
+//! ticks, and every local `Instant` advances with it. A statement's transaction starts when it is
+//! sent (its `now()` is the tick it was sent at) and it executes atomically against the newest rows
+//! at any later step, or never. A process records its local instant before sending a heartbeat;
+//! its answer makes the local deadline that instant plus the TTL. A process believes a unit (its
+//! local view, which `Leaser::token` and the fence read) only while that deadline has not passed.
 //!
 //! Each process's membership loop waits on one statement at a time (heartbeat, claim, shed,
-//! release, sweep); its liveness watcher forgets every unit once the local deadline passes. Every
-//! decision is told to the reconciler in decision order (the outbox) right after it is made, so the
-//! local view is what the reconciler was told; a unit to shed is told lost before the shed is sent.
-//! The outbox's lag is not modelled: a unit is worked only while the local deadline has not passed,
-//! and every loss but a shed's comes after that (a lapse, the watcher, a heartbeat answered late). Not modelled: weights and the fair share
-//! (a claim takes every claimable unit, a shed gives back any owned one), registration and
-//! removal of units, the re-read of owned units (`owned.sql`) and probation (settling): a restarted
-//! process never learns the units its row still owns, which only costs liveness.
+//! release, sweep); its liveness watcher forgets every unit once the local deadline passes. A tick
+//! decides from the database as stats.sql reads it at the step it decides (the read itself is not a
+//! step of its own; the claim or shed it sends executes later, against whatever changed since):
+//! the fair share by weight (`fair.rs`: counted processes are those settled or owning units), the
+//! warm-up (a process claims only once it counts, and in a cold fleet only once every other live
+//! process has settled; the warm-up's wall-clock wait and its longest bound are not modelled) and
+//! the weight budget of its claim, or the lightest unit to shed. Every decision is queued in
+//! decision order in the process's outbox and delivered to its reconciler later, one message a
+//! step ([`Action::Flush`]); the loop sends its next statement only once what was queued when it
+//! last delivered (after a heartbeat, a claim, a give-back decided) was delivered
+//! (`Leaser::deliver` returns once the queue is empty; what the liveness watcher queues afterwards
+//! it delivers on its own thread), so a unit chosen to shed is given back only once its loss was
+//! delivered, and the release only once every loss was. A claim's answer is
+//! adopted only while live and if nothing forgot the ownership since it was sent. A reconciler may
+//! fence a unit it works on ([`Action::Fence`], up to `max_fences` per run): admitted, its
+//! transaction holds the unit's row `FOR SHARE` until it commits ([`Action::Commit`]) or its
+//! process is killed, and claims, sheds and sweeps skip the unit while releases wait for it.
+//!
+//! Not modelled: registration and removal of units and weight changes, the re-read of owned units
+//! (`owned.sql`: a process back from a lapse or restarted never learns the units its row still
+//! owns, which only costs liveness), the reported count and weight (a process row reports what the
+//! units table says it owns, which every claim, shed and release keeps true), the local deadline's
+//! margin (four fifths of the TTL in the library, the whole TTL here: the reconcilers' property
+//! leaves out a process past its deadline, or with the unit's expiry queued, which that margin is
+//! for), a failover.
 //!
 //! The step functions on [`Db`] are one statement each, the very code the differential test
 //! (`tests/differential_membership.rs`) compares with the statements run against PostgreSQL.
 
 mod actions;
 mod db;
+mod decide;
 mod properties;
 mod state;
 mod step;
@@ -37,17 +57,24 @@ pub type Token = u8;
 pub type Pid = u8;
 /// How many units there are.
 pub const UNITS: usize = 2;
+/// Each unit's weight.
+pub const WEIGHTS: [u8; UNITS] = [1, 2];
 
-pub use self::db::{Db, Hole, Unit};
-pub use self::state::{Action, Answer, Msg, Op, Process, State, Wait};
+pub use self::db::{Db, Hole, Row, Unit};
+pub use self::state::{Action, Answer, Change, Delivery, Msg, Op, Process, State, Wait};
 
 /// The model's bounds.
 #[derive(Clone, Debug)]
 pub struct Membership {
+    /// Processes running from the start.
     pub processes: usize,
+    /// Spare process ids, each started when a process is replaced by one under a new id.
+    pub spares: usize,
     pub ttl: Tick,
     /// sweep.sql's cutoff: how long a row must have been expired before a sweep deletes it.
     pub cutoff: Tick,
+    /// heartbeat.sql's least age at which a later beat settles a row (the warm-up wait).
+    pub settle_after: Tick,
     /// The last tick of the run.
     pub max_now: Tick,
     pub max_inflight: usize,
@@ -55,6 +82,8 @@ pub struct Membership {
     pub max_tokens: Token,
     /// How many interventions a run may have: a kill and restart (same id), a sweep, a release.
     pub max_interventions: u8,
+    /// How many fenced transactions a run may begin (one at a time).
+    pub max_fences: u8,
     pub hole: Option<Hole>,
 }
 
@@ -63,12 +92,15 @@ impl Membership {
     pub fn ci() -> Membership {
         Membership {
             processes: 2,
+            spares: 1,
             ttl: 2,
             cutoff: -1,
+            settle_after: 0,
             max_now: 2,
             max_inflight: 1,
             max_tokens: 3,
             max_interventions: 1,
+            max_fences: 0,
             hole: None,
         }
     }
@@ -90,14 +122,23 @@ impl Model for Membership {
     fn init_states(&self) -> Vec<State> {
         vec![State {
             now: 0,
-            db: Db::new(self.processes),
-            processes: vec![Process::default(); self.processes],
+            db: Db::new(self.processes + self.spares),
+            processes: (0..self.processes + self.spares)
+                .map(|p| Process {
+                    down: p >= self.processes,
+                    ..Process::default()
+                })
+                .collect(),
             inflight: Vec::new(),
             answers: Vec::new(),
             interventions: 0,
             highest: [0; UNITS],
             token_went_back: false,
             gain_before_loss: false,
+            given_back_while_worked: false,
+            fenced: None,
+            fences: 0,
+            fenced_write_stale: false,
         }]
     }
 

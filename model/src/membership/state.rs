@@ -7,7 +7,8 @@ use super::{Db, Pid, Tick, Token, UNITS};
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
 pub enum Op {
     Heartbeat,
-    Claim,
+    /// claim.sql with this weight budget (the tick's deficit to its fair share).
+    Claim(u8),
     /// shed.sql for one unit.
     Shed(usize),
     /// release.sql keeping nothing (graceful shutdown): the process then stops.
@@ -62,19 +63,47 @@ pub struct Wait {
     pub op: Op,
     /// The local instant recorded before sending (a heartbeat's deadline is this plus the TTL).
     pub sent: Tick,
+    /// Whether something forgot the ownership since it was sent (the watcher, a lapse): a claim's
+    /// answer is then not adopted (`Local::unchanged_since`).
+    pub forgot: bool,
 }
+
+/// One decision queued for the reconciler, about a unit.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum Change {
+    Gained(Token),
+    /// Lost by a decision of its own (a shed, the release).
+    Lost,
+    /// Lost to the local deadline or a lapse (`UnitLoss::Expired`).
+    Expired,
+}
+
+/// One decision queued for the reconciler: the unit and what changed.
+pub type Delivery = (usize, Change);
 
 /// A process: its leaser's local view, its outbox and what its reconciler was told.
 #[derive(Clone, Debug, Default, Hash, PartialEq, Eq)]
 pub struct Process {
-    /// The local view, which is what the reconciler was told (every decision is told in decision
-    /// order right after it is made, through the outbox): each unit's token while owned.
+    /// The local view: each unit's token while owned.
     pub owned: [Option<Token>; UNITS],
     /// The local liveness deadline by the last heartbeat that succeeded.
     pub deadline: Option<Tick>,
     pub waiting: Option<Wait>,
-    /// Released and shutting down: it sends nothing more.
+    /// Released and shutting down: it sends nothing more but the release.
     pub stopped: bool,
+    /// Decisions queued for the reconciler, in decision order, not delivered yet.
+    pub outbox: Vec<Delivery>,
+    /// What the reconciler was told: each unit's token while it works it.
+    pub told: [Option<Token>; UNITS],
+    /// How many of the oldest queued messages the loop waits to see delivered before its next
+    /// statement: those queued when it last delivered (`Leaser::deliver` returns once the queue
+    /// is empty; what the watcher queues afterwards, it delivers on its own thread).
+    pub barrier: u8,
+    /// A give-back decided (a unit to shed, or the release), sent once its losses were delivered.
+    pub pending: Option<Op>,
+    /// Not running: a spare id not started yet, or a process killed for good (replaced by one
+    /// under a new id).
+    pub down: bool,
 }
 
 impl Process {
@@ -83,15 +112,30 @@ impl Process {
         self.deadline.is_some_and(|deadline| now < deadline)
     }
 
-    /// The token of unit `u` while it believes (works) it: owned and live.
+    /// The token of unit `u` while it believes it (the local view, which `Leaser::token` and the
+    /// fence read): owned and live.
     pub fn believes(&self, u: usize, now: Tick) -> Option<Token> {
         self.owned[u].filter(|_| self.live(now))
     }
 
-    /// Forgets every unit (a lapse, or the local deadline passed): told lost.
-    pub(super) fn forget_all(&mut self) {
+    /// The token of unit `u` while its reconciler works it (told gained, not told lost), live by
+    /// the local deadline and with no expiry of it queued (the margin between the local deadline
+    /// and the row's expiry is for delivering that: see the module docs).
+    pub fn works(&self, u: usize, now: Tick) -> Option<Token> {
+        let expired = (self.outbox.iter()).any(|&(v, change)| v == u && change == Change::Expired);
+        self.told[u].filter(|_| self.live(now) && !expired)
+    }
+
+    /// Forgets every unit (a lapse, the watcher, the release): each queued lost as `why`, in unit
+    /// order.
+    pub(super) fn forget_all(&mut self, why: Change) {
         for u in 0..UNITS {
-            self.owned[u] = None;
+            if self.owned[u].take().is_some() {
+                self.outbox.push((u, why));
+            }
+        }
+        if let Some(wait) = &mut self.waiting {
+            wait.forgot = true;
         }
     }
 }
@@ -109,8 +153,16 @@ pub struct State {
     /// The highest token each unit ever had, and whether one went back or repeated.
     pub highest: [Token; UNITS],
     pub token_went_back: bool,
-    /// A gain of a unit was told while its reconciler held it (no loss told between).
+    /// A gain of a unit was delivered while its reconciler held it (no loss delivered between).
     pub gain_before_loss: bool,
+    /// A unit was given back (shed, release) while its reconciler still worked it.
+    pub given_back_while_worked: bool,
+    /// A fenced transaction open: the process, the unit and the token fence.sql admitted.
+    pub fenced: Option<(Pid, usize, Token)>,
+    /// How many fenced transactions a run has begun.
+    pub fences: u8,
+    /// A fenced write committed after its unit changed hands (another owner or token).
+    pub fenced_write_stale: bool,
 }
 
 /// One step: a statement sent or executed, a local step, or the environment's.
@@ -120,6 +172,11 @@ pub enum Action {
     Tick,
     /// Process `p`'s membership loop sends a statement.
     Send(Pid, Op),
+    /// Process `p`'s tick decides to give back (shed a unit, or release everything): its local
+    /// view forgets the units and queues their losses; the statement follows once delivered.
+    Decide(Pid, Op),
+    /// Process `p` delivers the oldest queued decision to its reconciler.
+    Flush(Pid),
     /// The database executes in-flight statement `i`.
     Exec(usize),
     /// Answer `i` reaches its process.
@@ -129,6 +186,13 @@ pub enum Action {
     GiveUp(Pid),
     /// Process `p`'s liveness watcher: the local deadline passed, every unit is forgotten.
     Watch(Pid),
+    /// Process `p`'s reconciler begins a transaction for unit `u` it works on and runs fence.sql
+    /// in it with the token `Leaser::token` gives; admitted, the transaction stays open.
+    Fence(Pid, usize),
+    /// The open fenced transaction writes and commits.
+    Commit,
     /// Process `p` is killed and restarts under the same id.
     Restart(Pid),
+    /// Process `p` is killed for good and a process under a new id (the spare `q`) starts.
+    Replace(Pid, Pid),
 }

@@ -1,6 +1,6 @@
 //! The steps: how each action changes the state.
 
-use super::{Action, Answer, Hole, Membership, Msg, Op, Pid, Process, State, Wait, UNITS};
+use super::{Action, Answer, Change, Hole, Membership, Msg, Op, Pid, Process, State, Wait, UNITS};
 
 impl Membership {
     /// The state after `action`; `None` when it changes nothing.
@@ -9,41 +9,90 @@ impl Membership {
         match action {
             Action::Tick => state.now += 1,
             Action::Send(p, op) => self.send(&mut state, p, op),
+            Action::Decide(p, op) => self.decide(&mut state, p, op),
+            Action::Flush(p) => flush(&mut state, p),
             Action::Exec(i) => self.exec(&mut state, i),
             Action::Deliver(i) => self.deliver(&mut state, i)?,
             Action::GiveUp(p) => {
                 state.processes[p as usize].waiting = None;
                 orphan(&mut state, p);
             }
-            Action::Watch(p) => state.processes[p as usize].forget_all(),
+            Action::Watch(p) => state.processes[p as usize].forget_all(Change::Expired),
+            Action::Fence(p, u) => self.fence(&mut state, p, u),
+            Action::Commit => {
+                if let Some((p, u, token)) = state.fenced.take() {
+                    let unit = &state.db.units[u];
+                    if unit.owner != Some(p) || unit.token != token {
+                        state.fenced_write_stale = true;
+                    }
+                    state.db.locked = None;
+                }
+            }
             Action::Restart(p) => {
                 state.interventions += 1;
                 state.processes[p as usize] = Process::default();
-                orphan(&mut state, p);
+                kill(&mut state, p);
+            }
+            Action::Replace(p, q) => {
+                state.interventions += 1;
+                state.processes[p as usize] = Process {
+                    down: true,
+                    ..Process::default()
+                };
+                kill(&mut state, p);
+                state.processes[q as usize].down = false;
             }
         }
         Some(state)
     }
 
-    /// Process `p` sends `op`: its transaction starts now, and so does a heartbeat's deadline.
-    fn send(&self, state: &mut State, p: Pid, op: Op) {
-        if matches!(op, Op::Release | Op::Sweep) {
-            state.interventions += 1;
+    /// Process `p`'s reconciler runs fence.sql for unit `u` with its token in a new transaction,
+    /// at the clock now: admitted, the transaction stays open holding the unit's row (but with the
+    /// hole); refused, it ends.
+    fn fence(&self, state: &mut State, p: Pid, u: usize) {
+        state.fences += 1;
+        let Some(token) = state.processes[p as usize].believes(u, state.now) else {
+            return;
+        };
+        if state.db.fence(state.now, p, u, token) {
+            state.fenced = Some((p, u, token));
+            if self.hole != Some(Hole::FenceWithoutLock) {
+                state.db.locked = Some(u);
+            }
         }
+    }
+
+    /// Process `p` decides to give back: a unit to shed is forgotten and queued lost (with the
+    /// hole, only once the shed's answer arrives); a release forgets every unit, and the process
+    /// then stops.
+    fn decide(&self, state: &mut State, p: Pid, op: Op) {
         let process = &mut state.processes[p as usize];
         match op {
-            // Decided and told lost before the statement is sent.
-            Op::Shed(u) if self.hole != Some(Hole::ShedToldAfter) => process.owned[u] = None,
+            Op::Shed(u) if self.hole != Some(Hole::ShedToldAfter) => {
+                process.owned[u] = None;
+                process.outbox.push((u, Change::Lost));
+            }
             Op::Release => {
-                // Every unit told lost (the outbox was empty) before release.sql is sent.
-                process.forget_all();
+                state.interventions += 1;
+                process.forget_all(Change::Lost);
                 process.stopped = true;
             }
             _ => {}
         }
+        process.pending = Some(op);
+        process.barrier = process.outbox.len() as u8;
+    }
+
+    /// Process `p` sends `op`: its transaction starts now, and so does a heartbeat's deadline.
+    fn send(&self, state: &mut State, p: Pid, op: Op) {
+        if op == Op::Sweep {
+            state.interventions += 1;
+        }
+        let process = &mut state.processes[p as usize];
         process.waiting = Some(Wait {
             op: op.clone(),
             sent: state.now,
+            forgot: false,
         });
         state.inflight.push(Msg {
             waited: true,
@@ -58,12 +107,14 @@ impl Membership {
         let msg = state.inflight.remove(i);
         let process = msg.process;
         let answer = match msg.op {
-            Op::Heartbeat => Answer::Heartbeat {
-                process,
-                lapsed: state.db.heartbeat(msg.now, process, self.ttl),
-            },
-            Op::Claim => {
-                let units = state.db.claim(msg.now, process, UNITS);
+            Op::Heartbeat => {
+                let (lapsed, _) = state
+                    .db
+                    .heartbeat(msg.now, process, self.ttl, self.settle_after);
+                Answer::Heartbeat { process, lapsed }
+            }
+            Op::Claim(budget) => {
+                let units = state.db.claim(msg.now, process, UNITS, budget);
                 for &(u, token) in &units {
                     if token <= state.highest[u] {
                         state.token_went_back = true;
@@ -72,12 +123,14 @@ impl Membership {
                 }
                 Answer::Claim { process, units }
             }
-            Op::Shed(u) => Answer::Shed {
-                process,
-                units: state.db.shed(msg.now, process, &[u]),
-            },
+            Op::Shed(u) => {
+                let units = state.db.shed(msg.now, process, &[u]);
+                given_back(state, process, &units);
+                Answer::Shed { process, units }
+            }
             Op::Release => {
-                state.db.release(process);
+                let units = state.db.release(process);
+                given_back(state, process, &units);
                 Answer::Done { process }
             }
             Op::Sweep => {
@@ -101,7 +154,7 @@ impl Membership {
                 // Leaser::heartbeat: lapsed by the database clock, or the answer came after the
                 // previous local deadline: other processes may have claimed its units.
                 if lapsed || process.deadline.is_none_or(|d| now >= d) {
-                    process.forget_all();
+                    process.forget_all(Change::Expired);
                 }
                 let at = if self.hole == Some(Hole::DeadlineAtAnswer) {
                     now
@@ -111,25 +164,70 @@ impl Membership {
                 process.deadline = Some(at + self.ttl);
             }
             Answer::Claim { units, .. } => {
-                for (u, token) in units {
-                    // Told gained at once (the outbox is delivered right after the decision).
-                    if process.owned[u].is_some() {
-                        state.gain_before_loss = true;
+                // Adopted only while still live and nothing forgot the ownership since the tick
+                // read it (`Leaser::adopt`); else the units stay the row's, re-read later (not
+                // modelled: only liveness is lost).
+                if process.live(now) && !wait.forgot {
+                    for (u, token) in units {
+                        process.owned[u] = Some(token);
+                        process.outbox.push((u, Change::Gained(token)));
                     }
-                    process.owned[u] = Some(token);
                 }
             }
             Answer::Shed { units, .. } => {
+                process.pending = None;
                 if self.hole == Some(Hole::ShedToldAfter) {
                     for u in units {
                         process.owned[u] = None;
+                        process.outbox.push((u, Change::Lost));
                     }
                 }
             }
-            Answer::Done { .. } => {}
+            Answer::Done { .. } => {
+                if wait.op == Op::Release {
+                    process.pending = None;
+                }
+            }
+        }
+        // The loop delivers after a heartbeat and after a tick's claim (`Leaser::deliver`).
+        if matches!(wait.op, Op::Heartbeat | Op::Claim(_)) {
+            process.barrier = process.outbox.len() as u8;
         }
         Some(())
     }
+}
+
+/// Process `p` delivers its oldest queued decision to its reconciler.
+fn flush(state: &mut State, p: Pid) {
+    let process = &mut state.processes[p as usize];
+    let (u, change) = process.outbox.remove(0);
+    process.barrier = process.barrier.saturating_sub(1);
+    process.told[u] = match change {
+        Change::Gained(token) => {
+            if process.told[u].is_some() {
+                state.gain_before_loss = true;
+            }
+            Some(token)
+        }
+        Change::Lost | Change::Expired => None,
+    };
+}
+
+/// Units given back by process `p`'s statement: its reconciler must have been told they were lost.
+fn given_back(state: &mut State, p: Pid, units: &[usize]) {
+    let process = &state.processes[p as usize];
+    if units.iter().any(|&u| process.told[u].is_some()) {
+        state.given_back_while_worked = true;
+    }
+}
+
+/// Process `p` is killed: its fenced transaction aborts, and its statements are orphaned.
+fn kill(state: &mut State, p: Pid) {
+    if state.fenced.is_some_and(|(q, _, _)| q == p) {
+        state.fenced = None;
+        state.db.locked = None;
+    }
+    orphan(state, p);
 }
 
 /// Process `p`'s statements in flight are no longer waited for, and its answers never read.
