@@ -509,7 +509,7 @@ mod membership {
                         return false;
                     };
                     let msg = &last.inflight[*i];
-                    matches!(msg.op, Op::Claim)
+                    matches!(msg.op, Op::Claim(_))
                         && last.db.units.iter().zip(&next.db.units).any(|(a, b)| {
                             a.owner.is_some_and(|q| q != msg.process)
                                 && b.owner == Some(msg.process)
@@ -523,7 +523,7 @@ mod membership {
                         return false;
                     };
                     let msg = &last.inflight[*i];
-                    matches!(msg.op, Op::Claim)
+                    matches!(msg.op, Op::Claim(_))
                         && last.db.units.iter().zip(&next.db.units).any(|(a, b)| {
                             a.owner.is_none() && a.token > 0 && b.owner == Some(msg.process)
                         })
@@ -564,7 +564,7 @@ mod membership {
                     next.processes.iter().enumerate().any(|(p, process)| {
                         (0..2).any(|u| process.believes(u, next.now).is_some())
                             && process.deadline.is_some()
-                            && next.db.processes[p] == process.deadline
+                            && next.db.processes[p].as_ref().map(|row| row.expires_at) == process.deadline
                     })
                 },
             ),
