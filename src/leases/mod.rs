@@ -96,6 +96,7 @@ mod sql;
 mod state;
 mod timing;
 mod views;
+mod waiting;
 mod watcher;
 
 use std::collections::{HashMap, HashSet};
@@ -109,6 +110,7 @@ pub use self::lease::Lease;
 pub use self::state::LeaseLoss;
 pub use self::timing::MIN_MANAGED_TTL;
 pub use self::views::{LeaseInfo, LeaseSummary, Refusal};
+pub use self::waiting::DEFAULT_RETRY_PERIOD;
 use crate::db::{Db, Policy};
 use crate::error::Result;
 use crate::fence::Fence;
@@ -139,6 +141,8 @@ fn check_owner(owner: &str) -> Result<()> {
 #[derive(Clone)]
 pub struct Leases {
     shared: Arc<WatchedFamily>,
+    /// How often a waiting acquire tries again ([`Leases::with_retry_period`]).
+    retry: Duration,
 }
 
 /// Whether an acquire by an owner that already holds the key live keeps that tenure's token.
@@ -157,6 +161,7 @@ impl Leases {
         let table = TableName::parse(DEFAULT_TABLE).expect("the default table name is valid");
         Leases {
             shared: WatchedFamily::new(db.clone(), default_owner().into(), table),
+            retry: DEFAULT_RETRY_PERIOD,
         }
     }
 
@@ -172,6 +177,7 @@ impl Leases {
         let shared = &self.shared;
         Ok(Leases {
             shared: WatchedFamily::new(shared.db.clone(), shared.owner.clone(), table),
+            retry: self.retry,
         })
     }
 
@@ -190,6 +196,7 @@ impl Leases {
         let shared = &self.shared;
         Ok(Leases {
             shared: WatchedFamily::new(shared.db.clone(), owner.into(), shared.sql.table.clone()),
+            retry: self.retry,
         })
     }
 

@@ -106,9 +106,16 @@ crate::params! {
     }
 }
 
-/// A release's parameters (`sql/leases/release.sql`, `sql/leases/release_and_sweep.sql`): key,
-/// owner, token.
-type Release<'a> = (&'a str, &'a str, Option<i64>);
+crate::params! {
+    /// A release's parameters (`sql/leases/release.sql`, `sql/leases/release_and_sweep.sql`).
+    struct Release<'a> {
+        key: &'a str,
+        owner: &'a str,
+        token: Option<i64>,
+        /// The handover channel to notify, when notifications are on.
+        channel: Option<&'a str>,
+    }
+}
 
 impl Statements {
     /// Checks, once per `Db`, that the table is at the schema version these statements need (a
@@ -249,7 +256,13 @@ impl Statements {
         owner: &str,
         token: Option<i64>,
     ) -> std::result::Result<Result<bool>, Failure> {
-        let params: Release<'_> = (key, owner, token);
+        let channel = db.freed_channel(&self.table);
+        let params = Release {
+            key,
+            owner,
+            token,
+            channel: channel.as_deref(),
+        };
         let rows = db.run(conn, self.release_statement(sweep), &params)?;
         // A SELECT without FROM: always exactly one row.
         let Some(row) = rows.first() else {

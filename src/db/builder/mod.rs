@@ -191,8 +191,8 @@ impl DbBuilder {
     }
 
     /// Handover by notification: the statements that free a lease key or a leadership (a release,
-    /// a resignation, a `stop`) also `NOTIFY` on their table's channel, and the `Db` keeps one
-    /// listener connection outside the pool (thread `pgtenure-listen`, application name with
+    /// a resignation, a `stop`) also `NOTIFY` on their table's channel, and from its first waiter on
+    /// the `Db` keeps one listener connection outside the pool (thread `pgtenure-listen`, application name with
     /// ` (listener)`) that wakes this process's waiters of that key or fleet at once: a campaign,
     /// [`Leases::acquire_waiting`](crate::leases::Leases::acquire_waiting), `lease-run --wait`.
     /// Without it they notice at their next poll. Off by default. An optimisation only: a

@@ -73,6 +73,13 @@ fn run(
     registry: &Registry,
     stopped: &Receiver<()>,
 ) {
+    // No connection until a first waiter: a process that only frees keys sends notifications
+    // and listens for none.
+    while registry.is_empty() {
+        if !continue_after(TICK, stopped) {
+            return;
+        }
+    }
     let mut backoff = FIRST_BACKOFF;
     let mut told = false;
     loop {

@@ -106,6 +106,11 @@ impl Registry {
         Some(self.waiters.lock().keys().cloned().collect())
     }
 
+    /// No channel ever had a waiter.
+    fn is_empty(&self) -> bool {
+        self.waiters.lock().is_empty()
+    }
+
     fn set_listening(&self, on: bool) {
         self.listening.store(on, Ordering::Release);
     }
