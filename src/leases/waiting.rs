@@ -48,7 +48,12 @@ impl Leases {
     /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput), before any statement, as for
     /// [`Leases::acquire`], and for a `wait` over 100 years; the first error of an acquire
     /// (nothing is held then).
-    pub fn acquire_waiting(&self, key: &str, ttl: Duration, wait: Duration) -> Result<Option<Lease>> {
+    pub fn acquire_waiting(
+        &self,
+        key: &str,
+        ttl: Duration,
+        wait: Duration,
+    ) -> Result<Option<Lease>> {
         check_acquire(key, ttl)?;
         micros("acquire wait", wait, Duration::ZERO)?;
         // Before the first try: a release between that try and the wait still wakes it.

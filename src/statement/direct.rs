@@ -223,12 +223,12 @@ pub(crate) fn proven_direct(
 ) -> std::result::Result<(bool, String), postgres::Error> {
     Ok(match session(client).map_err(|f| f.error)? {
         None => (false, "the session did not say where it runs".to_owned()),
-        Some(seen) if targets.direct(&seen) => {
-            (true, format!("the server accepted it at {seen}"))
-        }
+        Some(seen) if targets.direct(&seen) => (true, format!("the server accepted it at {seen}")),
         Some(seen) => (
             false,
-            format!("the server accepted it at {seen}, not at {targets} where the configuration points"),
+            format!(
+                "the server accepted it at {seen}, not at {targets} where the configuration points"
+            ),
         ),
     })
 }

@@ -331,10 +331,15 @@ impl DbBuilder {
                 .with_source(e)
             })?;
         }
-        let db = Db::from_source(Pooling::built(pool, tls.clone(), self.connection_timeout, attempts))
-            .with_targets(Targets::of(&config))
-            .with_statement_mode(self.statement_mode)
-            .with_handover(self.handover, &config, tls, self.statement_mode)?;
+        let db = Db::from_source(Pooling::built(
+            pool,
+            tls.clone(),
+            self.connection_timeout,
+            attempts,
+        ))
+        .with_targets(Targets::of(&config))
+        .with_statement_mode(self.statement_mode)
+        .with_handover(self.handover, &config, tls, self.statement_mode)?;
         // Whether tokens can fold in the timeline: asked on a pool connection, in its statement
         // mode, like every other statement.
         Ok(match db.probe_timeline() {
@@ -367,10 +372,15 @@ impl DbBuilder {
         let targets = Targets::of(&config);
         let pool =
             builder.build_unchecked(PostgresConnectionManager::new(config.clone(), tls.clone()));
-        Db::from_source(Pooling::built(pool, tls.clone(), self.connection_timeout, attempts))
-            .with_targets(targets)
-            .with_statement_mode(self.statement_mode)
-            .with_handover(self.handover, &config, tls, self.statement_mode)
+        Db::from_source(Pooling::built(
+            pool,
+            tls.clone(),
+            self.connection_timeout,
+            attempts,
+        ))
+        .with_targets(targets)
+        .with_statement_mode(self.statement_mode)
+        .with_handover(self.handover, &config, tls, self.statement_mode)
     }
 
     /// The TLS connector the settings ask for: `None` for plain connections.

@@ -67,12 +67,7 @@ fn listener_name(name: Option<&str>) -> String {
 }
 
 /// Connects, listens and reconnects until stopped, or until a connection is not proven direct.
-fn run(
-    connect: &Connect,
-    proof: Option<&Targets>,
-    registry: &Registry,
-    stopped: &Receiver<()>,
-) {
+fn run(connect: &Connect, proof: Option<&Targets>, registry: &Registry, stopped: &Receiver<()>) {
     // No connection until a first waiter: a process that only frees keys sends notifications
     // and listens for none.
     while registry.is_empty() {

@@ -21,9 +21,9 @@ use std::thread::JoinHandle;
 use crossbeam_channel::{bounded, never, Receiver, Sender};
 use parking_lot::Mutex;
 
+use super::Db;
 #[cfg(doc)]
 use super::DbBuilder;
-use super::Db;
 use crate::table_name::TableName;
 
 use self::listener::start;
