@@ -264,6 +264,9 @@ fn without_a_direct_connection_waiters_poll() {
 #[test]
 fn dropping_the_last_clone_joins_the_listener() {
     let _serial = serial();
+    if common::through_pgbouncer() {
+        return; // No listener behind a transaction pooler: tests/pgbouncer.rs.
+    }
     let mut tables = Tables::new();
     let table = common::lease_table(&mut tables);
     let name = app("dropped");
