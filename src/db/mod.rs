@@ -2,7 +2,7 @@
 
 mod builder;
 pub(crate) mod conn;
-mod handover;
+pub(crate) mod handover;
 mod libpq;
 mod outcome;
 mod promotion;
@@ -28,7 +28,7 @@ use crate::statement::{Cache, Failure, Params, Sending, Statement};
 
 pub use self::builder::DbBuilder;
 pub use self::handover::Freed;
-use self::handover::Handover;
+use self::handover::registry::Handover;
 pub(crate) use self::outcome::{discard, Policy, Resend};
 pub(crate) use self::promotion::{Grant, GrantAnswer, PromotionRecord};
 pub(crate) use self::records::Promotion;

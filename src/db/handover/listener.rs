@@ -8,7 +8,7 @@ use crossbeam_channel::{bounded, select, Receiver, TryRecvError};
 use postgres::fallible_iterator::FallibleIterator;
 use postgres::Client;
 
-use super::{Handover, Registry};
+use super::registry::{Handover, Registry};
 use crate::db::conn::MakeTls;
 use crate::error::{Error, Result};
 use crate::statement::{proven_direct, Targets};
