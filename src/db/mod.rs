@@ -27,8 +27,8 @@ use crate::observe;
 use crate::statement::{Cache, Failure, Params, Sending, Statement};
 
 pub use self::builder::DbBuilder;
-pub use self::handover::Freed;
 use self::handover::registry::Handover;
+pub use self::handover::Freed;
 pub(crate) use self::outcome::{discard, Policy, Resend};
 pub(crate) use self::promotion::{Grant, GrantAnswer, PromotionRecord};
 pub(crate) use self::records::Promotion;

@@ -9,11 +9,14 @@ use std::thread::JoinHandle;
 use crossbeam_channel::{bounded, never, Receiver, Sender};
 use parking_lot::Mutex;
 
+/// A channel's waiters: by key or fleet name, each with its registration's id.
+type Keys = HashMap<String, Vec<(u64, Sender<()>)>>;
+
 /// The waiters of each channel, by key or fleet name, and the listener's state; shared by the
 /// `Db`, the listener's thread and every [`Freed`].
 #[derive(Default)]
 pub(crate) struct Registry {
-    waiters: Mutex<HashMap<String, HashMap<String, Vec<(u64, Sender<()>)>>>>,
+    waiters: Mutex<HashMap<String, Keys>>,
     next: AtomicU64,
     /// The listener is connected and listens on every channel with waiters.
     listening: AtomicBool,
@@ -172,3 +175,40 @@ impl fmt::Debug for Freed {
     }
 }
 
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_notification_wakes_the_waiters_of_its_key_only_and_merges() {
+        let registry = Arc::new(Registry::default());
+        assert!(registry.is_empty());
+        let a = registry.register("pgtenure:t".into(), "a".into());
+        let a2 = registry.register("pgtenure:t".into(), "a".into());
+        let b = registry.register("pgtenure:t".into(), "b".into());
+        let other = registry.register("pgtenure:u".into(), "a".into());
+        assert_eq!(registry.channels(false).map(|c| c.len()), Some(2));
+        assert_eq!(registry.channels(false), None, "no new channel since");
+        registry.wake("pgtenure:t", "a");
+        registry.wake("pgtenure:t", "a");
+        assert!(a.receiver().try_recv().is_ok());
+        assert!(
+            a.receiver().try_recv().is_err(),
+            "two wake-ups merge into one"
+        );
+        assert!(a2.receiver().try_recv().is_ok());
+        assert!(b.receiver().try_recv().is_err());
+        assert!(other.receiver().try_recv().is_err());
+        registry.wake_all(Some(&["pgtenure:u".to_owned()]));
+        assert!(other.receiver().try_recv().is_ok());
+        assert!(b.receiver().try_recv().is_err());
+        registry.wake_all(None);
+        assert!(b.receiver().try_recv().is_ok());
+        drop((a, a2));
+        assert!(!registry.waiters.lock()["pgtenure:t"].contains_key("a"));
+        // Waking a key nobody waits for is nothing.
+        registry.wake("pgtenure:t", "a");
+        registry.wake("pgtenure:none", "a");
+        assert!(Freed::none().receiver().try_recv().is_err());
+    }
+}
