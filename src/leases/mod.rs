@@ -10,6 +10,9 @@
 //!   loss channel; [`Leases::with_lease`] runs a closure while holding one. Within one `Leases`
 //!   family (a handle and its clones) a key held by a managed lease is not granted again to another
 //!   `acquire`, so two threads sharing a handle never both run `with_lease` for a key.
+//!   [`Leases::acquire_waiting`] waits for a held key (as `etcdctl lock` does), woken at once by a
+//!   release when the `Db` has handover notifications on
+//!   ([`DbBuilder::handover_notifications`](crate::DbBuilder::handover_notifications)).
 //! - **Raw**, thread-free, for tests driven tick by tick and for callers with their own loop:
 //!   [`Leases::try_acquire`], [`Leases::renew`] (one statement for a whole batch),
 //!   [`Leases::release`]. These are guarded by owner only (a re-acquire by the same owner inside its
