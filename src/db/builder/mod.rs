@@ -190,17 +190,17 @@ impl DbBuilder {
         self
     }
 
-    /// Handover by notification: the statements that free a lease key or a leadership (a release,
-    /// a resignation, a `stop`) also `NOTIFY` on their table's channel, and from its first waiter on
-    /// the `Db` keeps one listener connection outside the pool (thread `pgtenure-listen`, application name with
-    /// ` (listener)`) that wakes this process's waiters of that key or fleet at once: a campaign,
-    /// [`Leases::acquire_waiting`](crate::leases::Leases::acquire_waiting), `lease-run --wait`.
-    /// Without it they notice at their next poll. Off by default. An optimisation only: a
-    /// notification grants nothing (the woken poll decides), and without the listener (a
-    /// connection not proven direct, as a transaction pooler loses `LISTEN`; a lost connection,
-    /// reconnected with back-off) waiters poll as before, logged once. Turn it on in every process
-    /// of a fleet: the freeing side sends the notification. The last clone of the `Db` stops and
-    /// joins the listener when dropped (within 100 ms, or its connect in progress).
+    /// Handover by notification (off by default): a release or a resignation (also a `stop`) sends
+    /// `NOTIFY` on its table's channel, and from its first waiter on the `Db` keeps one listener
+    /// connection outside the pool (thread `pgtenure-listen`, application name + ` (listener)`)
+    /// that wakes this process's waiters of that key or fleet at once, rather than at their next
+    /// poll: campaigns, [`Leases::acquire_waiting`](crate::leases::Leases::acquire_waiting),
+    /// `lease-run --wait`. A hint only: the woken poll decides. Without the listener (a connection
+    /// not proven direct, as a transaction pooler loses `LISTEN`; a lost connection, reopened
+    /// with back-off) waiters poll as before, logged once. Turn it on in every process of a fleet
+    /// (the freeing side notifies); notifying commits run one at a time (`docs/performance.md`).
+    /// Dropping the `Db`'s last clone joins the listener (within 100 ms, or its connect in
+    /// progress). Not for [`Db::from_pool`], whose configuration pgtenure does not know.
     pub fn handover_notifications(mut self, on: bool) -> DbBuilder {
         self.handover = on;
         self
