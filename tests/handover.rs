@@ -119,6 +119,37 @@ fn a_release_wakes_a_waiting_acquire_at_once() {
     lease.release().unwrap();
 }
 
+/// An operator's force release (`pgtenure lease release KEY --force`) wakes the key's waiters too.
+#[test]
+fn a_force_release_wakes_the_waiters() {
+    let _serial = serial();
+    if common::through_pgbouncer() {
+        return; // No listener behind a transaction pooler: tests/pgbouncer.rs.
+    }
+    let mut tables = Tables::new();
+    let table = common::lease_table(&mut tables);
+    let db = notifying(&app("forced"));
+    let holder = Leases::new(&db).with_table(&table).unwrap();
+    let operator = Leases::new(&db).with_table(&table).unwrap();
+    let held = holder
+        .acquire("k", Duration::from_secs(60))
+        .unwrap()
+        .unwrap();
+    let freed = operator.watch_released("k").unwrap();
+    wait_for("the listener", Duration::from_secs(5), || {
+        db.handover_listening().then_some(())
+    });
+    // Drained: the wake-up of the listener's first LISTEN.
+    let _ = freed.receiver().recv_timeout(AT_ONCE);
+    assert!(operator.force_release("k").unwrap());
+    freed
+        .receiver()
+        .recv_timeout(AT_ONCE)
+        .expect("no wake-up for the force release");
+    assert!(!operator.holder("k").unwrap().unwrap().live);
+    drop(held);
+}
+
 #[test]
 fn a_resignation_hands_the_leadership_over_at_once() {
     let _serial = serial();

@@ -244,7 +244,9 @@ fn every_leases_statement_does_what_its_model_step_does() {
                             format!("{:?}", db.force_release(0).map(|o| OWNERS[o as usize]))
                         }),
                         Box::new(move |tx: &mut Transaction<'_>| {
-                            let rows = tx.query(force_release, &[&"k", &false]).unwrap();
+                            let rows = tx
+                                .query(force_release, &[&"k", &false, &Some("pgtenure:model")])
+                                .unwrap();
                             format!("{:?}", rows.first().map(|r| r.get::<_, String>(0)))
                         }),
                     ));

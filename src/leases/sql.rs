@@ -51,7 +51,7 @@ pub(crate) struct Statements {
     /// how many of the soonest to lapse.
     summary: Statement<(i64,)>,
     /// key, whether tokens fold in the timeline.
-    force_release: Statement<(&'static str, bool)>,
+    force_release: Statement<(&'static str, bool, Option<&'static str>)>,
     /// Sent unprepared: it runs inside the caller's transaction, where a missing prepared
     /// statement would abort it.
     fence: Arc<str>,
@@ -355,7 +355,9 @@ impl Statements {
     /// Ends the live tenure of `key`, whoever holds it: its owner when there was one.
     pub(super) fn force_release(&self, db: &Db, key: &str) -> Result<Option<String>> {
         self.gate.check(db)?;
-        let params = (key, db.timeline_tokens());
+        // The handover channel to notify, when notifications are on.
+        let channel = db.freed_channel(&self.table);
+        let params = (key, db.timeline_tokens(), channel.as_deref());
         let rows = db.query(
             "force release lease",
             Policy::ONCE,
