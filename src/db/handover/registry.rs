@@ -125,12 +125,12 @@ impl Drop for Handover {
     }
 }
 
-/// A waiter's wake-ups for one key or fleet: a message on [`Freed::receiver`] when a statement freed
-/// it (a release, a force release, a resignation, a `stop`) in a process whose [`Db`](crate::Db) has handover notifications on,
-/// and after the listener (re)connected (what was freed meanwhile was missed). A hint only: poll,
-/// and let the poll decide. Without a listener (notifications off, a pooler in between, the
-/// listener's connection lost) nothing arrives: keep polling at the usual period. Dropping it stops
-/// the wake-ups.
+/// A waiter's wake-ups for one key or fleet: a message on [`Freed::receiver`] when a statement
+/// freed it (a release, a force release, a resignation, a `stop`) in a process whose
+/// [`Db`](crate::Db) has handover notifications on, and after the listener (re)connected (what was
+/// freed meanwhile was missed). A hint only: poll, and let the poll decide. Without a listener
+/// (notifications off, a pooler in between, the listener's connection lost) nothing arrives: keep
+/// polling at the usual period. Dropping it stops the wake-ups.
 pub struct Freed {
     receiver: Receiver<()>,
     slot: Option<Slot>,
