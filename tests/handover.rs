@@ -246,13 +246,11 @@ fn without_a_direct_connection_waiters_poll() {
     let mut tables = Tables::new();
     let table = common::lease_table(&mut tables);
     let proxy = Proxy::start(Proxy::free_port(), database_addr()).unwrap();
-    let proxied = format!(
-        "postgres://postgres@127.0.0.1:{}/{}",
-        proxy.port(),
-        common::url_config().get_dbname().unwrap_or("postgres")
-    );
     let name = app("proxied");
-    let db = builder(&proxied, &name)
+    let db = DbBuilder::from_config(proxy.config())
+        .max_size(4)
+        .and_then(|b| b.application_name(&name))
+        .unwrap()
         .handover_notifications(true)
         .build()
         .unwrap();
