@@ -268,7 +268,7 @@ pub mod testing;
 pub mod tick_claims;
 mod timestamp;
 
-pub use crate::db::{Connection, Db, DbBuilder, SslMode, StatementMode, StatementModes};
+pub use crate::db::{Connection, Db, DbBuilder, Freed, SslMode, StatementMode, StatementModes};
 pub use crate::error::{Error, ErrorKind, Result};
 pub use crate::input::{MAX_DURATION, MAX_KEY_BYTES, MIN_DURATION};
 pub use crate::timestamp::Timestamp;

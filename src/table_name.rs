@@ -76,6 +76,21 @@ impl TableName {
     }
 }
 
+impl TableName {
+    /// The `LISTEN`/`NOTIFY` channel on which the statements that free a key or a fleet of this
+    /// table tell the handover listeners (`pgtenure:` and the name; over 63 bytes, cut with a hash
+    /// that keeps it unique). The same in every process and version: it is a wire name.
+    pub(crate) fn channel(&self) -> String {
+        let whole = format!("pgtenure:{self}");
+        if whole.len() <= MAX_IDENT_BYTES {
+            return whole;
+        }
+        let tail = format!("_{:08x}", fnv1a(whole.as_bytes()));
+        // ASCII (validated), so any byte index is a char boundary.
+        format!("{}{tail}", &whole[..MAX_IDENT_BYTES - tail.len()])
+    }
+}
+
 impl fmt::Debug for TableName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.quoted())
@@ -172,6 +187,16 @@ fn fnv1a(bytes: &[u8]) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_channel_fits_an_identifier_and_stays_unique() {
+        let short = TableName::parse("ops.leases").unwrap();
+        assert_eq!(short.channel(), "pgtenure:ops.leases");
+        let a = TableName::parse(&format!("{}.{}", "s".repeat(63), "a".repeat(63))).unwrap();
+        let b = TableName::parse(&format!("{}.{}", "s".repeat(63), "b".repeat(63))).unwrap();
+        assert_eq!(a.channel().len(), 63);
+        assert_ne!(a.channel(), b.channel());
+    }
 
     #[test]
     fn accepts_plain_and_schema_qualified_names() {

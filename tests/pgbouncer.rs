@@ -380,3 +380,66 @@ fn many_processes_connecting_at_once_through_pgbouncer_prepare_nothing_under_dri
         drop(dbs);
     }
 }
+
+/// Handover notifications through PgBouncer in transaction mode: the listener's connection is not
+/// proven direct, so it never listens (a pooler loses `LISTEN`) and a waiting acquire is granted
+/// by polling, as without notifications; the release's `NOTIFY` goes through the pooler and wakes
+/// a waiter whose own connection is direct.
+#[test]
+fn handover_notifications_through_pgbouncer_poll_and_still_notify() {
+    let bouncer = PgBouncer::start(&common::direct_url()).unwrap();
+    let mut tables = Tables::new();
+    let table = common::lease_table(&mut tables);
+    let pooled = Db::builder(bouncer.url())
+        .unwrap()
+        .handover_notifications(true)
+        .build()
+        .unwrap();
+    let direct = Db::builder(&common::direct_url())
+        .unwrap()
+        .handover_notifications(true)
+        .build()
+        .unwrap();
+    let leases = |db: &Db, owner: &str| {
+        Leases::new(db)
+            .with_table(&table)
+            .and_then(|l| l.with_owner(owner))
+            .and_then(|l| l.with_retry_period(Duration::from_millis(300)))
+            .unwrap()
+    };
+    let (through, beside) = (leases(&pooled, "pooled"), leases(&direct, "direct"));
+    let woken = beside.watch_released("k").unwrap();
+    let held = through
+        .acquire("k", Duration::from_secs(60))
+        .unwrap()
+        .unwrap();
+    common::wait_for("the direct listener", Duration::from_secs(5), || {
+        direct.handover_listening().then_some(())
+    });
+    while woken.receiver().try_recv().is_ok() {}
+    held.release().unwrap();
+    woken
+        .receiver()
+        .recv_timeout(Duration::from_secs(2))
+        .expect("the release through PgBouncer woke no direct waiter");
+    // The other way: the waiter behind the pooler polls.
+    let held = beside
+        .acquire("k", Duration::from_secs(60))
+        .unwrap()
+        .unwrap();
+    let waiting = {
+        let through = through.clone();
+        thread::spawn(move || {
+            through.acquire_waiting("k", Duration::from_secs(60), Duration::from_secs(10))
+        })
+    };
+    held.release().unwrap();
+    let lease = waiting
+        .join()
+        .unwrap()
+        .unwrap()
+        .expect("granted by polling");
+    assert!(!pooled.handover_listening(), "a listener behind PgBouncer");
+    assert_eq!(through.holder("k").unwrap().unwrap().owner, "pooled");
+    lease.release().unwrap();
+}

@@ -291,7 +291,10 @@ fn run(cli: Cli) -> Result<u8, Failure> {
         // Named after what this run does (`pgtenure lease-run KEY`), so an operator can tell its
         // sessions apart in pg_stat_activity; an application_name in the URL, the service or
         // PGAPPNAME wins.
-        .fallback_application_name(&cli.command.application_name())?;
+        .fallback_application_name(&cli.command.application_name())?
+        // A release (lease-run's, `lease release`) wakes the waiting lease-runs at once; the
+        // listener connects only for a waiter (`lease-run --wait`).
+        .handover_notifications(true);
     // The exporter starts while the database is down, and says so in its metrics.
     let db = if cli.command.serves() {
         builder.build_lazy()?

@@ -458,6 +458,52 @@ fn lease_run_with_wait_runs_after_the_holder_is_done_never_beside_it() {
     );
 }
 
+/// `lease-run --wait` listens for the release (handover notifications, on in the command): its
+/// listener connects while it waits, the release wakes it, and it runs CMD.
+#[test]
+fn lease_run_with_wait_listens_for_the_release() {
+    let env = Env::new();
+    env.leases().create_table().unwrap();
+    let holder_db = pgtenure::Db::builder(&url())
+        .unwrap()
+        .handover_notifications(true)
+        .build()
+        .unwrap();
+    let holder = Leases::new(&holder_db).with_table(&env.leases).unwrap();
+    let held = holder
+        .acquire("k", Duration::from_secs(60))
+        .unwrap()
+        .unwrap();
+    let app = unique("app");
+    let joint = if url().contains('?') { '&' } else { '?' };
+    let waiter_url = format!("{}{joint}application_name={app}", url());
+    let ran = env.file("ran");
+    let script = format!("echo ran > {}", ran.display());
+    let child = env
+        .command_with_url(
+            &waiter_url,
+            &["lease-run", "k", "--wait", "20s", "--", "sh", "-c", &script],
+        )
+        .spawn()
+        .unwrap();
+    let mut admin = Client::connect(&url(), NoTls).unwrap();
+    wait_for("lease-run's listener", Duration::from_secs(10), || {
+        let listening: i64 = admin
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1",
+                &[&format!("{app} (listener)")],
+            )
+            .unwrap()
+            .get(0);
+        (listening == 1).then_some(())
+    });
+    assert_eq!(read(&ran), None, "CMD ran while the key was held");
+    held.release().unwrap();
+    let (status, stderr) = finish(child, Duration::from_secs(20));
+    assert!(status.success(), "{stderr}");
+    assert_eq!(read(&ran).as_deref(), Some("ran\n"));
+}
+
 #[test]
 fn force_release_stops_the_command_and_exits_with_the_lost_status() {
     let env = Env::new();

@@ -1,7 +1,7 @@
 //! pgtenure's benchmarks: how close it runs to what PostgreSQL allows.
 //!
 //! `cargo run --release --example bench -- [--secs N] [--runs N] [--clients 1,8] [--out FILE]
-//! [--handovers N] [--units N] [--only compare|scenarios|cold-start|hot-loop] [--iterations N]
+//! [--handovers N] [--units N] [--only compare|scenarios|cold-start|hot-loop|handover] [--iterations N]
 //! [--no-pgbouncer]` against `DATABASE_URL`
 //! or a throwaway server. For each operation at each client count: the library beside `pgbench -M
 //! prepared` running the crate's own statement (the limit) and beside the library sending it
@@ -15,7 +15,9 @@
 //! `metrics-exporter-prometheus`'s recorder first, so the feature `metrics` (on in the examples)
 //! reports to a real exporter: its cost is the ratio's change against a run without.
 //! `--only hot-loop` runs `--iterations` refused tick claims on one client and nothing else, to count
-//! instructions per operation under `valgrind --tool=callgrind` (see `hot.rs`).
+//! instructions per operation under `valgrind --tool=callgrind` (see `hot.rs`). `--only handover`
+//! measures `--handovers` releases and resignations handed over with and without handover
+//! notifications (see `handover.rs`).
 
 mod campaigns;
 mod cases;
@@ -23,6 +25,7 @@ mod cases;
 #[path = "../../tests/common/mod.rs"]
 mod common;
 mod compare;
+mod handover;
 mod hot;
 mod pgbench;
 mod scenarios;
@@ -153,6 +156,35 @@ fn main() -> Result<(), Error> {
             args.secs,
             args.runs,
         )?;
+    }
+
+    if only == Some("handover") {
+        let bouncer = match args.pgbouncer {
+            true => pgtenure::testing::PgBouncer::start(&url)
+                .map_err(|e| println!("no PgBouncer measurement: {e}"))
+                .ok(),
+            false => None,
+        };
+        let db = DbBuilder::from_config(url.parse()?).build()?;
+        let id = std::process::id();
+        let (lease_t, leader_t) = (
+            format!("bench_h_lease_{id}"),
+            format!("bench_h_leader_{id}"),
+        );
+        Leases::new(&db).with_table(&lease_t)?.create_table()?;
+        Elector::new(&db).with_table(&leader_t)?.create_table()?;
+        let measured = handover::run(
+            &url,
+            bouncer.as_ref().map(|b| b.url()),
+            &lease_t,
+            &leader_t,
+            args.handovers,
+        );
+        admin.batch_execute(&format!(
+            "DROP TABLE IF EXISTS \"{lease_t}\", \"{leader_t}\", \"{lease_t}_promotion\", \"{leader_t}_promotion\";
+             DROP SEQUENCE IF EXISTS \"{lease_t}_token_seq\", \"{leader_t}_term_seq\""
+        ))?;
+        results["handover"] = measured?;
     }
 
     if only == Some("cold-start") {

@@ -2,6 +2,7 @@
 
 mod builder;
 pub(crate) mod conn;
+pub(crate) mod handover;
 mod libpq;
 mod outcome;
 mod promotion;
@@ -26,6 +27,8 @@ use crate::observe;
 use crate::statement::{Cache, Failure, Params, Sending, Statement};
 
 pub use self::builder::DbBuilder;
+use self::handover::registry::Handover;
+pub use self::handover::Freed;
 pub(crate) use self::outcome::{discard, Policy, Resend};
 pub(crate) use self::promotion::{Grant, GrantAnswer, PromotionRecord};
 pub(crate) use self::records::Promotion;
@@ -67,6 +70,8 @@ pub struct Db {
     promotions: Arc<Promotions>,
     /// The tables whose schema versions were found good enough for the handles' statements.
     schemas: Arc<SchemaChecks>,
+    /// The handover listener, when notifications are on ([`DbBuilder::handover_notifications`]).
+    handover: Option<Arc<Handover>>,
 }
 
 impl Db {
@@ -221,6 +226,7 @@ impl Db {
             promotion_hold_off: true,
             promotions: Arc::new(Promotions::default()),
             schemas: Arc::new(SchemaChecks::default()),
+            handover: None,
         }
     }
 
@@ -572,6 +578,7 @@ impl fmt::Debug for Db {
             .field("statement_modes", &self.statement_modes())
             .field("timeline_tokens", &self.timeline_tokens())
             .field("promotion_hold_off", &self.promotion_hold_off())
+            .field("handover_notifications", &self.handover_notifications())
             .field("max_size", &self.pool.max_size())
             .field("connections", &state.connections)
             .field("idle_connections", &state.idle_connections)

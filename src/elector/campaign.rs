@@ -36,7 +36,9 @@ impl Elector {
     /// Campaigns for the leadership on a thread of its own (`pgtenure-elector`), owned by the
     /// returned handle: it polls every retry period ([`Elector::with_retry_period`], a third of the
     /// TTL by default), renewing while it leads, and reports what changes on
-    /// [`Leadership::events`] (and to hooks: [`Elector::with_hooks`]). A watcher thread
+    /// [`Leadership::events`] (and to hooks: [`Elector::with_hooks`]). A resignation or a `stop`
+    /// elsewhere in the fleet wakes its next poll at once when the `Db` has handover notifications
+    /// on ([`DbBuilder::handover_notifications`](crate::DbBuilder::handover_notifications)). A watcher thread
     /// (`pgtenure-elector-watch`) reports [`LeaderLoss::Expired`] at the tenure's local deadline
     /// when no renewal succeeded by then, even while a poll hangs on the database.
     ///

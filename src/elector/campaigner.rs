@@ -117,11 +117,15 @@ impl Campaign {
                 .name("pgtenure-elector-watch".into())
                 .spawn_scoped(scope, move || self.watch(&woken))
                 .map_err(|e| Error::setup("could not start the elector watcher").with_source(e))?;
+            // A resignation or a stop elsewhere in the fleet wakes the next poll at once, with
+            // handover notifications on; the poll decides, as ever.
+            let freed = self.elector.watch_resigned();
             let mut next = Instant::now() + retry;
             loop {
                 select! {
                     recv(stopped) -> _ => break,
                     recv(at(next)) -> _ => {}
+                    recv(freed.receiver()) -> _ => {}
                 }
                 if self.is_stopped() {
                     break;

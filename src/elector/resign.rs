@@ -67,6 +67,14 @@ impl Elector {
         false
     }
 
+    /// Wake-ups when this fleet's leadership is resigned, in a process with handover notifications
+    /// on ([`DbBuilder::handover_notifications`](crate::DbBuilder::handover_notifications)): a
+    /// loop of the caller's own around [`Elector::is_leader`] polls at once on one, rather than at
+    /// its next period. A hint: the poll decides.
+    pub fn watch_resigned(&self) -> crate::Freed {
+        self.db.watch_freed(&self.sql.table, &self.name)
+    }
+
     /// Whether a term waits to be resigned ([`Elector::finish_resign`]).
     pub(super) fn resign_pending(&self) -> bool {
         self.tenure.lock().resigning.is_some()

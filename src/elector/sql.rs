@@ -28,7 +28,7 @@ pub(super) struct Statements {
     /// Reads (and records) the table's promotion record before polls that may win.
     pub(super) promotion: PromotionRecord,
     /// name, holder, term.
-    resign: Statement<(&'static str, &'static str, i64)>,
+    resign: Statement<Resign<'static>>,
     /// name.
     leader: Statement<(&'static str,)>,
     /// name.
@@ -75,6 +75,17 @@ impl GrantAnswer for PollAnswer {
 
     fn granted(&self) -> bool {
         self.mine
+    }
+}
+
+crate::params! {
+    /// A resignation's parameters (`sql/elector/resign.sql`).
+    struct Resign<'a> {
+        name: &'a str,
+        holder: &'a str,
+        term: i64,
+        /// The handover channel to notify, when notifications are on.
+        channel: Option<&'a str>,
     }
 }
 
@@ -148,7 +159,14 @@ impl Statements {
     /// Ends `holder`'s tenure `term` of `name`: whether it was live.
     pub(super) fn resign(&self, db: &Db, name: &str, holder: &str, term: i64) -> Result<bool> {
         self.gate.check(db)?;
-        let params = (name, holder, term);
+        // The handover channel to notify, when notifications are on.
+        let channel = db.freed_channel(&self.table);
+        let params = Resign {
+            name,
+            holder,
+            term,
+            channel: channel.as_deref(),
+        };
         let rows = db.query(
             "resign leadership",
             Policy::IDEMPOTENT,

@@ -10,6 +10,9 @@
 //!   loss channel; [`Leases::with_lease`] runs a closure while holding one. Within one `Leases`
 //!   family (a handle and its clones) a key held by a managed lease is not granted again to another
 //!   `acquire`, so two threads sharing a handle never both run `with_lease` for a key.
+//!   [`Leases::acquire_waiting`] waits for a held key (as `etcdctl lock` does), woken at once by a
+//!   release when the `Db` has handover notifications on
+//!   ([`DbBuilder::handover_notifications`](crate::DbBuilder::handover_notifications)).
 //! - **Raw**, thread-free, for tests driven tick by tick and for callers with their own loop:
 //!   [`Leases::try_acquire`], [`Leases::renew`] (one statement for a whole batch),
 //!   [`Leases::release`]. These are guarded by owner only (a re-acquire by the same owner inside its
@@ -96,6 +99,7 @@ mod sql;
 mod state;
 mod timing;
 mod views;
+mod waiting;
 mod watcher;
 
 use std::collections::{HashMap, HashSet};
@@ -110,6 +114,7 @@ pub(crate) use self::sql::Statements;
 pub use self::state::LeaseLoss;
 pub use self::timing::MIN_MANAGED_TTL;
 pub use self::views::{LeaseInfo, LeaseSummary, Refusal};
+pub use self::waiting::DEFAULT_RETRY_PERIOD;
 use crate::db::{Db, Policy};
 use crate::error::Result;
 use crate::fence::Fence;
@@ -140,6 +145,8 @@ fn check_owner(owner: &str) -> Result<()> {
 #[derive(Clone)]
 pub struct Leases {
     shared: Arc<WatchedFamily>,
+    /// How often a waiting acquire tries again ([`Leases::with_retry_period`]).
+    retry: Duration,
 }
 
 /// Whether an acquire by an owner that already holds the key live keeps that tenure's token.
@@ -158,6 +165,7 @@ impl Leases {
         let table = TableName::parse(DEFAULT_TABLE).expect("the default table name is valid");
         Leases {
             shared: WatchedFamily::new(db.clone(), default_owner().into(), table),
+            retry: DEFAULT_RETRY_PERIOD,
         }
     }
 
@@ -173,6 +181,7 @@ impl Leases {
         let shared = &self.shared;
         Ok(Leases {
             shared: WatchedFamily::new(shared.db.clone(), shared.owner.clone(), table),
+            retry: self.retry,
         })
     }
 
@@ -197,6 +206,7 @@ impl Leases {
         let shared = &self.shared;
         Ok(Leases {
             shared: WatchedFamily::new(shared.db.clone(), owner.into(), shared.sql.table.clone()),
+            retry: self.retry,
         })
     }
 

@@ -51,7 +51,7 @@ pub(crate) struct Statements {
     /// how many of the soonest to lapse.
     summary: Statement<(i64,)>,
     /// key, whether tokens fold in the timeline.
-    force_release: Statement<(&'static str, bool)>,
+    force_release: Statement<(&'static str, bool, Option<&'static str>)>,
     /// Sent unprepared: it runs inside the caller's transaction, where a missing prepared
     /// statement would abort it.
     fence: Arc<str>,
@@ -106,9 +106,16 @@ crate::params! {
     }
 }
 
-/// A release's parameters (`sql/leases/release.sql`, `sql/leases/release_and_sweep.sql`): key,
-/// owner, token.
-type Release<'a> = (&'a str, &'a str, Option<i64>);
+crate::params! {
+    /// A release's parameters (`sql/leases/release.sql`, `sql/leases/release_and_sweep.sql`).
+    struct Release<'a> {
+        key: &'a str,
+        owner: &'a str,
+        token: Option<i64>,
+        /// The handover channel to notify, when notifications are on.
+        channel: Option<&'a str>,
+    }
+}
 
 impl Statements {
     /// Checks, once per `Db`, that the table is at the schema version these statements need (a
@@ -256,7 +263,13 @@ impl Statements {
         owner: &str,
         token: Option<i64>,
     ) -> std::result::Result<Result<bool>, Failure> {
-        let params: Release<'_> = (key, owner, token);
+        let channel = db.freed_channel(&self.table);
+        let params = Release {
+            key,
+            owner,
+            token,
+            channel: channel.as_deref(),
+        };
         let rows = db.run(conn, self.release_statement(sweep), &params)?;
         // A SELECT without FROM: always exactly one row.
         let Some(row) = rows.first() else {
@@ -349,7 +362,9 @@ impl Statements {
     /// Ends the live tenure of `key`, whoever holds it: its owner when there was one.
     pub(super) fn force_release(&self, db: &Db, key: &str) -> Result<Option<String>> {
         self.gate.check(db)?;
-        let params = (key, db.timeline_tokens());
+        // The handover channel to notify, when notifications are on.
+        let channel = db.freed_channel(&self.table);
+        let params = (key, db.timeline_tokens(), channel.as_deref());
         let rows = db.query(
             "force release lease",
             Policy::ONCE,

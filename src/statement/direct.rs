@@ -215,6 +215,24 @@ pub(super) fn asked(
     Ok(seen.clone())
 }
 
+/// Whether `client`, a connection of its own outside the pool (the handover listener's), reaches
+/// the server where `targets` point ([`Targets::direct`]), and what its session said, for the log.
+pub(crate) fn proven_direct(
+    client: &mut Client,
+    targets: &Targets,
+) -> std::result::Result<(bool, String), postgres::Error> {
+    Ok(match session(client).map_err(|f| f.error)? {
+        None => (false, "the session did not say where it runs".to_owned()),
+        Some(seen) if targets.direct(&seen) => (true, format!("the server accepted it at {seen}")),
+        Some(seen) => (
+            false,
+            format!(
+                "the server accepted it at {seen}, not at {targets} where the configuration points"
+            ),
+        ),
+    })
+}
+
 /// What a new connection's session says of the server behind it (`sql/schema/session.sql`):
 /// `None` when the server refused the question (then nothing is proven); a broken connection is
 /// the failure, with nothing of the operation sent.

@@ -54,7 +54,7 @@ use self::send::Call;
 use self::typed::Typed;
 
 pub(crate) use self::cache::Cache;
-pub(crate) use self::direct::Targets;
+pub(crate) use self::direct::{proven_direct, Targets};
 pub(crate) use self::failure::Failure;
 pub(crate) use self::mode::Way;
 pub use self::mode::{StatementMode, StatementModes};

@@ -51,7 +51,9 @@ impl Election {
         } else if room {
             // The loop sends a resignation waiting before its poll, and polls again whether or not
             // it succeeded; polls at any time (the retry period, standing aside after a
-            // resignation) only allow more interleavings. A stopped campaign only resigns.
+            // resignation, a handover notification's wake-up, which only makes the next poll
+            // earlier and is never read as a grant) only allow more interleavings. A stopped
+            // campaign only resigns.
             if let Some(term) = member.resigning {
                 actions.push(Action::Send(m, Op::Resign { term }));
             }

@@ -67,6 +67,8 @@ impl Leases {
             return;
         }
         match &proc.tenure {
+            // At any step: a waiting acquire's retry period or a handover notification's
+            // wake-up (`Leases::acquire_waiting`) only chooses when; the acquire decides.
             None => actions.push(Action::Send(p, Op::Acquire { raw: proc.raw })),
             Some(tenure) => {
                 if state.now < tenure.deadline {

@@ -52,6 +52,7 @@ pub struct DbBuilder {
     client_cert: Option<String>,
     client_key: Option<String>,
     statement_mode: StatementMode,
+    handover: bool,
 }
 
 impl DbBuilder {
@@ -78,6 +79,7 @@ impl DbBuilder {
             client_cert: None,
             client_key: None,
             statement_mode: StatementMode::Auto,
+            handover: false,
         }
     }
 
@@ -185,6 +187,22 @@ impl DbBuilder {
     /// connections proven to reach the server directly, SQL-level ones on any other.
     pub fn statement_mode(mut self, mode: StatementMode) -> DbBuilder {
         self.statement_mode = mode;
+        self
+    }
+
+    /// Handover by notification (off by default): a release or a resignation (also a `stop`) sends
+    /// `NOTIFY` on its table's channel, and from its first waiter on the `Db` keeps one listener
+    /// connection outside the pool (thread `pgtenure-listen`, application name + ` (listener)`)
+    /// that wakes this process's waiters of that key or fleet at once, rather than at their next
+    /// poll: campaigns, [`Leases::acquire_waiting`](crate::leases::Leases::acquire_waiting),
+    /// `lease-run --wait`. A hint only: the woken poll decides. Without the listener (a connection
+    /// not proven direct, as a transaction pooler loses `LISTEN`; a lost connection, reopened
+    /// with back-off) waiters poll as before, logged once. Turn it on in every process of a fleet
+    /// (the freeing side notifies); notifying commits run one at a time (`docs/performance.md`).
+    /// Dropping the `Db`'s last clone joins the listener (within 100 ms, or its connect in
+    /// progress). Not for [`Db::from_pool`], whose configuration pgtenure does not know.
+    pub fn handover_notifications(mut self, on: bool) -> DbBuilder {
+        self.handover = on;
         self
     }
 
@@ -313,9 +331,15 @@ impl DbBuilder {
                 .with_source(e)
             })?;
         }
-        let db = Db::from_source(Pooling::built(pool, tls, self.connection_timeout, attempts))
-            .with_targets(Targets::of(&config))
-            .with_statement_mode(self.statement_mode);
+        let db = Db::from_source(Pooling::built(
+            pool,
+            tls.clone(),
+            self.connection_timeout,
+            attempts,
+        ))
+        .with_targets(Targets::of(&config))
+        .with_statement_mode(self.statement_mode)
+        .with_handover(self.handover, &config, tls, self.statement_mode)?;
         // Whether tokens can fold in the timeline: asked on a pool connection, in its statement
         // mode, like every other statement.
         Ok(match db.probe_timeline() {
@@ -335,21 +359,28 @@ impl DbBuilder {
         check_available(self.ssl_mode)?;
         check_client_cert(&self)?;
         match self.tls()? {
-            None => Ok(self.build_lazy_with(NoTls)),
+            None => self.build_lazy_with(NoTls),
             #[cfg(feature = "tls")]
-            Some(tls) => Ok(self.build_lazy_with(tls)),
+            Some(tls) => self.build_lazy_with(tls),
         }
     }
 
-    fn build_lazy_with<T: MakeTls>(self, tls: T) -> Db {
+    fn build_lazy_with<T: MakeTls>(self, tls: T) -> Result<Db> {
         let attempts = ConnectAttempts::default();
         let builder = self.pool_builder(&attempts).min_idle(Some(0));
         let config = self.effective_config();
         let targets = Targets::of(&config);
-        let pool = builder.build_unchecked(PostgresConnectionManager::new(config, tls.clone()));
-        Db::from_source(Pooling::built(pool, tls, self.connection_timeout, attempts))
-            .with_targets(targets)
-            .with_statement_mode(self.statement_mode)
+        let pool =
+            builder.build_unchecked(PostgresConnectionManager::new(config.clone(), tls.clone()));
+        Db::from_source(Pooling::built(
+            pool,
+            tls.clone(),
+            self.connection_timeout,
+            attempts,
+        ))
+        .with_targets(targets)
+        .with_statement_mode(self.statement_mode)
+        .with_handover(self.handover, &config, tls, self.statement_mode)
     }
 
     /// The TLS connector the settings ask for: `None` for plain connections.
@@ -460,6 +491,7 @@ impl fmt::Debug for DbBuilder {
             .field("client_cert", &self.client_cert)
             .field("client_key", &self.client_key)
             .field("statement_mode", &self.statement_mode)
+            .field("handover", &self.handover)
             .finish()
     }
 }

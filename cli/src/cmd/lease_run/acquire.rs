@@ -4,7 +4,7 @@
 use std::thread;
 use std::time::{Duration, Instant};
 
-use pgtenure::crossbeam_channel::{bounded, select};
+use pgtenure::crossbeam_channel::{bounded, never, select};
 use pgtenure::leases::{Lease, Leases, Refusal};
 use pgtenure::postgres::error::SqlState;
 
@@ -27,6 +27,14 @@ pub(super) fn acquire(
     // `--wait` is at most 100 years, yet a far `Instant` may not exist: then it waits without end.
     let until = Instant::now().checked_add(wait);
     let mut created = false;
+    // A release elsewhere (with handover notifications on) wakes the wait at once. Only for a
+    // wait: the listener connects at its first waiter.
+    let freed = match wait.is_zero() {
+        true => None,
+        false => Some(leases.watch_released(key)?),
+    };
+    let never = never();
+    let woken = freed.as_ref().map_or(&never, |f| f.receiver());
     loop {
         let left = until.map_or(wait, |until| {
             until.saturating_duration_since(Instant::now())
@@ -73,6 +81,7 @@ pub(super) fn acquire(
                     return Ok(Some(Err(signal)));
                 }
             }
+            recv(woken) -> _ => {}
             default(left.min(RETRY)) => {}
         }
     }
