@@ -8,6 +8,7 @@
 //! `membership`.
 
 pub mod elector;
+pub mod failover;
 pub mod leases;
 pub mod membership;
 pub mod ticks;
