@@ -6,15 +6,15 @@
 //! of the model is one second; each case runs in a transaction rolled back afterwards, so `now()` is
 //! one instant for the set-up, the statement and the read.
 
-use std::time::{Duration, SystemTime};
-
-use pgtenure_model::failover::{Grant, Record};
 use pgtenure_model::leases::{Acquired, Db, Row, Tick, Token};
 use postgres::Transaction;
 
 use common::Table;
+use failover::{grants, instant, server_timeline};
 
 mod common;
+#[path = "common/failover.rs"]
+mod failover;
 
 const TTL: Tick = 2;
 const OWNERS: [&str; 2] = ["a", "b"];
@@ -122,76 +122,6 @@ fn get(tx: &mut Transaction<'_>, table: &str) -> Db {
 
 const MICROS: i64 = 1_000_000;
 
-/// The grant parameters `$5`..`$9` an acquire on `state` runs with: neither folded nor held off;
-/// folded (the test server is on timeline 1: base 0); and on the states where the gate could
-/// matter differently (not superseded, no other tenure's mark, the sequence ahead), held off with a
-/// record naming the server's timeline or another one, first seen as of creation, a TTL ago or
-/// less, grants resuming now or later.
-fn grants(state: &Db) -> Vec<Grant> {
-    let record = |timeline, seen_at, grants_from| Record {
-        timeline,
-        seen_at,
-        grants_from,
-    };
-    let mut grants = vec![
-        Grant::plain(),
-        Grant {
-            fold: true,
-            ..Grant::plain()
-        },
-    ];
-    let gated = state.row.as_ref().is_none_or(|row| {
-        !row.superseded && row.managed_token.is_none_or(|t| t == row.token) && state.seq == 5
-    });
-    if !gated {
-        return grants;
-    }
-    for record in [
-        record(1, None, None),
-        record(2, None, None),
-        record(1, Some(-TTL), None),
-        record(1, Some(1 - TTL), None),
-        record(1, None, Some(0)),
-        record(1, None, Some(1)),
-        record(2, Some(-TTL), Some(0)),
-    ] {
-        grants.push(Grant {
-            fold: true,
-            hold_off: true,
-            record,
-        });
-    }
-    grants
-}
-
-/// The instant `tick` seconds after the transaction's `now()`.
-fn instant(tx: &mut Transaction<'_>, tick: Tick) -> SystemTime {
-    let now: SystemTime = tx.query_one("SELECT now()", &[]).unwrap().get(0);
-    let offset = Duration::from_secs(u64::from(tick.unsigned_abs()));
-    if tick < 0 {
-        now - offset
-    } else {
-        now + offset
-    }
-}
-
-/// The test server's timeline, which the model's table is given: tokens fold in `(timeline - 1)`
-/// times the model's `2^48`, so the comparison holds on timeline 1 only.
-fn server_timeline(tx: &mut Transaction<'_>) -> u8 {
-    let timeline: i64 = tx
-        .query_one(
-            "SELECT ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint",
-            &[],
-        )
-        .unwrap()
-        .get(0);
-    assert_eq!(
-        timeline, 1,
-        "the differential test needs a server on timeline 1 (never promoted)"
-    );
-    1
-}
-
 #[test]
 fn every_leases_statement_does_what_its_model_step_does() {
     let mut table = table();
@@ -230,7 +160,12 @@ fn every_leases_statement_does_what_its_model_step_does() {
                 type Run<'s> = Box<dyn Fn(&mut Transaction<'_>) -> String + 's>;
                 let mut steps: Vec<(String, Step, Run<'_>)> = Vec::new();
                 for raw in [false, true] {
-                    for grant in grants(&state).into_iter().filter(|_| token == 1) {
+                    let gated = state.row.as_ref().is_none_or(|row| {
+                        !row.superseded
+                            && row.managed_token.is_none_or(|t| t == row.token)
+                            && state.seq == 5
+                    });
+                    for grant in grants(gated).into_iter().filter(|_| token == 1) {
                         steps.push((
                             format!("acquire {o} raw={raw} {grant:?}"),
                             Box::new(move |db: &mut Db| {

@@ -34,7 +34,7 @@ pub type Term = u8;
 pub type Holder = u8;
 
 pub use self::db::{Db, Hole, PollAnswer, Row};
-pub use self::state::{Action, Answer, Member, Msg, Op, State, Wait};
+pub use self::state::{Action, Answer, Member, Msg, Op, Standby, State, Wait};
 
 /// The model's bounds.
 #[derive(Clone, Debug)]
@@ -59,6 +59,12 @@ pub struct Election {
     pub resigns: bool,
     /// request_resign.sql, by an operator or a member.
     pub requests: bool,
+    /// How many failovers a run may have (each to a standby that may have stopped receiving at
+    /// any earlier step).
+    pub max_failovers: u8,
+    /// A clone of the first member's elector (`Elector::clone`: the same tenure) calls
+    /// `Elector::is_leader` beside its campaign.
+    pub clone: bool,
     pub hole: Option<Hole>,
 }
 
@@ -76,7 +82,27 @@ impl Election {
             stops: true,
             resigns: true,
             requests: true,
+            max_failovers: 0,
+            clone: false,
             hole: None,
+        }
+    }
+
+    /// The bounds CI checks failover at: one failover, no intervention (each multiplies the
+    /// states several times).
+    pub fn failover() -> Election {
+        Election {
+            max_failovers: 1,
+            max_interventions: 0,
+            ..Election::ci()
+        }
+    }
+
+    /// The bounds CI checks a clone polling beside the campaign at.
+    pub fn clones() -> Election {
+        Election {
+            clone: true,
+            ..Election::ci()
         }
     }
 
@@ -98,7 +124,7 @@ impl Model for Election {
     fn init_states(&self) -> Vec<State> {
         vec![State {
             now: 0,
-            db: Db { row: None, seq: 1 },
+            db: Db::new(),
             members: self
                 .members
                 .iter()
@@ -112,6 +138,8 @@ impl Model for Election {
             elected: 0,
             elected_went_back: false,
             gain_before_loss: false,
+            standby: None,
+            failovers: 0,
         }]
     }
 
