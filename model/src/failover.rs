@@ -4,7 +4,8 @@
 //! `epoch` (the server's timeline, folded into new tokens and terms), the `gate` (the hold-off after
 //! a promotion) and the `stale` answer.
 
-use crate::leases::Tick;
+/// A time in ticks of the database clock, as in every model.
+pub type Tick = i8;
 
 /// A server timeline (1 until the first promotion).
 pub type Timeline = u8;

@@ -74,12 +74,15 @@ impl Election {
             if let Some(term) = member.resigning {
                 actions.push(Action::Send(m, Op::Resign { term }));
             }
-            if member.stopped {
-            } else if member.record.is_none() {
-                // Db::grant reads the promotion record before a poll when it has none.
-                actions.push(Action::Send(m, Op::ReadRecord));
-            } else {
-                actions.push(Action::Send(m, Op::Poll { guard: member.term }));
+            if !member.stopped {
+                actions.push(Action::Send(
+                    m,
+                    match member.record {
+                        // Db::grant reads the promotion record before a poll when it has none.
+                        None => Op::ReadRecord,
+                        Some(_) => Op::Poll { guard: member.term },
+                    },
+                ));
             }
         }
         if member.announced.is_some() && member.elector_term(state.now).is_none() {

@@ -96,6 +96,24 @@ impl Db {
         PollAnswer { stale, ..answer }
     }
 
+    /// is_leader.sql's `created`: the first tenure of the fleet, until `expires_at`.
+    fn create(&mut self, expires_at: Tick, holder: Holder, base: Term) -> PollAnswer {
+        let term = base + self.next_term();
+        self.row = Some(Row {
+            holder,
+            term,
+            expires_at,
+            resign_requested: false,
+        });
+        PollAnswer {
+            leader: Some((holder, term, expires_at)),
+            mine: true,
+            ended: false,
+            my_term: Some(term),
+            stale: false,
+        }
+    }
+
     /// is_leader.sql's outcome but for `stale`.
     fn poll(
         &mut self,
@@ -116,21 +134,7 @@ impl Db {
             if !open {
                 return PollAnswer::default();
             }
-            // `created`: the first tenure of the fleet.
-            let term = base + self.next_term();
-            self.row = Some(Row {
-                holder,
-                term,
-                expires_at: now + ttl,
-                resign_requested: false,
-            });
-            return PollAnswer {
-                leader: Some((holder, term, now + ttl)),
-                mine: true,
-                ended: false,
-                my_term: Some(term),
-                stale: false,
-            };
+            return self.create(now + ttl, holder, base);
         };
         let live = row.expires_at > now;
         let same = row.holder == holder && guard == Some(row.term) && live;

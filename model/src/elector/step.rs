@@ -214,6 +214,14 @@ impl Election {
             if ended.is_some() {
                 member.resigning = ended;
                 member.stood_down = ended;
+                if self.ended_stands_down {
+                    for wait in [&mut member.waiting, &mut member.clone]
+                        .into_iter()
+                        .flatten()
+                    {
+                        wait.stood_down = true;
+                    }
+                }
             }
         }
         ended

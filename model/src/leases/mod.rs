@@ -9,6 +9,13 @@
 //! transaction that starts later only makes the database's expiry later than the sender's local
 //! deadline, which is recorded at the send.
 //!
+//! Failover (`max_failovers`): the standby may stop receiving at any step (`Action::Lag`); a
+//! failover then takes the table, its sequence and its promotion record back to what it received,
+//! the timeline grows by one, statements in flight are lost and open transactions end. Grants are
+//! sent as the library sends them: folded with the timeline and held off after a promotion
+//! (acquire.sql's `$5`, `$6` true), with the promotion record the process last read
+//! (`sql/schema/promotion.sql`, read again after a `stale` answer).
+//!
 //! The step functions on [`Db`] ([`Db::acquire`], [`Db::renew_tenure`], ...) are one statement each,
 //! the very code the differential test (`tests/differential.rs`) compares with the statement in
 //! `sql/leases/` run against PostgreSQL.

@@ -3,8 +3,8 @@
 
 use std::time::{Duration, SystemTime};
 
+use pgtenure_model::failover::Tick;
 use pgtenure_model::failover::{Grant, Record};
-use pgtenure_model::leases::Tick;
 use postgres::Transaction;
 
 /// The TTL of every case, in ticks (seconds).
