@@ -181,3 +181,47 @@ fn the_documented_trace_of_a_resignation_forgotten_when_sent() {
         ],
     );
 }
+
+/// The clone's trace in docs/reliability.md, replayed as shipped (two believers at the end) and
+/// with the fix (`ended_stands_down`: the same steps keep one believer).
+#[test]
+fn the_documented_trace_of_a_clone_renewal_led_on_after_a_requested_resignation() {
+    let steps = [
+        Action::Send(0, Op::Poll { guard: None }),
+        Action::Send(1, Op::Poll { guard: None }),
+        Action::Exec(0),
+        Action::Deliver(0),
+        Action::CloneSend(0, Op::Poll { guard: Some(1) }),
+        Action::Exec(1),
+        Action::RequestResign,
+        Action::Exec(1),
+        Action::Send(0, Op::Poll { guard: Some(1) }),
+        Action::Exec(1),
+        Action::Deliver(1),
+        Action::Deliver(0),
+        Action::CloneSend(0, Op::Resign { term: 1 }),
+        Action::Exec(1),
+        Action::Exec(0),
+        Action::Deliver(1),
+    ];
+    for fixed in [false, true] {
+        let model = Election {
+            ended_stands_down: fixed,
+            ..Election::clones()
+        };
+        let property = model
+            .properties()
+            .into_iter()
+            .find(|p| p.name == "no two believers")
+            .unwrap();
+        let mut state = model.init_states().remove(0);
+        for step in &steps {
+            let mut enabled = Vec::new();
+            model.actions(&state, &mut enabled);
+            assert!(enabled.contains(step), "{step:?} not enabled in {state:?}");
+            state = model.next_state(&state, step.clone()).unwrap();
+        }
+        println!("ended_stands_down {fixed}: {state:?}");
+        assert_eq!((property.condition)(&model, &state), fixed, "{state:?}");
+    }
+}
