@@ -2,12 +2,14 @@
 //!
 //! Each model's actions are the statements pgtenure sends, one statement one atomic step, and the
 //! local steps between them, in an environment that delays or drops answers, loses the connection
-//! after a commit, pauses processes and kills and restarts them. `tests/` checks every reachable
+//! after a commit, pauses processes and kills and restarts them, and (leases, the elector) fails
+//! over to a standby that lost the last commits (`failover`). `tests/` checks every reachable
 //! state within the bounds, and runs each step function's statement against PostgreSQL
 //! (`tests/differential*.rs`). Models: `leases`, `elector`, `ticks` (tick claims and the scheduler),
 //! `membership`.
 
 pub mod elector;
+pub mod failover;
 pub mod leases;
 pub mod membership;
 pub mod ticks;

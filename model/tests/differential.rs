@@ -6,12 +6,15 @@
 //! of the model is one second; each case runs in a transaction rolled back afterwards, so `now()` is
 //! one instant for the set-up, the statement and the read.
 
-use pgtenure_model::leases::{Db, Row, Tick, Token};
+use pgtenure_model::leases::{Acquired, Db, Row, Tick, Token};
 use postgres::Transaction;
 
 use common::Table;
+use failover::{grants, instant, server_timeline};
 
 mod common;
+#[path = "common/failover.rs"]
+mod failover;
 
 const TTL: Tick = 2;
 const OWNERS: [&str; 2] = ["a", "b"];
@@ -23,7 +26,7 @@ fn sql(file: &str, table: &str) -> String {
 /// Every generated state: no row, or a row of each shape, each with a sequence behind and ahead of
 /// the row's token.
 fn states() -> Vec<Db> {
-    let mut states = vec![Db { row: None, seq: 1 }];
+    let mut states = vec![Db::new()];
     for owner in 0..2 {
         for token in [1, 3] {
             for held_until in [-1, 0, 1, 3] {
@@ -39,6 +42,7 @@ fn states() -> Vec<Db> {
                                     superseded,
                                 }),
                                 seq,
+                                ..Db::new()
                             });
                         }
                     }
@@ -112,6 +116,7 @@ fn get(tx: &mut Transaction<'_>, table: &str) -> Db {
     Db {
         row,
         seq: (if called { last + 1 } else { last }) as Token,
+        ..Db::new()
     }
 }
 
@@ -138,10 +143,14 @@ fn every_leases_statement_does_what_its_model_step_does() {
         &fence,
     );
     let ttl = i64::from(TTL) * MICROS;
-    let none_ts: Option<std::time::SystemTime> = None;
     let none_i64: Option<i64> = None;
     let mut cases = 0;
-    for state in states() {
+    let timeline = {
+        let mut tx = table.client.transaction().unwrap();
+        server_timeline(&mut tx)
+    };
+    for mut state in states() {
+        state.timeline = timeline;
         for owner in 0..2u8 {
             let o = OWNERS[owner as usize];
             for token in [1u8, 3] {
@@ -151,28 +160,49 @@ fn every_leases_statement_does_what_its_model_step_does() {
                 type Run<'s> = Box<dyn Fn(&mut Transaction<'_>) -> String + 's>;
                 let mut steps: Vec<(String, Step, Run<'_>)> = Vec::new();
                 for raw in [false, true] {
-                    steps.push((
-                        format!("acquire {o} raw={raw}"),
-                        Box::new(move |db: &mut Db| {
-                            format!("{:?}", db.acquire(0, owner, TTL, raw, None))
-                        }),
-                        Box::new(move |tx: &mut Transaction<'_>| {
-                            let rows = tx
-                                .query(
-                                    acquire,
-                                    &[
-                                        &"k", &o, &ttl, &raw, &false, &false, &none_i64, &none_ts,
-                                        &none_ts,
-                                    ],
-                                )
-                                .unwrap();
-                            format!(
-                                "{:?}",
-                                rows.first()
+                    let gated = state.row.as_ref().is_none_or(|row| {
+                        !row.superseded
+                            && row.managed_token.is_none_or(|t| t == row.token)
+                            && state.seq == 5
+                    });
+                    for grant in grants(gated).into_iter().filter(|_| token == 1) {
+                        steps.push((
+                            format!("acquire {o} raw={raw} {grant:?}"),
+                            Box::new(move |db: &mut Db| {
+                                format!("{:?}", db.acquire(0, owner, TTL, raw, &grant, None))
+                            }),
+                            Box::new(move |tx: &mut Transaction<'_>| {
+                                let record = grant.record;
+                                let mut at =
+                                    |tick: Option<Tick>| tick.map(|tick| instant(tx, tick));
+                                let (seen_at, grants_from) =
+                                    (at(record.seen_at), at(record.grants_from));
+                                let rows = tx
+                                    .query(
+                                        acquire,
+                                        &[
+                                            &"k",
+                                            &o,
+                                            &ttl,
+                                            &raw,
+                                            &grant.fold,
+                                            &grant.hold_off,
+                                            &i64::from(record.timeline),
+                                            &seen_at,
+                                            &grants_from,
+                                        ],
+                                    )
+                                    .unwrap();
+                                let granted = rows
+                                    .iter()
+                                    .filter(|r| !r.get::<_, bool>(2))
                                     .map(|r| (r.get::<_, i64>(0) as Token, r.get::<_, bool>(1)))
-                            )
-                        }),
-                    ));
+                                    .next();
+                                let stale = rows.iter().any(|r| r.get::<_, bool>(2));
+                                format!("{:?}", Acquired { granted, stale })
+                            }),
+                        ));
+                    }
                 }
                 steps.push((
                     format!("renew_tenure {o} {token}"),
@@ -238,18 +268,21 @@ fn every_leases_statement_does_what_its_model_step_does() {
                             format!("{:?}", row.get::<_, bool>(0))
                         }),
                     ));
-                    steps.push((
-                        "force_release".into(),
-                        Box::new(|db: &mut Db| {
-                            format!("{:?}", db.force_release(0).map(|o| OWNERS[o as usize]))
-                        }),
-                        Box::new(move |tx: &mut Transaction<'_>| {
-                            let rows = tx
-                                .query(force_release, &[&"k", &false, &Some("pgtenure:model")])
-                                .unwrap();
-                            format!("{:?}", rows.first().map(|r| r.get::<_, String>(0)))
-                        }),
-                    ));
+                    for fold in [false, true] {
+                        steps.push((
+                            format!("force_release fold={fold}"),
+                            Box::new(move |db: &mut Db| {
+                                let owner = db.force_release(0, fold);
+                                format!("{:?}", owner.map(|o| OWNERS[o as usize]))
+                            }),
+                            Box::new(move |tx: &mut Transaction<'_>| {
+                                let rows = tx
+                                    .query(force_release, &[&"k", &fold, &Some("pgtenure:model")])
+                                    .unwrap();
+                                format!("{:?}", rows.first().map(|r| r.get::<_, String>(0)))
+                            }),
+                        ));
+                    }
                 }
                 for (what, step, run) in &steps {
                     let mut model = state.clone();

@@ -9,11 +9,15 @@
 use std::time::SystemTime;
 
 use pgtenure_model::elector::{Db, PollAnswer, Row, Term, Tick};
+use pgtenure_model::failover::Grant;
 use postgres::Transaction;
 
 use common::Table;
+use failover::{grants, instant, server_timeline};
 
 mod common;
+#[path = "common/failover.rs"]
+mod failover;
 
 const TTL: Tick = 2;
 const HOLDERS: [&str; 3] = ["a", "b", "c"];
@@ -28,7 +32,7 @@ fn sql(file: &str, table: &str) -> String {
 /// Every generated state: no row, or a row of each shape, each with a sequence behind and ahead of
 /// the row's term.
 fn states() -> Vec<Db> {
-    let mut states = vec![Db { row: None, seq: 1 }];
+    let mut states = vec![Db::new()];
     for holder in 0..2 {
         for term in [1, 3] {
             for expires_at in [-1, 0, 1, 3] {
@@ -42,6 +46,7 @@ fn states() -> Vec<Db> {
                                 resign_requested,
                             }),
                             seq,
+                            ..Db::new()
                         });
                     }
                 }
@@ -116,6 +121,7 @@ fn get(tx: &mut Transaction<'_>, table: &str) -> (Db, Option<bool>) {
     let db = Db {
         row,
         seq: (if called { last + 1 } else { last }) as Term,
+        ..Db::new()
     };
     (db, elected_now)
 }
@@ -134,23 +140,37 @@ const MICROS: i64 = 1_000_000;
 type Step = Box<dyn Fn(&mut Db) -> String>;
 type Run<'s> = Box<dyn Fn(&mut Transaction<'_>) -> String + 's>;
 
-/// The poll (is_leader.sql) of `h` guarded by `guard`, both ways.
-fn poll<'s>(is_leader: &'s str, h: u8, guard: Option<Term>) -> (String, Step, Run<'s>) {
+/// The poll (is_leader.sql) of `h` guarded by `guard` with `grant` (`$5`..`$9`), both ways.
+fn poll<'s>(
+    is_leader: &'s str,
+    h: u8,
+    guard: Option<Term>,
+    grant: Grant,
+) -> (String, Step, Run<'s>) {
     let name = HOLDERS[h as usize];
     let ttl = i64::from(TTL) * MICROS;
-    let none_ts: Option<SystemTime> = None;
-    let none_i64: Option<i64> = None;
     (
-        format!("is_leader {name} guard {guard:?}"),
-        Box::new(move |db: &mut Db| format!("{:?}", db.is_leader(0, h, TTL, guard, None))),
+        format!("is_leader {name} guard {guard:?} {grant:?}"),
+        Box::new(move |db: &mut Db| format!("{:?}", db.is_leader(0, h, TTL, guard, &grant, None))),
         Box::new(move |tx: &mut Transaction<'_>| {
             let now: SystemTime = tx.query_one("SELECT now()", &[]).unwrap().get(0);
             let guard = guard.map(i64::from);
+            let record = grant.record;
+            let mut at = |tick: Option<Tick>| tick.map(|tick| instant(tx, tick));
+            let (seen_at, grants_from) = (at(record.seen_at), at(record.grants_from));
             let rows = tx
                 .query(
                     is_leader,
                     &[
-                        &"f", &name, &ttl, &guard, &false, &false, &none_i64, &none_ts, &none_ts,
+                        &"f",
+                        &name,
+                        &ttl,
+                        &guard,
+                        &grant.fold,
+                        &grant.hold_off,
+                        &i64::from(record.timeline),
+                        &seen_at,
+                        &grants_from,
                     ],
                 )
                 .unwrap();
@@ -162,12 +182,12 @@ fn poll<'s>(is_leader: &'s str, h: u8, guard: Option<Term>) -> (String, Step, Ru
                         ticks(r.get("expires_at"), now),
                     )
                 });
-                assert!(!r.get::<_, bool>("stale"), "stale without a hold-off");
                 PollAnswer {
                     leader,
                     mine: r.get("mine"),
                     ended: r.get("ended"),
                     my_term: r.get::<_, Option<i64>>("my_term").map(|t| t as Term),
+                    stale: r.get("stale"),
                 }
             });
             format!("{answer:?}")
@@ -175,12 +195,18 @@ fn poll<'s>(is_leader: &'s str, h: u8, guard: Option<Term>) -> (String, Step, Ru
     )
 }
 
-/// Every statement the model steps, for holders `h` and terms `term`.
-fn cases<'s>(statements: &'s [String; 4], h: u8, term: Term) -> Vec<(String, Step, Run<'s>)> {
+/// Every statement the model steps, for holders `h` and terms `term`; the polls with the hold-off
+/// gate's records too when `gated`.
+fn cases<'s>(
+    statements: &'s [String; 4],
+    h: u8,
+    term: Term,
+    gated: bool,
+) -> Vec<(String, Step, Run<'s>)> {
     let [is_leader, resign, request_resign, fence] = statements;
     let name = HOLDERS[h as usize];
     let t = i64::from(term);
-    let mut cases = vec![poll(is_leader, h, Some(term))];
+    let mut cases = vec![poll(is_leader, h, Some(term), Grant::plain())];
     cases.push((
         format!("resign {name} {term}"),
         Box::new(move |db: &mut Db| format!("{:?}", db.resign(0, h, term))),
@@ -202,7 +228,13 @@ fn cases<'s>(statements: &'s [String; 4], h: u8, term: Term) -> Vec<(String, Ste
         }),
     ));
     if term == 1 {
-        cases.push(poll(is_leader, h, None));
+        // Plain, folded, and (on the gated states) held off with each record.
+        for grant in grants(gated) {
+            cases.push(poll(is_leader, h, None, grant));
+            if grant.hold_off {
+                cases.push(poll(is_leader, h, Some(term), grant));
+            }
+        }
     }
     if term == 1 && h == 0 {
         cases.push((
@@ -232,10 +264,16 @@ fn every_elector_statement_does_what_its_model_step_does() {
         sql("fence.sql", &name),
     ];
     let mut compared = 0;
-    for state in states() {
+    let timeline = {
+        let mut tx = table.client.transaction().unwrap();
+        server_timeline(&mut tx)
+    };
+    for mut state in states() {
+        state.timeline = timeline;
+        let gated = state.seq == 5 && state.row.as_ref().is_none_or(|row| !row.resign_requested);
         for h in 0..3u8 {
             for term in [1, 3] {
-                for (what, step, run) in cases(&statements, h, term) {
+                for (what, step, run) in cases(&statements, h, term, gated) {
                     let mut model = state.clone();
                     let model_answer = step(&mut model);
                     let mut tx = table.client.transaction().unwrap();

@@ -29,13 +29,75 @@ fn every_property_holds_in_every_reachable_state() {
     checker.assert_properties();
 }
 
+/// A failover to a standby that lost the last commits (at its own bounds): every property holds.
+/// `PGTENURE_MODEL_DEPTH=<ticks>` checks it deeper, with 2 statements in flight.
+#[test]
+fn every_property_holds_across_a_failover() {
+    let model = match std::env::var("PGTENURE_MODEL_DEPTH") {
+        Ok(depth) => Election {
+            max_now: depth
+                .parse()
+                .expect("PGTENURE_MODEL_DEPTH: a number of ticks"),
+            max_inflight: 2,
+            ..Election::failover()
+        },
+        Err(_) => Election::failover(),
+    };
+    let checker = check(model, "elector, failover", None);
+    checker.assert_properties();
+}
+
+/// A clone of the first member's elector calls `is_leader` beside its campaign. As shipped, a
+/// clone's renewal answered after the campaign's poll was told to step down (and the term was
+/// resigned) is led on: two believers (the trace in docs/reliability.md).
+#[test]
+fn a_clone_renewal_led_on_after_a_requested_resignation_is_found() {
+    counterexample(
+        Election::clones(),
+        "elector, a clone polling",
+        "no two believers",
+    );
+}
+
+/// With the fix (a poll answered `ended` makes the tenure's other polls in flight not led on, as a
+/// resignation does) every property holds with the clone polling.
+#[test]
+fn every_property_holds_with_a_clone_polling_when_ended_stands_down() {
+    let max_now = std::env::var("PGTENURE_MODEL_DEPTH").map_or(0, |depth| {
+        depth
+            .parse()
+            .expect("PGTENURE_MODEL_DEPTH: a number of ticks")
+    });
+    let model = Election {
+        ended_stands_down: true,
+        max_now,
+        ..Election::clones()
+    };
+    let checker = check(model, "elector, a clone polling, ended stands down", None);
+    checker.assert_properties();
+}
+
 /// Checks the model with `hole` reintroduced and returns the counterexample to `property`.
 fn found(hole: Hole, property: &'static str) -> String {
+    let bounds = match hole {
+        Hole::NoTimelineFold | Hole::NoHoldOff => Election::failover(),
+        _ => Election::ci(),
+    };
     let model = Election {
         hole: Some(hole),
-        ..Election::ci()
+        ..bounds
     };
     counterexample(model, &format!("elector with {hole:?}"), property)
+}
+
+#[test]
+fn terms_not_folded_with_the_timeline_are_found() {
+    found(Hole::NoTimelineFold, "a term never repeats or goes back");
+}
+
+#[test]
+fn elections_not_held_off_after_a_promotion_are_found() {
+    found(Hole::NoHoldOff, "no two believers");
 }
 
 #[test]
@@ -118,4 +180,48 @@ fn the_documented_trace_of_a_resignation_forgotten_when_sent() {
             Action::GiveUp(0),
         ],
     );
+}
+
+/// The clone's trace in docs/reliability.md, replayed as shipped (two believers at the end) and
+/// with the fix (`ended_stands_down`: the same steps keep one believer).
+#[test]
+fn the_documented_trace_of_a_clone_renewal_led_on_after_a_requested_resignation() {
+    let steps = [
+        Action::Send(0, Op::Poll { guard: None }),
+        Action::Send(1, Op::Poll { guard: None }),
+        Action::Exec(0),
+        Action::Deliver(0),
+        Action::CloneSend(0, Op::Poll { guard: Some(1) }),
+        Action::Exec(1),
+        Action::RequestResign,
+        Action::Exec(1),
+        Action::Send(0, Op::Poll { guard: Some(1) }),
+        Action::Exec(1),
+        Action::Deliver(1),
+        Action::Deliver(0),
+        Action::CloneSend(0, Op::Resign { term: 1 }),
+        Action::Exec(1),
+        Action::Exec(0),
+        Action::Deliver(1),
+    ];
+    for fixed in [false, true] {
+        let model = Election {
+            ended_stands_down: fixed,
+            ..Election::clones()
+        };
+        let property = model
+            .properties()
+            .into_iter()
+            .find(|p| p.name == "no two believers")
+            .unwrap();
+        let mut state = model.init_states().remove(0);
+        for step in &steps {
+            let mut enabled = Vec::new();
+            model.actions(&state, &mut enabled);
+            assert!(enabled.contains(step), "{step:?} not enabled in {state:?}");
+            state = model.next_state(&state, step.clone()).unwrap();
+        }
+        println!("ended_stands_down {fixed}: {state:?}");
+        assert_eq!((property.condition)(&model, &state), fixed, "{state:?}");
+    }
 }

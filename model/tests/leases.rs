@@ -20,13 +20,44 @@ fn every_property_holds_in_every_reachable_state() {
     checker.assert_properties();
 }
 
+/// A failover to a standby that lost the last commits (at its own bounds): every property holds.
+#[test]
+fn every_property_holds_across_a_failover() {
+    let model = match std::env::var("PGTENURE_MODEL_DEPTH") {
+        Ok(depth) => Leases {
+            max_now: depth
+                .parse()
+                .expect("PGTENURE_MODEL_DEPTH: a number of ticks"),
+            max_inflight: 2,
+            ..Leases::failover()
+        },
+        Err(_) => Leases::failover(),
+    };
+    let checker = check(model, "leases, failover", None);
+    checker.assert_properties();
+}
+
 /// Checks the model with `hole` reintroduced and returns the counterexample to `property`.
 fn found(hole: Hole, property: &'static str) -> String {
+    let bounds = match hole {
+        Hole::NoTimelineFold | Hole::NoHoldOff => Leases::failover(),
+        _ => Leases::ci(),
+    };
     let model = Leases {
         hole: Some(hole),
-        ..Leases::ci()
+        ..bounds
     };
     counterexample(model, &format!("leases with {hole:?}"), property)
+}
+
+#[test]
+fn tokens_not_folded_with_the_timeline_are_found() {
+    found(Hole::NoTimelineFold, "a token never repeats or goes back");
+}
+
+#[test]
+fn grants_not_held_off_after_a_promotion_are_found() {
+    found(Hole::NoHoldOff, "no two believers");
 }
 
 #[test]

@@ -340,7 +340,7 @@ mod elector {
                     let Action::Deliver(i) = action else {
                         return false;
                     };
-                    let Answer::Poll { member, answer } = &last.answers[*i] else {
+                    let Answer::Poll { member, answer, .. } = &last.answers[*i] else {
                         return false;
                     };
                     answer.mine

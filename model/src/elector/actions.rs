@@ -25,6 +25,25 @@ impl Election {
         if room && budget && self.requests {
             actions.push(Action::RequestResign);
         }
+        if state.failovers < self.max_failovers {
+            if state.standby.is_none() {
+                actions.push(Action::Lag);
+            }
+            actions.push(Action::Failover);
+        }
+        if self.clone && room && state.members[0].clone.is_none() {
+            // Elector::is_leader on a clone: the resignation waiting first, else a poll guarded
+            // by the shared tenure's term (once the record is read: the campaign reads it).
+            let member = &state.members[0];
+            if let Some(term) = member.resigning {
+                actions.push(Action::CloneSend(0, Op::Resign { term }));
+            } else if member.record.is_some() {
+                actions.push(Action::CloneSend(0, Op::Poll { guard: member.term }));
+            }
+        }
+        if state.members[0].clone.is_some() {
+            actions.push(Action::CloneGiveUp(0));
+        }
         if budget && self.restarts {
             // The last member is killed and restarts under its own holder name, the first
             // member's (two electors with one holder name), or a new one.
@@ -58,7 +77,14 @@ impl Election {
                 actions.push(Action::Send(m, Op::Resign { term }));
             }
             if !member.stopped {
-                actions.push(Action::Send(m, Op::Poll { guard: member.term }));
+                actions.push(Action::Send(
+                    m,
+                    match member.record {
+                        // Db::grant reads the promotion record before a poll when it has none.
+                        None => Op::ReadRecord,
+                        Some(_) => Op::Poll { guard: member.term },
+                    },
+                ));
             }
         }
         if member.announced.is_some() && member.elector_term(state.now).is_none() {

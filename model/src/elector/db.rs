@@ -2,6 +2,7 @@
 //! functions, one statement each.
 
 use super::{Holder, Term, Tick};
+use crate::failover::{Grant, Record, Timeline};
 
 /// The fleet's row (`elected_at` is not modelled: no decision reads it).
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
@@ -12,12 +13,16 @@ pub struct Row {
     pub resign_requested: bool,
 }
 
-/// The table (one fleet) and its term sequence.
+/// The table (one fleet), its term sequence, its promotion record and the server's timeline.
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
 pub struct Db {
     pub row: Option<Row>,
     /// The value the sequence's next `nextval` returns.
     pub seq: Term,
+    /// The promotion record (`<table>_promotion`).
+    pub record: Record,
+    /// The server's timeline.
+    pub timeline: Timeline,
 }
 
 /// What is_leader.sql answers (its one row, or `Default` when it answers none).
@@ -30,6 +35,8 @@ pub struct PollAnswer {
     /// This holder was asked to step down: `my_term` waits to be resigned.
     pub ended: bool,
     pub my_term: Option<Term>,
+    /// The server is on another timeline than the record the poll was sent with.
+    pub stale: bool,
 }
 
 /// Known holes, reintroduced one at a time to show the checker finds them. `None` in the real
@@ -43,40 +50,91 @@ pub enum Hole {
     /// The client forgets the term it stood down from when it sends the resignation, not when the
     /// resignation is acknowledged: a lost answer leaves nothing to send again.
     ResignForgetsFirst,
+    /// is_leader.sql drawing new terms without the timeline's `base`: a promoted standby whose
+    /// sequence went back hands out terms again.
+    NoTimelineFold,
+    /// is_leader.sql with `$6` false: no hold-off after a promotion.
+    NoHoldOff,
+}
+
+impl Default for Db {
+    fn default() -> Db {
+        Db::new()
+    }
 }
 
 impl Db {
+    /// An empty table on timeline 1, its sequence at 1, its promotion record as seeded.
+    pub fn new() -> Db {
+        Db {
+            row: None,
+            seq: 1,
+            record: Record::seeded(),
+            timeline: 1,
+        }
+    }
+
     fn next_term(&mut self) -> Term {
         let term = self.seq;
         self.seq += 1;
         term
     }
 
-    /// is_leader.sql at `now` for `holder` guarded by `guard` (`$4`), with `$5` and `$6` false (no
-    /// timeline epoch, no promotion hold-off: the gate is open).
+    /// is_leader.sql at `now` for `holder` guarded by `guard` (`$4`), with `grant` its `$5`..`$9`
+    /// (the timeline folded into new terms, the hold-off gate, the record the caller read).
     pub fn is_leader(
         &mut self,
         now: Tick,
         holder: Holder,
         ttl: Tick,
         guard: Option<Term>,
+        grant: &Grant,
         hole: Option<Hole>,
     ) -> PollAnswer {
+        let stale = grant.stale(self.timeline);
+        let answer = self.poll(now, holder, ttl, guard, grant, hole);
+        PollAnswer { stale, ..answer }
+    }
+
+    /// is_leader.sql's `created`: the first tenure of the fleet, until `expires_at`.
+    fn create(&mut self, expires_at: Tick, holder: Holder, base: Term) -> PollAnswer {
+        let term = base + self.next_term();
+        self.row = Some(Row {
+            holder,
+            term,
+            expires_at,
+            resign_requested: false,
+        });
+        PollAnswer {
+            leader: Some((holder, term, expires_at)),
+            mine: true,
+            ended: false,
+            my_term: Some(term),
+            stale: false,
+        }
+    }
+
+    /// is_leader.sql's outcome but for `stale`.
+    fn poll(
+        &mut self,
+        now: Tick,
+        holder: Holder,
+        ttl: Tick,
+        guard: Option<Term>,
+        grant: &Grant,
+        hole: Option<Hole>,
+    ) -> PollAnswer {
+        let open = grant.open(self.timeline, now, ttl);
+        let base = if hole == Some(Hole::NoTimelineFold) {
+            0
+        } else {
+            grant.base(self.timeline)
+        };
         let Some(row) = self.row.clone() else {
-            // `created`: the first tenure of the fleet.
-            let term = self.next_term();
-            self.row = Some(Row {
-                holder,
-                term,
-                expires_at: now + ttl,
-                resign_requested: false,
-            });
-            return PollAnswer {
-                leader: Some((holder, term, now + ttl)),
-                mine: true,
-                ended: false,
-                my_term: Some(term),
-            };
+            if !open {
+                return PollAnswer::default();
+            }
+            return self.create(now + ttl, holder, base);
         };
         let live = row.expires_at > now;
         let same = row.holder == holder && guard == Some(row.term) && live;
@@ -87,13 +145,17 @@ impl Db {
                 mine: false,
                 ended: false,
                 my_term: Some(row.term),
+                stale: false,
             };
+        }
+        if !live && !open {
+            return PollAnswer::default();
         }
         // `taken`: a renewal (`same`) or a new tenure of an expired row.
         let term = if same {
             row.term
         } else {
-            let next = self.next_term();
+            let next = base + self.next_term();
             (row.term + 1).max(next)
         };
         let asked = same && row.resign_requested;
@@ -121,6 +183,7 @@ impl Db {
                 mine: false,
                 ended: true,
                 my_term: Some(term),
+                stale: false,
             }
         } else {
             PollAnswer {
@@ -128,6 +191,7 @@ impl Db {
                 mine: true,
                 ended: false,
                 my_term: Some(term),
+                stale: false,
             }
         }
     }

@@ -13,6 +13,11 @@
 //! `Elected` and not yet `Lost`, stopped). Its campaign thread waits on one statement at a time; its
 //! watcher, `Leadership::stop` and `Elector::resign` act beside it, on other threads.
 //!
+//! Failover (`max_failovers`) as in the leases model: polls are folded with the timeline and held
+//! off after a promotion (is_leader.sql's `$5`, `$6` true). A clone of the first member's elector
+//! (`clone`: `Elector::clone`, which shares the tenure) calls `Elector::is_leader` beside the
+//! campaign, on a thread of its own.
+//!
 //! The step functions on [`Db`] ([`Db::is_leader`], [`Db::resign`], [`Db::request_resign`],
 //! [`Db::fence`]) are one statement each, the very code the differential test
 //! (`tests/differential_elector.rs`) compares with the statement in `sql/elector/` run against
@@ -34,7 +39,7 @@ pub type Term = u8;
 pub type Holder = u8;
 
 pub use self::db::{Db, Hole, PollAnswer, Row};
-pub use self::state::{Action, Answer, Member, Msg, Op, State, Wait};
+pub use self::state::{Action, Answer, Member, Msg, Op, Standby, State, Wait};
 
 /// The model's bounds.
 #[derive(Clone, Debug)]
@@ -59,6 +64,16 @@ pub struct Election {
     pub resigns: bool,
     /// request_resign.sql, by an operator or a member.
     pub requests: bool,
+    /// How many failovers a run may have (each to a standby that may have stopped receiving at
+    /// any earlier step).
+    pub max_failovers: u8,
+    /// A clone of the first member's elector (`Elector::clone`: the same tenure) calls
+    /// `Elector::is_leader` beside its campaign.
+    pub clone: bool,
+    /// A poll answered `ended` (asked to step down) makes every other poll of the tenure in flight
+    /// (a clone's) not led on, as a resignation does: the fix for the hole the clone check finds
+    /// in the library as shipped (see docs/reliability.md, "Model checking"). Off: as shipped.
+    pub ended_stands_down: bool,
     pub hole: Option<Hole>,
 }
 
@@ -76,7 +91,35 @@ impl Election {
             stops: true,
             resigns: true,
             requests: true,
+            max_failovers: 0,
+            clone: false,
+            ended_stands_down: false,
             hole: None,
+        }
+    }
+
+    /// The bounds CI checks failover at: one failover, no intervention (each multiplies the
+    /// states several times).
+    pub fn failover() -> Election {
+        Election {
+            max_failovers: 1,
+            max_inflight: 1,
+            max_interventions: 0,
+            ..Election::ci()
+        }
+    }
+
+    /// The bounds CI checks a clone polling beside the campaign at: one intervention, a request
+    /// to resign, no tick (kills, stops, `Elector::resign` and each tick multiply the states past
+    /// what CI affords; `PGTENURE_MODEL_DEPTH` checks more ticks).
+    pub fn clones() -> Election {
+        Election {
+            clone: true,
+            max_now: 0,
+            restarts: false,
+            stops: false,
+            resigns: false,
+            ..Election::ci()
         }
     }
 
@@ -98,7 +141,7 @@ impl Model for Election {
     fn init_states(&self) -> Vec<State> {
         vec![State {
             now: 0,
-            db: Db { row: None, seq: 1 },
+            db: Db::new(),
             members: self
                 .members
                 .iter()
@@ -112,6 +155,8 @@ impl Model for Election {
             elected: 0,
             elected_went_back: false,
             gain_before_loss: false,
+            standby: None,
+            failovers: 0,
         }]
     }
 

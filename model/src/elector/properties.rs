@@ -46,6 +46,11 @@ fn deadline_within_expiry(state: &State) -> bool {
             return member.leading(state.now).is_none();
         };
         let deadline = member.deadline.unwrap_or(i8::MIN);
+        // A belief from before a failover may outlast what the standby received: the hold-off
+        // keeps everyone else from being elected meanwhile ("no two believers").
+        if member.timeline < state.db.timeline {
+            return true;
+        }
         state.db.row.as_ref().is_some_and(|row| {
             row.holder == member.holder && row.term == term && deadline <= row.expires_at
         })

@@ -1,8 +1,9 @@
 //! The state the checker explores: the members, the statements in flight and their answers, and
 //! the steps between states.
 
-use super::db::{Db, PollAnswer};
+use super::db::{Db, PollAnswer, Row};
 use super::{Holder, Term, Tick};
+use crate::failover::{Record, Timeline};
 
 /// A statement as it is sent.
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
@@ -13,6 +14,8 @@ pub enum Op {
     Resign { term: Term },
     /// request_resign.sql, by an operator or any member (its answer changes nothing).
     RequestResign,
+    /// promotion.sql: the promotion record read (and a promotion recorded) before a poll.
+    ReadRecord,
 }
 
 /// A statement in flight: sent (its transaction started at `now`), not executed yet.
@@ -21,16 +24,45 @@ pub struct Msg {
     /// The member waiting for its answer; `None` once nobody does (it gave up, was killed, or the
     /// statement is an operator's).
     pub member: Option<usize>,
+    /// Sent by a clone of the member's elector (on another thread), not its campaign.
+    pub clone: bool,
     pub holder: Holder,
     pub op: Op,
     pub now: Tick,
+    /// The promotion record a poll is sent with (`$7 $8 $9`).
+    pub record: Record,
 }
 
-/// An answer on its way back to member `member`.
+/// An answer on its way back to member `member` (its clone's thread with `clone`).
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
 pub enum Answer {
-    Poll { member: usize, answer: PollAnswer },
-    Resign { member: usize },
+    Poll {
+        member: usize,
+        clone: bool,
+        answer: PollAnswer,
+        /// The timeline of the server that executed it.
+        timeline: Timeline,
+    },
+    Resign {
+        member: usize,
+        clone: bool,
+    },
+    Record {
+        member: usize,
+        record: Record,
+    },
+}
+
+impl Answer {
+    /// The member and thread it goes back to.
+    pub(super) fn to(&self) -> (usize, bool) {
+        match *self {
+            Answer::Poll { member, clone, .. } | Answer::Resign { member, clone } => {
+                (member, clone)
+            }
+            Answer::Record { member, .. } => (member, false),
+        }
+    }
 }
 
 /// The statement a member's campaign thread waits on.
@@ -61,6 +93,13 @@ pub struct Member {
     pub stopped: bool,
     /// Bookkeeping for the properties: the last term it stood down from.
     pub stood_down: Option<Term>,
+    /// The promotion record as its `Db` last read it (`None`: to be read before the next poll).
+    pub record: Option<Record>,
+    /// The timeline of the server whose answer set the deadline: a belief from before a failover
+    /// may outlast what the promoted standby received (the hold-off is what protects then).
+    pub timeline: Timeline,
+    /// The statement a clone of its elector (`Elector::clone`, sharing the tenure) waits on.
+    pub clone: Option<Wait>,
 }
 
 impl Member {
@@ -74,6 +113,9 @@ impl Member {
             waiting: None,
             stopped: false,
             stood_down: None,
+            record: Some(Record::seeded()),
+            timeline: 1,
+            clone: None,
         }
     }
 
@@ -109,6 +151,17 @@ pub struct State {
     pub elected_went_back: bool,
     /// An `Elected` was told while the member's last event was an `Elected` (no `Lost` between).
     pub gain_before_loss: bool,
+    /// What the standby has received, once its replication stopped (`None`: all of it).
+    pub standby: Option<Standby>,
+    pub failovers: u8,
+}
+
+/// The committed state a lagging standby has: the row, the sequence and the promotion record.
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+pub struct Standby {
+    pub row: Option<Row>,
+    pub seq: Term,
+    pub record: Record,
 }
 
 /// One step: a statement sent or executed, a local step, or the environment's.
@@ -135,17 +188,32 @@ pub enum Action {
     RequestResign,
     /// Member `m` is killed and restarts under holder name `holder`.
     Restart(usize, Holder),
+    /// A clone of member `m`'s elector sends `Elector::is_leader`'s statement (a poll, or the
+    /// resignation waiting).
+    CloneSend(usize, Op),
+    /// The clone of member `m` stops waiting: the call fails, and a failed poll drops the
+    /// leadership (`Elector::is_leader`).
+    CloneGiveUp(usize),
+    /// The standby stops receiving WAL: every commit from now on is lost in a failover.
+    Lag,
+    /// The primary fails and the standby is promoted: the table, its sequence and its record go
+    /// back to what the standby received, the timeline grows by one, statements in flight are lost
+    /// (answers already sent still arrive).
+    Failover,
 }
 
-/// Member `m`'s statements in flight are no longer waited for, and its answers never read.
-pub(super) fn orphan(state: &mut State, m: usize) {
+/// Member `m`'s statements in flight are no longer waited for, and its answers never read: its
+/// campaign's (`Some(false)`), its clone's (`Some(true)`) or both (`None`).
+pub(super) fn orphan(state: &mut State, m: usize, clone: Option<bool>) {
+    let thread = |member: usize, of_clone: bool| member == m && clone.is_none_or(|c| c == of_clone);
     for msg in &mut state.inflight {
-        if msg.member == Some(m) {
+        if msg.member.is_some_and(|member| thread(member, msg.clone)) {
             msg.member = None;
         }
     }
-    state.answers.retain(|answer| match answer {
-        Answer::Poll { member, .. } | Answer::Resign { member } => *member != m,
+    state.answers.retain(|answer| {
+        let (member, of_clone) = answer.to();
+        !thread(member, of_clone)
     });
 }
 

@@ -2,8 +2,9 @@
 //! member decides and tells when its answer arrives (`poll.rs`, `campaigner.rs`, `resign.rs`).
 
 use super::db::PollAnswer;
-use super::state::{note_term, orphan};
+use super::state::{note_term, orphan, Standby};
 use super::{Action, Answer, Election, Hole, Member, Msg, Op, State, Term, Wait};
+use crate::failover::{Grant, Record, Timeline};
 
 /// Why a campaign tells `Lost` (`LeaderLoss`); only `Expired` changes what it does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -21,14 +22,32 @@ impl Election {
         let mut state = last.clone();
         match action {
             Action::Tick => state.now += 1,
-            Action::Send(m, op) => send(&mut state, m, op, self.hole),
+            Action::Send(m, op) => send(&mut state, m, op, self.hole, false),
+            Action::CloneSend(m, op) => send(&mut state, m, op, self.hole, true),
+            Action::CloneGiveUp(m) => {
+                // Elector::is_leader's call fails: a failed poll drops the leadership at once.
+                let wait = state.members[m].clone.take()?;
+                if matches!(wait.op, Op::Poll { .. }) {
+                    state.members[m].deadline = None;
+                }
+                orphan(&mut state, m, Some(true));
+            }
+            Action::Lag => {
+                let db = &state.db;
+                state.standby = Some(Standby {
+                    row: db.row.clone(),
+                    seq: db.seq,
+                    record: db.record,
+                });
+            }
+            Action::Failover => failover(&mut state),
             Action::Exec(i) => self.exec(&mut state, i),
             Action::Deliver(i) => self.deliver(&mut state, i)?,
             Action::GiveUp(m) => {
                 // The call fails: a campaign keeps its deadline (its watcher ends the belief), a
                 // resignation waits to be sent again.
                 state.members[m].waiting.take()?;
-                orphan(&mut state, m);
+                orphan(&mut state, m, Some(false));
             }
             Action::Watch(m) => {
                 let member = &state.members[m];
@@ -55,16 +74,23 @@ impl Election {
                 state.interventions += 1;
                 state.inflight.push(Msg {
                     member: None,
+                    clone: false,
                     holder: 0,
                     op: Op::RequestResign,
                     now: state.now,
+                    record: Record::default(),
                 });
             }
             Action::Restart(m, holder) => {
                 // Killed: everything local is gone; statements it sent may still execute.
                 state.interventions += 1;
                 state.members[m] = Member::new(holder);
-                orphan(&mut state, m);
+                if self.max_failovers > 0 {
+                    // Its new Db reads the promotion record before its first poll (without
+                    // failover the record never changes, and that read is left out).
+                    state.members[m].record = None;
+                }
+                orphan(&mut state, m, None);
             }
         }
         Some(state)
@@ -74,16 +100,33 @@ impl Election {
     fn exec(&self, state: &mut State, i: usize) {
         let msg = state.inflight.remove(i);
         let before = state.db.row.as_ref().map(|row| row.term);
+        let clone = msg.clone;
         let answer = match msg.op {
             Op::Poll { guard } => {
+                let grant = Grant {
+                    fold: true,
+                    hold_off: self.hole != Some(Hole::NoHoldOff),
+                    record: msg.record,
+                };
                 let answer = state
                     .db
-                    .is_leader(msg.now, msg.holder, self.ttl, guard, self.hole);
-                msg.member.map(|member| Answer::Poll { member, answer })
+                    .is_leader(msg.now, msg.holder, self.ttl, guard, &grant, self.hole);
+                let timeline = state.db.timeline;
+                msg.member.map(|member| Answer::Poll {
+                    member,
+                    clone,
+                    answer,
+                    timeline,
+                })
             }
             Op::Resign { term } => {
                 state.db.resign(msg.now, msg.holder, term);
-                msg.member.map(|member| Answer::Resign { member })
+                msg.member.map(|member| Answer::Resign { member, clone })
+            }
+            Op::ReadRecord => {
+                let timeline = state.db.timeline;
+                let record = state.db.record.read(timeline, msg.now, self.ttl);
+                msg.member.map(|member| Answer::Record { member, record })
             }
             Op::RequestResign => {
                 state.db.request_resign(msg.now);
@@ -94,16 +137,20 @@ impl Election {
         state.answers.extend(answer);
     }
 
-    /// Answer `i` reaches its member; `None` when it no longer waits for one.
+    /// Answer `i` reaches its member (its campaign's thread or its clone's); `None` when that
+    /// thread no longer waits for one.
     fn deliver(&self, state: &mut State, i: usize) -> Option<()> {
-        match state.answers.remove(i) {
-            Answer::Resign { member: m } => {
-                let wait = state.members[m].waiting.take()?;
-                let Op::Resign { term } = wait.op else {
-                    return None;
-                };
+        let answer = state.answers.remove(i);
+        let (m, clone) = answer.to();
+        let member = &mut state.members[m];
+        let wait = if clone {
+            member.clone.take()?
+        } else {
+            member.waiting.take()?
+        };
+        match (answer, wait.op.clone()) {
+            (Answer::Resign { .. }, Op::Resign { term }) => {
                 // finish_resign: forgotten once a resignation of it succeeded.
-                let member = &mut state.members[m];
                 if member.resigning == Some(term) {
                     member.resigning = None;
                 }
@@ -111,30 +158,43 @@ impl Election {
                     member.stood_down = None;
                 }
             }
-            Answer::Poll { member: m, answer } => {
-                let wait = state.members[m].waiting.take()?;
-                let Op::Poll { guard } = wait.op else {
-                    return None;
-                };
-                self.polled(state, m, &answer, &wait, guard);
+            (Answer::Record { record, .. }, Op::ReadRecord) => member.record = Some(record),
+            (
+                Answer::Poll {
+                    answer, timeline, ..
+                },
+                Op::Poll { guard },
+            ) => {
+                if answer.stale {
+                    // Db::grant reads the record again; a poll that neither renewed nor won is
+                    // sent again (here: a poll sent later), its answer not adopted.
+                    member.record = None;
+                    if !answer.mine {
+                        return Some(());
+                    }
+                }
+                let ended = self.adopt(member, &answer, &wait, guard, timeline);
+                if !clone {
+                    decide(state, m, ended);
+                }
             }
+            _ => return None,
         }
         Some(())
     }
 
-    /// A poll's answer: adopted into the tenure (`adopt_poll`), then decided and told
-    /// (`poll_once`).
-    fn polled(
+    /// A poll's answer adopted into the (shared) tenure (`adopt_poll`); returns the term it was
+    /// asked to step down from, if any.
+    fn adopt(
         &self,
-        state: &mut State,
-        m: usize,
+        member: &mut Member,
         answer: &PollAnswer,
         wait: &Wait,
         guard: Option<Term>,
-    ) {
+        timeline: Timeline,
+    ) -> Option<Term> {
         let ended = answer.my_term.filter(|_| answer.ended);
         let won = answer.my_term.filter(|_| answer.mine);
-        let member = &mut state.members[m];
         if wait.stood_down {
             // resign_won_meanwhile: resigned like the one given up, never led on.
             if let Some(term) = won {
@@ -146,6 +206,7 @@ impl Election {
             // lead: until the instant recorded before sending, plus the TTL.
             member.term = Some(term);
             member.deadline = Some(wait.sent + self.ttl);
+            member.timeline = timeline;
         } else if member.term == guard {
             // forget_term; asked to step down: the term waits to be resigned.
             member.term = None;
@@ -153,56 +214,96 @@ impl Election {
             if ended.is_some() {
                 member.resigning = ended;
                 member.stood_down = ended;
+                if self.ended_stands_down {
+                    for wait in [&mut member.waiting, &mut member.clone]
+                        .into_iter()
+                        .flatten()
+                    {
+                        wait.stood_down = true;
+                    }
+                }
             }
         }
-        let leading = member.elector_term(state.now);
-        match (member.announced, leading) {
-            (None, Some(term)) => elected(state, m, term),
-            (Some(was), Some(term)) if was != term => {
-                lost(state, m, Loss::Taken);
-                elected(state, m, term);
-            }
-            (Some(_), None) => {
-                let reason = if ended.is_some() {
-                    Loss::ResignRequested
-                } else if member.term.is_some() {
-                    // Renewed, but the answer came past the local deadline.
-                    Loss::Expired
-                } else {
-                    Loss::Taken
-                };
-                lost(state, m, reason);
-            }
-            _ => {}
-        }
+        ended
     }
 }
 
-/// Member `m` sends `op`: its transaction starts now, and so does a poll's local deadline.
-fn send(state: &mut State, m: usize, op: Op, hole: Option<Hole>) {
+/// The campaign decides on its poll's answer and tells (`poll_once`).
+fn decide(state: &mut State, m: usize, ended: Option<Term>) {
+    let member = &state.members[m];
+    let leading = member.elector_term(state.now);
+    match (member.announced, leading) {
+        (None, Some(term)) => elected(state, m, term),
+        (Some(was), Some(term)) if was != term => {
+            lost(state, m, Loss::Taken);
+            elected(state, m, term);
+        }
+        (Some(_), None) => {
+            let reason = if ended.is_some() {
+                Loss::ResignRequested
+            } else if member.term.is_some() {
+                // Renewed, but the answer came past the local deadline.
+                Loss::Expired
+            } else {
+                Loss::Taken
+            };
+            lost(state, m, reason);
+        }
+        _ => {}
+    }
+}
+
+/// Member `m` (its clone with `clone`) sends `op`: its transaction starts now, and so does a
+/// poll's local deadline.
+fn send(state: &mut State, m: usize, op: Op, hole: Option<Hole>, clone: bool) {
     let member = &mut state.members[m];
     if let Op::Resign { term } = op {
         if hole == Some(Hole::ResignForgetsFirst) && member.resigning == Some(term) {
             member.resigning = None;
         }
     }
-    member.waiting = Some(Wait {
+    let wait = Some(Wait {
         op: op.clone(),
         sent: state.now,
         stood_down: false,
     });
+    if clone {
+        member.clone = wait;
+    } else {
+        member.waiting = wait;
+    }
     state.inflight.push(Msg {
         member: Some(m),
+        clone,
         holder: member.holder,
         op,
         now: state.now,
+        record: member.record.unwrap_or_default(),
     });
+}
+
+/// The standby is promoted: what it did not receive is lost, the connections to the old primary
+/// break (statements in flight never execute, their senders give up), and the timeline grows by
+/// one. The row going back is not a term going back: the terms the properties follow are those
+/// handed out, which every new tenure must be above.
+fn failover(state: &mut State) {
+    state.failovers += 1;
+    if let Some(standby) = state.standby.take() {
+        state.db.row = standby.row;
+        state.db.seq = standby.seq;
+        state.db.record = standby.record;
+    }
+    state.db.timeline += 1;
+    state.inflight.clear();
 }
 
 /// Elector::stand_down: stops believing; the term it won becomes the one to resign; a poll in
 /// flight is not led on.
 fn stand_down(member: &mut Member) {
-    if let Some(wait) = member.waiting.as_mut() {
+    for wait in [&mut member.waiting, &mut member.clone]
+        .into_iter()
+        .flatten()
+    {
         wait.stood_down = true;
     }
     member.deadline = None;

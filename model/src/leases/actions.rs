@@ -27,6 +27,12 @@ impl Leases {
         if self.operator && lock.is_none() {
             offer_operator(state, actions);
         }
+        if state.failovers < self.max_failovers {
+            if state.standby.is_none() {
+                actions.push(Action::Lag);
+            }
+            actions.push(Action::Failover);
+        }
         if state.restarts < self.max_restarts {
             // The last process is killed and restarts under its own name or the first process's
             // (another process with the same owner name), managed or raw.
@@ -69,6 +75,8 @@ impl Leases {
         match &proc.tenure {
             // At any step: a waiting acquire's retry period or a handover notification's
             // wake-up (`Leases::acquire_waiting`) only chooses when; the acquire decides.
+            // Db::grant reads the promotion record before a grant when it has none.
+            None if proc.record.is_none() => actions.push(Action::Send(p, Op::ReadRecord)),
             None => actions.push(Action::Send(p, Op::Acquire { raw: proc.raw })),
             Some(tenure) => {
                 if state.now < tenure.deadline {

@@ -2,6 +2,7 @@
 //! functions, one statement each.
 
 use super::{Owner, Tick, Token};
+use crate::failover::{Grant, Record, Timeline};
 
 /// The key's row.
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
@@ -13,12 +14,24 @@ pub struct Row {
     pub superseded: bool,
 }
 
-/// The table (one key) and its token sequence.
+/// The table (one key), its token sequence, its promotion record and the server's timeline.
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
 pub struct Db {
     pub row: Option<Row>,
     /// The value the sequence's next `nextval` returns.
     pub seq: Token,
+    /// The promotion record (`<table>_promotion`).
+    pub record: Record,
+    /// The server's timeline.
+    pub timeline: Timeline,
+}
+
+/// What acquire.sql answers: the granted token and its `superseded` (`None` when refused), and
+/// whether the server is on another timeline than the record the grant was sent with.
+#[derive(Clone, Copy, Debug, Default, Hash, PartialEq, Eq)]
+pub struct Acquired {
+    pub granted: Option<(Token, bool)>,
+    pub stale: bool,
 }
 
 /// Known holes, reintroduced one at a time to show the checker finds them. `None` in the real
@@ -35,28 +48,74 @@ pub enum Hole {
     /// acquire.sql without the `managed_token` guard: a raw grant of the same owner name adopts a
     /// managed lease's tenure.
     RawAdoptsManaged,
+    /// acquire.sql and force_release.sql drawing new tokens without the timeline's `base`: a
+    /// promoted standby whose sequence went back hands out tokens again.
+    NoTimelineFold,
+    /// acquire.sql with `$6` false: no hold-off after a promotion.
+    NoHoldOff,
+}
+
+impl Default for Db {
+    fn default() -> Db {
+        Db::new()
+    }
 }
 
 impl Db {
+    /// An empty table on timeline 1, its sequence at 1, its promotion record as seeded.
+    pub fn new() -> Db {
+        Db {
+            row: None,
+            seq: 1,
+            record: Record::seeded(),
+            timeline: 1,
+        }
+    }
+
     fn next_token(&mut self) -> Token {
         let token = self.seq;
         self.seq += 1;
         token
     }
 
-    /// acquire.sql (`$5`, `$6` false: no timeline epoch, no promotion gate). `raw` is `$4`.
-    /// Returns the granted token and its `superseded`, or `None` when refused.
+    /// acquire.sql: `raw` is `$4`, `grant` `$5`..`$9` (the timeline folded into new tokens, the
+    /// hold-off gate, the record the caller read).
     pub fn acquire(
         &mut self,
         now: Tick,
         owner: Owner,
         ttl: Tick,
         raw: bool,
+        grant: &Grant,
+        hole: Option<Hole>,
+    ) -> Acquired {
+        let stale = grant.stale(self.timeline);
+        let granted = self.take(now, owner, ttl, raw, grant, hole);
+        Acquired { granted, stale }
+    }
+
+    /// acquire.sql's `taken` and `created`: the token granted and its `superseded`, or `None`.
+    fn take(
+        &mut self,
+        now: Tick,
+        owner: Owner,
+        ttl: Tick,
+        raw: bool,
+        grant: &Grant,
         hole: Option<Hole>,
     ) -> Option<(Token, bool)> {
+        let open = grant.open(self.timeline, now, ttl);
+        let base = if hole == Some(Hole::NoTimelineFold) {
+            0
+        } else {
+            grant.base(self.timeline)
+        };
         match self.row.clone() {
             None => {
-                let token = self.next_token();
+                if !open {
+                    return None;
+                }
+                let token = base + self.next_token();
                 self.row = Some(Row {
                     owner,
                     token,
@@ -71,13 +130,13 @@ impl Db {
                 let unmarked =
                     hole == Some(Hole::RawAdoptsManaged) || row.managed_token != Some(row.token);
                 let same = raw && row.owner == owner && live;
-                if !(!live || (same && unmarked)) {
+                if !((!live && open) || (same && unmarked)) {
                     return None;
                 }
                 let token = if same {
                     row.token
                 } else {
-                    let next = self.next_token();
+                    let next = base + self.next_token();
                     (row.token + 1).max(next)
                 };
                 let held_until = if live {
@@ -157,13 +216,19 @@ impl Db {
         }
     }
 
-    /// force_release.sql (`$2` false): the owner whose live tenure it ended.
-    pub fn force_release(&mut self, now: Tick) -> Option<Owner> {
+    /// force_release.sql, folding the timeline into the new token with `fold` (`$2`): the owner
+    /// whose live tenure it ended.
+    pub fn force_release(&mut self, now: Tick, fold: bool) -> Option<Owner> {
         let live = self.row.as_ref().is_some_and(|row| row.held_until > now);
         if !live {
             return None;
         }
-        let next = self.next_token();
+        let base = Grant {
+            fold,
+            ..Grant::plain()
+        }
+        .base(self.timeline);
+        let next = base + self.next_token();
         let row = self.row.as_mut()?;
         row.held_until = now;
         row.token = (row.token + 1).max(next);

@@ -9,6 +9,13 @@
 //! transaction that starts later only makes the database's expiry later than the sender's local
 //! deadline, which is recorded at the send.
 //!
+//! Failover (`max_failovers`): the standby may stop receiving at any step (`Action::Lag`); a
+//! failover then takes the table, its sequence and its promotion record back to what it received,
+//! the timeline grows by one, statements in flight are lost and open transactions end. Grants are
+//! sent as the library sends them: folded with the timeline and held off after a promotion
+//! (acquire.sql's `$5`, `$6` true), with the promotion record the process last read
+//! (`sql/schema/promotion.sql`, read again after a `stale` answer).
+//!
 //! The step functions on [`Db`] ([`Db::acquire`], [`Db::renew_tenure`], ...) are one statement each,
 //! the very code the differential test (`tests/differential.rs`) compares with the statement in
 //! `sql/leases/` run against PostgreSQL.
@@ -21,6 +28,8 @@ mod step;
 
 use stateright::{Model, Property};
 
+use crate::failover::Record;
+
 /// A time in ticks of the database clock (and of every local monotonic clock).
 pub type Tick = i8;
 /// A fencing token.
@@ -28,8 +37,8 @@ pub type Token = u8;
 /// An owner name (`0` = "a", `1` = "b" in the differential test).
 pub type Owner = u8;
 
-pub use self::db::{Db, Hole, Row};
-pub use self::state::{Action, Answer, Msg, Op, Proc, State, Tenure};
+pub use self::db::{Acquired, Db, Hole, Row};
+pub use self::state::{Action, Answer, Msg, Op, Proc, Standby, State, Tenure};
 
 /// The model's bounds.
 #[derive(Clone, Debug)]
@@ -43,6 +52,9 @@ pub struct Leases {
     /// The most tokens the sequence hands out (every new tenure draws one).
     pub max_tokens: Token,
     pub max_restarts: u8,
+    /// How many failovers a run may have (each to a standby that may have stopped receiving at
+    /// any earlier step).
+    pub max_failovers: u8,
     pub operator: bool,
     pub hole: Option<Hole>,
     /// Lifts the assumption that a raw user waits for its release's outcome (see
@@ -60,9 +72,22 @@ impl Leases {
             max_inflight: 2,
             max_tokens: 2,
             max_restarts: 1,
+            max_failovers: 0,
             operator: true,
             hole: None,
             raw_gives_up_on_release: false,
+        }
+    }
+
+    /// The bounds CI checks failover at: one failover, no restart, no operator (each of which
+    /// multiplies the states several times).
+    pub fn failover() -> Leases {
+        Leases {
+            max_failovers: 1,
+            max_inflight: 1,
+            max_restarts: 0,
+            operator: false,
+            ..Leases::ci()
         }
     }
 
@@ -91,7 +116,7 @@ impl Model for Leases {
     fn init_states(&self) -> Vec<State> {
         vec![State {
             now: 0,
-            db: Db { row: None, seq: 1 },
+            db: Db::new(),
             procs: self
                 .procs
                 .iter()
@@ -101,6 +126,7 @@ impl Model for Leases {
                     tenure: None,
                     waiting: None,
                     fenced: None,
+                    record: Some(Record::seeded()),
                 })
                 .collect(),
             inflight: Vec::new(),
@@ -109,6 +135,8 @@ impl Model for Leases {
             forced: Vec::new(),
             highest: 0,
             token_went_back: false,
+            standby: None,
+            failovers: 0,
         }]
     }
 

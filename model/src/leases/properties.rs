@@ -66,7 +66,9 @@ fn deadline_within_expiry(state: &State) -> bool {
         let Some(tenure) = proc.believes(state.now) else {
             return true;
         };
-        if exempt(state, p, tenure) {
+        // A belief from before a failover may outlast what the standby received: the hold-off
+        // keeps everyone else from being granted the key meanwhile ("no two believers").
+        if exempt(state, p, tenure) || tenure.timeline < state.db.timeline {
             return true;
         }
         match &state.db.row {

@@ -3,6 +3,7 @@
 
 use super::db::Db;
 use super::{Owner, Tick, Token};
+use crate::failover::{Record, Timeline};
 
 /// A statement as a process sends it.
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
@@ -17,6 +18,8 @@ pub enum Op {
     Release { token: Option<Token> },
     /// fence.sql inside the caller's transaction.
     Fence { token: Token },
+    /// promotion.sql: the promotion record read (and a promotion recorded) before a grant.
+    ReadRecord,
 }
 
 /// A statement in flight: sent (its transaction started at `now`), not executed yet.
@@ -28,6 +31,8 @@ pub struct Msg {
     pub owner: Owner,
     pub op: Op,
     pub now: Tick,
+    /// The promotion record a grant is sent with (`$7 $8 $9`).
+    pub record: Record,
 }
 
 /// An answer on its way back.
@@ -36,6 +41,12 @@ pub struct Answer {
     pub proc: usize,
     /// Acquire/renew: the token (and renewal) or `None`; release: nothing to tell; fence: admitted.
     pub granted: Option<Token>,
+    /// An acquire found the server on another timeline than its record names.
+    pub stale: bool,
+    /// The timeline of the server that executed the statement.
+    pub timeline: Timeline,
+    /// promotion.sql: the record read.
+    pub record: Option<Record>,
 }
 
 /// What a holder holds and until when it believes it.
@@ -45,6 +56,9 @@ pub struct Tenure {
     pub raw: bool,
     /// Local instant (ticks) past which it no longer believes.
     pub deadline: Tick,
+    /// The timeline of the server whose answer set the deadline: a belief from before a failover
+    /// may outlast what the promoted standby received (the hold-off is what protects then).
+    pub timeline: Timeline,
 }
 
 /// A process using the leases.
@@ -57,6 +71,8 @@ pub struct Proc {
     pub waiting: Option<(Op, Tick)>,
     /// Inside a user transaction whose fence admitted `token` (its FOR SHARE lock held).
     pub fenced: Option<Token>,
+    /// The promotion record as its `Db` last read it (`None`: to be read before the next grant).
+    pub record: Option<Record>,
 }
 
 impl Proc {
@@ -81,6 +97,17 @@ pub struct State {
     /// reused one.
     pub highest: Token,
     pub token_went_back: bool,
+    /// What the standby has received, once its replication stopped (`None`: all of it).
+    pub standby: Option<Standby>,
+    pub failovers: u8,
+}
+
+/// The committed state a lagging standby has: the row, the sequence and the promotion record.
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+pub struct Standby {
+    pub row: Option<super::Row>,
+    pub seq: Token,
+    pub record: Record,
 }
 
 /// One step: a statement executed, a local step, or the environment's.
@@ -105,6 +132,12 @@ pub enum Action {
     Sweep,
     /// Process `p` is killed and restarts as `owner`, raw or managed.
     Restart(usize, Owner, bool),
+    /// The standby stops receiving WAL: every commit from now on is lost in a failover.
+    Lag,
+    /// The primary fails and the standby is promoted: the table, its sequence and its record go
+    /// back to what the standby received, the timeline grows by one, statements in flight are lost
+    /// (answers already sent still arrive), open transactions (a fence's) end.
+    Failover,
 }
 
 /// Process `p`'s statements in flight are no longer waited for, and its answers never read.

@@ -1,8 +1,9 @@
 //! One step: the state after an action, what each statement does when it executes and what its
 //! answer does to the process that reads it.
 
-use super::state::{note_token, orphan};
+use super::state::{note_token, orphan, Standby};
 use super::{Action, Answer, Hole, Leases, Msg, Op, Owner, Proc, State, Tenure};
+use crate::failover::{Grant, Record};
 
 impl Leases {
     /// The state after `action` from `last`; `None` when the action does not apply.
@@ -28,13 +29,38 @@ impl Leases {
             Action::Supersede => {
                 state.db.supersede(state.now);
             }
-            Action::ForceRelease => force_release(&mut state),
+            Action::ForceRelease => force_release(&mut state, self.hole),
             Action::Sweep => {
                 state.db.sweep(state.now);
             }
-            Action::Restart(p, owner, raw) => restart(&mut state, p, owner, raw),
+            Action::Restart(p, owner, raw) => {
+                restart(&mut state, p, owner, raw);
+                if self.max_failovers == 0 {
+                    // Without failover the record never changes: the new Db's first read of it
+                    // (one more statement before its first grant) is left out.
+                    state.procs[p].record = Some(Record::seeded());
+                }
+            }
+            Action::Lag => {
+                let db = &state.db;
+                state.standby = Some(Standby {
+                    row: db.row.clone(),
+                    seq: db.seq,
+                    record: db.record,
+                });
+            }
+            Action::Failover => failover(&mut state),
         }
         Some(state)
+    }
+
+    /// The parameters `$5`..`$9` of an acquire sent with `record`.
+    fn grant(&self, record: Record) -> Grant {
+        Grant {
+            fold: true,
+            hold_off: self.hole != Some(Hole::NoHoldOff),
+            record,
+        }
     }
 
     /// The database executes in-flight statement `i`; its answer goes back unless its sender no
@@ -42,11 +68,21 @@ impl Leases {
     fn exec(&self, state: &mut State, i: usize) {
         let msg = state.inflight.remove(i);
         let before = state.db.row.as_ref().map(|row| row.token);
+        let (mut stale, mut record) = (false, None);
         let granted = match msg.op {
-            Op::Acquire { raw } => state
-                .db
-                .acquire(msg.now, msg.owner, self.ttl, raw, self.hole)
-                .map(|(token, _)| token),
+            Op::Acquire { raw } => {
+                let grant = self.grant(msg.record);
+                let acquired = state
+                    .db
+                    .acquire(msg.now, msg.owner, self.ttl, raw, &grant, self.hole);
+                stale = acquired.stale;
+                acquired.granted.map(|(token, _)| token)
+            }
+            Op::ReadRecord => {
+                let timeline = state.db.timeline;
+                record = Some(state.db.record.read(timeline, msg.now, self.ttl));
+                None
+            }
             Op::RenewTenure { token } => state
                 .db
                 .renew_tenure(msg.now, msg.owner, token, self.ttl, self.hole)
@@ -69,6 +105,9 @@ impl Leases {
             state.answers.push(Answer {
                 proc: msg.proc,
                 granted,
+                stale,
+                timeline: state.db.timeline,
+                record,
             });
             if let Op::Fence { token } = msg.op {
                 // The FOR SHARE lock is held from the statement on, answer delivered or
@@ -95,19 +134,26 @@ impl Leases {
         };
         match op {
             Op::Acquire { raw } => {
+                if answer.stale {
+                    // Db::grant: the record is read again (and the grant, if refused, sent again).
+                    proc.record = None;
+                }
                 if let Some(token) = answer.granted {
                     proc.tenure = Some(Tenure {
                         token,
                         raw,
                         deadline: recorded + ttl,
+                        timeline: answer.timeline,
                     });
                 }
             }
+            Op::ReadRecord => proc.record = answer.record,
             Op::RenewTenure { .. } | Op::Renew => match answer.granted {
                 Some(token) => {
                     if let Some(tenure) = proc.tenure.as_mut() {
-                        if tenure.token == token {
-                            tenure.deadline = tenure.deadline.max(recorded + ttl);
+                        if tenure.token == token && recorded + ttl >= tenure.deadline {
+                            tenure.deadline = recorded + ttl;
+                            tenure.timeline = answer.timeline;
                         }
                     }
                 }
@@ -142,13 +188,15 @@ fn send(state: &mut State, p: usize, op: Op) {
         owner: proc.owner,
         op,
         now: state.now,
+        record: proc.record.unwrap_or_default(),
     });
 }
 
 /// An operator's force-release: the tenure it ends is noted, for the properties.
-fn force_release(state: &mut State) {
+fn force_release(state: &mut State, hole: Option<Hole>) {
     let before = state.db.row.as_ref().map(|row| row.token);
-    if state.db.force_release(state.now).is_some() {
+    let fold = hole != Some(Hole::NoTimelineFold);
+    if state.db.force_release(state.now, fold).is_some() {
         if let Some(token) = before {
             state.forced.push(token);
             state.forced.sort_unstable();
@@ -169,6 +217,25 @@ fn restart(state: &mut State, p: usize, owner: Owner, raw: bool) {
         tenure: None,
         waiting: None,
         fenced: None,
+        record: None,
     };
     orphan(state, p);
+}
+
+/// The standby is promoted: what it did not receive is lost, the connections to the old primary
+/// break (statements in flight never execute, their senders give up; a fence's transaction ends),
+/// and the timeline grows by one. The row going back is not a token going back: the tokens the
+/// properties follow are those handed out, which the new tenures must all be above.
+fn failover(state: &mut State) {
+    state.failovers += 1;
+    if let Some(standby) = state.standby.take() {
+        state.db.row = standby.row;
+        state.db.seq = standby.seq;
+        state.db.record = standby.record;
+    }
+    state.db.timeline += 1;
+    state.inflight.clear();
+    for proc in &mut state.procs {
+        proc.fenced = None;
+    }
 }
