@@ -23,6 +23,22 @@ const TTL: Duration = Duration::from_millis(1500);
 /// Longer than the TTL: every tenure lapses in the database.
 const DOWN: Duration = Duration::from_secs(2);
 
+/// How much later than the others the slow member reconnects: within one retry period.
+const SLOW_RETURN: Duration = Duration::from_millis(350);
+
+/// A proxy in front of `pg`.
+fn proxied(pg: &TempPostgres) -> Proxy {
+    let server: SocketAddr = format!("127.0.0.1:{}", pg.port()).parse().unwrap();
+    Proxy::start(0, server).unwrap()
+}
+
+/// A pool of `proxy`'s, in front of a `TempPostgres`.
+fn via(proxy: &Proxy) -> Db {
+    let mut config = proxy.config();
+    config.dbname("postgres");
+    DbBuilder::from_config(config).build().unwrap()
+}
+
 fn candidate(db: &Db, holder: &str) -> Elector {
     Elector::new(db)
         .with_holder(holder)
@@ -59,12 +75,21 @@ fn elections(members: &[Leadership]) -> Vec<Vec<i64>> {
 #[test]
 fn after_an_outage_longer_than_the_ttl_the_same_leader_leads_again() {
     let pg = TempPostgres::start().unwrap();
-    let dbs: Vec<Db> = (0..3).map(|_| Db::connect(pg.url()).unwrap()).collect();
-    candidate(&dbs[0], "setup").create_table().unwrap();
-    let members: Vec<Leadership> = (dbs.iter().enumerate())
-        .map(|(i, db)| candidate(db, &format!("m{i}")).campaign().unwrap())
-        .collect();
-    let (leader, mut term) = wait_for("a leader", Duration::from_secs(10), || leading(&members));
+    // The leader reaches the server through a proxy that delays its new connections once the
+    // outage begins: it comes back later than the others (the pools' reconnect back-offs started
+    // together, at the server's stop), but within one retry period.
+    let proxy = proxied(&pg);
+    let mut dbs = vec![via(&proxy)];
+    dbs.extend((0..2).map(|_| Db::connect(pg.url()).unwrap()));
+    candidate(&dbs[1], "setup").create_table().unwrap();
+    let mut members = vec![candidate(&dbs[0], "m0").campaign().unwrap()];
+    let (leader, mut term) = wait_for("m0 to lead", Duration::from_secs(10), || leading(&members));
+    members.extend((dbs[1..].iter().enumerate()).map(|(i, db)| {
+        candidate(db, &format!("m{}", i + 1))
+            .campaign()
+            .unwrap()
+    }));
+    proxy.set_connect_delay(SLOW_RETURN);
     for trial in 0..3 {
         elections(&members);
         pg.restart_after(DOWN).unwrap();
@@ -84,8 +109,9 @@ fn after_an_outage_longer_than_the_ttl_the_same_leader_leads_again() {
                 assert!(terms.is_empty(), "trial {trial}: m{i} was elected {terms:?}");
             }
         }
-        // Within one poll of its pool's return (its reconnect back-off: 500 ms), and slack.
-        assert!(took <= RETRY + Duration::from_secs(1), "trial {trial}: {took:?}");
+        // Within one poll of its pool's return (its reconnect back-off: 500 ms, and the proxy's
+        // delay), and slack.
+        assert!(took <= RETRY + SLOW_RETURN + Duration::from_secs(1), "trial {trial}: {took:?}");
         term = new_term;
     }
     for member in members {
@@ -97,16 +123,9 @@ fn after_an_outage_longer_than_the_ttl_the_same_leader_leads_again() {
 #[test]
 fn a_leader_that_does_not_return_after_an_outage_is_replaced_one_retry_period_later_at_most() {
     let pg = TempPostgres::start().unwrap();
-    let server: SocketAddr = format!("127.0.0.1:{}", pg.port()).parse().unwrap();
     // The first member reaches the server through a proxy: cutting it for good is its crash.
-    let proxy = Proxy::start(0, server).unwrap();
-    let mut config = proxy.config();
-    config.dbname("postgres");
-    let via_proxy = DbBuilder::from_config(config)
-        .connection_timeout(Duration::from_secs(1))
-        .unwrap()
-        .build()
-        .unwrap();
+    let proxy = proxied(&pg);
+    let via_proxy = via(&proxy);
     let direct: Vec<Db> = (0..2).map(|_| Db::connect(pg.url()).unwrap()).collect();
     candidate(&direct[0], "setup").create_table().unwrap();
     let first = candidate(&via_proxy, "m0").campaign().unwrap();
@@ -179,8 +198,13 @@ fn settled(units: &Units, owned: usize) -> Option<BTreeMap<Unit, (String, i64)>>
 fn after_an_outage_longer_than_the_ttl_every_unit_stays_with_its_process() {
     const UNITS: usize = 12;
     let pg = TempPostgres::start().unwrap();
-    let dbs: Vec<Db> = (0..3).map(|_| Db::connect(pg.url()).unwrap()).collect();
-    let units = Units::new(&dbs[0]);
+    // The first process reaches the server through a proxy that delays its new connections once
+    // the outage begins: it comes back later than the others (the pools' reconnect back-offs
+    // started together, at the server's stop), but within one heartbeat interval.
+    let proxy = proxied(&pg);
+    let mut dbs = vec![via(&proxy)];
+    dbs.extend((0..2).map(|_| Db::connect(pg.url()).unwrap()));
+    let units = Units::new(&dbs[1]);
     units.create_tables().unwrap();
     let all: Vec<Unit> = (0..UNITS as i32)
         .map(|shard| Unit::new("t", shard).unwrap())
@@ -205,6 +229,7 @@ fn after_an_outage_longer_than_the_ttl_every_unit_stays_with_its_process() {
     for g in &gains {
         g.0.lock().clear();
     }
+    proxy.set_connect_delay(SLOW_RETURN);
     pg.restart_after(DOWN).unwrap();
     let back = Instant::now();
     // Every process owns its units again, by its own account.
@@ -230,6 +255,80 @@ fn after_an_outage_longer_than_the_ttl_every_unit_stays_with_its_process() {
     }
     for r in running {
         r.stop().unwrap();
+    }
+    pg.stop().unwrap();
+}
+
+/// The figure of issue 37: three processes, each with a campaign and a leaser sharing 60 units
+/// (TTL 2 s), the server stopped for 6 s and started again, three trials: how often the leader
+/// changed, and how many units changed owner. `cargo test --test faults -- --ignored
+/// outage_figure --nocapture`.
+#[test]
+#[ignore = "a measurement (about 40 s)"]
+fn outage_figure() {
+    const UNITS: usize = 60;
+    let ttl = Duration::from_secs(2);
+    let pg = TempPostgres::start().unwrap();
+    let dbs: Vec<Db> = (0..3).map(|_| Db::connect(pg.url()).unwrap()).collect();
+    let units = Units::new(&dbs[0]);
+    units.create_tables().unwrap();
+    let all: Vec<Unit> = (0..UNITS as i32)
+        .map(|shard| Unit::new("t", shard).unwrap())
+        .collect();
+    units.add(&all).unwrap();
+    let elector = |db: &Db, i: usize| {
+        Elector::new(db)
+            .with_holder(&format!("m{i}"))
+            .unwrap()
+            .with_ttl(ttl)
+            .unwrap()
+    };
+    elector(&dbs[0], 9).create_table().unwrap();
+    let mut config = Config::default();
+    config.ttl = ttl;
+    config.heartbeat_interval = ttl / 3;
+    config.rebalance_interval = ttl / 3;
+    config.warm_up = Some(Duration::ZERO);
+    let processes: Vec<(Leadership, Running)> = (dbs.iter().enumerate())
+        .map(|(i, db)| {
+            let leaser = Leaser::new(db, Arc::new(Gains::default()), config.clone()).unwrap();
+            (elector(db, i).campaign().unwrap(), leaser.spawn().unwrap())
+        })
+        .collect();
+    let campaigns: Vec<&Leadership> = processes.iter().map(|(c, _)| c).collect();
+    let settled_fleet = || {
+        let map = settled(&units, UNITS)?;
+        let leader = (campaigns.iter()).position(|c| c.is_leading())?;
+        let balanced = (processes.iter()).all(|(_, r)| {
+            map.values()
+                .filter(|(o, _)| o == r.leaser().process_id())
+                .count()
+                == UNITS / 3
+        });
+        balanced.then_some((leader, map))
+    };
+    let (mut changed, mut moved) = (0, 0);
+    for trial in 0..3 {
+        let (leader, before) = wait_for("a settled fleet", Duration::from_secs(30), settled_fleet);
+        pg.restart_after(Duration::from_secs(6)).unwrap();
+        // Real time is the subject: the fleet has two TTLs to do whatever it does after the
+        // return, then it is compared with before.
+        std::thread::sleep(ttl * 2);
+        let (now_leads, after) = wait_for("a settled fleet", Duration::from_secs(30), settled_fleet);
+        let owners_moved = (before.iter())
+            .filter(|(unit, (owner, _))| after[*unit].0 != *owner)
+            .count();
+        let claimed = (before.iter())
+            .filter(|(unit, (_, token))| after[*unit].1 != *token)
+            .count();
+        println!("trial {trial}: leader m{leader} -> m{now_leads}, {owners_moved} of {UNITS} units changed owner, {claimed} were claimed anew");
+        changed += usize::from(now_leads != leader);
+        moved += owners_moved;
+    }
+    println!("outage figure: the leader changed in {changed} of 3 trials, {moved} of {} units moved", UNITS * 3);
+    for (campaign, running) in processes {
+        campaign.stop().unwrap();
+        running.stop().unwrap();
     }
     pg.stop().unwrap();
 }
