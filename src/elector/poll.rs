@@ -120,7 +120,11 @@ impl Elector {
     /// Sends the poll's statement, guarded by the term this elector holds (if any), under the
     /// promotion hold-off, waiting for a pool connection until `until` at most; returns its answer
     /// and when it was sent.
-    fn send_poll(&self, guard: Option<i64>, until: Option<Instant>) -> Result<(PollAnswer, Instant)> {
+    fn send_poll(
+        &self,
+        guard: Option<i64>,
+        until: Option<Instant>,
+    ) -> Result<(PollAnswer, Instant)> {
         self.sql.check_schema(&self.db).and_then(|()| {
             self.db
                 .grant(&self.sql.promotion, self.ttl_us, |promotion| {

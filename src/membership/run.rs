@@ -216,6 +216,7 @@ impl Leaser {
                     return Err(e);
                 }
                 Err(e) => {
+                    self.unreached(&e);
                     log::warn!(
                         target: "pgtenure::membership",
                         "process {} cannot heartbeat yet ({e}); retrying in {backoff:?}",

@@ -84,11 +84,10 @@ fn after_an_outage_longer_than_the_ttl_the_same_leader_leads_again() {
     candidate(&dbs[1], "setup").create_table().unwrap();
     let mut members = vec![candidate(&dbs[0], "m0").campaign().unwrap()];
     let (leader, mut term) = wait_for("m0 to lead", Duration::from_secs(10), || leading(&members));
-    members.extend((dbs[1..].iter().enumerate()).map(|(i, db)| {
-        candidate(db, &format!("m{}", i + 1))
-            .campaign()
-            .unwrap()
-    }));
+    members.extend(
+        (dbs[1..].iter().enumerate())
+            .map(|(i, db)| candidate(db, &format!("m{}", i + 1)).campaign().unwrap()),
+    );
     proxy.set_connect_delay(SLOW_RETURN);
     for trial in 0..3 {
         elections(&members);
@@ -98,7 +97,9 @@ fn after_an_outage_longer_than_the_ttl_the_same_leader_leads_again() {
             leading(&members).filter(|(_, t)| *t > term)
         });
         let took = back.elapsed();
-        println!("trial {trial}: m{now_leads} leads with term {new_term} {took:?} after the return");
+        println!(
+            "trial {trial}: m{now_leads} leads with term {new_term} {took:?} after the return"
+        );
         assert_eq!(now_leads, leader, "trial {trial}: the leader changed");
         // Nobody else was elected meanwhile: the leader's is the only election since the outage.
         let elected = elections(&members);
@@ -106,12 +107,18 @@ fn after_an_outage_longer_than_the_ttl_the_same_leader_leads_again() {
             if i == leader {
                 assert_eq!(terms, &[new_term], "trial {trial}");
             } else {
-                assert!(terms.is_empty(), "trial {trial}: m{i} was elected {terms:?}");
+                assert!(
+                    terms.is_empty(),
+                    "trial {trial}: m{i} was elected {terms:?}"
+                );
             }
         }
         // Within one poll of its pool's return (its reconnect back-off: 500 ms, and the proxy's
         // delay), and slack.
-        assert!(took <= RETRY + SLOW_RETURN + Duration::from_secs(1), "trial {trial}: {took:?}");
+        assert!(
+            took <= RETRY + SLOW_RETURN + Duration::from_secs(1),
+            "trial {trial}: {took:?}"
+        );
         term = new_term;
     }
     for member in members {
@@ -222,8 +229,12 @@ fn after_an_outage_longer_than_the_ttl_every_unit_stays_with_its_process() {
     // Balanced: 4 units each.
     let before = wait_for("the units to be shared", Duration::from_secs(15), || {
         let map = settled(&units, UNITS)?;
-        let balanced = (running.iter())
-            .all(|r| map.values().filter(|(o, _)| o == r.leaser().process_id()).count() == 4);
+        let balanced = (running.iter()).all(|r| {
+            map.values()
+                .filter(|(o, _)| o == r.leaser().process_id())
+                .count()
+                == 4
+        });
         balanced.then_some(map)
     });
     for g in &gains {
@@ -236,12 +247,14 @@ fn after_an_outage_longer_than_the_ttl_every_unit_stays_with_its_process() {
     wait_for("every process to own its units again", TTL * 4, || {
         let again = running.iter().all(|r| {
             let mine = r.leaser().owned();
-            mine.len() == 4
-                && (mine.iter()).all(|u| before[u].0 == r.leaser().process_id())
+            mine.len() == 4 && (mine.iter()).all(|u| before[u].0 == r.leaser().process_id())
         });
         again.then_some(())
     });
-    println!("every unit back with its process {:?} after the return", back.elapsed());
+    println!(
+        "every unit back with its process {:?} after the return",
+        back.elapsed()
+    );
     // Nobody claimed anything: every unit has its owner and its token of before.
     let after = settled(&units, UNITS).expect("every unit owned");
     assert_eq!(after, before);
@@ -251,7 +264,11 @@ fn after_an_outage_longer_than_the_ttl_every_unit_stays_with_its_process() {
             .filter(|u| before[*u].0 != r.leaser().process_id())
             .cloned()
             .collect();
-        assert!(theirs.is_empty(), "{} gained {theirs:?}", r.leaser().process_id());
+        assert!(
+            theirs.is_empty(),
+            "{} gained {theirs:?}",
+            r.leaser().process_id()
+        );
     }
     for r in running {
         r.stop().unwrap();
@@ -331,7 +348,8 @@ fn outage_figure_with(slow: bool) {
         // Real time is the subject: the fleet has two TTLs to do whatever it does after the
         // return, then it is compared with before.
         std::thread::sleep(ttl * 2);
-        let (now_leads, after) = wait_for("a settled fleet", Duration::from_secs(30), settled_fleet);
+        let (now_leads, after) =
+            wait_for("a settled fleet", Duration::from_secs(30), settled_fleet);
         let owners_moved = (before.iter())
             .filter(|(unit, (owner, _))| after[*unit].0 != *owner)
             .count();
