@@ -335,7 +335,14 @@ impl Leaser {
     ///
     /// A database or connection error.
     pub fn sweep(&self) -> Result<Sweep> {
-        let swept = self.sql.sweep(&self.db, self.cutoff_us)?;
+        self.sweep_until(None)
+    }
+
+    /// [`Leaser::sweep`], waiting for a pool connection until `until` at most (the run loop's:
+    /// a sweep must not wait out an outage and then free the units of processes only late to
+    /// return).
+    pub(super) fn sweep_until(&self, until: Option<Instant>) -> Result<Sweep> {
+        let swept = self.sql.sweep(&self.db, self.cutoff_us, until)?;
         let sweep = Sweep {
             processes: swept.processes,
             units: swept.units,

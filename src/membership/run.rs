@@ -283,7 +283,7 @@ impl Leaser {
         if let Some(until) = self.defers() {
             return until.max(now + self.config().heartbeat_interval);
         }
-        match self.sweep() {
+        match self.sweep_until(Some(Instant::now() + self.config().heartbeat_interval)) {
             Ok(_) => self.reached(Instant::now(), false),
             Err(e) => {
                 self.unreached(&e);

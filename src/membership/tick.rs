@@ -394,9 +394,18 @@ impl Leaser {
             let slot = (random_u64() % (i32::MAX as u64)) as i32;
             let count = (truth.len() + shedding.len()) as i32;
             let reported = Reported { count, weight };
-            let rows =
-                self.sql()
-                    .claim(self.db(), self.process_id(), limit, budget, slot, reported)?;
+            // In the run loop, a claim waits for a connection one heartbeat interval at most.
+            let until =
+                (self.is_running()).then(|| Instant::now() + self.config().heartbeat_interval);
+            let rows = self.sql().claim(
+                self.db(),
+                self.process_id(),
+                limit,
+                budget,
+                slot,
+                reported,
+                until,
+            )?;
             if rows.is_empty() {
                 break;
             }
