@@ -40,8 +40,10 @@ struct Fleet {
 }
 
 impl Fleet {
-    /// Started, with the first process leading and the units shared evenly.
-    fn start(ttl: Duration, retry: Duration, units: usize) -> Fleet {
+    /// Started, with the first process leading and the units shared evenly; with `sweeps`, every
+    /// retry period, of rows expired for two TTLs (else the defaults: every 10 minutes, of rows
+    /// expired for an hour).
+    fn start(ttl: Duration, retry: Duration, units: usize, sweeps: bool) -> Fleet {
         let pg = TempPostgres::start().unwrap();
         let server: SocketAddr = format!("127.0.0.1:{}", pg.port()).parse().unwrap();
         let proxy = Proxy::start(0, server).unwrap();
@@ -78,8 +80,10 @@ impl Fleet {
         config.ttl = ttl;
         config.heartbeat_interval = retry;
         config.rebalance_interval = retry;
-        config.sweep_interval = retry;
-        config.sweep_cutoff = ttl * 2;
+        if sweeps {
+            config.sweep_interval = retry;
+            config.sweep_cutoff = ttl * 2;
+        }
         config.warm_up = Some(Duration::ZERO);
         let running = (dbs.iter().zip(&gains))
             .map(|(db, gains)| {
@@ -168,7 +172,7 @@ impl Reconciler for Gains {
 
 #[test]
 fn after_an_outage_longer_than_the_ttl_the_same_leader_leads_and_every_unit_stays() {
-    let fleet = Fleet::start(TTL, RETRY, UNITS);
+    let fleet = Fleet::start(TTL, RETRY, UNITS, true);
     let (leader, mut owners) = fleet.settled(UNITS).unwrap();
     let mut term = fleet.campaigns[leader].term().unwrap();
     fleet.proxy.as_ref().unwrap().set_connect_delay(SLOW_RETURN);
@@ -235,7 +239,7 @@ fn after_an_outage_longer_than_the_ttl_the_same_leader_leads_and_every_unit_stay
 
 #[test]
 fn a_process_that_does_not_return_after_an_outage_is_replaced_one_retry_period_later_at_most() {
-    let mut fleet = Fleet::start(TTL, RETRY, UNITS);
+    let mut fleet = Fleet::start(TTL, RETRY, UNITS, true);
     let crashed = fleet.running[0].leaser().process_id().to_owned();
     // The leading process dies as the outage begins: it never reaches the database again. Its
     // handles are stopped meanwhile (the campaign once its loss is told), within the waits below.
@@ -288,7 +292,15 @@ fn a_process_that_does_not_return_after_an_outage_is_replaced_one_retry_period_l
 #[test]
 #[ignore = "a measurement (about 40 s)"]
 fn outage_figure() {
-    outage_figure_with(Duration::ZERO);
+    outage_figure_with(Duration::ZERO, false);
+}
+
+/// As [`outage_figure`], with sweeps every retry period of rows expired for two TTLs (4 s: the
+/// outage is longer).
+#[test]
+#[ignore = "a measurement (about 40 s)"]
+fn outage_figure_with_sweeps() {
+    outage_figure_with(Duration::ZERO, true);
 }
 
 /// As [`outage_figure`], with the first process reconnecting 350 ms after the others (a proxy
@@ -296,13 +308,13 @@ fn outage_figure() {
 #[test]
 #[ignore = "a measurement (about 40 s)"]
 fn outage_figure_with_a_slow_return() {
-    outage_figure_with(SLOW_RETURN);
+    outage_figure_with(SLOW_RETURN, false);
 }
 
-fn outage_figure_with(slow: Duration) {
+fn outage_figure_with(slow: Duration, sweeps: bool) {
     const UNITS: usize = 60;
     let ttl = Duration::from_secs(2);
-    let fleet = Fleet::start(ttl, ttl / 3, UNITS);
+    let fleet = Fleet::start(ttl, ttl / 3, UNITS, sweeps);
     fleet.proxy.as_ref().unwrap().set_connect_delay(slow);
     let (mut changed, mut moved) = (0, 0);
     for trial in 0..3 {
@@ -326,6 +338,6 @@ fn outage_figure_with(slow: Duration) {
         changed += usize::from(now_leads != leader);
         moved += owners_moved;
     }
-    println!("outage figure (slow return: {slow:?}): the leader changed in {changed} of 3 trials, {moved} of {} units moved", UNITS * 3);
+    println!("outage figure (slow return: {slow:?}, sweeps: {sweeps}): the leader changed in {changed} of 3 trials, {moved} of {} units moved", UNITS * 3);
     fleet.stop();
 }
