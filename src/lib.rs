@@ -257,6 +257,7 @@ pub mod leases;
 pub mod membership;
 pub mod migrations;
 mod observe;
+mod outage;
 mod row;
 pub mod schedule;
 pub mod semaphores;

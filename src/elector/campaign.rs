@@ -40,7 +40,11 @@ impl Elector {
     /// elsewhere in the fleet wakes its next poll at once when the `Db` has handover notifications
     /// on ([`DbBuilder::handover_notifications`](crate::DbBuilder::handover_notifications)). A watcher thread
     /// (`pgtenure-elector-watch`) reports [`LeaderLoss::Expired`] at the tenure's local deadline
-    /// when no renewal succeeded by then, even while a poll hangs on the database.
+    /// when no renewal succeeded by then, even while a poll hangs on the database. Each poll waits
+    /// for a pool connection until the next turn at most. Back from an outage (its statements
+    /// failed for want of the database), a campaign that did not lead before it only observes for
+    /// one retry period after its first answer, so that the leader, re-taking its lapsed tenure at
+    /// its first poll, stays the leader (see the [module docs](super)).
     ///
     /// The first poll runs here, on the calling thread: an error that waiting cannot fix (a missing
     /// table, a missing privilege) is returned at once; a connection error is retried by the loop.

@@ -22,6 +22,7 @@ use crate::busy::Busy;
 use crate::deliver::InOrder;
 use crate::error::{Error, Result};
 use crate::observe;
+use crate::outage::Reach;
 
 /// A running campaign: what its poller, its watcher and its handle
 /// ([`Leadership`](super::Leadership)) share.
@@ -53,6 +54,9 @@ struct CampaignState {
     observe_until: Option<Instant>,
     /// Who leads, as last told (`Observed`).
     observed: Option<(String, i64)>,
+    /// Whether its statements reach the database: back from an outage, a member that did not lead
+    /// before it only observes for one retry period (see [`Campaign::defers`]).
+    reach: Reach,
 }
 
 impl Campaign {
@@ -139,7 +143,7 @@ impl Campaign {
                     .lock()
                     .observe_until
                     .is_some_and(|until| Instant::now() < until);
-                if observing {
+                if observing || self.defers() {
                     self.observe_once();
                 } else {
                     let _ = self.poll_once();
@@ -153,11 +157,34 @@ impl Campaign {
         self.step_down()
     }
 
+    /// Whether this turn only observes because the campaign is back from an outage (its statements
+    /// failed for want of the database) for less than one retry period after its first answer,
+    /// and it was not the leader it last saw: the leader, who re-takes its lapsed tenure at its
+    /// first poll, reaches the database within that period. A campaign that saw no failure (the
+    /// leader really crashed) polls, and takes over at expiry. Observing only delays a take-over:
+    /// the deferral is local, and never extends anybody's belief.
+    fn defers(&self) -> bool {
+        let mut state = self.state.lock();
+        let holder = &self.elector.holder;
+        let led = (state.observed.as_ref()).is_some_and(|(leader, _)| leader.as_str() == &**holder);
+        let until = state.reach.defers(Instant::now());
+        if let (false, Some(until)) = (led, until) {
+            log::debug!(target: "pgtenure::elector", "{holder}: back from an outage, only observing fleet {:?} for {:?}", self.elector.name, until.saturating_duration_since(Instant::now()));
+            return true;
+        }
+        false
+    }
+
     /// One poll, and the events it decides.
     pub(super) fn poll_once(&self) -> Result<Poll> {
         let polled = self.elector.poll_keeping(true);
         {
             let mut state = self.state.lock();
+            let (now, retry) = (Instant::now(), self.elector.retry_period());
+            match &polled {
+                Ok(_) => state.reach.answered(now, retry),
+                Err(e) => state.reach.failed(e, now, retry),
+            }
             match &polled {
                 Ok(poll) => {
                     let leading = self.elector.term();
@@ -217,12 +244,15 @@ impl Campaign {
 
     /// While standing aside: reads who leads, without campaigning.
     fn observe_once(&self) {
-        match self.elector.leader() {
+        let (read, retry) = (self.elector.leader(), self.elector.retry_period());
+        match read {
             Ok(leader) => {
                 let mut state = self.state.lock();
+                state.reach.answered(Instant::now(), retry);
                 self.observed(&mut state, leader);
             }
             Err(e) => {
+                self.state.lock().reach.failed(&e, Instant::now(), retry);
                 log::warn!(target: "pgtenure::elector", "{} could not read who leads fleet {:?}: {e}", self.elector.holder, self.elector.name);
                 self.error(&e);
             }

@@ -75,7 +75,9 @@ impl Elector {
             let tenure = self.tenure.lock();
             (tenure.term, tenure.resigned)
         };
-        let result = self.send_poll(guard);
+        // The campaign's poll waits for a connection until its next turn at most.
+        let until = keep.then(|| Instant::now() + self.retry_period());
+        let result = self.send_poll(guard, until);
         let mut tenure = self.tenure.lock();
         let (answer, sent) = match result {
             Ok(answered) => answered,
@@ -116,14 +118,19 @@ impl Elector {
     }
 
     /// Sends the poll's statement, guarded by the term this elector holds (if any), under the
-    /// promotion hold-off; returns its answer and when it was sent.
-    fn send_poll(&self, guard: Option<i64>) -> Result<(PollAnswer, Instant)> {
+    /// promotion hold-off, waiting for a pool connection until `until` at most; returns its answer
+    /// and when it was sent.
+    fn send_poll(
+        &self,
+        guard: Option<i64>,
+        until: Option<Instant>,
+    ) -> Result<(PollAnswer, Instant)> {
         self.sql.check_schema(&self.db).and_then(|()| {
             self.db
                 .grant(&self.sql.promotion, self.ttl_us, |promotion| {
                     let (name, holder) = (&self.name, &self.holder);
                     self.sql
-                        .is_leader(&self.db, name, holder, self.ttl_us, guard, promotion)
+                        .is_leader(&self.db, name, holder, self.ttl_us, guard, promotion, until)
                 })
         })
     }

@@ -113,7 +113,9 @@ impl Statements {
     /// Renews `name`'s leadership for `holder` under `term`, or wins it when free; also returns
     /// the instant before the statement that answered was sent. An answer whose row cannot be read
     /// is an error although the leadership may have been won or renewed (it then lapses at its
-    /// TTL).
+    /// TTL). It waits for a pool connection until `until` at most (the campaign's next turn), so
+    /// that a poll never waits out an outage and then wins what lapsed during it.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn is_leader(
         &self,
         db: &Db,
@@ -122,11 +124,13 @@ impl Statements {
         ttl_us: i64,
         term: Option<i64>,
         promotion: Promotion,
+        until: Option<Instant>,
     ) -> Result<(PollAnswer, Instant)> {
         self.gate.check(db)?;
         let params = promotion.grant_params(db, name, holder, ttl_us, term);
         let mut sent = Instant::now();
-        let rows = db.with_conn("elect leader", Policy::IDEMPOTENT, |conn| {
+        let policy = until.map_or(Policy::IDEMPOTENT, |until| Policy::IDEMPOTENT.until(until));
+        let rows = db.with_conn("elect leader", policy, |conn| {
             sent = Instant::now();
             db.run(conn, &self.is_leader, &params)
         })?;

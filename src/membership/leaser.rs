@@ -20,6 +20,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::fence::Fence;
 use crate::input::{micros, MIN_DURATION};
 use crate::observe;
+use crate::outage::Reach;
 use crate::table_name::TableName;
 
 /// How many process rows and units a [`Leaser::sweep`] removed and freed.
@@ -64,6 +65,9 @@ pub struct Leaser {
     /// When the run loop's database call in progress began: a [`Running`](super::Running)'s stop
     /// bound counts from there.
     busy: Busy,
+    /// Whether the run loop's statements reach the database: back from an outage, its ticks claim,
+    /// shed and sweep nothing for one heartbeat interval ([`Leaser::defers`]).
+    reach: Mutex<Reach>,
 }
 
 impl Leaser {
@@ -101,6 +105,7 @@ impl Leaser {
             outbox: Outbox::default(),
             running: AtomicBool::new(false),
             busy: Busy::default(),
+            reach: Mutex::new(Reach::default()),
         })
     }
 
@@ -220,6 +225,11 @@ impl Leaser {
     ///
     /// A database or connection error.
     pub fn heartbeat(&self) -> Result<()> {
+        self.beat().map(drop)
+    }
+
+    /// [`Leaser::heartbeat`], answering whether the row had lapsed (not at the first beat).
+    pub(super) fn beat(&self) -> Result<bool> {
         let (reported, known) = {
             let local = self.local.lock();
             (local.reported(), local.knows_its_units())
@@ -263,7 +273,38 @@ impl Leaser {
             // A full channel already holds a wake-up; the watcher re-reads the deadline anyway.
             let _ = watch.try_send(());
         }
-        Ok(())
+        Ok(warn)
+    }
+
+    /// The run loop's statement sent at `sent` was answered (`lapsed`: a heartbeat that found the
+    /// row had lapsed). A lapse, or an answer that took longer than a heartbeat interval, says this
+    /// process was cut off from the database, as a failure does ([`Leaser::unreached`]): then its
+    /// ticks claim, shed and sweep nothing for one heartbeat interval.
+    pub(super) fn reached(&self, sent: Instant, lapsed: bool) {
+        let (now, period) = (Instant::now(), self.config.heartbeat_interval);
+        let mut reach = self.reach.lock();
+        if lapsed || now.saturating_duration_since(sent) > period {
+            reach.returned(now, period);
+        } else {
+            reach.answered(now, period);
+        }
+    }
+
+    /// The run loop's statement failed with `error`: a connection error or a timeout cuts this
+    /// process off until a statement is answered, and one heartbeat interval beyond.
+    pub(super) fn unreached(&self, error: &Error) {
+        let period = self.config.heartbeat_interval;
+        self.reach.lock().failed(error, Instant::now(), period);
+    }
+
+    /// Until when this process, back from an outage, leaves alone the units of processes that
+    /// lapsed meanwhile: it claims none (they are the units of processes that reach the database
+    /// again within the deferral, and take them back at once), sheds none and sweeps nothing, so
+    /// that it does not act on a fleet that is only late to return. `None` when it was not cut off,
+    /// or the deferral (one heartbeat interval after its first answer) has passed. Only delays:
+    /// a process that really crashed loses its units one heartbeat interval later.
+    pub(super) fn defers(&self) -> Option<Instant> {
+        self.reach.lock().defers(Instant::now())
     }
 
     /// Past the local liveness deadline without a new heartbeat: report every owned unit lost.
@@ -294,7 +335,14 @@ impl Leaser {
     ///
     /// A database or connection error.
     pub fn sweep(&self) -> Result<Sweep> {
-        let swept = self.sql.sweep(&self.db, self.cutoff_us)?;
+        self.sweep_until(None)
+    }
+
+    /// [`Leaser::sweep`], waiting for a pool connection until `until` at most (the run loop's:
+    /// a sweep must not wait out an outage and then free the units of processes only late to
+    /// return).
+    pub(super) fn sweep_until(&self, until: Option<Instant>) -> Result<Sweep> {
+        let swept = self.sql.sweep(&self.db, self.cutoff_us, until)?;
         let sweep = Sweep {
             processes: swept.processes,
             units: swept.units,
@@ -426,6 +474,11 @@ impl Leaser {
     /// When the run loop's database call in progress began.
     pub(super) fn busy(&self) -> &Busy {
         &self.busy
+    }
+
+    /// Whether `run` is running.
+    pub(super) fn is_running(&self) -> bool {
+        self.running.load(Ordering::Acquire)
     }
 
     /// Marks the loop running, or refuses a second one.

@@ -34,6 +34,21 @@
 //! then `tick`) claim nothing in the first round and each unit once from the second.
 //! `warm_up: Some(Duration::ZERO)` counts and claims at the first heartbeat and tick.
 //!
+//! An outage (or failover) longer than the TTL, during which every process stayed healthy, moves
+//! no unit: the loop ([`Leaser::run`], [`Leaser::spawn`]) of a process that was cut off from the
+//! database (a statement failed for want of it, its heartbeat found its row lapsed, or its tick's
+//! read waited longer than a heartbeat interval) claims, sheds and sweeps nothing for one heartbeat
+//! interval after its first answer, while it re-adopts its own units (its rows still name it, under
+//! the same tokens: they are reported lost at its local deadline and gained again). The others,
+//! back within that interval, take theirs back likewise, so nobody acts on a fleet that is only
+//! late to return. A process that saw no failure claims a crashed process's units at expiry as
+//! before; one that does not come back loses its units one heartbeat interval later. Measured with
+//! three processes on 60 units (TTL 2 s, heartbeat interval 667 ms, a 6 s outage, one process
+//! reconnecting 350 ms after the others, three trials): 0 of 180 units moved (148 before). The
+//! loop's claims and sweeps wait for a pool connection one heartbeat interval at most, so that none
+//! waits out an outage and then takes or frees what lapsed during it. Keep the heartbeat interval
+//! above the pool's reconnect back-off (500 ms). Ticks driven by hand have no such rule.
+//!
 //! ```no_run
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! use std::sync::Arc;

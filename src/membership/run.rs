@@ -216,6 +216,7 @@ impl Leaser {
                     return Err(e);
                 }
                 Err(e) => {
+                    self.unreached(&e);
                     log::warn!(
                         target: "pgtenure::membership",
                         "process {} cannot heartbeat yet ({e}); retrying in {backoff:?}",
@@ -244,8 +245,13 @@ impl Leaser {
             let _busy = self.busy().enter();
             if now >= next_beat {
                 let was_settled = self.local().settled();
-                if let Err(e) = self.heartbeat() {
-                    self.report("heartbeat failed", &e);
+                match self.beat() {
+                    // Its lapse, not its duration: a beat that found a lapse delivers the losses.
+                    Ok(lapsed) => self.reached(Instant::now(), lapsed),
+                    Err(e) => {
+                        self.unreached(&e);
+                        self.report("heartbeat failed", &e);
+                    }
                 }
                 next_beat = now + self.config().heartbeat_interval;
                 let local = self.local();
@@ -255,18 +261,36 @@ impl Leaser {
                 }
             }
             if now >= next_tick {
-                if let Err(e) = self.tick() {
-                    self.report("rebalance failed", &e);
+                match self.tick() {
+                    // Not its duration, which counts the reconciler's: the tick judges its read.
+                    Ok(_) => self.reached(Instant::now(), false),
+                    Err(e) => {
+                        self.unreached(&e);
+                        self.report("rebalance failed", &e);
+                    }
                 }
                 next_tick = Instant::now() + self.config().rebalance_interval;
             }
             if now >= next_sweep {
-                if let Err(e) = self.sweep() {
-                    self.report("sweep failed", &e);
-                }
-                next_sweep = now + self.config().sweep_interval;
+                next_sweep = self.sweep_unless_deferred(now);
             }
         }
+    }
+
+    /// Sweeps, unless back from an outage (see [`Leaser::defers`]): the processes that look dead
+    /// may only be late to return. Returns when to sweep next.
+    fn sweep_unless_deferred(&self, now: Instant) -> Instant {
+        if let Some(until) = self.defers() {
+            return until.max(now + self.config().heartbeat_interval);
+        }
+        match self.sweep_until(Some(Instant::now() + self.config().heartbeat_interval)) {
+            Ok(_) => self.reached(Instant::now(), false),
+            Err(e) => {
+                self.unreached(&e);
+                self.report("sweep failed", &e);
+            }
+        }
+        now + self.config().sweep_interval
     }
 
     /// Logs a loop error (at `error` when waiting cannot fix it) and tells the hooks.

@@ -2,6 +2,7 @@
 //! the tables' creation.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use super::unit::Unit;
 use super::views::{Assignment, ProcessInfo, Unowned};
@@ -334,7 +335,9 @@ impl Statements {
     /// Claims at most `limit` claimable units, up to `budget` weight, starting from `slot` of the
     /// key space; the row then reports `reported` plus what was claimed. An answer whose rows
     /// cannot be read is an error although the units may have been claimed (the table then names
-    /// this process as their owner).
+    /// this process as their owner). It waits for a pool connection until `until` at most (the run
+    /// loop's: a claim must not wait out an outage and then take what lapsed during it).
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn claim(
         &self,
         db: &Db,
@@ -343,6 +346,7 @@ impl Statements {
         budget: i64,
         slot: i32,
         reported: Reported,
+        until: Option<Instant>,
     ) -> Result<Vec<UnitRow>> {
         self.gate.check(db)?;
         let params = Claiming {
@@ -354,7 +358,8 @@ impl Statements {
             weight: reported.weight,
             timeline_tokens: db.timeline_tokens(),
         };
-        let rows = db.query("claim units", Policy::ONCE, &self.claim, &params)?;
+        let policy = until.map_or(Policy::ONCE, |until| Policy::ONCE.until(until));
+        let rows = db.query("claim units", policy, &self.claim, &params)?;
         let read = |row| unit_row(Read::new(row, "claim units", &self.units));
         rows.iter().map(read).collect()
     }
@@ -411,11 +416,13 @@ impl Statements {
         Ok(())
     }
 
-    /// Deletes process rows expired for longer than `cutoff_us` and frees their units.
-    pub(super) fn sweep(&self, db: &Db, cutoff_us: i64) -> Result<Swept> {
+    /// Deletes process rows expired for longer than `cutoff_us` and frees their units, waiting for
+    /// a pool connection until `until` at most (as a claim).
+    pub(super) fn sweep(&self, db: &Db, cutoff_us: i64, until: Option<Instant>) -> Result<Swept> {
         self.gate.check(db)?;
         let context = "sweep processes";
-        let row = db.query_one(context, Policy::ONCE, &self.sweep, &(cutoff_us,))?;
+        let policy = until.map_or(Policy::ONCE, |until| Policy::ONCE.until(until));
+        let row = db.query_one(context, policy, &self.sweep, &(cutoff_us,))?;
         // Counts, never negative.
         let count = |table, name| {
             Read::new(&row, context, table)

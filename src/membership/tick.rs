@@ -164,8 +164,21 @@ impl Leaser {
     /// The tick's decision and adoption, under the tick's lock: read the facts, start from the local
     /// view or the database's, claim or choose what to shed, adopt the result while still live.
     fn tick_once(&self) -> Result<Rebalance> {
-        let live_locally = self.local().live_at(Instant::now());
+        let asked = Instant::now();
+        let live_locally = self.local().live_at(asked);
         let stats = self.read_stats()?;
+        if self.is_running() {
+            // A read that waited out an outage: the other processes may only be late to return.
+            self.reached(asked, false);
+        }
+        let deferring = self.defers().is_some();
+        if deferring {
+            log::debug!(
+                target: "pgtenure::membership",
+                "process {}: back from an outage, claiming and shedding nothing for now",
+                self.process_id()
+            );
+        }
         let mut view = self.starting_view(&stats)?;
         let others = counted_others(&stats);
         // This process counts, and may claim, likewise.
@@ -180,7 +193,7 @@ impl Leaser {
             claimable: stats.claimable + weight_of(&view.shedding),
         };
         let target = facts.target();
-        let moves = if stats.live_self && live_locally {
+        let moves = if stats.live_self && live_locally && !deferring {
             self.claim_or_shed(&stats, &facts, counted, &mut view)?
         } else {
             Moves::default()
@@ -381,9 +394,18 @@ impl Leaser {
             let slot = (random_u64() % (i32::MAX as u64)) as i32;
             let count = (truth.len() + shedding.len()) as i32;
             let reported = Reported { count, weight };
-            let rows =
-                self.sql()
-                    .claim(self.db(), self.process_id(), limit, budget, slot, reported)?;
+            // In the run loop, a claim waits for a connection one heartbeat interval at most.
+            let until =
+                (self.is_running()).then(|| Instant::now() + self.config().heartbeat_interval);
+            let rows = self.sql().claim(
+                self.db(),
+                self.process_id(),
+                limit,
+                budget,
+                slot,
+                reported,
+                until,
+            )?;
             if rows.is_empty() {
                 break;
             }

@@ -13,6 +13,7 @@ mod isolation;
 mod leases;
 mod limits;
 mod membership;
+mod outages;
 mod round_trips;
 
 use pgtenure::{leases::Leases, Db};
