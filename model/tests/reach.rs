@@ -371,7 +371,7 @@ fn the_elector_model_reaches_what_its_properties_are_about() {
 }
 
 mod ticks {
-    use pgtenure_model::ticks::{Action, Answer, Op, State, Ticks};
+    use pgtenure_model::ticks::{Action, Answer, Msg, Op, State, Ticks};
 
     fn runs(state: &State) -> usize {
         state.procs.iter().filter(|p| p.run.is_some()).count()
@@ -456,7 +456,47 @@ mod ticks {
                         && matches!(next.answers.last(), Some(Answer::Claim(_, c)) if c.token.is_none() && !c.too_far)
                 },
             ),
+            (
+                "a scheduler restarted under a new owner wins a tick",
+                |last, action, next| {
+                    let Some(msg) = renamed_claim(last, action) else {
+                        return false;
+                    };
+                    next.db
+                        .row
+                        .as_ref()
+                        .is_some_and(|row| row.owner == msg.owner)
+                        && matches!(next.answers.last(), Some(Answer::Claim(_, c)) if c.token.is_some())
+                },
+            ),
+            (
+                "a scheduler restarted under a new owner is refused the tick its old name won",
+                |last, action, next| {
+                    let Some(msg) = renamed_claim(last, action) else {
+                        return false;
+                    };
+                    let Op::Claim { tick, .. } = msg.op else {
+                        return false;
+                    };
+                    // Its old name: the restarted scheduler's index (owners start as indexes).
+                    last.db
+                        .row
+                        .as_ref()
+                        .is_some_and(|row| row.tick == tick && usize::from(row.owner) == msg.proc)
+                        && matches!(next.answers.last(), Some(Answer::Claim(_, c)) if c.token.is_none() && !c.too_far)
+                },
+            ),
         ]
+    }
+
+    /// The claim `action` executes when its sender restarted under a new owner name.
+    fn renamed_claim<'a>(last: &'a State, action: &Action) -> Option<&'a Msg> {
+        let Action::Exec(i, _) = action else {
+            return None;
+        };
+        let msg = &last.inflight[*i];
+        (matches!(msg.op, Op::Claim { .. }) && usize::from(msg.owner) >= last.procs.len())
+            .then_some(msg)
     }
 }
 

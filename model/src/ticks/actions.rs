@@ -32,8 +32,11 @@ impl Ticks {
             actions.push(Action::Deliver(i));
         }
         if state.restarts < self.max_restarts {
-            // The last scheduler is killed (the schedulers are alike: which one does not matter).
-            actions.push(Action::Restart(state.procs.len() - 1));
+            // The last scheduler is killed (the schedulers are alike: which one does not matter)
+            // and restarts under its own owner name or a new one.
+            let p = state.procs.len() - 1;
+            actions.push(Action::Restart(p, false));
+            actions.push(Action::Restart(p, true));
         }
     }
 

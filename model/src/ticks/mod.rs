@@ -17,7 +17,8 @@
 //! passing it while it runs). Refused: the next tick; not yet due: the same tick again; an error
 //! (the answer lost): the same tick again with a new claim id. The environment: answers late or
 //! never, the connection lost after the commit and the claim resent with the same claim id,
-//! pauses (any interleaving), host clock steps, kill and restart.
+//! pauses (any interleaving), host clock steps, kill and restart under the same owner name or a
+//! new one (the default: each process draws a fresh name).
 //!
 //! The step functions on [`Db`] are one statement each, the code the differential test
 //! (`tests/differential_ticks.rs`) compares with the statements run against PostgreSQL.

@@ -135,8 +135,10 @@ pub enum Action {
     /// Scheduler `p` stops waiting (an answer late or lost: an error); the statement may still
     /// execute.
     GiveUp(usize),
-    /// Scheduler `p` is killed (its run with it) and restarts under its own owner name.
-    Restart(usize),
+    /// Scheduler `p` is killed (its run with it) and restarts under its own owner name (`false`) or
+    /// a new one (`true`: an owner no scheduler had, so it no longer recognises claims made under
+    /// its old name).
+    Restart(usize, bool),
 }
 
 /// Process `p`'s statements in flight are no longer waited for, and its answers never read.

@@ -3,7 +3,7 @@
 
 use super::db::{Claim, Claimed};
 use super::state::{note_token, orphan};
-use super::{Action, Answer, Hole, Msg, Op, Proc, Run, State, Tick, Ticks, Wait};
+use super::{Action, Answer, Hole, Msg, Op, Owner, Proc, Run, State, Tick, Ticks, Wait};
 
 impl Ticks {
     /// The state after `action` from `last`; `None` when the action does not apply.
@@ -64,7 +64,7 @@ impl Ticks {
                 proc.fenced = None;
                 orphan(&mut state, p);
             }
-            Action::Restart(p) => restart(&mut state, p),
+            Action::Restart(p, new_owner) => restart(&mut state, p, new_owner),
         }
         Some(state)
     }
@@ -218,12 +218,18 @@ fn tick(state: &mut State) {
 }
 
 /// Scheduler `p` is killed (its run, its transaction and what it knew of the job with it) and
-/// restarts under its own owner name; statements it sent may still execute.
-fn restart(state: &mut State, p: usize) {
+/// restarts under its own owner name or, with `new_owner`, one no scheduler had (the schedulers'
+/// count plus the restarts so far); statements it sent may still execute, under its old name.
+fn restart(state: &mut State, p: usize, new_owner: bool) {
+    let owner = if new_owner {
+        (state.procs.len() + usize::from(state.restarts)) as Owner
+    } else {
+        state.procs[p].owner
+    };
     state.restarts += 1;
     let proc = &mut state.procs[p];
     *proc = Proc {
-        owner: proc.owner,
+        owner,
         skew: proc.skew,
         next: 0,
         waiting: None,
