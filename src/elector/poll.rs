@@ -104,17 +104,26 @@ impl Elector {
             leader: leader.clone(),
             won: false,
         };
-        if tenure.resigned != epoch {
-            // A clone resigned (or a campaign stopped) while this poll was in flight: whatever it
-            // renewed or won is being given up (or already was); do not lead on it.
-            resign_won_meanwhile(&mut tenure, won);
-            return Ok(not_leading);
+        match tenure.adopt(guard, epoch, won, ended) {
+            Adopted::GivenUp => Ok(not_leading),
+            Adopted::NotWon { lost } => {
+                if let Some(lost) = lost {
+                    log::info!(
+                        target: "pgtenure::elector",
+                        "{} no longer leads fleet {:?} (term {lost} {})",
+                        self.holder,
+                        self.name,
+                        if ended.is_some() {
+                            "asked to step down: it resigns next"
+                        } else {
+                            "ended"
+                        }
+                    );
+                }
+                Ok(not_leading)
+            }
+            Adopted::Won(term) => Ok(self.lead(&mut tenure, term, sent + self.ttl, leader)),
         }
-        let Some(term) = won else {
-            self.forget_term(&mut tenure, guard, ended);
-            return Ok(not_leading);
-        };
-        Ok(self.lead(&mut tenure, term, sent + self.ttl, leader))
     }
 
     /// Sends the poll's statement, guarded by the term this elector holds (if any), under the
@@ -133,34 +142,6 @@ impl Elector {
                         .is_leader(&self.db, name, holder, self.ttl_us, guard, promotion, until)
                 })
         })
-    }
-
-    /// A poll that won nothing: the term it was guarded by has ended (or was asked to step down,
-    /// `ended`), unless another poll (on a clone) has moved the tenure on meanwhile.
-    fn forget_term(&self, tenure: &mut KnownTenure, guard: Option<i64>, ended: Option<i64>) {
-        // Forget the term only if no other poll (on a clone) has moved it on meanwhile.
-        if tenure.term != guard {
-            return;
-        }
-        if let Some(lost) = tenure.term.take() {
-            log::info!(
-                target: "pgtenure::elector",
-                "{} no longer leads fleet {:?} (term {lost} {})",
-                self.holder,
-                self.name,
-                if ended.is_some() {
-                    "asked to step down: it resigns next"
-                } else {
-                    "ended"
-                }
-            );
-        }
-        tenure.deadline = None;
-        if ended.is_some() {
-            // Still live in the database, at its old expiry: resigned once this belief's
-            // end has been told (the campaign's `Lost`, or is_leader's `false`).
-            tenure.resigning = ended;
-        }
     }
 
     /// A poll that won or renewed `term`: this elector leads until `deadline` (the instant the poll
@@ -199,6 +180,67 @@ impl Elector {
     }
 }
 
+/// What a poll's answer did to the tenure its clones share.
+#[derive(Debug, PartialEq)]
+enum Adopted {
+    /// The tenure was given up while the poll was in flight: it leads on nothing it brought.
+    GivenUp,
+    /// It won nothing; `lost` is the term it forgot, if it held one.
+    NotWon { lost: Option<i64> },
+    /// It won or renewed this term.
+    Won(i64),
+}
+
+impl KnownTenure {
+    /// Adopts a poll's answer (`won`: the term it won or renewed; `ended`: the term it was asked
+    /// to step down from), for a poll sent guarded by `guard` when the tenure's give-ups counted
+    /// `epoch`.
+    fn adopt(
+        &mut self,
+        guard: Option<i64>,
+        epoch: u64,
+        won: Option<i64>,
+        ended: Option<i64>,
+    ) -> Adopted {
+        if self.resigned != epoch {
+            // A clone resigned, a campaign stopped, or a poll was told to step down while this
+            // poll was in flight: whatever it renewed or won is being given up (or already was);
+            // do not lead on it.
+            resign_won_meanwhile(self, won);
+            return Adopted::GivenUp;
+        }
+        match won {
+            Some(term) => Adopted::Won(term),
+            None => Adopted::NotWon {
+                lost: self.forget_term(guard, ended),
+            },
+        }
+    }
+
+    /// A poll that won nothing: the term it was guarded by has ended (or was asked to step down,
+    /// `ended`), unless another poll (on a clone) has moved the tenure on meanwhile. Returns the
+    /// term forgotten.
+    fn forget_term(&mut self, guard: Option<i64>, ended: Option<i64>) -> Option<i64> {
+        // Forget the term only if no other poll (on a clone) has moved it on meanwhile.
+        if self.term != guard {
+            return None;
+        }
+        let lost = self.term.take();
+        self.deadline = None;
+        if ended.is_some() {
+            // Still live in the database, at its old expiry: resigned once this belief's end has
+            // been told (the campaign's `Lost`, or is_leader's `false`). A renewal of the same
+            // term in flight meanwhile (on a clone, or the campaign's when a clone was told)
+            // executed before the request: its answer must not bring the term back, or this
+            // elector would lead on it while the resignation frees the row for another. So this
+            // gives the tenure up, as a resignation does.
+            self.resigning = ended;
+            self.resigned += 1;
+        }
+        lost
+    }
+}
+
 /// A term `won` anew by a poll in flight while the tenure was given up is resigned like the one
 /// given up (the statement is guarded by holder and term), rather than left to expire.
 fn resign_won_meanwhile(tenure: &mut KnownTenure, won: Option<i64>) {
@@ -207,5 +249,48 @@ fn resign_won_meanwhile(tenure: &mut KnownTenure, won: Option<i64>) {
         if tenure.term.is_none() && tenure.resigning.is_none_or(|waiting| waiting <= term) {
             tenure.resigning = Some(term);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Adopted, KnownTenure};
+
+    /// Two polls on clones, both sent while the elector held term 7: the one that ran after
+    /// `request_resign` is answered first (`ended`), the renewal that ran before the request is
+    /// answered after it. Leading on the renewal would make a second leader once the term is
+    /// resigned (found by the model checker: docs/reliability.md).
+    #[test]
+    fn a_renewal_answered_after_a_request_to_step_down_does_not_lead_again() {
+        let mut tenure = KnownTenure {
+            term: Some(7),
+            ..KnownTenure::default()
+        };
+        let epoch = tenure.resigned;
+        assert_eq!(
+            tenure.adopt(Some(7), epoch, None, Some(7)),
+            Adopted::NotWon { lost: Some(7) }
+        );
+        assert_eq!(tenure.resigning, Some(7));
+        assert_eq!(tenure.adopt(Some(7), epoch, Some(7), None), Adopted::GivenUp);
+        assert_eq!(tenure.term, None);
+        assert_eq!(tenure.resigning, Some(7));
+    }
+
+    /// A term that ended without a request (another won the lapsed row) is forgotten, and a
+    /// poll in flight then may still win a new term: nothing was given up.
+    #[test]
+    fn a_term_that_ended_on_its_own_does_not_give_up_the_polls_in_flight() {
+        let mut tenure = KnownTenure {
+            term: Some(7),
+            ..KnownTenure::default()
+        };
+        let epoch = tenure.resigned;
+        assert_eq!(
+            tenure.adopt(Some(7), epoch, None, None),
+            Adopted::NotWon { lost: Some(7) }
+        );
+        assert_eq!(tenure.resigning, None);
+        assert_eq!(tenure.adopt(None, epoch, Some(9), None), Adopted::Won(9));
     }
 }

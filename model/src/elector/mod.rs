@@ -71,8 +71,9 @@ pub struct Election {
     /// `Elector::is_leader` beside its campaign.
     pub clone: bool,
     /// A poll answered `ended` (asked to step down) makes every other poll of the tenure in flight
-    /// (a clone's) not led on, as a resignation does: the fix for the hole the clone check finds
-    /// in the library as shipped (see docs/reliability.md, "Model checking"). Off: as shipped.
+    /// (a clone's) not led on, as a resignation does, as the library does since the clone check
+    /// found the hole (see docs/reliability.md, "Model checking"). Off: the hole reintroduced,
+    /// the library before the fix.
     pub ended_stands_down: bool,
     pub hole: Option<Hole>,
 }
@@ -93,7 +94,7 @@ impl Election {
             requests: true,
             max_failovers: 0,
             clone: false,
-            ended_stands_down: false,
+            ended_stands_down: true,
             hole: None,
         }
     }
