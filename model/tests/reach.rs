@@ -553,10 +553,14 @@ mod membership {
                     matches!(action, Action::Tick) && believers(next) < believers(last)
                 },
             ),
-            ("both processes believe a unit at once", |_, _, next| {
+            // Counted over the processes that believe a unit: the spare id (down until a
+            // replacement starts it) never does in a run without interventions.
+            ("two processes believe a unit at once", |_, _, next| {
                 next.processes
                     .iter()
-                    .all(|p| (0..2).any(|u| p.believes(u, next.now).is_some()))
+                    .filter(|p| (0..2).any(|u| p.believes(u, next.now).is_some()))
+                    .count()
+                    >= 2
             }),
             (
                 "a believer's local deadline is its row's expiry",
