@@ -1,7 +1,8 @@
 //! What a tick decides (`src/membership/tick.rs`, `fair.rs`, `warm_up.rs`), from the database as
 //! stats.sql reads it at the step the decision is made: the fair share by weight, the warm-up
 //! (a process counts, and claims, only once its row has settled or it owns units; in a cold fleet
-//! it also waits until every other live process has settled), and the unit to shed.
+//! it also waits until every other live process has settled, but only before its first claim),
+//! and the unit to shed.
 
 use super::{Db, Pid, Process, Tick, UNITS, WEIGHTS};
 
@@ -68,8 +69,9 @@ pub(super) fn decide(db: &Db, now: Tick, p: Pid, process: &Process) -> Step {
     let owns = mine > 0 || shedding > 0;
     if budget > 0 {
         let counted = settled(p) || owns;
-        // A cold fleet (no other live process owns units) waits until the others settled.
-        let cold = !owns && live_others.iter().all(|&q| db.weight_of(q) == 0);
+        // A cold fleet (no other live process owns units) waits until the others settled,
+        // unless its warm-up is over already (it claimed before: over for good).
+        let cold = !process.warm && !owns && live_others.iter().all(|&q| db.weight_of(q) == 0);
         let waiting = cold && !live_others.iter().all(|&q| settled(q));
         return if counted && !waiting {
             Step::Claim(budget)

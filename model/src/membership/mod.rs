@@ -16,7 +16,8 @@
 //! step of its own; the claim or shed it sends executes later, against whatever changed since):
 //! the fair share by weight (`fair.rs`: counted processes are those settled or owning units), the
 //! warm-up (a process claims only once it counts, and in a cold fleet only once every other live
-//! process has settled; the warm-up's wall-clock wait and its longest bound are not modelled) and
+//! process has settled, until its first claim: the warm-up is then over for good, as `WarmUp` is,
+//! until a restart; the warm-up's wall-clock wait and its longest bound are not modelled) and
 //! the weight budget of its claim, or the lightest unit to shed. Every decision is queued in
 //! decision order in the process's outbox and delivered to its reconciler later, one message a
 //! step ([`Action::Flush`]); the loop sends its next statement only once what was queued when it

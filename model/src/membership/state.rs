@@ -104,6 +104,10 @@ pub struct Process {
     /// Not running: a spare id not started yet, or a process killed for good (replaced by one
     /// under a new id).
     pub down: bool,
+    /// Its warm-up is over: it has sent a claim since it started. `WarmUp` is over for good once
+    /// a tick may claim, so from then on it claims whenever it counts, even in a cold fleet with
+    /// another live process not settled yet (a restart starts a new warm-up).
+    pub warm: bool,
 }
 
 impl Process {

@@ -89,6 +89,9 @@ impl Membership {
             state.interventions += 1;
         }
         let process = &mut state.processes[p as usize];
+        if matches!(op, Op::Claim(_)) {
+            process.warm = true;
+        }
         process.waiting = Some(Wait {
             op: op.clone(),
             sent: state.now,
