@@ -1,5 +1,5 @@
 -- The table at a glance, for monitoring (the exporter's scrape): how many keys have a row, how many
--- permits are live now, and the $1 keys with the most live permits (then by key), each with its live
+-- have a live permit, how many permits are live now, and the $1 keys with the most live permits (then by key), each with its live
 -- permits and its slots (the highest slot ever taken, plus one: the most permits its acquirers have
 -- needed at once; the table does not record the limit they asked for). One row with NULL key columns
 -- first, for the counts. It reads the whole table once, on the server, and sends at most $1 + 1 rows.
@@ -16,9 +16,9 @@ WITH per_key AS (
      ORDER BY held DESC, key
      LIMIT $1
 )
-SELECT count(*) AS keys, coalesce(sum(held), 0)::bigint AS held, NULL::text AS key,
-       NULL::integer AS slots
+SELECT count(*) AS keys, count(*) FILTER (WHERE held > 0) AS held_keys,
+       coalesce(sum(held), 0)::bigint AS held, NULL::text AS key, NULL::integer AS slots
   FROM per_key
 UNION ALL
-SELECT NULL, held, key, slots
+SELECT NULL, NULL, held, key, slots
   FROM busiest

@@ -149,6 +149,8 @@ impl Statements {
 pub(super) struct SummaryRow {
     /// Keys with a row (the counts' row only).
     pub(super) keys: Option<i64>,
+    /// Keys with a live permit (the counts' row only).
+    pub(super) held_keys: Option<i64>,
     /// Live permits: of the table, or of the key.
     pub(super) held: i64,
     pub(super) key: Option<String>,
@@ -176,6 +178,7 @@ impl Statements {
                 let read = Read::new(row, context, &self.table);
                 Ok(SummaryRow {
                     keys: read.column("keys")?,
+                    held_keys: read.column("held_keys")?,
                     held: read.column("held")?,
                     key: read.column("key")?,
                     slots: read.column("slots")?,

@@ -46,6 +46,8 @@ impl PermitInfo {
 pub struct SemaphoreSummary {
     /// Keys with a row in the table, held or lapsed (a key's rows stay after its permits lapse).
     pub keys: u64,
+    /// Keys with at least one live permit.
+    pub held_keys: u64,
     /// Permits live now, by the database clock, across every key.
     pub held: u64,
     /// The keys with the most live permits (most first, then by key), at most as many as asked.
@@ -73,6 +75,7 @@ impl SemaphoreSummary {
             match row.key {
                 None => {
                     summary.keys = count(row.keys.unwrap_or(0));
+                    summary.held_keys = count(row.held_keys.unwrap_or(0));
                     summary.held = count(row.held);
                 }
                 Some(key) => summary.busiest.push(KeyPermits {

@@ -102,12 +102,14 @@ impl ExporterArgs {
             elector: global.elector(db)?,
             ticks: global.ticks(db)?,
             units: global.units(db)?,
+            semaphores: global.semaphores(db)?,
             names: TableNames {
                 leases: global.leases_table.clone(),
                 leader: global.leader_table.clone(),
                 ticks: global.ticks_table.clone(),
                 processes: global.processes_table.clone(),
                 units: global.units_table.clone(),
+                semaphores: global.semaphores_table.clone(),
             },
             soonest: self.max_series,
         };
