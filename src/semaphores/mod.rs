@@ -223,7 +223,9 @@ impl Semaphore {
     /// error when the renewal thread could not be started (the permit then lapses at its TTL).
     pub fn acquire(&self, key: &str, permits: u32, ttl: Duration) -> Result<Option<Permit>> {
         let (asked, ttl_us) = check_acquire(key, permits, ttl)?;
-        let Some((slot, token, sent)) = self.acquire_statement(key, asked, ttl_us)? else {
+        let answer = self.acquire_statement(key, asked, ttl_us)?;
+        crate::observe::semaphore_acquire(answer.is_some());
+        let Some((slot, token, sent)) = answer else {
             log::debug!(target: "pgtenure::semaphores", "semaphore {key:?}: all {permits} permits are held");
             return Ok(None);
         };
