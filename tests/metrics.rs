@@ -283,8 +283,14 @@ fn semaphores(seen: &Seen, tables: &mut Tables) {
         (permit, refused)
     });
     assert!(permit.is_some() && refused.is_none());
-    moved.assert_by("pgtenure_semaphore_acquires_total{outcome=\"granted\"}", 1.0);
-    moved.assert_by("pgtenure_semaphore_acquires_total{outcome=\"refused\"}", 1.0);
+    moved.assert_by(
+        "pgtenure_semaphore_acquires_total{outcome=\"granted\"}",
+        1.0,
+    );
+    moved.assert_by(
+        "pgtenure_semaphore_acquires_total{outcome=\"refused\"}",
+        1.0,
+    );
     // A permit is a managed lease's tenure: it counts among the leases held.
     assert_eq!(moved.value("pgtenure_leases_held"), Some(1.0));
     permit.unwrap().release().unwrap();

@@ -2161,9 +2161,9 @@ fn semaphores_lists_the_permits_the_library_holds() {
     let table = text(&out.stdout);
     assert!(table.starts_with("KEY"), "{table}");
     assert!(
-        table
-            .lines()
-            .any(|l| l.contains("export%eu") && l.contains("app-b") && l.contains(&second.token().to_string())),
+        table.lines().any(|l| l.contains("export%eu")
+            && l.contains("app-b")
+            && l.contains(&second.token().to_string())),
         "{table}"
     );
 
@@ -2212,15 +2212,26 @@ fn lease_run_with_permits_runs_n_commands_at_once_and_refuses_or_waits_the_next(
     );
     let start = |wait: &str| {
         env.command(&[
-            "lease-run", "export", "--permits", "2", "--wait", wait, "--", "sh", "-c", &script,
+            "lease-run",
+            "export",
+            "--permits",
+            "2",
+            "--wait",
+            wait,
+            "--",
+            "sh",
+            "-c",
+            &script,
         ])
         .spawn()
         .unwrap()
     };
     let (first, second) = (start("0"), start("0"));
-    let both = wait_for("both commands running at once", Duration::from_secs(20), || {
-        read(&log).filter(|l| l.lines().count() == 2)
-    });
+    let both = wait_for(
+        "both commands running at once",
+        Duration::from_secs(20),
+        || read(&log).filter(|l| l.lines().count() == 2),
+    );
     let mut slots: Vec<&str> = both.lines().map(|l| l.split(' ').nth(1).unwrap()).collect();
     slots.sort();
     assert_eq!(slots, ["0", "1"], "{both}");
@@ -2239,9 +2250,11 @@ fn lease_run_with_permits_runs_n_commands_at_once_and_refuses_or_waits_the_next(
     // A fourth waits, and runs once slot 0 is freed, beside the run in slot 1.
     let fourth = start("30s");
     std::fs::write(env.file("go_0"), "").unwrap();
-    wait_for("the waiting command to run", Duration::from_secs(20), || {
-        read(&log).filter(|l| l.lines().filter(|l| l.starts_with("start")).count() == 3)
-    });
+    wait_for(
+        "the waiting command to run",
+        Duration::from_secs(20),
+        || read(&log).filter(|l| l.lines().filter(|l| l.starts_with("start")).count() == 3),
+    );
     std::fs::write(env.file("go_1"), "").unwrap();
     for (child, what) in [(first, "first"), (second, "second"), (fourth, "fourth")] {
         let (status, stderr) = finish(child, Duration::from_secs(20));
@@ -2251,7 +2264,13 @@ fn lease_run_with_permits_runs_n_commands_at_once_and_refuses_or_waits_the_next(
     assert_eq!(most_at_once(&log), 2, "{log}");
     let lines: Vec<&str> = log.lines().collect();
     let freed = lines.iter().position(|l| *l == "end 0").unwrap();
-    let waited = lines.iter().rposition(|l| l.starts_with("start 0")).unwrap();
-    assert!(waited > freed, "the waiting run took the freed slot after its end: {log}");
+    let waited = lines
+        .iter()
+        .rposition(|l| l.starts_with("start 0"))
+        .unwrap();
+    assert!(
+        waited > freed,
+        "the waiting run took the freed slot after its end: {log}"
+    );
     assert!(env.semaphore().holders("export").unwrap().is_empty());
 }

@@ -479,7 +479,9 @@ fn metrics_match_what_the_library_reports_and_pass_promtool() {
     b.heartbeat().unwrap();
 
     // Semaphores: export holds 2 permits (of 3), quota 1, partner none (its permit released).
-    let semaphore = Semaphore::new(&db()).with_table(&tables.semaphores).unwrap();
+    let semaphore = Semaphore::new(&db())
+        .with_table(&tables.semaphores)
+        .unwrap();
     semaphore.create_table().unwrap();
     let permits: Vec<_> = [("export", 3), ("export", 3), ("quota", 5), ("partner", 2)]
         .into_iter()
@@ -552,7 +554,10 @@ fn metrics_match_what_the_library_reports_and_pass_promtool() {
     assert_eq!(scrape.get("pgtenure_table_semaphore_permits_held"), 3.0);
     assert_eq!(
         scrape.family("pgtenure_table_semaphore_key_permits_held"),
-        [("pgtenure_table_semaphore_key_permits_held{key=\"export\"}", 2.0)]
+        [(
+            "pgtenure_table_semaphore_key_permits_held{key=\"export\"}",
+            2.0
+        )]
     );
     assert_eq!(
         scrape.family("pgtenure_table_semaphore_key_slots"),

@@ -323,7 +323,9 @@ fn semaphore_families(r: &Registry, s: &Snapshot) {
         "pgtenure_table_semaphore_key_slots",
         "Slots of each key with a series: its highest slot ever taken plus one, the most permits \
          its holders have needed at once (the limit they ask for is not stored, and may be higher)",
-        sem.busiest.iter().map(|k| (key(&k.key), f64::from(k.slots))),
+        sem.busiest
+            .iter()
+            .map(|k| (key(&k.key), f64::from(k.slots))),
     );
     gauge(
         r,

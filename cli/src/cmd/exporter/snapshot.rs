@@ -253,9 +253,9 @@ fn first_hidden(search_path: &str, role: &str, unusable: &[String]) -> Option<St
 impl Snapshot {
     /// Keys with live permits beyond those read (`--max-series`): counted, without a series.
     pub(super) fn unlisted_semaphores(&self) -> u64 {
-        self.semaphores.as_ref().map_or(0, |s| {
-            s.held_keys.saturating_sub(s.busiest.len() as u64)
-        })
+        self.semaphores
+            .as_ref()
+            .map_or(0, |s| s.held_keys.saturating_sub(s.busiest.len() as u64))
     }
 
     /// Held leases beyond those read (`--max-series`): counted, without a series or a row.

@@ -62,7 +62,11 @@ impl Source {
     }
 
     /// One acquire statement.
-    pub(super) fn acquire(&self, key: &str, ttl: Duration) -> pgtenure::Result<Result<Held, Refused>> {
+    pub(super) fn acquire(
+        &self,
+        key: &str,
+        ttl: Duration,
+    ) -> pgtenure::Result<Result<Held, Refused>> {
         Ok(match self {
             Source::Lease(leases) => leases
                 .acquire_or_refusal(key, ttl)?

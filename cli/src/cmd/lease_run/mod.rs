@@ -312,13 +312,7 @@ impl LeaseRunArgs {
     /// (CMD's tree is stopped), passing the signals pgtenure receives on to CMD's tree; releases
     /// the lease, and returns the exit status. `cmd` comes after `lease`, so it is dropped before
     /// it: a panic kills CMD's tree before the lease's drop releases the key.
-    fn supervise(
-        &self,
-        lease: Held,
-        mut cmd: Cmd,
-        exited: &Receiver<()>,
-        signals: &Signals,
-    ) -> u8 {
+    fn supervise(&self, lease: Held, mut cmd: Cmd, exited: &Receiver<()>, signals: &Signals) -> u8 {
         let program = &self.command[0];
         loop {
             select! {
