@@ -2167,6 +2167,23 @@ fn semaphores_lists_the_permits_the_library_holds() {
         "{table}"
     );
 
+    // status has a section of its own for them.
+    let out = env.run(&["status"]);
+    let shown = text(&out.stdout);
+    assert!(
+        shown.contains(&format!(
+            "Semaphores ({}): 3 permits held, on 2 keys",
+            env.semaphores
+        )),
+        "{shown}"
+    );
+    let status = env.json(&["status"]);
+    assert_eq!(
+        status["semaphores"].as_array().map(Vec::len),
+        Some(3),
+        "{status}"
+    );
+
     first.release().unwrap();
     let listed = env.json(&["semaphores", "--prefix", "export"]);
     let slots: Vec<u64> = listed

@@ -34,7 +34,7 @@ pub(crate) use self::units::UnitsArgs;
 
 #[derive(Subcommand, Debug)]
 pub(crate) enum Command {
-    /// Everything at a glance: leases, leaders, members with their unit counts, jobs.
+    /// Everything at a glance: leases, leaders, members with their unit counts, jobs, permits.
     Status(StatusArgs),
     /// Every lease row, live or lapsed.
     Leases(LeasesArgs),
