@@ -2219,10 +2219,12 @@ fn lease_run_with_permits_runs_n_commands_at_once_and_refuses_or_waits_the_next(
     env.semaphore().create_table().unwrap();
     let log = env.file("log");
     let go = env.file("go");
-    // Each run holds its permit until its slot's go file exists.
+    // Each run holds its permit until its slot's go file exists (at most 30 s: a failing test
+    // leaves nothing running for long).
     let script = format!(
-        "echo start $PGTENURE_PERMIT_SLOT $PGTENURE_LEASE_TOKEN >> {log}; \
-         while [ ! -e {go}_$PGTENURE_PERMIT_SLOT ]; do sleep 0.02; done; \
+        "echo start $PGTENURE_PERMIT_SLOT $PGTENURE_LEASE_TOKEN >> {log}; n=0; \
+         while [ ! -e {go}_$PGTENURE_PERMIT_SLOT ] && [ $n -lt 1500 ]; do \
+         sleep 0.02; n=$((n+1)); done; \
          echo end $PGTENURE_PERMIT_SLOT >> {log}",
         log = log.display(),
         go = go.display()
