@@ -564,6 +564,16 @@ fn metrics_match_what_the_library_reports_and_pass_promtool() {
         [("pgtenure_table_semaphore_key_slots{key=\"export\"}", 2.0)]
     );
     assert_eq!(scrape.get("pgtenure_table_semaphore_keys_unlisted"), 1.0);
+    let (code, _, page) = exporter.get("/");
+    assert_eq!(code, 200);
+    assert!(
+        page.contains("<p>3 permits held, on 2 of 3 keys; the keys with the most first</p>")
+            && page.contains(
+                "<tr data-semaphore=\"export\"><td>export</td><td class=\"num\">2</td><td class=\"num\">2</td></tr>"
+            )
+            && page.contains("and 1 more keys"),
+        "{page}"
+    );
     for permit in held_permits {
         permit.release().unwrap();
     }
