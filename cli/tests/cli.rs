@@ -1165,6 +1165,10 @@ fn lease_run_checks_its_arguments_before_it_connects() {
         // listings' other flags (kept out of its help). The table flags are accepted.
         &["--json", "lease-run", "k", "--", "true"],
         &["lease-run", "k", "-o", "wide", "--", "true"],
+        // A semaphore has 1 to 10,000 permits.
+        &["lease-run", "k", "--permits", "0", "--", "true"],
+        &["lease-run", "k", "--permits", "10001", "--", "true"],
+        &["lease-run", "k", "--permits", "-1", "--", "true"],
     ] {
         let started = Instant::now();
         let out = env.command_with_url(down, args).output().unwrap();
@@ -1195,6 +1199,7 @@ fn every_command_checks_its_arguments_before_it_connects() {
         (down, &["--processes-table", "a.b.c", "status"]),
         (down, &["--ticks-table", "x;drop", "--watch", "jobs"]),
         (down, &["--leader-table", "", "leader"]),
+        (down, &["--semaphores-table", "a b", "semaphores"]),
         (
             down,
             &["--leases-table", "bad name", "lease-run", "k", "--", "true"],

@@ -146,7 +146,7 @@ pub(crate) struct LeaseRunArgs {
     owner: Option<String>,
     /// Hold one of N permits of the semaphore KEY instead of the lease KEY: up to N commands run
     /// at once (1 to 10000).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", allow_hyphen_values = true)]
     permits: Option<u32>,
     /// The command to run and its arguments, after `--`.
     #[arg(required = true, last = true, value_name = "CMD")]
