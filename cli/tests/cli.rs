@@ -670,11 +670,25 @@ fn a_command_that_cannot_run_is_reported_and_the_lease_released() {
 }
 
 #[test]
-fn the_first_lease_run_creates_the_leases_table() {
+fn the_first_lease_run_creates_the_leases_or_semaphores_table() {
     let env = Env::new();
     let out = env.run(&["lease-run", "k", "--", "true"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(env.leases().list("").unwrap().len(), 1);
+    // With --permits, the semaphores table; the permit released after CMD.
+    let out = env.run(&[
+        "lease-run",
+        "k",
+        "--permits",
+        "3",
+        "--",
+        "sh",
+        "-c",
+        "test \"$PGTENURE_PERMIT_SLOT\" = 0",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(env.semaphore().holders("k").unwrap().is_empty());
+    assert_eq!(env.semaphore().summary(1).unwrap().keys, 1);
 }
 
 /// Whether `pid` runs: it exists and is not a zombie (an orphan whose reaper has not reaped it yet).
