@@ -298,8 +298,8 @@ pub use r2d2;
 /// The pool's connection manager, re-exported for [`Db::from_pool`].
 pub use r2d2_postgres;
 
-/// Creates every default table (tick claims, fire claims, leases, leader, processes and units), or
-/// brings it to the schema version this pgtenure needs.
+/// Creates every default table (tick claims, fire claims, leases, leader, processes, units and
+/// semaphores), or brings it to the schema version this pgtenure needs.
 ///
 /// Each table's version is recorded in its comment; its missing steps (each idempotent) and the
 /// new record run in one transaction under a transaction-level advisory lock, so every instance

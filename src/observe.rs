@@ -22,6 +22,10 @@ const COUNTERS: &[(&str, &str)] = &[
         "Lease grants asked, by outcome",
     ),
     (
+        "pgtenure_semaphore_acquires_total",
+        "Semaphore permits asked, by outcome",
+    ),
+    (
         "pgtenure_lease_renewals_total",
         "Lease renewals, by outcome",
     ),
@@ -160,6 +164,15 @@ pub(crate) fn describe_once() {
 pub(crate) fn lease_acquire(granted: bool) {
     #[cfg(feature = "metrics")]
     counter!("pgtenure_lease_acquires_total", "outcome" => if granted { "granted" } else { "refused" })
+        .increment(1);
+    #[cfg(not(feature = "metrics"))]
+    let _ = granted;
+}
+
+/// A semaphore acquire answered: a permit granted, or refused (every permit held).
+pub(crate) fn semaphore_acquire(granted: bool) {
+    #[cfg(feature = "metrics")]
+    counter!("pgtenure_semaphore_acquires_total", "outcome" => if granted { "granted" } else { "refused" })
         .increment(1);
     #[cfg(not(feature = "metrics"))]
     let _ = granted;

@@ -22,6 +22,7 @@ use pgtenure::{
     elector::Elector,
     fire_claims::FireClaims,
     leases::{LeaseLoss, Leases},
+    semaphores::Semaphore,
     tick_claims::TickClaims,
     Db,
 };
@@ -177,6 +178,7 @@ fn every_documented_metric_moves_as_the_primitives_work() {
     let seen = Seen::get();
     let mut tables = Tables::new();
     leases(seen, &mut tables);
+    semaphores(seen, &mut tables);
     claims(seen, &mut tables);
     election(seen, &mut tables);
     membership(seen, &mut tables);
@@ -268,6 +270,30 @@ fn leases(seen: &Seen, tables: &mut Tables) {
     moved.assert_by("pgtenure_lease_renewals_total{outcome=\"failed\"}", 1.0);
     // An undefined table is class 42.
     moved.assert_by("pgtenure_statement_errors_total{class=\"42\"}", 1.0);
+}
+
+fn semaphores(seen: &Seen, tables: &mut Tables) {
+    let semaphore = Semaphore::new(&db())
+        .with_table(&tables.name("sema"))
+        .unwrap();
+    semaphore.create_table().unwrap();
+    let ((permit, refused), moved) = seen.across(|| {
+        let permit = semaphore.acquire("k", 1, Duration::from_secs(5)).unwrap();
+        let refused = semaphore.acquire("k", 1, Duration::from_secs(5)).unwrap();
+        (permit, refused)
+    });
+    assert!(permit.is_some() && refused.is_none());
+    moved.assert_by(
+        "pgtenure_semaphore_acquires_total{outcome=\"granted\"}",
+        1.0,
+    );
+    moved.assert_by(
+        "pgtenure_semaphore_acquires_total{outcome=\"refused\"}",
+        1.0,
+    );
+    // A permit is a managed lease's tenure: it counts among the leases held.
+    assert_eq!(moved.value("pgtenure_leases_held"), Some(1.0));
+    permit.unwrap().release().unwrap();
 }
 
 fn claims(seen: &Seen, tables: &mut Tables) {

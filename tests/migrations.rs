@@ -53,6 +53,7 @@ fn tables_for(n: &Names) -> migrations::Tables {
         .and_then(|t| t.with_leases(&n.lease))
         .and_then(|t| t.with_leader(&n.leader))
         .and_then(|t| t.with_membership(&n.procs, &n.units))
+        .and_then(|t| t.with_semaphores(&n.sema))
         .unwrap()
 }
 
@@ -63,6 +64,7 @@ fn make_all_v1(n: &Names) {
     make_v1("leader", &n.leader);
     make_v1("processes", &n.procs);
     make_v1("units", &n.units);
+    make_v1("semaphores", &n.sema);
 }
 
 fn comment(table: &str) -> Option<String> {
@@ -106,6 +108,20 @@ fn a_fresh_database_is_created_at_this_version_and_recorded() {
             .map(|c| c.starts_with("pgtenure: leases table, schema version 3")),
         Some(true)
     );
+    // The semaphores table is among the defaults: migrate made it, and a semaphore on it works.
+    assert_eq!(
+        comment(&n.sema)
+            .as_deref()
+            .map(|c| c.starts_with("pgtenure: semaphores table, schema version 1")),
+        Some(true),
+        "{:?}",
+        comment(&n.sema)
+    );
+    let permits = pgtenure::semaphores::Semaphore::new(&db)
+        .with_table(&n.sema)
+        .unwrap();
+    let permit = permits.acquire("k", 2, Duration::from_secs(5)).unwrap();
+    assert_eq!(permit.as_ref().map(|p| p.slot()), Some(0));
 }
 
 /// The case the CHANGELOG's hand-written `ALTER TABLE` used to cover: a processes table made
@@ -207,7 +223,7 @@ fn many_instances_migrate_old_and_fresh_tables_at_once() {
         migrations::migrate(&db, t).map(|plans| plans.len())
     });
     for r in results {
-        assert_eq!(r.unwrap(), 6);
+        assert_eq!(r.unwrap(), 7);
     }
     let db = db();
     for plan in migrations::plan(&db, &tables_for(&old))
@@ -846,6 +862,7 @@ fn give_to(n: &Names, role: &str) {
             "ALTER TABLE \"{t}\" OWNER TO {role}; ALTER TABLE \"{f}\" OWNER TO {role};
              ALTER TABLE \"{l}\" OWNER TO {role}; ALTER TABLE \"{e}\" OWNER TO {role};
              ALTER TABLE \"{p}\" OWNER TO {role}; ALTER TABLE \"{u}\" OWNER TO {role};
+             ALTER TABLE \"{s}\" OWNER TO {role}; ALTER SEQUENCE \"{s}_token_seq\" OWNER TO {role};
              ALTER SEQUENCE \"{l}_token_seq\" OWNER TO {role};
              ALTER SEQUENCE \"{e}_term_seq\" OWNER TO {role}",
             t = n.tick,
@@ -853,7 +870,8 @@ fn give_to(n: &Names, role: &str) {
             l = n.lease,
             e = n.leader,
             p = n.procs,
-            u = n.units
+            u = n.units,
+            s = n.sema
         ))
         .unwrap();
 }
@@ -982,7 +1000,7 @@ fn migrating_at_once_under_a_short_statement_timeout_succeeds() {
     std::thread::sleep(Duration::from_millis(300));
     holding.commit().unwrap();
     for result in racing.join().unwrap() {
-        assert_eq!(result.unwrap(), 6);
+        assert_eq!(result.unwrap(), 7);
     }
     for plan in migrations::plan(&db(), &tables_for(&n)).unwrap() {
         assert_eq!(plan.recorded_version(), Some(plan.target()), "{plan}");

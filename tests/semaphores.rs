@@ -567,3 +567,54 @@ fn a_blackholed_holder_loses_its_permit_at_its_deadline_before_the_slot_is_taken
         (sem.owner(), taken.token(), true)
     );
 }
+
+/// `list` and `summary`, what operators and the exporter read: live permits only, by key and slot,
+/// a prefix of plain text; counts of keys and permits, and the busiest keys first with their slots.
+#[test]
+fn list_and_summary_show_the_live_permits_by_the_database_clock() {
+    let mut tables = Tables::new();
+    let (semaphore, table) = semaphore(&mut tables);
+    let ttl = Duration::from_secs(30);
+    let a = [
+        semaphore.acquire("a%1", 3, ttl).unwrap().unwrap(),
+        semaphore.acquire("a%1", 3, ttl).unwrap().unwrap(),
+        semaphore.acquire("a%1", 3, ttl).unwrap().unwrap(),
+    ];
+    let b = semaphore.acquire("b", 2, ttl).unwrap().unwrap();
+    let c = semaphore.acquire("c", 2, ttl).unwrap().unwrap();
+    let gone = semaphore.acquire("d", 2, ttl).unwrap().unwrap();
+    gone.release().unwrap();
+    // Slot 1 of a%1 lapsed: it is neither listed nor counted.
+    end(&table, a[1].token());
+
+    let listed: Vec<(String, u32, i64)> = semaphore
+        .list("")
+        .unwrap()
+        .into_iter()
+        .map(|p| (p.key, p.slot, p.token))
+        .collect();
+    assert_eq!(
+        listed,
+        [
+            ("a%1".to_owned(), 0, a[0].token()),
+            ("a%1".to_owned(), 2, a[2].token()),
+            ("b".to_owned(), 0, b.token()),
+            ("c".to_owned(), 0, c.token()),
+        ]
+    );
+    assert_eq!(semaphore.list("a%").unwrap().len(), 2);
+    assert!(semaphore.list("a_").unwrap().is_empty());
+    let err = semaphore.list("a\0").unwrap_err();
+    assert_eq!(err.kind(), pgtenure::ErrorKind::InvalidInput, "{err}");
+
+    let summary = semaphore.summary(2).unwrap();
+    assert_eq!((summary.keys, summary.held_keys, summary.held), (4, 3, 4));
+    let busiest: Vec<(&str, u64, u32)> = summary
+        .busiest
+        .iter()
+        .map(|k| (k.key.as_str(), k.held, k.slots))
+        .collect();
+    assert_eq!(busiest, [("a%1", 2, 3), ("b", 1, 1)]);
+    let none = semaphore.summary(0).unwrap();
+    assert_eq!((none.keys, none.held, none.busiest.len()), (4, 4, 0));
+}

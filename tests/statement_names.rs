@@ -108,6 +108,8 @@ fn every_statement_keeps_its_sql_level_name() {
         .unwrap()
         .unwrap();
     semaphore.holders("s").unwrap();
+    semaphore.list("").unwrap();
+    semaphore.summary(3).unwrap();
     permit.release().unwrap();
     assert!(elector.is_leader().unwrap());
     elector.leader().unwrap();

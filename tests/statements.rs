@@ -41,6 +41,7 @@ impl Fleet {
             leader: leader_t,
             procs: procs_t,
             units: units_t,
+            ..
         } = tables.every_primitive();
         let fleet = Fleet {
             ticks: TickClaims::new(db).with_table(&tick_t).unwrap(),

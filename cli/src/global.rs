@@ -43,6 +43,9 @@ pub(crate) struct Global {
     /// The membership units table. Accepted by every subcommand.
     #[arg(long, global = true, env = "PGTENURE_UNITS_TABLE", default_value = pgtenure::membership::DEFAULT_UNITS_TABLE)]
     pub(crate) units_table: String,
+    /// The semaphores table. Accepted by every subcommand.
+    #[arg(long, global = true, env = "PGTENURE_SEMAPHORES_TABLE", default_value = pgtenure::semaphores::DEFAULT_TABLE)]
+    pub(crate) semaphores_table: String,
 }
 
 impl Global {

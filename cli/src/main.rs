@@ -255,12 +255,13 @@ impl log::Log for Warnings {
 }
 
 /// The variables that name the tables (`--leases-table` and the others).
-const TABLE_VARIABLES: [&str; 5] = [
+const TABLE_VARIABLES: [&str; 6] = [
     "PGTENURE_LEASES_TABLE",
     "PGTENURE_LEADER_TABLE",
     "PGTENURE_TICKS_TABLE",
     "PGTENURE_PROCESSES_TABLE",
     "PGTENURE_UNITS_TABLE",
+    "PGTENURE_SEMAPHORES_TABLE",
 ];
 
 /// Checks what the library would refuse, before connecting (a usage error, exit 2): the URL, the
@@ -276,6 +277,7 @@ fn check(cli: &Cli) -> Result<(), String> {
     global.elector(&db).map_err(checked)?;
     global.ticks(&db).map_err(checked)?;
     global.units(&db).map_err(checked)?;
+    global.semaphores(&db).map_err(checked)?;
     cli.command.check(&db, global)
 }
 

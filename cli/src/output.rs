@@ -8,6 +8,7 @@ use std::time::SystemTime;
 
 use pgtenure::membership::{Assignment, ProcessInfo};
 use pgtenure::postgres::error::SqlState;
+use pgtenure::semaphores::PermitInfo;
 use pgtenure::{elector::LeaderInfo, leases::LeaseInfo, tick_claims::JobInfo, Db, Error};
 use serde_json::{json, Value};
 
@@ -22,7 +23,8 @@ pub(crate) type Failure = Box<dyn std::error::Error>;
 /// What to do about pgtenure's tables missing in the database the command was given.
 pub(crate) const MISSING_TABLES: &str = "the application creates its tables at startup \
      (pgtenure::migrate, or create_table on each primitive); check --url and the table flags \
-     (--leases-table, --leader-table, --ticks-table, --processes-table, --units-table)";
+     (--leases-table, --leader-table, --ticks-table, --processes-table, --units-table, \
+     --semaphores-table)";
 
 /// Says why the command failed, on stderr.
 pub(crate) fn report(e: &Failure) {
@@ -188,6 +190,45 @@ pub(crate) fn leases_json(rows: &[LeaseInfo]) -> Value {
                 "held_until": time(r.held_until),
                 "superseded": r.superseded,
                 "managed": r.managed,
+            })
+        })
+        .collect()
+}
+
+/// The live permits, by key and slot.
+pub(crate) fn permits_table(rows: &[PermitInfo], view: &View) -> String {
+    let mut headers = vec!["KEY", "SLOT", "OWNER", "TOKEN", "EXPIRES", "AGE"];
+    if view.wide {
+        headers.extend(["ACQUIRED_AT", "HELD_UNTIL"]);
+    }
+    let mut t = Table::new(&headers);
+    for r in rows {
+        let mut row = vec![
+            r.key.clone(),
+            r.slot.to_string(),
+            r.owner.clone(),
+            r.token.to_string(),
+            relative(r.held_until, view.now),
+            age(r.acquired_at, view.now),
+        ];
+        if view.wide {
+            row.extend([time(r.acquired_at), time(r.held_until)]);
+        }
+        t.row(row);
+    }
+    t.render()
+}
+
+pub(crate) fn permits_json(rows: &[PermitInfo]) -> Value {
+    rows.iter()
+        .map(|r| {
+            json!({
+                "key": r.key,
+                "slot": r.slot,
+                "owner": r.owner,
+                "token": r.token,
+                "acquired_at": time(r.acquired_at),
+                "held_until": time(r.held_until),
             })
         })
         .collect()

@@ -18,6 +18,7 @@ use pgtenure::postgres::{Client, NoTls};
 use pgtenure::{
     elector::Elector,
     leases::{LeaseLoss, Leases},
+    semaphores::Semaphore,
     tick_claims::TickClaims,
 };
 use serde_json::Value;
@@ -32,6 +33,7 @@ struct Env {
     ticks: String,
     processes: String,
     units: String,
+    semaphores: String,
     dir: PathBuf,
 }
 
@@ -45,8 +47,13 @@ impl Env {
             ticks: unique("tick"),
             processes: unique("procs"),
             units: unique("units"),
+            semaphores: unique("sema"),
             dir,
         }
+    }
+
+    fn semaphore(&self) -> Semaphore {
+        Semaphore::new(&db()).with_table(&self.semaphores).unwrap()
     }
 
     fn leases(&self) -> Leases {
@@ -62,7 +69,8 @@ impl Env {
             .args(["--leader-table", &self.leader])
             .args(["--ticks-table", &self.ticks])
             .args(["--processes-table", &self.processes])
-            .args(["--units-table", &self.units]);
+            .args(["--units-table", &self.units])
+            .args(["--semaphores-table", &self.semaphores]);
         command
             .args(args)
             .env_remove("DATABASE_URL")
@@ -99,13 +107,15 @@ impl Drop for Env {
     fn drop(&mut self) {
         if let Ok(mut c) = Client::connect(&url(), NoTls) {
             let _ = c.batch_execute(&format!(
-                "DROP TABLE IF EXISTS {l}, {e}, {t}, {u}, {p}, {l}_promotion, {e}_promotion CASCADE;
-                 DROP SEQUENCE IF EXISTS {l}_token_seq, {e}_term_seq, {u}_token_seq",
+                "DROP TABLE IF EXISTS {l}, {e}, {t}, {u}, {p}, {s}, {l}_promotion, {e}_promotion,
+                     {s}_promotion CASCADE;
+                 DROP SEQUENCE IF EXISTS {l}_token_seq, {e}_term_seq, {u}_token_seq, {s}_token_seq",
                 l = self.leases,
                 e = self.leader,
                 t = self.ticks,
                 u = self.units,
                 p = self.processes,
+                s = self.semaphores,
             ));
         }
         let _ = std::fs::remove_dir_all(&self.dir);
@@ -706,11 +716,25 @@ fn a_command_that_cannot_run_is_reported_and_the_lease_released() {
 }
 
 #[test]
-fn the_first_lease_run_creates_the_leases_table() {
+fn the_first_lease_run_creates_the_leases_or_semaphores_table() {
     let env = Env::new();
     let out = env.run(&["lease-run", "k", "--", "true"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(env.leases().list("").unwrap().len(), 1);
+    // With --permits, the semaphores table; the permit released after CMD.
+    let out = env.run(&[
+        "lease-run",
+        "k",
+        "--permits",
+        "3",
+        "--",
+        "sh",
+        "-c",
+        "test \"$PGTENURE_PERMIT_SLOT\" = 0",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(env.semaphore().holders("k").unwrap().is_empty());
+    assert_eq!(env.semaphore().summary(1).unwrap().keys, 1);
 }
 
 /// Whether `pid` runs: it exists and is not a zombie (an orphan whose reaper has not reaped it yet).
@@ -1201,6 +1225,10 @@ fn lease_run_checks_its_arguments_before_it_connects() {
         // listings' other flags (kept out of its help). The table flags are accepted.
         &["--json", "lease-run", "k", "--", "true"],
         &["lease-run", "k", "-o", "wide", "--", "true"],
+        // A semaphore has 1 to 10,000 permits.
+        &["lease-run", "k", "--permits", "0", "--", "true"],
+        &["lease-run", "k", "--permits", "10001", "--", "true"],
+        &["lease-run", "k", "--permits", "-1", "--", "true"],
     ] {
         let started = Instant::now();
         let out = env.command_with_url(down, args).output().unwrap();
@@ -1231,6 +1259,7 @@ fn every_command_checks_its_arguments_before_it_connects() {
         (down, &["--processes-table", "a.b.c", "status"]),
         (down, &["--ticks-table", "x;drop", "--watch", "jobs"]),
         (down, &["--leader-table", "", "leader"]),
+        (down, &["--semaphores-table", "a b", "semaphores"]),
         (
             down,
             &["--leases-table", "bad name", "lease-run", "k", "--", "true"],
@@ -1773,6 +1802,13 @@ fn migrate_dry_run_prints_the_sql_and_migrate_applies_it() {
         )),
         "{said}"
     );
+    assert!(
+        said.contains(&format!(
+            "semaphores table {}: created at schema version 1",
+            env.semaphores
+        )),
+        "{said}"
+    );
     assert!(exists(&mut c, &fires));
     members.heartbeat().unwrap();
     assert!(env
@@ -1783,7 +1819,7 @@ fn migrate_dry_run_prints_the_sql_and_migrate_applies_it() {
 
     let plans = env.json(&["migrate", "--dry-run", "--fire-claims-table", &fires]);
     let plans = plans.as_array().unwrap();
-    assert_eq!(plans.len(), 6);
+    assert_eq!(plans.len(), 7);
     for plan in plans {
         assert_eq!(plan["statements"].as_array().unwrap().len(), 0, "{plan}");
         assert_eq!(plan["recorded_version"], plan["target"], "{plan}");
@@ -2130,6 +2166,7 @@ fn an_empty_table_variable_is_the_default_table() {
         "PGTENURE_TICKS_TABLE",
         "PGTENURE_PROCESSES_TABLE",
         "PGTENURE_UNITS_TABLE",
+        "PGTENURE_SEMAPHORES_TABLE",
     ] {
         let out = Command::new(env!("CARGO_BIN_EXE_pgtenure"))
             .args(["--url", &url(), "migrate", "--dry-run"])
@@ -2141,4 +2178,183 @@ fn an_empty_table_variable_is_the_default_table() {
         assert_eq!(out.status.code(), Some(0), "{variable}: {stderr}");
         assert!(!stderr.contains("empty part"), "{variable}: {stderr}");
     }
+}
+
+/// `pgtenure semaphores` lists the live permits the library holds, by key and slot (a prefix
+/// selects keys; a released permit is gone from the listing), in JSON and as a table.
+#[test]
+fn semaphores_lists_the_permits_the_library_holds() {
+    let env = Env::new();
+    let ttl = Duration::from_secs(30);
+    let a = env.semaphore().with_owner("app-a").unwrap();
+    a.create_table().unwrap();
+    let b = env.semaphore().with_owner("app-b").unwrap();
+    let first = a.acquire("export%eu", 3, ttl).unwrap().unwrap();
+    let second = b.acquire("export%eu", 3, ttl).unwrap().unwrap();
+    let other = b.acquire("partner-api", 10, ttl).unwrap().unwrap();
+
+    let listed = env.json(&["semaphores"]);
+    let listed = listed.as_array().unwrap();
+    let seen: Vec<(&str, u64, &str, i64)> = listed
+        .iter()
+        .map(|p| {
+            (
+                p["key"].as_str().unwrap(),
+                p["slot"].as_u64().unwrap(),
+                p["owner"].as_str().unwrap(),
+                p["token"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("export%eu", 0, "app-a", first.token()),
+            ("export%eu", 1, "app-b", second.token()),
+            ("partner-api", 0, "app-b", other.token()),
+        ]
+    );
+    // A prefix is plain text: % matches only itself.
+    let only = env.json(&["semaphores", "--prefix", "export%"]);
+    assert_eq!(only.as_array().unwrap().len(), 2, "{only}");
+    assert_eq!(
+        env.json(&["semaphores", "--prefix", "export_"]),
+        Value::Array(vec![])
+    );
+    let out = env.run(&["semaphores"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let table = text(&out.stdout);
+    assert!(table.starts_with("KEY"), "{table}");
+    assert!(
+        table.lines().any(|l| l.contains("export%eu")
+            && l.contains("app-b")
+            && l.contains(&second.token().to_string())),
+        "{table}"
+    );
+
+    // status has a section of its own for them.
+    let out = env.run(&["status"]);
+    let shown = text(&out.stdout);
+    assert!(
+        shown.contains(&format!(
+            "Semaphores ({}): 3 permits held, on 2 keys",
+            env.semaphores
+        )),
+        "{shown}"
+    );
+    let status = env.json(&["status"]);
+    assert_eq!(
+        status["semaphores"].as_array().map(Vec::len),
+        Some(3),
+        "{status}"
+    );
+
+    first.release().unwrap();
+    let listed = env.json(&["semaphores", "--prefix", "export"]);
+    let slots: Vec<u64> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["slot"].as_u64().unwrap())
+        .collect();
+    assert_eq!(slots, [1], "the released permit is not listed: {listed}");
+}
+
+/// The most `lease-run --permits` holders running at once, replayed from their log of
+/// `start SLOT` / `end SLOT` lines.
+fn most_at_once(log: &str) -> usize {
+    let (mut running, mut most) = (0usize, 0usize);
+    for line in log.lines() {
+        if line.starts_with("start") {
+            running += 1;
+            most = most.max(running);
+        } else {
+            running -= 1;
+        }
+    }
+    most
+}
+
+/// `lease-run --permits 2`: two commands of one key run at once, each with a permit of its own
+/// (slot and token in its environment), a third is refused (75, saying all permits are held), and
+/// one that waits runs once a permit is released, in the freed slot, beside the other: never three.
+#[test]
+fn lease_run_with_permits_runs_n_commands_at_once_and_refuses_or_waits_the_next() {
+    let env = Env::new();
+    env.semaphore().create_table().unwrap();
+    let log = env.file("log");
+    let go = env.file("go");
+    // Each run holds its permit until its slot's go file exists (at most 30 s: a failing test
+    // leaves nothing running for long).
+    let script = format!(
+        "echo start $PGTENURE_PERMIT_SLOT $PGTENURE_LEASE_TOKEN >> {log}; n=0; \
+         while [ ! -e {go}_$PGTENURE_PERMIT_SLOT ] && [ $n -lt 1500 ]; do \
+         sleep 0.02; n=$((n+1)); done; \
+         echo end $PGTENURE_PERMIT_SLOT >> {log}",
+        log = log.display(),
+        go = go.display()
+    );
+    let start = |wait: &str| {
+        env.command(&[
+            "lease-run",
+            "export",
+            "--permits",
+            "2",
+            "--wait",
+            wait,
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ])
+        .spawn()
+        .unwrap()
+    };
+    let (first, second) = (start("0"), start("0"));
+    let both = wait_for(
+        "both commands running at once",
+        Duration::from_secs(20),
+        || read(&log).filter(|l| l.lines().count() == 2),
+    );
+    let mut slots: Vec<&str> = both.lines().map(|l| l.split(' ').nth(1).unwrap()).collect();
+    slots.sort();
+    assert_eq!(slots, ["0", "1"], "{both}");
+    let listed = env.json(&["semaphores"]);
+    assert_eq!(listed.as_array().unwrap().len(), 2, "{listed}");
+    for permit in listed.as_array().unwrap() {
+        let line = format!("start {} {}", permit["slot"], permit["token"]);
+        assert!(both.lines().any(|l| l == line), "{line} not in {both}");
+    }
+
+    // A third is refused while both permits are held.
+    let (third, third_err) = finish(start("0"), Duration::from_secs(20));
+    assert_eq!(third.code(), Some(NOT_ACQUIRED), "{third_err}");
+    assert!(third_err.contains("all 2 permits are held"), "{third_err}");
+
+    // A fourth waits, and runs once slot 0 is freed, beside the run in slot 1.
+    let fourth = start("30s");
+    std::fs::write(env.file("go_0"), "").unwrap();
+    wait_for(
+        "the waiting command to run",
+        Duration::from_secs(20),
+        || read(&log).filter(|l| l.lines().filter(|l| l.starts_with("start")).count() == 3),
+    );
+    std::fs::write(env.file("go_1"), "").unwrap();
+    for (child, what) in [(first, "first"), (second, "second"), (fourth, "fourth")] {
+        let (status, stderr) = finish(child, Duration::from_secs(20));
+        assert!(status.success(), "{what}: {stderr}");
+    }
+    let log = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(most_at_once(&log), 2, "{log}");
+    let lines: Vec<&str> = log.lines().collect();
+    let freed = lines.iter().position(|l| *l == "end 0").unwrap();
+    let waited = lines
+        .iter()
+        .rposition(|l| l.starts_with("start 0"))
+        .unwrap();
+    assert!(
+        waited > freed,
+        "the waiting run took the freed slot after its end: {log}"
+    );
+    assert!(env.semaphore().holders("export").unwrap().is_empty());
 }

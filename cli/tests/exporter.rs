@@ -24,6 +24,7 @@ use pgtenure::testing::TempPostgres;
 use pgtenure::{
     elector::Elector,
     leases::{Grant, Leases},
+    semaphores::Semaphore,
     tick_claims::TickClaims,
     Db,
 };
@@ -35,6 +36,7 @@ struct Tables {
     ticks: String,
     processes: String,
     units: String,
+    semaphores: String,
     url: String,
 }
 
@@ -46,6 +48,7 @@ impl Tables {
             ticks: unique("tick"),
             processes: unique("procs"),
             units: unique("units"),
+            semaphores: unique("sema"),
             url: url.to_owned(),
         }
     }
@@ -57,6 +60,7 @@ impl Tables {
             ("--ticks-table", &self.ticks),
             ("--processes-table", &self.processes),
             ("--units-table", &self.units),
+            ("--semaphores-table", &self.semaphores),
         ]
         .into_iter()
         .flat_map(|(flag, table)| [flag.to_owned(), table.clone()])
@@ -84,13 +88,15 @@ impl Drop for Tables {
     fn drop(&mut self) {
         if let Ok(mut c) = Client::connect(&self.url, NoTls) {
             let _ = c.batch_execute(&format!(
-                "DROP TABLE IF EXISTS {l}, {e}, {t}, {u}, {p}, {l}_promotion, {e}_promotion CASCADE;
-                 DROP SEQUENCE IF EXISTS {l}_token_seq, {e}_term_seq, {u}_token_seq",
+                "DROP TABLE IF EXISTS {l}, {e}, {t}, {u}, {p}, {s}, {l}_promotion, {e}_promotion,
+                     {s}_promotion CASCADE;
+                 DROP SEQUENCE IF EXISTS {l}_token_seq, {e}_term_seq, {u}_token_seq, {s}_token_seq",
                 l = self.leases,
                 e = self.leader,
                 t = self.ticks,
                 u = self.units,
                 p = self.processes,
+                s = self.semaphores,
             ));
         }
     }
@@ -472,6 +478,19 @@ fn metrics_match_what_the_library_reports_and_pass_promtool() {
     let b = tables.leaser(&db(), "host-b");
     b.heartbeat().unwrap();
 
+    // Semaphores: export holds 2 permits (of 3), quota 1, partner none (its permit released).
+    let semaphore = Semaphore::new(&db())
+        .with_table(&tables.semaphores)
+        .unwrap();
+    semaphore.create_table().unwrap();
+    let permits: Vec<_> = [("export", 3), ("export", 3), ("quota", 5), ("partner", 2)]
+        .into_iter()
+        .map(|(key, n)| semaphore.acquire(key, n, ttl).unwrap().unwrap())
+        .collect();
+    let mut permits = permits.into_iter();
+    let held_permits: Vec<_> = permits.by_ref().take(3).collect();
+    permits.next().unwrap().release().unwrap();
+
     let exporter = Exporter::start(&url(), &tables, &["--max-series", "1"]);
     let (scrape, text) = exporter.scrape();
 
@@ -497,7 +516,7 @@ fn metrics_match_what_the_library_reports_and_pass_promtool() {
 
     assert_eq!(scrape.get("pgtenure_exporter_up"), 1.0);
     assert_eq!(scrape.get("pgtenure_exporter_scrape_errors_total"), 0.0);
-    for primitive in ["leases", "leader", "membership", "jobs"] {
+    for primitive in ["leases", "leader", "membership", "jobs", "semaphores"] {
         let series = format!("pgtenure_exporter_table_present{{primitive=\"{primitive}\"}}");
         assert_eq!(scrape.get(&series), 1.0, "{series}");
     }
@@ -527,6 +546,37 @@ fn metrics_match_what_the_library_reports_and_pass_promtool() {
         expiry[0].1
     );
     assert!(later.token() > 0);
+
+    // Semaphores, against Semaphore::list: the busiest key has the only series.
+    let listed = semaphore.list("").unwrap();
+    assert_eq!(listed.len(), 3);
+    assert_eq!(scrape.get("pgtenure_table_semaphore_keys"), 3.0);
+    assert_eq!(scrape.get("pgtenure_table_semaphore_permits_held"), 3.0);
+    assert_eq!(
+        scrape.family("pgtenure_table_semaphore_key_permits_held"),
+        [(
+            "pgtenure_table_semaphore_key_permits_held{key=\"export\"}",
+            2.0
+        )]
+    );
+    assert_eq!(
+        scrape.family("pgtenure_table_semaphore_key_slots"),
+        [("pgtenure_table_semaphore_key_slots{key=\"export\"}", 2.0)]
+    );
+    assert_eq!(scrape.get("pgtenure_table_semaphore_keys_unlisted"), 1.0);
+    let (code, _, page) = exporter.get("/");
+    assert_eq!(code, 200);
+    assert!(
+        page.contains("<p>3 permits held, on 2 of 3 keys; the keys with the most first</p>")
+            && page.contains(
+                "<tr data-semaphore=\"export\"><td>export</td><td class=\"num\">2</td><td class=\"num\">2</td></tr>"
+            )
+            && page.contains("and 1 more keys"),
+        "{page}"
+    );
+    for permit in held_permits {
+        permit.release().unwrap();
+    }
 
     // Leaders, against Elector::leaders.
     let leaders = billing.leaders().unwrap();

@@ -28,6 +28,7 @@ impl Default for Tables {
                     table(crate::membership::DEFAULT_PROCESSES_TABLE),
                 ),
                 (Kind::Units, table(crate::membership::DEFAULT_UNITS_TABLE)),
+                (Kind::Semaphores, table(crate::semaphores::DEFAULT_TABLE)),
             ],
         }
     }
@@ -82,6 +83,16 @@ impl Tables {
     /// identifier.
     pub fn with_leader(self, name: &str) -> Result<Tables> {
         self.with(Kind::Elector, name)
+    }
+
+    /// The semaphores table. Defaults to `pgtenure_semaphores`.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when the name is not a plain
+    /// identifier.
+    pub fn with_semaphores(self, name: &str) -> Result<Tables> {
+        self.with(Kind::Semaphores, name)
     }
 
     /// The membership processes and units tables. Default to `pgtenure_processes` and

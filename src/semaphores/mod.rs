@@ -92,10 +92,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub use self::permit::Permit;
-pub use self::views::PermitInfo;
+pub use self::views::{KeyPermits, PermitInfo, SemaphoreSummary};
 use crate::db::Db;
 use crate::error::{Error, Result};
-use crate::input::{check_key, micros};
+use crate::input::{check_key, micros, MAX_KEY_BYTES};
 use crate::instance::default_owner;
 use crate::leases::{Lease, WatchedFamily, MIN_MANAGED_TTL};
 use crate::migrations::Kind;
@@ -223,7 +223,9 @@ impl Semaphore {
     /// error when the renewal thread could not be started (the permit then lapses at its TTL).
     pub fn acquire(&self, key: &str, permits: u32, ttl: Duration) -> Result<Option<Permit>> {
         let (asked, ttl_us) = check_acquire(key, permits, ttl)?;
-        let Some((slot, token, sent)) = self.acquire_statement(key, asked, ttl_us)? else {
+        let answer = self.acquire_statement(key, asked, ttl_us)?;
+        crate::observe::semaphore_acquire(answer.is_some());
+        let Some((slot, token, sent)) = answer else {
             log::debug!(target: "pgtenure::semaphores", "semaphore {key:?}: all {permits} permits are held");
             return Ok(None);
         };
@@ -301,6 +303,38 @@ impl Semaphore {
         check_key("semaphore key", key)?;
         let rows = self.sql.holders(&self.db, key)?;
         Ok(rows.into_iter().map(PermitInfo::from_row).collect())
+    }
+
+    /// The live permits of every key that starts with `prefix` (`""` for every key), by key and
+    /// slot, by the database clock. It reads the whole table: for operators, not for a hot path.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when the prefix contains a NUL
+    /// byte or is longer than a key; otherwise a database or connection error.
+    pub fn list(&self, prefix: &str) -> Result<Vec<PermitInfo>> {
+        if prefix.contains('\0') || prefix.len() > MAX_KEY_BYTES {
+            return Err(Error::invalid_input(format!(
+                "semaphore key prefix is {} bytes long or contains a NUL byte; keys are at most \
+                 {MAX_KEY_BYTES} bytes, of text without NUL",
+                prefix.len()
+            )));
+        }
+        let rows = self.sql.list(&self.db, prefix)?;
+        Ok(rows.into_iter().map(PermitInfo::from_row).collect())
+    }
+
+    /// The table at a glance, for monitoring: how many keys, how many live permits, and the
+    /// `busiest` keys with the most live permits. One statement, which reads the table once on the
+    /// server and sends at most `busiest + 1` rows. What the command's exporter scrapes.
+    ///
+    /// # Errors
+    ///
+    /// A database or connection error (an undefined-table error when the table does not exist).
+    pub fn summary(&self, busiest: usize) -> Result<SemaphoreSummary> {
+        let busiest = i64::try_from(busiest).unwrap_or(i64::MAX);
+        let rows = self.sql.summary(&self.db, busiest)?;
+        Ok(SemaphoreSummary::from_rows(rows))
     }
 }
 

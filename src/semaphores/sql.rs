@@ -16,6 +16,8 @@ use crate::table_name::{render, TableName};
 
 const ACQUIRE: &str = include_str!("../../sql/semaphores/acquire.sql");
 const HOLDERS: &str = include_str!("../../sql/semaphores/holders.sql");
+const LIST: &str = include_str!("../../sql/semaphores/list.sql");
+const SUMMARY: &str = include_str!("../../sql/semaphores/summary.sql");
 
 /// The statements, rendered once for a table, each typed by its parameters.
 pub(super) struct Statements {
@@ -26,6 +28,10 @@ pub(super) struct Statements {
     acquire: Statement<Grant<'static, i32>>,
     /// key.
     holders: Statement<(&'static str,)>,
+    /// prefix.
+    list: Statement<(&'static str,)>,
+    /// how many keys to send.
+    summary: Statement<(i64,)>,
     /// Reads (and records) the table's promotion record before grants.
     pub(super) promotion: PromotionRecord,
 }
@@ -81,6 +87,8 @@ impl Statements {
             gate: Gate::new(vec![(Kind::Semaphores, table.clone())]),
             acquire: Statement::new(render(ACQUIRE, &table)),
             holders: Statement::new(render(HOLDERS, &table)),
+            list: Statement::new(render(LIST, &table)),
+            summary: Statement::new(render(SUMMARY, &table)),
             promotion: PromotionRecord::new(&table),
             table,
         })
@@ -133,6 +141,49 @@ impl Statements {
         let rows = db.query(context, Policy::IDEMPOTENT, &self.holders, &(key,))?;
         rows.iter()
             .map(|row| HolderRow::read(row, context, &self.table))
+            .collect()
+    }
+}
+
+/// A row of `sql/semaphores/summary.sql`: the counts (no key), or one of the busiest keys.
+pub(super) struct SummaryRow {
+    /// Keys with a row (the counts' row only).
+    pub(super) keys: Option<i64>,
+    /// Keys with a live permit (the counts' row only).
+    pub(super) held_keys: Option<i64>,
+    /// Live permits: of the table, or of the key.
+    pub(super) held: i64,
+    pub(super) key: Option<String>,
+    pub(super) slots: Option<i32>,
+}
+
+impl Statements {
+    /// The live permits of every key starting with `prefix`, by key and slot.
+    pub(super) fn list(&self, db: &Db, prefix: &str) -> Result<Vec<HolderRow>> {
+        self.gate.check(db)?;
+        let context = "list permits";
+        let rows = db.query(context, Policy::IDEMPOTENT, &self.list, &(prefix,))?;
+        rows.iter()
+            .map(|row| HolderRow::read(row, context, &self.table))
+            .collect()
+    }
+
+    /// The counts, and the `busiest` keys with the most live permits.
+    pub(super) fn summary(&self, db: &Db, busiest: i64) -> Result<Vec<SummaryRow>> {
+        self.gate.check(db)?;
+        let context = "summarize permits";
+        let rows = db.query(context, Policy::IDEMPOTENT, &self.summary, &(busiest,))?;
+        rows.iter()
+            .map(|row| {
+                let read = Read::new(row, context, &self.table);
+                Ok(SummaryRow {
+                    keys: read.column("keys")?,
+                    held_keys: read.column("held_keys")?,
+                    held: read.column("held")?,
+                    key: read.column("key")?,
+                    slots: read.column("slots")?,
+                })
+            })
             .collect()
     }
 }

@@ -190,6 +190,7 @@ impl Tables {
             leader: self.name("leader"),
             procs: self.name("procs"),
             units: self.name("units"),
+            sema: self.name("sema"),
         }
     }
 }
@@ -202,6 +203,7 @@ pub struct Names {
     pub leader: String,
     pub procs: String,
     pub units: String,
+    pub sema: String,
 }
 
 impl Drop for Tables {

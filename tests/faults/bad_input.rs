@@ -24,6 +24,7 @@ fn bad_input_matrix_is_refused_before_any_statement_and_changes_nothing() {
         leader: leader_t,
         procs: procs_t,
         units: units_t,
+        ..
     } = tables.every_primitive();
     let ticks = TickClaims::new(&db()).with_table(&tick_t).unwrap();
     let fires = FireClaims::new(&db()).with_table(&fire_t).unwrap();

@@ -39,6 +39,7 @@ fn every_operation_is_one_round_trip_in(mode: StatementMode) {
         leader: leader_t,
         procs: procs_t,
         units: units_t,
+        ..
     } = tables.every_primitive();
     TickClaims::new(&db())
         .with_table(&tick_t)

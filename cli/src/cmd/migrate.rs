@@ -27,7 +27,8 @@ impl MigrateArgs {
             .with_fire_claims(&self.fire_claims_table)?
             .with_leases(&global.leases_table)?
             .with_leader(&global.leader_table)?
-            .with_membership(&global.processes_table, &global.units_table)
+            .with_membership(&global.processes_table, &global.units_table)?
+            .with_semaphores(&global.semaphores_table)
     }
 
     pub(crate) fn run(&self, db: &Db, global: &Global) -> Result<u8, Failure> {

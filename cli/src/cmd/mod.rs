@@ -9,11 +9,13 @@ mod lease_run;
 mod leases;
 mod members;
 mod migrate;
+mod semaphores;
 mod status;
 mod units;
 
 use clap::Subcommand;
 use pgtenure::membership::Units;
+use pgtenure::semaphores::Semaphore;
 use pgtenure::{elector::Elector, leases::Leases, tick_claims::TickClaims, Db, Error};
 
 use crate::{Failure, Global};
@@ -26,15 +28,18 @@ pub(crate) use self::lease_run::LeaseRunArgs;
 pub(crate) use self::leases::LeasesArgs;
 pub(crate) use self::members::MembersArgs;
 pub(crate) use self::migrate::MigrateArgs;
+pub(crate) use self::semaphores::SemaphoresArgs;
 pub(crate) use self::status::StatusArgs;
 pub(crate) use self::units::UnitsArgs;
 
 #[derive(Subcommand, Debug)]
 pub(crate) enum Command {
-    /// Everything at a glance: leases, leaders, members with their unit counts, jobs.
+    /// Everything at a glance: leases, leaders, members with their unit counts, jobs, permits.
     Status(StatusArgs),
     /// Every lease row, live or lapsed.
     Leases(LeasesArgs),
+    /// Every live semaphore permit: key, slot, owner, token, until when.
+    Semaphores(SemaphoresArgs),
     /// One lease: show it, or release it whoever holds it.
     Lease(LeaseArgs),
     /// Who leads each fleet; or ask a leader to step down.
@@ -45,7 +50,7 @@ pub(crate) enum Command {
     Units(UnitsArgs),
     /// Every recurring job's last tick, who claimed it and whether it is busy.
     Jobs(JobsArgs),
-    /// Run CMD only while holding the lease KEY (flock across machines).
+    /// Run CMD only while holding the lease KEY (flock across machines), or one of its --permits N.
     #[command(after_help = lease_run::EXIT_HELP)]
     LeaseRun(LeaseRunArgs),
     /// Serve /metrics (Prometheus) and / (a status page) from the tables, until interrupted.
@@ -66,6 +71,7 @@ impl Command {
         match self {
             Command::Status(args) => args.run(db, global),
             Command::Leases(args) => args.run(db, global),
+            Command::Semaphores(args) => args.run(db, global),
             Command::Lease(args) => args.run(db, global),
             Command::Leader(args) => args.run(db, global),
             Command::Members(args) => args.run(db, global),
@@ -99,6 +105,7 @@ impl Command {
         match self {
             Command::Status(_)
             | Command::Leases(_)
+            | Command::Semaphores(_)
             | Command::Members(_)
             | Command::Units(_)
             | Command::Jobs(_) => true,
@@ -123,6 +130,7 @@ impl Command {
         match self {
             Command::Status(_) => "status".to_owned(),
             Command::Leases(_) => "leases".to_owned(),
+            Command::Semaphores(_) => "semaphores".to_owned(),
             Command::Lease(args) => args.role(),
             Command::Leader(args) => args.role(),
             Command::Members(_) => "members".to_owned(),
@@ -155,5 +163,10 @@ impl Global {
     /// The membership units on `--processes-table` and `--units-table`.
     pub(crate) fn units(&self, db: &Db) -> Result<Units, Error> {
         Units::new(db).with_tables(&self.processes_table, &self.units_table)
+    }
+
+    /// The semaphores on `--semaphores-table`.
+    pub(crate) fn semaphores(&self, db: &Db) -> Result<Semaphore, Error> {
+        Semaphore::new(db).with_table(&self.semaphores_table)
     }
 }

@@ -5,13 +5,14 @@ use pgtenure::elector::LeaderInfo;
 use pgtenure::leases::LeaseInfo;
 use pgtenure::membership::ProcessInfo;
 use pgtenure::postgres::error::SqlState;
+use pgtenure::semaphores::PermitInfo;
 use pgtenure::tick_claims::JobInfo;
 use pgtenure::{Db, Error};
 use serde_json::json;
 
 use crate::output::{
     count, jobs_json, jobs_table, leaders_json, leaders_table, leases_json, leases_table,
-    members_json, members_table, view, View, MISSING_TABLES,
+    members_json, members_table, permits_json, permits_table, view, View, MISSING_TABLES,
 };
 use crate::{Failure, Global, EXIT_ERROR};
 
@@ -25,16 +26,18 @@ impl StatusArgs {
         let leaders = section(global.elector(db)?.leaders())?;
         let members = section(global.units(db)?.processes())?;
         let jobs = section(global.ticks(db)?.jobs())?;
+        let permits = section(global.semaphores(db)?.list(""))?;
         let missing: Vec<&str> = [
             (leases.is_none(), global.leases_table.as_str()),
             (leaders.is_none(), global.leader_table.as_str()),
             (members.is_none(), global.processes_table.as_str()),
             (jobs.is_none(), global.ticks_table.as_str()),
+            (permits.is_none(), global.semaphores_table.as_str()),
         ]
         .into_iter()
         .filter_map(|(absent, table)| absent.then_some(table))
         .collect();
-        if missing.len() == 4 {
+        if missing.len() == 5 {
             // Nothing to show: the wrong database, or tables of other names.
             say!(
                 "pgtenure: none of pgtenure's tables is in this database ({}); {MISSING_TABLES}",
@@ -50,6 +53,7 @@ impl StatusArgs {
                     "leaders": leaders.as_deref().map(leaders_json),
                     "members": members.as_deref().map(members_json),
                     "jobs": jobs.as_deref().map(jobs_json),
+                    "semaphores": permits.as_deref().map(permits_json),
                 })
             );
             return Ok(0);
@@ -59,6 +63,7 @@ impl StatusArgs {
             leaders,
             members,
             jobs,
+            permits,
         };
         sections.print(global, &view);
         if !missing.is_empty() {
@@ -72,12 +77,13 @@ impl StatusArgs {
     }
 }
 
-/// What `status` read: each primitive's rows, `None` where its table does not exist.
+/// What `status` read: each primitive's rows (the semaphores' live permits), `None` where its table does not exist.
 struct Sections {
     leases: Option<Vec<LeaseInfo>>,
     leaders: Option<Vec<LeaderInfo>>,
     members: Option<Vec<ProcessInfo>>,
     jobs: Option<Vec<JobInfo>>,
+    permits: Option<Vec<PermitInfo>>,
 }
 
 impl Sections {
@@ -150,6 +156,27 @@ impl Sections {
         if let Some(rows) = &self.jobs {
             out!("{}", jobs_table(rows, view));
         }
+        self.print_permits(global, view);
+    }
+
+    /// The semaphores' section: the live permits, by key and slot.
+    fn print_permits(&self, global: &Global, view: &View) {
+        let Some(rows) = &self.permits else {
+            return;
+        };
+        let mut keys: Vec<&str> = rows.iter().map(|r| r.key.as_str()).collect();
+        keys.dedup();
+        // The sections before end in a blank line, but for the jobs'.
+        if self.jobs.is_some() {
+            outln!();
+        }
+        outln!(
+            "Semaphores ({}): {} held, on {}",
+            global.semaphores_table,
+            count(rows.len() as u64, "permit", "permits"),
+            count(keys.len() as u64, "key", "keys")
+        );
+        out!("{}", permits_table(rows, view));
     }
 }
 

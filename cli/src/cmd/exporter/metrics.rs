@@ -73,6 +73,7 @@ fn tables(r: &Registry, s: &Snapshot) {
     leader_families(r, s);
     membership_families(r, s);
     job_families(r, s);
+    semaphore_families(r, s);
 }
 
 /// Which primitives' tables exist, and which this scrape could read.
@@ -83,6 +84,7 @@ fn readability(r: &Registry, s: &Snapshot) {
         ("leader", s.leaders.is_some()),
         ("membership", s.membership.is_some()),
         ("jobs", s.jobs.is_some()),
+        ("semaphores", s.semaphores.is_some()),
     ];
     family(
         r,
@@ -288,6 +290,48 @@ fn job_families(r: &Registry, s: &Snapshot) {
         "pgtenure_table_job_busy",
         "1 while the job's last run keeps it busy, else 0",
         rows.iter().map(|j| (job(&j.job_id), f64::from(j.busy))),
+    );
+}
+
+/// The semaphores table's families, when it was read: counts, and a series per key for the
+/// `--max-series` keys with the most live permits (no owner label: a key's permits are many).
+fn semaphore_families(r: &Registry, s: &Snapshot) {
+    let Some(sem) = &s.semaphores else {
+        return;
+    };
+    gauge(
+        r,
+        "pgtenure_table_semaphore_keys",
+        "Semaphore keys with a row, held or lapsed",
+        sem.keys as f64,
+    );
+    gauge(
+        r,
+        "pgtenure_table_semaphore_permits_held",
+        "Semaphore permits held now across every key, by the database clock",
+        sem.held as f64,
+    );
+    let key = |k: &str| labels([("key", k)]);
+    family(
+        r,
+        "pgtenure_table_semaphore_key_permits_held",
+        "Permits held now of each key; only the --max-series keys with the most have a series",
+        sem.busiest.iter().map(|k| (key(&k.key), k.held as f64)),
+    );
+    family(
+        r,
+        "pgtenure_table_semaphore_key_slots",
+        "Slots of each key with a series: its highest slot ever taken plus one, the most permits \
+         its holders have needed at once (the limit they ask for is not stored, and may be higher)",
+        sem.busiest
+            .iter()
+            .map(|k| (key(&k.key), f64::from(k.slots))),
+    );
+    gauge(
+        r,
+        "pgtenure_table_semaphore_keys_unlisted",
+        "Keys with held permits beyond --max-series, without a series of their own",
+        s.unlisted_semaphores() as f64,
     );
 }
 

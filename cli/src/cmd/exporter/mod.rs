@@ -43,7 +43,8 @@ pub(crate) struct ExporterArgs {
     listen: SocketAddr,
     /// At most this many held leases get a series (and a row on the page) of their own, those
     /// closest to lapsing; the rest are counted in pgtenure_table_leases_held and
-    /// pgtenure_table_leases_unlisted.
+    /// pgtenure_table_leases_unlisted. So many semaphore keys too, those with the most held
+    /// permits (the rest in pgtenure_table_semaphore_keys_unlisted).
     #[arg(long, default_value_t = 1000)]
     max_series: usize,
     /// How often the status page reloads itself, in whole seconds, e.g. 10s.
@@ -102,12 +103,14 @@ impl ExporterArgs {
             elector: global.elector(db)?,
             ticks: global.ticks(db)?,
             units: global.units(db)?,
+            semaphores: global.semaphores(db)?,
             names: TableNames {
                 leases: global.leases_table.clone(),
                 leader: global.leader_table.clone(),
                 ticks: global.ticks_table.clone(),
                 processes: global.processes_table.clone(),
                 units: global.units_table.clone(),
+                semaphores: global.semaphores_table.clone(),
             },
             soonest: self.max_series,
         };

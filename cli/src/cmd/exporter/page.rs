@@ -37,6 +37,7 @@ pub(super) fn render(s: &Snapshot, refresh: Duration) -> String {
     members(&mut h, s);
     jobs(&mut h, s);
     leases(&mut h, s);
+    semaphores(&mut h, s);
     h.push_str("</body>\n</html>\n");
     h
 }
@@ -271,6 +272,40 @@ fn leases(h: &mut String, s: &Snapshot) {
         let _ = writeln!(
             h,
             "<p class=\"muted\">and {more} more (pgtenure leases lists every one).</p>"
+        );
+    }
+}
+
+fn semaphores(h: &mut String, s: &Snapshot) {
+    let summary = s.semaphores.as_ref().map(|sem| {
+        format!(
+            "{} held, on {} of {}; the keys with the most first",
+            count(sem.held, "permit", "permits"),
+            sem.held_keys,
+            count(sem.keys, "key", "keys")
+        )
+    });
+    if !heading(h, (s, "semaphores"), "semaphores", "Semaphores", summary) {
+        return;
+    }
+    let Some(sem) = &s.semaphores else { return };
+    h.push_str("<table>\n<tr><th>Key</th><th class=\"num\">Permits held</th><th class=\"num\">Slots</th></tr>\n");
+    for k in &sem.busiest {
+        let _ = writeln!(
+            h,
+            "<tr data-semaphore=\"{}\"><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td></tr>",
+            escape(&k.key),
+            escape(&k.key),
+            k.held,
+            k.slots,
+        );
+    }
+    h.push_str("</table>\n");
+    let more = s.unlisted_semaphores();
+    if more > 0 {
+        let _ = writeln!(
+            h,
+            "<p class=\"muted\">and {more} more keys (pgtenure semaphores lists every permit).</p>"
         );
     }
 }

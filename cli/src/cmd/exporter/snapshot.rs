@@ -11,6 +11,7 @@ use pgtenure::postgres::types::Type;
 use pgtenure::{
     elector::{Elector, LeaderInfo},
     leases::{LeaseSummary, Leases},
+    semaphores::{Semaphore, SemaphoreSummary},
     tick_claims::{JobInfo, TickClaims},
     Db, Error,
 };
@@ -25,6 +26,7 @@ pub(super) struct Tables {
     pub(super) elector: Elector,
     pub(super) ticks: TickClaims,
     pub(super) units: Units,
+    pub(super) semaphores: Semaphore,
     /// Their names, as the global flags give them.
     pub(super) names: TableNames,
     /// How many held leases to read, those closest to lapsing (`--max-series`).
@@ -39,6 +41,7 @@ pub(super) struct TableNames {
     pub(super) ticks: String,
     pub(super) processes: String,
     pub(super) units: String,
+    pub(super) semaphores: String,
 }
 
 /// The membership tables' section: the processes and the units nobody owns.
@@ -52,7 +55,7 @@ pub(super) struct Membership {
 /// `None`, and the scrape says so (`pgtenure_exporter_table_readable 0`, a line on stderr).
 #[derive(Debug)]
 pub(super) struct Denied {
-    /// `leases`, `leader`, `membership` or `jobs`.
+    /// `leases`, `leader`, `membership`, `jobs` or `semaphores`.
     pub(super) primitive: &'static str,
     pub(super) table: String,
     /// The server's reason, with its SQLSTATE and what to grant.
@@ -69,6 +72,8 @@ pub(super) struct Snapshot {
     pub(super) leaders: Option<Vec<LeaderInfo>>,
     pub(super) membership: Option<Membership>,
     pub(super) jobs: Option<Vec<JobInfo>>,
+    /// The semaphores' counts and the `--max-series` keys with the most live permits.
+    pub(super) semaphores: Option<SemaphoreSummary>,
     pub(super) denied: Vec<Denied>,
     /// How long the read took.
     pub(super) took: Duration,
@@ -83,7 +88,7 @@ const HIDDEN: &str = "SELECT pg_catalog.current_setting('search_path'), current_
            WHERE c.relname = $1 AND NOT pg_catalog.has_schema_privilege(n.oid, 'USAGE'))";
 
 impl Tables {
-    /// Reads every table: six statements, each on a pooled connection of its own. The leases are
+    /// Reads every table: seven statements, each on a pooled connection of its own. The leases are
     /// counted on the server, and only the `soonest` closest to lapsing are sent
     /// ([`Leases::summary`]); the membership is read from the processes table and the claimable
     /// units only, never every unit ([`Units::unowned`]). A table that does not answer as there
@@ -122,12 +127,19 @@ impl Tables {
             None => None,
         };
         let jobs = self.section("jobs", &names.ticks, self.ticks.jobs(), &mut denied)?;
+        let semaphores = self.section(
+            "semaphores",
+            &names.semaphores,
+            self.semaphores.summary(self.soonest),
+            &mut denied,
+        )?;
         Ok(Snapshot {
             now,
             leases,
             leaders,
             membership,
             jobs,
+            semaphores,
             denied,
             took: started.elapsed(),
         })
@@ -239,6 +251,13 @@ fn first_hidden(search_path: &str, role: &str, unusable: &[String]) -> Option<St
 }
 
 impl Snapshot {
+    /// Keys with live permits beyond those read (`--max-series`): counted, without a series.
+    pub(super) fn unlisted_semaphores(&self) -> u64 {
+        self.semaphores
+            .as_ref()
+            .map_or(0, |s| s.held_keys.saturating_sub(s.busiest.len() as u64))
+    }
+
     /// Held leases beyond those read (`--max-series`): counted, without a series or a row.
     pub(super) fn unlisted_leases(&self) -> i64 {
         self.leases.as_ref().map_or(0, |leases| {

@@ -1,29 +1,29 @@
-//! Acquiring lease-run's lease: tried again while `--wait` lasts, each statement sent from a thread
-//! of its own so that a signal is heard while it is on its way; and releasing it.
+//! Acquiring lease-run's lease (or permit): tried again while `--wait` lasts, each statement sent
+//! from a thread of its own so that a signal is heard while it is on its way; and releasing it.
 
 use std::thread;
 use std::time::{Duration, Instant};
 
 use pgtenure::crossbeam_channel::{bounded, never, select};
-use pgtenure::leases::{Lease, Leases, Refusal};
 use pgtenure::postgres::error::SqlState;
 
-use crate::output::time;
+use super::held::{describe, Held, Refused, Source};
 use crate::signals::{signal_name, Signals};
 use crate::Failure;
 
 /// How often an acquire is tried again while `--wait` lasts.
 const RETRY: Duration = Duration::from_millis(250);
 
-/// Acquires the lease `key` for `ttl`, trying again while `wait` (`--wait`) lasts: `None` when not
-/// acquired in time (said on stderr), `Some(Err(signal))` when a signal came first.
+/// Acquires the lease `key` (or a permit of it) for `ttl`, trying again while `wait` (`--wait`)
+/// lasts: `None` when not acquired in time (said on stderr), `Some(Err(signal))` when a signal
+/// came first.
 pub(super) fn acquire(
-    leases: &Leases,
+    source: &Source,
     key: &str,
     ttl: Duration,
     wait: Duration,
     signals: &Signals,
-) -> Result<Option<Result<Lease, i32>>, Failure> {
+) -> Result<Option<Result<Held, i32>>, Failure> {
     // `--wait` is at most 100 years, yet a far `Instant` may not exist: then it waits without end.
     let until = Instant::now().checked_add(wait);
     let mut created = false;
@@ -31,7 +31,7 @@ pub(super) fn acquire(
     // wait: the listener connects at its first waiter.
     let freed = match wait.is_zero() {
         true => None,
-        false => Some(leases.watch_released(key)?),
+        false => source.watch_released(key)?,
     };
     let never = never();
     let woken = freed.as_ref().map_or(&never, |f| f.receiver());
@@ -42,17 +42,17 @@ pub(super) fn acquire(
         if let Some(signal) = signals.first() {
             return Ok(Some(Err(signal)));
         }
-        let outcome = match attempt(leases, key, ttl, signals)? {
+        let outcome = match attempt(source, key, ttl, signals)? {
             Ok(outcome) => outcome,
             Err(signal) => return Ok(Some(Err(signal))),
         };
         let refusal = match outcome {
-            Ok(Ok(lease)) => return Ok(Some(Ok(lease))),
+            Ok(Ok(held)) => return Ok(Some(Ok(held))),
             Ok(Err(refusal)) => refusal,
             // A first lease in this database: make its table (idempotent, safe from every
             // instance at once) and try again at once.
             Err(e) if e.code() == Some(&SqlState::UNDEFINED_TABLE) && !created => {
-                leases.create_table()?;
+                source.create_table()?;
                 created = true;
                 continue;
             }
@@ -60,17 +60,17 @@ pub(super) fn acquire(
             // cancelled, while we wait anyway: try again.
             Err(e) if (e.is_connection() || e.is_timeout()) && !left.is_zero() => {
                 say!(
-                    "pgtenure: acquiring lease {:?} failed ({e}); trying again",
-                    key
+                    "pgtenure: acquiring {} failed ({e}); trying again",
+                    source.what(key)
                 );
-                Refusal::Vacant(None)
+                Refused::Failed
             }
             Err(e) => return Err(e.into()),
         };
         if left.is_zero() {
             say!(
-                "pgtenure: lease {:?} not acquired: {}",
-                key,
+                "pgtenure: {} not acquired: {}",
+                source.what(key),
                 describe(&refusal)
             );
             return Ok(None);
@@ -96,20 +96,20 @@ pub(super) fn acquire(
 /// wait; the statement's thread is then left behind (pgtenure exits), and a lease it is granted
 /// lapses at its TTL, unrenewed. Otherwise the thread is joined before this returns.
 fn attempt(
-    leases: &Leases,
+    source: &Source,
     key: &str,
     ttl: Duration,
     signals: &Signals,
-) -> Result<Result<pgtenure::Result<Result<Lease, Refusal>>, i32>, Failure> {
+) -> Result<Result<pgtenure::Result<Result<Held, Refused>>, i32>, Failure> {
     let (tx, done) = bounded(1);
     let thread = {
-        let leases = leases.clone();
+        let source = source.clone();
         let key = key.to_owned();
         thread::Builder::new()
             .name("pgtenure-acquire".into())
             .spawn(move || {
                 // Unsent when pgtenure stopped waiting: the lease, if any, is dropped (released).
-                let _ = tx.send(leases.acquire_or_refusal(&key, ttl));
+                let _ = tx.send(source.acquire(&key, ttl));
             })?
     };
     let finished = |outcome: Result<_, _>| -> Result<_, Failure> {
@@ -125,10 +125,10 @@ fn attempt(
         },
     };
     say!(
-        "pgtenure: got {} while acquiring lease {:?}; CMD will not run. Waiting for the acquire \
-         statement to return, to release the lease if it was granted (another signal exits at once)",
+        "pgtenure: got {} while acquiring {}; CMD will not run. Waiting for the acquire \
+         statement to return, to release it if it was granted (another signal exits at once)",
         signal_name(signal),
-        key
+        source.what(key)
     );
     let outcome = select! {
         recv(done) -> outcome => outcome,
@@ -143,42 +143,15 @@ fn attempt(
             Err(_) => done.recv(),
         },
     };
-    if let Ok(Ok(Ok(lease))) = finished(outcome) {
-        release(lease);
+    if let Ok(Ok(Ok(held))) = finished(outcome) {
+        release(key, held);
     }
     Ok(Err(signal))
 }
 
-/// Who holds the key, for the not-acquired message.
-fn describe(refusal: &Refusal) -> String {
-    match refusal {
-        Refusal::OtherOwner(row) => format!(
-            "held by {} (token {}) until {}",
-            row.owner,
-            row.token,
-            time(row.held_until)
-        ),
-        Refusal::SameOwner(row) => format!(
-            "held under this owner name, {}, by another process (token {}) until {}",
-            row.owner,
-            row.token,
-            time(row.held_until)
-        ),
-        Refusal::ThisFamily(_) => "held by this process".to_owned(),
-        Refusal::HeldOff { until, .. } => format!(
-            "the server was promoted from a standby, and keys that lapsed or were released are \
-             granted again from {} (one longest TTL after the promotion, so that no holder whose \
-             last renewals the standby missed still believes it holds the key)",
-            time(*until)
-        ),
-        _ => "it was released just after it was refused; try again".to_owned(),
-    }
-}
-
-/// Releases the lease after CMD ended; a failure is said, and the row lapses at its TTL.
-pub(super) fn release(lease: Lease) {
-    let key = lease.key().to_owned();
-    if let Err(e) = lease.release() {
+/// Releases the lease (or permit) after CMD ended; a failure is said, and the row lapses at its TTL.
+pub(super) fn release(key: &str, held: Held) {
+    if let Err(e) = held.release() {
         say!("pgtenure: could not release lease {key:?} ({e}); it lapses at its TTL");
     }
 }

@@ -34,6 +34,7 @@
 
 mod acquire;
 mod child;
+mod held;
 mod tree;
 
 use std::io;
@@ -43,11 +44,12 @@ use std::time::Duration;
 
 use clap::Args;
 use pgtenure::crossbeam_channel::{select, Receiver};
-use pgtenure::leases::{Lease, Leases};
+use pgtenure::semaphores::MAX_PERMITS;
 use pgtenure::Db;
 
 use self::acquire::{acquire, release};
 use self::child::{exit_status, prepare_child, signal_status, Cmd, Ending};
+use self::held::{Held, Source};
 use self::tree::become_subreaper;
 use crate::output::Output;
 use crate::signals::{disarm_job_control, signal_name, Signals};
@@ -72,6 +74,8 @@ const ENV_OWNER: &str = "PGTENURE_LEASE_OWNER";
 /// The environment variable that carries the lease's fence statement to CMD (`$1` key, `$2` owner,
 /// `$3` token; docs/fencing.md).
 const ENV_FENCE_SQL: &str = "PGTENURE_FENCE_SQL";
+/// The environment variable that carries the permit's slot to CMD (with `--permits`).
+const ENV_SLOT: &str = "PGTENURE_PERMIT_SLOT";
 
 /// What `pgtenure lease-run --help` says after the options.
 pub(super) const EXIT_HELP: &str = "\
@@ -114,7 +118,12 @@ A signal (SIGINT, SIGTERM, SIGHUP, SIGQUIT) that comes while the acquire stateme
 (waiting on a row lock, or on a slow database) means CMD will not run: pgtenure says so at once,
 waits for that statement to return, releases the lease if it was granted, and exits 128+N. A second
 signal makes it exit at once; a lease granted after that lapses at its TTL. A signal that comes
-after the lease was granted and before CMD started also runs no command.";
+after the lease was granted and before CMD started also runs no command.
+
+With --permits N, KEY is a semaphore of N permits (on --semaphores-table) instead of a lease: up to
+N lease-runs of KEY run their commands at once, each holding a permit of its own (a slot 0 to N-1,
+in PGTENURE_PERMIT_SLOT, with its own token and fence). The permit renews, is lost, is released and
+fences as the lease does above; 75 means all N permits were held throughout --wait.";
 
 #[derive(Args, Debug)]
 pub(crate) struct LeaseRunArgs {
@@ -135,6 +144,10 @@ pub(crate) struct LeaseRunArgs {
     /// The owner name written into the lease row. Defaults to "{hostname}-{pid}-{random hex}".
     #[arg(long)]
     owner: Option<String>,
+    /// Hold one of N permits of the semaphore KEY instead of the lease KEY: up to N commands run
+    /// at once (1 to 10000).
+    #[arg(long, value_name = "N", allow_hyphen_values = true)]
+    permits: Option<u32>,
     /// The command to run and its arguments, after `--`.
     #[arg(required = true, last = true, value_name = "CMD")]
     command: Vec<String>,
@@ -200,6 +213,13 @@ impl LeaseRunArgs {
     pub(crate) fn check(&self) -> Result<(), String> {
         self.listing.check()?;
         crate::input::check_key("lease key", &self.key)?;
+        if let Some(n) = self.permits {
+            if n == 0 || n > MAX_PERMITS {
+                return Err(format!(
+                    "--permits {n}: a semaphore has 1 to {MAX_PERMITS} permits"
+                ));
+            }
+        }
         crate::input::check_managed_ttl(self.ttl)?;
         if let Some(owner) = &self.owner {
             crate::input::check_key("owner", owner).map_err(|e| format!("--owner: {e}"))?;
@@ -210,14 +230,17 @@ impl LeaseRunArgs {
     /// Runs CMD under the lease: CMD's exit status, or one of lease-run's own (see
     /// [`EXIT_HELP`]).
     pub(crate) fn run(&self, db: &Db, global: &Global) -> Result<u8, Failure> {
-        let leases = global.leases(db)?;
-        let leases = match &self.owner {
-            Some(owner) => leases.with_owner(owner)?,
-            None => leases,
+        let source = match self.permits {
+            Some(n) => Source::Permits(global.semaphores(db)?, n),
+            None => Source::Lease(global.leases(db)?),
+        };
+        let source = match &self.owner {
+            Some(owner) => source.with_owner(owner)?,
+            None => source,
         };
         let signals = Signals::install()?;
         disarm_job_control()?;
-        let Some(lease) = acquire(&leases, &self.key, self.ttl, self.wait, &signals)? else {
+        let Some(lease) = acquire(&source, &self.key, self.ttl, self.wait, &signals)? else {
             return Ok(EXIT_NOT_ACQUIRED);
         };
         let lease = match lease {
@@ -233,14 +256,14 @@ impl LeaseRunArgs {
                 signal_name(signal),
                 self.key
             );
-            release(lease);
+            release(&self.key, lease);
             return Ok(signal_status(signal));
         }
         let program = &self.command[0];
-        let mut command = self.child_command(&leases, &lease);
+        let mut command = self.child_command(&source, &lease);
         // Before the spawn: no process of CMD's tree can leave it before pgtenure reaps it.
         if let Err(e) = become_subreaper() {
-            release(lease);
+            release(&self.key, lease);
             return Err(e.into());
         }
         // Declared after `lease`, so dropped before it: a panic from here on kills CMD's tree before
@@ -248,7 +271,7 @@ impl LeaseRunArgs {
         let mut cmd = match command.spawn() {
             Ok(child) => Cmd::new(child),
             Err(e) => {
-                release(lease);
+                release(&self.key, lease);
                 say!("pgtenure: cannot run {program:?}: {e}");
                 return Ok(match e.kind() {
                     io::ErrorKind::NotFound => EXIT_NOT_FOUND,
@@ -261,7 +284,7 @@ impl LeaseRunArgs {
             Ok(exited) => exited,
             Err(e) => {
                 cmd.kill_tree();
-                release(lease);
+                release(&self.key, lease);
                 return Err(e.into());
             }
         };
@@ -269,15 +292,18 @@ impl LeaseRunArgs {
     }
 
     /// CMD's command: its arguments, the lease in its environment, a process group of its own.
-    fn child_command(&self, leases: &Leases, lease: &Lease) -> Command {
+    fn child_command(&self, source: &Source, lease: &Held) -> Command {
         let mut command = Command::new(&self.command[0]);
         command
             .args(&self.command[1..])
             .env(ENV_KEY, &self.key)
             .env(ENV_TOKEN, lease.token().to_string())
-            .env(ENV_OWNER, leases.owner())
+            .env(ENV_OWNER, source.owner())
             .env(ENV_FENCE_SQL, lease.fence_statement().sql())
             .process_group(0);
+        if let Some(slot) = lease.slot() {
+            command.env(ENV_SLOT, slot.to_string());
+        }
         prepare_child(&mut command);
         command
     }
@@ -286,13 +312,7 @@ impl LeaseRunArgs {
     /// (CMD's tree is stopped), passing the signals pgtenure receives on to CMD's tree; releases
     /// the lease, and returns the exit status. `cmd` comes after `lease`, so it is dropped before
     /// it: a panic kills CMD's tree before the lease's drop releases the key.
-    fn supervise(
-        &self,
-        lease: Lease,
-        mut cmd: Cmd,
-        exited: &Receiver<()>,
-        signals: &Signals,
-    ) -> u8 {
+    fn supervise(&self, lease: Held, mut cmd: Cmd, exited: &Receiver<()>, signals: &Signals) -> u8 {
         let program = &self.command[0];
         loop {
             select! {
@@ -307,7 +327,7 @@ impl LeaseRunArgs {
                         Some(lease.lost()),
                         Ending::Exited,
                     );
-                    release(lease);
+                    release(&self.key, lease);
                     if cmd.lost_while_stopping.is_some() {
                         return EXIT_LOST;
                     }
@@ -326,7 +346,7 @@ impl LeaseRunArgs {
                         self.key, self.grace
                     );
                     cmd.stop(self.grace, Some(&signals.received), None, Ending::Lost);
-                    release(lease);
+                    release(&self.key, lease);
                     return EXIT_LOST;
                 }
                 recv(signals.received) -> signal => {
