@@ -66,7 +66,10 @@ impl Slots {
         let current = self.current.lock().get(&slot).copied();
         if let Some((other, since, token)) = current {
             if other != me && since < at {
-                let what = format!("still held {:?} after token {token} took the slot", at - since);
+                let what = format!(
+                    "still held {:?} after token {token} took the slot",
+                    at - since
+                );
                 self.violation(permit, what);
             }
         }
@@ -112,9 +115,15 @@ fn worker(
                 if !permit.is_held() {
                     break;
                 }
-                write(db, ledger, &slot_key, permit.token(), &owner, counts, |tx| {
-                    permit.fence(tx)
-                });
+                write(
+                    db,
+                    ledger,
+                    &slot_key,
+                    permit.token(),
+                    &owner,
+                    counts,
+                    |tx| permit.fence(tx),
+                );
                 slots.check(me, permit);
                 select! {
                     recv(permit.lost()) -> _ => {
