@@ -29,11 +29,15 @@ const CHILD_ENV: &str = "PGTENURE_CHECKER_CHILD";
 /// The keys and their permits.
 const KEYS: [(&str, u32); 3] = [("s0", 2), ("s1", 3), ("s2", 2)];
 
+/// A key and one of its slots.
+type Slot = (String, u32);
+
 /// Who believes each slot, since when: a permit still held after another permit of its slot was
 /// registered is a violation (as `common::beliefs` for leases), and so is a slot at or above N.
 #[derive(Default)]
 struct Slots {
-    current: Mutex<BTreeMap<(String, u32), (u64, Instant, i64)>>,
+    /// By (key, slot): the registered permit, when, and its token.
+    current: Mutex<BTreeMap<Slot, (u64, Instant, i64)>>,
     next: AtomicU64,
     checks: AtomicU64,
     violations: AtomicU64,

@@ -59,7 +59,8 @@ impl Semaphores {
             Op::Acquire(Some(pending)) => state.db.acquire_end(now, owner, ttl, pending),
             Op::Renew { token } => {
                 let renewed = state.db.renew_tenure(now, owner, token, ttl);
-                (renewed.then(|| (0, token)), false)
+                // The answer carries no slot (the renewal reads none): 0.
+                (renewed.then_some((0, token)), false)
             }
             Op::Release { token } => {
                 state.db.release(now, owner, token);
