@@ -6,12 +6,13 @@
 //! over to a standby that lost the last commits (`failover`). `tests/` checks every reachable
 //! state within the bounds, and runs each step function's statement against PostgreSQL
 //! (`tests/differential*.rs`). Models: `leases`, `elector`, `ticks` (tick claims and the scheduler),
-//! `membership`.
+//! `membership`, `semaphores`.
 
 pub mod elector;
 pub mod failover;
 pub mod leases;
 pub mod membership;
+pub mod semaphores;
 pub mod ticks;
 
 use std::fmt::Debug;

@@ -21,7 +21,7 @@
 //! `PGTENURE_CHECKER_SECS=3600 cargo test --release --test checker -- --nocapture --test-threads 6`
 //! (every subject side by side).
 //!
-//! One file per primitive (`leases`, `elector`, `membership`, `schedule`), `rolling` for a
+//! One file per primitive (`leases`, `elector`, `membership`, `schedule`, `semaphores`), `rolling` for a
 //! membership fleet of the previous release and this one on migrated tables, and `campaign` for the
 //! leadership loop (requested resignations, stops and slow answers: never two members leading at
 //! once, events in decision order); what they share is in `harness`.
@@ -39,3 +39,4 @@ mod rolling;
 #[path = "../common/rolling.rs"]
 mod rolling_fleet;
 mod schedule;
+mod semaphores;
