@@ -301,3 +301,60 @@ fn every_elector_statement_does_what_its_model_step_does() {
     }
     println!("{compared} statements compared with the model");
 }
+
+/// fence.sql reads `clock_timestamp()`, not the transaction's `now()`, as the model's step does
+/// (its clock is the tick the statement executes at, the transaction having begun earlier): in one
+/// transaction, every generated row (each under a fleet name of its own), a tick later, is fenced
+/// for every holder and term and compared with `Db::fence` at tick 1. A fence reading `now()`
+/// would admit the rows that expire at tick 1.
+#[test]
+fn fence_reads_the_clock_when_it_executes() {
+    let mut table = common::table("elector", "elector_clock", Some("term_seq"));
+    let name = table.name.clone();
+    let fence = sql("fence.sql", &name);
+    let states: Vec<Db> = states().into_iter().filter(|s| s.row.is_some()).collect();
+    let mut tx = table.client.transaction().unwrap();
+    for (i, state) in states.iter().enumerate() {
+        let row = state.row.as_ref().unwrap();
+        tx.execute(
+            &format!(
+                "INSERT INTO {name} (name, holder, expires_at, term, elected_at, \
+                 resign_requested) VALUES ($1, $2, now() + $3::int * interval '1 second', $4, \
+                 now(), $5)"
+            ),
+            &[
+                &format!("f{i}"),
+                &HOLDERS[row.holder as usize],
+                &i32::from(row.expires_at),
+                &i64::from(row.term),
+                &row.resign_requested,
+            ],
+        )
+        .unwrap();
+    }
+    // Real time is the subject: the clock passes one tick (a second) past the transaction's now().
+    tx.batch_execute("SELECT pg_sleep(1.1)").unwrap();
+    let mut compared = 0;
+    for (i, state) in states.iter().enumerate() {
+        for h in 0..3u8 {
+            for term in [1, 3] {
+                let rows = tx
+                    .query(
+                        fence.as_str(),
+                        &[&format!("f{i}"), &HOLDERS[h as usize], &i64::from(term)],
+                    )
+                    .unwrap();
+                assert_eq!(
+                    !rows.is_empty(),
+                    state.fence(1, h, term),
+                    "fence {h} {term} a tick into a transaction on {state:?}: PostgreSQL (left) \
+                     and the model (right) differ"
+                );
+                compared += 1;
+            }
+        }
+    }
+    tx.rollback().unwrap();
+    assert!(states.iter().any(|s| s.fence(0, 0, 1) && !s.fence(1, 0, 1)));
+    println!("{compared} fences compared with the model a tick into their transaction");
+}

@@ -408,6 +408,51 @@ fn the_elector_model_reaches_what_its_properties_are_about() {
     reaches(Election::ci(), "elector goals", elector::goals());
 }
 
+/// With a fenced transaction (`Election::fenced`): a fenced write commits, one commits past its
+/// tenure's expiry while the new election waits for its lock, and a fence is refused.
+#[test]
+fn the_elector_model_reaches_a_fenced_commit() {
+    use pgtenure_model::elector::{Action, Election, Op};
+    let goals: Vec<Goal<Election>> = vec![
+        ("a fenced write commits", |_, action, _| {
+            matches!(action, Action::Commit(_))
+        }),
+        (
+            "a fenced write commits past its tenure's expiry, a new election waiting",
+            |last, action, _| {
+                let Some(row) = &last.db.row else {
+                    return false;
+                };
+                // A poll of another holder whose transaction began past the expiry takes the row
+                // once the fenced transaction ends.
+                matches!(action, Action::Commit(_))
+                    && row.expires_at <= last.now
+                    && last.inflight.iter().any(|msg| {
+                        matches!(msg.op, Op::Poll { .. })
+                            && msg.holder != row.holder
+                            && msg.now >= row.expires_at
+                    })
+            },
+        ),
+        ("a fence is refused", |last, action, next| {
+            let Action::Exec(i) = action else {
+                return false;
+            };
+            matches!(last.inflight[*i].op, Op::Fence { .. })
+                && last
+                    .members
+                    .iter()
+                    .zip(&next.members)
+                    .any(|(a, b)| matches!(a.fence, Some((_, false))) && b.fence.is_none())
+        }),
+    ];
+    reaches(
+        Election::fenced(),
+        "elector goals with a fenced transaction",
+        goals,
+    );
+}
+
 mod ticks {
     use pgtenure_model::ticks::{Action, Answer, Msg, Op, State, Ticks};
 

@@ -75,6 +75,8 @@ pub struct Election {
     /// found the hole (see docs/reliability.md, "Model checking"). Off: the hole reintroduced,
     /// the library before the fix.
     pub ended_stands_down: bool,
+    /// How many fenced transactions a run may begin (one at a time per member).
+    pub max_fences: u8,
     pub hole: Option<Hole>,
 }
 
@@ -95,6 +97,7 @@ impl Election {
             max_failovers: 0,
             clone: false,
             ended_stands_down: true,
+            max_fences: 0,
             hole: None,
         }
     }
@@ -120,6 +123,16 @@ impl Election {
             restarts: false,
             stops: false,
             resigns: false,
+            ..Election::ci()
+        }
+    }
+
+    /// The bounds CI checks a fenced transaction at: one fence per run, no intervention (the
+    /// fence's lock is what keeps a fenced write's term current until it commits).
+    pub fn fenced() -> Election {
+        Election {
+            max_fences: 1,
+            max_interventions: 0,
             ..Election::ci()
         }
     }
@@ -158,6 +171,7 @@ impl Model for Election {
             gain_before_loss: false,
             standby: None,
             failovers: 0,
+            fences: 0,
         }]
     }
 

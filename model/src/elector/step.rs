@@ -41,6 +41,28 @@ impl Election {
                 });
             }
             Action::Failover => failover(&mut state),
+            Action::Fence(m) => {
+                // Its transaction starts now; fence.sql reads clock_timestamp() when it executes.
+                let member = &mut state.members[m];
+                let term = member.leading(state.now)?;
+                member.fence = Some((term, false));
+                state.fences += 1;
+                let holder = member.holder;
+                state.inflight.push(Msg {
+                    member: Some(m),
+                    clone: false,
+                    holder,
+                    op: Op::Fence { term },
+                    now: state.now,
+                    record: Record::default(),
+                });
+            }
+            Action::Commit(m) => {
+                // The property checks, in the state before this step, that the row still carries
+                // the fenced term: the write commits under it.
+                let (_, admitted) = state.members[m].fence.take()?;
+                admitted.then_some(())?;
+            }
             Action::Exec(i) => self.exec(&mut state, i),
             Action::Deliver(i) => self.deliver(&mut state, i)?,
             Action::GiveUp(m) => {
@@ -97,7 +119,7 @@ impl Election {
     }
 
     /// The database executes in-flight statement `i`; its answer goes back unless nobody waits.
-    fn exec(&self, state: &mut State, i: usize) {
+    pub(super) fn exec(&self, state: &mut State, i: usize) {
         let msg = state.inflight.remove(i);
         let before = state.db.row.as_ref().map(|row| row.term);
         let clone = msg.clone;
@@ -130,6 +152,20 @@ impl Election {
             }
             Op::RequestResign => {
                 state.db.request_resign(msg.now);
+                None
+            }
+            Op::Fence { term } => {
+                // The transaction whose fence this is (its member's, unless a restart or a
+                // failover ended it); clock_timestamp() is the execution's tick. Admitted, its
+                // FOR SHARE lock is held from the statement on; refused, the user rolls back.
+                let admitted = state.db.fence(state.now, msg.holder, term);
+                if let Some(member) = state
+                    .members
+                    .iter_mut()
+                    .find(|m| m.holder == msg.holder && m.fence == Some((term, false)))
+                {
+                    member.fence = admitted.then_some((term, true));
+                }
                 None
             }
         };
@@ -295,6 +331,10 @@ fn failover(state: &mut State) {
     }
     state.db.timeline += 1;
     state.inflight.clear();
+    // Open transactions (a fence's) end with the connections.
+    for member in &mut state.members {
+        member.fence = None;
+    }
 }
 
 /// Elector::stand_down: stops believing; the term it won becomes the one to resign; a poll in
