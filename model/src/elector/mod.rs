@@ -18,6 +18,11 @@
 //! (`clone`: `Elector::clone`, which shares the tenure) calls `Elector::is_leader` beside the
 //! campaign, on a thread of its own.
 //!
+//! A leading member's user may run `fence.sql` in a transaction of its own (`max_fences` per run,
+//! [`Action::Fence`]): admitted, its FOR SHARE lock is held until its write commits
+//! ([`Action::Commit`], at any later step) or the member is killed or the primary fails over, and
+//! every statement that would update the row waits for it.
+//!
 //! The step functions on [`Db`] ([`Db::is_leader`], [`Db::resign`], [`Db::request_resign`],
 //! [`Db::fence`]) are one statement each, the very code the differential test
 //! (`tests/differential_elector.rs`) compares with the statement in `sql/elector/` run against
