@@ -301,3 +301,196 @@ fn every_elector_statement_does_what_its_model_step_does() {
     }
     println!("{compared} statements compared with the model");
 }
+
+/// fence.sql reads `clock_timestamp()`, not the transaction's `now()`, as the model's step does
+/// (its clock is the tick the statement executes at, the transaction having begun earlier): in one
+/// transaction, every generated row (each under a fleet name of its own), a tick later, is fenced
+/// for every holder and term and compared with `Db::fence` at tick 1. A fence reading `now()`
+/// would admit the rows that expire at tick 1.
+#[test]
+fn fence_reads_the_clock_when_it_executes() {
+    let mut table = common::table("elector", "elector_clock", Some("term_seq"));
+    let name = table.name.clone();
+    let fence = sql("fence.sql", &name);
+    let states: Vec<Db> = states().into_iter().filter(|s| s.row.is_some()).collect();
+    let mut tx = table.client.transaction().unwrap();
+    for (i, state) in states.iter().enumerate() {
+        let row = state.row.as_ref().unwrap();
+        tx.execute(
+            &format!(
+                "INSERT INTO {name} (name, holder, expires_at, term, elected_at, \
+                 resign_requested) VALUES ($1, $2, now() + $3::int * interval '1 second', $4, \
+                 now(), $5)"
+            ),
+            &[
+                &format!("f{i}"),
+                &HOLDERS[row.holder as usize],
+                &i32::from(row.expires_at),
+                &i64::from(row.term),
+                &row.resign_requested,
+            ],
+        )
+        .unwrap();
+    }
+    // Real time is the subject: the clock passes one tick (a second) past the transaction's now().
+    tx.batch_execute("SELECT pg_sleep(1.1)").unwrap();
+    let mut compared = 0;
+    for (i, state) in states.iter().enumerate() {
+        for h in 0..3u8 {
+            for term in [1, 3] {
+                let rows = tx
+                    .query(
+                        fence.as_str(),
+                        &[&format!("f{i}"), &HOLDERS[h as usize], &i64::from(term)],
+                    )
+                    .unwrap();
+                assert_eq!(
+                    !rows.is_empty(),
+                    state.fence(1, h, term),
+                    "fence {h} {term} a tick into a transaction on {state:?}: PostgreSQL (left) \
+                     and the model (right) differ"
+                );
+                compared += 1;
+            }
+        }
+    }
+    tx.rollback().unwrap();
+    assert!(states.iter().any(|s| s.fence(0, 0, 1) && !s.fence(1, 0, 1)));
+    println!("{compared} fences compared with the model a tick into their transaction");
+}
+
+/// Whether `sql` with `params`, run by `probe` in a transaction rolled back afterwards, waits for
+/// another transaction's lock (cancelled by the lock timeout: SQLSTATE 55P03).
+fn waits(
+    probe: &mut postgres::Client,
+    sql: &str,
+    params: &[&(dyn postgres::types::ToSql + Sync)],
+) -> bool {
+    let mut tx = probe.transaction().unwrap();
+    tx.batch_execute("SET LOCAL lock_timeout = '200ms'")
+        .unwrap();
+    let waited = match tx.query(sql, params) {
+        Ok(_) => false,
+        Err(e) if e.code() == Some(&postgres::error::SqlState::LOCK_NOT_AVAILABLE) => true,
+        Err(e) => panic!("{sql}: {e}"),
+    };
+    tx.rollback().unwrap();
+    waited
+}
+
+/// The checker's rule for a fence's FOR SHARE lock (`Election::waits_for_a_fence`: a statement
+/// waits when it would update the row) against PostgreSQL: with `a`'s term 1 fenced in an open
+/// transaction, another connection's statements are run with a lock timeout. While the tenure is
+/// live, `b`'s poll matches no row and does not wait, `a`'s renewal, its resignation and a request
+/// to resign wait; once it expired, `b`'s poll (a new election) waits.
+#[test]
+fn a_fence_makes_the_row_s_updates_wait() {
+    let mut table = common::table("elector", "elector_lock", Some("term_seq"));
+    let name = table.name.clone();
+    let url = pgtenure::testing::database_url().expect("a database");
+    let mut probe = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    let [is_leader, resign, request_resign, fence] = [
+        sql("is_leader.sql", &name),
+        sql("resign.sql", &name),
+        sql("request_resign.sql", &name),
+        sql("fence.sql", &name),
+    ];
+    table
+        .client
+        .execute(
+            &format!(
+                "INSERT INTO {name} (name, holder, expires_at, term, elected_at) \
+                 VALUES ('f', 'a', clock_timestamp() + interval '1 second', 1, now())"
+            ),
+            &[],
+        )
+        .unwrap();
+    let mut fenced = table.client.transaction().unwrap();
+    assert_eq!(
+        fenced
+            .query(fence.as_str(), &[&"f", &"a", &1i64])
+            .unwrap()
+            .len(),
+        1
+    );
+    let ttl = i64::from(TTL) * MICROS;
+    let none: Option<SystemTime> = None;
+    let poll = |probe: &mut postgres::Client, holder: &str, guard: Option<i64>| {
+        waits(
+            probe,
+            &is_leader,
+            &[
+                &"f", &holder, &ttl, &guard, &false, &false, &1i64, &none, &none,
+            ],
+        )
+    };
+    // The model's rule on the same row: live (expires at 1) and then expired (at 0).
+    let changes = |expires_at: Tick, step: &dyn Fn(&mut Db)| {
+        let before = Db {
+            row: Some(Row {
+                holder: 0,
+                term: 1,
+                expires_at,
+                resign_requested: false,
+            }),
+            seq: 2,
+            ..Db::new()
+        };
+        let mut after = before.clone();
+        step(&mut after);
+        after.row != before.row
+    };
+    let plain = Grant::plain();
+    let live: [(&str, bool, bool); 4] = [
+        (
+            "b's poll",
+            poll(&mut probe, "b", None),
+            changes(1, &|db| {
+                db.is_leader(0, 1, TTL, None, &plain, None);
+            }),
+        ),
+        (
+            "a's renewal",
+            poll(&mut probe, "a", Some(1)),
+            changes(1, &|db| {
+                db.is_leader(0, 0, TTL, Some(1), &plain, None);
+            }),
+        ),
+        (
+            "a's resignation",
+            waits(&mut probe, &resign, &[&"f", &"a", &1i64, &None::<&str>]),
+            changes(1, &|db| {
+                db.resign(0, 0, 1);
+            }),
+        ),
+        (
+            "a request to resign",
+            waits(&mut probe, &request_resign, &[&"f"]),
+            changes(1, &|db| {
+                db.request_resign(0);
+            }),
+        ),
+    ];
+    for (what, postgres, model) in live {
+        assert_eq!(
+            postgres, model,
+            "{what} on a live fenced tenure: PostgreSQL (left) waits, the model (right)"
+        );
+    }
+    assert!(!live[0].1 && live[1].1, "the cases differ");
+    // Real time is the subject: the fenced tenure expires while its transaction is open.
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    let takeover = poll(&mut probe, "b", None);
+    let model = changes(0, &|db| {
+        db.is_leader(0, 1, TTL, None, &plain, None);
+    });
+    assert!(
+        takeover && model,
+        "b's poll of the expired fenced tenure: PostgreSQL {takeover}, the model {model}"
+    );
+    fenced.rollback().unwrap();
+    assert!(
+        !poll(&mut probe, "b", None),
+        "no lock once the fenced transaction ended"
+    );
+}

@@ -229,3 +229,30 @@ fn the_documented_trace_of_a_clone_renewal_led_on_after_a_requested_resignation(
         assert_eq!((property.condition)(&model, &state), fixed, "{state:?}");
     }
 }
+
+/// A fenced transaction (`Leadership::fence`, then its write) per run, no intervention: every
+/// property holds, the fenced write's term current until it commits among them.
+#[test]
+fn a_fenced_write_commits_only_while_its_term_is_current() {
+    let checker = check(
+        Election::fenced(),
+        "elector with a fenced transaction",
+        None,
+    );
+    checker.assert_properties();
+}
+
+/// fence.sql without its FOR SHARE lock: a new election after the tenure expired does not wait
+/// for the fenced transaction, whose write then commits under a term no longer current.
+#[test]
+fn a_fence_that_does_not_lock_the_row_is_found() {
+    let model = Election {
+        hole: Some(Hole::FenceWithoutLock),
+        ..Election::fenced()
+    };
+    counterexample(
+        model,
+        "elector with FenceWithoutLock",
+        "a fenced write commits only while its term is current",
+    );
+}

@@ -95,3 +95,16 @@ fn a_fence_that_does_not_lock_the_unit_is_found() {
         "a fenced write commits only while its process owns the unit with its token",
     );
 }
+
+/// CI's bounds with a fourth token and no intervention: with three tokens a run never reaches a
+/// takeover of an expired process's units (the fourth claim), which this check does.
+#[test]
+fn every_property_holds_with_a_takeover_of_an_expired_process() {
+    let model = Membership {
+        max_tokens: 4,
+        max_interventions: 0,
+        ..Membership::ci()
+    };
+    let checker = check(model, "membership with 4 tokens, no intervention", None);
+    checker.assert_properties();
+}

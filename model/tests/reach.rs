@@ -119,7 +119,7 @@ where
 }
 
 mod leases {
-    use pgtenure_model::leases::{Action, Leases, Op, Proc, State, Tenure, Tick};
+    use pgtenure_model::leases::{Action, Leases, Op, Owner, Proc, State, Tenure, Tick};
 
     pub fn believes(proc: &Proc, now: Tick) -> Option<&Tenure> {
         proc.tenure.as_ref().filter(|tenure| now < tenure.deadline)
@@ -131,6 +131,11 @@ mod leases {
             .iter()
             .filter(|proc| believes(proc, state.now).is_some())
             .count()
+    }
+
+    /// `owner` is none of the names the run began with: a restart's new one.
+    fn new_name(state: &State, owner: Owner) -> bool {
+        usize::from(owner) >= Leases::ci().procs.len() && state.restarts > 0
     }
 
     pub fn goals() -> Vec<super::Goal<Leases>> {
@@ -217,7 +222,40 @@ mod leases {
             }),
             (
                 "a process restarts under the other's owner name",
-                |last, action, _| matches!(action, Action::Restart(p, owner, _) if last.procs[*p].owner != *owner),
+                |last, action, _| matches!(action, Action::Restart(p, owner, _) if *p != 0 && last.procs[0].owner == *owner),
+            ),
+            (
+                "a process restarted under a new owner name is granted the key",
+                |last, action, next| {
+                    let Action::Exec(i) = action else {
+                        return false;
+                    };
+                    let msg = &last.inflight[*i];
+                    matches!(msg.op, Op::Acquire { .. })
+                        && !msg.orphan
+                        && new_name(last, msg.owner)
+                        && next.db.row.as_ref().is_some_and(|row| row.owner == msg.owner)
+                        && last.db.row.as_ref().map(|row| row.token)
+                            != next.db.row.as_ref().map(|row| row.token)
+                },
+            ),
+            (
+                "a process restarted under a new owner name is refused while its old name's tenure lives",
+                |last, action, next| {
+                    let Action::Exec(i) = action else {
+                        return false;
+                    };
+                    let msg = &last.inflight[*i];
+                    // The row's owner name is no process's any more: the old incarnation's.
+                    matches!(msg.op, Op::Acquire { .. })
+                        && !msg.orphan
+                        && new_name(last, msg.owner)
+                        && last.db.row == next.db.row
+                        && last.db.row.as_ref().is_some_and(|row| {
+                            row.held_until > msg.now
+                                && last.procs.iter().all(|proc| proc.owner != row.owner)
+                        })
+                },
             ),
             ("a row is swept", |_, action, _| {
                 matches!(action, Action::Sweep)
@@ -368,6 +406,51 @@ mod elector {
 fn the_elector_model_reaches_what_its_properties_are_about() {
     use pgtenure_model::elector::Election;
     reaches(Election::ci(), "elector goals", elector::goals());
+}
+
+/// With a fenced transaction (`Election::fenced`): a fenced write commits, one commits past its
+/// tenure's expiry while the new election waits for its lock, and a fence is refused.
+#[test]
+fn the_elector_model_reaches_a_fenced_commit() {
+    use pgtenure_model::elector::{Action, Election, Op};
+    let goals: Vec<Goal<Election>> = vec![
+        ("a fenced write commits", |_, action, _| {
+            matches!(action, Action::Commit(_))
+        }),
+        (
+            "a fenced write commits past its tenure's expiry, a new election waiting",
+            |last, action, _| {
+                let Some(row) = &last.db.row else {
+                    return false;
+                };
+                // A poll of another holder whose transaction began past the expiry takes the row
+                // once the fenced transaction ends.
+                matches!(action, Action::Commit(_))
+                    && row.expires_at <= last.now
+                    && last.inflight.iter().any(|msg| {
+                        matches!(msg.op, Op::Poll { .. })
+                            && msg.holder != row.holder
+                            && msg.now >= row.expires_at
+                    })
+            },
+        ),
+        ("a fence is refused", |last, action, next| {
+            let Action::Exec(i) = action else {
+                return false;
+            };
+            matches!(last.inflight[*i].op, Op::Fence { .. })
+                && last
+                    .members
+                    .iter()
+                    .zip(&next.members)
+                    .any(|(a, b)| matches!(a.fence, Some((_, false))) && b.fence.is_none())
+        }),
+    ];
+    reaches(
+        Election::fenced(),
+        "elector goals with a fenced transaction",
+        goals,
+    );
 }
 
 mod ticks {

@@ -1,6 +1,6 @@
 //! What can happen next in a state: the steps the checker explores from it.
 
-use super::{Action, Election, Op, State};
+use super::{Action, Election, Hole, Op, State};
 
 /// The holder name a restarted process takes when it does not reuse one.
 const NEW_HOLDER: u8 = 2;
@@ -17,7 +17,9 @@ impl Election {
             self.offer_member(state, m, room, budget, actions);
         }
         for i in 0..state.inflight.len() {
-            actions.push(Action::Exec(i));
+            if !self.waits_for_a_fence(state, i) {
+                actions.push(Action::Exec(i));
+            }
         }
         for i in 0..state.answers.len() {
             actions.push(Action::Deliver(i));
@@ -52,6 +54,25 @@ impl Election {
                 actions.push(Action::Restart(m, holder));
             }
         }
+    }
+
+    /// Whether in-flight statement `i` waits for a fenced transaction's FOR SHARE lock: it would
+    /// update the row (a renewal, a new election, a resignation, a request to resign; a poll of
+    /// anyone else while a leader is live matches no row and does not wait).
+    fn waits_for_a_fence(&self, state: &State, i: usize) -> bool {
+        let locked = state
+            .members
+            .iter()
+            .any(|member| matches!(member.fence, Some((_, true))));
+        if !locked
+            || self.hole == Some(Hole::FenceWithoutLock)
+            || matches!(state.inflight[i].op, Op::Fence { .. })
+        {
+            return false;
+        }
+        let mut trial = state.clone();
+        self.exec(&mut trial, i);
+        trial.db.row != state.db.row
     }
 
     /// What member `m` can do: give up waiting, or send its next statement (when there is `room`
@@ -95,6 +116,15 @@ impl Election {
         }
         if !member.stopped && budget && self.resigns && member.term.is_some() {
             actions.push(Action::Resign(m));
+        }
+        // The user's transaction on a thread of its own: `Leadership::fence` while it leads,
+        // then its write commits once the fence admitted it.
+        match member.fence {
+            None if state.fences < self.max_fences && member.leading(state.now).is_some() => {
+                actions.push(Action::Fence(m));
+            }
+            Some((_, true)) => actions.push(Action::Commit(m)),
+            _ => {}
         }
     }
 }

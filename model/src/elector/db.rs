@@ -55,6 +55,8 @@ pub enum Hole {
     NoTimelineFold,
     /// is_leader.sql with `$6` false: no hold-off after a promotion.
     NoHoldOff,
+    /// fence.sql without `FOR SHARE`: a new election does not wait for the fenced transaction.
+    FenceWithoutLock,
 }
 
 impl Default for Db {

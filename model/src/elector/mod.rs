@@ -18,6 +18,11 @@
 //! (`clone`: `Elector::clone`, which shares the tenure) calls `Elector::is_leader` beside the
 //! campaign, on a thread of its own.
 //!
+//! A leading member's user may run `fence.sql` in a transaction of its own (`max_fences` per run,
+//! [`Action::Fence`]): admitted, its FOR SHARE lock is held until its write commits
+//! ([`Action::Commit`], at any later step) or the member is killed or the primary fails over, and
+//! every statement that would update the row waits for it.
+//!
 //! The step functions on [`Db`] ([`Db::is_leader`], [`Db::resign`], [`Db::request_resign`],
 //! [`Db::fence`]) are one statement each, the very code the differential test
 //! (`tests/differential_elector.rs`) compares with the statement in `sql/elector/` run against
@@ -75,6 +80,8 @@ pub struct Election {
     /// found the hole (see docs/reliability.md, "Model checking"). Off: the hole reintroduced,
     /// the library before the fix.
     pub ended_stands_down: bool,
+    /// How many fenced transactions a run may begin (one at a time per member).
+    pub max_fences: u8,
     pub hole: Option<Hole>,
 }
 
@@ -95,6 +102,7 @@ impl Election {
             max_failovers: 0,
             clone: false,
             ended_stands_down: true,
+            max_fences: 0,
             hole: None,
         }
     }
@@ -120,6 +128,16 @@ impl Election {
             restarts: false,
             stops: false,
             resigns: false,
+            ..Election::ci()
+        }
+    }
+
+    /// The bounds CI checks a fenced transaction at: one fence per run, no intervention (the
+    /// fence's lock is what keeps a fenced write's term current until it commits).
+    pub fn fenced() -> Election {
+        Election {
+            max_fences: 1,
+            max_interventions: 0,
             ..Election::ci()
         }
     }
@@ -158,6 +176,7 @@ impl Model for Election {
             gain_before_loss: false,
             standby: None,
             failovers: 0,
+            fences: 0,
         }]
     }
 

@@ -6,7 +6,8 @@ use super::{Election, Op, State};
 
 /// The properties: no two members believe at once, a term never repeats or goes back, no belief
 /// past the local deadline nor past the database's expiry of its term, a loss is told before any
-/// later gain, and a tenure stood down from is kept to resign until a resignation is acknowledged.
+/// later gain, a tenure stood down from is kept to resign until a resignation is acknowledged, and
+/// a fenced write commits only while its term is current.
 pub(super) fn properties() -> Vec<Property<Election>> {
     vec![
         Property::always("no two believers", |_, state| no_two_believers(state)),
@@ -25,7 +26,23 @@ pub(super) fn properties() -> Vec<Property<Election>> {
             "a tenure stood down from is kept to resign while it is live",
             |_, state| kept_to_resign(state),
         ),
+        Property::always(
+            "a fenced write commits only while its term is current",
+            |_, state| fence_current(state),
+        ),
     ]
+}
+
+/// While a fenced transaction is open (its fence admitted), the row carries its holder and term.
+fn fence_current(state: &State) -> bool {
+    state.members.iter().all(|member| match member.fence {
+        Some((term, true)) => state
+            .db
+            .row
+            .as_ref()
+            .is_some_and(|row| row.holder == member.holder && row.term == term),
+        _ => true,
+    })
 }
 
 /// Checked on `Elector::term` (term and local deadline), which every `is_leading` believer also

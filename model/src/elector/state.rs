@@ -16,6 +16,8 @@ pub enum Op {
     RequestResign,
     /// promotion.sql: the promotion record read (and a promotion recorded) before a poll.
     ReadRecord,
+    /// fence.sql inside the user's transaction, for the term `Leadership::fence` leads with.
+    Fence { term: Term },
 }
 
 /// A statement in flight: sent (its transaction started at `now`), not executed yet.
@@ -100,6 +102,9 @@ pub struct Member {
     pub timeline: Timeline,
     /// The statement a clone of its elector (`Elector::clone`, sharing the tenure) waits on.
     pub clone: Option<Wait>,
+    /// The user's fenced transaction (`Leadership::fence`, on a thread of its own) for a term:
+    /// its fence sent (`false`) or admitted (`true`: its FOR SHARE lock held until it commits).
+    pub fence: Option<(Term, bool)>,
 }
 
 impl Member {
@@ -116,6 +121,7 @@ impl Member {
             record: Some(Record::seeded()),
             timeline: 1,
             clone: None,
+            fence: None,
         }
     }
 
@@ -154,6 +160,8 @@ pub struct State {
     /// What the standby has received, once its replication stopped (`None`: all of it).
     pub standby: Option<Standby>,
     pub failovers: u8,
+    /// How many fenced transactions were begun.
+    pub fences: u8,
 }
 
 /// The committed state a lagging standby has: the row, the sequence and the promotion record.
@@ -194,6 +202,10 @@ pub enum Action {
     /// The clone of member `m` stops waiting: the call fails, and a failed poll drops the
     /// leadership (`Elector::is_leader`).
     CloneGiveUp(usize),
+    /// Member `m`'s user begins a transaction and sends fence.sql for the term it leads with.
+    Fence(usize),
+    /// Member `m`'s fenced transaction commits its write (and releases its FOR SHARE lock).
+    Commit(usize),
     /// The standby stops receiving WAL: every commit from now on is lost in a failover.
     Lag,
     /// The primary fails and the standby is promoted: the table, its sequence and its record go

@@ -32,15 +32,12 @@ impl Election {
                 }
                 orphan(&mut state, m, Some(true));
             }
-            Action::Lag => {
-                let db = &state.db;
-                state.standby = Some(Standby {
-                    row: db.row.clone(),
-                    seq: db.seq,
-                    record: db.record,
-                });
-            }
+            Action::Lag => lag(&mut state),
             Action::Failover => failover(&mut state),
+            Action::Fence(m) => fence(&mut state, m)?,
+            // The property checks, in the state before this step, that the row still carries the
+            // fenced term: the write commits under it (and its FOR SHARE lock is released).
+            Action::Commit(m) => state.members[m].fence.take()?.1.then_some(())?,
             Action::Exec(i) => self.exec(&mut state, i),
             Action::Deliver(i) => self.deliver(&mut state, i)?,
             Action::GiveUp(m) => {
@@ -97,7 +94,7 @@ impl Election {
     }
 
     /// The database executes in-flight statement `i`; its answer goes back unless nobody waits.
-    fn exec(&self, state: &mut State, i: usize) {
+    pub(super) fn exec(&self, state: &mut State, i: usize) {
         let msg = state.inflight.remove(i);
         let before = state.db.row.as_ref().map(|row| row.term);
         let clone = msg.clone;
@@ -130,6 +127,20 @@ impl Election {
             }
             Op::RequestResign => {
                 state.db.request_resign(msg.now);
+                None
+            }
+            Op::Fence { term } => {
+                // The transaction whose fence this is (its member's, unless a restart or a
+                // failover ended it); clock_timestamp() is the execution's tick. Admitted, its
+                // FOR SHARE lock is held from the statement on; refused, the user rolls back.
+                let admitted = state.db.fence(state.now, msg.holder, term);
+                if let Some(member) = state
+                    .members
+                    .iter_mut()
+                    .find(|m| m.holder == msg.holder && m.fence == Some((term, false)))
+                {
+                    member.fence = admitted.then_some((term, true));
+                }
                 None
             }
         };
@@ -282,6 +293,16 @@ fn send(state: &mut State, m: usize, op: Op, hole: Option<Hole>, clone: bool) {
     });
 }
 
+/// The standby stops receiving: it keeps what it received so far.
+fn lag(state: &mut State) {
+    let db = &state.db;
+    state.standby = Some(Standby {
+        row: db.row.clone(),
+        seq: db.seq,
+        record: db.record,
+    });
+}
+
 /// The standby is promoted: what it did not receive is lost, the connections to the old primary
 /// break (statements in flight never execute, their senders give up), and the timeline grows by
 /// one. The row going back is not a term going back: the terms the properties follow are those
@@ -295,6 +316,29 @@ fn failover(state: &mut State) {
     }
     state.db.timeline += 1;
     state.inflight.clear();
+    // Open transactions (a fence's) end with the connections.
+    for member in &mut state.members {
+        member.fence = None;
+    }
+}
+
+/// Member `m`'s user begins a transaction and sends fence.sql for the term it leads with (its
+/// transaction starts now; fence.sql reads clock_timestamp() when it executes).
+fn fence(state: &mut State, m: usize) -> Option<()> {
+    let member = &mut state.members[m];
+    let term = member.leading(state.now)?;
+    member.fence = Some((term, false));
+    state.fences += 1;
+    let holder = member.holder;
+    state.inflight.push(Msg {
+        member: Some(m),
+        clone: false,
+        holder,
+        op: Op::Fence { term },
+        now: state.now,
+        record: Record::default(),
+    });
+    Some(())
 }
 
 /// Elector::stand_down: stops believing; the term it won becomes the one to resign; a poll in

@@ -1,6 +1,6 @@
 //! What can happen next in a state: the steps the checker explores from it.
 
-use super::{Action, Leases, Op, Proc, State};
+use super::{Action, Leases, Op, Owner, Proc, State};
 
 impl Leases {
     /// Every step possible in `state`.
@@ -34,10 +34,14 @@ impl Leases {
             actions.push(Action::Failover);
         }
         if state.restarts < self.max_restarts {
-            // The last process is killed and restarts under its own name or the first process's
-            // (another process with the same owner name), managed or raw.
+            // The last process is killed and restarts under its own name, the first process's
+            // (another process with the same owner name) or a new one (the library's default
+            // owner, fresh per `Leases::new`: each restart's is one no process had), managed or
+            // raw. Restarted, it forgets its tenure; what its old incarnation sent may still
+            // execute under the old name.
             let p = state.procs.len() - 1;
-            for owner in [state.procs[0].owner, state.procs[p].owner] {
+            let new = (self.procs.len() + usize::from(state.restarts)) as Owner;
+            for owner in [state.procs[0].owner, state.procs[p].owner, new] {
                 for raw in [false, true] {
                     actions.push(Action::Restart(p, owner, raw));
                 }
