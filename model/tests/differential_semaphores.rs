@@ -170,7 +170,9 @@ fn every_statement_a_permit_sends_does_what_its_model_step_does() {
                 format!("release {o} {token}"),
                 Box::new(move |db: &mut Db| format!("{:?}", db.release(0, owner, token))),
                 Box::new(move |tx: &mut Transaction<'_>| {
-                    let row = tx.query_one(release, &[&"k", &o, &Some(t)]).unwrap();
+                    let row = tx
+                        .query_one(release, &[&"k", &o, &Some(t), &Some("pgtenure:model")])
+                        .unwrap();
                     format!("{:?}", row.get::<_, bool>(0))
                 }),
             ));
