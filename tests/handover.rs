@@ -322,3 +322,48 @@ fn dropping_the_last_clone_joins_the_listener() {
         || listener_pid(&name).is_none().then_some(()),
     );
 }
+
+/// A database that accepts the listener's connection and then answers nothing (a hung server, a
+/// stalled proxy: the peer's kernel still acknowledges, so keepalives see nothing wrong): dropping
+/// the last clone of the `Db` returns within the documented bound (the connect timeout, here 1 s,
+/// and two ticks), not when the database answers again.
+#[test]
+fn dropping_the_db_while_its_listener_connects_to_a_hung_database_is_bounded() {
+    let _serial = serial();
+    let mut tables = Tables::new();
+    let table = common::lease_table(&mut tables);
+    let proxy = Proxy::start(Proxy::free_port(), database_addr()).unwrap();
+    let mut config = proxy.config();
+    config.connect_timeout(Duration::from_secs(1));
+    let db = DbBuilder::from_config(config)
+        .max_size(2)
+        .and_then(|b| b.application_name(&app("hung")))
+        .unwrap()
+        .handover_notifications(true)
+        .build()
+        .unwrap();
+    let leases = Leases::new(&db).with_table(&table).unwrap();
+    proxy.blackhole();
+    let threads = listener_threads();
+    // The first waiter makes the listener connect: accepted, then unanswered.
+    let freed = leases.watch_released("k").unwrap();
+    let accepted = proxy.accepted();
+    wait_for("the listener's connection", Duration::from_secs(5), || {
+        (proxy.accepted() > accepted).then_some(())
+    });
+    let dropping = thread::spawn(move || {
+        let started = Instant::now();
+        drop((freed, leases, db));
+        started.elapsed()
+    });
+    wait_for("the drop", Duration::from_secs(15), || {
+        dropping.is_finished().then_some(())
+    });
+    let took = dropping.join().unwrap();
+    assert!(took < Duration::from_secs(3), "the drop took {took:?}");
+    // The thread left behind ends once the database answers.
+    proxy.heal();
+    wait_for("the listener's end", Duration::from_secs(10), || {
+        (listener_threads() == threads - 1).then_some(())
+    });
+}
