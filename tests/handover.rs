@@ -367,3 +367,52 @@ fn dropping_the_db_while_its_listener_connects_to_a_hung_database_is_bounded() {
         (listener_threads() == threads - 1).then_some(())
     });
 }
+
+/// Six waiters of separate owners take one key three times each, every release handing it over
+/// through a notification: never two holders at once, and all 18 tenures well within a single
+/// retry period (10 s: without wake-ups, each handover would wait for a poll).
+#[test]
+fn waiting_acquires_racing_releases_hold_one_at_a_time_and_are_woken() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let _serial = serial();
+    if common::through_pgbouncer() {
+        return; // No listener behind a transaction pooler: tests/pgbouncer.rs.
+    }
+    let mut tables = Tables::new();
+    let table = common::lease_table(&mut tables);
+    let db = notifying(&app("racing"));
+    let holders = std::sync::Arc::new(AtomicUsize::new(0));
+    let started = Instant::now();
+    let workers: Vec<_> = (0..6)
+        .map(|_| {
+            let leases = Leases::new(&db)
+                .with_table(&table)
+                .and_then(|l| l.with_retry_period(Duration::from_secs(10)))
+                .unwrap();
+            let holders = holders.clone();
+            thread::spawn(move || {
+                let mut tokens = Vec::new();
+                for _ in 0..3 {
+                    let lease = leases
+                        .acquire_waiting("one", Duration::from_secs(5), Duration::from_secs(30))
+                        .unwrap()
+                        .expect("acquired within the wait");
+                    assert_eq!(holders.fetch_add(1, Ordering::SeqCst), 0, "two holders");
+                    tokens.push(lease.token());
+                    holders.fetch_sub(1, Ordering::SeqCst);
+                    lease.release().unwrap();
+                }
+                tokens
+            })
+        })
+        .collect();
+    let mut tokens: Vec<i64> = workers
+        .into_iter()
+        .flat_map(|w| w.join().unwrap())
+        .collect();
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(8), "18 handovers took {took:?}");
+    tokens.sort_unstable();
+    tokens.dedup();
+    assert_eq!(tokens.len(), 18, "every tenure had a token of its own");
+}

@@ -272,7 +272,10 @@ mod tests {
             Adopted::NotWon { lost: Some(7) }
         );
         assert_eq!(tenure.resigning, Some(7));
-        assert_eq!(tenure.adopt(Some(7), epoch, Some(7), None), Adopted::GivenUp);
+        assert_eq!(
+            tenure.adopt(Some(7), epoch, Some(7), None),
+            Adopted::GivenUp
+        );
         assert_eq!(tenure.term, None);
         assert_eq!(tenure.resigning, Some(7));
     }
