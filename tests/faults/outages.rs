@@ -341,3 +341,44 @@ fn outage_figure_with(slow: Duration, sweeps: bool) {
     println!("outage figure (slow return: {slow:?}, sweeps: {sweeps}): the leader changed in {changed} of 3 trials, {moved} of {} units moved", UNITS * 3);
     fleet.stop();
 }
+
+/// A database that answers every statement, each a little later than a heartbeat interval (a
+/// slow link or a loaded server: no outage, nothing fails): a process reaching it through that
+/// link still claims the units nobody owns, within a few heartbeats. The outage rule defers only
+/// after a failure or a lapse, once per outage, never for good.
+#[test]
+fn a_database_that_answers_slowly_but_always_does_not_defer_claims_for_good() {
+    use crate::common::registry::{Registry, Worker};
+    use crate::common::{db, Tables};
+    let mut tables = Tables::new();
+    let (procs, units_t) = (tables.name("procs"), tables.name("units"));
+    let units = Units::new(&db()).with_tables(&procs, &units_t).unwrap();
+    units.create_tables().unwrap();
+    let all: Vec<Unit> = (0..4).map(|i| Unit::new("t", i).unwrap()).collect();
+    units.add(&all).unwrap();
+    let proxy = Proxy::start(0, crate::common::proxy::database_addr()).unwrap();
+    let via = DbBuilder::from_config(proxy.config()).build().unwrap();
+    let mut config = Config::default();
+    config.ttl = Duration::from_secs(3);
+    config.heartbeat_interval = Duration::from_millis(300);
+    config.rebalance_interval = Duration::from_millis(300);
+    config.warm_up = Some(Duration::ZERO);
+    // Each way: a round trip takes over 300 ms, a heartbeat interval.
+    proxy.set_latency(Duration::from_millis(200));
+    let worker = Arc::new(Worker {
+        registry: Arc::new(Registry::default()),
+        id: 0,
+        drain_ms: 0,
+    });
+    let leaser = Arc::new(
+        Leaser::new(&via, worker, config)
+            .unwrap()
+            .with_tables(&procs, &units_t)
+            .unwrap(),
+    );
+    let running = crate::common::Running::start(leaser.clone());
+    wait_for("the units claimed", Duration::from_secs(15), || {
+        (leaser.owned().len() == 4).then_some(())
+    });
+    drop(running);
+}
