@@ -322,3 +322,97 @@ fn dropping_the_last_clone_joins_the_listener() {
         || listener_pid(&name).is_none().then_some(()),
     );
 }
+
+/// A database that accepts the listener's connection and then answers nothing (a hung server, a
+/// stalled proxy: the peer's kernel still acknowledges, so keepalives see nothing wrong): dropping
+/// the last clone of the `Db` returns within the documented bound (the connect timeout, here 1 s,
+/// and two ticks), not when the database answers again.
+#[test]
+fn dropping_the_db_while_its_listener_connects_to_a_hung_database_is_bounded() {
+    let _serial = serial();
+    let mut tables = Tables::new();
+    let table = common::lease_table(&mut tables);
+    let proxy = Proxy::start(Proxy::free_port(), database_addr()).unwrap();
+    let mut config = proxy.config();
+    config.connect_timeout(Duration::from_secs(1));
+    let db = DbBuilder::from_config(config)
+        .max_size(2)
+        .and_then(|b| b.application_name(&app("hung")))
+        .unwrap()
+        .handover_notifications(true)
+        .build()
+        .unwrap();
+    let leases = Leases::new(&db).with_table(&table).unwrap();
+    proxy.blackhole();
+    let threads = listener_threads();
+    // The first waiter makes the listener connect: accepted, then unanswered.
+    let freed = leases.watch_released("k").unwrap();
+    let accepted = proxy.accepted();
+    wait_for("the listener's connection", Duration::from_secs(5), || {
+        (proxy.accepted() > accepted).then_some(())
+    });
+    let dropping = thread::spawn(move || {
+        let started = Instant::now();
+        drop((freed, leases, db));
+        started.elapsed()
+    });
+    wait_for("the drop", Duration::from_secs(15), || {
+        dropping.is_finished().then_some(())
+    });
+    let took = dropping.join().unwrap();
+    assert!(took < Duration::from_secs(3), "the drop took {took:?}");
+    // The thread left behind ends once the database answers.
+    proxy.heal();
+    wait_for("the listener's end", Duration::from_secs(10), || {
+        (listener_threads() == threads - 1).then_some(())
+    });
+}
+
+/// Six waiters of separate owners take one key three times each, every release handing it over
+/// through a notification: never two holders at once, and all 18 tenures well within a single
+/// retry period (10 s: without wake-ups, each handover would wait for a poll).
+#[test]
+fn waiting_acquires_racing_releases_hold_one_at_a_time_and_are_woken() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let _serial = serial();
+    if common::through_pgbouncer() {
+        return; // No listener behind a transaction pooler: tests/pgbouncer.rs.
+    }
+    let mut tables = Tables::new();
+    let table = common::lease_table(&mut tables);
+    let db = notifying(&app("racing"));
+    let holders = std::sync::Arc::new(AtomicUsize::new(0));
+    let started = Instant::now();
+    let workers: Vec<_> = (0..6)
+        .map(|_| {
+            let leases = Leases::new(&db)
+                .with_table(&table)
+                .and_then(|l| l.with_retry_period(Duration::from_secs(10)))
+                .unwrap();
+            let holders = holders.clone();
+            thread::spawn(move || {
+                let mut tokens = Vec::new();
+                for _ in 0..3 {
+                    let lease = leases
+                        .acquire_waiting("one", Duration::from_secs(5), Duration::from_secs(30))
+                        .unwrap()
+                        .expect("acquired within the wait");
+                    assert_eq!(holders.fetch_add(1, Ordering::SeqCst), 0, "two holders");
+                    tokens.push(lease.token());
+                    holders.fetch_sub(1, Ordering::SeqCst);
+                    lease.release().unwrap();
+                }
+                tokens
+            })
+        })
+        .collect();
+    let mut tokens: Vec<i64> = workers
+        .into_iter()
+        .flat_map(|w| w.join().unwrap())
+        .collect();
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(8), "18 handovers took {took:?}");
+    tokens.sort_unstable();
+    tokens.dedup();
+    assert_eq!(tokens.len(), 18, "every tenure had a token of its own");
+}

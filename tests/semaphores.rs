@@ -8,9 +8,10 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{client, db, race, wait_for, Tables};
+use common::{client, db, race, url, wait_for, Tables};
 use pgtenure::leases::LeaseLoss;
 use pgtenure::semaphores::{Permit, Semaphore, MAX_PERMITS};
+use pgtenure::Db;
 
 fn semaphore(tables: &mut Tables) -> (Semaphore, String) {
     let table = tables.name("sema");
@@ -617,4 +618,120 @@ fn list_and_summary_show_the_live_permits_by_the_database_clock() {
     assert_eq!(busiest, [("a%1", 2, 3), ("b", 1, 1)]);
     let none = semaphore.summary(0).unwrap();
     assert_eq!((none.keys, none.held, none.busiest.len()), (4, 4, 0));
+}
+
+#[test]
+fn different_n_under_contention_never_exceed_their_own_limit_nor_share_a_slot() {
+    let mut tables = Tables::new();
+    let table = tables.name("sema");
+    let sem = Semaphore::new(&db()).with_table(&table).unwrap();
+    sem.create_table().unwrap();
+    // Believers by slot: a slot believed by two at once breaks invariant 3 per permit.
+    let slots: Arc<Vec<AtomicUsize>> = Arc::new((0..4).map(|_| AtomicUsize::new(0)).collect());
+    let low = Arc::new(AtomicUsize::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let tokens = Arc::new(Mutex::new(vec![Vec::new(); 4]));
+    let workers: Vec<_> = (0..8)
+        .map(|i| {
+            let (sem, slots, low, stop, tokens) = (
+                sem.clone(),
+                slots.clone(),
+                low.clone(),
+                stop.clone(),
+                tokens.clone(),
+            );
+            std::thread::spawn(move || {
+                let n = if i % 2 == 0 { 2 } else { 4 };
+                while !stop.load(Ordering::SeqCst) {
+                    let Some(p) = sem.acquire("mixed", n, Duration::from_secs(5)).unwrap() else {
+                        continue;
+                    };
+                    let s = p.slot() as usize;
+                    assert!(s < n as usize, "slot {s} granted to an acquire of {n}");
+                    let was = slots[s].fetch_add(1, Ordering::SeqCst);
+                    assert_eq!(was, 0, "slot {s} believed by two at once");
+                    if s < 2 {
+                        let below = low.fetch_add(1, Ordering::SeqCst) + 1;
+                        assert!(below <= 2, "{below} believers below slot 2");
+                    }
+                    tokens.lock().unwrap()[s].push(p.token());
+                    if s < 2 {
+                        low.fetch_sub(1, Ordering::SeqCst);
+                    }
+                    slots[s].fetch_sub(1, Ordering::SeqCst);
+                    p.release().unwrap();
+                }
+            })
+        })
+        .collect();
+    // Real time is the subject: the workers contend for this long.
+    std::thread::sleep(Duration::from_millis(1500));
+    stop.store(true, Ordering::SeqCst);
+    for w in workers {
+        w.join().unwrap();
+    }
+    for (slot, list) in tokens.lock().unwrap().iter().enumerate() {
+        assert!(
+            list.windows(2).all(|w| w[0] < w[1]),
+            "slot {slot}: tokens went back: {list:?}"
+        );
+    }
+}
+
+#[test]
+fn a_permit_dropped_after_its_semaphore_and_db_still_frees_its_slot() {
+    let mut tables = Tables::new();
+    let table = tables.name("sema");
+    let permit = {
+        let db = Db::connect(&url()).unwrap();
+        let sem = Semaphore::new(&db).with_table(&table).unwrap();
+        sem.create_table().unwrap();
+        sem.acquire("k", 1, Duration::from_secs(30))
+            .unwrap()
+            .unwrap()
+    };
+    assert!(permit.is_held());
+    drop(permit);
+    let live: i64 = client()
+        .query_one(
+            &format!("SELECT count(*) FROM {table} WHERE held_until > now()"),
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(live, 0, "the dropped permit's slot is free");
+}
+
+#[test]
+fn a_lapsed_permits_open_fence_keeps_its_slot_from_an_acquire_until_it_ends() {
+    let mut tables = Tables::new();
+    let table = tables.name("sema");
+    let sem = Semaphore::new(&db()).with_table(&table).unwrap();
+    sem.create_table().unwrap();
+    let permit = sem
+        .acquire("k", 1, Duration::from_millis(300))
+        .unwrap()
+        .unwrap();
+    let mut conn = db().connection().unwrap();
+    let mut tx = conn.transaction().unwrap();
+    assert!(permit.fence(&mut tx).unwrap());
+    // The fence's lock holds the renewal off: the permit lapses in the database meanwhile.
+    let _ = permit.lost().recv_timeout(Duration::from_secs(5)).unwrap();
+    wait_for("the row lapsed", Duration::from_secs(5), || {
+        sem.holders("k").unwrap().is_empty().then_some(())
+    });
+    // The slot is not granted while the fenced transaction is open: the acquire passes over the
+    // locked row (refused, it does not wait).
+    let other = Semaphore::new(&db()).with_table(&table).unwrap();
+    assert!(other
+        .acquire("k", 1, Duration::from_secs(5))
+        .unwrap()
+        .is_none());
+    tx.commit().unwrap();
+    let next = other
+        .acquire("k", 1, Duration::from_secs(5))
+        .unwrap()
+        .unwrap();
+    assert!(next.token() > permit.token());
+    next.release().unwrap();
 }

@@ -143,8 +143,15 @@ impl Campaign {
                     .lock()
                     .observe_until
                     .is_some_and(|until| Instant::now() < until);
-                if observing || self.defers() {
+                if observing {
                     self.observe_once();
+                } else if self.defers().is_some() {
+                    self.observe_once();
+                    // The first poll comes as the deferral ends (one retry period after the first
+                    // answer), not a turn later: a real crash delays the take-over by one period.
+                    if let Some(until) = self.defers() {
+                        next = next.max(until);
+                    }
                 } else {
                     let _ = self.poll_once();
                 }
@@ -163,16 +170,17 @@ impl Campaign {
     /// first poll, reaches the database within that period. A campaign that saw no failure (the
     /// leader really crashed) polls, and takes over at expiry. Observing only delays a take-over:
     /// the deferral is local, and never extends anybody's belief.
-    fn defers(&self) -> bool {
+    /// Until when, `None` when it does not (the instant now while still cut off).
+    fn defers(&self) -> Option<Instant> {
         let mut state = self.state.lock();
         let holder = &self.elector.holder;
         let led = (state.observed.as_ref()).is_some_and(|(leader, _)| leader.as_str() == &**holder);
         let until = state.reach.defers(Instant::now());
         if let (false, Some(until)) = (led, until) {
             log::debug!(target: "pgtenure::elector", "{holder}: back from an outage, only observing fleet {:?} for {:?}", self.elector.name, until.saturating_duration_since(Instant::now()));
-            return true;
+            return Some(until);
         }
-        false
+        None
     }
 
     /// One poll, and the events it decides.

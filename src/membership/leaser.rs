@@ -68,6 +68,8 @@ pub struct Leaser {
     /// Whether the run loop's statements reach the database: back from an outage, its ticks claim,
     /// shed and sweep nothing for one heartbeat interval ([`Leaser::defers`]).
     reach: Mutex<Reach>,
+    /// The last tick's read took longer than a heartbeat interval ([`Leaser::reached`]).
+    late: AtomicBool,
 }
 
 impl Leaser {
@@ -106,6 +108,7 @@ impl Leaser {
             running: AtomicBool::new(false),
             busy: Busy::default(),
             reach: Mutex::new(Reach::default()),
+            late: AtomicBool::new(false),
         })
     }
 
@@ -276,14 +279,21 @@ impl Leaser {
         Ok(warn)
     }
 
-    /// The run loop's statement sent at `sent` was answered (`lapsed`: a heartbeat that found the
-    /// row had lapsed). A lapse, or an answer that took longer than a heartbeat interval, says this
-    /// process was cut off from the database, as a failure does ([`Leaser::unreached`]): then its
-    /// ticks claim, shed and sweep nothing for one heartbeat interval.
-    pub(super) fn reached(&self, sent: Instant, lapsed: bool) {
+    /// The run loop's statement was answered (`lapsed`: a heartbeat that found the row had lapsed;
+    /// `sent`: when a tick's read was sent). A lapse, or a tick's read that took longer than a
+    /// heartbeat interval, says this process was cut off from the database, as a failure does
+    /// ([`Leaser::unreached`]): then its ticks claim, shed and sweep nothing for one heartbeat
+    /// interval. A run of late reads is one return: the first defers, the next are the database's
+    /// pace (deferring at each would never end: a process on a link that slow would never claim).
+    pub(super) fn reached(&self, sent: Option<Instant>, lapsed: bool) {
         let (now, period) = (Instant::now(), self.config.heartbeat_interval);
+        let first_late = sent.is_some_and(|sent| {
+            let late = now.saturating_duration_since(sent) > period;
+            let was_late = self.late.swap(late, Ordering::AcqRel);
+            late && !was_late
+        });
         let mut reach = self.reach.lock();
-        if lapsed || now.saturating_duration_since(sent) > period {
+        if lapsed || first_late {
             reach.returned(now, period);
         } else {
             reach.answered(now, period);

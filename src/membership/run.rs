@@ -247,7 +247,7 @@ impl Leaser {
                 let was_settled = self.local().settled();
                 match self.beat() {
                     // Its lapse, not its duration: a beat that found a lapse delivers the losses.
-                    Ok(lapsed) => self.reached(Instant::now(), lapsed),
+                    Ok(lapsed) => self.reached(None, lapsed),
                     Err(e) => {
                         self.unreached(&e);
                         self.report("heartbeat failed", &e);
@@ -263,7 +263,7 @@ impl Leaser {
             if now >= next_tick {
                 match self.tick() {
                     // Not its duration, which counts the reconciler's: the tick judges its read.
-                    Ok(_) => self.reached(Instant::now(), false),
+                    Ok(_) => self.reached(None, false),
                     Err(e) => {
                         self.unreached(&e);
                         self.report("rebalance failed", &e);
@@ -284,7 +284,7 @@ impl Leaser {
             return until.max(now + self.config().heartbeat_interval);
         }
         match self.sweep_until(Some(Instant::now() + self.config().heartbeat_interval)) {
-            Ok(_) => self.reached(Instant::now(), false),
+            Ok(_) => self.reached(None, false),
             Err(e) => {
                 self.unreached(&e);
                 self.report("sweep failed", &e);

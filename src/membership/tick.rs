@@ -169,7 +169,7 @@ impl Leaser {
         let stats = self.read_stats()?;
         if self.is_running() {
             // A read that waited out an outage: the other processes may only be late to return.
-            self.reached(asked, false);
+            self.reached(Some(asked), false);
         }
         let deferring = self.defers().is_some();
         if deferring {

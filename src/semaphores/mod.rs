@@ -35,7 +35,9 @@
 //! Protect each write with [`Permit::fence`] inside the write's own transaction: it locks the
 //! permit's row `FOR SHARE` where key, owner and token match and the permit is live by
 //! `clock_timestamp()`, so a permit that lapsed while its holder was paused fails its fence, and
-//! the acquirer that takes its slot waits until a fenced transaction in progress ends. Another
+//! no acquirer takes its slot while a fenced transaction is in progress: the acquire passes over
+//! the locked row (it does not wait), and is refused when no other slot below its N is free, even
+//! though [`Semaphore::holders`] shows the lapsed permit gone. Another
 //! driver runs the same fence as a value, [`Permit::fence_statement`] ([`crate::fence`]).
 //!
 //! ```no_run

@@ -341,3 +341,120 @@ fn outage_figure_with(slow: Duration, sweeps: bool) {
     println!("outage figure (slow return: {slow:?}, sweeps: {sweeps}): the leader changed in {changed} of 3 trials, {moved} of {} units moved", UNITS * 3);
     fleet.stop();
 }
+
+/// A database that answers every statement, each a little later than a heartbeat interval (a
+/// slow link or a loaded server: no outage, nothing fails): a process reaching it through that
+/// link still claims the units nobody owns, within a few heartbeats. The outage rule defers only
+/// after a failure or a lapse, once per outage, never for good.
+#[test]
+fn a_database_that_answers_slowly_but_always_does_not_defer_claims_for_good() {
+    use crate::common::registry::{Registry, Worker};
+    use crate::common::{db, Tables};
+    let mut tables = Tables::new();
+    let (procs, units_t) = (tables.name("procs"), tables.name("units"));
+    let units = Units::new(&db()).with_tables(&procs, &units_t).unwrap();
+    units.create_tables().unwrap();
+    let all: Vec<Unit> = (0..4).map(|i| Unit::new("t", i).unwrap()).collect();
+    units.add(&all).unwrap();
+    let proxy = Proxy::start(0, crate::common::proxy::database_addr()).unwrap();
+    let via = DbBuilder::from_config(proxy.config()).build().unwrap();
+    let mut config = Config::default();
+    config.ttl = Duration::from_secs(3);
+    config.heartbeat_interval = Duration::from_millis(300);
+    config.rebalance_interval = Duration::from_millis(300);
+    config.warm_up = Some(Duration::ZERO);
+    // Each way: a round trip takes over 300 ms, a heartbeat interval.
+    proxy.set_latency(Duration::from_millis(200));
+    let worker = Arc::new(Worker {
+        registry: Arc::new(Registry::default()),
+        id: 0,
+        drain_ms: 0,
+    });
+    let leaser = Arc::new(
+        Leaser::new(&via, worker, config)
+            .unwrap()
+            .with_tables(&procs, &units_t)
+            .unwrap(),
+    );
+    let running = crate::common::Running::start(leaser.clone());
+    wait_for("the units claimed", Duration::from_secs(15), || {
+        (leaser.owned().len() == 4).then_some(())
+    });
+    drop(running);
+}
+
+/// A candidate cut off (its poll failed for want of the database: here a statement timeout on a
+/// locked row) while the leader crashed takes over one retry period after its first answer, as
+/// the deferral says, not a turn later. The first answer is made to come at a known instant: a
+/// notification on the fleet wakes the campaign at once.
+#[test]
+fn a_cut_off_candidate_takes_over_one_retry_period_after_its_first_answer() {
+    use crate::common::{client, url, with_param, Tables};
+    let retry = Duration::from_secs(1);
+    let mut tables = Tables::new();
+    let table = tables.name("leader");
+    let direct = Db::connect(&url()).unwrap();
+    let crashed = Elector::new(&direct)
+        .with_table(&table)
+        .and_then(|e| e.with_holder("crashed"))
+        .and_then(|e| e.with_ttl(Duration::from_secs(1)))
+        .unwrap();
+    crashed.create_table().unwrap();
+    // It leads once and never renews: a crash.
+    assert!(crashed.is_leader().unwrap());
+    let timing_out = with_param(&url(), "options", "-c%20statement_timeout=200");
+    let db = Db::builder(&timing_out)
+        .and_then(|b| b.application_name("cut-off-candidate"))
+        .unwrap()
+        .handover_notifications(true)
+        .build()
+        .unwrap();
+    let candidate = Elector::new(&db)
+        .with_table(&table)
+        .and_then(|e| e.with_holder("candidate"))
+        .and_then(|e| e.with_ttl(Duration::from_secs(3)))
+        .and_then(|e| e.with_retry_period(retry))
+        .unwrap();
+    let mut locker = client();
+    let mut lock = locker.transaction().unwrap();
+    lock.execute(
+        &format!("SELECT 1 FROM {table} WHERE name = 'default' FOR UPDATE"),
+        &[],
+    )
+    .unwrap();
+    let campaign = candidate.campaign().unwrap();
+    let waiting = |c: &mut pgtenure::postgres::Client| -> bool {
+        c.query_one(
+            "SELECT count(*) > 0 FROM pg_stat_activity
+              WHERE wait_event_type = 'Lock' AND application_name = 'cut-off-candidate'",
+            &[],
+        )
+        .unwrap()
+        .get(0)
+    };
+    let mut watch = client();
+    // A poll blocked on the lock, then failed by its timeout: the candidate is cut off.
+    wait_for("a poll on the lock", Duration::from_secs(10), || {
+        waiting(&mut watch).then_some(())
+    });
+    wait_for("the poll to fail", Duration::from_secs(5), || {
+        (!waiting(&mut watch)).then_some(())
+    });
+    lock.rollback().unwrap();
+    let woken = Instant::now();
+    watch
+        .execute(
+            &format!("SELECT pg_notify('pgtenure:{table}', 'default')"),
+            &[],
+        )
+        .unwrap();
+    wait_for("the candidate to lead", Duration::from_secs(10), || {
+        campaign.is_leading().then_some(())
+    });
+    let took = woken.elapsed();
+    assert!(
+        took < retry + retry / 2,
+        "led {took:?} after its first answer (retry period {retry:?})"
+    );
+    campaign.stop().unwrap();
+}

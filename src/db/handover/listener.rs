@@ -35,14 +35,18 @@ pub(crate) fn start<T: MakeTls>(
     let mut config = config.clone();
     config.application_name(&listener_name(config.get_application_name()));
     let targets = Targets::of(&config);
+    let join_bound = config.get_connect_timeout().copied().unwrap_or(TICK) + 2 * TICK;
     let connect: Connect = Box::new(move || config.connect(tls.clone()));
     let registry = Arc::new(Registry::default());
     let (stop, stopped) = bounded::<()>(0);
+    // Disconnected when the thread ends (its sender is dropped then, on a panic too).
+    let (ended, done) = bounded::<()>(0);
     let thread = {
         let registry = Arc::clone(&registry);
         std::thread::Builder::new()
             .name("pgtenure-listen".into())
             .spawn(move || {
+                let _ended = ended;
                 let proof = (!trust_direct).then_some(targets);
                 run(&connect, proof.as_ref(), &registry, &stopped);
                 registry.set_listening(false);
@@ -53,6 +57,8 @@ pub(crate) fn start<T: MakeTls>(
         registry,
         stop: Some(stop),
         thread: Some(thread),
+        done,
+        join_bound,
     }))
 }
 

@@ -5,8 +5,9 @@ use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::Duration;
 
-use crossbeam_channel::{bounded, never, Receiver, Sender};
+use crossbeam_channel::{bounded, never, Receiver, RecvTimeoutError, Sender};
 use parking_lot::Mutex;
 
 /// A channel's waiters: by key or fleet name, each with its registration's id.
@@ -110,16 +111,33 @@ pub(crate) struct Handover {
     pub(super) registry: Arc<Registry>,
     pub(super) stop: Option<Sender<()>>,
     pub(super) thread: Option<JoinHandle<()>>,
+    /// Disconnected once the thread has ended.
+    pub(super) done: Receiver<()>,
+    /// How long dropping waits for the thread: the connect timeout and two ticks.
+    pub(super) join_bound: Duration,
 }
 
 impl Drop for Handover {
-    /// Stops the listener and joins it: within its tick (100 ms), or the connect in
-    /// progress (the connection's connect timeout, 5 s by default).
+    /// Stops the listener and joins it: within its tick (100 ms), or the connect in progress
+    /// (the connection's connect timeout, 5 s by default). A database that accepted the
+    /// connection and answers nothing (a hung server or proxy: the peer's kernel still
+    /// acknowledges, so neither the connect timeout nor keepalives end the wait) holds the thread
+    /// past that: it is then left to end on its own when the database answers or the connection
+    /// fails (it has nothing to decide or write), and a warning says so, rather than the drop
+    /// hanging as long as the database does.
     fn drop(&mut self) {
         drop(self.stop.take());
-        if let Some(thread) = self.thread.take() {
-            if thread.join().is_err() {
-                log::error!(target: "pgtenure::db", "the handover listener's thread panicked");
+        let Some(thread) = self.thread.take() else {
+            return;
+        };
+        match self.done.recv_timeout(self.join_bound) {
+            Err(RecvTimeoutError::Timeout) => {
+                log::warn!(target: "pgtenure::db", "the handover listener is blocked on the database for over {:?}; it ends on its own once the database answers or its connection fails", self.join_bound);
+            }
+            _ => {
+                if thread.join().is_err() {
+                    log::error!(target: "pgtenure::db", "the handover listener's thread panicked");
+                }
             }
         }
     }
