@@ -757,6 +757,21 @@ mod membership {
                     })
                 },
             ),
+            (
+                "a cut-off process only heartbeats while another's units lapsed",
+                |last, action, _| {
+                    let Action::Exec(i) = action else {
+                        return false;
+                    };
+                    let msg = &last.inflight[*i];
+                    msg.op == Op::Heartbeat
+                        && last.processes[msg.process as usize].defers(last.now)
+                        && last.db.units.iter().any(|unit| {
+                            unit.owner
+                                .is_some_and(|q| q != msg.process && !last.db.live(msg.now, q))
+                        })
+                },
+            ),
         ]
     }
 }
