@@ -398,6 +398,42 @@ mod elector {
                     last.inflight[*i].now < last.now
                 },
             ),
+            (
+                "a cut-off member only observes while the row is lapsed",
+                |last, action, _| {
+                    let Action::Exec(i) = action else {
+                        return false;
+                    };
+                    let msg = &last.inflight[*i];
+                    msg.op == Op::Observe
+                        && last
+                            .db
+                            .row
+                            .as_ref()
+                            .is_some_and(|row| row.expires_at <= msg.now)
+                },
+            ),
+            (
+                "the former leader re-takes its lapsed tenure with a new term while another defers",
+                |last, action, next| {
+                    let Action::Exec(i) = action else {
+                        return false;
+                    };
+                    let msg = &last.inflight[*i];
+                    let (Some(was), Some(row)) = (&last.db.row, &next.db.row) else {
+                        return false;
+                    };
+                    matches!(msg.op, Op::Poll { .. })
+                        && was.holder == msg.holder
+                        && was.expires_at <= msg.now
+                        && row.holder == msg.holder
+                        && row.term > was.term
+                        && last
+                            .members
+                            .iter()
+                            .any(|m| m.holder != msg.holder && m.defers(last.now))
+                },
+            ),
         ]
     }
 }
@@ -719,6 +755,21 @@ mod membership {
                             && next.db.processes[p].as_ref().map(|row| row.expires_at)
                                 == process.deadline
                     })
+                },
+            ),
+            (
+                "a cut-off process only heartbeats while another's units lapsed",
+                |last, action, _| {
+                    let Action::Exec(i) = action else {
+                        return false;
+                    };
+                    let msg = &last.inflight[*i];
+                    msg.op == Op::Heartbeat
+                        && last.processes[msg.process as usize].defers(last.now)
+                        && last.db.units.iter().any(|unit| {
+                            unit.owner
+                                .is_some_and(|q| q != msg.process && !last.db.live(msg.now, q))
+                        })
                 },
             ),
         ]

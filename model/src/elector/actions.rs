@@ -101,6 +101,9 @@ impl Election {
                 actions.push(Action::Send(
                     m,
                     match member.record {
+                        // Back from an outage (the rule on) and not the leader it last saw: it
+                        // only reads who leads, and takes nothing.
+                        _ if self.cut_off(m) && member.defers(state.now) => Op::Observe,
                         // Db::grant reads the promotion record before a poll when it has none.
                         None => Op::ReadRecord,
                         Some(_) => Op::Poll { guard: member.term },

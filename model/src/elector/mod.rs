@@ -23,6 +23,11 @@
 //! ([`Action::Commit`], at any later step) or the member is killed or the primary fails over, and
 //! every statement that would update the row waits for it.
 //!
+//! The outage rule (`outage`, `src/outage.rs`): the last member's poll given up
+//! ([`Action::GiveUp`], a connection failure or a timeout) cuts its campaign off; unless the leader
+//! it last saw was itself, it then only reads who leads (leader.sql, [`Op::Observe`], which takes
+//! nothing) until one retry period after its next answer.
+//!
 //! The step functions on [`Db`] ([`Db::is_leader`], [`Db::resign`], [`Db::request_resign`],
 //! [`Db::fence`]) are one statement each, the very code the differential test
 //! (`tests/differential_elector.rs`) compares with the statement in `sql/elector/` run against
@@ -44,7 +49,7 @@ pub type Term = u8;
 pub type Holder = u8;
 
 pub use self::db::{Db, Hole, PollAnswer, Row};
-pub use self::state::{Action, Answer, Member, Msg, Op, Standby, State, Wait};
+pub use self::state::{Action, Answer, Member, Msg, Op, Reach, Standby, State, Wait};
 
 /// The model's bounds.
 #[derive(Clone, Debug)]
@@ -82,6 +87,14 @@ pub struct Election {
     pub ended_stands_down: bool,
     /// How many fenced transactions a run may begin (one at a time per member).
     pub max_fences: u8,
+    /// The outage rule (`src/outage.rs`), as the library has it, on the last member: its
+    /// campaign cut off from the database (a poll given up: [`Action::GiveUp`], the model's
+    /// connection failure or timeout) that was not the leader it last saw only observes
+    /// (leader.sql, [`Op::Observe`]) until one retry period (`Some(ticks)`) after its next answer.
+    /// The other members poll where the library would only observe: a read takes nothing, so
+    /// their steps include the library's (and following who each saw lead would multiply the
+    /// states past what CI affords). `None`: the rule off.
+    pub outage: Option<Tick>,
     pub hole: Option<Hole>,
 }
 
@@ -103,6 +116,7 @@ impl Election {
             clone: false,
             ended_stands_down: true,
             max_fences: 0,
+            outage: Some(1),
             hole: None,
         }
     }
@@ -150,6 +164,13 @@ impl Election {
             max_interventions: interventions,
             ..Election::ci()
         }
+    }
+}
+
+impl Election {
+    /// Whether member `m` follows the outage rule (see [`Election::outage`]).
+    fn cut_off(&self, m: usize) -> bool {
+        self.outage.is_some() && m + 1 == self.members.len()
     }
 }
 

@@ -18,6 +18,9 @@ pub enum Op {
     ReadRecord,
     /// fence.sql inside the user's transaction, for the term `Leadership::fence` leads with.
     Fence { term: Term },
+    /// leader.sql: who leads now (a live row), read by a campaign back from an outage that only
+    /// observes (`Campaign::defers`); it takes nothing.
+    Observe,
 }
 
 /// A statement in flight: sent (its transaction started at `now`), not executed yet.
@@ -53,6 +56,11 @@ pub enum Answer {
         member: usize,
         record: Record,
     },
+    /// leader.sql's answer: whether the live leader it read is the member's own holder name.
+    Observe {
+        member: usize,
+        leads: bool,
+    },
 }
 
 impl Answer {
@@ -62,7 +70,7 @@ impl Answer {
             Answer::Poll { member, clone, .. } | Answer::Resign { member, clone } => {
                 (member, clone)
             }
-            Answer::Record { member, .. } => (member, false),
+            Answer::Record { member, .. } | Answer::Observe { member, .. } => (member, false),
         }
     }
 }
@@ -76,6 +84,19 @@ pub struct Wait {
     /// The member stood down while it was in flight (`KnownTenure::resigned` moved on): its answer
     /// is not led on.
     pub stood_down: bool,
+}
+
+/// What a campaign knows of its reach to the database (`outage::Reach`), in ticks.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum Reach {
+    /// Its statements are answered: nothing to defer.
+    Reached,
+    /// A poll (or a read of who leads) failed for want of the database ([`Action::GiveUp`]): it
+    /// only observes until one is answered, and one retry period beyond.
+    CutOff,
+    /// Back from an outage: it only observes until this tick (one retry period after the first
+    /// answer), unless the leader it last saw was itself.
+    Back(Tick),
 }
 
 /// A campaigning member: the elector's `KnownTenure` and the campaign's state.
@@ -105,6 +126,11 @@ pub struct Member {
     /// The user's fenced transaction (`Leadership::fence`, on a thread of its own) for a term:
     /// its fence sent (`false`) or admitted (`true`: its FOR SHARE lock held until it commits).
     pub fence: Option<(Term, bool)>,
+    /// Its reach to the database (the outage rule; always `Reached` with it off).
+    pub reach: Reach,
+    /// The leader its last answered poll or read saw was its own holder name (the campaign's
+    /// `observed`): back from an outage it does not defer.
+    pub led: bool,
 }
 
 impl Member {
@@ -122,7 +148,20 @@ impl Member {
             timeline: 1,
             clone: None,
             fence: None,
+            reach: Reach::Reached,
+            led: false,
         }
+    }
+
+    /// `Campaign::defers`: back from an outage (or still cut off) and not the leader it last saw,
+    /// its campaign only observes at `now`.
+    pub fn defers(&self, now: Tick) -> bool {
+        !self.led
+            && match self.reach {
+                Reach::Reached => false,
+                Reach::CutOff => true,
+                Reach::Back(until) => now < until,
+            }
     }
 
     /// `Elector::term`: the term while its local deadline has not passed.
@@ -223,6 +262,10 @@ pub(super) fn orphan(state: &mut State, m: usize, clone: Option<bool>) {
             msg.member = None;
         }
     }
+    // A read of who leads that nobody waits for changes nothing when it executes.
+    state
+        .inflight
+        .retain(|msg| msg.member.is_some() || msg.op != Op::Observe);
     state.answers.retain(|answer| {
         let (member, of_clone) = answer.to();
         !thread(member, of_clone)

@@ -2,8 +2,8 @@
 //! member decides and tells when its answer arrives (`poll.rs`, `campaigner.rs`, `resign.rs`).
 
 use super::db::PollAnswer;
-use super::state::{note_term, orphan, Standby};
-use super::{Action, Answer, Election, Hole, Member, Msg, Op, State, Term, Wait};
+use super::state::{note_term, orphan, Reach, Standby};
+use super::{Action, Answer, Election, Hole, Member, Msg, Op, State, Term, Tick, Wait};
 use crate::failover::{Grant, Record, Timeline};
 
 /// Why a campaign tells `Lost` (`LeaderLoss`); only `Expired` changes what it does.
@@ -21,7 +21,7 @@ impl Election {
     pub(super) fn step(&self, last: &State, action: Action) -> Option<State> {
         let mut state = last.clone();
         match action {
-            Action::Tick => state.now += 1,
+            Action::Tick => tick(&mut state),
             Action::Send(m, op) => send(&mut state, m, op, self.hole, false),
             Action::CloneSend(m, op) => send(&mut state, m, op, self.hole, true),
             Action::CloneGiveUp(m) => {
@@ -42,8 +42,13 @@ impl Election {
             Action::Deliver(i) => self.deliver(&mut state, i)?,
             Action::GiveUp(m) => {
                 // The call fails: a campaign keeps its deadline (its watcher ends the belief), a
-                // resignation waits to be sent again.
-                state.members[m].waiting.take()?;
+                // resignation waits to be sent again. A poll or a read of who leads failed for
+                // want of the database: the campaign is cut off (a resignation's failure is not
+                // counted, as in the library).
+                let wait = state.members[m].waiting.take()?;
+                if self.cut_off(m) && !matches!(wait.op, Op::Resign { .. }) {
+                    state.members[m].reach = Reach::CutOff;
+                }
                 orphan(&mut state, m, Some(false));
             }
             Action::Watch(m) => {
@@ -129,6 +134,15 @@ impl Election {
                 state.db.request_resign(msg.now);
                 None
             }
+            Op::Observe => {
+                // leader.sql: the row live at the transaction's now(); nothing written.
+                let leads = state
+                    .db
+                    .row
+                    .as_ref()
+                    .is_some_and(|row| row.expires_at > msg.now && row.holder == msg.holder);
+                msg.member.map(|member| Answer::Observe { member, leads })
+            }
             Op::Fence { term } => {
                 // The transaction whose fence this is (its member's, unless a restart or a
                 // failover ended it); clock_timestamp() is the execution's tick. Admitted, its
@@ -170,12 +184,21 @@ impl Election {
                 }
             }
             (Answer::Record { record, .. }, Op::ReadRecord) => member.record = Some(record),
+            (Answer::Observe { leads, .. }, Op::Observe) => {
+                answered(member, state.now, self.outage);
+                member.led = leads;
+            }
             (
                 Answer::Poll {
                     answer, timeline, ..
                 },
                 Op::Poll { guard },
             ) => {
+                if !clone && self.cut_off(m) {
+                    // The campaign's poll was answered: back from an outage, if cut off.
+                    answered(member, state.now, self.outage);
+                    member.led = answer.leader.is_some_and(|(h, _, _)| h == member.holder);
+                }
                 if answer.stale {
                     // Db::grant reads the record again; a poll that neither renewed nor won is
                     // sent again (here: a poll sent later), its answer not adopted.
@@ -236,6 +259,25 @@ impl Election {
             }
         }
         ended
+    }
+}
+
+/// The database clock (and every local clock) advances one tick; a deferral that ended is no
+/// deferral (`Reach::defers` forgets it).
+fn tick(state: &mut State) {
+    state.now += 1;
+    for member in &mut state.members {
+        if matches!(member.reach, Reach::Back(until) if until <= state.now) {
+            member.reach = Reach::Reached;
+        }
+    }
+}
+
+/// `Reach::answered`: a statement of the campaign was answered at `now`; cut off, it defers one
+/// retry period (`outage`, in ticks) from now.
+fn answered(member: &mut Member, now: Tick, outage: Option<Tick>) {
+    if let (Reach::CutOff, Some(period)) = (member.reach, outage) {
+        member.reach = Reach::Back(now + period);
     }
 }
 

@@ -96,13 +96,15 @@ impl Membership {
             return;
         }
         actions.push(Action::Send(p, Op::Heartbeat));
+        // Back from an outage (the rule on), it claims, sheds and sweeps nothing.
+        let defers = self.cut_off(p) && process.defers(state.now);
         let budget = self.budget(state);
-        if budget {
+        if budget && !defers {
             actions.push(Action::Send(p, Op::Sweep));
         }
         // A tick claims or sheds only while live by its local deadline and its row
         // (stats.sql's live_self).
-        if process.live(state.now) {
+        if process.live(state.now) && !defers {
             match decide(&state.db, state.now, p, process) {
                 Step::Claim(weight) => actions.push(Action::Send(p, Op::Claim(weight))),
                 Step::Shed(u) => actions.push(Action::Decide(p, Op::Shed(u))),

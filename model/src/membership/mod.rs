@@ -62,7 +62,7 @@ pub const UNITS: usize = 2;
 pub const WEIGHTS: [u8; UNITS] = [1, 2];
 
 pub use self::db::{Db, Hole, Row, Unit};
-pub use self::state::{Action, Answer, Change, Delivery, Msg, Op, Process, State, Wait};
+pub use self::state::{Action, Answer, Change, Delivery, Msg, Op, Process, Reach, State, Wait};
 
 /// The model's bounds.
 #[derive(Clone, Debug)]
@@ -85,6 +85,14 @@ pub struct Membership {
     pub max_interventions: u8,
     /// How many fenced transactions a run may begin (one at a time).
     pub max_fences: u8,
+    /// The outage rule (`src/outage.rs`, `Leaser::defers`), as the library has it, on the last
+    /// process: its membership loop cut off from the database (a statement given up:
+    /// [`Action::GiveUp`], the model's connection failure or timeout), or its heartbeat finding
+    /// its row lapsed, claims, sheds and sweeps nothing until one heartbeat interval
+    /// (`Some(ticks)`) after its next answer; it heartbeats as ever. The other processes may
+    /// claim, shed and sweep where the library would defer, which includes the library's steps.
+    /// `None`: the rule off.
+    pub outage: Option<Tick>,
     pub hole: Option<Hole>,
 }
 
@@ -102,6 +110,7 @@ impl Membership {
             max_tokens: 3,
             max_interventions: 1,
             max_fences: 0,
+            outage: Some(1),
             hole: None,
         }
     }
@@ -113,6 +122,13 @@ impl Membership {
             max_tokens: (max_now + 1) as Token,
             ..Membership::ci()
         }
+    }
+}
+
+impl Membership {
+    /// Whether process `p` follows the outage rule (see [`Membership::outage`]).
+    fn cut_off(&self, p: Pid) -> bool {
+        self.outage.is_some() && p as usize + 1 == self.processes
     }
 }
 

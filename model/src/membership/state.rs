@@ -81,6 +81,19 @@ pub enum Change {
 /// One decision queued for the reconciler: the unit and what changed.
 pub type Delivery = (usize, Change);
 
+/// What a membership loop knows of its reach to the database (`outage::Reach`), in ticks.
+#[derive(Clone, Copy, Debug, Default, Hash, PartialEq, Eq)]
+pub enum Reach {
+    /// Its statements are answered: nothing to defer.
+    #[default]
+    Reached,
+    /// A statement failed for want of the database ([`Action::GiveUp`]): it claims, sheds and
+    /// sweeps nothing until one is answered, and one heartbeat interval beyond.
+    CutOff,
+    /// Back from an outage (or its heartbeat found its row lapsed): it defers until this tick.
+    Back(Tick),
+}
+
 /// A process: its leaser's local view, its outbox and what its reconciler was told.
 #[derive(Clone, Debug, Default, Hash, PartialEq, Eq)]
 pub struct Process {
@@ -108,9 +121,21 @@ pub struct Process {
     /// a tick may claim, so from then on it claims whenever it counts, even in a cold fleet with
     /// another live process not settled yet (a restart starts a new warm-up).
     pub warm: bool,
+    /// Its reach to the database (the outage rule; always `Reached` with it off).
+    pub reach: Reach,
 }
 
 impl Process {
+    /// `Leaser::defers`: back from an outage (or still cut off), its ticks claim, shed and sweep
+    /// nothing at `now`.
+    pub fn defers(&self, now: Tick) -> bool {
+        match self.reach {
+            Reach::Reached => false,
+            Reach::CutOff => true,
+            Reach::Back(until) => now < until,
+        }
+    }
+
     /// Live by the local deadline.
     pub fn live(&self, now: Tick) -> bool {
         self.deadline.is_some_and(|deadline| now < deadline)

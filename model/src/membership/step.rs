@@ -1,20 +1,35 @@
 //! The steps: how each action changes the state.
 
-use super::{Action, Answer, Change, Hole, Membership, Msg, Op, Pid, Process, State, Wait, UNITS};
+use super::{
+    Action, Answer, Change, Hole, Membership, Msg, Op, Pid, Process, Reach, State, Wait, UNITS,
+};
 
 impl Membership {
     /// The state after `action`; `None` when it changes nothing.
     pub(super) fn step(&self, last: &State, action: Action) -> Option<State> {
         let mut state = last.clone();
         match action {
-            Action::Tick => state.now += 1,
+            Action::Tick => {
+                state.now += 1;
+                // A deferral that ended is no deferral (`Reach::defers` forgets it).
+                for process in &mut state.processes {
+                    if matches!(process.reach, Reach::Back(until) if until <= state.now) {
+                        process.reach = Reach::Reached;
+                    }
+                }
+            }
             Action::Send(p, op) => self.send(&mut state, p, op),
             Action::Decide(p, op) => self.decide(&mut state, p, op),
             Action::Flush(p) => flush(&mut state, p),
             Action::Exec(i) => self.exec(&mut state, i),
             Action::Deliver(i) => self.deliver(&mut state, i)?,
             Action::GiveUp(p) => {
-                state.processes[p as usize].waiting = None;
+                // A statement of the loop failed for want of the database: cut off (the release
+                // is the shutdown's, not the loop's).
+                let wait = state.processes[p as usize].waiting.take()?;
+                if self.cut_off(p) && wait.op != Op::Release {
+                    state.processes[p as usize].reach = Reach::CutOff;
+                }
                 orphan(&mut state, p);
             }
             Action::Watch(p) => state.processes[p as usize].forget_all(Change::Expired),
@@ -152,6 +167,17 @@ impl Membership {
         let now = state.now;
         let process = &mut state.processes[answer.process() as usize];
         let wait = process.waiting.take()?;
+        if let Some(period) = self.outage.filter(|_| self.cut_off(answer.process())) {
+            // `Leaser::reached`: a heartbeat that found its row lapsed defers one interval from
+            // now; any other answer ends a cut-off likewise (a tick's late read is not modelled).
+            let lapsed = matches!(answer, Answer::Heartbeat { lapsed: true, .. });
+            process.reach = match process.reach {
+                Reach::Back(until) if lapsed && until > now + period => Reach::Back(until),
+                _ if lapsed => Reach::Back(now + period),
+                Reach::CutOff => Reach::Back(now + period),
+                reach => reach,
+            };
+        }
         match answer {
             Answer::Heartbeat { lapsed, .. } => {
                 // Leaser::heartbeat: lapsed by the database clock, or the answer came after the
