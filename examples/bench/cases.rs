@@ -399,7 +399,9 @@ pub fn cases(db: &Db, id: u32) -> Result<Fixture, Error> {
                     },
                     Step {
                         sql: sql("leases/release.sql", &lease),
-                        args: vec![v("key"), v("owner"), Arg::Null],
+                        // The token (none: by owner) and the notification channel (none: off,
+                        // the default).
+                        args: vec![v("key"), v("owner"), Arg::Null, Arg::Null],
                         gset: false,
                     },
                 ],
@@ -583,7 +585,8 @@ pub fn cases(db: &Db, id: u32) -> Result<Fixture, Error> {
                     },
                     Step {
                         sql: sql("elector/resign.sql", &leader),
-                        args: vec![v("name"), v("holder"), v("term")],
+                        // The channel last: none (notifications off, the default).
+                        args: vec![v("name"), v("holder"), v("term"), Arg::Null],
                         gset: false,
                     },
                 ],
