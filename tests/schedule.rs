@@ -4,7 +4,7 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -839,27 +839,71 @@ fn a_missed_hook_that_blocks_neither_holds_stop_past_its_bound_nor_runs_on_the_t
 #[test]
 fn run_pending_beside_a_started_scheduler_does_not_stall_it() {
     // run_pending "leaves alone a job that a started scheduler is running"; the reverse: when the
-    // timer finds the job in hand of a run_pending call, it waits for a worker to come free, which
-    // never wakes it, and sleeps its longest sleep (60 s): a job every 200 ms ran nothing for a
+    // timer finds the job in hand of a run_pending call, it waited for a worker to come free, which
+    // never woke it, and slept its longest sleep (60 s): a job every 200 ms ran nothing for a
     // minute after one run_pending call.
+    //
+    // No race decides who takes the tick: the scheduler's one worker is held by a job that runs
+    // once (hourly, its latest tick made up at start) until the caller's run of `shared` lets it
+    // go, so the timer cannot hand `shared` to a worker before the caller has it, and looks again
+    // (woken by the worker coming free) while the caller still has it. The caller then holds the
+    // job until the timer has looked.
     let mut tables = Tables::new();
     let table = claims_table(&mut tables);
     let by_workers = Arc::new(AtomicUsize::new(0));
-    let by_caller = Arc::new(AtomicUsize::new(0));
-    let job = {
-        let (by_workers, by_caller) = (by_workers.clone(), by_caller.clone());
+    let (entered_tx, entered) = pgtenure::crossbeam_channel::bounded::<()>(1);
+    let (release_tx, release) = pgtenure::crossbeam_channel::bounded::<()>(1);
+    let blocker = Job::new(
+        "blocker",
+        Schedule::every(Duration::from_secs(3600)).unwrap(),
+        move |_| {
+            let _ = entered_tx.try_send(());
+            // Bounded: a lost message holds the worker 20 s, not for ever.
+            let _ = release.recv_timeout(Duration::from_secs(20));
+            Ok(())
+        },
+    )
+    .unwrap()
+    .with_misfire(Misfire::RunOnce {
+        within: Duration::from_secs(7200),
+    })
+    .unwrap();
+    // Looks of the timer thread at its clock once the blocker was let go: the first is the look
+    // that finds `shared` in the caller's hand.
+    let let_go = Arc::new(AtomicBool::new(false));
+    let timer_looks = Arc::new(AtomicUsize::new(0));
+    let clock: pgtenure::schedule::Clock = {
+        let (let_go, timer_looks) = (let_go.clone(), timer_looks.clone());
+        Arc::new(move || {
+            if let_go.load(Ordering::SeqCst)
+                && std::thread::current().name() == Some("pgtenure-schedule")
+            {
+                timer_looks.fetch_add(1, Ordering::SeqCst);
+            }
+            SystemTime::now()
+        })
+    };
+    let ran_before_caller = Arc::new(AtomicUsize::new(usize::MAX));
+    let shared = {
+        let (by_workers, ran_before_caller) = (by_workers.clone(), ran_before_caller.clone());
+        let (let_go, timer_looks) = (let_go.clone(), timer_looks.clone());
         Job::new(
             "shared",
             Schedule::every(Duration::from_millis(200)).unwrap(),
             move |_| {
                 if std::thread::current().name() == Some("pgtenure-schedule-run") {
                     by_workers.fetch_add(1, Ordering::SeqCst);
-                } else {
-                    // The caller's step is slow: the next tick falls due meanwhile (real time is
-                    // the subject).
-                    std::thread::sleep(Duration::from_millis(600));
-                    by_caller.fetch_add(1, Ordering::SeqCst);
+                    return Ok(());
                 }
+                ran_before_caller.store(by_workers.load(Ordering::SeqCst), Ordering::SeqCst);
+                let_go.store(true, Ordering::SeqCst);
+                let _ = release_tx.send(());
+                wait_for("the timer's look", Duration::from_secs(20), || {
+                    (timer_looks.load(Ordering::SeqCst) > 0).then_some(())
+                });
+                // Real time is the subject: the timer, past its clock, decides on `shared` within
+                // microseconds; this keeps the job in hand well past that.
+                std::thread::sleep(Duration::from_millis(200));
                 Ok(())
             },
         )
@@ -868,38 +912,27 @@ fn run_pending_beside_a_started_scheduler_does_not_stall_it() {
     let scheduler = Scheduler::new(&db())
         .with_table(&table)
         .unwrap()
-        .with_job(job)
+        .with_workers(1)
+        .unwrap()
+        .with_clock(clock)
+        .with_job(blocker)
+        .unwrap()
+        .with_job(shared)
         .unwrap()
         .start()
         .unwrap();
-    wait_for("a run by a worker", Duration::from_secs(10), || {
-        (by_workers.load(Ordering::SeqCst) >= 1).then_some(())
-    });
-    // Step by hand around each tick until one step won it (the timer wins some of the races):
-    // spinning from just before the tick, the step looks first most of the time.
-    for _ in 0..30 {
-        let ms = SystemTime::now()
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .unwrap()
-            .as_millis() as u64;
-        let next = SystemTime::UNIX_EPOCH + Duration::from_millis(ms - ms % 200 + 200);
-        if let Ok(sleep) = (next - Duration::from_millis(20)).duration_since(SystemTime::now()) {
-            // Real time is the subject: the race is against the wall-clock tick.
-            std::thread::sleep(sleep);
-        }
-        while SystemTime::now() < next + Duration::from_millis(20)
-            && by_caller.load(Ordering::SeqCst) == 0
-        {
-            scheduler.scheduler().run_pending().unwrap();
-        }
-        if by_caller.load(Ordering::SeqCst) > 0 {
-            break;
-        }
-    }
+    entered
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the blocker taken by the only worker");
     assert_eq!(
-        by_caller.load(Ordering::SeqCst),
+        scheduler.scheduler().run_pending().unwrap(),
         1,
-        "run_pending won no tick"
+        "run_pending won no tick of `shared` (the only worker was busy)"
+    );
+    assert_eq!(
+        ran_before_caller.load(Ordering::SeqCst),
+        0,
+        "a worker ran `shared` while the only worker was busy"
     );
     let before = by_workers.load(Ordering::SeqCst);
     let resumed = wait_until(Duration::from_secs(5), || {
