@@ -490,6 +490,7 @@ pub fn cases(db: &Db, id: u32) -> Result<Fixture, Error> {
                     TIMELINE,
                     Arg::Null,
                     Arg::Null,
+                    v("retry"),
                 ],
             ),
             vars: Box::new(|n| {
@@ -497,6 +498,7 @@ pub fn cases(db: &Db, id: u32) -> Result<Fixture, Error> {
                     ("name", "followed".into()),
                     ("holder", format!("pgb-{n}")),
                     ("ttl", "30000000".into()),
+                    ("retry", "10000000".into()),
                 ])
             }),
         });
@@ -526,6 +528,7 @@ pub fn cases(db: &Db, id: u32) -> Result<Fixture, Error> {
                     TIMELINE,
                     Arg::Null,
                     Arg::Null,
+                    v("retry"),
                 ],
             ),
             vars: Box::new(move |n| {
@@ -533,6 +536,7 @@ pub fn cases(db: &Db, id: u32) -> Result<Fixture, Error> {
                     ("name", format!("pgb-lead-{}", n % 8)),
                     ("holder", format!("pgb-{}", n % 8)),
                     ("ttl", "3600000000".into()),
+                    ("retry", "1200000000".into()),
                     ("term", terms[n % 8].to_string()),
                 ])
             }),

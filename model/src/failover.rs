@@ -52,12 +52,15 @@ impl Record {
 }
 
 /// The parameters `$5`..`$9` of a grant (`acquire.sql`, `is_leader.sql`): whether tokens fold in
-/// the timeline, whether grants are held off after a promotion, and the record the caller read.
+/// the timeline, whether grants are held off after a promotion, and the record the caller read;
+/// and is_leader.sql's `$10`: how much longer than its last holder another member waits for a
+/// lapsed leadership after the hold-off (the poller's retry period; 0 for an acquire).
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub struct Grant {
     pub fold: bool,
     pub hold_off: bool,
     pub record: Record,
+    pub prefer: Tick,
 }
 
 impl Grant {
@@ -68,6 +71,7 @@ impl Grant {
             fold: false,
             hold_off: false,
             record: Record::default(),
+            prefer: 0,
         }
     }
 
@@ -88,10 +92,29 @@ impl Grant {
     /// The `gate` block at `now` for a grant of `ttl`: a lapsed or absent key or leadership may be
     /// granted.
     pub fn open(&self, server: Timeline, now: Tick, ttl: Tick) -> bool {
+        self.open_to(server, now, ttl, true)
+    }
+
+    /// is_leader.sql's `opens` block: when the hold-off ends for the last holder (`None` when
+    /// nothing is held off, or on another timeline than the record's).
+    pub fn opens(&self, server: Timeline, ttl: Tick) -> Option<Tick> {
+        if !self.hold_off || self.epoch(server) != self.record.timeline {
+            return None;
+        }
+        let seen = self.record.seen_at.map(|seen| seen + ttl);
+        match (self.record.grants_from, seen) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// is_leader.sql's `gate`: for the lapsed leadership's last holder (`last`, or the leadership
+    /// is absent) `open`, for another member `open_to_others`, `prefer` later.
+    pub fn open_to(&self, server: Timeline, now: Tick, ttl: Tick, last: bool) -> bool {
+        let prefer = if last { 0 } else { self.prefer };
         !self.hold_off
             || (self.epoch(server) == self.record.timeline
-                && self.record.grants_from.is_none_or(|from| from <= now)
-                && self.record.seen_at.is_none_or(|seen| seen + ttl <= now))
+                && self.opens(server, ttl).is_none_or(|at| at + prefer <= now))
     }
 
     /// The `stale` answer: the server is on another timeline than the record names.

@@ -149,6 +149,8 @@ fn poll<'s>(
 ) -> (String, Step, Run<'s>) {
     let name = HOLDERS[h as usize];
     let ttl = i64::from(TTL) * MICROS;
+    // The library always sends its retry period as `$10`: a tick here.
+    let grant = Grant { prefer: 1, ..grant };
     (
         format!("is_leader {name} guard {guard:?} {grant:?}"),
         Box::new(move |db: &mut Db| format!("{:?}", db.is_leader(0, h, TTL, guard, &grant, None))),
@@ -171,6 +173,7 @@ fn poll<'s>(
                         &i64::from(record.timeline),
                         &seen_at,
                         &grants_from,
+                        &(i64::from(grant.prefer) * MICROS),
                     ],
                 )
                 .unwrap();
@@ -188,6 +191,8 @@ fn poll<'s>(
                     ended: r.get("ended"),
                     my_term: r.get::<_, Option<i64>>("my_term").map(|t| t as Term),
                     stale: r.get("stale"),
+                    held_off: (r.get::<_, Option<i64>>("held_off_us"))
+                        .map(|us| (us as f64 / MICROS as f64).round() as Tick),
                 }
             });
             format!("{answer:?}")
@@ -420,7 +425,7 @@ fn a_fence_makes_the_row_s_updates_wait() {
             probe,
             &is_leader,
             &[
-                &"f", &holder, &ttl, &guard, &false, &false, &1i64, &none, &none,
+                &"f", &holder, &ttl, &guard, &false, &false, &1i64, &none, &none, &0i64,
             ],
         )
     };

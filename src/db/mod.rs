@@ -30,7 +30,7 @@ pub use self::builder::DbBuilder;
 use self::handover::registry::Handover;
 pub use self::handover::Freed;
 pub(crate) use self::outcome::{discard, Policy, Resend};
-pub(crate) use self::promotion::{Grant, GrantAnswer, PromotionRecord};
+pub(crate) use self::promotion::{Grant, GrantAnswer, Preferring, PromotionRecord};
 pub(crate) use self::records::Promotion;
 use self::records::Promotions;
 use self::schema::SchemaChecks;

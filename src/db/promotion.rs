@@ -110,6 +110,47 @@ impl<T: Param> Params for Grant<'_, T> {
     }
 }
 
+/// A leadership poll's parameters (`sql/elector/is_leader.sql`): a grant's, then `$10`: how much
+/// longer than its last holder another member waits for a lapsed leadership after a promotion's
+/// hold-off (the poller's retry period, in microseconds).
+#[derive(Debug)]
+pub(crate) struct Preferring<'a, T> {
+    pub(crate) grant: Grant<'a, T>,
+    pub(crate) prefer_us: i64,
+}
+
+impl<T: Param> Params for Preferring<'_, T> {
+    const TYPES: &'static [postgres::types::Type] = &[
+        <&str>::TYPE,
+        <&str>::TYPE,
+        i64::TYPE,
+        T::TYPE,
+        bool::TYPE,
+        bool::TYPE,
+        i64::TYPE,
+        <Option<SystemTime>>::TYPE,
+        <Option<SystemTime>>::TYPE,
+        i64::TYPE,
+    ];
+    type Static = Preferring<'static, T::Static>;
+
+    fn with_values<R>(&self, f: impl FnOnce(&[Value<'_>]) -> R) -> R {
+        let g = &self.grant;
+        f(&[
+            &g.key,
+            &g.owner,
+            &g.ttl_us,
+            &g.own,
+            &g.timeline_tokens,
+            &g.hold_off,
+            &g.timeline,
+            &g.seen_at,
+            &g.grants_from,
+            &self.prefer_us,
+        ])
+    }
+}
+
 impl Promotion {
     /// The parameters of a grant sent with this record on `db` (see [`Grant`]).
     pub(crate) fn grant_params<'a, T>(
@@ -337,10 +378,13 @@ mod tests {
         ),
     ];
 
-    /// The grant statements' shared head: the timeline, the hold-off gate and the token base.
+    /// The grant statements' shared head: the timeline, the hold-off gate and the token base (up to
+    /// the first block of the statement's own: is_leader.sql's `opens`, else `taken`).
     fn grant_head(sql: &str) -> &str {
         let start = sql.find("WITH epoch AS (").expect("an epoch block");
-        let end = sql.find("taken AS (").expect("a taken block");
+        let end = (sql.find("opens AS ("))
+            .or_else(|| sql.find("taken AS ("))
+            .expect("a taken block");
         &sql[start..end]
     }
 

@@ -152,8 +152,14 @@ impl Campaign {
                     if let Some(until) = self.defers() {
                         next = next.max(until);
                     }
-                } else {
-                    let _ = self.poll_once();
+                } else if let Ok(Poll {
+                    held_off: Some(opens),
+                    ..
+                }) = self.poll_once()
+                {
+                    // Held off after a promotion: the poll that may win goes as the gate opens for
+                    // this member (the last leader before the others: see is_leader.sql).
+                    next = next.min(Instant::now() + opens);
                 }
                 // The deadline moved (or not): the watcher re-reads it.
                 let _ = wake.try_send(());

@@ -1,6 +1,6 @@
 //! One poll: the statement of [`Elector::is_leader`], and how its answer becomes the tenure.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::sql::PollAnswer;
 use super::{Elector, KnownTenure, LeaderInfo};
@@ -19,6 +19,9 @@ pub(super) struct Poll {
     pub(super) leader: Option<LeaderInfo>,
     /// The poll won a term this elector did not hold before.
     pub(super) won: bool,
+    /// Nobody leads, and only the hold-off after a promotion kept this poll from winning: it
+    /// opens for this holder in that long (the campaign polls again then).
+    pub(super) held_off: Option<Duration>,
 }
 
 impl Elector {
@@ -93,6 +96,7 @@ impl Elector {
             mine,
             ended,
             my_term,
+            held_off,
             ..
         } = answer;
         let leader = leader.map(LeaderInfo::from);
@@ -103,6 +107,7 @@ impl Elector {
             ended: ended.is_some(),
             leader: leader.clone(),
             won: false,
+            held_off,
         };
         match tenure.adopt(guard, epoch, won, ended) {
             Adopted::GivenUp => Ok(not_leading),
@@ -138,8 +143,13 @@ impl Elector {
             self.db
                 .grant(&self.sql.promotion, self.ttl_us, |promotion| {
                     let (name, holder) = (&self.name, &self.holder);
+                    // After a promotion's hold-off, others wait one retry period (this one's) longer
+                    // than the last holder for a lapsed leadership.
+                    let prefer_us =
+                        i64::try_from(self.retry_period().as_micros()).unwrap_or(i64::MAX);
+                    let grant = (promotion, prefer_us);
                     self.sql
-                        .is_leader(&self.db, name, holder, self.ttl_us, guard, promotion, until)
+                        .is_leader(&self.db, name, holder, self.ttl_us, guard, grant, until)
                 })
         })
     }
@@ -170,6 +180,7 @@ impl Elector {
             ended: false,
             leader,
             won: new_term,
+            held_off: None,
         }
     }
 

@@ -1,9 +1,9 @@
 //! The elector's statements, rendered once for a table, and one function per operation.
 
 use std::sync::Arc;
-use std::time::{Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
-use crate::db::{Db, Grant, GrantAnswer, Policy, Promotion, PromotionRecord};
+use crate::db::{Db, GrantAnswer, Policy, Preferring, Promotion, PromotionRecord};
 use crate::error::Result;
 use crate::fence::{statement_text, Fence};
 use crate::migrations::{Gate, Kind};
@@ -23,8 +23,8 @@ pub(super) struct Statements {
     pub(super) table: TableName,
     /// The check of the table's schema version before the first statement.
     gate: Gate,
-    /// A grant whose own parameter is the term the poller holds.
-    is_leader: Statement<Grant<'static, Option<i64>>>,
+    /// A grant whose own parameter is the term the poller holds, with the poller's retry period.
+    is_leader: Statement<Preferring<'static, Option<i64>>>,
     /// Reads (and records) the table's promotion record before polls that may win.
     pub(super) promotion: PromotionRecord,
     /// name, holder, term.
@@ -66,6 +66,9 @@ pub(super) struct PollAnswer {
     pub(super) my_term: Option<i64>,
     /// The server is on another timeline than the promotion record sent.
     pub(super) stale: bool,
+    /// Nobody leads, and the hold-off after a promotion alone kept this poll from winning: it
+    /// opens for this holder in that long (by the database clock).
+    pub(super) held_off: Option<Duration>,
 }
 
 impl GrantAnswer for PollAnswer {
@@ -123,11 +126,14 @@ impl Statements {
         holder: &str,
         ttl_us: i64,
         term: Option<i64>,
-        promotion: Promotion,
+        (promotion, prefer_us): (Promotion, i64),
         until: Option<Instant>,
     ) -> Result<(PollAnswer, Instant)> {
         self.gate.check(db)?;
-        let params = promotion.grant_params(db, name, holder, ttl_us, term);
+        let params = Preferring {
+            grant: promotion.grant_params(db, name, holder, ttl_us, term),
+            prefer_us,
+        };
         let mut sent = Instant::now();
         let policy = until.map_or(Policy::IDEMPOTENT, |until| Policy::IDEMPOTENT.until(until));
         let rows = db.with_conn("elect leader", policy, |conn| {
@@ -156,6 +162,8 @@ impl Statements {
             ended: read.column("ended")?,
             my_term: read.column("my_term")?,
             stale: read.column("stale")?,
+            held_off: (read.column::<Option<i64>>("held_off_us")?)
+                .map(|us| Duration::from_micros(us.unsigned_abs())),
         };
         Ok((answer, sent))
     }

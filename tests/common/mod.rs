@@ -4,6 +4,7 @@
 
 pub mod beliefs;
 pub mod ledger;
+pub mod load;
 pub mod proxy;
 pub mod registry;
 pub mod tls;

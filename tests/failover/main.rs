@@ -9,6 +9,7 @@ mod common;
 
 mod asynchronous;
 mod harness;
+mod outages;
 mod synchronous;
 
 use std::collections::BTreeSet;

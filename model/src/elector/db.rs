@@ -37,6 +37,9 @@ pub struct PollAnswer {
     pub my_term: Option<Term>,
     /// The server is on another timeline than the record the poll was sent with.
     pub stale: bool,
+    /// `held_off_us`: nobody leads, and only the hold-off kept this poll from winning: it opens for
+    /// this holder in that many ticks.
+    pub held_off: Option<Tick>,
 }
 
 /// Known holes, reintroduced one at a time to show the checker finds them. `None` in the real
@@ -94,8 +97,17 @@ impl Db {
         hole: Option<Hole>,
     ) -> PollAnswer {
         let stale = grant.stale(self.timeline);
+        let last = self.row.as_ref().is_none_or(|row| row.holder == holder);
         let answer = self.poll(now, holder, ttl, guard, grant, hole);
-        PollAnswer { stale, ..answer }
+        let nobody = answer.leader.is_none() && !answer.mine && !answer.ended && !stale;
+        let held_off = (grant.opens(self.timeline, ttl))
+            .map(|at| at + if last { 0 } else { grant.prefer } - now)
+            .filter(|wait| nobody && *wait > 0);
+        PollAnswer {
+            stale,
+            held_off,
+            ..answer
+        }
     }
 
     /// is_leader.sql's `created`: the first tenure of the fleet, until `expires_at`.
@@ -113,6 +125,7 @@ impl Db {
             ended: false,
             my_term: Some(term),
             stale: false,
+            held_off: None,
         }
     }
 
@@ -148,9 +161,10 @@ impl Db {
                 ended: false,
                 my_term: Some(row.term),
                 stale: false,
+                held_off: None,
             };
         }
-        if !live && !open {
+        if !live && !grant.open_to(self.timeline, now, ttl, row.holder == holder) {
             return PollAnswer::default();
         }
         // `taken`: a renewal (`same`) or a new tenure of an expired row.
@@ -186,6 +200,7 @@ impl Db {
                 ended: true,
                 my_term: Some(term),
                 stale: false,
+                held_off: None,
             }
         } else {
             PollAnswer {
@@ -194,6 +209,7 @@ impl Db {
                 ended: false,
                 my_term: Some(term),
                 stale: false,
+                held_off: None,
             }
         }
     }

@@ -6,6 +6,10 @@ use super::state::{note_term, orphan, Reach, Standby};
 use super::{Action, Answer, Election, Hole, Member, Msg, Op, State, Term, Tick, Wait};
 use crate::failover::{Grant, Record, Timeline};
 
+/// is_leader.sql's `$10` in ticks: the members' retry period, by which others wait longer than the
+/// last leader for a lapsed leadership after a promotion's hold-off.
+const PREFER: Tick = 1;
+
 /// Why a campaign tells `Lost` (`LeaderLoss`); only `Expired` changes what it does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Loss {
@@ -109,10 +113,17 @@ impl Election {
                     fold: true,
                     hold_off: self.hole != Some(Hole::NoHoldOff),
                     record: msg.record,
+                    prefer: PREFER,
                 };
                 let answer = state
                     .db
                     .is_leader(msg.now, msg.holder, self.ttl, guard, &grant, self.hole);
+                // The campaign polls at any idle step in the model: when the gate opens needs no
+                // state of its own.
+                let answer = PollAnswer {
+                    held_off: None,
+                    ..answer
+                };
                 let timeline = state.db.timeline;
                 msg.member.map(|member| Answer::Poll {
                     member,

@@ -60,6 +60,7 @@ impl Leases {
             fold: true,
             hold_off: self.hole != Some(Hole::NoHoldOff),
             record,
+            ..Grant::plain()
         }
     }
 

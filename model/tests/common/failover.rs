@@ -43,6 +43,7 @@ pub fn grants(gated: bool) -> Vec<Grant> {
             fold: true,
             hold_off: true,
             record,
+            ..Grant::plain()
         });
     }
     grants

@@ -318,6 +318,18 @@ impl ReplicatedPostgres {
     /// supervisor does not answer, the standby refuses the promotion, or no write succeeds within a
     /// minute.
     pub fn fail_over(&self) -> Result<Duration> {
+        self.fail_over_after(Duration::ZERO)
+    }
+
+    /// As [`fail_over`](Self::fail_over), with the promotion `downtime` after the primary's stop:
+    /// a failover that takes as long as a real one (its tool's detection, fencing and promotion),
+    /// for tests of what an outage longer than a TTL does. Returns how long writes were
+    /// impossible, the downtime included.
+    ///
+    /// # Errors
+    ///
+    /// As [`fail_over`](Self::fail_over).
+    pub fn fail_over_after(&self, downtime: Duration) -> Result<Duration> {
         if self.failed_over.swap(true, Ordering::SeqCst) {
             return Err(Error::setup(
                 "this ReplicatedPostgres already failed over; it has no standby left",
@@ -326,6 +338,7 @@ impl ReplicatedPostgres {
         let stopped = Instant::now();
         self.primary.send("crash")?;
         self.primary.expect_reply("crashed")?;
+        std::thread::sleep(downtime);
         let row = connect(&self.standby_url)
             .and_then(|mut c| c.query_one(PROMOTE, &[]))
             .map_err(|e| {
@@ -339,7 +352,7 @@ impl ReplicatedPostgres {
                 .standby
                 .failure("the standby was not promoted within 60 s"));
         }
-        let deadline = stopped + WAIT;
+        let deadline = stopped + downtime + WAIT;
         loop {
             let write = connect(&self.url)
                 .and_then(|mut c| c.simple_query("SELECT pg_current_xact_id()").map(drop));
