@@ -160,8 +160,7 @@ impl Db {
                 mine: false,
                 ended: false,
                 my_term: Some(row.term),
-                stale: false,
-                held_off: None,
+                ..PollAnswer::default()
             };
         }
         if !live && !grant.open_to(self.timeline, now, ttl, row.holder == holder) {
@@ -199,8 +198,7 @@ impl Db {
                 mine: false,
                 ended: true,
                 my_term: Some(term),
-                stale: false,
-                held_off: None,
+                ..PollAnswer::default()
             }
         } else {
             PollAnswer {
@@ -208,8 +206,7 @@ impl Db {
                 mine: true,
                 ended: false,
                 my_term: Some(term),
-                stale: false,
-                held_off: None,
+                ..PollAnswer::default()
             }
         }
     }
