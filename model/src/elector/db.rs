@@ -13,6 +13,15 @@ pub struct Row {
     pub resign_requested: bool,
 }
 
+impl Row {
+    /// is_leader.sql's `prefer`: whether `holder`, whose newest term won is `last` (`$11`), is the
+    /// row's last holder: named by it, or having won a term above its (one an asynchronous
+    /// standby never received).
+    pub fn last(&self, holder: Holder, last: Option<Term>) -> bool {
+        self.holder == holder || last.is_some_and(|term| term > self.term)
+    }
+}
+
 /// The table (one fleet), its term sequence, its promotion record and the server's timeline.
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
 pub struct Db {
@@ -85,23 +94,24 @@ impl Db {
         term
     }
 
-    /// is_leader.sql at `now` for `holder` guarded by `guard` (`$4`), with `grant` its `$5`..`$9`
-    /// (the timeline folded into new terms, the hold-off gate, the record the caller read).
+    /// is_leader.sql at `now` for `holder` guarded by `guard` (`$4`) whose newest term won is
+    /// `last` (`$11`), with `grant` its `$5`..`$10` (the timeline folded into new terms, the
+    /// hold-off gate, the record the caller read, the preference).
     pub fn is_leader(
         &mut self,
         now: Tick,
         holder: Holder,
         ttl: Tick,
-        guard: Option<Term>,
+        (guard, last): (Option<Term>, Option<Term>),
         grant: &Grant,
         hole: Option<Hole>,
     ) -> PollAnswer {
         let stale = grant.stale(self.timeline);
-        let last = self.row.as_ref().is_none_or(|row| row.holder == holder);
-        let answer = self.poll(now, holder, ttl, guard, grant, hole);
+        let preferred = self.row.as_ref().is_none_or(|row| row.last(holder, last));
+        let answer = self.poll(now, holder, ttl, (guard, last), grant, hole);
         let nobody = answer.leader.is_none() && !answer.mine && !answer.ended && !stale;
         let held_off = (grant.opens(self.timeline, ttl))
-            .map(|at| at + if last { 0 } else { grant.prefer } - now)
+            .map(|at| at + if preferred { 0 } else { grant.prefer } - now)
             .filter(|wait| nobody && *wait > 0);
         PollAnswer {
             stale,
@@ -135,7 +145,7 @@ impl Db {
         now: Tick,
         holder: Holder,
         ttl: Tick,
-        guard: Option<Term>,
+        (guard, last): (Option<Term>, Option<Term>),
         grant: &Grant,
         hole: Option<Hole>,
     ) -> PollAnswer {
@@ -164,7 +174,7 @@ impl Db {
                 held_off: None,
             };
         }
-        if !live && !grant.open_to(self.timeline, now, ttl, row.holder == holder) {
+        if !live && !grant.open_to(self.timeline, now, ttl, row.last(holder, last)) {
             return PollAnswer::default();
         }
         // `taken`: a renewal (`same`) or a new tenure of an expired row.
