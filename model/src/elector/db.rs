@@ -20,6 +20,18 @@ impl Row {
     pub fn last(&self, holder: Holder, last: Option<Term>) -> bool {
         self.holder == holder || last.is_some_and(|term| term > self.term)
     }
+
+    /// is_leader.sql's answer to anyone else's poll while this row's leader is live.
+    fn observed(&self) -> PollAnswer {
+        PollAnswer {
+            leader: Some((self.holder, self.term, self.expires_at)),
+            mine: false,
+            ended: false,
+            my_term: Some(self.term),
+            stale: false,
+            held_off: None,
+        }
+    }
 }
 
 /// The table (one fleet), its term sequence, its promotion record and the server's timeline.
@@ -165,14 +177,7 @@ impl Db {
         let same = row.holder == holder && guard == Some(row.term) && live;
         if live && !same {
             // Anyone else's poll while a leader is live: no write; the live leader is the answer.
-            return PollAnswer {
-                leader: Some((row.holder, row.term, row.expires_at)),
-                mine: false,
-                ended: false,
-                my_term: Some(row.term),
-                stale: false,
-                held_off: None,
-            };
+            return row.observed();
         }
         if !live && !grant.open_to(self.timeline, now, ttl, row.last(holder, last)) {
             return PollAnswer::default();
