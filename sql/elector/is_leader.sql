@@ -28,7 +28,7 @@
 -- outlasts it when that TTL reached the standby, or when this poll asks for one as long. A live
 -- tenure's renewal is not held off.
 -- prefer: after a promotion's hold-off, a lapsed leadership waits $10 more microseconds (the
--- poller's retry period) for its last holder before another member may win it: a healthy leader
+-- poller's retry period, at most its TTL) for its last holder before another member may win it: a healthy leader
 -- cut off by the failover re-takes it at its next poll, the others poll a retry period later (the
 -- outage rule, src/outage.rs). A crashed leader's successor waits that much longer once. The last
 -- holder is the row's, or a poller whose newest term won ($11, kept after its tenure ended) is above

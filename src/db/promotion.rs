@@ -112,7 +112,7 @@ impl<T: Param> Params for Grant<'_, T> {
 
 /// A leadership poll's parameters (`sql/elector/is_leader.sql`): a grant's, then `$10`: how much
 /// longer than its last holder another member waits for a lapsed leadership after a promotion's
-/// hold-off (the poller's retry period, in microseconds), and `$11`: the newest term the poller
+/// hold-off (the poller's retry period, at most its TTL, in microseconds), and `$11`: the newest term the poller
 /// won, its tenure ended or not (a last holder the promoted standby may never have seen).
 #[derive(Debug)]
 pub(crate) struct Preferring<'a, T> {

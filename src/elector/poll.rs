@@ -146,9 +146,10 @@ impl Elector {
                     let (name, holder) = (&self.name, &self.holder);
                     // After a promotion's hold-off, others wait one retry period (this one's) longer
                     // than the last holder (by name, or by the newest term it won) for a lapsed
-                    // leadership.
-                    let prefer_us =
-                        i64::try_from(self.retry_period().as_micros()).unwrap_or(i64::MAX);
+                    // leadership. At most a TTL: a caller of is_leader of its own (no campaign)
+                    // may have set any retry period, and no member waits more than a TTL for it.
+                    let prefer = self.retry_period().min(self.ttl);
+                    let prefer_us = i64::try_from(prefer.as_micros()).unwrap_or(i64::MAX);
                     let grant = (promotion, prefer_us, last);
                     self.sql
                         .is_leader(&self.db, name, holder, self.ttl_us, guard, grant, until)

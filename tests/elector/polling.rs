@@ -537,6 +537,42 @@ fn after_a_promotion_the_leader_an_asynchronous_standby_never_saw_elected_is_pre
     assert!(won > lost_term, "a new term {won} above {lost_term}");
 }
 
+/// The preference after a promotion's hold-off is the poller's retry period, at most its TTL: a
+/// caller of `is_leader` of its own (no campaign, so nothing checks the period against the TTL)
+/// with an hour's retry period wins a lapsed leadership of another holder a TTL after the hold-off,
+/// not an hour.
+#[test]
+fn after_a_promotion_another_member_waits_at_most_a_ttl_more() {
+    let mut tables = Tables::new();
+    let table = table(&mut tables);
+    let ttl = Duration::from_secs(1);
+    let a = elector(&table, "a", ttl);
+    assert!(a.is_leader().unwrap());
+    let lapsed_term = a.term().unwrap();
+    let mut c = client();
+    c.batch_execute(&format!(
+        "UPDATE {table} SET expires_at = now() - interval '1 s'; \
+         UPDATE {table}_promotion SET timeline = timeline + 1000"
+    ))
+    .unwrap();
+    let b = elector_on(&common::fresh_db(), &table, "b", ttl)
+        .with_retry_period(Duration::from_secs(3600))
+        .unwrap();
+    let held_off = Instant::now();
+    assert!(!b.is_leader().unwrap(), "held off");
+    let won = wait_for(
+        "another member elected a TTL after the hold-off",
+        Duration::from_secs(10),
+        || b.is_leader().unwrap().then(|| b.term().unwrap()),
+    );
+    assert!(
+        held_off.elapsed() >= Duration::from_millis(1800),
+        "elected {} ms after a 1 s hold-off, a TTL before the last holder's turn ended",
+        held_off.elapsed().as_millis()
+    );
+    assert!(won > lapsed_term);
+}
+
 /// A `resign` that fails (here a statement timeout: another transaction holds the row) stops the
 /// belief at once but keeps the term, so calling it again resigns that term and the next poll
 /// elsewhere wins at once, not after the TTL. An `is_leader` after the failure never renews the
