@@ -491,6 +491,7 @@ pub fn cases(db: &Db, id: u32) -> Result<Fixture, Error> {
                     Arg::Null,
                     Arg::Null,
                     v("retry"),
+                    Arg::Null,
                 ],
             ),
             vars: Box::new(|n| {
@@ -529,6 +530,7 @@ pub fn cases(db: &Db, id: u32) -> Result<Fixture, Error> {
                     Arg::Null,
                     Arg::Null,
                     v("retry"),
+                    v("term"),
                 ],
             ),
             vars: Box::new(move |n| {

@@ -140,11 +140,22 @@ const MICROS: i64 = 1_000_000;
 type Step = Box<dyn Fn(&mut Db) -> String>;
 type Run<'s> = Box<dyn Fn(&mut Transaction<'_>) -> String + 's>;
 
-/// The poll (is_leader.sql) of `h` guarded by `guard` with `grant` (`$5`..`$9`), both ways.
+/// The poll (is_leader.sql) of `h` guarded by `guard` with `grant` (`$5`..`$9`), both ways; its
+/// newest term won (`$11`) is `guard`'s.
 fn poll<'s>(
     is_leader: &'s str,
     h: u8,
     guard: Option<Term>,
+    grant: Grant,
+) -> (String, Step, Run<'s>) {
+    poll_after(is_leader, h, (guard, guard), grant)
+}
+
+/// [`poll`] with the newest term won (`$11`) given: `(guard, last)`.
+fn poll_after<'s>(
+    is_leader: &'s str,
+    h: u8,
+    (guard, last): (Option<Term>, Option<Term>),
     grant: Grant,
 ) -> (String, Step, Run<'s>) {
     let name = HOLDERS[h as usize];
@@ -152,11 +163,13 @@ fn poll<'s>(
     // The library always sends its retry period as `$10`: a tick here.
     let grant = Grant { prefer: 1, ..grant };
     (
-        format!("is_leader {name} guard {guard:?} {grant:?}"),
-        Box::new(move |db: &mut Db| format!("{:?}", db.is_leader(0, h, TTL, guard, &grant, None))),
+        format!("is_leader {name} guard {guard:?} last {last:?} {grant:?}"),
+        Box::new(move |db: &mut Db| {
+            format!("{:?}", db.is_leader(0, h, TTL, (guard, last), &grant, None))
+        }),
         Box::new(move |tx: &mut Transaction<'_>| {
             let now: SystemTime = tx.query_one("SELECT now()", &[]).unwrap().get(0);
-            let guard = guard.map(i64::from);
+            let (guard, last) = (guard.map(i64::from), last.map(i64::from));
             let record = grant.record;
             let mut at = |tick: Option<Tick>| tick.map(|tick| instant(tx, tick));
             let (seen_at, grants_from) = (at(record.seen_at), at(record.grants_from));
@@ -174,6 +187,7 @@ fn poll<'s>(
                         &seen_at,
                         &grants_from,
                         &(i64::from(grant.prefer) * MICROS),
+                        &last,
                     ],
                 )
                 .unwrap();
@@ -238,6 +252,9 @@ fn cases<'s>(
             cases.push(poll(is_leader, h, None, grant));
             if grant.hold_off {
                 cases.push(poll(is_leader, h, Some(term), grant));
+                // A tenure ended whose term is above every generated row's: one an asynchronous
+                // standby never received (prefer).
+                cases.push(poll_after(is_leader, h, (None, Some(4)), grant));
             }
         }
     }
@@ -425,7 +442,7 @@ fn a_fence_makes_the_row_s_updates_wait() {
             probe,
             &is_leader,
             &[
-                &"f", &holder, &ttl, &guard, &false, &false, &1i64, &none, &none, &0i64,
+                &"f", &holder, &ttl, &guard, &false, &false, &1i64, &none, &none, &0i64, &guard,
             ],
         )
     };
@@ -451,14 +468,14 @@ fn a_fence_makes_the_row_s_updates_wait() {
             "b's poll",
             poll(&mut probe, "b", None),
             changes(1, &|db| {
-                db.is_leader(0, 1, TTL, None, &plain, None);
+                db.is_leader(0, 1, TTL, (None, None), &plain, None);
             }),
         ),
         (
             "a's renewal",
             poll(&mut probe, "a", Some(1)),
             changes(1, &|db| {
-                db.is_leader(0, 0, TTL, Some(1), &plain, None);
+                db.is_leader(0, 0, TTL, (Some(1), Some(1)), &plain, None);
             }),
         ),
         (
@@ -487,7 +504,7 @@ fn a_fence_makes_the_row_s_updates_wait() {
     std::thread::sleep(std::time::Duration::from_millis(1100));
     let takeover = poll(&mut probe, "b", None);
     let model = changes(0, &|db| {
-        db.is_leader(0, 1, TTL, None, &plain, None);
+        db.is_leader(0, 1, TTL, (None, None), &plain, None);
     });
     assert!(
         takeover && model,

@@ -15,7 +15,7 @@
 -- $1 name, $2 holder, $3 TTL in microseconds, $4 the term this elector holds, or null, $5 fold the
 -- server's timeline into new tokens, $6 hold elections off after a promotion, $7 $8 $9 the table's
 -- promotion record as the caller last read it (sql/schema/promotion.sql): its timeline, when it was
--- first seen, when elections resume. $10 see prefer.
+-- first seen, when elections resume. $10 $11 see prefer.
 -- epoch: with $5, tokens are (timeline - 1) * 2^48 + a sequence value. The server's timeline grows
 -- with every promotion of a standby, so every token drawn after one is above every token drawn
 -- before it, even those whose WAL an asynchronous standby never received (its sequence went back;
@@ -28,9 +28,12 @@
 -- outlasts it when that TTL reached the standby, or when this poll asks for one as long. A live
 -- tenure's renewal is not held off.
 -- prefer: after a promotion's hold-off, a lapsed leadership waits $10 more microseconds (the
--- poller's retry period) for its last holder before another member may win it: a healthy leader
+-- poller's retry period, at most its TTL) for its last holder before another member may win it: a healthy leader
 -- cut off by the failover re-takes it at its next poll, the others poll a retry period later (the
--- outage rule, src/outage.rs). A crashed leader's successor waits that much longer once.
+-- outage rule, src/outage.rs). A crashed leader's successor waits that much longer once. The last
+-- holder is the row's, or a poller whose newest term won ($11, kept after its tenure ended) is above
+-- the row's: it won a tenure after the one the row records, which an asynchronous standby never
+-- received (terms only grow on one timeline, so on the old primary no poller's is above its row's).
 -- held_off_us: when the gate alone refused this poll (the leadership lapsed or absent, the server
 -- on the record's timeline), in how many microseconds it opens for this holder; the campaign polls
 -- again then rather than a turn later. Null otherwise.
@@ -81,7 +84,7 @@ taken AS (
                                        AND e.resign_requested, false)
      WHERE e.name = $1
        AND ((e.expires_at <= now()
-             AND CASE WHEN e.holder = $2 THEN (SELECT open FROM gate)
+             AND CASE WHEN e.holder = $2 OR e.term < $11::bigint THEN (SELECT open FROM gate)
                       ELSE (SELECT open_to_others FROM preferred) END)
             OR (e.holder = $2 AND e.term = $4 AND e.expires_at > now()))
     RETURNING e.holder, e.term, e.elected_at, e.expires_at,
@@ -113,7 +116,8 @@ outcome AS (
 ),
 held_off AS (
     SELECT (extract(epoch FROM o.at - now()
-                               + CASE WHEN e.holder IS NULL OR e.holder = $2 THEN interval '0'
+                               + CASE WHEN e.holder IS NULL OR e.holder = $2 OR e.term < $11::bigint
+                                      THEN interval '0'
                                       ELSE $10::bigint * interval '1 microsecond' END)
             * 1000000)::bigint AS us
       FROM opens AS o LEFT JOIN {table} AS e ON e.name = $1

@@ -112,11 +112,13 @@ impl<T: Param> Params for Grant<'_, T> {
 
 /// A leadership poll's parameters (`sql/elector/is_leader.sql`): a grant's, then `$10`: how much
 /// longer than its last holder another member waits for a lapsed leadership after a promotion's
-/// hold-off (the poller's retry period, in microseconds).
+/// hold-off (the poller's retry period, at most its TTL, in microseconds), and `$11`: the newest term the poller
+/// won, its tenure ended or not (a last holder the promoted standby may never have seen).
 #[derive(Debug)]
 pub(crate) struct Preferring<'a, T> {
     pub(crate) grant: Grant<'a, T>,
     pub(crate) prefer_us: i64,
+    pub(crate) last_term: Option<i64>,
 }
 
 impl<T: Param> Params for Preferring<'_, T> {
@@ -131,6 +133,7 @@ impl<T: Param> Params for Preferring<'_, T> {
         <Option<SystemTime>>::TYPE,
         <Option<SystemTime>>::TYPE,
         i64::TYPE,
+        <Option<i64>>::TYPE,
     ];
     type Static = Preferring<'static, T::Static>;
 
@@ -147,6 +150,7 @@ impl<T: Param> Params for Preferring<'_, T> {
             &g.seen_at,
             &g.grants_from,
             &self.prefer_us,
+            &self.last_term,
         ])
     }
 }

@@ -119,6 +119,10 @@ struct KnownTenure {
     term: Option<i64>,
     /// Until when it leads by its last successful poll; `None` after a failed poll.
     deadline: Option<Instant>,
+    /// The newest term it won, kept after the tenure ended: after a promotion it makes this
+    /// elector the last holder that a lapsed leadership waits for (is_leader.sql `prefer`), also
+    /// when the promoted standby never received that tenure and its row names an older holder.
+    last: Option<i64>,
     /// A term this elector stopped believing in (it resigned, or was asked to step down) and has
     /// not yet seen resigned: kept until a resignation of it succeeds, so a failed one can be sent
     /// again. Never renewed: polls are guarded by `term`, which no longer names it.

@@ -74,13 +74,13 @@ impl Elector {
 
     /// [`Elector::poll_keeping`] but for the metrics.
     fn adopt_poll(&self, keep: bool) -> Result<Poll> {
-        let (guard, epoch) = {
+        let (guard, last, epoch) = {
             let tenure = self.tenure.lock();
-            (tenure.term, tenure.resigned)
+            (tenure.term, tenure.last, tenure.resigned)
         };
         // The campaign's poll waits for a connection until its next turn at most.
         let until = keep.then(|| Instant::now() + self.retry_period());
-        let result = self.send_poll(guard, until);
+        let result = self.send_poll(guard, last, until);
         let mut tenure = self.tenure.lock();
         let (answer, sent) = match result {
             Ok(answered) => answered,
@@ -137,6 +137,7 @@ impl Elector {
     fn send_poll(
         &self,
         guard: Option<i64>,
+        last: Option<i64>,
         until: Option<Instant>,
     ) -> Result<(PollAnswer, Instant)> {
         self.sql.check_schema(&self.db).and_then(|()| {
@@ -144,10 +145,12 @@ impl Elector {
                 .grant(&self.sql.promotion, self.ttl_us, |promotion| {
                     let (name, holder) = (&self.name, &self.holder);
                     // After a promotion's hold-off, others wait one retry period (this one's) longer
-                    // than the last holder for a lapsed leadership.
-                    let prefer_us =
-                        i64::try_from(self.retry_period().as_micros()).unwrap_or(i64::MAX);
-                    let grant = (promotion, prefer_us);
+                    // than the last holder (by name, or by the newest term it won) for a lapsed
+                    // leadership. At most a TTL: a caller of is_leader of its own (no campaign)
+                    // may have set any retry period, and no member waits more than a TTL for it.
+                    let prefer = self.retry_period().min(self.ttl);
+                    let prefer_us = i64::try_from(prefer.as_micros()).unwrap_or(i64::MAX);
+                    let grant = (promotion, prefer_us, last);
                     self.sql
                         .is_leader(&self.db, name, holder, self.ttl_us, guard, grant, until)
                 })
@@ -174,6 +177,7 @@ impl Elector {
         }
         // Keep the term even if the answer came too late: resign() then still targets this tenure.
         tenure.term = Some(term);
+        tenure.last = tenure.last.max(Some(term));
         tenure.deadline = Some(deadline);
         Poll {
             leading: Instant::now() < deadline,

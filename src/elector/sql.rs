@@ -126,13 +126,14 @@ impl Statements {
         holder: &str,
         ttl_us: i64,
         term: Option<i64>,
-        (promotion, prefer_us): (Promotion, i64),
+        (promotion, prefer_us, last_term): (Promotion, i64, Option<i64>),
         until: Option<Instant>,
     ) -> Result<(PollAnswer, Instant)> {
         self.gate.check(db)?;
         let params = Preferring {
             grant: promotion.grant_params(db, name, holder, ttl_us, term),
             prefer_us,
+            last_term,
         };
         let mut sent = Instant::now();
         let policy = until.map_or(Policy::IDEMPOTENT, |until| Policy::IDEMPOTENT.until(until));

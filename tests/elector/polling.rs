@@ -493,6 +493,86 @@ fn a_hold_off_after_a_promotion_delays_the_next_election_but_not_the_leaders_ren
     assert!(b_other.term().unwrap() > lapsed_term);
 }
 
+/// An asynchronous standby that never received the last election: its row names an older holder
+/// ("a", lapsed) than the real last leader ("b"). After the hold-off, "b" (its polls carry the
+/// newest term it won, which the standby lost, above the row's) is a last holder the preference
+/// waits for, not a member that waits one retry period (here 30 s) longer; and it believes nothing
+/// meanwhile.
+#[test]
+fn after_a_promotion_the_leader_an_asynchronous_standby_never_saw_elected_is_preferred() {
+    let mut tables = Tables::new();
+    let table = table(&mut tables);
+    let ttl = Duration::from_secs(1);
+    let db = common::fresh_db();
+    let b = elector_on(&db, &table, "b", ttl)
+        .with_retry_period(Duration::from_secs(30))
+        .unwrap();
+    assert!(b.is_leader().unwrap());
+    let lost_term = b.term().unwrap();
+    // The promoted standby: the row as before "b"'s election, lapsed, and a promotion to record.
+    let mut c = client();
+    c.batch_execute(&format!(
+        "UPDATE {table} SET holder = 'a', term = {older}, expires_at = now() - interval '1 s'; \
+         UPDATE {table}_promotion SET timeline = timeline + 1000",
+        older = lost_term - 1
+    ))
+    .unwrap();
+    // A clone of "b" (its tenure shared) that asks a longer TTL than the record knows reads the
+    // record again, as a poll answered `stale` does after a real promotion: it records the
+    // promotion and is held off.
+    let b_longer = b.clone().with_ttl(Duration::from_secs(2)).unwrap();
+    let held_off = Instant::now();
+    assert!(!b_longer.is_leader().unwrap(), "held off");
+    assert_eq!(b.term(), None, "held off, it believes nothing");
+    let won = wait_for(
+        "the last leader re-elected as the hold-off ends",
+        Duration::from_secs(10),
+        || b.is_leader().unwrap().then(|| b.term().unwrap()),
+    );
+    assert!(
+        held_off.elapsed() >= Duration::from_millis(900),
+        "elected {} ms into a 1 s hold-off (the TTL the record knew)",
+        held_off.elapsed().as_millis()
+    );
+    assert!(won > lost_term, "a new term {won} above {lost_term}");
+}
+
+/// The preference after a promotion's hold-off is the poller's retry period, at most its TTL: a
+/// caller of `is_leader` of its own (no campaign, so nothing checks the period against the TTL)
+/// with an hour's retry period wins a lapsed leadership of another holder a TTL after the hold-off,
+/// not an hour.
+#[test]
+fn after_a_promotion_another_member_waits_at_most_a_ttl_more() {
+    let mut tables = Tables::new();
+    let table = table(&mut tables);
+    let ttl = Duration::from_secs(1);
+    let a = elector(&table, "a", ttl);
+    assert!(a.is_leader().unwrap());
+    let lapsed_term = a.term().unwrap();
+    let mut c = client();
+    c.batch_execute(&format!(
+        "UPDATE {table} SET expires_at = now() - interval '1 s'; \
+         UPDATE {table}_promotion SET timeline = timeline + 1000"
+    ))
+    .unwrap();
+    let b = elector_on(&common::fresh_db(), &table, "b", ttl)
+        .with_retry_period(Duration::from_secs(3600))
+        .unwrap();
+    let held_off = Instant::now();
+    assert!(!b.is_leader().unwrap(), "held off");
+    let won = wait_for(
+        "another member elected a TTL after the hold-off",
+        Duration::from_secs(10),
+        || b.is_leader().unwrap().then(|| b.term().unwrap()),
+    );
+    assert!(
+        held_off.elapsed() >= Duration::from_millis(1800),
+        "elected {} ms after a 1 s hold-off, a TTL before the last holder's turn ended",
+        held_off.elapsed().as_millis()
+    );
+    assert!(won > lapsed_term);
+}
+
 /// A `resign` that fails (here a statement timeout: another transaction holds the row) stops the
 /// belief at once but keeps the term, so calling it again resigns that term and the next poll
 /// elsewhere wins at once, not after the TTL. An `is_leader` after the failure never renews the

@@ -13,6 +13,27 @@ pub struct Row {
     pub resign_requested: bool,
 }
 
+impl Row {
+    /// is_leader.sql's `prefer`: whether `holder`, whose newest term won is `last` (`$11`), is the
+    /// row's last holder: named by it, or having won a term above its (one an asynchronous
+    /// standby never received).
+    pub fn last(&self, holder: Holder, last: Option<Term>) -> bool {
+        self.holder == holder || last.is_some_and(|term| term > self.term)
+    }
+
+    /// is_leader.sql's answer to anyone else's poll while this row's leader is live.
+    fn observed(&self) -> PollAnswer {
+        PollAnswer {
+            leader: Some((self.holder, self.term, self.expires_at)),
+            mine: false,
+            ended: false,
+            my_term: Some(self.term),
+            stale: false,
+            held_off: None,
+        }
+    }
+}
+
 /// The table (one fleet), its term sequence, its promotion record and the server's timeline.
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
 pub struct Db {
@@ -85,23 +106,24 @@ impl Db {
         term
     }
 
-    /// is_leader.sql at `now` for `holder` guarded by `guard` (`$4`), with `grant` its `$5`..`$9`
-    /// (the timeline folded into new terms, the hold-off gate, the record the caller read).
+    /// is_leader.sql at `now` for `holder` guarded by `guard` (`$4`) whose newest term won is
+    /// `last` (`$11`), with `grant` its `$5`..`$10` (the timeline folded into new terms, the
+    /// hold-off gate, the record the caller read, the preference).
     pub fn is_leader(
         &mut self,
         now: Tick,
         holder: Holder,
         ttl: Tick,
-        guard: Option<Term>,
+        (guard, last): (Option<Term>, Option<Term>),
         grant: &Grant,
         hole: Option<Hole>,
     ) -> PollAnswer {
         let stale = grant.stale(self.timeline);
-        let last = self.row.as_ref().is_none_or(|row| row.holder == holder);
-        let answer = self.poll(now, holder, ttl, guard, grant, hole);
+        let preferred = self.row.as_ref().is_none_or(|row| row.last(holder, last));
+        let answer = self.poll(now, holder, ttl, (guard, last), grant, hole);
         let nobody = answer.leader.is_none() && !answer.mine && !answer.ended && !stale;
         let held_off = (grant.opens(self.timeline, ttl))
-            .map(|at| at + if last { 0 } else { grant.prefer } - now)
+            .map(|at| at + if preferred { 0 } else { grant.prefer } - now)
             .filter(|wait| nobody && *wait > 0);
         PollAnswer {
             stale,
@@ -135,7 +157,7 @@ impl Db {
         now: Tick,
         holder: Holder,
         ttl: Tick,
-        guard: Option<Term>,
+        (guard, last): (Option<Term>, Option<Term>),
         grant: &Grant,
         hole: Option<Hole>,
     ) -> PollAnswer {
@@ -155,15 +177,9 @@ impl Db {
         let same = row.holder == holder && guard == Some(row.term) && live;
         if live && !same {
             // Anyone else's poll while a leader is live: no write; the live leader is the answer.
-            return PollAnswer {
-                leader: Some((row.holder, row.term, row.expires_at)),
-                mine: false,
-                ended: false,
-                my_term: Some(row.term),
-                ..PollAnswer::default()
-            };
+            return row.observed();
         }
-        if !live && !grant.open_to(self.timeline, now, ttl, row.holder == holder) {
+        if !live && !grant.open_to(self.timeline, now, ttl, row.last(holder, last)) {
             return PollAnswer::default();
         }
         // `taken`: a renewal (`same`) or a new tenure of an expired row.
@@ -198,7 +214,8 @@ impl Db {
                 mine: false,
                 ended: true,
                 my_term: Some(term),
-                ..PollAnswer::default()
+                stale: false,
+                held_off: None,
             }
         } else {
             PollAnswer {
@@ -206,7 +223,8 @@ impl Db {
                 mine: true,
                 ended: false,
                 my_term: Some(term),
-                ..PollAnswer::default()
+                stale: false,
+                held_off: None,
             }
         }
     }

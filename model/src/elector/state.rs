@@ -36,6 +36,8 @@ pub struct Msg {
     pub now: Tick,
     /// The promotion record a poll is sent with (`$7 $8 $9`).
     pub record: Record,
+    /// The newest term the member won, sent with a poll (`$11`).
+    pub last: Option<Term>,
 }
 
 /// An answer on its way back to member `member` (its clone's thread with `clone`).
@@ -105,6 +107,8 @@ pub struct Member {
     pub holder: Holder,
     /// The term it won and has not seen end (its polls are guarded by it).
     pub term: Option<Term>,
+    /// The newest term it won, kept after the tenure ended (`KnownTenure::last`).
+    pub last: Option<Term>,
     /// Its local deadline by the last poll that won or renewed.
     pub deadline: Option<Tick>,
     /// A term it stood down from (or was asked to) that waits to be resigned.
@@ -138,6 +142,7 @@ impl Member {
         Member {
             holder,
             term: None,
+            last: None,
             deadline: None,
             resigning: None,
             announced: None,

@@ -85,6 +85,7 @@ impl Election {
                     op: Op::RequestResign,
                     now: state.now,
                     record: Record::default(),
+                    last: None,
                 });
             }
             Action::Restart(m, holder) => {
@@ -115,9 +116,14 @@ impl Election {
                     record: msg.record,
                     prefer: PREFER,
                 };
-                let answer = state
-                    .db
-                    .is_leader(msg.now, msg.holder, self.ttl, guard, &grant, self.hole);
+                let answer = state.db.is_leader(
+                    msg.now,
+                    msg.holder,
+                    self.ttl,
+                    (guard, msg.last),
+                    &grant,
+                    self.hole,
+                );
                 // The campaign polls at any idle step in the model: when the gate opens needs no
                 // state of its own.
                 let answer = PollAnswer {
@@ -250,6 +256,7 @@ impl Election {
         } else if let Some(term) = won {
             // lead: until the instant recorded before sending, plus the TTL.
             member.term = Some(term);
+            member.last = member.last.max(Some(term));
             member.deadline = Some(wait.sent + self.ttl);
             member.timeline = timeline;
         } else if member.term == guard {
@@ -343,6 +350,7 @@ fn send(state: &mut State, m: usize, op: Op, hole: Option<Hole>, clone: bool) {
         op,
         now: state.now,
         record: member.record.unwrap_or_default(),
+        last: member.last,
     });
 }
 
@@ -390,6 +398,7 @@ fn fence(state: &mut State, m: usize) -> Option<()> {
         op: Op::Fence { term },
         now: state.now,
         record: Record::default(),
+        last: None,
     });
     Some(())
 }
