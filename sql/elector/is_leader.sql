@@ -10,8 +10,8 @@
 -- expiry frees the row. The database never frees a leadership its holder may still believe in.
 -- Returns one row: this holder's tenure (mine: it leads now; ended: it was asked to step down and
 -- must resign), or else the live leader as this statement's snapshot saw it; the stale row below;
--- a row of nulls when nobody leads (with held_off_us, below). holder, term, elected_at and expires_at describe the leader
--- (NULL after an ended tenure; my_term is then the term to resign).
+-- a row of nulls when nobody leads (with held_off_us, below). holder, term, elected_at and
+-- expires_at describe the leader (NULL after an ended tenure; my_term is then the term to resign).
 -- $1 name, $2 holder, $3 TTL in microseconds, $4 the term this elector holds, or null, $5 fold the
 -- server's timeline into new tokens, $6 hold elections off after a promotion, $7 $8 $9 the table's
 -- promotion record as the caller last read it (sql/schema/promotion.sql): its timeline, when it was
@@ -28,12 +28,13 @@
 -- outlasts it when that TTL reached the standby, or when this poll asks for one as long. A live
 -- tenure's renewal is not held off.
 -- prefer: after a promotion's hold-off, a lapsed leadership waits $10 more microseconds (the
--- poller's retry period, at most its TTL) for its last holder before another member may win it: a healthy leader
--- cut off by the failover re-takes it at its next poll, the others poll a retry period later (the
--- outage rule, src/outage.rs). A crashed leader's successor waits that much longer once. The last
--- holder is the row's, or a poller whose newest term won ($11, kept after its tenure ended) is above
--- the row's: it won a tenure after the one the row records, which an asynchronous standby never
--- received (terms only grow on one timeline, so on the old primary no poller's is above its row's).
+-- poller's retry period, at most its TTL) for its last holder before another member may win it: a
+-- healthy leader cut off by the failover re-takes it at its next poll, the others poll a retry
+-- period later (the outage rule, src/outage.rs). A crashed leader's successor waits that much
+-- longer once. The last holder is the row's, or a poller whose newest term won ($11, kept after its
+-- tenure ended) is above the row's: it won a tenure after the one the row records, which an
+-- asynchronous standby never received (terms only grow on one timeline, so on the old primary no
+-- poller's is above its row's).
 -- held_off_us: when the gate alone refused this poll (the leadership lapsed or absent, the server
 -- on the record's timeline), in how many microseconds it opens for this holder; the campaign polls
 -- again then rather than a turn later. Null otherwise.

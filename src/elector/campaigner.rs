@@ -158,8 +158,9 @@ impl Campaign {
                 }) = self.poll_once()
                 {
                     // Held off after a promotion: the poll that may win goes as the gate opens for
-                    // this member (the last leader before the others: see is_leader.sql).
-                    next = next.min(Instant::now() + opens);
+                    // this member (the last leader before the others: see is_leader.sql). Capped
+                    // at a turn: `next` is no later, and an absurd answer cannot overflow.
+                    next = next.min(Instant::now() + opens.min(retry));
                 }
                 // The deadline moved (or not): the watcher re-reads it.
                 let _ = wake.try_send(());

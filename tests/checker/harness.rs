@@ -19,7 +19,7 @@ pub fn run_for() -> Duration {
     let secs = std::env::var("PGTENURE_CHECKER_SECS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(20);
+        .unwrap_or(12);
     Duration::from_secs(secs)
 }
 

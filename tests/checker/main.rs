@@ -17,7 +17,7 @@
 //! and a fleet of eight beside one slot crash-looping under new ids (healthy processes shed none to
 //! it, never more than its share without a working owner for longer than a TTL).
 //!
-//! Length: `PGTENURE_CHECKER_SECS` seconds (default 20), e.g. an hour:
+//! Length: `PGTENURE_CHECKER_SECS` seconds (default 12), e.g. an hour:
 //! `PGTENURE_CHECKER_SECS=3600 cargo test --release --test checker -- --nocapture --test-threads 6`
 //! (every subject side by side).
 //!
