@@ -96,7 +96,14 @@ impl<T: Param> Params for Grant<'_, T> {
     type Static = Grant<'static, T::Static>;
 
     fn with_values<R>(&self, f: impl FnOnce(&[Value<'_>]) -> R) -> R {
-        f(&[
+        f(&self.values())
+    }
+}
+
+impl<T: Param> Grant<'_, T> {
+    /// `$1`..`$9`, in bind order.
+    fn values(&self) -> [Value<'_>; 9] {
+        [
             &self.key,
             &self.owner,
             &self.ttl_us,
@@ -106,14 +113,15 @@ impl<T: Param> Params for Grant<'_, T> {
             &self.timeline,
             &self.seen_at,
             &self.grants_from,
-        ])
+        ]
     }
 }
 
 /// A leadership poll's parameters (`sql/elector/is_leader.sql`): a grant's, then `$10`: how much
 /// longer than its last holder another member waits for a lapsed leadership after a promotion's
-/// hold-off (the poller's retry period, at most its TTL, in microseconds), and `$11`: the newest term the poller
-/// won, its tenure ended or not (a last holder the promoted standby may never have seen).
+/// hold-off (the poller's retry period, at most its TTL, in microseconds), and `$11`: the newest
+/// term the poller won, its tenure ended or not (a last holder the promoted standby may never have
+/// seen).
 #[derive(Debug)]
 pub(crate) struct Preferring<'a, T> {
     pub(crate) grant: Grant<'a, T>,
@@ -138,17 +146,17 @@ impl<T: Param> Params for Preferring<'_, T> {
     type Static = Preferring<'static, T::Static>;
 
     fn with_values<R>(&self, f: impl FnOnce(&[Value<'_>]) -> R) -> R {
-        let g = &self.grant;
+        let [key, owner, ttl, own, fold, hold_off, timeline, seen_at, from] = self.grant.values();
         f(&[
-            &g.key,
-            &g.owner,
-            &g.ttl_us,
-            &g.own,
-            &g.timeline_tokens,
-            &g.hold_off,
-            &g.timeline,
-            &g.seen_at,
-            &g.grants_from,
+            key,
+            owner,
+            ttl,
+            own,
+            fold,
+            hold_off,
+            timeline,
+            seen_at,
+            from,
             &self.prefer_us,
             &self.last_term,
         ])

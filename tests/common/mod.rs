@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod beliefs;
+pub mod campaigns;
 pub mod ledger;
 pub mod load;
 pub mod proxy;

@@ -14,10 +14,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::common::campaigns::{assert_only_elected, elections, leading};
 use crate::common::load::{Load, Rng};
 use crate::common::registry::{Registry, Worker};
 use crate::common::wait_for;
-use pgtenure::elector::{Elector, LeaderEvent, Leadership};
+use pgtenure::elector::{Elector, Leadership};
 use pgtenure::membership::{Config, Leaser, Running, Unit, Units};
 use pgtenure::testing::{ReplicatedPostgres, Replication};
 use pgtenure::Db;
@@ -194,29 +195,6 @@ fn write(
     attempt().unwrap_or(false)
 }
 
-/// The member that leads, and its term, once exactly one does.
-fn leading(members: &[Arc<Leadership>]) -> Option<(usize, i64)> {
-    let leaders: Vec<(usize, i64)> = (members.iter().enumerate())
-        .filter_map(|(i, m)| m.term().map(|term| (i, term)))
-        .collect();
-    (leaders.len() == 1).then(|| leaders[0])
-}
-
-/// Every `Elected` each member's channel holds (draining it).
-fn elections(members: &[Arc<Leadership>]) -> Vec<Vec<i64>> {
-    (members.iter())
-        .map(|m| {
-            m.events()
-                .try_iter()
-                .filter_map(|event| match event {
-                    LeaderEvent::Elected { term } => Some(term),
-                    _ => None,
-                })
-                .collect()
-        })
-        .collect()
-}
-
 fn trial(replication: Replication) {
     init_logs();
     let pg = ReplicatedPostgres::start(replication).unwrap();
@@ -247,16 +225,8 @@ fn trial(replication: Replication) {
     });
     let elected_after = back.elapsed();
     assert_eq!(now_leads, leader, "{replication:?}: the leader changed");
-    for (i, terms) in elections(&fleet.campaigns).iter().enumerate() {
-        if i == leader {
-            assert_eq!(terms, &[new_term], "{replication:?}");
-        } else {
-            assert!(
-                terms.is_empty(),
-                "{replication:?}: m{i} was elected {terms:?}"
-            );
-        }
-    }
+    let what = format!("{replication:?}");
+    assert_only_elected(&fleet.campaigns, leader, new_term, &what);
     let (_, after) = wait_for("a settled fleet after the failover", TTL * 6, || {
         fleet.settled()
     });

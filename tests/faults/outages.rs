@@ -9,6 +9,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::common::campaigns::{assert_only_elected, elections, leading};
 use crate::common::proxy::Proxy;
 use crate::common::wait_for;
 use pgtenure::elector::{Elector, LeaderEvent, LeaderLoss, Leadership};
@@ -136,29 +137,6 @@ impl Fleet {
 /// Each unit's owner (process id) and token.
 type Owners = BTreeMap<Unit, (String, i64)>;
 
-/// The member that leads, and its term, once exactly one does.
-fn leading(members: &[Leadership]) -> Option<(usize, i64)> {
-    let leaders: Vec<(usize, i64)> = (members.iter().enumerate())
-        .filter_map(|(i, m)| m.term().map(|term| (i, term)))
-        .collect();
-    (leaders.len() == 1).then(|| leaders[0])
-}
-
-/// Every `Elected` each member's channel holds (draining it).
-fn elections(members: &[Leadership]) -> Vec<Vec<i64>> {
-    (members.iter())
-        .map(|m| {
-            m.events()
-                .try_iter()
-                .filter_map(|event| match event {
-                    LeaderEvent::Elected { term } => Some(term),
-                    _ => None,
-                })
-                .collect()
-        })
-        .collect()
-}
-
 /// Records every unit each process gained, in order.
 #[derive(Default)]
 struct Gains(parking_lot::Mutex<Vec<Unit>>);
@@ -189,16 +167,12 @@ fn after_an_outage_longer_than_the_ttl_the_same_leader_leads_and_every_unit_stay
         let elected_after = back.elapsed();
         assert_eq!(now_leads, leader, "trial {trial}: the leader changed");
         // Nobody else was elected meanwhile: the leader's is the only election since the outage.
-        for (i, terms) in elections(&fleet.campaigns).iter().enumerate() {
-            if i == leader {
-                assert_eq!(terms, &[new_term], "trial {trial}");
-            } else {
-                assert!(
-                    terms.is_empty(),
-                    "trial {trial}: m{i} was elected {terms:?}"
-                );
-            }
-        }
+        assert_only_elected(
+            &fleet.campaigns,
+            leader,
+            new_term,
+            &format!("trial {trial}"),
+        );
         // Within one poll of its pool's return (its reconnect back-off: 500 ms, and the proxy's
         // delay), and slack.
         let bound = RETRY + SLOW_RETURN + Duration::from_secs(1);
