@@ -17,6 +17,15 @@ pub(super) enum Phase {
     Answering,
 }
 
+/// Why a connection was not admitted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Refused {
+    /// [`MAX_CONNECTIONS`] are open (or no thread could be started for it).
+    Full,
+    /// A stop began after the connection was accepted.
+    Stopping,
+}
+
 #[derive(Debug, Default)]
 struct Open {
     /// Each open connection's socket (shared with its thread, to shut it down: one descriptor
@@ -49,15 +58,18 @@ impl Connections {
         self.lock().stopping
     }
 
-    pub(super) fn admit(&self, stream: &Arc<TcpStream>) -> Option<u64> {
+    pub(super) fn admit(&self, stream: &Arc<TcpStream>) -> Result<u64, Refused> {
         let mut open = self.lock();
-        if open.stopping || open.connections.len() >= MAX_CONNECTIONS {
-            return None;
+        if open.stopping {
+            return Err(Refused::Stopping);
+        }
+        if open.connections.len() >= MAX_CONNECTIONS {
+            return Err(Refused::Full);
         }
         let id = open.next;
         open.next += 1;
         open.connections.insert(id, (stream.clone(), Phase::Head));
-        Some(id)
+        Ok(id)
     }
 
     pub(super) fn answering(&self, id: u64) {
@@ -98,5 +110,23 @@ impl Connections {
             .wait_timeout_while(open, grace, |open| !open.connections.is_empty())
             .unwrap_or_else(PoisonError::into_inner);
         open.connections.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+
+    #[test]
+    fn a_connection_accepted_as_a_stop_begins_is_refused_for_the_stop_not_for_the_limit() {
+        // It was answered "too many connections" with one connection open.
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let stream = Arc::new(TcpStream::connect(listener.local_addr().unwrap()).unwrap());
+        let connections = Connections::default();
+        let id = connections.admit(&stream).unwrap();
+        connections.close(id);
+        connections.stop_admitting();
+        assert_eq!(connections.admit(&stream), Err(Refused::Stopping));
     }
 }

@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use self::connections::{Connections, Phase};
+use self::connections::{Connections, Phase, Refused};
 use self::message::{head, linger, parse_head, read_head, write_answer, HeadError, MAX_HEAD};
 pub(super) use self::message::{Request, Response};
 
@@ -158,9 +158,12 @@ fn accept<A: Answer>(
             let _ = thread.join();
         }
         threads = running;
-        let Some(id) = connections.admit(&stream) else {
-            refuse(&stream);
-            continue;
+        let id = match connections.admit(&stream) {
+            Ok(id) => id,
+            Err(why) => {
+                refuse(&stream, why);
+                continue;
+            }
         };
         let spawned = {
             let connections = connections.clone();
@@ -177,7 +180,7 @@ fn accept<A: Answer>(
             Ok(thread) => threads.push(thread),
             Err(_) => {
                 connections.close(id);
-                refuse(&stream);
+                refuse(&stream, Refused::Full);
             }
         }
     }
@@ -185,9 +188,12 @@ fn accept<A: Answer>(
 
 /// Answers 503 without waiting: a new connection's send buffer is empty, so the short answer goes
 /// at once or not at all.
-fn refuse(mut stream: &TcpStream) {
+fn refuse(mut stream: &TcpStream, why: Refused) {
     let _ = stream.set_nonblocking(true);
-    let body = "too many connections: try again\n";
+    let body = match why {
+        Refused::Full => "too many connections: try again\n",
+        Refused::Stopping => "the exporter is stopping: try another\n",
+    };
     let head = head(false, 503, "text/plain; charset=utf-8", body.len(), false);
     let _ = stream.write_all(format!("{head}{body}").as_bytes());
     let _ = stream.shutdown(Shutdown::Both);
