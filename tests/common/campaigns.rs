@@ -1,8 +1,35 @@
-//! Who leads a set of campaigns, and whom they elected: the outage tests' view of a fleet.
+//! Who leads a set of campaigns, whom they elected, and who owns which unit: the outage tests'
+//! view of a fleet.
 
 use std::borrow::Borrow;
+use std::collections::BTreeMap;
 
 use pgtenure::elector::{LeaderEvent, Leadership};
+use pgtenure::membership::{Running, Unit, Units};
+
+/// Each unit's owner (process id) and token.
+pub type Owners = BTreeMap<Unit, (String, i64)>;
+
+/// Who leads, and who owns each unit under which token, once one member of `campaigns` leads and
+/// each of the `count` units is owned by a live process of `running`, an equal share each.
+pub fn settled<L: Borrow<Leadership>>(
+    units: &Units,
+    campaigns: &[L],
+    running: &[Running],
+    count: usize,
+) -> Option<(usize, Owners)> {
+    let rows = units.assignments().ok()?;
+    let owners: Owners = (rows.into_iter())
+        .filter(|a| a.owner_live)
+        .filter_map(|a| Some((a.unit, (a.owner?, a.token?))))
+        .collect();
+    let (leader, _) = leading(campaigns)?;
+    let even = running.iter().all(|r| {
+        let pid = r.leaser().process_id();
+        owners.values().filter(|(o, _)| o == pid).count() == count / running.len()
+    });
+    (owners.len() == count && even).then_some((leader, owners))
+}
 
 /// The member that leads, and its term, once exactly one does.
 pub fn leading<L: Borrow<Leadership>>(members: &[L]) -> Option<(usize, i64)> {

@@ -9,12 +9,11 @@
 //! - the outage rule's promise: the member that led before leads after (and nobody else is elected
 //!   meanwhile), and every unit stays with its process.
 
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::common::campaigns::{assert_only_elected, elections, leading};
+use crate::common::campaigns::{assert_only_elected, elections, leading, Owners};
 use crate::common::load::{Load, Rng};
 use crate::common::registry::{Registry, Worker};
 use crate::common::wait_for;
@@ -34,9 +33,6 @@ const UNITS: usize = 12;
 const WRITE_EVERY: Duration = Duration::from_millis(30);
 /// How long the fleet writes before the failover, and after it once it settled again.
 const WRITING: Duration = Duration::from_secs(2);
-
-/// Each unit's owner (process id) and token.
-type Owners = BTreeMap<Unit, (String, i64)>;
 
 /// Three processes on the replicated servers' two-host URL, each writing fenced rows.
 struct Fleet {
@@ -138,17 +134,7 @@ impl Fleet {
     /// Who leads, and who owns each unit under which token, once one member leads and every unit
     /// is owned by a live process, a third of them each.
     fn settled(&self) -> Option<(usize, Owners)> {
-        let rows = self.units.assignments().ok()?;
-        let owners: Owners = (rows.into_iter())
-            .filter(|a| a.owner_live)
-            .filter_map(|a| Some((a.unit, (a.owner?, a.token?))))
-            .collect();
-        let (leader, _) = leading(&self.campaigns)?;
-        let even = (self.running.iter()).all(|r| {
-            let pid = r.leaser().process_id();
-            owners.values().filter(|(o, _)| o == pid).count() == UNITS / 3
-        });
-        (owners.len() == UNITS && even).then_some((leader, owners))
+        crate::common::campaigns::settled(&self.units, &self.campaigns, &self.running, UNITS)
     }
 
     fn acked(&self) -> (usize, usize) {

@@ -4,12 +4,11 @@
 //! own (restarting the shared one would disturb the other tests); each process has a `Db` (a pool)
 //! of its own, a campaign and a leaser.
 
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::common::campaigns::{assert_only_elected, elections, leading};
+use crate::common::campaigns::{assert_only_elected, elections, leading, Owners};
 use crate::common::proxy::Proxy;
 use crate::common::wait_for;
 use pgtenure::elector::{Elector, LeaderEvent, LeaderLoss, Leadership};
@@ -110,17 +109,7 @@ impl Fleet {
     /// Who leads, and who owns each unit under which token, once one process leads and every
     /// unit is owned by a live process, a third of them each.
     fn settled(&self, units: usize) -> Option<(usize, Owners)> {
-        let rows = self.units.assignments().ok()?;
-        let owners: Owners = (rows.into_iter())
-            .filter(|a| a.owner_live)
-            .filter_map(|a| Some((a.unit, (a.owner?, a.token?))))
-            .collect();
-        let (leader, _) = leading(&self.campaigns)?;
-        let even = (self.running.iter()).all(|r| {
-            let pid = r.leaser().process_id();
-            owners.values().filter(|(o, _)| o == pid).count() == units / 3
-        });
-        (owners.len() == units && even).then_some((leader, owners))
+        crate::common::campaigns::settled(&self.units, &self.campaigns, &self.running, units)
     }
 
     fn stop(self) {
@@ -133,9 +122,6 @@ impl Fleet {
         self.pg.stop().unwrap();
     }
 }
-
-/// Each unit's owner (process id) and token.
-type Owners = BTreeMap<Unit, (String, i64)>;
 
 /// Records every unit each process gained, in order.
 #[derive(Default)]
