@@ -43,6 +43,30 @@ pub struct Tables {
     pub sema: String,
 }
 
+impl Tables {
+    /// Drops every table and sequence the cases made.
+    pub fn drop_all(&self, url: &str) -> Result<(), Error> {
+        let mut admin = pgtenure::postgres::Client::connect(url, pgtenure::postgres::NoTls)?;
+        for table in [
+            &self.tick,
+            &self.fire,
+            &self.lease,
+            &self.leader,
+            &self.units,
+            &self.procs,
+            &self.sema,
+        ] {
+            admin.batch_execute(&format!("DROP TABLE IF EXISTS \"{table}\""))?;
+        }
+        admin.batch_execute(&format!(
+            "DROP SEQUENCE IF EXISTS \"{0}_token_seq\", \"{1}_term_seq\", \"{2}_token_seq\";
+             DROP TABLE IF EXISTS \"{0}_promotion\", \"{1}_promotion\", \"{2}_promotion\"",
+            self.lease, self.leader, self.sema
+        ))?;
+        Ok(())
+    }
+}
+
 fn file(path: &str) -> String {
     std::fs::read_to_string(format!("{}/sql/{path}", env!("CARGO_MANIFEST_DIR")))
         .unwrap_or_else(|e| panic!("sql/{path}: {e}"))

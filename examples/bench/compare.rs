@@ -16,7 +16,7 @@ use super::pgbench;
 use super::Error;
 
 /// Operations per second of `clients` threads each running its own op for `secs`.
-fn measure(clients: usize, secs: u64, db: &Db, run: u64, make: &MakeOp) -> f64 {
+pub fn measure(clients: usize, secs: u64, db: &Db, run: u64, make: &MakeOp) -> f64 {
     let barrier = Barrier::new(clients);
     let counts: Vec<(u64, f64)> = thread::scope(|s| {
         let handles: Vec<_> = (0..clients)
@@ -44,7 +44,7 @@ fn measure(clients: usize, secs: u64, db: &Db, run: u64, make: &MakeOp) -> f64 {
     counts.iter().map(|(n, secs)| *n as f64 / secs).sum()
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
+pub fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.partial_cmp(b).unwrap());
     v[v.len() / 2]
 }
@@ -119,12 +119,21 @@ pub fn run(
         for case in &cases {
             for &c in clients {
                 let cell = cell.next().unwrap();
+                // pgbench first in every other run, so that a machine slowing down or speeding
+                // up during a run favours neither side.
+                let limit_first = run % 2 == 1;
+                if limit_first {
+                    cell.limit
+                        .push(pgbench::run(url, &case.script, c, secs, &*case.vars)?);
+                }
                 for (i, (_, column_db)) in columns.iter().enumerate() {
                     measurement += 1;
                     cell.columns[i].push(measure(c, secs, column_db, measurement, &case.lib));
                 }
-                cell.limit
-                    .push(pgbench::run(url, &case.script, c, secs, &*case.vars)?);
+                if !limit_first {
+                    cell.limit
+                        .push(pgbench::run(url, &case.script, c, secs, &*case.vars)?);
+                }
                 eprintln!(
                     "  {:<30} {c}: pgbench {:.0} / {}",
                     case.name,
@@ -145,7 +154,8 @@ pub fn run(
         .collect();
     println!(
         "\nmedian of {runs} runs, {secs} s each; limit: pgbench -M prepared running the crate's \
-         statement; each column's ratio to it. What each column's connections used: {}",
+         statement; each column's ratio to it (the median of each run's ratio to the pgbench run \
+         beside it). What each column's connections used: {}",
         modes.join("; ")
     );
     let header: Vec<&str> = columns.iter().map(|(name, _)| name.as_str()).collect();
@@ -169,13 +179,22 @@ pub fn run(
             .iter()
             .map(|runs| median(runs.clone()))
             .collect();
+        // Each run's ratio is taken beside its own pgbench run (seconds apart), and the median of
+        // those is reported: on a shared host whose speed drifts between runs by a third, the
+        // ratio of the two medians would pair runs minutes apart.
+        let ratios: Vec<f64> = cell
+            .columns
+            .iter()
+            .map(|runs| median(runs.iter().zip(&cell.limit).map(|(r, l)| r / l).collect()))
+            .collect();
         println!(
             "| {} | {} | {limit:.0} | {} |",
             cell.name,
             cell.clients,
             medians
                 .iter()
-                .map(|m| format!("{m:.0} | {:.2}", m / limit))
+                .zip(&ratios)
+                .map(|(m, ratio)| format!("{m:.0} | {ratio:.2}"))
                 .collect::<Vec<_>>()
                 .join(" | ")
         );
@@ -186,30 +205,14 @@ pub fn run(
         for (i, (name, _)) in columns.iter().enumerate() {
             let key = name.replace(' ', "_");
             row[&key] = json!(medians[i]);
-            row[format!("{key}_ratio")] = json!(medians[i] / limit);
+            row[format!("{key}_ratio")] = json!(ratios[i]);
             row["runs"][&key] = json!(cell.columns[i]);
         }
         out.push(row);
     }
     let limits = driver_limits(url, &tables.tick, clients, secs, runs)?;
     drop(leasers);
-    let mut admin = pgtenure::postgres::Client::connect(url, pgtenure::postgres::NoTls)?;
-    for table in [
-        &tables.tick,
-        &tables.fire,
-        &tables.lease,
-        &tables.leader,
-        &tables.units,
-        &tables.procs,
-        &tables.sema,
-    ] {
-        admin.batch_execute(&format!("DROP TABLE IF EXISTS \"{table}\""))?;
-    }
-    admin.batch_execute(&format!(
-        "DROP SEQUENCE IF EXISTS \"{0}_token_seq\", \"{1}_term_seq\", \"{2}_token_seq\";
-         DROP TABLE IF EXISTS \"{0}_promotion\", \"{1}_promotion\", \"{2}_promotion\"",
-        tables.lease, tables.leader, tables.sema
-    ))?;
+    tables.drop_all(url)?;
     Ok(json!({ "operations": out, "driver": limits }))
 }
 

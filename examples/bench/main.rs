@@ -1,7 +1,7 @@
 //! pgtenure's benchmarks: how close it runs to what PostgreSQL allows.
 //!
 //! `cargo run --release --example bench -- [--secs N] [--runs N] [--clients 1,8] [--out FILE]
-//! [--handovers N] [--units N] [--only compare|scenarios|cold-start|hot-loop|handover] [--iterations N]
+//! [--handovers N] [--units N] [--only compare|at-once|scenarios|cold-start|hot-loop|handover] [--iterations N]
 //! [--no-pgbouncer]` against `DATABASE_URL`
 //! or a throwaway server. For each operation at each client count: the library beside `pgbench -M
 //! prepared` running the crate's own statement (the limit) and beside the library sending it
@@ -17,8 +17,10 @@
 //! `--only hot-loop` runs `--iterations` refused tick claims on one client and nothing else, to count
 //! instructions per operation under `valgrind --tool=callgrind` (see `hot.rs`). `--only handover`
 //! measures `--handovers` releases and resignations handed over with and without handover
-//! notifications (see `handover.rs`).
+//! notifications (see `handover.rs`). `--only at-once` runs each comparison case and its pgbench
+//! at the same time (see `at_once.rs`: a ratio a drifting host cannot move).
 
+mod at_once;
 mod campaigns;
 mod cases;
 /// The test harness: the database URL, the protocol-counting proxy.
@@ -156,6 +158,10 @@ fn main() -> Result<(), Error> {
             args.secs,
             args.runs,
         )?;
+    }
+
+    if only == Some("at-once") {
+        results["at_once"] = at_once::run(&url, &args.clients, args.secs, args.runs)?;
     }
 
     if only == Some("handover") {
