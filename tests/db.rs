@@ -788,3 +788,134 @@ fn refusals_at_connect_that_waiting_can_fix_are_retried_and_never_reported_as_pe
         "a missing CONNECT privilege is not a startup setting: {err}"
     );
 }
+
+/// The sessions of `application` whose last statement began as `statement`'s text does (idle
+/// pool connections keep it in `pg_stat_activity`).
+fn sessions_last_on(application: &str, statement: &str) -> Vec<i32> {
+    let start: String = std::fs::read_to_string(format!(
+        "{}/sql/{statement}",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap()
+    .chars()
+    .take(60)
+    .collect();
+    client()
+        .query(
+            "SELECT pid FROM pg_stat_activity WHERE application_name = $1 \
+             AND left(query, 60) = $2",
+            &[&application, &start],
+        )
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect()
+}
+
+/// A connection that served one of pgtenure's statements is parked for the thread that used it:
+/// the next statement of that thread takes it again, and a statement of another thread meanwhile
+/// takes another (r2d2 alone would hand the other thread the one returned last, so one session
+/// would have run all three).
+#[test]
+fn a_thread_gets_back_the_connection_it_used_last_not_the_one_another_thread_returned() {
+    let mut tables = Tables::new();
+    let (ours, theirs) = (tables.name("park_ours"), tables.name("park_theirs"));
+    let application = format!("pgtenure_park_{}", std::process::id());
+    let db = Db::builder(&common::with_param(
+        &common::url(),
+        "application_name",
+        &application,
+    ))
+    .unwrap()
+    .max_size(4)
+    .unwrap()
+    .build()
+    .unwrap();
+    let ticks = TickClaims::new(&db).with_table(&ours).unwrap();
+    let fires = FireClaims::new(&db).with_table(&theirs).unwrap();
+    ticks.create_table().unwrap();
+    fires.create_table().unwrap();
+    let tick = SystemTime::UNIX_EPOCH + Duration::from_secs(1_750_000_000);
+    let ttl = Duration::from_secs(60);
+    let (tick_sql, fire_sql) = ("tick_claims/claim.sql", "fire_claims/claim.sql");
+    assert!(ticks.claim("job", tick, ttl).unwrap().is_some());
+    let first = sessions_last_on(&application, tick_sql);
+    thread::scope(|s| {
+        s.spawn(|| assert!(fires.claim("key").unwrap()))
+            .join()
+            .unwrap()
+    });
+    assert!(ticks.claim("job", tick, ttl).unwrap().is_none());
+    let (mine, other) = (
+        sessions_last_on(&application, tick_sql),
+        sessions_last_on(&application, fire_sql),
+    );
+    assert_eq!(first.len(), 1, "one session ran the first claim: {first:?}");
+    assert_eq!(mine, first, "the thread's second claim ran on its first claim's session");
+    assert_eq!(
+        other.len(),
+        1,
+        "the other thread's statement is still the last of the session it ran on, which the \
+         first thread did not take: {other:?}"
+    );
+    assert_ne!(mine, other);
+}
+
+/// A thread that waits for a connection is not left waiting while one is parked: a connection
+/// parked while the thread waits goes back to the pool, which hands it over (a parked connection
+/// is invisible to r2d2's waiters).
+#[test]
+fn a_thread_waiting_for_a_connection_gets_one_parked_while_it_waits() {
+    let mut tables = Tables::new();
+    let name = tables.name("park_wait");
+    let db = Db::builder(&common::url())
+        .unwrap()
+        .max_size(2)
+        .unwrap()
+        .connection_timeout(Duration::from_secs(60))
+        .unwrap()
+        .build()
+        .unwrap();
+    let fires = FireClaims::new(&db).with_table(&name).unwrap();
+    fires.create_table().unwrap();
+    // The pool's second connection, held by the test until the end.
+    let held = db.connection().unwrap();
+    // An outside session blocks the table, so the first claim holds the pool's other connection.
+    let mut blocker = client();
+    let mut lock = blocker.transaction().unwrap();
+    lock.batch_execute(&format!("LOCK TABLE \"{name}\" IN ACCESS EXCLUSIVE MODE"))
+        .unwrap();
+    let (first_done, done) = crossbeam_channel::unbounded();
+    let second_done = first_done.clone();
+    let fires = &fires;
+    thread::scope(|s| {
+        s.spawn(move || first_done.send(("blocked", fires.claim("first"))).unwrap());
+        wait_for("the first claim to wait on the lock", Duration::from_secs(10), || {
+            let waiting: i64 = client()
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' \
+                     AND query LIKE '%' || $1 || '%'",
+                    &[&name],
+                )
+                .unwrap()
+                .get(0);
+            (waiting > 0).then_some(())
+        });
+        s.spawn(move || second_done.send(("waiting", fires.claim("second"))).unwrap());
+        // Real time is the subject: the second claim must be waiting in the pool (it cannot be
+        // observed) before the first one's connection is parked.
+        thread::sleep(Duration::from_millis(300));
+        lock.commit().unwrap();
+        let mut finished = Vec::new();
+        for _ in 0..2 {
+            let (which, claimed) = done
+                .recv_timeout(Duration::from_secs(20))
+                .unwrap_or_else(|_| {
+                    panic!("a claim still waits for a connection (finished: {finished:?})")
+                });
+            assert!(claimed.unwrap(), "{which}");
+            finished.push(which);
+        }
+    });
+    drop(held);
+}

@@ -5,6 +5,7 @@
 //! of any TLS stack. The cost is one boxed handle per checkout (next to a round trip, nothing).
 
 use std::fmt;
+use std::mem::ManuallyDrop;
 use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -16,19 +17,52 @@ use postgres::{CancelToken, Client, Socket};
 use r2d2::{Extensions, Pool, PooledConnection};
 use r2d2_postgres::PostgresConnectionManager;
 
+use super::parking::Parking;
+
 /// A connection from a [`Db`](crate::Db)'s pool: a [`postgres::Client`](https://docs.rs/postgres/0.19/postgres/struct.Client.html) (it derefs to one) that
 /// goes back to the pool when dropped.
 ///
 /// Get one with [`Db::connection`](crate::Db::connection), for your own statements on the pool
 /// pgtenure uses: a fenced write ([`Leases::fence`](crate::leases::Leases::fence)), a check, a migration.
 pub struct Connection {
-    pooled: Box<dyn Pooled>,
+    /// Taken out only by `drop`.
+    pooled: ManuallyDrop<Box<dyn Pooled>>,
     canceller: Arc<dyn Canceller>,
     /// Set on a connection lent to the application, which counts against [`Lending`]'s limit.
     lent: Option<Lent>,
+    /// Where the connection is parked for its thread when dropped, if it served one of pgtenure's
+    /// own statements ([`Connection::park_when_dropped`]).
+    parking: Option<Arc<Parking>>,
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        // SAFETY: `pooled` is not used again: this is the connection's end.
+        let pooled = unsafe { ManuallyDrop::take(&mut self.pooled) };
+        if let Some(parking) = self.parking.take() {
+            if self.lent.is_none() && !pooled.client().is_closed() {
+                // What is not parked goes back to the pool here.
+                drop(parking.park(pooled));
+                return;
+            }
+        }
+        drop(pooled);
+    }
 }
 
 impl Connection {
+    /// Parks the connection for this thread's next statement when it is dropped, instead of giving
+    /// it back to the pool (see `parking.rs`); a closed or lent connection is not parked.
+    pub(crate) fn park_when_dropped(&mut self, parking: &Arc<Parking>) {
+        self.parking = Some(Arc::clone(parking));
+    }
+
+    /// Gives the connection back to the pool when dropped, not to a parking slot: for one that
+    /// was discarded (`outcome::discard`), in case its session outlived that.
+    pub(crate) fn never_park(&mut self) {
+        self.parking = None;
+    }
+
     /// Marks the connection as lent to the application until it is dropped.
     pub(crate) fn lend(mut self, lent: Lent) -> Connection {
         self.lent = Some(lent);
@@ -98,6 +132,8 @@ pub(crate) trait Source: Send + Sync {
     fn get_timeout(&self, wait: Duration) -> Result<Connection, r2d2::Error>;
     /// An idle connection, without waiting.
     fn try_get(&self) -> Option<Connection>;
+    /// Where connections that served pgtenure's own statements are parked for their threads.
+    fn parking(&self) -> &Arc<Parking>;
     fn connection_timeout(&self) -> Duration;
     /// The last failed attempt to connect, with its cause, when known.
     fn last_connect_error(&self) -> Option<String>;
@@ -132,6 +168,8 @@ pub(crate) struct Pooling<T: MakeTls> {
     wait: Duration,
     /// The pool's last failed attempt to connect, when pgtenure built the pool.
     attempts: Option<ConnectAttempts>,
+    /// Each thread's last connection, parked for it.
+    parking: Arc<Parking>,
 }
 
 /// r2d2's error and event handler for the pools pgtenure builds: keeps the last failed attempt to
@@ -174,12 +212,7 @@ impl<T: MakeTls> Pooling<T> {
     /// any: a deadline that far would overflow an `Instant`).
     pub(crate) fn new(pool: Pool<PostgresConnectionManager<T>>, tls: T) -> Pooling<T> {
         let wait = pool.connection_timeout().min(crate::input::MAX_DURATION);
-        Pooling {
-            pool,
-            canceller: Arc::new(CancelWith(tls)),
-            wait,
-            attempts: None,
-        }
+        Pooling::built(pool, tls, wait, None)
     }
 
     /// A pool pgtenure built: its checkouts wait up to `wait`, longer than the pool's own
@@ -189,32 +222,58 @@ impl<T: MakeTls> Pooling<T> {
         pool: Pool<PostgresConnectionManager<T>>,
         tls: T,
         wait: Duration,
-        attempts: ConnectAttempts,
+        attempts: Option<ConnectAttempts>,
     ) -> Pooling<T> {
         Pooling {
+            parking: Arc::new(Parking::new(pool.max_size())),
             pool,
             canceller: Arc::new(CancelWith(tls)),
             wait,
-            attempts: Some(attempts),
+            attempts,
         }
     }
 
-    fn wrap(&self, pooled: PooledConnection<PostgresConnectionManager<T>>) -> Connection {
+    fn wrap(&self, pooled: Box<dyn Pooled>) -> Connection {
         Connection {
-            pooled: Box::new(pooled),
+            pooled: ManuallyDrop::new(pooled),
             canceller: Arc::clone(&self.canceller),
             lent: None,
+            parking: None,
         }
+    }
+
+    /// A connection without waiting: this thread's parked one, an idle one of the pool, another
+    /// thread's parked one.
+    fn at_hand(&self) -> Option<Box<dyn Pooled>> {
+        self.parking.own().or_else(|| {
+            self.pool
+                .try_get()
+                .map(|pooled| Box::new(pooled) as Box<dyn Pooled>)
+                .or_else(|| self.parking.any())
+        })
     }
 }
 
 impl<T: MakeTls> Source for Pooling<T> {
     fn get_timeout(&self, wait: Duration) -> Result<Connection, r2d2::Error> {
-        self.pool.get_timeout(wait).map(|pooled| self.wrap(pooled))
+        if let Some(pooled) = self.at_hand() {
+            return Ok(self.wrap(pooled));
+        }
+        // Counted among the waiters, so that a connection parked from now on goes to the pool.
+        let (_waiting, parked) = self.parking.wait();
+        if let Some(pooled) = parked {
+            return Ok(self.wrap(pooled));
+        }
+        let pooled = self.pool.get_timeout(wait)?;
+        Ok(self.wrap(Box::new(pooled)))
     }
 
     fn try_get(&self) -> Option<Connection> {
-        self.pool.try_get().map(|pooled| self.wrap(pooled))
+        self.at_hand().map(|pooled| self.wrap(pooled))
+    }
+
+    fn parking(&self) -> &Arc<Parking> {
+        &self.parking
     }
 
     fn connection_timeout(&self) -> Duration {
@@ -230,12 +289,14 @@ impl<T: MakeTls> Source for Pooling<T> {
     }
 
     fn state(&self) -> r2d2::State {
+        // Parked connections are idle: back in the pool, they are counted as such.
+        drop(self.parking.drain());
         self.pool.state()
     }
 }
 
 /// A pooled client of some manager, with its r2d2 extensions.
-trait Pooled: Send {
+pub(crate) trait Pooled: Send {
     fn client(&self) -> &Client;
     fn client_mut(&mut self) -> &mut Client;
     fn extensions_mut(&mut self) -> &mut Extensions;

@@ -5,6 +5,7 @@ pub(crate) mod conn;
 pub(crate) mod handover;
 mod libpq;
 mod outcome;
+mod parking;
 mod promotion;
 mod records;
 mod schema;
@@ -423,6 +424,7 @@ impl Db {
         let (mut skipped, mut resent, mut deadlocks) = (0, false, 0);
         loop {
             let mut conn = self.conn_until(context, policy.until)?;
+            conn.park_when_dropped(self.pool.parking());
             if conn.is_closed() {
                 // Nothing was sent; dropping it makes r2d2 discard it.
                 skipped += 1;
@@ -444,6 +446,7 @@ impl Db {
                     ..
                 }) if never_ran(&error) || (before_sending && connection_lost(&error)) => {
                     discard(&mut conn);
+                    conn.never_park();
                     skipped += 1;
                     if skipped > skips {
                         return Err(Error::from_postgres(context, error));

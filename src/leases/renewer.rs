@@ -52,6 +52,7 @@ impl Renewer {
                 state.key
             );
             discard(conn);
+            conn.never_park();
             // The watcher took the key to cancel this statement: a cancellation is its doing.
             if let Err(failure) = &mut result {
                 failure.cancelled = Some(match purpose {
