@@ -792,14 +792,12 @@ fn refusals_at_connect_that_waiting_can_fix_are_retried_and_never_reported_as_pe
 /// The sessions of `application` whose last statement began as `statement`'s text does (idle
 /// pool connections keep it in `pg_stat_activity`).
 fn sessions_last_on(application: &str, statement: &str) -> Vec<i32> {
-    let start: String = std::fs::read_to_string(format!(
-        "{}/sql/{statement}",
-        env!("CARGO_MANIFEST_DIR")
-    ))
-    .unwrap()
-    .chars()
-    .take(60)
-    .collect();
+    let start: String =
+        std::fs::read_to_string(format!("{}/sql/{statement}", env!("CARGO_MANIFEST_DIR")))
+            .unwrap()
+            .chars()
+            .take(60)
+            .collect();
     client()
         .query(
             "SELECT pid FROM pg_stat_activity WHERE application_name = $1 \
@@ -851,7 +849,10 @@ fn a_thread_gets_back_the_connection_it_used_last_not_the_one_another_thread_ret
         sessions_last_on(&application, fire_sql),
     );
     assert_eq!(first.len(), 1, "one session ran the first claim: {first:?}");
-    assert_eq!(mine, first, "the thread's second claim ran on its first claim's session");
+    assert_eq!(
+        mine, first,
+        "the thread's second claim ran on its first claim's session"
+    );
     assert_eq!(
         other.len(),
         1,
@@ -890,29 +891,37 @@ fn a_thread_waiting_for_a_connection_gets_one_parked_while_it_waits() {
     let fires = &fires;
     thread::scope(|s| {
         s.spawn(move || first_done.send(("blocked", fires.claim("first"))).unwrap());
-        wait_for("the first claim to wait on the lock", Duration::from_secs(10), || {
-            let waiting: i64 = client()
-                .query_one(
-                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' \
+        wait_for(
+            "the first claim to wait on the lock",
+            Duration::from_secs(10),
+            || {
+                let waiting: i64 = client()
+                    .query_one(
+                        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' \
                      AND query LIKE '%' || $1 || '%'",
-                    &[&name],
-                )
+                        &[&name],
+                    )
+                    .unwrap()
+                    .get(0);
+                (waiting > 0).then_some(())
+            },
+        );
+        s.spawn(move || {
+            second_done
+                .send(("waiting", fires.claim("second")))
                 .unwrap()
-                .get(0);
-            (waiting > 0).then_some(())
         });
-        s.spawn(move || second_done.send(("waiting", fires.claim("second"))).unwrap());
         // Real time is the subject: the second claim must be waiting in the pool (it cannot be
         // observed) before the first one's connection is parked.
         thread::sleep(Duration::from_millis(300));
         lock.commit().unwrap();
         let mut finished = Vec::new();
         for _ in 0..2 {
-            let (which, claimed) = done
-                .recv_timeout(Duration::from_secs(20))
-                .unwrap_or_else(|_| {
-                    panic!("a claim still waits for a connection (finished: {finished:?})")
-                });
+            let (which, claimed) =
+                done.recv_timeout(Duration::from_secs(20))
+                    .unwrap_or_else(|_| {
+                        panic!("a claim still waits for a connection (finished: {finished:?})")
+                    });
             assert!(claimed.unwrap(), "{which}");
             finished.push(which);
         }

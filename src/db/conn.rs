@@ -17,7 +17,7 @@ use postgres::{CancelToken, Client, Socket};
 use r2d2::{Extensions, Pool, PooledConnection};
 use r2d2_postgres::PostgresConnectionManager;
 
-use super::parking::Parking;
+use super::parking::{Parking, Pooled};
 
 /// A connection from a [`Db`](crate::Db)'s pool: a [`postgres::Client`](https://docs.rs/postgres/0.19/postgres/struct.Client.html) (it derefs to one) that
 /// goes back to the pool when dropped.
@@ -293,13 +293,6 @@ impl<T: MakeTls> Source for Pooling<T> {
         drop(self.parking.drain());
         self.pool.state()
     }
-}
-
-/// A pooled client of some manager, with its r2d2 extensions.
-pub(crate) trait Pooled: Send {
-    fn client(&self) -> &Client;
-    fn client_mut(&mut self) -> &mut Client;
-    fn extensions_mut(&mut self) -> &mut Extensions;
 }
 
 impl<T: MakeTls> Pooled for PooledConnection<PostgresConnectionManager<T>> {

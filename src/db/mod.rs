@@ -85,7 +85,9 @@ impl Db {
     /// `-c default_transaction_isolation=read\ committed` (turn it off with
     /// [`DbBuilder::read_committed`] behind a pooler that rejects `options`). The pool holds up to 16
     /// connections and does not run a health check on checkout (that would cost a round trip per
-    /// operation; a broken connection is found by its failed statement and dropped).
+    /// operation; a broken connection is found by its failed statement and dropped). A connection
+    /// that ran one of pgtenure's statements is kept for the thread that used it, which takes it
+    /// again next time; other threads take it before they would wait (docs/connections.md).
     ///
     /// What `url` leaves unset is taken from the environment as libpq takes it (a service file, the
     /// `PG*` variables, `~/.pgpass`; see [`Db::from_env`]): what `url` says always wins.
@@ -354,6 +356,9 @@ impl Db {
     }
 
     /// The pool's connections: how many are open, and how many of them idle.
+    ///
+    /// Connections parked for the threads that used them last (docs/connections.md, "Each thread
+    /// keeps its connection") are given back to the pool first, so they count as idle.
     pub fn pool_state(&self) -> r2d2::State {
         self.pool.state()
     }

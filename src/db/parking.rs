@@ -23,8 +23,15 @@ use std::cell::Cell;
 use std::sync::atomic::{fence, AtomicUsize, Ordering::SeqCst};
 
 use parking_lot::Mutex;
+use postgres::Client;
+use r2d2::Extensions;
 
-use super::conn::Pooled;
+/// A pooled client of some manager, with its r2d2 extensions: what is parked.
+pub(crate) trait Pooled: Send {
+    fn client(&self) -> &Client;
+    fn client_mut(&mut self) -> &mut Client;
+    fn extensions_mut(&mut self) -> &mut Extensions;
+}
 
 /// A parked connection and the thread that parked it.
 type Slot = Mutex<Option<(usize, Box<dyn Pooled>)>>;
