@@ -132,8 +132,9 @@ pub(crate) trait Source: Send + Sync {
     fn get_timeout(&self, wait: Duration) -> Result<Connection, r2d2::Error>;
     /// An idle connection, without waiting.
     fn try_get(&self) -> Option<Connection>;
-    /// Where connections that served pgtenure's own statements are parked for their threads.
-    fn parking(&self) -> &Arc<Parking>;
+    /// Where connections that served pgtenure's own statements are parked for their threads
+    /// (none in a pool of the application's own).
+    fn parking(&self) -> Option<&Arc<Parking>>;
     fn connection_timeout(&self) -> Duration;
     /// The last failed attempt to connect, with its cause, when known.
     fn last_connect_error(&self) -> Option<String>;
@@ -168,8 +169,10 @@ pub(crate) struct Pooling<T: MakeTls> {
     wait: Duration,
     /// The pool's last failed attempt to connect, when pgtenure built the pool.
     attempts: Option<ConnectAttempts>,
-    /// Each thread's last connection, parked for it.
-    parking: Arc<Parking>,
+    /// Each thread's last connection, parked for it: only in a pool pgtenure built, which no one
+    /// else takes connections from (a pool of the application's own may be asked directly, and
+    /// r2d2 knows nothing of parked connections).
+    parking: Option<Arc<Parking>>,
 }
 
 /// r2d2's error and event handler for the pools pgtenure builds: keeps the last failed attempt to
@@ -212,7 +215,13 @@ impl<T: MakeTls> Pooling<T> {
     /// any: a deadline that far would overflow an `Instant`).
     pub(crate) fn new(pool: Pool<PostgresConnectionManager<T>>, tls: T) -> Pooling<T> {
         let wait = pool.connection_timeout().min(crate::input::MAX_DURATION);
-        Pooling::built(pool, tls, wait, None)
+        Pooling {
+            pool,
+            canceller: Arc::new(CancelWith(tls)),
+            wait,
+            attempts: None,
+            parking: None,
+        }
     }
 
     /// A pool pgtenure built: its checkouts wait up to `wait`, longer than the pool's own
@@ -222,14 +231,14 @@ impl<T: MakeTls> Pooling<T> {
         pool: Pool<PostgresConnectionManager<T>>,
         tls: T,
         wait: Duration,
-        attempts: Option<ConnectAttempts>,
+        attempts: ConnectAttempts,
     ) -> Pooling<T> {
         Pooling {
-            parking: Arc::new(Parking::new(pool.max_size())),
+            parking: Some(Arc::new(Parking::new(pool.max_size()))),
             pool,
             canceller: Arc::new(CancelWith(tls)),
             wait,
-            attempts,
+            attempts: Some(attempts),
         }
     }
 
@@ -245,11 +254,12 @@ impl<T: MakeTls> Pooling<T> {
     /// A connection without waiting: this thread's parked one, an idle one of the pool, another
     /// thread's parked one.
     fn at_hand(&self) -> Option<Box<dyn Pooled>> {
-        self.parking.own().or_else(|| {
+        let parking = self.parking.as_deref();
+        parking.and_then(Parking::own).or_else(|| {
             self.pool
                 .try_get()
                 .map(|pooled| Box::new(pooled) as Box<dyn Pooled>)
-                .or_else(|| self.parking.any())
+                .or_else(|| parking.and_then(Parking::any))
         })
     }
 }
@@ -259,9 +269,10 @@ impl<T: MakeTls> Source for Pooling<T> {
         if let Some(pooled) = self.at_hand() {
             return Ok(self.wrap(pooled));
         }
-        // Counted among the waiters, so that a connection parked from now on goes to the pool.
-        let (_waiting, parked) = self.parking.wait();
-        if let Some(pooled) = parked {
+        // Counted among the waiters, so that a connection parked from now on goes to the pool
+        // (the count lasts until this function returns, with `waiting`).
+        let waiting = self.parking.as_deref().map(Parking::wait);
+        if let Some((_, Some(pooled))) = waiting {
             return Ok(self.wrap(pooled));
         }
         let pooled = self.pool.get_timeout(wait)?;
@@ -272,8 +283,8 @@ impl<T: MakeTls> Source for Pooling<T> {
         self.at_hand().map(|pooled| self.wrap(pooled))
     }
 
-    fn parking(&self) -> &Arc<Parking> {
-        &self.parking
+    fn parking(&self) -> Option<&Arc<Parking>> {
+        self.parking.as_ref()
     }
 
     fn connection_timeout(&self) -> Duration {
@@ -290,7 +301,9 @@ impl<T: MakeTls> Source for Pooling<T> {
 
     fn state(&self) -> r2d2::State {
         // Parked connections are idle: back in the pool, they are counted as such.
-        drop(self.parking.drain());
+        if let Some(parking) = &self.parking {
+            drop(parking.drain());
+        }
         self.pool.state()
     }
 }

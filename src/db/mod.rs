@@ -87,7 +87,8 @@ impl Db {
     /// connections and does not run a health check on checkout (that would cost a round trip per
     /// operation; a broken connection is found by its failed statement and dropped). A connection
     /// that ran one of pgtenure's statements is kept for the thread that used it, which takes it
-    /// again next time; other threads take it before they would wait (docs/connections.md).
+    /// again next time; other threads take it before they would wait (docs/connections.md; not in
+    /// a pool of your own, [`Db::from_pool`], which your code may ask directly).
     ///
     /// What `url` leaves unset is taken from the environment as libpq takes it (a service file, the
     /// `PG*` variables, `~/.pgpass`; see [`Db::from_env`]): what `url` says always wins.
@@ -358,7 +359,8 @@ impl Db {
     /// The pool's connections: how many are open, and how many of them idle.
     ///
     /// Connections parked for the threads that used them last (docs/connections.md, "Each thread
-    /// keeps its connection") are given back to the pool first, so they count as idle.
+    /// keeps its connection"; in pools pgtenure builds) are given back to the pool first, so they
+    /// count as idle.
     pub fn pool_state(&self) -> r2d2::State {
         self.pool.state()
     }
@@ -429,7 +431,9 @@ impl Db {
         let (mut skipped, mut resent, mut deadlocks) = (0, false, 0);
         loop {
             let mut conn = self.conn_until(context, policy.until)?;
-            conn.park_when_dropped(self.pool.parking());
+            if let Some(parking) = self.pool.parking() {
+                conn.park_when_dropped(parking);
+            }
             if conn.is_closed() {
                 // Nothing was sent; dropping it makes r2d2 discard it.
                 skipped += 1;

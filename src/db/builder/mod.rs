@@ -335,7 +335,7 @@ impl DbBuilder {
             pool,
             tls.clone(),
             self.connection_timeout,
-            Some(attempts),
+            attempts,
         ))
         .with_targets(Targets::of(&config))
         .with_statement_mode(self.statement_mode)
@@ -376,7 +376,7 @@ impl DbBuilder {
             pool,
             tls.clone(),
             self.connection_timeout,
-            Some(attempts),
+            attempts,
         ))
         .with_targets(targets)
         .with_statement_mode(self.statement_mode)
