@@ -827,6 +827,7 @@ fn a_thread_gets_back_the_connection_it_used_last_not_the_one_another_thread_ret
     .unwrap()
     .max_size(4)
     .unwrap()
+    .thread_affinity(true)
     .build()
     .unwrap();
     let ticks = TickClaims::new(&db).with_table(&ours).unwrap();
@@ -875,6 +876,7 @@ fn a_thread_waiting_for_a_connection_gets_one_parked_while_it_waits() {
         .unwrap()
         .connection_timeout(Duration::from_secs(60))
         .unwrap()
+        .thread_affinity(true)
         .build()
         .unwrap();
     let fires = FireClaims::new(&db).with_table(&name).unwrap();
@@ -927,4 +929,81 @@ fn a_thread_waiting_for_a_connection_gets_one_parked_while_it_waits() {
         }
     });
     drop(held);
+}
+
+/// A pool of the application's own ([`Db::from_pool`]) is also the application's, and maybe other
+/// `Db`s': pgtenure parks none of its connections there, or the application's own checkouts (and
+/// another `Db`'s renewals, whose waits this `Db` cannot see) would wait for connections that
+/// only sit parked.
+#[test]
+fn a_pool_of_the_applications_own_gets_its_connections_back_after_each_statement() {
+    let mut tables = Tables::new();
+    let name = tables.name("park_own_pool");
+    let pool = pgtenure::r2d2::Pool::builder()
+        .max_size(1)
+        .test_on_check_out(false)
+        .connection_timeout(Duration::from_secs(2))
+        .build(pgtenure::r2d2_postgres::PostgresConnectionManager::new(
+            common::url_config(),
+            NoTls,
+        ))
+        .unwrap();
+    let db = Db::from_pool(pool.clone());
+    let fires = FireClaims::new(&db).with_table(&name).unwrap();
+    fires.create_table().unwrap();
+    assert!(fires.claim("key").unwrap());
+    // r2d2's own count, which no parking drains.
+    let state = pool.state();
+    assert_eq!(
+        (state.connections, state.idle_connections),
+        (1, 1),
+        "the pool's only connection is back in it"
+    );
+    let other = FireClaims::new(&Db::from_pool(pool.clone()))
+        .with_table(&name)
+        .unwrap();
+    thread::scope(|s| {
+        s.spawn(|| assert!(other.claim("other").unwrap()))
+            .join()
+            .unwrap()
+    });
+    assert!(pool.get_timeout(Duration::from_millis(500)).is_ok());
+}
+
+/// Many threads on a pool of one and of two, each checkout allowed little time: a thread that
+/// begins to wait just as another parks is never left waiting for the parked connection (the
+/// waiter count and the parking's fences), so no checkout times out.
+#[test]
+fn many_threads_on_a_pool_of_one_or_two_never_wait_for_a_parked_connection() {
+    let mut tables = Tables::new();
+    let name = tables.name("park_stress");
+    for max_size in [1, 2] {
+        let db = Db::builder(&common::url())
+            .unwrap()
+            .max_size(max_size)
+            .unwrap()
+            .connection_timeout(Duration::from_secs(5))
+            .unwrap()
+            .thread_affinity(true)
+            .build()
+            .unwrap();
+        let fires = FireClaims::new(&db).with_table(&name).unwrap();
+        fires.create_table().unwrap();
+        let threads = 12;
+        let start = Barrier::new(threads);
+        thread::scope(|s| {
+            for t in 0..threads {
+                let (fires, start) = (&fires, &start);
+                s.spawn(move || {
+                    start.wait();
+                    for i in 0..40 {
+                        let key = format!("{max_size}-{t}-{i}");
+                        fires.claim(&key).unwrap_or_else(|e| panic!("{key}: {e}"));
+                    }
+                });
+            }
+        });
+        let state = db.pool_state();
+        assert!(state.connections <= max_size, "{state:?}");
+    }
 }

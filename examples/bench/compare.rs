@@ -74,9 +74,15 @@ pub fn run(
             .with_cancel_on_deadline(cancel))
     };
     let db = pool(url, StatementMode::Auto, true)?;
-    // Direct: Auto (proven direct: protocol-level), then SQL-level and unprepared forced.
+    // Direct: Auto (proven direct: protocol-level), the same with each thread keeping its
+    // connection, then SQL-level and unprepared forced.
+    let affine = Db::builder(url)?
+        .max_size(16)?
+        .thread_affinity(true)
+        .build()?;
     let mut columns: Vec<(String, Db)> = vec![
         ("auto".into(), db.clone()),
+        ("affinity".into(), affine),
         ("sql".into(), pool(url, StatementMode::Sql, true)?),
         (
             "unprepared".into(),

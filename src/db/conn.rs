@@ -169,9 +169,9 @@ pub(crate) struct Pooling<T: MakeTls> {
     wait: Duration,
     /// The pool's last failed attempt to connect, when pgtenure built the pool.
     attempts: Option<ConnectAttempts>,
-    /// Each thread's last connection, parked for it: only in a pool pgtenure built, which no one
-    /// else takes connections from (a pool of the application's own may be asked directly, and
-    /// r2d2 knows nothing of parked connections).
+    /// Each thread's last connection, parked for it ([`DbBuilder::thread_affinity`](crate::DbBuilder::thread_affinity)): only in a
+    /// pool pgtenure built, which no one else takes connections from (a pool of the application's
+    /// own may be asked directly, and r2d2 knows nothing of parked connections).
     parking: Option<Arc<Parking>>,
 }
 
@@ -226,15 +226,17 @@ impl<T: MakeTls> Pooling<T> {
 
     /// A pool pgtenure built: its checkouts wait up to `wait`, longer than the pool's own
     /// connection timeout (which also caps r2d2's back-off between attempts to reconnect: half of
-    /// it), and `attempts` is its error handler.
+    /// it), `attempts` is its error handler, and its threads keep their connections if
+    /// `thread_affinity`.
     pub(crate) fn built(
         pool: Pool<PostgresConnectionManager<T>>,
         tls: T,
         wait: Duration,
         attempts: ConnectAttempts,
+        thread_affinity: bool,
     ) -> Pooling<T> {
         Pooling {
-            parking: Some(Arc::new(Parking::new(pool.max_size()))),
+            parking: thread_affinity.then(|| Arc::new(Parking::new(pool.max_size()))),
             pool,
             canceller: Arc::new(CancelWith(tls)),
             wait,

@@ -85,10 +85,8 @@ impl Db {
     /// `-c default_transaction_isolation=read\ committed` (turn it off with
     /// [`DbBuilder::read_committed`] behind a pooler that rejects `options`). The pool holds up to 16
     /// connections and does not run a health check on checkout (that would cost a round trip per
-    /// operation; a broken connection is found by its failed statement and dropped). A connection
-    /// that ran one of pgtenure's statements is kept for the thread that used it, which takes it
-    /// again next time; other threads take it before they would wait (docs/connections.md; not in
-    /// a pool of your own, [`Db::from_pool`], which your code may ask directly).
+    /// operation; a broken connection is found by its failed statement and dropped). With
+    /// [`DbBuilder::thread_affinity`], each thread keeps the connection its last statement ran on.
     ///
     /// What `url` leaves unset is taken from the environment as libpq takes it (a service file, the
     /// `PG*` variables, `~/.pgpass`; see [`Db::from_env`]): what `url` says always wins.
@@ -358,9 +356,8 @@ impl Db {
 
     /// The pool's connections: how many are open, and how many of them idle.
     ///
-    /// Connections parked for the threads that used them last (docs/connections.md, "Each thread
-    /// keeps its connection"; in pools pgtenure builds) are given back to the pool first, so they
-    /// count as idle.
+    /// Connections parked for the threads that used them last ([`DbBuilder::thread_affinity`])
+    /// are given back to the pool first, so they count as idle.
     pub fn pool_state(&self) -> r2d2::State {
         self.pool.state()
     }

@@ -1,12 +1,12 @@
 //! [`DbBuilder`]: the pool's size and timeouts, and the connection defaults pgtenure applies.
 
 mod connect_refusal;
+mod pool;
 
 use std::fmt;
 use std::time::{Duration, Instant};
 
 use postgres::NoTls;
-use r2d2::Pool;
 use r2d2_postgres::PostgresConnectionManager;
 
 use self::connect_refusal::{chain, for_good};
@@ -53,6 +53,7 @@ pub struct DbBuilder {
     client_key: Option<String>,
     statement_mode: StatementMode,
     handover: bool,
+    thread_affinity: bool,
 }
 
 impl DbBuilder {
@@ -80,6 +81,7 @@ impl DbBuilder {
             client_key: None,
             statement_mode: StatementMode::Auto,
             handover: false,
+            thread_affinity: false,
         }
     }
 
@@ -336,6 +338,7 @@ impl DbBuilder {
             tls.clone(),
             self.connection_timeout,
             attempts,
+            self.thread_affinity,
         ))
         .with_targets(Targets::of(&config))
         .with_statement_mode(self.statement_mode)
@@ -377,6 +380,7 @@ impl DbBuilder {
             tls.clone(),
             self.connection_timeout,
             attempts,
+            self.thread_affinity,
         ))
         .with_targets(targets)
         .with_statement_mode(self.statement_mode)
@@ -401,18 +405,6 @@ impl DbBuilder {
     #[cfg(not(feature = "tls"))]
     fn tls(&self) -> Result<Option<std::convert::Infallible>> {
         Ok(None)
-    }
-
-    fn pool_builder<T: MakeTls>(
-        &self,
-        attempts: &ConnectAttempts,
-    ) -> r2d2::Builder<PostgresConnectionManager<T>> {
-        Pool::builder()
-            .max_size(self.max_size)
-            .connection_timeout(self.connection_timeout.min(MAX_RECONNECT_BACKOFF * 2))
-            .test_on_check_out(false)
-            .error_handler(Box::new(attempts.clone()))
-            .event_handler(Box::new(attempts.clone()))
     }
 
     fn effective_config(&self) -> postgres::Config {
