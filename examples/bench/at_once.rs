@@ -172,17 +172,19 @@ fn driver_alone(url: &str, table: &str, pooled: bool) -> Result<MakeOp, Error> {
     }))
 }
 
+/// The parameter types of `sql/tick_claims/claim.sql`.
+pub const CLAIM_TYPES: [Type; 7] = [
+    Type::TEXT,
+    Type::TIMESTAMPTZ,
+    Type::INT8,
+    Type::TEXT,
+    Type::INT8,
+    Type::BOOL,
+    Type::INT8,
+];
+
 fn prepare(client: &mut Client, text: &str) -> Statement {
-    let types = [
-        Type::TEXT,
-        Type::TIMESTAMPTZ,
-        Type::INT8,
-        Type::TEXT,
-        Type::INT8,
-        Type::BOOL,
-        Type::INT8,
-    ];
-    client.prepare_typed(text, &types).expect("prepared")
+    client.prepare_typed(text, &CLAIM_TYPES).expect("prepared")
 }
 
 /// One refused tick claim on `client`.

@@ -232,18 +232,9 @@ fn driver_limits(
     secs: u64,
     runs: usize,
 ) -> Result<Value, Error> {
-    use pgtenure::postgres::types::Type;
     use pgtenure::postgres::{Client, NoTls};
     let text = sql("tick_claims/claim.sql", &[("table", tick_t)]);
-    let types = [
-        Type::TEXT,
-        Type::TIMESTAMPTZ,
-        Type::INT8,
-        Type::TEXT,
-        Type::INT8,
-        Type::BOOL,
-        Type::INT8,
-    ];
+    let types = super::at_once::CLAIM_TYPES;
     let taken = SystemTime::UNIX_EPOCH + Duration::from_secs(1_750_000_000);
     #[derive(Clone, Copy, PartialEq)]
     enum Send {
