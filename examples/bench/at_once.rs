@@ -188,7 +188,7 @@ fn prepare(client: &mut Client, text: &str) -> Statement {
 }
 
 /// One refused tick claim on `client`.
-fn claim(client: &mut Client, named: &Statement) {
+pub fn claim(client: &mut Client, named: &Statement) {
     let taken = SystemTime::UNIX_EPOCH + Duration::from_secs(1_750_000_000);
     let rows = client
         .query(

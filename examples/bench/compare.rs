@@ -6,7 +6,7 @@
 
 use std::sync::Barrier;
 use std::thread;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use pgtenure::{Db, StatementMode};
 use serde_json::{json, Value};
@@ -235,7 +235,6 @@ fn driver_limits(
     use pgtenure::postgres::{Client, NoTls};
     let text = sql("tick_claims/claim.sql", &[("table", tick_t)]);
     let types = super::at_once::CLAIM_TYPES;
-    let taken = SystemTime::UNIX_EPOCH + Duration::from_secs(1_750_000_000);
     #[derive(Clone, Copy, PartialEq)]
     enum Send {
         Protocol,
@@ -269,22 +268,10 @@ fn driver_limits(
                                 )));
                                 return;
                             }
-                            let rows = if way == Send::Protocol {
-                                c.query(
-                                    &named,
-                                    &[
-                                        &"contended",
-                                        &taken,
-                                        &60_000_000_i64,
-                                        &"x",
-                                        &1_i64,
-                                        &true,
-                                        &60_000_000_i64,
-                                    ],
-                                )
-                            } else {
-                                c.query_typed(execute, &[])
-                            };
+                            if way == Send::Protocol {
+                                return super::at_once::claim(c, &named);
+                            }
+                            let rows = c.query_typed(execute, &[]);
                             assert!(rows.unwrap()[0].get::<_, Option<i64>>("token").is_none());
                         };
                         for _ in 0..20 {
@@ -367,21 +354,7 @@ fn driver_limits(
                                     named
                                 }
                             };
-                            let rows = conn
-                                .query(
-                                    &named,
-                                    &[
-                                        &"contended",
-                                        &taken,
-                                        &60_000_000_i64,
-                                        &"x",
-                                        &1_i64,
-                                        &true,
-                                        &60_000_000_i64,
-                                    ],
-                                )
-                                .unwrap();
-                            assert!(rows[0].get::<_, Option<i64>>("token").is_none());
+                            super::at_once::claim(&mut conn, &named);
                         };
                         for _ in 0..20 {
                             once();

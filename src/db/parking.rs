@@ -3,7 +3,9 @@
 //! Handing every statement whichever connection went back to the pool last moves a connection,
 //! with its buffers, its runtime and its socket's state, from thread to thread at every call: with
 //! eight threads on two cores that cost a fifth of the calls per second a connection of each
-//! thread's own reaches (docs/performance.md, "at once"). So a connection that served one of
+//! thread's own reaches (docs/performance.md, "at once"). So, with
+//! [`DbBuilder::thread_affinity`](crate::DbBuilder::thread_affinity) on (it is off by default,
+//! and never applies to a pool of the application's own), a connection that served one of
 //! pgtenure's own statements is not given back to the r2d2 pool but parked in a slot, and the
 //! thread that parked it takes it from there next time without touching the pool.
 //!
@@ -55,7 +57,7 @@ thread_local! {
     static ME: usize = NEXT_THREAD.fetch_add(1, SeqCst);
     /// The slot this thread parked its last connection in (of any pool: for a thread using
     /// several, a hint that may miss); at first its number, which spreads the threads' slots.
-    static LAST: Cell<usize> = Cell::new(ME.with(|me| *me));
+    static LAST: Cell<usize> = Cell::new(ME.try_with(|me| *me).unwrap_or(0));
 }
 
 impl Parking {
@@ -72,8 +74,10 @@ impl Parking {
 
     /// The connection this thread parked last, when it is still parked.
     pub(crate) fn own(&self) -> Option<Box<dyn Pooled>> {
-        let me = ME.with(|me| *me);
-        let mut slot = self.slot(LAST.with(Cell::get)).lock();
+        let (Ok(me), Ok(last)) = (ME.try_with(|me| *me), LAST.try_with(Cell::get)) else {
+            return None;
+        };
+        let mut slot = self.slot(last).lock();
         match slot.take() {
             Some((parker, conn)) if parker == me => Some(conn),
             other => {
@@ -85,7 +89,7 @@ impl Parking {
 
     /// Any parked connection, looking first where this thread parked last.
     pub(crate) fn any(&self) -> Option<Box<dyn Pooled>> {
-        let start = LAST.with(Cell::get);
+        let start = LAST.try_with(Cell::get).unwrap_or(0);
         (0..self.slots.len()).find_map(|k| {
             let taken = self.slot(start.wrapping_add(k)).lock().take();
             taken.map(|(_, conn)| conn)
@@ -106,7 +110,10 @@ impl Parking {
         if self.waiters.load(SeqCst) > 0 {
             return Some(conn);
         }
-        let (me, start) = (ME.with(|me| *me), LAST.with(Cell::get));
+        // A connection dropped while this thread's thread-locals are torn down is not parked.
+        let (Ok(me), Ok(start)) = (ME.try_with(|me| *me), LAST.try_with(Cell::get)) else {
+            return Some(conn);
+        };
         let mut conn = Some(conn);
         let mut parked_in = None;
         for k in 0..self.slots.len() {
@@ -121,7 +128,7 @@ impl Parking {
         let Some(i) = parked_in else {
             return conn;
         };
-        LAST.with(|last| last.set(i));
+        let _ = LAST.try_with(|last| last.set(i));
         fence(SeqCst);
         if self.waiters.load(SeqCst) > 0 {
             // A thread began to wait meanwhile and may not have seen this slot: the pool wakes it
