@@ -8,6 +8,7 @@ use std::time::{Duration, SystemTime};
 
 use common::{client, db, wait_for, Role, Tables};
 use pgtenure::postgres::{self, NoTls};
+use pgtenure::testing::parked_connections;
 use pgtenure::{fire_claims::FireClaims, tick_claims::TickClaims, Db, ErrorKind};
 
 fn setting(db: &Db, name: &str) -> String {
@@ -1006,4 +1007,91 @@ fn many_threads_on_a_pool_of_one_or_two_never_wait_for_a_parked_connection() {
         let state = db.pool_state();
         assert!(state.connections <= max_size, "{state:?}");
     }
+}
+
+/// A pool of `max_size` 4 that keeps each thread's connection, and a table for fire claims made
+/// through it (created through another `Db`, so that the test's own thread parks nothing).
+fn parking_db(tables: &mut Tables, name: &str) -> (Db, FireClaims) {
+    let table = tables.name(name);
+    let setup = Db::builder(&common::url())
+        .unwrap()
+        .thread_affinity(false)
+        .build()
+        .unwrap();
+    FireClaims::new(&setup)
+        .with_table(&table)
+        .unwrap()
+        .create_table()
+        .unwrap();
+    let db = Db::builder(&common::url())
+        .unwrap()
+        .max_size(4)
+        .unwrap()
+        .thread_affinity(true)
+        .build()
+        .unwrap();
+    let fires = FireClaims::new(&db).with_table(&table).unwrap();
+    (db, fires)
+}
+
+/// A thread that ends gives back to the pool the connection it left parked: no thread would take
+/// it as its own any more, and, parked, r2d2 would never close it for its idle time or age (with
+/// a thread per request, the pool would keep a connection for each recent thread).
+#[test]
+fn a_thread_that_ends_gives_the_connection_it_parked_back_to_the_pool() {
+    let mut tables = Tables::new();
+    let (db, fires) = parking_db(&mut tables, "park_exit");
+    // The build's own probe parked its connection for this thread: reading the pool's state
+    // gives it back.
+    db.pool_state();
+    assert_eq!(parked_connections(&db), 0);
+    thread::scope(|s| {
+        s.spawn(|| {
+            assert!(fires.claim("key").unwrap());
+            assert_eq!(
+                parked_connections(&db),
+                1,
+                "the claim's connection is parked for its thread"
+            );
+        })
+        .join()
+        .unwrap()
+    });
+    // The pool's worker threads give it back, at once, not at a sweep (a second later).
+    wait_for(
+        "the ended thread's parked connection to go back to the pool",
+        Duration::from_millis(900),
+        || (parked_connections(&db) == 0).then_some(()),
+    );
+    // The pool still serves this thread.
+    assert!(!fires.claim("key").unwrap());
+}
+
+/// A connection that lies parked unused, its thread alive but idle (a renewal thread between
+/// renewals), goes back to the pool after at most two sweeps, one a second.
+#[test]
+fn a_connection_parked_unused_goes_back_to_the_pool_within_two_sweeps() {
+    let mut tables = Tables::new();
+    let (db, fires) = parking_db(&mut tables, "park_sweep");
+    db.pool_state();
+    let parked = Barrier::new(2);
+    let (end, ended) = std::sync::mpsc::channel::<()>();
+    thread::scope(|s| {
+        s.spawn(|| {
+            let ended = ended;
+            assert!(fires.claim("key").unwrap());
+            parked.wait();
+            // Alive, holding nothing, until the test is done (its sender dropped, also when it
+            // fails).
+            let _ = ended.recv();
+        });
+        parked.wait();
+        // Real time is the subject: the sweep runs every second on the pool's worker threads.
+        wait_for(
+            "the idle thread's parked connection to go back to the pool",
+            Duration::from_secs(10),
+            || (parked_connections(&db) == 0).then_some(()),
+        );
+        drop(end);
+    });
 }

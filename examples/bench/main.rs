@@ -100,7 +100,7 @@ fn args() -> Args {
 fn main() -> Result<(), Error> {
     let args = args();
     if args.only.as_deref() == Some("hot-loop") {
-        return hot::refused_tick_claims(&common::url(), args.iterations);
+        return hot::refused(&common::url(), args.iterations);
     }
     if std::env::var("PGTENURE_BENCH_RECORDER").is_ok_and(|r| r == "prometheus") {
         let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();

@@ -16,6 +16,7 @@ use postgres::tls::{MakeTlsConnect, TlsConnect};
 use postgres::{CancelToken, Client, Socket};
 use r2d2::{Extensions, Pool, PooledConnection};
 use r2d2_postgres::PostgresConnectionManager;
+use scheduled_thread_pool::ScheduledThreadPool;
 
 use super::parking::{Parking, Pooled};
 
@@ -226,17 +227,17 @@ impl<T: MakeTls> Pooling<T> {
 
     /// A pool pgtenure built: its checkouts wait up to `wait`, longer than the pool's own
     /// connection timeout (which also caps r2d2's back-off between attempts to reconnect: half of
-    /// it), `attempts` is its error handler, and its threads keep their connections if
-    /// `thread_affinity`.
+    /// it), `attempts` is its error handler, and its threads keep their connections when
+    /// `affinity` names the pool's worker threads (where parked connections are swept).
     pub(crate) fn built(
         pool: Pool<PostgresConnectionManager<T>>,
         tls: T,
         wait: Duration,
         attempts: ConnectAttempts,
-        thread_affinity: bool,
+        affinity: Option<&Arc<ScheduledThreadPool>>,
     ) -> Pooling<T> {
         Pooling {
-            parking: thread_affinity.then(|| Arc::new(Parking::new(pool.max_size()))),
+            parking: affinity.map(|workers| Parking::start(pool.max_size(), workers)),
             pool,
             canceller: Arc::new(CancelWith(tls)),
             wait,

@@ -4,8 +4,8 @@
 //! with its buffers, its runtime and its socket's state, from thread to thread at every call: with
 //! eight threads on two cores that cost a fifth of the calls per second a connection of each
 //! thread's own reaches (docs/performance.md, "at once"). So, with
-//! [`DbBuilder::thread_affinity`](crate::DbBuilder::thread_affinity) on (it is off by default,
-//! and never applies to a pool of the application's own), a connection that served one of
+//! [`DbBuilder::thread_affinity`](crate::DbBuilder::thread_affinity) on (the default; it never
+//! applies to a pool of the application's own), a connection that served one of
 //! pgtenure's own statements is not given back to the r2d2 pool but parked in a slot, and the
 //! thread that parked it takes it from there next time without touching the pool.
 //!
@@ -20,13 +20,25 @@
 //! - parked connections are still checked out of r2d2, which so never opens more than its
 //!   `max_size`; reading the pool's state ([`Parking::drain`]) first gives them all back, so its
 //!   count of idle connections stays true.
+//!
+//! A parked connection goes back to the pool, where r2d2's idle timeout and maximum lifetime apply
+//! to it again, as soon as nobody is likely to take it from its slot:
+//! - when the thread that parked it exits (a thread per request, a renewal thread that ends): a
+//!   destructor of the thread's own, [`ParkedBy`], has the pool's worker threads give back what it
+//!   left parked;
+//! - when it lay parked unused through two sweeps ([`Parking::sweep`], every [`SWEEP_EVERY`] on
+//!   the pool's own worker threads): a thread that calls now and then, a renewal thread between its
+//!   renewals, holds no connection between its calls for longer than that.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::sync::atomic::{fence, AtomicUsize, Ordering::SeqCst};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
 
 use parking_lot::Mutex;
 use postgres::Client;
 use r2d2::Extensions;
+use scheduled_thread_pool::{JobHandle, ScheduledThreadPool};
 
 /// A pooled client of some manager, with its r2d2 extensions: what is parked.
 pub(crate) trait Pooled: Send {
@@ -35,51 +47,121 @@ pub(crate) trait Pooled: Send {
     fn extensions_mut(&mut self) -> &mut Extensions;
 }
 
-/// A parked connection and the thread that parked it.
-type Slot = Mutex<Option<(usize, Box<dyn Pooled>)>>;
+/// A parked connection, the thread that parked it, and whether a sweep has seen it parked.
+struct Parked {
+    thread: usize,
+    conn: Box<dyn Pooled>,
+    swept: bool,
+}
+
+type Slot = Mutex<Option<Parked>>;
 
 /// The slots of one pool's parked connections (one per connection the pool may open).
 pub(crate) struct Parking {
     slots: Box<[Slot]>,
     /// Threads waiting in the pool for a connection.
     waiters: AtomicUsize,
+    /// The pool's worker threads: they sweep, and give back what exited threads left parked.
+    workers: Arc<ScheduledThreadPool>,
+    /// The sweep's job on the pool's worker threads, cancelled when the parking goes.
+    sweeper: Mutex<Option<JobHandle>>,
 }
 
 /// The most connections parked at once: a checkout that finds none of its own looks at every slot,
 /// so their number is bounded (the connections of a larger pool beyond these go back to it).
 const MAX_SLOTS: u32 = 64;
 
+/// How often parked connections are swept: one unused through two sweeps, between one and two of
+/// these, goes back to the pool.
+pub(crate) const SWEEP_EVERY: Duration = Duration::from_secs(1);
+
 /// Numbers the threads that park.
 static NEXT_THREAD: AtomicUsize = AtomicUsize::new(0);
 
 thread_local! {
-    /// This thread's number.
-    static ME: usize = NEXT_THREAD.fetch_add(1, SeqCst);
+    /// This thread's number, and the parkings it parked connections in.
+    static ME: ParkedBy = ParkedBy {
+        thread: NEXT_THREAD.fetch_add(1, SeqCst),
+        parkings: RefCell::new(Vec::new()),
+    };
     /// The slot this thread parked its last connection in (of any pool: for a thread using
     /// several, a hint that may miss); at first its number, which spreads the threads' slots.
-    static LAST: Cell<usize> = Cell::new(ME.try_with(|me| *me).unwrap_or(0));
+    static LAST: Cell<usize> = Cell::new(me().unwrap_or(0));
+}
+
+/// A thread's number and the parkings it parked connections in: when the thread exits, its
+/// destructor gives back to their pools the connections it left parked, which no thread would
+/// take as its own any more.
+struct ParkedBy {
+    thread: usize,
+    parkings: RefCell<Vec<Weak<Parking>>>,
+}
+
+impl ParkedBy {
+    /// Remembers `parking` for this thread's exit.
+    fn remember(&self, parking: &Arc<Parking>) {
+        let Ok(mut parkings) = self.parkings.try_borrow_mut() else {
+            return;
+        };
+        if !parkings.iter().any(|p| p.as_ptr() == Arc::as_ptr(parking)) {
+            parkings.retain(|p| p.strong_count() > 0);
+            parkings.push(Arc::downgrade(parking));
+        }
+    }
+}
+
+impl Drop for ParkedBy {
+    /// Hands the giving back to the pool's worker threads: a connection or the pool itself may
+    /// close there (the last reference to a dropped `Db`'s pool may be this one), and closing a
+    /// connection on a thread whose thread-locals are torn down would panic in the driver's
+    /// runtime.
+    fn drop(&mut self) {
+        let thread = self.thread;
+        for parking in self.parkings.get_mut().drain(..) {
+            if let Some(parking) = parking.upgrade() {
+                let workers = Arc::clone(&parking.workers);
+                workers.execute(move || parking.give_back(|p| p.thread == thread));
+            }
+        }
+    }
+}
+
+/// This thread's number (`None` while its thread-locals are torn down).
+fn me() -> Option<usize> {
+    ME.try_with(|me| me.thread).ok()
 }
 
 impl Parking {
-    /// Room for `max_size` parked connections, up to [`MAX_SLOTS`].
-    pub(crate) fn new(max_size: u32) -> Parking {
+    /// Room for `max_size` parked connections, up to [`MAX_SLOTS`], swept on `workers` (the pool's
+    /// own) every [`SWEEP_EVERY`].
+    pub(crate) fn start(max_size: u32, workers: &Arc<ScheduledThreadPool>) -> Arc<Parking> {
         let slots = (0..max_size.clamp(1, MAX_SLOTS))
             .map(|_| Mutex::new(None))
             .collect();
-        Parking {
+        let parking = Arc::new(Parking {
             slots,
             waiters: AtomicUsize::new(0),
-        }
+            workers: Arc::clone(workers),
+            sweeper: Mutex::new(None),
+        });
+        let weak = Arc::downgrade(&parking);
+        let job = workers.execute_at_fixed_rate(SWEEP_EVERY, SWEEP_EVERY, move || {
+            if let Some(parking) = weak.upgrade() {
+                parking.sweep();
+            }
+        });
+        *parking.sweeper.lock() = Some(job);
+        parking
     }
 
     /// The connection this thread parked last, when it is still parked.
     pub(crate) fn own(&self) -> Option<Box<dyn Pooled>> {
-        let (Ok(me), Ok(last)) = (ME.try_with(|me| *me), LAST.try_with(Cell::get)) else {
+        let (Some(me), Ok(last)) = (me(), LAST.try_with(Cell::get)) else {
             return None;
         };
         let mut slot = self.slot(last).lock();
         match slot.take() {
-            Some((parker, conn)) if parker == me => Some(conn),
+            Some(parked) if parked.thread == me => Some(parked.conn),
             other => {
                 *slot = other;
                 None
@@ -92,7 +174,7 @@ impl Parking {
         let start = LAST.try_with(Cell::get).unwrap_or(0);
         (0..self.slots.len()).find_map(|k| {
             let taken = self.slot(start.wrapping_add(k)).lock().take();
-            taken.map(|(_, conn)| conn)
+            taken.map(|parked| parked.conn)
         })
     }
 
@@ -106,12 +188,17 @@ impl Parking {
 
     /// Parks `conn` for this thread. Returns it when it must go back to the pool instead: a thread
     /// waits for a connection, or no slot is free.
-    pub(crate) fn park(&self, conn: Box<dyn Pooled>) -> Option<Box<dyn Pooled>> {
+    pub(crate) fn park(self: &Arc<Self>, conn: Box<dyn Pooled>) -> Option<Box<dyn Pooled>> {
         if self.waiters.load(SeqCst) > 0 {
             return Some(conn);
         }
-        // A connection dropped while this thread's thread-locals are torn down is not parked.
-        let (Ok(me), Ok(start)) = (ME.try_with(|me| *me), LAST.try_with(Cell::get)) else {
+        // A connection dropped while this thread's thread-locals are torn down is not parked: no
+        // destructor would give it back when the thread ends.
+        let me = ME.try_with(|me| {
+            me.remember(self);
+            me.thread
+        });
+        let (Ok(me), Ok(start)) = (me, LAST.try_with(Cell::get)) else {
             return Some(conn);
         };
         let mut conn = Some(conn);
@@ -120,7 +207,11 @@ impl Parking {
             let i = start.wrapping_add(k) % self.slots.len();
             let mut slot = self.slots[i].lock();
             if slot.is_none() {
-                *slot = conn.take().map(|conn| (me, conn));
+                *slot = conn.take().map(|conn| Parked {
+                    thread: me,
+                    conn,
+                    swept: false,
+                });
                 parked_in = Some(i);
                 break;
             }
@@ -134,21 +225,64 @@ impl Parking {
             // A thread began to wait meanwhile and may not have seen this slot: the pool wakes it
             // (unless another thread took the connection meanwhile: it parks it again, and sees
             // the waiter then).
-            return self.slots[i].lock().take().map(|(_, conn)| conn);
+            return self.slots[i].lock().take().map(|parked| parked.conn);
         }
         None
     }
 
     /// Takes every parked connection out (to give them back to the pool).
     pub(crate) fn drain(&self) -> Vec<Box<dyn Pooled>> {
-        self.slots
-            .iter()
-            .filter_map(|s| s.lock().take().map(|(_, conn)| conn))
-            .collect()
+        self.take_where(|_| true)
+    }
+
+    /// Gives back to the pool each connection a sweep already saw parked, and marks the others:
+    /// what lies parked unused through two sweeps goes back.
+    pub(crate) fn sweep(&self) {
+        drop(self.take_where(|parked| std::mem::replace(&mut parked.swept, true)));
+    }
+
+    /// Gives back to the pool the parked connections `which` picks.
+    fn give_back(&self, which: impl FnMut(&mut Parked) -> bool) {
+        drop(self.take_where(which));
+    }
+
+    /// Takes out the parked connections `which` picks (given back when the caller drops them,
+    /// outside the slots' locks).
+    fn take_where(&self, mut which: impl FnMut(&mut Parked) -> bool) -> Vec<Box<dyn Pooled>> {
+        let mut taken = Vec::new();
+        for slot in self.slots.iter() {
+            let mut slot = slot.lock();
+            if slot.as_mut().is_some_and(&mut which) {
+                taken.extend(slot.take().map(|parked| parked.conn));
+            }
+        }
+        taken
+    }
+
+    /// How many connections lie parked.
+    #[cfg(feature = "testing")]
+    pub(crate) fn parked(&self) -> usize {
+        self.slots.iter().filter(|s| s.lock().is_some()).count()
     }
 
     fn slot(&self, i: usize) -> &Slot {
         &self.slots[i % self.slots.len()]
+    }
+}
+
+impl Drop for Parking {
+    fn drop(&mut self) {
+        if let Some(job) = self.sweeper.get_mut().take() {
+            job.cancel();
+        }
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::Db {
+    /// How many connections lie parked for their threads (none unless `thread_affinity`).
+    pub(crate) fn parked(&self) -> usize {
+        self.pool.parking().map_or(0, |parking| parking.parked())
     }
 }
 

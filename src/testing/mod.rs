@@ -352,6 +352,13 @@ pub fn render_sql(sql: &str, tables: &[(&str, &str)]) -> Result<String> {
     Ok(crate::table_name::render_tables(sql, &named))
 }
 
+/// How many of `db`'s connections lie parked for the threads that used them last
+/// ([`DbBuilder::thread_affinity`](crate::DbBuilder::thread_affinity)), for tests of when they go
+/// back to the pool. Unlike [`Db::pool_state`](crate::Db::pool_state), it gives none back.
+pub fn parked_connections(db: &crate::Db) -> usize {
+    db.parked()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -81,7 +81,7 @@ impl DbBuilder {
             client_key: None,
             statement_mode: StatementMode::Auto,
             handover: false,
-            thread_affinity: false,
+            thread_affinity: true,
         }
     }
 
@@ -310,8 +310,9 @@ impl DbBuilder {
             Err(e) => Some(for_good(e)?),
         };
         let attempts = ConnectAttempts::default();
+        let workers = pool::workers();
         let pool = self
-            .pool_builder(&attempts)
+            .pool_builder(&attempts, &workers)
             .min_idle(Some(1))
             .build_unchecked(PostgresConnectionManager::new(config.clone(), tls.clone()));
         if let Some(first) = first {
@@ -338,7 +339,7 @@ impl DbBuilder {
             tls.clone(),
             self.connection_timeout,
             attempts,
-            self.thread_affinity,
+            self.thread_affinity.then_some(&workers),
         ))
         .with_targets(Targets::of(&config))
         .with_statement_mode(self.statement_mode)
@@ -370,7 +371,8 @@ impl DbBuilder {
 
     fn build_lazy_with<T: MakeTls>(self, tls: T) -> Result<Db> {
         let attempts = ConnectAttempts::default();
-        let builder = self.pool_builder(&attempts).min_idle(Some(0));
+        let workers = pool::workers();
+        let builder = self.pool_builder(&attempts, &workers).min_idle(Some(0));
         let config = self.effective_config();
         let targets = Targets::of(&config);
         let pool =
@@ -380,7 +382,7 @@ impl DbBuilder {
             tls.clone(),
             self.connection_timeout,
             attempts,
-            self.thread_affinity,
+            self.thread_affinity.then_some(&workers),
         ))
         .with_targets(targets)
         .with_statement_mode(self.statement_mode)
