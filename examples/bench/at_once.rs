@@ -28,15 +28,14 @@ use super::pgbench;
 use super::Error;
 
 /// Runs every case at each client count `runs` times for `secs` seconds, the library (statement
-/// mode `Auto`, `thread_affinity`) and pgbench at once, then the calibrations beside the refused tick claim; returns
-/// the JSON.
+/// mode `Auto`; each thread keeps its connection, the default) and pgbench at once, then the
+/// calibrations beside the refused tick claim; returns the JSON.
 pub fn run(url: &str, clients: &[usize], secs: u64, runs: usize) -> Result<Value, Error> {
     // Each thread keeping its connection, as the calibration with slots does (without it, the
     // library runs where the calibration with an r2d2 pool does; docs/performance.md).
     let db = Db::builder(url)?
         .max_size(16)?
         .statement_mode(StatementMode::Auto)
-        .thread_affinity(true)
         .build()?;
     let (mut cases, tables, leasers) = cases(&db, std::process::id())?;
     if let Ok(filter) = std::env::var("PGTENURE_BENCH_CASES") {

@@ -74,15 +74,16 @@ pub fn run(
             .with_cancel_on_deadline(cancel))
     };
     let db = pool(url, StatementMode::Auto, true)?;
-    // Direct: Auto (proven direct: protocol-level), the same with each thread keeping its
-    // connection, then SQL-level and unprepared forced.
-    let affine = Db::builder(url)?
+    // Direct: Auto (proven direct: protocol-level; each thread keeps its connection, the
+    // default), the same with every connection handed back to r2d2 after each call, then
+    // SQL-level and unprepared forced.
+    let handed_back = Db::builder(url)?
         .max_size(16)?
-        .thread_affinity(true)
+        .thread_affinity(false)
         .build()?;
     let mut columns: Vec<(String, Db)> = vec![
         ("auto".into(), db.clone()),
-        ("affinity".into(), affine),
+        ("no affinity".into(), handed_back),
         ("sql".into(), pool(url, StatementMode::Sql, true)?),
         (
             "unprepared".into(),

@@ -10,9 +10,8 @@
 //! protocol level; the cost of holding managed leases; elector failover; membership tick cost by
 //! units and convergence. Prints tables and writes a JSON results file (not committed).
 //! `PGTENURE_BENCH_CASES=name,name` keeps only the comparison's cases whose names contain one of
-//! them (`none`: only the driver-alone measurements); `PGTENURE_BENCH_COLUMNS=auto,sql` (or `affinity`: `Auto` with
-//! `DbBuilder::thread_affinity`) keeps only
-//! those columns of the library (to profile one way). `PGTENURE_BENCH_RECORDER=prometheus` installs
+//! them (`none`: only the driver-alone measurements); `PGTENURE_BENCH_COLUMNS=auto,sql` (or `no affinity`: `Auto`
+//! with `DbBuilder::thread_affinity(false)`) keeps only those columns of the library (to profile one way). `PGTENURE_BENCH_RECORDER=prometheus` installs
 //! `metrics-exporter-prometheus`'s recorder first, so the feature `metrics` (on in the examples)
 //! reports to a real exporter: its cost is the ratio's change against a run without.
 //! `--only hot-loop` runs `--iterations` refused tick claims on one client and nothing else, to count
