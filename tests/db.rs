@@ -1095,3 +1095,60 @@ fn a_connection_parked_unused_goes_back_to_the_pool_within_two_sweeps() {
         drop(end);
     });
 }
+
+thread_local! {
+    /// A `Db` and a handle of it kept by one thread, dropped with the thread's other
+    /// thread-locals when it ends.
+    static KEPT: std::cell::RefCell<Option<(Db, FireClaims)>> = const { std::cell::RefCell::new(None) };
+}
+
+/// A `Db` whose last clone lives in a thread-local is dropped by the thread-local's destructor,
+/// after the driver's runtime context is gone: closing its connections there would panic in the
+/// driver and abort the process. With parking on or off, the thread ends and the pool's
+/// connections close (elsewhere).
+#[test]
+fn a_db_dropped_by_a_thread_local_destructor_closes_its_connections_without_aborting() {
+    for affinity in [true, false] {
+        let mut tables = Tables::new();
+        let table = tables.name("park_tls_drop");
+        FireClaims::new(&db())
+            .with_table(&table)
+            .unwrap()
+            .create_table()
+            .unwrap();
+        let application = format!("pgtenure_tls_drop_{}_{affinity}", std::process::id());
+        let url = common::with_param(&common::url(), "application_name", &application);
+        thread::spawn(move || {
+            // First: its destructor then runs after the driver's (they run in reverse order).
+            KEPT.with(|_| ());
+            let db = Db::builder(&url)
+                .unwrap()
+                .thread_affinity(affinity)
+                .build()
+                .unwrap();
+            let fires = FireClaims::new(&db).with_table(&table).unwrap();
+            KEPT.with(|kept| *kept.borrow_mut() = Some((db, fires)));
+            KEPT.with(|kept| {
+                let kept = kept.borrow();
+                let (_, fires) = kept.as_ref().unwrap();
+                assert!(fires.claim("key").unwrap());
+            });
+        })
+        .join()
+        .unwrap();
+        wait_for(
+            "the dropped Db's sessions to end",
+            Duration::from_secs(10),
+            || {
+                let open: i64 = client()
+                    .query_one(
+                        "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1",
+                        &[&application],
+                    )
+                    .unwrap()
+                    .get(0);
+                (open == 0).then_some(())
+            },
+        );
+    }
+}
