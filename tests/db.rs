@@ -1133,6 +1133,17 @@ fn a_db_dropped_by_a_thread_local_destructor_closes_its_connections_without_abor
                 let (_, fires) = kept.as_ref().unwrap();
                 assert!(fires.claim("key").unwrap());
             });
+            // Every connection idle in the pool (none parked, none being opened on the pool's
+            // worker threads, which would hold the pool a moment): the thread-local holds the
+            // pool's last reference.
+            KEPT.with(|kept| {
+                let kept = kept.borrow();
+                let (db, _) = kept.as_ref().unwrap();
+                wait_for("the pool to settle", Duration::from_secs(10), || {
+                    let state = db.pool_state();
+                    (state.connections == state.idle_connections).then_some(())
+                });
+            });
         })
         .join()
         .unwrap();
