@@ -1104,11 +1104,11 @@ thread_local! {
 
 /// A `Db` whose last clone lives in a thread-local is dropped by the thread-local's destructor,
 /// after the driver's runtime context is gone: closing its connections there would panic in the
-/// driver and abort the process. With parking on or off, the thread ends and the pool's
-/// connections close (elsewhere).
+/// driver and abort the process. With parking on or off, and for a pool of the application's own,
+/// the thread ends and the pool's connections close (elsewhere).
 #[test]
 fn a_db_dropped_by_a_thread_local_destructor_closes_its_connections_without_aborting() {
-    for affinity in [true, false] {
+    for (mode, affinity) in [("parking", true), ("direct", false), ("own", false)] {
         let mut tables = Tables::new();
         let table = tables.name("park_tls_drop");
         FireClaims::new(&db())
@@ -1116,16 +1116,29 @@ fn a_db_dropped_by_a_thread_local_destructor_closes_its_connections_without_abor
             .unwrap()
             .create_table()
             .unwrap();
-        let application = format!("pgtenure_tls_drop_{}_{affinity}", std::process::id());
+        let application = format!("pgtenure_tls_drop_{}_{mode}", std::process::id());
         let url = common::with_param(&common::url(), "application_name", &application);
+        let mut config = common::url_config();
+        config.application_name(&application);
         thread::spawn(move || {
             // First: its destructor then runs after the driver's (they run in reverse order).
             KEPT.with(|_| ());
-            let db = Db::builder(&url)
-                .unwrap()
-                .thread_affinity(affinity)
-                .build()
-                .unwrap();
+            let db = if mode == "own" {
+                let pool = pgtenure::r2d2::Pool::builder()
+                    .max_size(2)
+                    .test_on_check_out(false)
+                    .build(pgtenure::r2d2_postgres::PostgresConnectionManager::new(
+                        config, NoTls,
+                    ))
+                    .unwrap();
+                Db::from_pool(pool)
+            } else {
+                Db::builder(&url)
+                    .unwrap()
+                    .thread_affinity(affinity)
+                    .build()
+                    .unwrap()
+            };
             let fires = FireClaims::new(&db).with_table(&table).unwrap();
             KEPT.with(|kept| *kept.borrow_mut() = Some((db, fires)));
             KEPT.with(|kept| {
