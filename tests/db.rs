@@ -1096,6 +1096,29 @@ fn a_connection_parked_unused_goes_back_to_the_pool_within_two_sweeps() {
     });
 }
 
+/// The sessions of `application` in `pg_stat_activity`.
+fn sessions_of(application: &str) -> i64 {
+    client()
+        .query_one(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1",
+            &[&application],
+        )
+        .unwrap()
+        .get(0)
+}
+
+/// Waits until every connection of `db`'s pool lies idle in it (none parked) and none is being
+/// opened (its session would show before the pool counts it), so that nothing else holds the pool
+/// (a worker thread opening a connection holds it until the connection is in).
+fn wait_until_settled(db: &Db, application: &str) {
+    wait_for("the pool to settle", Duration::from_secs(10), || {
+        let state = db.pool_state();
+        (state.connections == state.idle_connections
+            && i64::from(state.connections) == sessions_of(application))
+        .then_some(())
+    });
+}
+
 thread_local! {
     /// A `Db` and a handle of it kept by one thread, dropped with the thread's other
     /// thread-locals when it ends.
@@ -1120,6 +1143,7 @@ fn a_db_dropped_by_a_thread_local_destructor_closes_its_connections_without_abor
         let url = common::with_param(&common::url(), "application_name", &application);
         let mut config = common::url_config();
         config.application_name(&application);
+        let app = application.clone();
         thread::spawn(move || {
             // First: its destructor then runs after the driver's (they run in reverse order).
             KEPT.with(|_| ());
@@ -1146,16 +1170,11 @@ fn a_db_dropped_by_a_thread_local_destructor_closes_its_connections_without_abor
                 let (_, fires) = kept.as_ref().unwrap();
                 assert!(fires.claim("key").unwrap());
             });
-            // Every connection idle in the pool (none parked, none being opened on the pool's
-            // worker threads, which would hold the pool a moment): the thread-local holds the
-            // pool's last reference.
+            // The thread-local holds the pool's last reference.
             KEPT.with(|kept| {
                 let kept = kept.borrow();
                 let (db, _) = kept.as_ref().unwrap();
-                wait_for("the pool to settle", Duration::from_secs(10), || {
-                    let state = db.pool_state();
-                    (state.connections == state.idle_connections).then_some(())
-                });
+                wait_until_settled(db, &app);
             });
         })
         .join()
@@ -1163,16 +1182,34 @@ fn a_db_dropped_by_a_thread_local_destructor_closes_its_connections_without_abor
         wait_for(
             "the dropped Db's sessions to end",
             Duration::from_secs(10),
-            || {
-                let open: i64 = client()
-                    .query_one(
-                        "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1",
-                        &[&application],
-                    )
-                    .unwrap()
-                    .get(0);
-                (open == 0).then_some(())
-            },
+            || (sessions_of(&application) == 0).then_some(()),
+        );
+    }
+}
+
+/// A `Db` dropped inside an async runtime (the state of an async application, dropped in a task
+/// or at the end of `main`) closes its connections on another thread: the driver's blocking close
+/// would start a runtime within a runtime, which panics.
+#[test]
+fn a_db_dropped_inside_an_async_runtime_closes_its_connections_without_panicking() {
+    for (mode, affinity) in [("parking", true), ("direct", false)] {
+        let application = format!("pgtenure_async_drop_{}_{mode}", std::process::id());
+        let url = common::with_param(&common::url(), "application_name", &application);
+        let db = Db::builder(&url)
+            .unwrap()
+            .thread_affinity(affinity)
+            .build()
+            .unwrap();
+        // The drop below holds the pool's last reference.
+        wait_until_settled(&db, &application);
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        runtime.block_on(async move { drop(db) });
+        wait_for(
+            "the dropped Db's sessions to end",
+            Duration::from_secs(10),
+            || (sessions_of(&application) == 0).then_some(()),
         );
     }
 }

@@ -181,8 +181,9 @@ pub(crate) struct Pooling<T: MakeTls> {
 
 impl<T: MakeTls> Drop for Pooling<T> {
     /// Closes the pool's connections on another thread when this one's runtime context is gone (a
-    /// `Db` dropped by a thread-local's destructor): closing one here would panic in the driver,
-    /// and a panic in a thread-local's destructor aborts the process.
+    /// `Db` dropped by a thread-local's destructor) or is an async runtime's (a `Db` dropped in a
+    /// task): closing one here would panic in the driver (and a panic in a thread-local's
+    /// destructor aborts the process).
     fn drop(&mut self) {
         // SAFETY: `pool` is not used again: this is the pool's end.
         let pool = unsafe { ManuallyDrop::take(&mut self.pool) };
@@ -191,9 +192,9 @@ impl<T: MakeTls> Drop for Pooling<T> {
             drop(parking);
             drop(pool);
         };
-        let context_gone =
-            tokio::runtime::Handle::try_current().is_err_and(|e| e.is_thread_local_destroyed());
-        if !context_gone {
+        let here =
+            matches!(tokio::runtime::Handle::try_current(), Err(e) if e.is_missing_context());
+        if here {
             close();
         } else if let Some(workers) = &self.workers {
             workers.execute(close);
