@@ -1095,3 +1095,121 @@ fn a_connection_parked_unused_goes_back_to_the_pool_within_two_sweeps() {
         drop(end);
     });
 }
+
+/// The sessions of `application` in `pg_stat_activity`.
+fn sessions_of(application: &str) -> i64 {
+    client()
+        .query_one(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1",
+            &[&application],
+        )
+        .unwrap()
+        .get(0)
+}
+
+/// Waits until every connection of `db`'s pool lies idle in it (none parked) and none is being
+/// opened (its session would show before the pool counts it), so that nothing else holds the pool
+/// (a worker thread opening a connection holds it until the connection is in).
+fn wait_until_settled(db: &Db, application: &str) {
+    wait_for("the pool to settle", Duration::from_secs(10), || {
+        let state = db.pool_state();
+        (state.connections == state.idle_connections
+            && i64::from(state.connections) == sessions_of(application))
+        .then_some(())
+    });
+}
+
+thread_local! {
+    /// A `Db` and a handle of it kept by one thread, dropped with the thread's other
+    /// thread-locals when it ends.
+    static KEPT: std::cell::RefCell<Option<(Db, FireClaims)>> = const { std::cell::RefCell::new(None) };
+}
+
+/// A `Db` whose last clone lives in a thread-local is dropped by the thread-local's destructor,
+/// after the driver's runtime context is gone: closing its connections there would panic in the
+/// driver and abort the process. With parking on or off, and for a pool of the application's own,
+/// the thread ends and the pool's connections close (elsewhere).
+#[test]
+fn a_db_dropped_by_a_thread_local_destructor_closes_its_connections_without_aborting() {
+    for (mode, affinity) in [("parking", true), ("direct", false), ("own", false)] {
+        let mut tables = Tables::new();
+        let table = tables.name("park_tls_drop");
+        FireClaims::new(&db())
+            .with_table(&table)
+            .unwrap()
+            .create_table()
+            .unwrap();
+        let application = format!("pgtenure_tls_drop_{}_{mode}", std::process::id());
+        let url = common::with_param(&common::url(), "application_name", &application);
+        let mut config = common::url_config();
+        config.application_name(&application);
+        let app = application.clone();
+        thread::spawn(move || {
+            // First: its destructor then runs after the driver's (they run in reverse order).
+            KEPT.with(|_| ());
+            let db = if mode == "own" {
+                let pool = pgtenure::r2d2::Pool::builder()
+                    .max_size(2)
+                    .test_on_check_out(false)
+                    .build(pgtenure::r2d2_postgres::PostgresConnectionManager::new(
+                        config, NoTls,
+                    ))
+                    .unwrap();
+                Db::from_pool(pool)
+            } else {
+                Db::builder(&url)
+                    .unwrap()
+                    .thread_affinity(affinity)
+                    .build()
+                    .unwrap()
+            };
+            let fires = FireClaims::new(&db).with_table(&table).unwrap();
+            KEPT.with(|kept| *kept.borrow_mut() = Some((db, fires)));
+            KEPT.with(|kept| {
+                let kept = kept.borrow();
+                let (_, fires) = kept.as_ref().unwrap();
+                assert!(fires.claim("key").unwrap());
+            });
+            // The thread-local holds the pool's last reference.
+            KEPT.with(|kept| {
+                let kept = kept.borrow();
+                let (db, _) = kept.as_ref().unwrap();
+                wait_until_settled(db, &app);
+            });
+        })
+        .join()
+        .unwrap();
+        wait_for(
+            "the dropped Db's sessions to end",
+            Duration::from_secs(10),
+            || (sessions_of(&application) == 0).then_some(()),
+        );
+    }
+}
+
+/// A `Db` dropped inside an async runtime (the state of an async application, dropped in a task
+/// or at the end of `main`) closes its connections on another thread: the driver's blocking close
+/// would start a runtime within a runtime, which panics.
+#[test]
+fn a_db_dropped_inside_an_async_runtime_closes_its_connections_without_panicking() {
+    for (mode, affinity) in [("parking", true), ("direct", false)] {
+        let application = format!("pgtenure_async_drop_{}_{mode}", std::process::id());
+        let url = common::with_param(&common::url(), "application_name", &application);
+        let db = Db::builder(&url)
+            .unwrap()
+            .thread_affinity(affinity)
+            .build()
+            .unwrap();
+        // The drop below holds the pool's last reference.
+        wait_until_settled(&db, &application);
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        runtime.block_on(async move { drop(db) });
+        wait_for(
+            "the dropped Db's sessions to end",
+            Duration::from_secs(10),
+            || (sessions_of(&application) == 0).then_some(()),
+        );
+    }
+}

@@ -164,7 +164,8 @@ impl<T> MakeTls for T where
 
 /// A pool of `PostgresConnectionManager<T>` with the connector its cancel requests use.
 pub(crate) struct Pooling<T: MakeTls> {
-    pool: Pool<PostgresConnectionManager<T>>,
+    /// Taken out only by `drop`.
+    pool: ManuallyDrop<Pool<PostgresConnectionManager<T>>>,
     canceller: Arc<dyn Canceller>,
     /// How long a checkout waits for a connection (the pool's own setting may be shorter).
     wait: Duration,
@@ -174,6 +175,36 @@ pub(crate) struct Pooling<T: MakeTls> {
     /// pool pgtenure built, which no one else takes connections from (a pool of the application's
     /// own may be asked directly, and r2d2 knows nothing of parked connections).
     parking: Option<Arc<Parking>>,
+    /// The pool's worker threads, when pgtenure built it.
+    workers: Option<Arc<ScheduledThreadPool>>,
+}
+
+impl<T: MakeTls> Drop for Pooling<T> {
+    /// Closes the pool's connections on another thread when this one's runtime context is gone (a
+    /// `Db` dropped by a thread-local's destructor) or is an async runtime's (a `Db` dropped in a
+    /// task): closing one here would panic in the driver (and a panic in a thread-local's
+    /// destructor aborts the process).
+    fn drop(&mut self) {
+        // SAFETY: `pool` is not used again: this is the pool's end.
+        let pool = unsafe { ManuallyDrop::take(&mut self.pool) };
+        let parking = self.parking.take();
+        let close = move || {
+            drop(parking);
+            drop(pool);
+        };
+        let here =
+            matches!(tokio::runtime::Handle::try_current(), Err(e) if e.is_missing_context());
+        if here {
+            close();
+        } else if let Some(workers) = &self.workers {
+            workers.execute(close);
+        } else if let Err(e) = std::thread::Builder::new()
+            .name("pgtenure-pool-close".into())
+            .spawn(close)
+        {
+            log::warn!(target: "pgtenure::db", "could not start a thread to close the pool's connections: {e}");
+        }
+    }
 }
 
 /// r2d2's error and event handler for the pools pgtenure builds: keeps the last failed attempt to
@@ -217,31 +248,33 @@ impl<T: MakeTls> Pooling<T> {
     pub(crate) fn new(pool: Pool<PostgresConnectionManager<T>>, tls: T) -> Pooling<T> {
         let wait = pool.connection_timeout().min(crate::input::MAX_DURATION);
         Pooling {
-            pool,
+            pool: ManuallyDrop::new(pool),
             canceller: Arc::new(CancelWith(tls)),
             wait,
             attempts: None,
             parking: None,
+            workers: None,
         }
     }
 
     /// A pool pgtenure built: its checkouts wait up to `wait`, longer than the pool's own
     /// connection timeout (which also caps r2d2's back-off between attempts to reconnect: half of
-    /// it), `attempts` is its error handler, and its threads keep their connections when
-    /// `affinity` names the pool's worker threads (where parked connections are swept).
+    /// it), `attempts` is its error handler, `workers` its worker threads, and its threads keep
+    /// their connections when `affinity` (parked connections are swept on the workers).
     pub(crate) fn built(
         pool: Pool<PostgresConnectionManager<T>>,
         tls: T,
         wait: Duration,
         attempts: ConnectAttempts,
-        affinity: Option<&Arc<ScheduledThreadPool>>,
+        (workers, affinity): (&Arc<ScheduledThreadPool>, bool),
     ) -> Pooling<T> {
         Pooling {
-            parking: affinity.map(|workers| Parking::start(pool.max_size(), workers)),
-            pool,
+            parking: affinity.then(|| Parking::start(pool.max_size(), workers)),
+            pool: ManuallyDrop::new(pool),
             canceller: Arc::new(CancelWith(tls)),
             wait,
             attempts: Some(attempts),
+            workers: Some(Arc::clone(workers)),
         }
     }
 

@@ -339,7 +339,7 @@ impl DbBuilder {
             tls.clone(),
             self.connection_timeout,
             attempts,
-            self.thread_affinity.then_some(&workers),
+            (&workers, self.thread_affinity),
         ))
         .with_targets(Targets::of(&config))
         .with_statement_mode(self.statement_mode)
@@ -382,7 +382,7 @@ impl DbBuilder {
             tls.clone(),
             self.connection_timeout,
             attempts,
-            self.thread_affinity.then_some(&workers),
+            (&workers, self.thread_affinity),
         ))
         .with_targets(targets)
         .with_statement_mode(self.statement_mode)
