@@ -55,7 +55,10 @@ pub fn refused(url: &str, iterations: u64) -> Result<(), Error> {
         }
     }
     let mut conn = db.connection()?;
-    conn.batch_execute(&format!("DROP TABLE IF EXISTS \"{table}\""))?;
+    conn.batch_execute(&format!(
+        "DROP TABLE IF EXISTS \"{table}\", \"{table}_promotion\";
+         DROP SEQUENCE IF EXISTS \"{table}_token_seq\""
+    ))?;
     println!("{iterations} refused calls ({what:?}) on one client");
     Ok(())
 }
