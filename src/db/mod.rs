@@ -536,26 +536,13 @@ impl Db {
     }
 }
 
-/// Runs `f` with the connection's client and the [`Cache`] kept with it (in its r2d2 extensions).
+/// Runs `f` with the connection's client and the [`Cache`] kept with it.
 fn with_cache<T>(
     conn: &mut Connection,
     f: impl FnOnce(&mut postgres::Client, &mut Cache) -> T,
 ) -> T {
-    // Taken out and put back in place (no allocation on this path of every operation; a `Cache`
-    // made with `Default` allocates nothing either).
-    let mut cache = conn
-        .extensions_mut()
-        .get_mut::<Cache>()
-        .map(std::mem::take)
-        .unwrap_or_default();
-    let result = f(conn, &mut cache);
-    match conn.extensions_mut().get_mut::<Cache>() {
-        Some(slot) => *slot = cache,
-        None => {
-            conn.extensions_mut().insert(cache);
-        }
-    }
-    result
+    let (client, cache) = conn.client_and_cache();
+    f(client, cache)
 }
 
 /// How many times one operation is sent again after the server rolled it back to break a deadlock.

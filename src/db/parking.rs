@@ -37,14 +37,15 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 use postgres::Client;
-use r2d2::Extensions;
 use scheduled_thread_pool::{JobHandle, ScheduledThreadPool};
 
-/// A pooled client of some manager, with its r2d2 extensions: what is parked.
+use crate::statement::Cache;
+
+/// A pooled client of some manager, with its statement cache: what is parked.
 pub(crate) trait Pooled: Send {
     fn client(&self) -> &Client;
     fn client_mut(&mut self) -> &mut Client;
-    fn extensions_mut(&mut self) -> &mut Extensions;
+    fn client_and_cache(&mut self) -> (&mut Client, &mut Cache);
 }
 
 /// A parked connection, the thread that parked it, and whether a sweep has seen it parked.
