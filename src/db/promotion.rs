@@ -242,7 +242,7 @@ impl Db {
         self.promotions
             .0
             .lock()
-            .get(record.statement.name())
+            .get(&record.statement.key())
             .map(|known| known.timeline)
     }
 
@@ -299,9 +299,9 @@ impl Db {
             // Nothing held off: the grant statements then neither gate nor answer `stale`.
             return Ok(Promotion::default());
         }
-        let name = record.statement.name();
+        let key = record.statement.key();
         if !reread {
-            if let Some(known) = self.promotions.0.lock().get(name) {
+            if let Some(known) = self.promotions.0.lock().get(&key) {
                 if ttl_us <= known.longest_ttl_us {
                     return Ok(*known);
                 }
@@ -335,7 +335,7 @@ impl Db {
             longest_ttl_us: columns.column("longest_ttl")?,
         };
         let mut known = self.promotions.0.lock();
-        let before = known.insert(name.to_owned(), read);
+        let before = known.insert(key, read);
         if read.seen_at.is_some() && before.is_none_or(|b| b.timeline != read.timeline) {
             log::info!(
                 target: "pgtenure::db",

@@ -6,6 +6,8 @@ use std::time::SystemTime;
 
 use parking_lot::Mutex;
 
+use crate::statement::ByKey;
+
 /// A table's promotion record as a grant passes it (`$7 $8 $9` of the grant statements).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct Promotion {
@@ -19,6 +21,6 @@ pub(crate) struct Promotion {
     pub(super) longest_ttl_us: i64,
 }
 
-/// The records this `Db` has read, by table (the rendered name of the record).
+/// The records this `Db` has read, by table (the key of the statement that reads the record).
 #[derive(Debug, Default)]
-pub(crate) struct Promotions(pub(super) Mutex<HashMap<String, Promotion>>);
+pub(crate) struct Promotions(pub(super) Mutex<HashMap<u128, Promotion, ByKey>>);

@@ -86,11 +86,11 @@ impl Cache {
 
 /// The hasher of a statement's key: the key is 16 bytes of a SHA-256 digest already, so its low 64
 /// bits are the hash (no SipHash of a name per call, and a cache made without `RandomState`).
-pub(super) type ByKey = BuildHasherDefault<KeyHasher>;
+pub(crate) type ByKey = BuildHasherDefault<KeyHasher>;
 
 /// See [`ByKey`].
 #[derive(Default)]
-pub(super) struct KeyHasher(u64);
+pub(crate) struct KeyHasher(u64);
 
 impl Hasher for KeyHasher {
     fn finish(&self) -> u64 {

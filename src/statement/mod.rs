@@ -53,7 +53,7 @@ use postgres::{Client, Row};
 use self::send::Call;
 use self::typed::Typed;
 
-pub(crate) use self::cache::Cache;
+pub(crate) use self::cache::{ByKey, Cache};
 pub(crate) use self::direct::{proven_direct, Targets};
 pub(crate) use self::failure::Failure;
 pub(crate) use self::mode::Way;
@@ -98,9 +98,10 @@ impl<P: Params> Statement<P> {
         &self.text
     }
 
-    /// The name it is prepared under (unique to its text and types).
-    pub(crate) fn name(&self) -> &str {
-        &self.typed().name
+    /// The key of the name it is prepared under (unique to its text and types): 16 bytes of a
+    /// digest of them, hashed by [`ByKey`] without SipHash.
+    pub(crate) fn key(&self) -> u128 {
+        self.typed().key
     }
 
     /// Runs the statement with `params` on `client` in one round trip in steady state, in `way`:
@@ -174,8 +175,8 @@ mod tests {
     fn a_statement_is_typed_by_its_parameters() {
         let s = Statement::<(&str, i64)>::new("SELECT $1, $2".into());
         assert_eq!(
-            s.name(),
-            Typed::new("SELECT $1, $2", &[Type::TEXT, Type::INT8]).name
+            s.key(),
+            Typed::new("SELECT $1, $2", &[Type::TEXT, Type::INT8]).key
         );
     }
 }
