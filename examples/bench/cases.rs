@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use pgtenure::membership::{Leaser, Unit, Units};
+use pgtenure::postgres::{types::Type, Client, NoTls};
 use pgtenure::testing::render_sql;
 use pgtenure::{
     elector::Elector, fire_claims::FireClaims, leases::Leases, semaphores::Semaphore,
@@ -18,6 +19,19 @@ use super::Error;
 /// The promotion record's timeline as the grant statements take it: the bench's server was never
 /// promoted (on one that was, won grants would be answered `stale` and refused).
 const TIMELINE: Arg = Arg::Lit("1");
+
+/// The parameter types of `sql/semaphores/acquire.sql`, as the library binds them.
+const PERMIT_TYPES: [Type; 9] = [
+    Type::TEXT,
+    Type::TEXT,
+    Type::INT8,
+    Type::INT4,
+    Type::BOOL,
+    Type::BOOL,
+    Type::INT8,
+    Type::TIMESTAMPTZ,
+    Type::TIMESTAMPTZ,
+];
 
 /// Makes one client's operation: given the pool, the client's number and the measurement's number
 /// (for keys of its own), returns what one iteration does.
@@ -338,6 +352,50 @@ pub fn cases(db: &Db, id: u32) -> Result<Fixture, Error> {
                     Arg::Null,
                 ],
             ),
+            vars: Box::new(|n| {
+                vars(&[
+                    ("key", "full".into()),
+                    ("owner", format!("pgb-{n}")),
+                    ("ttl", "30000000".into()),
+                    ("permits", "2".into()),
+                ])
+            }),
+        });
+        // The ceiling of the row above: its statement sent by the driver alone, on a connection
+        // of each client's own, prepared once, with pgbench's parameters.
+        let text = sql("semaphores/acquire.sql", &[("table", t.sema.as_str())]);
+        cases.push(Case {
+            name: "semaphore acquire, refused, by the driver alone",
+            lib: Box::new(move |_, n, _| {
+                let url = super::common::url();
+                let mut client = Client::connect(&url, NoTls).expect("a connection");
+                let named = client.prepare_typed(&text, &PERMIT_TYPES).expect("prepared");
+                let owner = format!("driver-{n}");
+                Box::new(move |_| {
+                    let none: Option<SystemTime> = None;
+                    let rows = client
+                        .query(
+                            &named,
+                            &[
+                                &"full",
+                                &owner,
+                                &30_000_000_i64,
+                                &2_i32,
+                                &true,
+                                &true,
+                                &1_i64,
+                                &none,
+                                &none,
+                            ],
+                        )
+                        .expect("the acquire");
+                    assert!(rows.is_empty(), "every permit is held");
+                })
+            }),
+            script: cases
+                .last()
+                .map(|c: &Case| c.script.clone())
+                .expect("the case above"),
             vars: Box::new(|n| {
                 vars(&[
                     ("key", "full".into()),

@@ -23,6 +23,7 @@ pub enum Arg {
 
 /// One statement of a script: the crate's statement (rendered by the crate's renderer), what each
 /// `$n` becomes, and whether its row is stored into variables (`\gset`).
+#[derive(Clone)]
 pub struct Step {
     pub sql: String,
     pub args: Vec<Arg>,
@@ -30,6 +31,7 @@ pub struct Step {
 }
 
 /// A pgbench script: `\set` lines, then the statements.
+#[derive(Clone)]
 pub struct Script {
     pub sets: Vec<String>,
     pub steps: Vec<Step>,
