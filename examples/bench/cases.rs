@@ -369,7 +369,9 @@ pub fn cases(db: &Db, id: u32) -> Result<Fixture, Error> {
             lib: Box::new(move |_, n, _| {
                 let url = super::common::url();
                 let mut client = Client::connect(&url, NoTls).expect("a connection");
-                let named = client.prepare_typed(&text, &PERMIT_TYPES).expect("prepared");
+                let named = client
+                    .prepare_typed(&text, &PERMIT_TYPES)
+                    .expect("prepared");
                 let owner = format!("driver-{n}");
                 Box::new(move |_| {
                     let none: Option<SystemTime> = None;
