@@ -20,6 +20,17 @@ use super::Error;
 /// promoted (on one that was, won grants would be answered `stale` and refused).
 const TIMELINE: Arg = Arg::Lit("1");
 
+/// The `-D` variables of pgbench client `n` for the refused permit: a key whose two permits are
+/// held by others.
+fn permit_vars(n: usize) -> Vec<(String, String)> {
+    vars(&[
+        ("key", "full".into()),
+        ("owner", format!("pgb-{n}")),
+        ("ttl", "30000000".into()),
+        ("permits", "2".into()),
+    ])
+}
+
 /// The parameter types of `sql/semaphores/acquire.sql`, as the library binds them.
 const PERMIT_TYPES: [Type; 9] = [
     Type::TEXT,
@@ -352,14 +363,7 @@ pub fn cases(db: &Db, id: u32) -> Result<Fixture, Error> {
                     Arg::Null,
                 ],
             ),
-            vars: Box::new(|n| {
-                vars(&[
-                    ("key", "full".into()),
-                    ("owner", format!("pgb-{n}")),
-                    ("ttl", "30000000".into()),
-                    ("permits", "2".into()),
-                ])
-            }),
+            vars: Box::new(permit_vars),
         });
         // The ceiling of the row above: its statement sent by the driver alone, on a connection
         // of each client's own, prepared once, with pgbench's parameters.
@@ -398,14 +402,7 @@ pub fn cases(db: &Db, id: u32) -> Result<Fixture, Error> {
                 .last()
                 .map(|c: &Case| c.script.clone())
                 .expect("the case above"),
-            vars: Box::new(|n| {
-                vars(&[
-                    ("key", "full".into()),
-                    ("owner", format!("pgb-{n}")),
-                    ("ttl", "30000000".into()),
-                    ("permits", "2".into()),
-                ])
-            }),
+            vars: Box::new(permit_vars),
         });
     }
     // Leases.
