@@ -25,7 +25,7 @@ use r2d2_postgres::PostgresConnectionManager;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::observe;
-use crate::statement::{Cache, Failure, Params, Sending, Statement};
+use crate::statement::{Failure, Params, Sending, Statement};
 
 pub use self::builder::DbBuilder;
 use self::handover::registry::Handover;
@@ -85,8 +85,8 @@ impl Db {
     /// `-c default_transaction_isolation=read\ committed` (turn it off with
     /// [`DbBuilder::read_committed`] behind a pooler that rejects `options`). The pool holds up to 16
     /// connections and does not run a health check on checkout (that would cost a round trip per
-    /// operation; a broken connection is found by its failed statement and dropped). With
-    /// [`DbBuilder::thread_affinity`], each thread keeps the connection its last statement ran on.
+    /// operation; a broken connection is found by its failed statement and dropped). Each thread
+    /// keeps the connection its last statement ran on ([`DbBuilder::thread_affinity`]).
     ///
     /// What `url` leaves unset is taken from the environment as libpq takes it (a service file, the
     /// `PG*` variables, `~/.pgpass`; see [`Db::from_env`]): what `url` says always wins.
@@ -518,9 +518,8 @@ impl Db {
         statement: &Statement<P>,
         params: &Q,
     ) -> std::result::Result<Vec<Row>, Failure> {
-        with_cache(conn, |client, cache| {
-            self.sending.run(client, cache, statement, params)
-        })
+        let (client, cache) = conn.client_and_cache();
+        self.sending.run(client, cache, statement, params)
     }
 
     /// Prepares `statement` on `conn` if it is not known to be there, without running it (see
@@ -530,19 +529,9 @@ impl Db {
         conn: &mut Connection,
         statement: &Statement<P>,
     ) -> std::result::Result<(), Failure> {
-        with_cache(conn, |client, cache| {
-            self.sending.prepare(client, cache, statement)
-        })
+        let (client, cache) = conn.client_and_cache();
+        self.sending.prepare(client, cache, statement)
     }
-}
-
-/// Runs `f` with the connection's client and the [`Cache`] kept with it.
-fn with_cache<T>(
-    conn: &mut Connection,
-    f: impl FnOnce(&mut postgres::Client, &mut Cache) -> T,
-) -> T {
-    let (client, cache) = conn.client_and_cache();
-    f(client, cache)
 }
 
 /// How many times one operation is sent again after the server rolled it back to break a deadlock.

@@ -121,7 +121,7 @@ impl Drop for ParkedBy {
         for parking in self.parkings.get_mut().drain(..) {
             if let Some(parking) = parking.upgrade() {
                 let workers = Arc::clone(&parking.workers);
-                workers.execute(move || parking.give_back(|p| p.thread == thread));
+                workers.execute(move || drop(parking.take_where(|p| p.thread == thread)));
             }
         }
     }
@@ -240,11 +240,6 @@ impl Parking {
     /// what lies parked unused through two sweeps goes back.
     pub(crate) fn sweep(&self) {
         drop(self.take_where(|parked| std::mem::replace(&mut parked.swept, true)));
-    }
-
-    /// Gives back to the pool the parked connections `which` picks.
-    fn give_back(&self, which: impl FnMut(&mut Parked) -> bool) {
-        drop(self.take_where(which));
     }
 
     /// Takes out the parked connections `which` picks (given back when the caller drops them,
