@@ -209,7 +209,13 @@ fn a_process_that_does_not_return_after_an_outage_is_replaced_one_retry_period_l
         wait_for("m0 to stop believing", TTL * 2, || {
             (!campaign.is_leading()).then_some(())
         });
-        let told = campaign.events().try_iter().last();
+        // Believing ends at the local deadline, and the loss is told by the campaign's own
+        // thread at about the same moment: wait for the telling, not only the deadline.
+        let mut told = None;
+        wait_for("m0 to be told it lost", TTL * 2, || {
+            told = campaign.events().try_iter().last().or(told.take());
+            matches!(told, Some(LeaderEvent::Lost { .. })).then_some(())
+        });
         (told, campaign.stop(), running.stop())
     });
     fleet.pg.restart_after(DOWN).unwrap();
