@@ -26,12 +26,13 @@ const MAX_TICK_SECS: u64 = 253_402_300_799;
 
 /// Refuses a blank, NUL-carrying or over-long key; `what` names it in the message ("job id").
 pub(crate) fn check_key(what: &str, key: &str) -> Result<()> {
-    if key.trim().is_empty() {
+    // Stops at the first character that is not white space (a key's first, as a rule).
+    if key.chars().all(char::is_whitespace) {
         return Err(Error::invalid_input(format!(
             "{what} is blank; give a non-empty name"
         )));
     }
-    if key.contains('\0') {
+    if key.as_bytes().contains(&0) {
         return Err(Error::invalid_input(format!(
             "{what} contains a NUL byte, which PostgreSQL text cannot store"
         )));
@@ -57,8 +58,8 @@ pub(crate) fn micros(what: &str, d: Duration, min: Duration) -> Result<i64> {
             "{what} of {d:?} is too long; it must be at most 100 years"
         )));
     }
-    let us = d.as_nanos().div_ceil(1_000);
-    // At most 100 years: about 3.2e15 microseconds, far inside i64.
+    // At most 100 years: about 3.2e15 microseconds, far inside i64 (and no 128-bit division).
+    let us = d.as_secs() * 1_000_000 + u64::from(d.subsec_nanos().div_ceil(1_000));
     Ok(i64::try_from(us).expect("bounded by MAX_DURATION"))
 }
 
@@ -85,7 +86,7 @@ mod tests {
         assert!(check_key("job id", " padded ").is_ok());
         assert!(check_key("job id", &"k".repeat(MAX_KEY_BYTES)).is_ok());
         assert!(check_key("job id", "'; drop table x; --").is_ok());
-        for bad in ["", " ", "\t\n", "a\0b"] {
+        for bad in ["", " ", "\t\n", "\u{3000}\u{a0}", "a\0b", "\0"] {
             let err = check_key("job id", bad).expect_err(bad);
             assert!(err.is_invalid_input());
             assert!(err.to_string().starts_with("job id"), "{err}");
@@ -110,6 +111,11 @@ mod tests {
         assert_eq!(
             micros("ttl", Duration::from_nanos(1_000_001), MIN_DURATION).unwrap(),
             1_001
+        );
+        // Rounding up the nanoseconds carries into the next second.
+        assert_eq!(
+            micros("ttl", Duration::new(2, 999_999_001), MIN_DURATION).unwrap(),
+            3_000_000
         );
         assert_eq!(
             micros("ttl", MAX_DURATION, MIN_DURATION).unwrap(),

@@ -160,10 +160,23 @@ pub(crate) fn describe_once() {
     }
 }
 
+/// `counter!(name, label => value)` where `value` is usually one of the `known` literals: each of
+/// those has a key of its own made at compile time, so a count costs no allocation and no hashing
+/// of the key; any other value gets a key made for the call.
+#[cfg(feature = "metrics")]
+macro_rules! counter_of {
+    ($name:literal, $label:literal => $value:expr; $($known:literal),+) => {
+        match $value {
+            $($known => counter!($name, $label => $known),)+
+            other => counter!($name, $label => other),
+        }
+    };
+}
+
 /// A lease grant (`acquire`, `try_acquire`, `with_lease`): granted or refused.
 pub(crate) fn lease_acquire(granted: bool) {
     #[cfg(feature = "metrics")]
-    counter!("pgtenure_lease_acquires_total", "outcome" => if granted { "granted" } else { "refused" })
+    counter_of!("pgtenure_lease_acquires_total", "outcome" => if granted { "granted" } else { "refused" }; "granted", "refused")
         .increment(1);
     #[cfg(not(feature = "metrics"))]
     let _ = granted;
@@ -172,7 +185,7 @@ pub(crate) fn lease_acquire(granted: bool) {
 /// A semaphore acquire answered: a permit granted, or refused (every permit held).
 pub(crate) fn semaphore_acquire(granted: bool) {
     #[cfg(feature = "metrics")]
-    counter!("pgtenure_semaphore_acquires_total", "outcome" => if granted { "granted" } else { "refused" })
+    counter_of!("pgtenure_semaphore_acquires_total", "outcome" => if granted { "granted" } else { "refused" }; "granted", "refused")
         .increment(1);
     #[cfg(not(feature = "metrics"))]
     let _ = granted;
@@ -184,7 +197,8 @@ pub(crate) fn semaphore_acquire(granted: bool) {
 pub(crate) fn lease_renewal(outcome: &'static str, timing: Option<(Duration, Option<Duration>)>) {
     #[cfg(feature = "metrics")]
     {
-        counter!("pgtenure_lease_renewals_total", "outcome" => outcome).increment(1);
+        counter_of!("pgtenure_lease_renewals_total", "outcome" => outcome; "renewed", "superseded", "refused", "failed")
+            .increment(1);
         if let Some((took, slack)) = timing {
             histogram!("pgtenure_lease_renewal_duration_seconds").record(took.as_secs_f64());
             histogram!("pgtenure_lease_renewal_slack_seconds")
@@ -221,7 +235,8 @@ pub(crate) fn lease_held(more: bool) {
 /// A tick claim answered (`outcome`: `won`, `refused`, `not_yet_due`).
 pub(crate) fn tick_claim(outcome: &'static str) {
     #[cfg(feature = "metrics")]
-    counter!("pgtenure_tick_claims_total", "outcome" => outcome).increment(1);
+    counter_of!("pgtenure_tick_claims_total", "outcome" => outcome; "won", "refused", "not_yet_due")
+        .increment(1);
     #[cfg(not(feature = "metrics"))]
     let _ = outcome;
 }
@@ -229,7 +244,7 @@ pub(crate) fn tick_claim(outcome: &'static str) {
 /// A fire claim answered: won or refused.
 pub(crate) fn fire_claim(won: bool) {
     #[cfg(feature = "metrics")]
-    counter!("pgtenure_fire_claims_total", "outcome" => if won { "won" } else { "refused" })
+    counter_of!("pgtenure_fire_claims_total", "outcome" => if won { "won" } else { "refused" }; "won", "refused")
         .increment(1);
     #[cfg(not(feature = "metrics"))]
     let _ = won;

@@ -32,7 +32,7 @@ fn permit_vars(n: usize) -> Vec<(String, String)> {
 }
 
 /// The parameter types of `sql/semaphores/acquire.sql`, as the library binds them.
-const PERMIT_TYPES: [Type; 9] = [
+pub const PERMIT_TYPES: [Type; 9] = [
     Type::TEXT,
     Type::TEXT,
     Type::INT8,

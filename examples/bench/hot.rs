@@ -6,7 +6,8 @@
 //! `valgrind --tool=callgrind target/release/examples/bench --only hot-loop --iterations 2000`
 //! counts refused tick claims; `PGTENURE_BENCH_HOT=permit` counts refused permits instead, and
 //! `PGTENURE_BENCH_HOT=driver` the refused tick claim sent by the driver alone on a connection of
-//! its own (the statement prepared once): what pgtenure adds is the difference.
+//! its own (the statement prepared once): what pgtenure adds is the difference;
+//! `PGTENURE_BENCH_HOT=permit-driver` the refused permit's statement sent by the driver alone.
 
 use std::time::{Duration, SystemTime};
 
@@ -16,7 +17,7 @@ use pgtenure::tick_claims::TickClaims;
 use pgtenure::DbBuilder;
 
 use super::at_once::{claim, CLAIM_TYPES};
-use super::cases::sql;
+use super::cases::{sql, PERMIT_TYPES};
 use super::Error;
 
 /// Runs `iterations` refused calls (which, by `PGTENURE_BENCH_HOT`) on a pool of one connection,
@@ -25,14 +26,38 @@ pub fn refused(url: &str, iterations: u64) -> Result<(), Error> {
     let db = DbBuilder::from_config(url.parse()?).max_size(1)?.build()?;
     let table = format!("bench_hot_{}", std::process::id());
     let what = std::env::var("PGTENURE_BENCH_HOT").unwrap_or_default();
-    if what == "permit" {
+    if what.starts_with("permit") {
         let semaphores = Semaphore::new(&db).with_table(&table)?;
         semaphores.create_table()?;
         let held = semaphores.acquire("contended", 1, Duration::from_secs(3600))?;
-        let other = Semaphore::new(&db).with_table(&table)?;
-        for _ in 0..iterations {
-            let permit = other.acquire("contended", 1, Duration::from_secs(60))?;
-            assert!(permit.is_none(), "the only permit is held");
+        if what == "permit-driver" {
+            let mut client = Client::connect(url, NoTls)?;
+            let text = sql("semaphores/acquire.sql", &[("table", &table)]);
+            let named = client.prepare_typed(&text, &PERMIT_TYPES)?;
+            let none: Option<SystemTime> = None;
+            for _ in 0..iterations {
+                let rows = client.query(
+                    &named,
+                    &[
+                        &"contended",
+                        &"driver",
+                        &60_000_000_i64,
+                        &1_i32,
+                        &true,
+                        &true,
+                        &1_i64,
+                        &none,
+                        &none,
+                    ],
+                )?;
+                assert!(rows.is_empty(), "the only permit is held");
+            }
+        } else {
+            let other = Semaphore::new(&db).with_table(&table)?;
+            for _ in 0..iterations {
+                let permit = other.acquire("contended", 1, Duration::from_secs(60))?;
+                assert!(permit.is_none(), "the only permit is held");
+            }
         }
         drop(held);
     } else {

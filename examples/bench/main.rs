@@ -27,6 +27,7 @@ mod cases;
 #[path = "../../tests/common/mod.rs"]
 mod common;
 mod compare;
+mod duel;
 mod handover;
 mod hot;
 mod pgbench;
@@ -162,6 +163,10 @@ fn main() -> Result<(), Error> {
 
     if only == Some("at-once") {
         results["at_once"] = at_once::run(&url, &args.clients, args.secs, args.runs)?;
+    }
+
+    if only == Some("duel") {
+        results["duel"] = duel::run(&url, args.clients[0], args.secs, args.runs)?;
     }
 
     if only == Some("handover") {

@@ -27,42 +27,49 @@ use crate::statement::Cache;
 /// Get one with [`Db::connection`](crate::Db::connection), for your own statements on the pool
 /// pgtenure uses: a fenced write ([`Leases::fence`](crate::leases::Leases::fence)), a check, a migration.
 pub struct Connection {
-    /// Taken out only by `drop`.
+    /// Taken out only by `drop` and [`Connection::into_pooled`].
     pooled: ManuallyDrop<Box<dyn Pooled>>,
-    canceller: Arc<dyn Canceller>,
     /// Set on a connection lent to the application, which counts against [`Lending`]'s limit.
     lent: Option<Lent>,
-    /// Where the connection is parked for its thread when dropped, if it served one of pgtenure's
-    /// own statements ([`Connection::park_when_dropped`]).
-    parking: Option<Arc<Parking>>,
+    /// Set on a connection that must go back to the pool, never to a parking slot
+    /// ([`Connection::never_park`]).
+    unparkable: bool,
 }
 
 impl Drop for Connection {
     fn drop(&mut self) {
         // SAFETY: `pooled` is not used again: this is the connection's end.
-        let pooled = unsafe { ManuallyDrop::take(&mut self.pooled) };
-        if let Some(parking) = self.parking.take() {
-            if self.lent.is_none() && !pooled.client().is_closed() {
-                // What is not parked goes back to the pool here.
-                drop(parking.park(pooled));
-                return;
-            }
-        }
-        drop(pooled);
+        drop(unsafe { ManuallyDrop::take(&mut self.pooled) });
     }
 }
 
 impl Connection {
-    /// Parks the connection for this thread's next statement when it is dropped, instead of giving
-    /// it back to the pool (see `parking.rs`); a closed or lent connection is not parked.
-    pub(crate) fn park_when_dropped(&mut self, parking: &Arc<Parking>) {
-        self.parking = Some(Arc::clone(parking));
+    /// Gives the connection back to the pool when its statement is done, not to a parking slot:
+    /// for one that was discarded (`outcome::discard`), in case its session outlived that.
+    pub(crate) fn never_park(&mut self) {
+        self.unparkable = true;
     }
 
-    /// Gives the connection back to the pool when dropped, not to a parking slot: for one that
-    /// was discarded (`outcome::discard`), in case its session outlived that.
-    pub(crate) fn never_park(&mut self) {
-        self.parking = None;
+    /// The pooled connection, to park: `None` (the connection dropped, back to the pool) when it is
+    /// lent, closed or never to be parked.
+    fn into_parkable(self) -> Option<Box<dyn Pooled>> {
+        if self.lent.is_some() || self.unparkable || self.pooled.client().is_closed() {
+            return None;
+        }
+        let mut this = ManuallyDrop::new(self);
+        // SAFETY: `this` is never dropped and `pooled` never used again; `lent` is `None` and
+        // `unparkable` a `bool`, so nothing else of it needs dropping.
+        Some(unsafe { ManuallyDrop::take(&mut this.pooled) })
+    }
+
+    /// Parks the connection for this thread's next statement when the returned guard is dropped,
+    /// instead of giving it back to the pool (see `parking.rs`): with a `parking`, unless it is
+    /// closed, lent or [never to be parked](Connection::never_park) by then.
+    pub(crate) fn parked_in(self, parking: Option<&Arc<Parking>>) -> Parks<'_> {
+        Parks {
+            conn: ManuallyDrop::new(self),
+            parking,
+        }
     }
 
     /// Marks the connection as lent to the application until it is dropped.
@@ -75,14 +82,6 @@ impl Connection {
     /// prepared on it).
     pub(crate) fn client_and_cache(&mut self) -> (&mut Client, &mut Cache) {
         self.pooled.client_and_cache()
-    }
-
-    /// What cancels the statement this connection is running, from another thread.
-    pub(crate) fn cancel_key(&self) -> CancelKey {
-        CancelKey {
-            token: self.pooled.client().cancel_token(),
-            canceller: Arc::clone(&self.canceller),
-        }
     }
 }
 
@@ -108,6 +107,43 @@ impl fmt::Debug for Connection {
     }
 }
 
+/// A connection of one statement, parked for its thread when dropped
+/// ([`Connection::parked_in`]). It borrows the parking rather than sharing it, so that a statement
+/// writes no reference count that every thread's statements write too.
+pub(crate) struct Parks<'a> {
+    /// Taken out only by `drop`.
+    conn: ManuallyDrop<Connection>,
+    parking: Option<&'a Arc<Parking>>,
+}
+
+impl Drop for Parks<'_> {
+    fn drop(&mut self) {
+        // SAFETY: `conn` is not used again: this is the guard's end.
+        let conn = unsafe { ManuallyDrop::take(&mut self.conn) };
+        let Some(parking) = self.parking else {
+            return;
+        };
+        if let Some(pooled) = conn.into_parkable() {
+            // What is not parked goes back to the pool here.
+            drop(parking.park(pooled));
+        }
+    }
+}
+
+impl Deref for Parks<'_> {
+    type Target = Connection;
+
+    fn deref(&self) -> &Connection {
+        &self.conn
+    }
+}
+
+impl DerefMut for Parks<'_> {
+    fn deref_mut(&mut self) -> &mut Connection {
+        &mut self.conn
+    }
+}
+
 /// A cancel request for one connection's running statement, sent with the TLS connector of the
 /// pool the connection came from.
 pub(crate) struct CancelKey {
@@ -116,6 +152,14 @@ pub(crate) struct CancelKey {
 }
 
 impl CancelKey {
+    /// The cancel key of `client`'s running statement, sent with `canceller`'s connector.
+    pub(crate) fn new(client: &Client, canceller: &Arc<dyn Canceller>) -> CancelKey {
+        CancelKey {
+            token: client.cancel_token(),
+            canceller: Arc::clone(canceller),
+        }
+    }
+
     /// Sends the cancel request (opens a connection: may block up to the connect timeout).
     pub(crate) fn cancel(&self) -> Result<(), postgres::Error> {
         self.canceller.cancel(&self.token)
@@ -137,6 +181,8 @@ pub(crate) trait Source: Send + Sync {
     /// Where connections that served pgtenure's own statements are parked for their threads
     /// (none in a pool of the application's own).
     fn parking(&self) -> Option<&Arc<Parking>>;
+    /// What sends cancel requests for this pool's connections, with its TLS connector.
+    fn canceller(&self) -> &Arc<dyn Canceller>;
     fn connection_timeout(&self) -> Duration;
     /// The last failed attempt to connect, with its cause, when known.
     fn last_connect_error(&self) -> Option<String>;
@@ -282,9 +328,8 @@ impl<T: MakeTls> Pooling<T> {
     fn wrap(&self, pooled: Box<dyn Pooled>) -> Connection {
         Connection {
             pooled: ManuallyDrop::new(pooled),
-            canceller: Arc::clone(&self.canceller),
             lent: None,
-            parking: None,
+            unparkable: false,
         }
     }
 
@@ -322,6 +367,10 @@ impl<T: MakeTls> Source for Pooling<T> {
 
     fn parking(&self) -> Option<&Arc<Parking>> {
         self.parking.as_ref()
+    }
+
+    fn canceller(&self) -> &Arc<dyn Canceller> {
+        &self.canceller
     }
 
     fn connection_timeout(&self) -> Duration {
@@ -392,7 +441,7 @@ impl<T: MakeTls> Pooled for Checkout<T> {
 }
 
 /// Sends cancel requests with one TLS connector.
-trait Canceller: Send + Sync {
+pub(crate) trait Canceller: Send + Sync {
     fn cancel(&self, token: &CancelToken) -> Result<(), postgres::Error>;
 }
 

@@ -381,6 +381,11 @@ impl Db {
     /// Takes a connection for one statement, waiting at most the pool's connection timeout, or
     /// until `until` when that comes first.
     pub(crate) fn conn_until(&self, context: &str, until: Option<Instant>) -> Result<Connection> {
+        // At hand (this thread's parked connection, an idle one): nothing waited, no clock read.
+        if let Some(conn) = self.pool.try_get() {
+            observe::pool_wait(Duration::ZERO, true);
+            return Ok(conn);
+        }
         let wait = match until {
             None => self.pool.connection_timeout(),
             Some(until) => until
@@ -389,20 +394,23 @@ impl Db {
         };
         if wait.is_zero() {
             // Not a pool timeout: nothing was waited for (so it says nothing about an outage).
-            return self.pool.try_get().ok_or_else(|| {
-                Error::new(
-                    ErrorKind::Connection,
-                    format!(
-                        "{context} failed: no idle database connection in the pool, and no time \
-                     left to wait for one"
-                    ),
-                )
-            });
+            return Err(Error::new(
+                ErrorKind::Connection,
+                format!(
+                    "{context} failed: no idle database connection in the pool, and no time left \
+                     to wait for one"
+                ),
+            ));
         }
         let asked = Instant::now();
         let got = self.pool.get_timeout(wait);
         observe::pool_wait(asked.elapsed(), got.is_ok());
         got.map_err(|e| Error::from_pool(context, e, self.pool.last_connect_error()))
+    }
+
+    /// What cancels the statement `conn` (of this `Db`'s pool) is running, from another thread.
+    pub(crate) fn cancel_key(&self, conn: &Connection) -> conn::CancelKey {
+        conn::CancelKey::new(conn, self.pool.canceller())
     }
 
     /// Runs `statement` on a pooled connection, sending it again on another connection only when
@@ -424,17 +432,17 @@ impl Db {
         policy: Policy,
         mut statement: impl FnMut(&mut Connection) -> std::result::Result<T, Failure>,
     ) -> Result<T> {
-        let skips = self.pool.max_size().clamp(1, MAX_STALE_SKIPS);
+        // Read only when a connection is skipped (the pool's settings are not on the hot path).
+        let skips = || self.pool.max_size().clamp(1, MAX_STALE_SKIPS);
         let (mut skipped, mut resent, mut deadlocks) = (0, false, 0);
         loop {
-            let mut conn = self.conn_until(context, policy.until)?;
-            if let Some(parking) = self.pool.parking() {
-                conn.park_when_dropped(parking);
-            }
+            let mut conn = self
+                .conn_until(context, policy.until)?
+                .parked_in(self.pool.parking());
             if conn.is_closed() {
                 // Nothing was sent; dropping it makes r2d2 discard it.
                 skipped += 1;
-                if skipped > skips {
+                if skipped > skips() {
                     return Err(Error::new(
                         ErrorKind::Connection,
                         format!("{context} failed: every pooled connection was closed"),
@@ -454,7 +462,7 @@ impl Db {
                     discard(&mut conn);
                     conn.never_park();
                     skipped += 1;
-                    if skipped > skips {
+                    if skipped > skips() {
                         return Err(Error::from_postgres(context, error));
                     }
                     log::debug!(target: "pgtenure::db", "{context}: the pooled connection's session had ended ({error}); using another");

@@ -55,7 +55,18 @@ struct Parked {
     swept: bool,
 }
 
-type Slot = Mutex<Option<Parked>>;
+/// One parked connection's place, alone on its cache lines: each thread locks its own slot twice
+/// per statement, and slots sharing a line would move it between the cores at each of those.
+#[repr(align(128))]
+struct Slot(Mutex<Option<Parked>>);
+
+impl std::ops::Deref for Slot {
+    type Target = Mutex<Option<Parked>>;
+
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
 
 /// The slots of one pool's parked connections (one per connection the pool may open).
 pub(crate) struct Parking {
@@ -80,14 +91,17 @@ pub(crate) const SWEEP_EVERY: Duration = Duration::from_secs(1);
 static NEXT_THREAD: AtomicUsize = AtomicUsize::new(0);
 
 thread_local! {
-    /// This thread's number, and the parkings it parked connections in.
-    static ME: ParkedBy = ParkedBy {
-        thread: NEXT_THREAD.fetch_add(1, SeqCst),
-        parkings: RefCell::new(Vec::new()),
+    /// This thread's number, its last slot, and the parkings it parked connections in (one
+    /// thread-local: a statement reads it twice).
+    static ME: ParkedBy = {
+        let thread = NEXT_THREAD.fetch_add(1, SeqCst);
+        ParkedBy {
+            thread,
+            last: Cell::new(thread),
+            remembered: Cell::new(std::ptr::null()),
+            parkings: RefCell::new(Vec::new()),
+        }
     };
-    /// The slot this thread parked its last connection in (of any pool: for a thread using
-    /// several, a hint that may miss); at first its number, which spreads the threads' slots.
-    static LAST: Cell<usize> = Cell::new(me().unwrap_or(0));
 }
 
 /// A thread's number and the parkings it parked connections in: when the thread exits, its
@@ -95,15 +109,26 @@ thread_local! {
 /// take as its own any more.
 struct ParkedBy {
     thread: usize,
+    /// The slot this thread parked its last connection in (of any pool: for a thread using
+    /// several, a hint that may miss); at first its number, which spreads the threads' slots.
+    last: Cell<usize>,
+    /// The parking this thread remembered last (compared, never dereferenced): parking there
+    /// again needs no look at `parkings`. Its allocation cannot be reused by another parking
+    /// meanwhile: a `Weak` of it stays in `parkings` until another parking is remembered.
+    remembered: Cell<*const Parking>,
     parkings: RefCell<Vec<Weak<Parking>>>,
 }
 
 impl ParkedBy {
     /// Remembers `parking` for this thread's exit.
     fn remember(&self, parking: &Arc<Parking>) {
+        if self.remembered.get() == Arc::as_ptr(parking) {
+            return;
+        }
         let Ok(mut parkings) = self.parkings.try_borrow_mut() else {
             return;
         };
+        self.remembered.set(Arc::as_ptr(parking));
         if !parkings.iter().any(|p| p.as_ptr() == Arc::as_ptr(parking)) {
             parkings.retain(|p| p.strong_count() > 0);
             parkings.push(Arc::downgrade(parking));
@@ -127,9 +152,9 @@ impl Drop for ParkedBy {
     }
 }
 
-/// This thread's number (`None` while its thread-locals are torn down).
-fn me() -> Option<usize> {
-    ME.try_with(|me| me.thread).ok()
+/// This thread's number and last slot (`None` while its thread-locals are torn down).
+fn me() -> Option<(usize, usize)> {
+    ME.try_with(|me| (me.thread, me.last.get())).ok()
 }
 
 impl Parking {
@@ -137,7 +162,7 @@ impl Parking {
     /// own) every [`SWEEP_EVERY`].
     pub(crate) fn start(max_size: u32, workers: &Arc<ScheduledThreadPool>) -> Arc<Parking> {
         let slots = (0..max_size.clamp(1, MAX_SLOTS))
-            .map(|_| Mutex::new(None))
+            .map(|_| Slot(Mutex::new(None)))
             .collect();
         let parking = Arc::new(Parking {
             slots,
@@ -157,9 +182,7 @@ impl Parking {
 
     /// The connection this thread parked last, when it is still parked.
     pub(crate) fn own(&self) -> Option<Box<dyn Pooled>> {
-        let (Some(me), Ok(last)) = (me(), LAST.try_with(Cell::get)) else {
-            return None;
-        };
+        let (me, last) = me()?;
         let mut slot = self.slot(last).lock();
         match slot.take() {
             Some(parked) if parked.thread == me => Some(parked.conn),
@@ -172,7 +195,7 @@ impl Parking {
 
     /// Any parked connection, looking first where this thread parked last.
     pub(crate) fn any(&self) -> Option<Box<dyn Pooled>> {
-        let start = LAST.try_with(Cell::get).unwrap_or(0);
+        let start = me().map_or(0, |(_, last)| last);
         (0..self.slots.len()).find_map(|k| {
             let taken = self.slot(start.wrapping_add(k)).lock().take();
             taken.map(|parked| parked.conn)
@@ -197,9 +220,9 @@ impl Parking {
         // destructor would give it back when the thread ends.
         let me = ME.try_with(|me| {
             me.remember(self);
-            me.thread
+            (me.thread, me.last.get())
         });
-        let (Ok(me), Ok(start)) = (me, LAST.try_with(Cell::get)) else {
+        let Ok((me, start)) = me else {
             return Some(conn);
         };
         let mut conn = Some(conn);
@@ -220,7 +243,7 @@ impl Parking {
         let Some(i) = parked_in else {
             return conn;
         };
-        let _ = LAST.try_with(|last| last.set(i));
+        let _ = ME.try_with(|me| me.last.set(i));
         fence(SeqCst);
         if self.waiters.load(SeqCst) > 0 {
             // A thread began to wait meanwhile and may not have seen this slot: the pool wakes it

@@ -42,7 +42,7 @@ impl Renewer {
     ) -> std::result::Result<T, Failure> {
         let cancellable = self.family.db.cancels_on_deadline();
         if cancellable {
-            state.set_in_flight(purpose, conn.cancel_key());
+            state.set_in_flight(purpose, self.family.db.cancel_key(conn));
         }
         let mut result = statement(conn);
         if cancellable && !state.clear_in_flight(purpose) {

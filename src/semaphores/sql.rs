@@ -99,7 +99,8 @@ impl Statements {
         self.gate.check(db)
     }
 
-    /// Grants `owner` one of `key`'s slots below `permits` for `ttl_us` when one is free; also
+    /// Grants `owner` one of `key`'s slots below `permits` for `ttl_us` when one is free (after
+    /// [`Statements::check_schema`], which the caller ran); also
     /// returns the instant before the statement that answered was sent. Sent once: a statement
     /// whose outcome is unknown is not sent again (a second grant could take a second slot), and a
     /// permit it may have granted lapses unused at its TTL. An answer whose row cannot be read is
@@ -113,13 +114,14 @@ impl Statements {
         permits: i32,
         promotion: Promotion,
     ) -> Result<(AcquireAnswer, Instant)> {
-        self.gate.check(db)?;
         let params = promotion.grant_params(db, key, owner, ttl_us, permits);
-        let mut sent = Instant::now();
+        let mut sent = None;
         let rows = db.with_conn("acquire permit", Policy::ONCE, |conn| {
-            sent = Instant::now();
+            sent = Some(Instant::now());
             db.run(conn, &self.acquire, &params)
         })?;
+        // Set: the statement answered, so it was sent.
+        let sent = sent.unwrap_or_else(Instant::now);
         let mut answer = AcquireAnswer::default();
         for row in &rows {
             let read = Read::new(row, "acquire permit", &self.table);

@@ -32,14 +32,20 @@ impl Call<'_, '_> {
     ) -> Result<Vec<Row>, Failure> {
         let mut replanned = false;
         for _ in 0..MAX_EXECUTES {
-            if !self.protocol_statement(client, cache)? {
-                // A pooler was found while preparing it.
-                return self.sql_level(client, cache);
-            }
-            // Borrowed from the cache for the call (no clone of the driver's statement per call).
+            // Borrowed from the cache for the call (no clone of the driver's statement per call),
+            // in one lookup when it is prepared (a connection that found a pooler holds none).
             let result = match cache.protocol.get(&self.typed.key) {
                 Some(statement) => client.query(statement, self.values),
-                None => return self.unprepared(client),
+                None => {
+                    if !self.protocol_statement(client, cache)? {
+                        // A pooler was found while preparing it.
+                        return self.sql_level(client, cache);
+                    }
+                    match cache.protocol.get(&self.typed.key) {
+                        Some(statement) => client.query(statement, self.values),
+                        None => return self.unprepared(client),
+                    }
+                }
             };
             match result {
                 Ok(rows) => return Ok(rows),
