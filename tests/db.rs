@@ -1067,6 +1067,56 @@ fn a_thread_that_ends_gives_the_connection_it_parked_back_to_the_pool() {
     assert!(!fires.claim("key").unwrap());
 }
 
+/// A thread that parks in two pools by turns, one of them dropped and built again and again (a
+/// parking of the same size may then be allocated where a dropped one was), still gives back
+/// every connection it left parked when it ends: each parking it used is remembered for its exit,
+/// also one remembered again after another.
+#[test]
+fn a_thread_using_several_pools_by_turns_gives_back_what_it_parked_in_each_when_it_ends() {
+    let mut tables = Tables::new();
+    let (kept_db, kept) = parking_db(&mut tables, "park_turns");
+    let table = tables.name("park_turns_rebuilt");
+    FireClaims::new(&db())
+        .with_table(&table)
+        .unwrap()
+        .create_table()
+        .unwrap();
+    kept_db.pool_state();
+    let last = thread::scope(|s| {
+        s.spawn(|| {
+            let mut last = None;
+            for round in 0..20 {
+                let db = Db::builder(&common::url())
+                    .unwrap()
+                    .max_size(4)
+                    .unwrap()
+                    .thread_affinity(true)
+                    .build()
+                    .unwrap();
+                let fires = FireClaims::new(&db).with_table(&table).unwrap();
+                for n in 0..3 {
+                    let key = format!("{round}@{n}");
+                    fires.claim(&key).unwrap();
+                    assert_eq!(parked_connections(&db), 1, "round {round}");
+                    kept.claim(&key).unwrap();
+                    assert_eq!(parked_connections(&kept_db), 1, "round {round}");
+                }
+                // The last one outlives the thread; the others are dropped with a connection
+                // parked for it.
+                last = Some(db);
+            }
+            last.unwrap()
+        })
+        .join()
+        .unwrap()
+    });
+    wait_for(
+        "the ended thread's parked connections to go back to their pools",
+        Duration::from_millis(900),
+        || (parked_connections(&kept_db) == 0 && parked_connections(&last) == 0).then_some(()),
+    );
+}
+
 /// A connection that lies parked unused, its thread alive but idle (a renewal thread between
 /// renewals), goes back to the pool after at most two sweeps, one a second.
 #[test]
