@@ -1023,15 +1023,20 @@ fn parking_db(tables: &mut Tables, name: &str) -> (Db, FireClaims) {
         .unwrap()
         .create_table()
         .unwrap();
-    let db = Db::builder(&common::url())
+    let db = parking_pool();
+    let fires = FireClaims::new(&db).with_table(&table).unwrap();
+    (db, fires)
+}
+
+/// A pool of `max_size` 4 that keeps each thread's connection.
+fn parking_pool() -> Db {
+    Db::builder(&common::url())
         .unwrap()
         .max_size(4)
         .unwrap()
         .thread_affinity(true)
         .build()
-        .unwrap();
-    let fires = FireClaims::new(&db).with_table(&table).unwrap();
-    (db, fires)
+        .unwrap()
 }
 
 /// A thread that ends gives back to the pool the connection it left parked: no thread would take
@@ -1086,13 +1091,7 @@ fn a_thread_using_several_pools_by_turns_gives_back_what_it_parked_in_each_when_
         s.spawn(|| {
             let mut last = None;
             for round in 0..20 {
-                let db = Db::builder(&common::url())
-                    .unwrap()
-                    .max_size(4)
-                    .unwrap()
-                    .thread_affinity(true)
-                    .build()
-                    .unwrap();
+                let db = parking_pool();
                 let fires = FireClaims::new(&db).with_table(&table).unwrap();
                 for n in 0..3 {
                     let key = format!("{round}@{n}");

@@ -19,10 +19,10 @@ use std::time::{Duration, SystemTime};
 
 use parking_lot::Mutex;
 use pgtenure::postgres::{types::Type, Client, NoTls, Statement};
-use pgtenure::{Db, StatementMode};
+use pgtenure::Db;
 use serde_json::{json, Value};
 
-use super::cases::{cases, sql, Case, MakeOp};
+use super::cases::{kept_cases, sql, Case, MakeOp};
 use super::compare::{measure, median};
 use super::pgbench;
 use super::Error;
@@ -33,14 +33,7 @@ use super::Error;
 pub fn run(url: &str, clients: &[usize], secs: u64, runs: usize) -> Result<Value, Error> {
     // Each thread keeping its connection, as the calibration with slots does (without it, the
     // library runs where the calibration with an r2d2 pool does; docs/performance.md).
-    let db = Db::builder(url)?
-        .max_size(16)?
-        .statement_mode(StatementMode::Auto)
-        .build()?;
-    let (mut cases, tables, leasers) = cases(&db, std::process::id())?;
-    if let Ok(filter) = std::env::var("PGTENURE_BENCH_CASES") {
-        cases.retain(|case| filter.split(',').any(|f| case.name.contains(f)));
-    }
+    let (db, (cases, tables, leasers)) = kept_cases(url)?;
     println!(
         "\nat once: the library and pgbench -M prepared running the same statement at the same \
          time, each with the clients given; median of {runs} runs of {secs} s\n\

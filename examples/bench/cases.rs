@@ -9,7 +9,7 @@ use pgtenure::postgres::{types::Type, Client, NoTls};
 use pgtenure::testing::render_sql;
 use pgtenure::{
     elector::Elector, fire_claims::FireClaims, leases::Leases, semaphores::Semaphore,
-    tick_claims::TickClaims, Db,
+    tick_claims::TickClaims, Db, StatementMode,
 };
 
 use super::common::Quiet;
@@ -109,6 +109,20 @@ fn vars(list: &[(&str, String)]) -> Vec<(String, String)> {
 
 /// The cases, the tables they run on, and the live processes the membership cases use.
 pub type Fixture = (Vec<Case>, Tables, Vec<Arc<Leaser>>);
+
+/// A pool of 16 in `Auto` with the defaults (each thread keeps its connection), and the cases
+/// `PGTENURE_BENCH_CASES` keeps (every one when it is unset), made through it.
+pub fn kept_cases(url: &str) -> Result<(Db, Fixture), Error> {
+    let db = Db::builder(url)?
+        .max_size(16)?
+        .statement_mode(StatementMode::Auto)
+        .build()?;
+    let (mut cases, tables, leasers) = cases(&db, std::process::id())?;
+    if let Ok(filter) = std::env::var("PGTENURE_BENCH_CASES") {
+        cases.retain(|case| filter.split(',').any(|f| case.name.contains(f)));
+    }
+    Ok((db, (cases, tables, leasers)))
+}
 
 pub fn cases(db: &Db, id: u32) -> Result<Fixture, Error> {
     let t = Tables {

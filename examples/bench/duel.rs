@@ -8,24 +8,16 @@ use std::sync::Barrier;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use pgtenure::{Db, StatementMode};
 use serde_json::{json, Value};
 
-use super::cases::cases;
+use super::cases::kept_cases;
 use super::compare::median;
 use super::Error;
 
 /// Runs the kept cases at once, `runs` times for `secs` seconds; the first case is the reference
 /// each other's ratio is taken to.
 pub fn run(url: &str, clients: usize, secs: u64, runs: usize) -> Result<Value, Error> {
-    let db = Db::builder(url)?
-        .max_size(16)?
-        .statement_mode(StatementMode::Auto)
-        .build()?;
-    let (mut cases, tables, leasers) = cases(&db, std::process::id())?;
-    if let Ok(filter) = std::env::var("PGTENURE_BENCH_CASES") {
-        cases.retain(|case| filter.split(',').any(|f| case.name.contains(f)));
-    }
+    let (db, (cases, tables, leasers)) = kept_cases(url)?;
     let mut rates: Vec<Vec<f64>> = vec![Vec::new(); cases.len()];
     let mut cpus: Vec<Vec<f64>> = vec![Vec::new(); cases.len()];
     for run in 0..runs {
