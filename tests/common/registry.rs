@@ -52,6 +52,29 @@ impl Registry {
         }
     }
 
+    /// What each side believed of `unit` when `new` gained it while `old` still worked on it: the
+    /// diagnosis a violation is printed with (each leaser's token of the unit and how long its
+    /// local belief had left, and an operator's move of the unit under way, if any).
+    fn overlap(&self, old: usize, new: usize, unit: &Unit) -> String {
+        let leasers = self.leasers.lock();
+        let view = |id: usize| match leasers.get(&id).and_then(Weak::upgrade) {
+            Some(leaser) => format!(
+                "process {id}: token {:?}, local belief left {:?}",
+                leaser.token(unit),
+                leaser
+                    .live_until()
+                    .map(|until| until.saturating_duration_since(std::time::Instant::now()))
+            ),
+            None => format!("process {id}: gone"),
+        };
+        format!(
+            "{}; {}; operator moving it from: {:?}",
+            view(old),
+            view(new),
+            self.in_transit.lock().get(unit)
+        )
+    }
+
     pub fn violations(&self) -> usize {
         self.violations.load(Ordering::SeqCst)
     }
@@ -91,7 +114,11 @@ impl Reconciler for Worker {
                         self.registry.handed_over.fetch_add(1, Ordering::SeqCst);
                     } else {
                         self.registry.violations.fetch_add(1, Ordering::SeqCst);
-                        eprintln!("{unit} gained by {} while {other} works on it", self.id);
+                        eprintln!(
+                            "{unit} gained by {} while {other} works on it ({})",
+                            self.id,
+                            self.registry.overlap(other, self.id, unit)
+                        );
                     }
                 }
             }
