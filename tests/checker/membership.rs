@@ -368,7 +368,7 @@ fn membership_under_random_faults_never_works_a_unit_twice() {
     }
     let violations = registry.violations();
     println!(
-        "membership checker, {duration:?}: {} ownership samples, {violations} double-worked units, {} fenced unit writes in {} tenures (in order), {} refused; operator: {} moved keeping the token, {} moved with a new one, {} set unowned, {} checked at the old owner's first tick started after the change, {} still worked there (slowest change {:?}), {} gained before the old owner's tick; faults: {faults:?}",
+        "membership checker, {duration:?}: {} ownership samples, {violations} double-worked units, {} fenced unit writes in {} tenures (in order), {} refused; operator: {} moved keeping the token, {} moved with a new one, {} set unowned, {} checked at the old owner's first tick started after the change, {} still worked there (slowest change {:?}), {} gained before the old owner's tick, {} gains told after the gainer lost the unit again; faults: {faults:?}",
         samples.load(Ordering::SeqCst),
         proof.writes,
         proof.tenures,
@@ -380,6 +380,7 @@ fn membership_under_random_faults_never_works_a_unit_twice() {
         op.late,
         op.slowest,
         registry.handed_over.load(Ordering::SeqCst),
+        registry.stale_gains.load(Ordering::SeqCst),
     );
     assert!(proof.writes > 0, "no fenced write went through");
     assert_eq!(violations, 0, "a unit was worked on by two processes");

@@ -25,6 +25,12 @@ pub struct Registry {
     pub in_transit: Mutex<BTreeMap<Unit, usize>>,
     /// Units gained while their old owner, from whom an operator moved them, still worked on them.
     pub handed_over: AtomicUsize,
+    /// Gains told to a reconciler after its leaser had lost the unit again (the loss is told
+    /// next): deliveries are in decision order but later than the decisions, and a slow reconciler
+    /// can hear of a gain after its leaser no longer owns the unit, while the unit's next owner
+    /// works on it. The process never worked on the unit beside the other by its leaser's account
+    /// (`Leaser::owned`, which the application goes by), so this is no violation.
+    pub stale_gains: AtomicUsize,
 }
 
 impl Registry {
@@ -110,8 +116,18 @@ impl Reconciler for Worker {
         for unit in units {
             if let Some(other) = active.insert(unit.clone(), self.id) {
                 if other != self.id && self.registry.still_works(other, unit) {
-                    if self.registry.in_transit.lock().get(unit) == Some(&other) {
+                    // An operator moving the unit from either of the two: its `UPDATE` does not
+                    // wait for the old owner's next tick.
+                    let moving = self.registry.in_transit.lock().get(unit).copied();
+                    if moving == Some(other) || moving == Some(self.id) {
                         self.registry.handed_over.fetch_add(1, Ordering::SeqCst);
+                    } else if !self.registry.still_works(self.id, unit) {
+                        self.registry.stale_gains.fetch_add(1, Ordering::SeqCst);
+                        eprintln!(
+                            "{unit} gained by {}, told after its leaser lost it again, while {other} works on it ({})",
+                            self.id,
+                            self.registry.overlap(other, self.id, unit)
+                        );
                     } else {
                         self.registry.violations.fetch_add(1, Ordering::SeqCst);
                         eprintln!(
