@@ -1,9 +1,12 @@
 //! pgtenure's benchmarks: how close it runs to what PostgreSQL allows.
 //!
-//! `cargo run --release --example bench -- [--secs N] [--runs N] [--clients 1,8] [--out FILE]
-//! [--handovers N] [--units N] [--only compare|at-once|scenarios|cold-start|hot-loop|handover] [--iterations N]
+//! `cargo run --profile release-lto --example bench -- [--secs N] [--runs N] [--clients 1,8] [--out FILE]
+//! [--handovers N] [--units N] [--only compare|at-once|duel|scenarios|cold-start|hot-loop|handover] [--iterations N]
 //! [--no-pgbouncer]` against `DATABASE_URL`
-//! or a throwaway server. For each operation at each client count: the library beside `pgbench -M
+//! or a throwaway server. The `release-lto` profile (the workspace's `Cargo.toml`) is the release
+//! profile with link-time optimisation of the whole program, as a service built for speed has it;
+//! `--release` runs the same benchmarks with cargo's default release build, 0.06 lower against
+//! pgbench at eight clients (docs/performance.md). For each operation at each client count: the library beside `pgbench -M
 //! prepared` running the crate's own statement (the limit) and beside the library sending it
 //! unprepared (planned at every call), the median of `--runs` runs, then the same through PgBouncer
 //! in transaction mode (when `pgbouncer` is installed); round trips per operation counted at the
@@ -18,7 +21,8 @@
 //! instructions per operation under `valgrind --tool=callgrind` (see `hot.rs`). `--only handover`
 //! measures `--handovers` releases and resignations handed over with and without handover
 //! notifications (see `handover.rs`). `--only at-once` runs each comparison case and its pgbench
-//! at the same time (see `at_once.rs`: a ratio a drifting host cannot move).
+//! at the same time (see `at_once.rs`: a ratio a drifting host cannot move). `--only duel` runs the
+//! kept cases at the same time in one process, with each side's thread CPU per call (see `duel.rs`).
 
 mod at_once;
 mod campaigns;

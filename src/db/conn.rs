@@ -174,8 +174,9 @@ impl fmt::Debug for CancelKey {
 
 /// The pool behind a [`Db`](crate::Db), whatever its TLS connector.
 pub(crate) trait Source: Send + Sync {
-    /// A connection, waiting at most `wait`.
-    fn get_timeout(&self, wait: Duration) -> Result<Connection, r2d2::Error>;
+    /// A connection, waiting at most `wait`, once [`try_get`](Source::try_get) found none at hand
+    /// (it does not look at this thread's parked connection again).
+    fn wait_for(&self, wait: Duration) -> Result<Connection, r2d2::Error>;
     /// An idle connection, without waiting.
     fn try_get(&self) -> Option<Connection>;
     /// Where connections that served pgtenure's own statements are parked for their threads
@@ -347,11 +348,9 @@ impl<T: MakeTls> Pooling<T> {
 }
 
 impl<T: MakeTls> Source for Pooling<T> {
-    fn get_timeout(&self, wait: Duration) -> Result<Connection, r2d2::Error> {
-        if let Some(pooled) = self.at_hand() {
-            return Ok(self.wrap(pooled));
-        }
-        // Counted among the waiters, so that a connection parked from now on goes to the pool
+    fn wait_for(&self, wait: Duration) -> Result<Connection, r2d2::Error> {
+        // Only this thread parks its own connections, and it is here: what the pool and the other
+        // threads' parkings hold is looked at again below, by r2d2 and `Parking::wait`. Counted among the waiters, so that a connection parked from now on goes to the pool
         // (the count lasts until this function returns, with `waiting`).
         let waiting = self.parking.as_deref().map(Parking::wait);
         if let Some((_, Some(pooled))) = waiting {

@@ -403,7 +403,7 @@ impl Db {
             ));
         }
         let asked = Instant::now();
-        let got = self.pool.get_timeout(wait);
+        let got = self.pool.wait_for(wait);
         observe::pool_wait(asked.elapsed(), got.is_ok());
         got.map_err(|e| Error::from_pool(context, e, self.pool.last_connect_error()))
     }
