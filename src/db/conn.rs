@@ -349,9 +349,11 @@ impl<T: MakeTls> Pooling<T> {
 
 impl<T: MakeTls> Source for Pooling<T> {
     fn wait_for(&self, wait: Duration) -> Result<Connection, r2d2::Error> {
-        // Only this thread parks its own connections, and it is here: what the pool and the other
-        // threads' parkings hold is looked at again below, by r2d2 and `Parking::wait`. Counted among the waiters, so that a connection parked from now on goes to the pool
-        // (the count lasts until this function returns, with `waiting`).
+        // This thread's parked connection is not looked for again: only this thread parks its own
+        // connections, and it is here. The pool's idle connections and the other threads' parked
+        // ones are, by r2d2 and `Parking::wait`. Counted among the waiters, so that a connection
+        // parked from now on goes to the pool (the count lasts until this function returns, with
+        // `waiting`).
         let waiting = self.parking.as_deref().map(Parking::wait);
         if let Some((_, Some(pooled))) = waiting {
             return Ok(self.wrap(pooled));
