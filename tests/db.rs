@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime};
 
 use common::{client, db, wait_for, Role, Tables};
 use pgtenure::postgres::{self, NoTls};
-use pgtenure::testing::parked_connections;
+use pgtenure::testing::{parked_connections, waiting_checkouts};
 use pgtenure::{fire_claims::FireClaims, tick_claims::TickClaims, Db, ErrorKind};
 
 fn setting(db: &Db, name: &str) -> String {
@@ -914,9 +914,9 @@ fn a_thread_waiting_for_a_connection_gets_one_parked_while_it_waits() {
                 .send(("waiting", fires.claim("second")))
                 .unwrap()
         });
-        // Real time is the subject: the second claim must be waiting in the pool (it cannot be
-        // observed) before the first one's connection is parked.
-        thread::sleep(Duration::from_millis(300));
+        wait_for("the second claim to wait", Duration::from_secs(10), || {
+            (waiting_checkouts(&db) == 1).then_some(())
+        });
         lock.commit().unwrap();
         let mut finished = Vec::new();
         for _ in 0..2 {
@@ -930,6 +930,56 @@ fn a_thread_waiting_for_a_connection_gets_one_parked_while_it_waits() {
         }
     });
     drop(held);
+}
+
+/// A pool that keeps no idle connection (`build_lazy`) has room again when a checked-out connection
+/// breaks and goes back (r2d2 discards it): a claim waiting then gets a new connection, where it
+/// waited out its whole timeout before (r2d2 opens connections for a checkout only when it begins
+/// to wait, and opened none when the broken one was discarded).
+#[test]
+fn a_checkout_waiting_in_a_lazy_pool_gets_a_connection_when_a_held_one_breaks() {
+    let mut tables = Tables::new();
+    let name = tables.name("lazy_wait");
+    let db = Db::builder(&common::url())
+        .unwrap()
+        .max_size(1)
+        .unwrap()
+        .connection_timeout(Duration::from_secs(5))
+        .unwrap()
+        .build_lazy()
+        .unwrap();
+    let fires = FireClaims::new(&db).with_table(&name).unwrap();
+    fires.create_table().unwrap();
+    // The pool's only connection, held by the test: its session is ended below.
+    let mut held = db.connection().unwrap();
+    let pid: i32 = held
+        .query_one("SELECT pg_backend_pid()", &[])
+        .unwrap()
+        .get(0);
+    let fires = &fires;
+    thread::scope(|s| {
+        let waiter = s.spawn(move || fires.claim("waiting"));
+        wait_for("the claim to wait", Duration::from_secs(10), || {
+            (waiting_checkouts(&db) == 1).then_some(())
+        });
+        client()
+            .execute("SELECT pg_terminate_backend($1)", &[&pid])
+            .unwrap();
+        wait_for(
+            "the held connection to close",
+            Duration::from_secs(10),
+            || {
+                let _ = held.simple_query("SELECT 1");
+                held.is_closed().then_some(())
+            },
+        );
+        drop(held);
+        let claimed = waiter.join().unwrap();
+        assert!(
+            claimed.as_ref().is_ok_and(|won| *won),
+            "the waiting claim: {claimed:?}"
+        );
+    });
 }
 
 /// A pool of the application's own ([`Db::from_pool`]) is also the application's, and maybe other

@@ -326,6 +326,14 @@ impl<T: MakeTls> Pooling<T> {
         }
     }
 
+    fn checkout(&self, pooled: PooledConnection<PostgresConnectionManager<T>>) -> Box<dyn Pooled> {
+        Box::new(Checkout {
+            pooled: ManuallyDrop::new(pooled),
+            cache: None,
+            reopen: self.attempts.is_some().then(|| Pool::clone(&self.pool)),
+        })
+    }
+
     fn wrap(&self, pooled: Box<dyn Pooled>) -> Connection {
         Connection {
             pooled: ManuallyDrop::new(pooled),
@@ -341,7 +349,7 @@ impl<T: MakeTls> Pooling<T> {
         parking.and_then(Parking::own).or_else(|| {
             self.pool
                 .try_get()
-                .map(Checkout::boxed)
+                .map(|pooled| self.checkout(pooled))
                 .or_else(|| parking.and_then(Parking::any))
         })
     }
@@ -359,7 +367,7 @@ impl<T: MakeTls> Source for Pooling<T> {
             return Ok(self.wrap(pooled));
         }
         let pooled = self.pool.get_timeout(wait)?;
-        Ok(self.wrap(Checkout::boxed(pooled)))
+        Ok(self.wrap(self.checkout(pooled)))
     }
 
     fn try_get(&self) -> Option<Connection> {
@@ -400,23 +408,32 @@ impl<T: MakeTls> Source for Pooling<T> {
 /// statements of a parked connection find their cache without a lookup (two hashed lookups of a
 /// type's id per statement, a tenth of what pgtenure adds to the driver's work per call).
 struct Checkout<T: MakeTls> {
-    pooled: PooledConnection<PostgresConnectionManager<T>>,
+    /// Taken out only by `drop`.
+    pooled: ManuallyDrop<PooledConnection<PostgresConnectionManager<T>>>,
     cache: Option<Cache>,
-}
-
-impl<T: MakeTls> Checkout<T> {
-    fn boxed(pooled: PooledConnection<PostgresConnectionManager<T>>) -> Box<dyn Pooled> {
-        Box::new(Checkout {
-            pooled,
-            cache: None,
-        })
-    }
+    /// The pool, asked for a connection when this one goes back broken (in a pool pgtenure built).
+    reopen: Option<Pool<PostgresConnectionManager<T>>>,
 }
 
 impl<T: MakeTls> Drop for Checkout<T> {
+    /// Gives the connection back, and when r2d2 discards it as broken, asks the pool for another:
+    /// r2d2 opens connections for a waiting checkout only when it begins to wait, and a pool that
+    /// keeps none idle (`DbBuilder::build_lazy`, r2d2's `min_idle` 0) opens none when one is
+    /// discarded, so a checkout waiting then would wait out its whole timeout with room in the
+    /// pool. Asking opens one when there is room (r2d2 wakes a waiter when it is ready). r2d2's
+    /// record of its last connect error is taken by the asking: the pools pgtenure built keep
+    /// their own ([`ConnectAttempts`]).
     fn drop(&mut self) {
         if let Some(cache) = self.cache.take() {
             PooledConnection::extensions_mut(&mut self.pooled).insert(cache);
+        }
+        // r2d2's own test for a broken connection (`has_broken`).
+        let broken = self.pooled.is_closed();
+        // SAFETY: `pooled` is not used again: this is the checkout's end.
+        drop(unsafe { ManuallyDrop::take(&mut self.pooled) });
+        if let (true, Some(pool)) = (broken, &self.reopen) {
+            // Without waiting: an idle connection it finds goes straight back.
+            drop(pool.get_timeout(Duration::ZERO));
         }
     }
 }

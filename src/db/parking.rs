@@ -284,6 +284,12 @@ impl Parking {
         self.slots.iter().filter(|s| s.lock().is_some()).count()
     }
 
+    /// How many checkouts wait for a connection.
+    #[cfg(feature = "testing")]
+    pub(crate) fn waiting(&self) -> usize {
+        self.waiters.load(SeqCst)
+    }
+
     fn slot(&self, i: usize) -> &Slot {
         &self.slots[i % self.slots.len()]
     }
@@ -302,6 +308,11 @@ impl crate::Db {
     /// How many connections lie parked for their threads (none unless `thread_affinity`).
     pub(crate) fn parked(&self) -> usize {
         self.pool.parking().map_or(0, |parking| parking.parked())
+    }
+
+    /// How many checkouts wait for a connection (counted only with `thread_affinity`).
+    pub(crate) fn waiting_checkouts(&self) -> usize {
+        self.pool.parking().map_or(0, |parking| parking.waiting())
     }
 }
 

@@ -359,6 +359,13 @@ pub fn parked_connections(db: &crate::Db) -> usize {
     db.parked()
 }
 
+/// How many of `db`'s checkouts wait for a connection, for tests that must act while one waits.
+/// Counted only in a pool that parks connections for their threads
+/// ([`DbBuilder::thread_affinity`](crate::DbBuilder::thread_affinity), on by default): 0 otherwise.
+pub fn waiting_checkouts(db: &crate::Db) -> usize {
+    db.waiting_checkouts()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
