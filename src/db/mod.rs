@@ -199,6 +199,11 @@ impl Db {
     /// for up to 15 s after the server is back; checkouts wait the pool's timeout. Pools that
     /// pgtenure builds cap the back-off at 500 ms and still wait the whole timeout. A pool
     /// timeout over 100 years (r2d2 accepts up to `Duration::MAX`) waits 100 years.
+    ///
+    /// Keep `min_idle` at 1 or more (r2d2's default keeps `max_size`): with none kept idle, r2d2
+    /// opens no connection when it discards a broken one, so a checkout already waiting then
+    /// waits out its whole timeout with room in the pool. Pools that pgtenure builds ask for one
+    /// when a broken connection goes back.
     pub fn from_pool(pool: Pool<PostgresConnectionManager<NoTls>>) -> Db {
         Db::from_source(Pooling::new(pool, NoTls))
     }
