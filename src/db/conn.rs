@@ -7,6 +7,7 @@
 use std::fmt;
 use std::mem::ManuallyDrop;
 use std::ops::{Deref, DerefMut};
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -219,6 +220,8 @@ pub(crate) struct Pooling<T: MakeTls> {
     wait: Duration,
     /// The pool's last failed attempt to connect, when pgtenure built the pool.
     attempts: Option<ConnectAttempts>,
+    /// What asks for a connection when a broken one goes back, when pgtenure built the pool.
+    reopen: Option<Arc<Reopen<T>>>,
     /// Each thread's last connection, parked for it ([`DbBuilder::thread_affinity`](crate::DbBuilder::thread_affinity)): only in a
     /// pool pgtenure built, which no one else takes connections from (a pool of the application's
     /// own may be asked directly, and r2d2 knows nothing of parked connections).
@@ -235,9 +238,10 @@ impl<T: MakeTls> Drop for Pooling<T> {
     fn drop(&mut self) {
         // SAFETY: `pool` is not used again: this is the pool's end.
         let pool = unsafe { ManuallyDrop::take(&mut self.pool) };
-        let parking = self.parking.take();
+        let (parking, reopen) = (self.parking.take(), self.reopen.take());
         let close = move || {
             drop(parking);
+            drop(reopen);
             drop(pool);
         };
         let here =
@@ -300,6 +304,7 @@ impl<T: MakeTls> Pooling<T> {
             canceller: Arc::new(CancelWith(tls)),
             wait,
             attempts: None,
+            reopen: None,
             parking: None,
             workers: None,
         }
@@ -318,6 +323,10 @@ impl<T: MakeTls> Pooling<T> {
     ) -> Pooling<T> {
         Pooling {
             parking: affinity.then(|| Parking::start(pool.max_size(), workers)),
+            reopen: Some(Arc::new(Reopen {
+                pool: Pool::clone(&pool),
+                waiting: AtomicUsize::new(0),
+            })),
             pool: ManuallyDrop::new(pool),
             canceller: Arc::new(CancelWith(tls)),
             wait,
@@ -330,7 +339,7 @@ impl<T: MakeTls> Pooling<T> {
         Box::new(Checkout {
             pooled: ManuallyDrop::new(pooled),
             cache: None,
-            reopen: self.attempts.is_some().then(|| Pool::clone(&self.pool)),
+            reopen: self.reopen.clone(),
         })
     }
 
@@ -366,6 +375,7 @@ impl<T: MakeTls> Source for Pooling<T> {
         if let Some((_, Some(pooled))) = waiting {
             return Ok(self.wrap(pooled));
         }
+        let _counted = self.reopen.as_deref().map(Reopen::waits);
         let pooled = self.pool.get_timeout(wait)?;
         Ok(self.wrap(self.checkout(pooled)))
     }
@@ -411,18 +421,12 @@ struct Checkout<T: MakeTls> {
     /// Taken out only by `drop`.
     pooled: ManuallyDrop<PooledConnection<PostgresConnectionManager<T>>>,
     cache: Option<Cache>,
-    /// The pool, asked for a connection when this one goes back broken (in a pool pgtenure built).
-    reopen: Option<Pool<PostgresConnectionManager<T>>>,
+    /// Asked for a connection when this one goes back broken (in a pool pgtenure built).
+    reopen: Option<Arc<Reopen<T>>>,
 }
 
 impl<T: MakeTls> Drop for Checkout<T> {
-    /// Gives the connection back, and when r2d2 discards it as broken, asks the pool for another:
-    /// r2d2 opens connections for a waiting checkout only when it begins to wait, and a pool that
-    /// keeps none idle (`DbBuilder::build_lazy`, r2d2's `min_idle` 0) opens none when one is
-    /// discarded, so a checkout waiting then would wait out its whole timeout with room in the
-    /// pool. Asking opens one when there is room (r2d2 wakes a waiter when it is ready). r2d2's
-    /// record of its last connect error is taken by the asking: the pools pgtenure built keep
-    /// their own ([`ConnectAttempts`]).
+    /// Gives the connection back; when r2d2 discards it as broken, see [`Reopen`].
     fn drop(&mut self) {
         if let Some(cache) = self.cache.take() {
             PooledConnection::extensions_mut(&mut self.pooled).insert(cache);
@@ -431,10 +435,49 @@ impl<T: MakeTls> Drop for Checkout<T> {
         let broken = self.pooled.is_closed();
         // SAFETY: `pooled` is not used again: this is the checkout's end.
         drop(unsafe { ManuallyDrop::take(&mut self.pooled) });
-        if let (true, Some(pool)) = (broken, &self.reopen) {
-            // Without waiting: an idle connection it finds goes straight back.
-            drop(pool.get_timeout(Duration::ZERO));
+        if let (true, Some(reopen)) = (broken, &self.reopen) {
+            reopen.discarded();
         }
+    }
+}
+
+/// Asks a pool pgtenure built for a connection when a broken one was discarded while a checkout
+/// waits. r2d2 opens connections for a checkout when it begins to wait, and a pool that keeps none
+/// idle (`DbBuilder::build_lazy`, r2d2's `min_idle` 0) opens none when it discards a broken one:
+/// the waiting checkout would wait out its whole timeout with room in the pool. With nobody
+/// waiting nothing is asked (a server that is down is not asked once per discarded connection).
+/// r2d2's record of its last connect error is taken by the asking: these pools' errors use their
+/// own ([`ConnectAttempts`]).
+struct Reopen<T: MakeTls> {
+    pool: Pool<PostgresConnectionManager<T>>,
+    /// Checkouts about to wait or waiting in r2d2, counted before they lock the pool: a connection
+    /// discarded after a waiter locked the pool sees it counted here, and one discarded before
+    /// leaves room that r2d2 fills when the checkout begins to wait.
+    waiting: AtomicUsize,
+}
+
+impl<T: MakeTls> Reopen<T> {
+    /// Counts a checkout among the waiters until the guard is dropped.
+    fn waits(&self) -> Waits<'_> {
+        self.waiting.fetch_add(1, SeqCst);
+        Waits(&self.waiting)
+    }
+
+    /// A broken connection was discarded (after r2d2 took it off its count).
+    fn discarded(&self) {
+        if self.waiting.load(SeqCst) > 0 {
+            // Without waiting: an idle connection it finds goes straight back.
+            drop(self.pool.get_timeout(Duration::ZERO));
+        }
+    }
+}
+
+/// A checkout counted among a [`Reopen`]'s waiters.
+struct Waits<'a>(&'a AtomicUsize);
+
+impl Drop for Waits<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, SeqCst);
     }
 }
 
