@@ -982,6 +982,87 @@ fn a_checkout_waiting_in_a_lazy_pool_gets_a_connection_when_a_held_one_breaks() 
     });
 }
 
+/// Several checkouts waiting and several held connections breaking at once, in lazy pools of 1, 2
+/// and 4: the pool's connections are held, those it lends by the test, the rest by claims blocked
+/// on a table lock; more claims than the pool's size wait in the pool; the lent ones are broken
+/// and dropped: as many waiters get a connection (and block on the lock in turn).
+#[test]
+fn waiting_checkouts_get_as_many_connections_as_broke_in_lazy_pools_of_one_two_and_four() {
+    let mut tables = Tables::new();
+    let name = tables.name("lazy_many");
+    for size in [1_u32, 2, 4] {
+        let db = Db::builder(&common::url())
+            .unwrap()
+            .max_size(size)
+            .unwrap()
+            .connection_timeout(Duration::from_secs(20))
+            .unwrap()
+            .build_lazy()
+            .unwrap();
+        let fires = FireClaims::new(&db).with_table(&name).unwrap();
+        fires.create_table().unwrap();
+        let lent = size.saturating_sub(1).max(1) as usize;
+        let mut held: Vec<_> = (0..lent).map(|_| db.connection().unwrap()).collect();
+        let pids: Vec<i32> = held
+            .iter_mut()
+            .map(|c| c.query_one("SELECT pg_backend_pid()", &[]).unwrap().get(0))
+            .collect();
+        let mut locker = client();
+        let mut lock = locker.transaction().unwrap();
+        lock.batch_execute(&format!("LOCK TABLE \"{name}\" IN ACCESS EXCLUSIVE MODE"))
+            .unwrap();
+        let (blocked, waiters) = (size as usize - lent, size as usize + 2);
+        let (fires, db) = (&fires, &db);
+        thread::scope(|s| {
+            let claims: Vec<_> = (0..blocked + waiters)
+                .map(|k| s.spawn(move || fires.claim(&format!("{size}-{k}"))))
+                .collect();
+            wait_for(
+                "the claims to block or wait",
+                Duration::from_secs(10),
+                || {
+                    let on_lock: i64 = client()
+                        .query_one(
+                            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' \
+                         AND query LIKE '%' || $1 || '%'",
+                            &[&name],
+                        )
+                        .unwrap()
+                        .get(0);
+                    (on_lock == blocked as i64 && waiting_checkouts(db) == waiters).then_some(())
+                },
+            );
+            for pid in &pids {
+                client()
+                    .execute("SELECT pg_terminate_backend($1)", &[pid])
+                    .unwrap();
+            }
+            for conn in &mut held {
+                wait_for(
+                    "a held connection to close",
+                    Duration::from_secs(10),
+                    || {
+                        let _ = conn.simple_query("SELECT 1");
+                        conn.is_closed().then_some(())
+                    },
+                );
+            }
+            held.clear();
+            // Well within the checkouts' 20 s: r2d2 alone would wake none of them before it.
+            wait_for(
+                "as many waiting checkouts as connections broke to get one",
+                Duration::from_secs(10),
+                || (waiting_checkouts(db) == waiters - lent).then_some(()),
+            );
+            lock.commit().unwrap();
+            for claim in claims {
+                let claimed = claim.join().unwrap();
+                assert!(claimed.is_ok(), "pool of {size}: {claimed:?}");
+            }
+        });
+    }
+}
+
 /// A pool of the application's own ([`Db::from_pool`]) is also the application's, and maybe other
 /// `Db`s': pgtenure parks none of its connections there, or the application's own checkouts (and
 /// another `Db`'s renewals, whose waits this `Db` cannot see) would wait for connections that
