@@ -897,17 +897,7 @@ fn a_thread_waiting_for_a_connection_gets_one_parked_while_it_waits() {
         wait_for(
             "the first claim to wait on the lock",
             Duration::from_secs(10),
-            || {
-                let waiting: i64 = client()
-                    .query_one(
-                        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' \
-                     AND query LIKE '%' || $1 || '%'",
-                        &[&name],
-                    )
-                    .unwrap()
-                    .get(0);
-                (waiting > 0).then_some(())
-            },
+            || (waiting_on_lock_of(&name) > 0).then_some(()),
         );
         s.spawn(move || {
             second_done
@@ -940,39 +930,19 @@ fn a_thread_waiting_for_a_connection_gets_one_parked_while_it_waits() {
 fn a_checkout_waiting_in_a_lazy_pool_gets_a_connection_when_a_held_one_breaks() {
     let mut tables = Tables::new();
     let name = tables.name("lazy_wait");
-    let db = Db::builder(&common::url())
-        .unwrap()
-        .max_size(1)
-        .unwrap()
-        .connection_timeout(Duration::from_secs(5))
-        .unwrap()
-        .build_lazy()
-        .unwrap();
+    let db = lazy_pool(1, Duration::from_secs(5));
     let fires = FireClaims::new(&db).with_table(&name).unwrap();
     fires.create_table().unwrap();
     // The pool's only connection, held by the test: its session is ended below.
     let mut held = db.connection().unwrap();
-    let pid: i32 = held
-        .query_one("SELECT pg_backend_pid()", &[])
-        .unwrap()
-        .get(0);
+    let pid = backend_pid(&mut held);
     let fires = &fires;
     thread::scope(|s| {
         let waiter = s.spawn(move || fires.claim("waiting"));
         wait_for("the claim to wait", Duration::from_secs(10), || {
             (waiting_checkouts(&db) == 1).then_some(())
         });
-        client()
-            .execute("SELECT pg_terminate_backend($1)", &[&pid])
-            .unwrap();
-        wait_for(
-            "the held connection to close",
-            Duration::from_secs(10),
-            || {
-                let _ = held.simple_query("SELECT 1");
-                held.is_closed().then_some(())
-            },
-        );
+        end_session(&mut held, pid);
         drop(held);
         let claimed = waiter.join().unwrap();
         assert!(
@@ -991,22 +961,12 @@ fn waiting_checkouts_get_as_many_connections_as_broke_in_lazy_pools_of_one_two_a
     let mut tables = Tables::new();
     let name = tables.name("lazy_many");
     for size in [1_u32, 2, 4] {
-        let db = Db::builder(&common::url())
-            .unwrap()
-            .max_size(size)
-            .unwrap()
-            .connection_timeout(Duration::from_secs(20))
-            .unwrap()
-            .build_lazy()
-            .unwrap();
+        let db = lazy_pool(size, Duration::from_secs(20));
         let fires = FireClaims::new(&db).with_table(&name).unwrap();
         fires.create_table().unwrap();
         let lent = size.saturating_sub(1).max(1) as usize;
         let mut held: Vec<_> = (0..lent).map(|_| db.connection().unwrap()).collect();
-        let pids: Vec<i32> = held
-            .iter_mut()
-            .map(|c| c.query_one("SELECT pg_backend_pid()", &[]).unwrap().get(0))
-            .collect();
+        let pids: Vec<i32> = held.iter_mut().map(backend_pid).collect();
         let mut locker = client();
         let mut lock = locker.transaction().unwrap();
         lock.batch_execute(&format!("LOCK TABLE \"{name}\" IN ACCESS EXCLUSIVE MODE"))
@@ -1021,31 +981,12 @@ fn waiting_checkouts_get_as_many_connections_as_broke_in_lazy_pools_of_one_two_a
                 "the claims to block or wait",
                 Duration::from_secs(10),
                 || {
-                    let on_lock: i64 = client()
-                        .query_one(
-                            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' \
-                         AND query LIKE '%' || $1 || '%'",
-                            &[&name],
-                        )
-                        .unwrap()
-                        .get(0);
-                    (on_lock == blocked as i64 && waiting_checkouts(db) == waiters).then_some(())
+                    let on_lock = waiting_on_lock_of(&name) == blocked as i64;
+                    (on_lock && waiting_checkouts(db) == waiters).then_some(())
                 },
             );
-            for pid in &pids {
-                client()
-                    .execute("SELECT pg_terminate_backend($1)", &[pid])
-                    .unwrap();
-            }
-            for conn in &mut held {
-                wait_for(
-                    "a held connection to close",
-                    Duration::from_secs(10),
-                    || {
-                        let _ = conn.simple_query("SELECT 1");
-                        conn.is_closed().then_some(())
-                    },
-                );
+            for (conn, pid) in held.iter_mut().zip(&pids) {
+                end_session(conn, *pid);
             }
             held.clear();
             // Well within the checkouts' 20 s: r2d2 alone would wake none of them before it.
@@ -1061,6 +1002,49 @@ fn waiting_checkouts_get_as_many_connections_as_broke_in_lazy_pools_of_one_two_a
             }
         });
     }
+}
+
+/// A pool that keeps no idle connection (`build_lazy`), of `size`, whose checkouts wait up to
+/// `wait`.
+fn lazy_pool(size: u32, wait: Duration) -> Db {
+    Db::builder(&common::url())
+        .unwrap()
+        .max_size(size)
+        .unwrap()
+        .connection_timeout(wait)
+        .unwrap()
+        .build_lazy()
+        .unwrap()
+}
+
+/// The server process of a lent connection's session.
+fn backend_pid(conn: &mut pgtenure::Connection) -> i32 {
+    conn.query_one("SELECT pg_backend_pid()", &[])
+        .unwrap()
+        .get(0)
+}
+
+/// Ends the session `pid` of `conn` on the server, and waits until `conn` knows it is closed.
+fn end_session(conn: &mut pgtenure::Connection, pid: i32) {
+    client()
+        .execute("SELECT pg_terminate_backend($1)", &[&pid])
+        .unwrap();
+    wait_for("the connection to close", Duration::from_secs(10), || {
+        let _ = conn.simple_query("SELECT 1");
+        conn.is_closed().then_some(())
+    });
+}
+
+/// How many sessions wait on a lock for a statement naming `table`.
+fn waiting_on_lock_of(table: &str) -> i64 {
+    client()
+        .query_one(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' \
+             AND query LIKE '%' || $1 || '%'",
+            &[&table],
+        )
+        .unwrap()
+        .get(0)
 }
 
 /// A pool of the application's own ([`Db::from_pool`]) is also the application's, and maybe other

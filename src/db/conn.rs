@@ -7,7 +7,6 @@
 use std::fmt;
 use std::mem::ManuallyDrop;
 use std::ops::{Deref, DerefMut};
-use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -19,7 +18,7 @@ use r2d2::{Pool, PooledConnection};
 use r2d2_postgres::PostgresConnectionManager;
 use scheduled_thread_pool::ScheduledThreadPool;
 
-use super::parking::{Parking, Pooled};
+use super::parking::{Parking, Pooled, Waiters};
 use crate::statement::Cache;
 
 /// A connection from a [`Db`](crate::Db)'s pool: a [`postgres::Client`](https://docs.rs/postgres/0.19/postgres/struct.Client.html) (it derefs to one) that
@@ -183,6 +182,9 @@ pub(crate) trait Source: Send + Sync {
     /// Where connections that served pgtenure's own statements are parked for their threads
     /// (none in a pool of the application's own).
     fn parking(&self) -> Option<&Arc<Parking>>;
+    /// The checkouts waiting for a connection, in a pool pgtenure built.
+    #[cfg(feature = "testing")]
+    fn waiters(&self) -> Option<&Waiters>;
     /// What sends cancel requests for this pool's connections, with its TLS connector.
     fn canceller(&self) -> &Arc<dyn Canceller>;
     fn connection_timeout(&self) -> Duration;
@@ -321,11 +323,12 @@ impl<T: MakeTls> Pooling<T> {
         attempts: ConnectAttempts,
         (workers, affinity): (&Arc<ScheduledThreadPool>, bool),
     ) -> Pooling<T> {
+        let waiters = Arc::new(Waiters::default());
         Pooling {
-            parking: affinity.then(|| Parking::start(pool.max_size(), workers)),
+            parking: affinity.then(|| Parking::start(pool.max_size(), workers, &waiters)),
             reopen: Some(Arc::new(Reopen {
                 pool: Pool::clone(&pool),
-                waiting: AtomicUsize::new(0),
+                waiters,
             })),
             pool: ManuallyDrop::new(pool),
             canceller: Arc::new(CancelWith(tls)),
@@ -366,16 +369,15 @@ impl<T: MakeTls> Pooling<T> {
 
 impl<T: MakeTls> Source for Pooling<T> {
     fn wait_for(&self, wait: Duration) -> Result<Connection, r2d2::Error> {
-        // This thread's parked connection is not looked for again: only this thread parks its own
-        // connections, and it is here. The pool's idle connections and the other threads' parked
-        // ones are, by r2d2 and `Parking::wait`. Counted among the waiters, so that a connection
-        // parked from now on goes to the pool (the count lasts until this function returns, with
-        // `waiting`).
-        let waiting = self.parking.as_deref().map(Parking::wait);
-        if let Some((_, Some(pooled))) = waiting {
+        // Counted among the waiters until this function returns: a connection parked from now on
+        // goes to the pool, and a broken one going back asks the pool for another (`Reopen`).
+        let counted = self.reopen.as_deref().map(|reopen| reopen.waiters.count());
+        // The other threads' parked connections are looked at again, then the pool's idle ones
+        // (by r2d2); this thread's own is not: only this thread parks it, and it is here.
+        let parked = self.parking.as_deref().zip(counted.as_ref());
+        if let Some(pooled) = parked.and_then(|(parking, counted)| parking.for_waiter(counted)) {
             return Ok(self.wrap(pooled));
         }
-        let _counted = self.reopen.as_deref().map(Reopen::waits);
         let pooled = self.pool.get_timeout(wait)?;
         Ok(self.wrap(self.checkout(pooled)))
     }
@@ -386,6 +388,11 @@ impl<T: MakeTls> Source for Pooling<T> {
 
     fn parking(&self) -> Option<&Arc<Parking>> {
         self.parking.as_ref()
+    }
+
+    #[cfg(feature = "testing")]
+    fn waiters(&self) -> Option<&Waiters> {
+        self.reopen.as_deref().map(|reopen| &*reopen.waiters)
     }
 
     fn canceller(&self) -> &Arc<dyn Canceller> {
@@ -450,34 +457,19 @@ impl<T: MakeTls> Drop for Checkout<T> {
 /// own ([`ConnectAttempts`]).
 struct Reopen<T: MakeTls> {
     pool: Pool<PostgresConnectionManager<T>>,
-    /// Checkouts about to wait or waiting in r2d2, counted before they lock the pool: a connection
-    /// discarded after a waiter locked the pool sees it counted here, and one discarded before
-    /// leaves room that r2d2 fills when the checkout begins to wait.
-    waiting: AtomicUsize,
+    /// The pool's checkouts about to wait or waiting in r2d2, counted before they lock the pool:
+    /// a connection discarded after a waiter locked the pool sees it counted here, and one
+    /// discarded before leaves room that r2d2 fills when the checkout begins to wait.
+    waiters: Arc<Waiters>,
 }
 
 impl<T: MakeTls> Reopen<T> {
-    /// Counts a checkout among the waiters until the guard is dropped.
-    fn waits(&self) -> Waits<'_> {
-        self.waiting.fetch_add(1, SeqCst);
-        Waits(&self.waiting)
-    }
-
     /// A broken connection was discarded (after r2d2 took it off its count).
     fn discarded(&self) {
-        if self.waiting.load(SeqCst) > 0 {
+        if self.waiters.any() {
             // Without waiting: an idle connection it finds goes straight back.
             drop(self.pool.get_timeout(Duration::ZERO));
         }
-    }
-}
-
-/// A checkout counted among a [`Reopen`]'s waiters.
-struct Waits<'a>(&'a AtomicUsize);
-
-impl Drop for Waits<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, SeqCst);
     }
 }
 

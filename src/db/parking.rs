@@ -12,9 +12,9 @@
 //! A parked connection stays available to every other thread, and the pool's limits hold:
 //! - a checkout takes, in this order, the thread's own parked connection, an idle one from the
 //!   pool, any parked one, and only then waits in the pool;
-//! - a thread about to wait first counts itself in `waiters`, then looks at the slots again; a
-//!   thread parking looks at `waiters` after parking and, if anyone waits, takes a parked
-//!   connection back out and gives it to the pool, which wakes a waiter. Both sides separate their
+//! - a thread about to wait first counts itself in the pool's [`Waiters`], then looks at the
+//!   slots again; a thread parking looks at the waiters after parking and, if anyone waits, takes
+//!   a parked connection back out and gives it to the pool, which wakes a waiter. Both sides separate their
 //!   write from their read with a sequentially consistent fence, so at least one of them sees the
 //!   other: no connection stays parked while a thread waits for one;
 //! - parked connections are still checked out of r2d2, which so never opens more than its
@@ -71,8 +71,8 @@ impl std::ops::Deref for Slot {
 /// The slots of one pool's parked connections (one per connection the pool may open).
 pub(crate) struct Parking {
     slots: Box<[Slot]>,
-    /// Threads waiting in the pool for a connection.
-    waiters: AtomicUsize,
+    /// Threads waiting in the pool for a connection (the pool's count, shared).
+    waiters: Arc<Waiters>,
     /// The pool's worker threads: they sweep, and give back what exited threads left parked.
     workers: Arc<ScheduledThreadPool>,
     /// The sweep's job on the pool's worker threads, cancelled when the parking goes.
@@ -159,14 +159,18 @@ fn me() -> Option<(usize, usize)> {
 
 impl Parking {
     /// Room for `max_size` parked connections, up to [`MAX_SLOTS`], swept on `workers` (the pool's
-    /// own) every [`SWEEP_EVERY`].
-    pub(crate) fn start(max_size: u32, workers: &Arc<ScheduledThreadPool>) -> Arc<Parking> {
+    /// own) every [`SWEEP_EVERY`]; parked connections go to the pool while any of `waiters` waits.
+    pub(crate) fn start(
+        max_size: u32,
+        workers: &Arc<ScheduledThreadPool>,
+        waiters: &Arc<Waiters>,
+    ) -> Arc<Parking> {
         let slots = (0..max_size.clamp(1, MAX_SLOTS))
             .map(|_| Slot(Mutex::new(None)))
             .collect();
         let parking = Arc::new(Parking {
             slots,
-            waiters: AtomicUsize::new(0),
+            waiters: Arc::clone(waiters),
             workers: Arc::clone(workers),
             sweeper: Mutex::new(None),
         });
@@ -202,18 +206,17 @@ impl Parking {
         })
     }
 
-    /// Counts this thread among the waiters until the guard is dropped, then returns any parked
-    /// connection (parked before the count was seen).
-    pub(crate) fn wait(&self) -> (Waiting<'_>, Option<Box<dyn Pooled>>) {
-        self.waiters.fetch_add(1, SeqCst);
+    /// Any parked connection, for a thread that [counted itself](Waiters::count) among the
+    /// waiters first (a connection parked after the count was seen goes to the pool instead).
+    pub(crate) fn for_waiter(&self, _counted: &Counted<'_>) -> Option<Box<dyn Pooled>> {
         fence(SeqCst);
-        (Waiting(self), self.any())
+        self.any()
     }
 
     /// Parks `conn` for this thread. Returns it when it must go back to the pool instead: a thread
     /// waits for a connection, or no slot is free.
     pub(crate) fn park(self: &Arc<Self>, conn: Box<dyn Pooled>) -> Option<Box<dyn Pooled>> {
-        if self.waiters.load(SeqCst) > 0 {
+        if self.waiters.any() {
             return Some(conn);
         }
         // A connection dropped while this thread's thread-locals are torn down is not parked: no
@@ -245,7 +248,7 @@ impl Parking {
         };
         let _ = ME.try_with(|me| me.last.set(i));
         fence(SeqCst);
-        if self.waiters.load(SeqCst) > 0 {
+        if self.waiters.any() {
             // A thread began to wait meanwhile and may not have seen this slot: the pool wakes it
             // (unless another thread took the connection meanwhile: it parks it again, and sees
             // the waiter then).
@@ -284,12 +287,6 @@ impl Parking {
         self.slots.iter().filter(|s| s.lock().is_some()).count()
     }
 
-    /// How many checkouts wait for a connection.
-    #[cfg(feature = "testing")]
-    pub(crate) fn waiting(&self) -> usize {
-        self.waiters.load(SeqCst)
-    }
-
     fn slot(&self, i: usize) -> &Slot {
         &self.slots[i % self.slots.len()]
     }
@@ -310,17 +307,38 @@ impl crate::Db {
         self.pool.parking().map_or(0, |parking| parking.parked())
     }
 
-    /// How many checkouts wait for a connection (counted only with `thread_affinity`).
+    /// How many checkouts wait for a connection (in a pool pgtenure built).
     pub(crate) fn waiting_checkouts(&self) -> usize {
-        self.pool.parking().map_or(0, |parking| parking.waiting())
+        self.pool
+            .waiters()
+            .map_or(0, |waiters| waiters.0.load(SeqCst))
     }
 }
 
-/// A thread counted among the waiters of a [`Parking`].
-pub(crate) struct Waiting<'a>(&'a Parking);
+/// The checkouts of one pool that wait for a connection (or are about to): parked connections go
+/// to the pool while any waits, and a broken connection going back asks the pool for another
+/// (`conn::Reopen`).
+#[derive(Default)]
+pub(crate) struct Waiters(AtomicUsize);
 
-impl Drop for Waiting<'_> {
+impl Waiters {
+    /// Counts a checkout among the waiters until the guard is dropped.
+    pub(crate) fn count(&self) -> Counted<'_> {
+        self.0.fetch_add(1, SeqCst);
+        Counted(self)
+    }
+
+    /// Whether a checkout waits.
+    pub(crate) fn any(&self) -> bool {
+        self.0.load(SeqCst) > 0
+    }
+}
+
+/// A checkout counted among a pool's [`Waiters`].
+pub(crate) struct Counted<'a>(&'a Waiters);
+
+impl Drop for Counted<'_> {
     fn drop(&mut self) {
-        self.0.waiters.fetch_sub(1, SeqCst);
+        (self.0).0.fetch_sub(1, SeqCst);
     }
 }
