@@ -360,8 +360,8 @@ pub fn parked_connections(db: &crate::Db) -> usize {
 }
 
 /// How many of `db`'s checkouts wait for a connection, for tests that must act while one waits.
-/// Counted only in a pool that parks connections for their threads
-/// ([`DbBuilder::thread_affinity`](crate::DbBuilder::thread_affinity), on by default): 0 otherwise.
+/// Counted in the pools pgtenure builds; 0 for a pool of the application's own
+/// ([`Db::from_pool`](crate::Db::from_pool)).
 pub fn waiting_checkouts(db: &crate::Db) -> usize {
     db.waiting_checkouts()
 }
